@@ -1,0 +1,1 @@
+"""Leader election, shard sync and lease assignment (the coordination microservice's logic)."""

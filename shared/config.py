@@ -1,0 +1,172 @@
+"""One typed settings object for every process, from env vars (SHARDHERD_*) and an optional TOML file.
+
+Names follow KCL's configuration names in snake case, with KCL's defaults, except where shardherd deliberately
+differs (documented in docs/kcl-differences.md): the leader interval and leader-lock timings are much shorter so a
+dead worker's or leader's shards move in seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import tomllib
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from shared.errors import ConfigError
+from shared.store import TableNames
+
+CONFIG_FILE_ENV = "SHARDHERD_CONFIG_FILE"
+_TABLE_NAME = r"^[A-Za-z0-9_.\-]{3,200}$"
+
+
+def default_worker_id() -> str:
+    """`hostname:pid`, unique per process on a host and readable in the lease table."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Settings(BaseSettings):
+    """Every knob of shardherd; validated on construction, with a ConfigError naming each bad value."""
+
+    model_config = SettingsConfigDict(env_prefix="SHARDHERD_", extra="forbid", frozen=True)
+
+    # Where things live.
+    application_name: str = Field("shardherd", pattern=_TABLE_NAME)
+    stream_name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$")
+    region: str = "us-east-1"
+    dynamodb_endpoint_url: str | None = None
+    kinesis_endpoint_url: str | None = None
+    store_backend: Literal["dynamodb", "sql"] = "dynamodb"
+    sql_url: str = "sqlite:///shardherd.db"
+    lease_table_name: str | None = Field(None, pattern=_TABLE_NAME)
+    billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] = "PAY_PER_REQUEST"
+    initial_lease_table_read_capacity: int = Field(10, ge=1)
+    initial_lease_table_write_capacity: int = Field(10, ge=1)
+    worker_id: str = Field(default_factory=default_worker_id, min_length=1, max_length=256)
+
+    # Liveness and failover.
+    liveness_mode: Literal["worker", "lease"] = "worker"
+    failover_time_millis: int = Field(10_000, ge=100)
+    epsilon_millis: int = Field(25, ge=0)
+    heartbeat_interval_millis: int | None = Field(None, ge=10)
+    discovery_interval_millis: int = Field(2_000, ge=10)
+    lease_assignment_interval_millis: int = Field(2_000, ge=10)
+    shard_sync_interval_millis: int = Field(10_000, ge=10)
+    leader_lock_lease_duration_millis: int = Field(8_000, ge=100)
+    leader_lock_heartbeat_period_millis: int = Field(2_000, ge=10)
+    leader_failure_threshold: int = Field(3, ge=1)
+    graceful_lease_handoff_enabled: bool = True
+    graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0)
+    consistent_reads: bool = False
+
+    # Assignment.
+    lease_assignment_strategy: Literal["variance", "lease-count"] = "variance"
+    max_leases_for_worker: int = Field(2**31 - 1, ge=1)
+    max_throughput_per_host_kbps: float = Field(math.inf, gt=0)
+    dampening_percentage: int = Field(60, ge=1, le=100)
+    rebalance_threshold_percentage: int = Field(10, ge=1, le=100)
+    allow_throughput_overshoot: bool = True
+    variance_balancing_frequency: int = Field(3, ge=1)
+    worker_metrics_ema_alpha: float = Field(0.5, gt=0, le=1)
+    rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
+
+    # Worker metrics.
+    disable_worker_metrics: bool = False
+    in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10)
+    worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10)
+    no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)
+    stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60)
+
+    # Where a new stream is read from.
+    initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
+    initial_timestamp: datetime | None = None
+
+    @model_validator(mode="after")
+    def _check_relations(self) -> Settings:
+        problems: list[str] = []
+        if self.initial_position_in_stream == "AT_TIMESTAMP" and self.initial_timestamp is None:
+            problems.append("initial_timestamp is required when initial_position_in_stream is AT_TIMESTAMP")
+        if self.effective_heartbeat_interval_millis >= self.failover_time_millis:
+            problems.append(
+                f"heartbeat_interval_millis ({self.effective_heartbeat_interval_millis}) must be shorter than "
+                f"failover_time_millis ({self.failover_time_millis})"
+            )
+        if self.leader_lock_heartbeat_period_millis * 2 > self.leader_lock_lease_duration_millis:
+            problems.append(
+                "leader_lock_heartbeat_period_millis must be at most half of leader_lock_lease_duration_millis "
+                f"(got {self.leader_lock_heartbeat_period_millis} and {self.leader_lock_lease_duration_millis})"
+            )
+        if self.store_backend == "sql" and not self.sql_url:
+            problems.append("sql_url is required when store_backend is sql")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def effective_heartbeat_interval_millis(self) -> int:
+        """The renew/heartbeat period: configured, or KCL's `failover/3 - epsilon`."""
+        if self.heartbeat_interval_millis is not None:
+            return self.heartbeat_interval_millis
+        return max(10, self.failover_time_millis // 3 - self.epsilon_millis)
+
+    @property
+    def table_names(self) -> TableNames:
+        """The lease, worker-metrics and coordinator-state table names (KCL naming)."""
+        base = TableNames.for_application(self.application_name)
+        if self.lease_table_name:
+            return TableNames(self.lease_table_name, base.worker_metrics, base.coordinator_state)
+        return base
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Explicit arguments win over env vars, which win over the config file."""
+        return (init_settings, env_settings, _TomlFileSource(settings_cls))
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the TOML file named by SHARDHERD_CONFIG_FILE (a `[shardherd]` table or top-level keys)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get(CONFIG_FILE_ENV)
+        return read_config_file(Path(path)) if path else {}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings in a TOML file, raising ConfigError if it is missing or not valid TOML."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"config file {path} does not exist") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+    section = data.get("shardherd", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [shardherd] must be a table")
+    return section
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings from arguments, env and file; every invalid value is reported in one ConfigError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"]) or "settings"
+            lines.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+        raise ConfigError("invalid shardherd configuration:\n  " + "\n  ".join(lines)) from exc

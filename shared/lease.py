@@ -1,0 +1,75 @@
+"""The lease: one row per shard saying who reads it and how far it got, with KCL 3.x attribute semantics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from shared.checkpoint import TRIM_HORIZON, Checkpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """An immutable snapshot of one lease row.
+
+    Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see `shared.lease_codec`).
+    During a graceful handoff `lease_owner` is the *next* owner and `checkpoint_owner` the one still processing.
+    """
+
+    lease_key: str
+    lease_owner: str | None = None
+    lease_counter: int = 0
+    checkpoint: Checkpoint = TRIM_HORIZON
+    owner_switches_since_checkpoint: int = 0
+    pending_checkpoint: Checkpoint | None = None
+    pending_checkpoint_state: bytes | None = None
+    parent_shard_ids: frozenset[str] = field(default_factory=frozenset)
+    child_shard_ids: frozenset[str] = field(default_factory=frozenset)
+    starting_hash_key: str | None = None
+    ending_hash_key: str | None = None
+    throughput_kbps: float | None = None
+    checkpoint_owner: str | None = None
+    stream_name: str | None = None
+    shard_id: str | None = None
+
+    @property
+    def actual_owner(self) -> str | None:
+        """The worker really processing the shard: the checkpoint owner during a handoff, else the lease owner."""
+        return self.checkpoint_owner if self.checkpoint_owner is not None else self.lease_owner
+
+    @property
+    def shard(self) -> str:
+        """The shard id: stored explicitly for multi-stream leases, else the lease key itself."""
+        if self.shard_id is not None:
+            return self.shard_id
+        return self.lease_key.rsplit(":", 1)[-1]
+
+    @property
+    def in_handoff(self) -> bool:
+        """True while a graceful handoff from `checkpoint_owner` to `lease_owner` is in progress."""
+        return self.checkpoint_owner is not None
+
+    @property
+    def is_finished(self) -> bool:
+        """True once the shard was read to its end and checkpointed SHARD_END."""
+        return self.checkpoint.is_shard_end
+
+    def with_changes(self, **changes: object) -> Lease:
+        """A copy with some fields replaced (the dataclass is frozen)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def new_lease(
+    shard_id: str,
+    checkpoint: Checkpoint,
+    parents: frozenset[str] = frozenset(),
+    hash_range: tuple[str, str] | None = None,
+) -> Lease:
+    """A fresh, unowned lease for a shard as shard sync creates it."""
+    start, end = hash_range if hash_range else (None, None)
+    return Lease(
+        lease_key=shard_id,
+        checkpoint=checkpoint,
+        parent_shard_ids=parents,
+        starting_hash_key=start,
+        ending_hash_key=end,
+    )

@@ -1,0 +1,230 @@
+"""The store interface every backend (DynamoDB, SQL) implements with identical, atomic, conditional semantics.
+
+Every write is a single conditional operation. A lost race is a normal outcome (`Outcome.applied == False` with the
+current row and a `Conflict` saying why), never an exception and never a silent overwrite. Transient failures are
+retried with jittered backoff inside the backend and surface as `StoreUnavailable` once the budget is spent.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from shared.checkpoint import Checkpoint
+from shared.errors import MalformedLease, MalformedWorker
+from shared.lease import Lease
+from shared.worker import WorkerRecord
+
+# Values a coordinator-state item may hold (the lock client's strings, epochs as integers, opaque bytes).
+StateValue = str | int | bytes
+
+# Attribute -> required value; None means "the attribute must be absent". The hash key (`key`) may be named too:
+# {"key": None} means "the item must not exist".
+StateCondition = Mapping[str, StateValue | None]
+
+STATE_KEY_ATTRIBUTE = "key"
+
+
+class Conflict(enum.Enum):
+    """Why a conditional write was not applied."""
+
+    NONE = "none"
+    NOT_FOUND = "not_found"  # the lease (or item) does not exist
+    ALREADY_EXISTS = "already_exists"  # create found a row with that key
+    OWNERSHIP = "ownership"  # owner / checkpoint owner / counter did not match what the caller expected
+    STALE_CHECKPOINT = "stale_checkpoint"  # the checkpoint would move backwards or past SHARD_END
+    FENCED = "fenced"  # the fencing condition on the coordinator state (the leader lock) failed
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one conditional lease write: the row after the write if applied, else the current row."""
+
+    applied: bool
+    lease: Lease | None
+    conflict: Conflict = Conflict.NONE
+
+    @classmethod
+    def ok(cls, lease: Lease) -> Outcome:
+        """An applied write."""
+        return cls(True, lease, Conflict.NONE)
+
+    @classmethod
+    def lost(cls, conflict: Conflict, current: Lease | None) -> Outcome:
+        """A write that lost its race (or found nothing), with the row as it is now."""
+        return cls(False, current, conflict)
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A condition on a coordinator-state item that must hold atomically with a lease write.
+
+    The leader passes its lock item (owner and epoch), so a leader whose lock was taken can never write afterwards.
+    """
+
+    key: str
+    expect: StateCondition
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseScan:
+    """All readable leases of the table plus the rows that could not be read (reported, never deleted)."""
+
+    leases: list[Lease]
+    malformed: list[MalformedLease] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerScan:
+    """All readable worker records plus the ones that could not be read."""
+
+    workers: list[WorkerRecord]
+    malformed: list[MalformedWorker] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class TableNames:
+    """The three tables of one application, named as KCL 3.x names them."""
+
+    leases: str
+    worker_metrics: str
+    coordinator_state: str
+
+    @classmethod
+    def for_application(cls, application: str) -> TableNames:
+        """KCL's names: `<app>`, `<app>-WorkerMetricStats`, `<app>-CoordinatorState`."""
+        return cls(application, f"{application}-WorkerMetricStats", f"{application}-CoordinatorState")
+
+
+LEASE_OWNER_INDEX = "LeaseOwnerToLeaseKeyIndex"
+
+
+class LeaseStore(ABC):
+    """Leases, worker records and coordinator state of one application, in one backend."""
+
+    tables: TableNames
+
+    # ---------------------------------------------------------------- schema
+    @abstractmethod
+    def ensure_tables(self) -> None:
+        """Create missing tables (and the leaseOwner index on an existing KCL 2.x table), waiting until usable."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections."""
+
+    # ---------------------------------------------------------------- lease reads
+    @abstractmethod
+    def get_lease(self, lease_key: str) -> Lease | None:
+        """Read one lease (strongly consistent); None if absent; MalformedLease if the row cannot be read."""
+
+    @abstractmethod
+    def scan_leases(self, page_size: int = 1000) -> LeaseScan:
+        """Read every lease with a paginated scan; unreadable rows go to `malformed` and are left untouched."""
+
+    @abstractmethod
+    def list_owned_keys(self, owner: str) -> list[str]:
+        """Keys of the leases whose `leaseOwner` is `owner`, via the owner index (eventually consistent on AWS)."""
+
+    # ---------------------------------------------------------------- lease writes
+    @abstractmethod
+    def create_lease(self, lease: Lease) -> Outcome:
+        """Insert a lease if no lease with that key exists (ALREADY_EXISTS otherwise); counter starts at 0."""
+
+    @abstractmethod
+    def renew(self, lease_key: str, owner: str, expected_counter: int, throughput_kbps: float | None = None,
+              during_handoff: bool = False) -> Outcome:
+        """Owner renewal: counter+1 if owner and counter match (and, unless `during_handoff`, no checkpointOwner).
+
+        With `during_handoff` the renewer is the draining checkpoint owner: requires `checkpointOwner == owner`.
+        """
+
+    @abstractmethod
+    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
+        """KCL 2.x-style take: set owner, counter+1, clear checkpointOwner, if the counter is still the one seen."""
+
+    @abstractmethod
+    def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
+               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+        """Leader assignment (KCL assignLease): conditioned on both owner fields, not on the counter.
+
+        Sets `leaseOwner`, removes `checkpointOwner`, counter+1, and ownerSwitches+1 when the owner really changes.
+        """
+
+    @abstractmethod
+    def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
+                      fence: Fence | None = None) -> Outcome:
+        """Graceful handoff step 1: `leaseOwner := new_owner`, `checkpointOwner := current_owner`; counter untouched."""
+
+    @abstractmethod
+    def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
+        """Graceful handoff step 2, by the old owner after its final checkpoint: clears `checkpointOwner`, counter+1."""
+
+    @abstractmethod
+    def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+        """Record progress; monotonic (STALE_CHECKPOINT if it would go backwards or past SHARD_END).
+
+        Allowed for the lease owner when no handoff is running, or for the checkpoint owner during one. Resets
+        `ownerSwitchesSinceCheckpoint`, clears (or sets) the pending checkpoint, counter+1.
+        """
+
+    @abstractmethod
+    def release(self, lease_key: str, owner: str) -> Outcome:
+        """The owner gives the lease up: `leaseOwner` removed, counter+1 (used by self-fencing and drain)."""
+
+    @abstractmethod
+    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
+              fence: Fence | None = None) -> Outcome:
+        """KCL evictLease: removes `checkpointOwner`, and `leaseOwner` too unless a handoff was running; counter+1."""
+
+    @abstractmethod
+    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
+        """Record the children of a finished shard (condition: the lease exists)."""
+
+    @abstractmethod
+    def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
+                     fence: Fence | None = None) -> Outcome:
+        """Delete a lease; if `expected_checkpoint` is given, only while the checkpoint still equals it."""
+
+    # ---------------------------------------------------------------- workers
+    @abstractmethod
+    def upsert_worker(self, record: WorkerRecord) -> None:
+        """Write the worker's own attributes (everything but `drainRequested`), creating the row if needed."""
+
+    @abstractmethod
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """Read one worker record; None if absent."""
+
+    @abstractmethod
+    def scan_workers(self) -> WorkerScan:
+        """Read every worker record."""
+
+    @abstractmethod
+    def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
+        """Operator drain flag; False if the worker has no record."""
+
+    @abstractmethod
+    def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
+        """Delete a stale worker record only if it still has the `lut` and `hb` that were read (KCL's cleanup rule)."""
+
+    # ---------------------------------------------------------------- coordinator state
+    @abstractmethod
+    def get_state(self, key: str) -> dict[str, StateValue] | None:
+        """Read a coordinator-state item (strongly consistent) without its hash key; None if absent."""
+
+    @abstractmethod
+    def put_state(self, key: str, attributes: Mapping[str, StateValue],
+                  condition: StateCondition | None = None) -> bool:
+        """Replace the whole item if `condition` holds; False otherwise."""
+
+    @abstractmethod
+    def update_state(self, key: str, set_attributes: Mapping[str, StateValue],
+                     remove: Sequence[str] = (), condition: StateCondition | None = None) -> bool:
+        """Set and remove some attributes of an existing item if `condition` holds; False otherwise."""
+
+    @abstractmethod
+    def delete_state(self, key: str, condition: StateCondition | None = None) -> bool:
+        """Delete an item if `condition` holds; False otherwise (also when it does not exist and a condition names it)."""

@@ -1,0 +1,54 @@
+"""Worker records: heartbeat, CPU history and operating range (KCL's WorkerMetricStats) plus shardherd's extras."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# KCL's metric short names (reference 2.1).
+CPU_METRIC = "C"
+MEMORY_METRIC = "M"
+NETWORK_IN_METRIC = "NI"
+NETWORK_OUT_METRIC = "NO"
+THROUGHPUT_METRIC = "T"
+
+# A stored metric value of -1 means "sampling failed for that interval" (reference 2.2).
+FAILED_SAMPLE = -1.0
+
+
+class WorkerState(enum.Enum):
+    """What the worker says about itself."""
+
+    ACTIVE = "ACTIVE"
+    DRAINING = "DRAINING"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    """One worker's row in `<app>-WorkerMetricStats`.
+
+    KCL attributes: `wid`, `lut` (epoch seconds), `sts` (metric -> recent per-interval averages, oldest first),
+    `opr` (metric -> [max utilisation %]). shardherd adds `hb` (a heartbeat counter the leader watches change on its
+    own clock, so clocks are never compared across hosts), `workerState`, `leaseThroughput` (lease key -> KiB/s, used in
+    `worker` liveness mode where leases are not renewed) and `drainRequested` (set by operators, never by the worker).
+    """
+
+    worker_id: str
+    last_update: int
+    metric_stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    heartbeat: int = 0
+    state: WorkerState = WorkerState.ACTIVE
+    lease_throughput: Mapping[str, float] = field(default_factory=dict)
+    drain_requested: bool = False
+
+    @property
+    def uses_default_metric(self) -> bool:
+        """True when the worker reports no metric, so the leader balances it by throughput (reference 2.4)."""
+        return not self.metric_stats and not self.operating_range
+
+    @property
+    def is_draining(self) -> bool:
+        """True if the worker or an operator asked for all of its leases to move away."""
+        return self.state is WorkerState.DRAINING or self.drain_requested
