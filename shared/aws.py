@@ -1,0 +1,24 @@
+"""boto3 client construction from Settings: endpoint overrides for emulators, our own retry policy on top."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+# shardherd retries transient errors itself (shared.retry) so backoff uses the injected clock and a typed error;
+# botocore's own retries are limited to one attempt to avoid retry multiplication.
+_CLIENT_CONFIG = Config(retries={"max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30,
+                        max_pool_connections=50)
+
+
+def make_client(service: str, region: str, endpoint_url: str | None = None) -> Any:
+    """A boto3 client for `service`; credentials come from the standard chain (dummy ones for an emulator)."""
+    extra: dict[str, Any] = {}
+    if endpoint_url:
+        extra["endpoint_url"] = endpoint_url
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            extra.update(aws_access_key_id="local", aws_secret_access_key="local")
+    return boto3.client(service, region_name=region, config=_CLIENT_CONFIG, **extra)

@@ -1,0 +1,44 @@
+"""Builds a fresh store of any backend for one test: unique application name, tables created."""
+
+from __future__ import annotations
+
+import itertools
+
+from shared.aws import make_client
+from shared.retry import RetryPolicy
+from shared.store import LeaseStore, TableNames
+
+BACKENDS = ("dynamodb", "sqlite", "postgres")
+_counter = itertools.count()
+
+
+def unique_app(prefix: str = "app") -> str:
+    """A table-name-safe application name that no other test in this session uses."""
+    return f"{prefix}-{next(_counter):05d}"
+
+
+def make_store(backend: str, *, moto_url: str | None = None, postgres_url: str | None = None,
+               sqlite_path: str | None = None, app: str | None = None,
+               retry: RetryPolicy | None = None) -> LeaseStore:
+    """Open `backend` on fresh tables named after a unique application."""
+    tables = TableNames.for_application(app or unique_app())
+    store: LeaseStore
+    if backend == "dynamodb":
+        from shared.dynamo.store import DynamoLeaseStore
+
+        assert moto_url is not None
+        store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_url), tables, retry=retry)
+    elif backend == "sqlite":
+        from shared.sql.store import SqlLeaseStore
+
+        assert sqlite_path is not None
+        store = SqlLeaseStore(f"sqlite:///{sqlite_path}", tables, retry=retry)
+    elif backend == "postgres":
+        from shared.sql.store import SqlLeaseStore
+
+        assert postgres_url is not None
+        store = SqlLeaseStore(postgres_url, tables, retry=retry)
+    else:
+        raise ValueError(f"unknown backend {backend}")
+    store.ensure_tables()
+    return store
