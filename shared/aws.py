@@ -21,4 +21,5 @@ def make_client(service: str, region: str, endpoint_url: str | None = None) -> A
         session = boto3.session.Session()
         if session.get_credentials() is None:
             extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-    return boto3.client(service, region_name=region, config=_CLIENT_CONFIG, **extra)
+    client: Any = boto3.session.Session().client(service, region_name=region, config=_CLIENT_CONFIG, **extra)  # type: ignore[call-overload]
+    return client

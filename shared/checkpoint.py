@@ -10,7 +10,7 @@ from functools import total_ordering
 from shared.errors import InvalidCheckpoint
 
 MAX_SEQUENCE_DIGITS = 129
-_DIGITS = re.compile(r"[0-9]{1,%d}" % MAX_SEQUENCE_DIGITS)
+_DIGITS = re.compile(rf"[0-9]{{1,{MAX_SEQUENCE_DIGITS}}}")
 
 
 class Sentinel(enum.Enum):

@@ -227,4 +227,4 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def delete_state(self, key: str, condition: StateCondition | None = None) -> bool:
-        """Delete an item if `condition` holds; False otherwise (also when it does not exist and a condition names it)."""
+        """Delete an item if it exists and `condition` holds; False otherwise."""

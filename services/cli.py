@@ -1,0 +1,35 @@
+"""The `shardherd` command line: one entry point, one subcommand per runnable process or tool."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from shared.errors import ShardherdError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    from services import demo
+
+    parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; ShardherdError becomes a one-line message and exit code 2."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except ShardherdError as exc:
+        print(f"shardherd: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
