@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     discovery_interval_millis: int = Field(2_000, ge=10)
     lease_assignment_interval_millis: int = Field(2_000, ge=10)
     shard_sync_interval_millis: int = Field(10_000, ge=10)
-    leader_lock_lease_duration_millis: int = Field(8_000, ge=100)
-    leader_lock_heartbeat_period_millis: int = Field(2_000, ge=10)
+    leader_lock_lease_duration_millis: int = Field(6_000, ge=100)
+    leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10)
     leader_failure_threshold: int = Field(3, ge=1)
     graceful_lease_handoff_enabled: bool = True
     graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0)

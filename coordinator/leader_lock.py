@@ -1,0 +1,248 @@
+"""The leader lock: a re-implementation of the Java DynamoDB lock client 1.4.0's item protocol over the store.
+
+Item `Leader` in the coordinator-state table: `ownerName`, `leaseDuration` (milliseconds, as a string),
+`recordVersionNumber` (a fresh UUID on every acquire and heartbeat), `isReleased` ("1" when released). A KCL 3.x
+coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators) and
+`leaderTerm` (S, a UUID per term) that fences every assignment write. A contender takes over a lock whose
+`recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so clocks of different
+hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see docs/kcl-differences.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from shared.clock import Clock
+from shared.errors import StoreUnavailable
+from shared.store import Fence, LeaseStore, StateValue
+
+LOCK_KEY = "Leader"
+OWNER = "ownerName"
+DURATION = "leaseDuration"
+VERSION = "recordVersionNumber"
+RELEASED = "isReleased"
+EPOCH = "leaderEpoch"
+TERM = "leaderTerm"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LockView:
+    """What a reader knows about the lock item (for operators and contenders)."""
+
+    owner: str | None
+    epoch: int | None
+    version: str | None
+    lease_duration_millis: int | None
+    released: bool
+
+
+@dataclass(slots=True)
+class _Held:
+    term: str
+    epoch: int
+    version: str
+    valid_until: float  # monotonic seconds: send time of the last successful write + lease duration - margin
+
+
+@dataclass(slots=True)
+class _Observed:
+    version: str
+    first_seen: float
+    duration: float
+
+
+class LeaderLock:
+    """One process's handle on the leader lock; `tick()` does whatever is due (acquire attempt or heartbeat).
+
+    Not thread-safe by itself except `is_leader`/`fence`/`epoch`, which read a snapshot under a lock; run `tick()`
+    from one thread (see `LockKeeper`).
+    """
+
+    def __init__(self, store: LeaseStore, owner: str, clock: Clock, lease_duration_millis: int,
+                 heartbeat_period_millis: int, key: str = LOCK_KEY,
+                 on_change: Callable[[bool, int | None], None] | None = None) -> None:
+        if heartbeat_period_millis * 2 > lease_duration_millis:
+            raise ValueError("the heartbeat period must be at most half of the lease duration")
+        self._store = store
+        self._owner = owner
+        self._clock = clock
+        self._duration = lease_duration_millis / 1000.0
+        self._period = heartbeat_period_millis / 1000.0
+        self._margin = max(0.05, self._duration * 0.05)
+        self._key = key
+        self._on_change = on_change
+        self._held: _Held | None = None
+        self._observed: _Observed | None = None
+        self._next_due = 0.0
+        self._guard = threading.Lock()
+
+    # ------------------------------------------------------------------ queries (any thread)
+    def is_leader(self) -> bool:
+        """True while this process holds the lock and its lease has not run out on the local monotonic clock."""
+        with self._guard:
+            return self._held is not None and self._clock.monotonic() < self._held.valid_until
+
+    def fence(self) -> Fence | None:
+        """The condition that makes a lease write fail unless this exact term still holds the lock."""
+        with self._guard:
+            if self._held is None or self._clock.monotonic() >= self._held.valid_until:
+                return None
+            return Fence(self._key, {OWNER: self._owner, TERM: self._held.term})
+
+    def epoch(self) -> int | None:
+        """The epoch of the term held now, or None."""
+        with self._guard:
+            return self._held.epoch if self._held else None
+
+    def read(self) -> LockView:
+        """The lock item as stored (one consistent read)."""
+        return _view(self._store.get_state(self._key))
+
+    # ------------------------------------------------------------------ protocol (one thread)
+    def tick(self) -> bool:
+        """Heartbeat if holding and due, else try to acquire if due; returns `is_leader()` afterwards.
+
+        Store outages are survived: the holder keeps its term until its lease runs out locally.
+        """
+        now = self._clock.monotonic()
+        if now >= self._next_due:
+            self._next_due = now + self._period
+            try:
+                if self._held is not None:
+                    self._heartbeat()
+                else:
+                    self._try_acquire()
+            except StoreUnavailable as exc:
+                log.warning("leader lock: store unavailable: %s", exc)
+        if self._held is not None and not self.is_leader():
+            self._drop("lease ran out without a successful heartbeat")
+        return self.is_leader()
+
+    def release(self) -> bool:
+        """Give the lock up at once (SIGTERM, repeated failed runs) so a successor need not wait for expiry."""
+        held = self._held
+        if held is None:
+            return False
+        self._drop("released")
+        try:
+            return self._store.delete_state(self._key, {OWNER: self._owner, VERSION: held.version})
+        except StoreUnavailable as exc:
+            log.warning("leader lock: release failed, the lock will expire instead: %s", exc)
+            return False
+
+    def _try_acquire(self) -> None:
+        sent = self._clock.monotonic()
+        item = self._store.get_state(self._key)
+        if item is None:
+            self._write_new(sent, None, {"key": None})
+            return
+        version = _text(item.get(VERSION))
+        epoch = _int(item.get(EPOCH))
+        if _text(item.get(RELEASED)) == "1" and version is not None:
+            self._write_new(sent, epoch, {VERSION: version, RELEASED: "1"})
+            return
+        if version is None:
+            # Not an item the Java lock client could have written: take it unless someone versions it meanwhile.
+            self._write_new(sent, epoch, {VERSION: None})
+            return
+        seen = self._observed
+        if seen is None or seen.version != version:
+            duration = _int(item.get(DURATION))
+            self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration)
+            return
+        if sent - seen.first_seen > seen.duration:
+            log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
+                     item.get(OWNER), sent - seen.first_seen)
+            self._write_new(sent, epoch, {VERSION: version})
+
+    def _write_new(self, sent: float, previous_epoch: int | None, condition: dict[str, StateValue | None]) -> None:
+        term = str(uuid.uuid4())
+        version = str(uuid.uuid4())
+        epoch = (previous_epoch or 0) + 1
+        item: dict[str, StateValue] = {
+            OWNER: self._owner, DURATION: str(int(self._duration * 1000)), VERSION: version,
+            EPOCH: epoch, TERM: term,
+        }
+        if self._store.put_state(self._key, item, condition):
+            with self._guard:
+                self._held = _Held(term, epoch, version, sent + self._duration - self._margin)
+            self._observed = None
+            log.info("leader lock: %s became leader, epoch %d", self._owner, epoch)
+            if self._on_change:
+                self._on_change(True, epoch)
+        else:
+            self._observed = None
+
+    def _heartbeat(self) -> None:
+        held = self._held
+        assert held is not None
+        sent = self._clock.monotonic()
+        version = str(uuid.uuid4())
+        ok = self._store.update_state(
+            self._key, {VERSION: version, DURATION: str(int(self._duration * 1000))},
+            condition={OWNER: self._owner, VERSION: held.version},
+        )
+        if ok:
+            with self._guard:
+                held.version = version
+                held.valid_until = sent + self._duration - self._margin
+        else:
+            self._drop("the lock item changed under us")
+
+    def _drop(self, why: str) -> None:
+        with self._guard:
+            held, self._held = self._held, None
+        if held is not None:
+            log.warning("leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
+            if self._on_change:
+                self._on_change(False, held.epoch)
+
+
+class LockKeeper(threading.Thread):
+    """A daemon thread that ticks a LeaderLock often enough that heartbeats are never late behind a slow leader run."""
+
+    def __init__(self, lock: LeaderLock, interval_seconds: float, clock: Clock) -> None:
+        super().__init__(name="leader-lock", daemon=True)
+        self._lock = lock
+        self._interval = interval_seconds
+        self._clock = clock
+        self._stop_requested = threading.Event()
+
+    def run(self) -> None:
+        """Tick until stopped, then release the lock."""
+        while not self._stop_requested.is_set():
+            try:
+                self._lock.tick()
+            except Exception:  # keep the thread alive whatever the store does
+                log.exception("leader lock tick failed")
+            self._stop_requested.wait(self._interval)
+        self._lock.release()
+
+    def stop(self) -> None:
+        """Stop ticking and release the lock (the thread does the release)."""
+        self._stop_requested.set()
+
+
+def _text(value: StateValue | None) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _int(value: StateValue | None) -> int | None:
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _view(item: dict[str, StateValue] | None) -> LockView:
+    if item is None:
+        return LockView(None, None, None, None, False)
+    return LockView(_text(item.get(OWNER)), _int(item.get(EPOCH)), _text(item.get(VERSION)),
+                    _int(item.get(DURATION)), _text(item.get(RELEASED)) == "1")
