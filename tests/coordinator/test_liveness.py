@@ -1,0 +1,80 @@
+"""Liveness judged on the leader's own clock: counters and heartbeats watched for change, never clocks compared."""
+
+from __future__ import annotations
+
+from coordinator.liveness import LivenessTracker
+from shared.lease import Lease
+from shared.worker import WorkerRecord
+
+FAILOVER = 10.0
+
+
+def _tracker(mode: str) -> LivenessTracker:
+    return LivenessTracker(mode=mode, failover_seconds=FAILOVER, worker_grace_seconds=FAILOVER)
+
+
+def _worker(worker_id: str, heartbeat: int, lut: int) -> WorkerRecord:
+    return WorkerRecord(worker_id=worker_id, last_update=lut, heartbeat=heartbeat)
+
+
+def test_worker_mode_expires_leases_of_a_silent_worker_only() -> None:
+    tracker = _tracker("worker")
+    leases = [Lease("s-0", lease_owner="a"), Lease("s-1", lease_owner="b")]
+    now = 100.0
+    for beat in range(12):  # a heartbeats every 1 s; b stops after the first observation
+        tracker.observe(leases, [_worker("a", beat, 1000 + beat), _worker("b", 0, 1000)], now)
+        now += 1.0
+    assert tracker.lease(leases[0], now).expired is False
+    verdict = tracker.lease(leases[1], now)
+    assert verdict.expired is True and verdict.silent_seconds == now - 100.0
+    assert tracker.worker_alive("a", now) and not tracker.worker_alive("b", now)
+
+
+def test_skewed_wall_clock_of_a_worker_does_not_matter() -> None:
+    tracker = _tracker("worker")
+    lease = Lease("s-0", lease_owner="skewed")
+    # The worker's own `lut` is an hour behind and even goes backwards; only the heartbeat counter changing counts.
+    for step in range(30):
+        tracker.observe([lease], [_worker("skewed", step, 1_000 - 3_600 - step)], 100.0 + step)
+    assert tracker.lease(lease, 130.0).expired is False
+
+
+def test_new_leader_gives_every_owned_lease_a_full_failover_period() -> None:
+    tracker = _tracker("lease")
+    lease = Lease("s-0", lease_owner="a", lease_counter=7)
+    tracker.observe([lease], [], 50.0)  # first sighting: assumed freshly renewed
+    assert tracker.lease(lease, 50.0 + FAILOVER).expired is False
+    tracker.observe([lease], [], 50.0 + FAILOVER + 0.5)
+    assert tracker.lease(lease, 50.0 + FAILOVER + 0.5).expired is True
+
+
+def test_lease_mode_watches_counters() -> None:
+    tracker = _tracker("lease")
+    now = 0.0
+    for counter in range(20):
+        renewed = Lease("s-0", lease_owner="a", lease_counter=counter)
+        tracker.observe([renewed, Lease("s-1", lease_owner="b", lease_counter=3)], [], now)
+        now += 1.0
+    assert tracker.lease(Lease("s-0", lease_owner="a", lease_counter=19), now).expired is False
+    assert tracker.lease(Lease("s-1", lease_owner="b", lease_counter=3), now).expired is True
+
+
+def test_unowned_is_expired_and_owner_without_record_expires_after_failover() -> None:
+    tracker = _tracker("worker")
+    assert tracker.lease(Lease("s-0"), 0.0).expired is True
+    ghost = Lease("s-1", lease_owner="ghost")
+    tracker.observe([ghost], [], 0.0)
+    assert tracker.lease(ghost, FAILOVER).expired is False
+    tracker.observe([ghost], [], FAILOVER + 1)
+    assert tracker.lease(ghost, FAILOVER + 1).expired is True
+
+
+def test_leader_assignment_restarts_the_clock_in_lease_mode() -> None:
+    tracker = _tracker("lease")
+    lease = Lease("s-0", lease_owner="a", lease_counter=1)
+    tracker.observe([lease], [], 0.0)
+    tracker.assigned("s-0", 2, 15.0)
+    moved = Lease("s-0", lease_owner="b", lease_counter=2)
+    tracker.observe([moved], [], 20.0)
+    assert tracker.lease(moved, 24.0).expired is False
+    assert tracker.lease(moved, 25.5).expired is True
