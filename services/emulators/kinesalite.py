@@ -1,0 +1,208 @@
+"""Runs the Kinesis emulators from npm (kinesalite, kinesis-local) as Node child processes on 127.0.0.1.
+
+Both packages come from `services/emulators/package.json`, installed with `npm ci --prefix services/emulators`.
+Each process is started in its own process group, is forced onto the loopback interface (kinesis-local hard-codes
+0.0.0.0, so a small prelude rewrites every `listen` to 127.0.0.1), exits by itself when its parent's pipe closes (no
+orphans if Python dies), and is stopped by killing its whole group.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from types import TracebackType
+from typing import IO, ClassVar, Self
+
+from services.emulators.ports import LOOPBACK, free_port, wait_until
+from shared.errors import ShardherdError
+
+EMULATORS_DIR = Path(__file__).resolve().parent
+NODE_MODULES = EMULATORS_DIR / "node_modules"
+INSTALL_HINT = "npm ci --prefix services/emulators"
+
+# Runs before the emulator: every server listens on loopback only, and the process ends when stdin closes.
+_PRELUDE = """
+const net = require('net');
+const listen = net.Server.prototype.listen;
+net.Server.prototype.listen = function (...args) {
+  const callback = typeof args[args.length - 1] === 'function' ? args.pop() : undefined;
+  const options = typeof args[0] === 'object' && args[0] !== null ? {...args[0]} : {port: Number(args[0])};
+  options.host = '127.0.0.1';
+  return callback ? listen.call(this, options, callback) : listen.call(this, options);
+};
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+"""
+
+
+class EmulatorNotInstalled(ShardherdError, RuntimeError):
+    """Node or the emulator's npm package is missing; the message says which command installs it."""
+
+
+class NodeEmulator:
+    """A Node-based emulator process on a free loopback port; a context manager, or call start()/stop()."""
+
+    package: ClassVar[str]
+
+    def __init__(self, port: int | None = None, startup_timeout: float = 30.0) -> None:
+        self.port = port or free_port()
+        self._startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """The HTTP endpoint to give boto3 clients."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """True while the emulator process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    def _script(self, package_dir: Path) -> str:
+        """JavaScript (after the prelude) that starts the emulator on `self.port`."""
+        raise NotImplementedError
+
+    def _environment(self) -> dict[str, str]:
+        """Extra environment variables for the Node process."""
+        return {}
+
+    def start(self) -> Self:
+        """Start the emulator and wait until it answers HTTP on its port."""
+        if self._process is not None:
+            raise RuntimeError(f"{self.package} is already started on port {self.port}")
+        node = shutil.which("node")
+        if node is None:
+            raise EmulatorNotInstalled(f"{self.package} needs Node.js (20 or newer) on PATH, then `{INSTALL_HINT}`")
+        package_dir = NODE_MODULES / self.package
+        if not (package_dir / "package.json").is_file():
+            raise EmulatorNotInstalled(f"{self.package} is not installed in {NODE_MODULES}: run `{INSTALL_HINT}`")
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        self._process = subprocess.Popen(
+            [node, "-e", _PRELUDE + self._script(package_dir)],
+            stdin=subprocess.PIPE,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=package_dir,
+            env={**os.environ, **self._environment()},
+            start_new_session=True,
+        )
+        try:
+            wait_until(self._answers, self._startup_timeout, f"{self.package} on port {self.port}",
+                       lambda: self.running)
+        except RuntimeError as exc:
+            output = self._output()
+            self.stop()
+            raise RuntimeError(f"{exc}; its output ends with:\n{output}") from exc
+        return self
+
+    def stop(self) -> None:
+        """Stop the emulator and everything in its process group; idempotent."""
+        process, self._process = self._process, None
+        if process is not None:
+            _end_process_group(process)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _answers(self) -> bool:
+        connection = http.client.HTTPConnection(LOOPBACK, self.port, timeout=1.0)
+        try:
+            connection.request("GET", "/")
+            connection.getresponse().read()
+        except OSError:
+            return False
+        finally:
+            connection.close()
+        return True
+
+    def _output(self, limit: int = 2000) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-limit:]
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class Kinesalite(NodeEmulator):
+    """kinesalite 3.3.3: fast Kinesis emulator with correct split/merge (no UpdateShardCount, no StreamARN)."""
+
+    package = "kinesalite"
+
+    def __init__(
+        self, port: int | None = None, startup_timeout: float = 30.0, reshard_ms: int = 50, shard_limit: int = 100
+    ) -> None:
+        super().__init__(port, startup_timeout)
+        self.options = {
+            "createStreamMs": reshard_ms,
+            "deleteStreamMs": reshard_ms,
+            "updateStreamMs": reshard_ms,
+            "shardLimit": shard_limit,
+        }
+
+    def _script(self, package_dir: Path) -> str:
+        return (
+            f"require({json.dumps(str(package_dir))})({json.dumps(self.options)})"
+            f".listen({self.port}, '127.0.0.1');"
+        )
+
+
+class KinesisLocal(NodeEmulator):
+    """kinesis-local 0.6.2 (kinesis-mock): AWS-style ListShards pagination, UpdateShardCount, ChildShards."""
+
+    package = "kinesis-local"
+
+    def __init__(
+        self, port: int | None = None, startup_timeout: float = 60.0, reshard_ms: int = 50, shard_limit: int = 200
+    ) -> None:
+        super().__init__(port, startup_timeout)
+        self.reshard_ms = reshard_ms
+        self.shard_limit = shard_limit
+
+    def _script(self, package_dir: Path) -> str:
+        return f"require({json.dumps(str(package_dir / 'main.js'))});"
+
+    def _environment(self) -> dict[str, str]:
+        duration = f"{self.reshard_ms}ms"
+        env = {
+            "KINESIS_MOCK_PLAIN_PORT": str(self.port),
+            "KINESIS_MOCK_TLS_PORT": str(free_port()),
+            "KINESIS_MOCK_CERT_PATH": str(NODE_MODULES / self.package / "server.json"),
+            "SHARD_LIMIT": str(self.shard_limit),
+            "LOG_LEVEL": "WARN",
+            "SHOULD_PERSIST_DATA": "false",
+        }
+        for name in ("CREATE_STREAM", "DELETE_STREAM", "MERGE_SHARDS", "SPLIT_SHARD", "UPDATE_SHARD_COUNT"):
+            env[f"{name}_DURATION"] = duration
+        return env
+
+
+def _end_process_group(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM the process's group, then SIGKILL it if it has not exited within `grace` seconds."""
+    if process.stdin is not None:
+        process.stdin.close()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    process.wait()
