@@ -1,0 +1,66 @@
+"""The decider's knobs, taken from `shared.config.Settings` (KCL names and defaults, plus shardherd's dead-band)."""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from shared.config import Settings
+from shared.errors import ConfigError
+
+
+class Strategy(enum.Enum):
+    """Which assignment algorithm the leader runs."""
+
+    VARIANCE = "variance"
+    LEASE_COUNT = "lease-count"
+
+
+@dataclass(frozen=True, slots=True)
+class DeciderConfig:
+    """Assignment settings; validated so the decider never has to guard against nonsense values."""
+
+    strategy: Strategy = Strategy.VARIANCE
+    rebalance_threshold_percentage: float = 10.0
+    dampening_percentage: float = 60.0
+    allow_throughput_overshoot: bool = True
+    max_leases_for_worker: int = 2**31 - 1
+    max_throughput_per_host_kbps: float = math.inf
+    worker_metrics_ema_alpha: float = 0.5
+    rebalance_dead_band_percentage: float = 2.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 0 < self.rebalance_threshold_percentage <= 100:
+            problems.append(
+                f"rebalance_threshold_percentage must be in (0, 100], got {self.rebalance_threshold_percentage}"
+            )
+        if not 0 < self.dampening_percentage <= 100:
+            problems.append(f"dampening_percentage must be in (0, 100], got {self.dampening_percentage}")
+        if self.max_leases_for_worker < 1:
+            problems.append(f"max_leases_for_worker must be >= 1, got {self.max_leases_for_worker}")
+        if not self.max_throughput_per_host_kbps > 0:
+            problems.append(f"max_throughput_per_host_kbps must be > 0, got {self.max_throughput_per_host_kbps}")
+        if not 0 < self.worker_metrics_ema_alpha <= 1:
+            problems.append(f"worker_metrics_ema_alpha must be in (0, 1], got {self.worker_metrics_ema_alpha}")
+        if not 0 <= self.rebalance_dead_band_percentage <= 100:
+            problems.append(
+                f"rebalance_dead_band_percentage must be in [0, 100], got {self.rebalance_dead_band_percentage}"
+            )
+        if problems:
+            raise ConfigError("invalid decider configuration: " + "; ".join(problems))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeciderConfig:
+        """The decider's part of the process settings."""
+        return cls(
+            strategy=Strategy(settings.lease_assignment_strategy),
+            rebalance_threshold_percentage=settings.rebalance_threshold_percentage,
+            dampening_percentage=settings.dampening_percentage,
+            allow_throughput_overshoot=settings.allow_throughput_overshoot,
+            max_leases_for_worker=settings.max_leases_for_worker,
+            max_throughput_per_host_kbps=settings.max_throughput_per_host_kbps,
+            worker_metrics_ema_alpha=settings.worker_metrics_ema_alpha,
+            rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
+        )

@@ -1,0 +1,121 @@
+"""The mutable per-run bookkeeping both strategies share: current owners, per-worker leases and throughput, moves."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from coordinator.snapshot import LeaseView, Snapshot
+
+
+class Ledger:
+    """Who holds what during one decider pass; every change goes through `move`, so no lease moves twice.
+
+    Lease weights are throughput in KiB/s; a lease without a figure gets the mean of those that have one (KCL 4.2
+    step 3). If the total is 0 (idle stream, new application) every lease weighs 1, so throughput-based logic turns
+    into lease counting instead of dividing by zero (KCL reference 5.7 #8 and #9).
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.leases: dict[str, LeaseView] = {lease.key: lease for lease in snapshot.leases}
+        known = [lease.throughput_kbps for lease in snapshot.leases if lease.throughput_kbps is not None]
+        mean = sum(known) / len(known) if known else 0.0
+        weights = {
+            lease.key: (lease.throughput_kbps if lease.throughput_kbps is not None else mean)
+            for lease in snapshot.leases
+        }
+        self.unit_weights = sum(weights.values()) <= 0.0
+        self.weight: dict[str, float] = dict.fromkeys(weights, 1.0) if self.unit_weights else weights
+        self.mean_weight = 1.0 if self.unit_weights else mean
+        self.owner: dict[str, str | None] = {}
+        self.held_by: dict[str, dict[str, None]] = {w.worker_id: {} for w in snapshot.workers}
+        self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
+        for lease in snapshot.leases:
+            owner = lease.actual_owner
+            self.owner[lease.key] = owner
+            if owner is not None:
+                self.held_by.setdefault(owner, {})[lease.key] = None
+                self.throughput[owner] = self.throughput.get(owner, 0.0) + self.weight[lease.key]
+        self.moves: dict[str, Move] = {}
+        self.spillover: list[Unplaced] = []
+        self.held: list[Unplaced] = []
+        self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
+        self._throughput_before = dict(self.throughput)
+
+    def count(self, worker: str) -> int:
+        """How many leases the worker holds now (in memory)."""
+        return len(self.held_by.get(worker, ()))
+
+    def movable(self, key: str) -> bool:
+        """True if the lease may still move in this run: not moved already and not pinned by a pending handoff."""
+        return key not in self.moves and not self.leases[key].pinned
+
+    def move(self, key: str, to_worker: str, reason: MoveReason, detail: str) -> Move:
+        """Record that `key` goes to `to_worker`, updating counts and throughput of both sides."""
+        if key in self.moves:
+            raise AssertionError(f"lease {key!r} was already moved in this run")
+        source = self.owner[key]
+        weight = self.weight[key]
+        if source is not None:
+            del self.held_by[source][key]
+            self.throughput[source] -= weight
+        self.held_by.setdefault(to_worker, {})[key] = None
+        self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
+        self.owner[key] = to_worker
+        move = Move(key, self.leases[key].actual_owner, to_worker, reason, detail)
+        self.moves[key] = move
+        return move
+
+    def priority_leases(self) -> list[LeaseView]:
+        """Unassigned leases first, then expired ones longest-silent first (KCL 5.2 step 1), ties by key."""
+        wanted = [lease for lease in self.leases.values() if lease.needs_owner]
+        wanted.sort(key=lambda lease: (lease.actual_owner is not None, -lease.silent_ms, lease.key))
+        return wanted
+
+    def drain_leases(self, draining: Iterable[str]) -> list[str]:
+        """Live leases on draining workers (as actual or incoming owner), largest first; pinned ones go to `held`."""
+        gone = set(draining)
+        keys: list[str] = []
+        for lease in self.leases.values():
+            if lease.needs_owner or lease.key in self.moves:
+                continue
+            if lease.actual_owner not in gone and lease.lease_owner not in gone:
+                continue
+            if lease.pinned:
+                self.held.append(
+                    Unplaced(lease.key, lease.actual_owner, UnplacedReason.HANDOFF_PENDING, "draining; handoff pending")
+                )
+            else:
+                keys.append(lease.key)
+        keys.sort(key=lambda key: (-self.weight[key], key))
+        return keys
+
+    def spill(self, lease: LeaseView, reason: UnplacedReason, detail: str) -> None:
+        """Report a priority lease that found no worker."""
+        self.spillover.append(Unplaced(lease.key, lease.actual_owner, reason, detail))
+
+    def summary(
+        self,
+        worker: str,
+        status: WorkerStatus,
+        before: Mapping[str, float],
+        after: Mapping[str, float],
+        note: str = "",
+    ) -> WorkerSummary:
+        """The per-worker line of the plan, with counts and throughput before and after."""
+        return WorkerSummary(
+            worker_id=worker,
+            status=status,
+            leases_before=self._count_before.get(worker, 0),
+            leases_after=self.count(worker),
+            throughput_before=round(self._throughput_before.get(worker, 0.0), 6),
+            throughput_after=round(self.throughput.get(worker, 0.0), 6),
+            metrics_before=before,
+            metrics_after=after,
+            note=note,
+        )
+
+
+def priority_reason(lease: LeaseView) -> MoveReason:
+    """UNASSIGNED for a lease without owner, EXPIRED for one whose owner stopped renewing."""
+    return MoveReason.UNASSIGNED if lease.actual_owner is None else MoveReason.EXPIRED

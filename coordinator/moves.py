@@ -1,0 +1,110 @@
+"""The decider's output: moves with machine-readable reasons, leases left unplaced, and a per-worker summary."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+class MoveReason(enum.Enum):
+    """Why a lease gets a new owner."""
+
+    UNASSIGNED = "UNASSIGNED"
+    EXPIRED = "EXPIRED"
+    DRAIN = "DRAIN"
+    BALANCE_CPU = "BALANCE_CPU"
+    BALANCE_MEMORY = "BALANCE_MEMORY"
+    BALANCE_NETWORK_IN = "BALANCE_NETWORK_IN"
+    BALANCE_NETWORK_OUT = "BALANCE_NETWORK_OUT"
+    BALANCE_THROUGHPUT = "BALANCE_THROUGHPUT"
+    BALANCE_OTHER = "BALANCE_OTHER"
+    LEASE_COUNT = "LEASE_COUNT"
+
+    @classmethod
+    def for_metric(cls, metric: str) -> MoveReason:
+        """The balancing reason for a KCL metric short name (C, M, NI, NO, T); unknown names map to BALANCE_OTHER."""
+        return _BY_METRIC.get(metric, cls.BALANCE_OTHER)
+
+
+_BY_METRIC = {
+    "C": MoveReason.BALANCE_CPU,
+    "M": MoveReason.BALANCE_MEMORY,
+    "NI": MoveReason.BALANCE_NETWORK_IN,
+    "NO": MoveReason.BALANCE_NETWORK_OUT,
+    "T": MoveReason.BALANCE_THROUGHPUT,
+}
+
+
+class UnplacedReason(enum.Enum):
+    """Why a lease that should move stays where it is (or without an owner)."""
+
+    NO_ACTIVE_WORKER = "NO_ACTIVE_WORKER"
+    NO_CAPACITY = "NO_CAPACITY"
+    HANDOFF_PENDING = "HANDOFF_PENDING"
+
+
+class WorkerStatus(enum.Enum):
+    """How the decider treated a worker in this run."""
+
+    ACTIVE = "ACTIVE"
+    DRAINING = "DRAINING"
+    INVALID_METRICS = "INVALID_METRICS"
+    FAILING_METRIC = "FAILING_METRIC"
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Give `lease_key` to `to_worker`; `from_owner` is the lease's actual owner before the move (None if unowned)."""
+
+    lease_key: str
+    from_owner: str | None
+    to_worker: str
+    reason: MoveReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """A lease the decider wanted to place but could not, with the owner it keeps (None = stays unowned)."""
+
+    lease_key: str
+    owner: str | None
+    reason: UnplacedReason
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """One worker before and after the plan: lease count, throughput and metric values (EMA, projected)."""
+
+    worker_id: str
+    status: WorkerStatus
+    leases_before: int
+    leases_after: int
+    throughput_before: float
+    throughput_after: float
+    metrics_before: Mapping[str, float] = field(default_factory=dict)
+    metrics_after: Mapping[str, float] = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Everything one decider pass decided, in the order the moves were chosen."""
+
+    strategy: str
+    balanced: bool
+    moves: tuple[Move, ...]
+    spillover: tuple[Unplaced, ...]
+    held: tuple[Unplaced, ...]
+    workers: tuple[WorkerSummary, ...]
+    averages: Mapping[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def moves_by_reason(self) -> dict[MoveReason, int]:
+        """How many moves each reason produced (for the run summary)."""
+        counts: dict[MoveReason, int] = {}
+        for move in self.moves:
+            counts[move.reason] = counts.get(move.reason, 0) + 1
+        return counts

@@ -1,0 +1,131 @@
+"""The decider's input: a small, validated, immutable snapshot of leases and active workers for one leader run."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from shared.errors import ShardherdError
+from shared.lease import Lease
+from shared.worker import WorkerRecord
+
+
+class InvalidSnapshot(ShardherdError, ValueError):
+    """The snapshot handed to the decider is inconsistent (duplicate keys, negative or NaN throughput, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """What the decider needs of one lease.
+
+    `expired` and `silent_ms` are the leader's own observations (how long it has seen no renewal or heartbeat on its
+    monotonic clock), used for oldest-first priority ordering. `handoff_blocked` is True while a graceful handoff of
+    this lease is still within its timeout; such a lease is never moved unless it is also expired (KCL 4.2 step 9).
+    """
+
+    key: str
+    lease_owner: str | None = None
+    checkpoint_owner: str | None = None
+    throughput_kbps: float | None = None
+    finished: bool = False
+    expired: bool = False
+    silent_ms: int = 0
+    handoff_blocked: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            raise InvalidSnapshot("a lease has an empty key")
+        tp = self.throughput_kbps
+        if tp is not None and (math.isnan(tp) or tp < 0 or math.isinf(tp)):
+            raise InvalidSnapshot(f"lease {self.key!r}: throughput must be a finite number >= 0, got {tp!r}")
+        if self.silent_ms < 0:
+            raise InvalidSnapshot(f"lease {self.key!r}: silent_ms must be >= 0, got {self.silent_ms}")
+        if self.handoff_blocked and self.checkpoint_owner is None:
+            raise InvalidSnapshot(f"lease {self.key!r}: handoff_blocked needs a checkpoint_owner")
+
+    @property
+    def actual_owner(self) -> str | None:
+        """The worker really processing the shard: checkpoint owner during a handoff, else the lease owner."""
+        return self.checkpoint_owner if self.checkpoint_owner is not None else self.lease_owner
+
+    @property
+    def needs_owner(self) -> bool:
+        """True for leases priority assignment must place: unassigned or expired."""
+        return self.expired or self.actual_owner is None
+
+    @property
+    def pinned(self) -> bool:
+        """True if a pending handoff forbids moving the lease in this run (expired leases are never pinned)."""
+        return self.handoff_blocked and not self.expired
+
+    @classmethod
+    def from_lease(
+        cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False
+    ) -> LeaseView:
+        """A view of a stored lease plus the leader's observations of it."""
+        return cls(
+            key=lease.lease_key,
+            lease_owner=lease.lease_owner,
+            checkpoint_owner=lease.checkpoint_owner,
+            throughput_kbps=lease.throughput_kbps,
+            finished=lease.is_finished,
+            expired=expired,
+            silent_ms=silent_ms,
+            handoff_blocked=handoff_blocked,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag."""
+
+    worker_id: str
+    metric_stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+    draining: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.worker_id:
+            raise InvalidSnapshot("a worker has an empty id")
+
+    @property
+    def uses_default_metric(self) -> bool:
+        """True when the worker reports no metric and is balanced by throughput share (reference 2.4)."""
+        return not self.metric_stats and not self.operating_range
+
+    @classmethod
+    def from_record(cls, record: WorkerRecord) -> WorkerView:
+        """A view of a stored worker record."""
+        return cls(
+            worker_id=record.worker_id,
+            metric_stats=record.metric_stats,
+            operating_range=record.operating_range,
+            draining=record.is_draining,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Leases (sorted by key) and active workers (sorted by id) for one run; duplicates are rejected."""
+
+    leases: tuple[LeaseView, ...]
+    workers: tuple[WorkerView, ...]
+
+    def __post_init__(self) -> None:
+        leases = tuple(sorted(self.leases, key=lambda lease: lease.key))
+        workers = tuple(sorted(self.workers, key=lambda worker: worker.worker_id))
+        for earlier, later in itertools.pairwise(leases):
+            if earlier.key == later.key:
+                raise InvalidSnapshot(f"lease {later.key!r} appears twice in the snapshot")
+        for earlier_w, later_w in itertools.pairwise(workers):
+            if earlier_w.worker_id == later_w.worker_id:
+                raise InvalidSnapshot(f"worker {later_w.worker_id!r} appears twice in the snapshot")
+        object.__setattr__(self, "leases", leases)
+        object.__setattr__(self, "workers", workers)
+
+    @classmethod
+    def of(cls, leases: Iterable[LeaseView], workers: Iterable[WorkerView]) -> Snapshot:
+        """A snapshot from any iterables of views."""
+        return cls(tuple(leases), tuple(workers))

@@ -1,0 +1,349 @@
+"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (reference section 5), with its weak spots fixed.
+
+Kept from KCL: EMA of each worker's metric history (alpha 0.5, -1 skipped); invalid and failing workers take no part;
+workers without metrics get a synthetic throughput metric `T` (100 = an average share); priority assignment of
+unassigned then longest-silent expired leases to the worker with most room; balancing on the metric with the largest
+dampened budget, donors above the band or their operating range, the strict `remaining - x > 0` walk, overshoot with
+the smallest lease, receivers never pushed past the fleet average or their operating range, `max_leases_for_worker`
+and KCL's `max_throughput_per_host_kbps` check (before adding a lease).
+
+Differences (each tested in tests/coordinator/test_variance.py):
+* Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong (5.7 #10).
+* A total throughput of 0 makes every lease weigh 1 (see `Ledger`), so idle streams balance lease counts instead of
+  collapsing into NaN (5.7 #5, #8, #9); the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
+  with zero throughput does not absorb every lease; a worker at 0 has infinite room (KCL: 1.0, ranked below busier
+  workers); a donor at value 0 has no budget instead of dividing by zero.
+* A receiver that would pass the average is put back and smaller leases (and further receivers) are tried; KCL ends
+  the donor and drops the receiver for the rest of the run (5.7 #2).
+* A balancing move whose effect on the donor/receiver gap is below `rebalance_dead_band_percentage` of the average is
+  not made (KCL issue #1814).
+* A lease is moved at most once per run (5.7 #6); donors' values drop in memory as leases leave, in proportion to
+  the throughput they give away (5.5).
+* Donor leases are walked largest first instead of in random order: deterministic, and the budget moves fewer leases.
+* A donor above its operating range but below the average uses the operating range as its target, so its budget is
+  positive (5.7 #4); the fallback donor (trigger only from below) gives nothing if it is not above the average.
+* An expired lease whose own owner has most room is re-assigned to it (a plain assign that restarts its failover
+  period); KCL skips it, leaving it expired, unless it has a checkpoint owner (3.4.2 rule).
+* Draining workers receive nothing and all their leases move first (reason DRAIN, every run); the fleet average of a
+  metric is the load of all workers spread over the non-draining ones, and `T` divides by non-draining workers.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+
+from coordinator.decider_config import DeciderConfig
+from coordinator.ledger import Ledger, priority_reason
+from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from coordinator.snapshot import Snapshot, WorkerView
+from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
+
+# How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
+RECEIVER_PROBES = 8
+
+HeapEntry = tuple[float, int, str]
+
+
+def ema(values: Sequence[float], alpha: float) -> float:
+    """KCL's moving average over a metric history, oldest first: first sample as is, -1 (failed) samples skipped."""
+    result: float | None = None
+    for value in values:
+        if value == FAILED_SAMPLE:
+            continue
+        result = value if result is None else alpha * value + (1.0 - alpha) * result
+    return 0.0 if result is None else result
+
+
+def classify(worker: WorkerView) -> WorkerStatus:
+    """Valid and reporting (ACTIVE), malformed metrics (INVALID_METRICS) or a last sample of -1 (FAILING_METRIC)."""
+    if worker.uses_default_metric:
+        return WorkerStatus.ACTIVE
+    if not worker.metric_stats:
+        return WorkerStatus.INVALID_METRICS
+    for metric, history in worker.metric_stats.items():
+        limit = worker.operating_range.get(metric)
+        if not limit or not limit[0] > 0 or math.isinf(limit[0]):
+            return WorkerStatus.INVALID_METRICS
+        if any(not math.isfinite(v) or (v < 0 and v != FAILED_SAMPLE) for v in history):
+            return WorkerStatus.INVALID_METRICS
+    if any(history and history[-1] == FAILED_SAMPLE for history in worker.metric_stats.values()):
+        return WorkerStatus.FAILING_METRIC
+    return WorkerStatus.ACTIVE
+
+
+def room(values: Mapping[str, float], averages: Mapping[str, float]) -> float:
+    """KCL's room to grow: least `(avg - v) / v` over the worker's metrics; v = 0 gives +inf (0 if avg is 0 too)."""
+    best = math.inf
+    for metric, value in values.items():
+        avg = averages[metric]
+        if value > 0:
+            best = min(best, (avg - value) / value)
+        elif avg <= 0:
+            best = min(best, 0.0)
+    return best
+
+
+class VarianceDecider:
+    """One pass of the variance strategy over a snapshot; call `plan(balance)` once."""
+
+    def __init__(self, snapshot: Snapshot, config: DeciderConfig) -> None:
+        self.config = config
+        self.ledger = ledger = Ledger(snapshot)
+        self.status: dict[str, WorkerStatus] = {}
+        self.draining: list[str] = []
+        self.active: list[str] = []
+        self.default: set[str] = set()
+        for worker in snapshot.workers:
+            self.status[worker.worker_id] = classify(worker)
+            if worker.draining:
+                self.draining.append(worker.worker_id)
+            elif self.status[worker.worker_id] is WorkerStatus.ACTIVE:
+                self.active.append(worker.worker_id)
+        n_leases = len(snapshot.leases)
+        n_active = max(1, len(self.active))
+        self.target_throughput = ledger.mean_weight * n_leases / n_active
+        self.target_leases = max(1, n_leases // n_active)
+        self.values: dict[str, dict[str, float]] = {}
+        self.limits: dict[str, dict[str, float]] = {}
+        for worker in snapshot.workers:
+            wid = worker.worker_id
+            if self.status[wid] is not WorkerStatus.ACTIVE:
+                continue
+            if worker.uses_default_metric:
+                self.default.add(wid)
+                share = ledger.throughput[wid] / self.target_throughput if self.target_throughput > 0 else 0.0
+                self.values[wid] = {THROUGHPUT_METRIC: 100.0 * share}
+                self.limits[wid] = {THROUGHPUT_METRIC: 100.0}
+            else:
+                alpha = config.worker_metrics_ema_alpha
+                self.values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
+                self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+        self.before = {wid: dict(vals) for wid, vals in self.values.items()}
+        self.averages = self._averages()
+
+    def _averages(self) -> dict[str, float]:
+        """Per metric: the load of every worker with it (draining ones too) over the non-draining ones."""
+        totals: dict[str, float] = {}
+        receivers: dict[str, int] = {}
+        for vals in self.values.values():
+            for metric, value in vals.items():
+                totals[metric] = totals.get(metric, 0.0) + value
+                receivers.setdefault(metric, 0)
+        for wid in self.active:
+            for metric in self.values[wid]:
+                receivers[metric] += 1
+        return {m: (totals[m] / receivers[m] if receivers[m] else 0.0) for m in sorted(totals)}
+
+    # -- the worker queue ------------------------------------------------------------------------------------------
+
+    def _entry(self, wid: str) -> HeapEntry:
+        return (-room(self.values[wid], self.averages), self.ledger.count(wid), wid)
+
+    def _assignable(self, wid: str) -> bool:
+        cfg = self.config
+        return (
+            self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
+            and self.ledger.count(wid) < cfg.max_leases_for_worker
+        )
+
+    def _queue(self) -> list[HeapEntry]:
+        heap = [self._entry(wid) for wid in self.active if self._assignable(wid)]
+        heapq.heapify(heap)
+        return heap
+
+    def _requeue(self, heap: list[HeapEntry], wid: str) -> None:
+        if self._assignable(wid):
+            heapq.heappush(heap, self._entry(wid))
+
+    # -- projections -----------------------------------------------------------------------------------------------
+
+    def _rise(self, wid: str, metric: str, weight: float) -> float:
+        """How much `metric` of `wid` is expected to grow when it takes a lease of `weight` KiB/s."""
+        if self.target_throughput <= 0:
+            return self.averages[metric] / self.target_leases
+        if wid in self.default:
+            return 100.0 * weight / self.target_throughput
+        return weight * self.averages[metric] / self.target_throughput
+
+    def _projected(self, wid: str, weight: float) -> dict[str, float]:
+        return {m: v + self._rise(wid, m, weight) for m, v in self.values[wid].items()}
+
+    def _drop(self, wid: str, metric: str, key: str) -> float:
+        """How much `metric` of `wid` falls when lease `key` leaves it: its share of the worker's throughput."""
+        value = self.values[wid][metric]
+        carried = self.ledger.throughput.get(wid, 0.0)
+        if carried > 0:
+            return value * self.ledger.weight[key] / carried
+        return value / max(1, self.ledger.count(wid))
+
+    def _apply(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
+        source = self.ledger.owner[key]
+        weight = self.ledger.weight[key]
+        if source is not None and source in self.values:
+            self.values[source] = {m: v - self._drop(source, m, key) for m, v in self.values[source].items()}
+        self.values[wid] = self._projected(wid, weight)
+        self.ledger.move(key, wid, reason, detail)
+
+    # -- phases ----------------------------------------------------------------------------------------------------
+
+    def _assign_priority(self, heap: list[HeapEntry]) -> None:
+        """Unassigned and expired leases, oldest first, each to the worker with most room (no average check)."""
+        for lease in self.ledger.priority_leases():
+            if not heap:
+                self._spill_reason(lease.key)
+                continue
+            neg_room, _, wid = heapq.heappop(heap)
+            detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
+            self._apply(lease.key, wid, priority_reason(lease), detail)
+            self._requeue(heap, wid)
+
+    def _spill_reason(self, key: str) -> None:
+        lease = self.ledger.leases[key]
+        if not self.active:
+            self.ledger.spill(lease, UnplacedReason.NO_ACTIVE_WORKER, "no active, non-draining worker")
+        else:
+            self.ledger.spill(lease, UnplacedReason.NO_CAPACITY, "every worker at max leases or max throughput")
+
+    def _drain(self, heap: list[HeapEntry]) -> None:
+        """Every live lease of a draining worker to the worker with most room."""
+        for key in self.ledger.drain_leases(self.draining):
+            owner = self.ledger.owner[key]
+            if not heap:
+                reason = UnplacedReason.NO_ACTIVE_WORKER if not self.active else UnplacedReason.NO_CAPACITY
+                self.ledger.held.append(Unplaced(key, owner, reason, "draining; no worker can take it"))
+                continue
+            neg_room, _, wid = heapq.heappop(heap)
+            self._apply(key, wid, MoveReason.DRAIN, f"{owner} draining; most room {-neg_room:.3g}")
+            self._requeue(heap, wid)
+
+    def _donors(self) -> tuple[str, dict[str, float], str] | None:
+        """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do."""
+        t = self.config.rebalance_threshold_percentage / 100.0
+        damp = self.config.dampening_percentage / 100.0
+        best: tuple[str, dict[str, float], str] | None = None
+        best_total = 0.0
+        for metric, avg in self.averages.items():
+            holders = [wid for wid in self.active if metric in self.values[wid]]
+            upper, lower = avg * (1 + t), avg * (1 - t)
+            vals = {wid: self.values[wid][metric] for wid in holders}
+            lim = {wid: self.limits[wid][metric] for wid in holders}
+            triggered = any(v > upper or v < lower or v > lim[w] for w, v in vals.items())
+            if not triggered:
+                continue
+            donors = [w for w, v in vals.items() if v >= upper or v > lim[w]]
+            if not donors:
+                donors = [min(holders, key=lambda w: (-vals[w], w))]
+            budgets: dict[str, float] = {}
+            for wid in donors:
+                v = vals[wid]
+                ref = min(avg, lim[wid]) if v > lim[wid] else avg
+                if v > 0 and v > ref:
+                    budgets[wid] = self.ledger.throughput.get(wid, 0.0) * (v - ref) / v * damp
+            total = sum(budgets.values())
+            if budgets and (total > best_total or best is None):
+                note = f"balancing {metric}: avg {avg:.2f}, band [{lower:.2f}, {upper:.2f}], {len(budgets)} donor(s)"
+                best, best_total = (metric, budgets, note), total
+        return best
+
+    def _pick(self, donor: str, budget: float) -> list[str]:
+        """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
+        ledger = self.ledger
+        keys = [k for k in ledger.held_by.get(donor, {}) if ledger.movable(k)]
+        if not keys:
+            return []
+        if ledger.throughput.get(donor, 0.0) <= 0:
+            return [min(keys)]
+        keys.sort(key=lambda k: (-ledger.weight[k], k))
+        chosen: list[str] = []
+        remaining = budget
+        for key in keys:
+            weight = ledger.weight[key]
+            if remaining - weight > 0:
+                chosen.append(key)
+                remaining -= weight
+        if not chosen and self.config.allow_throughput_overshoot:
+            chosen.append(keys[-1])
+        return chosen
+
+    def _fits(self, wid: str, projected: Mapping[str, float]) -> bool:
+        limits = self.limits[wid]
+        return all(v <= self.averages[m] and v <= limits[m] for m, v in projected.items())
+
+    def _give(self, heap: list[HeapEntry], key: str, donor: str, metric: str, budget: float) -> None:
+        """Move one donor lease to the first of a few most-room receivers that stays within average and range."""
+        weight = self.ledger.weight[key]
+        drop_pct = 100.0 * self._drop(donor, metric, key) / self.averages[metric] if self.averages[metric] else 0.0
+        set_aside: list[HeapEntry] = []
+        for _ in range(RECEIVER_PROBES):
+            if not heap:
+                break
+            entry = heapq.heappop(heap)
+            wid = entry[2]
+            set_aside.append(entry)
+            if wid == donor:
+                continue
+            projected = self._projected(wid, weight)
+            if not self._fits(wid, projected):
+                continue
+            rise_pct = max(
+                (100.0 * (projected[m] - self.values[wid][m]) / self.averages[m] if self.averages[m] else 0.0)
+                for m in projected
+            )
+            if drop_pct + rise_pct < self.config.rebalance_dead_band_percentage:
+                break
+            set_aside.pop()
+            before = self.values[donor][metric]
+            detail = (
+                f"donor {metric}={before:.2f} avg {self.averages[metric]:.2f} budget {budget:.1f} KiB/s; "
+                f"lease {weight:.1f} KiB/s; receiver room {-entry[0]:.3g}"
+            )
+            self._apply(key, wid, MoveReason.for_metric(metric), detail)
+            self._requeue(heap, wid)
+            break
+        for entry in set_aside:
+            heapq.heappush(heap, entry)
+
+    def _balance(self, notes: list[str]) -> None:
+        chosen = self._donors()
+        if chosen is None:
+            notes.append("balancing: no metric out of band")
+            return
+        metric, budgets, note = chosen
+        notes.append(note)
+        heap = self._queue()
+        for donor in sorted(budgets, key=lambda w: (-budgets[w], w)):
+            for key in self._pick(donor, budgets[donor]):
+                self._give(heap, key, donor, metric, budgets[donor])
+
+    def plan(self, balance: bool) -> Plan:
+        """Priority assignment, then drain, then (on balancing runs) variance balancing."""
+        notes: list[str] = []
+        if self.ledger.unit_weights and self.ledger.leases:
+            notes.append("total throughput is 0: every lease weighs 1, so balancing counts leases")
+        heap = self._queue()
+        self._assign_priority(heap)
+        self._drain(heap)
+        if balance:
+            self._balance(notes)
+        return Plan(
+            strategy="variance",
+            balanced=balance,
+            moves=tuple(self.ledger.moves.values()),
+            spillover=tuple(self.ledger.spillover),
+            held=tuple(self.ledger.held),
+            workers=tuple(self._summaries()),
+            averages=dict(self.averages),
+            notes=tuple(notes),
+        )
+
+    def _summaries(self) -> list[WorkerSummary]:
+        out = []
+        for wid, status in self.status.items():
+            shown = WorkerStatus.DRAINING if wid in self.draining else status
+            before = {m: round(v, 6) for m, v in self.before.get(wid, {}).items()}
+            after = {m: round(v, 6) for m, v in self.values.get(wid, {}).items()}
+            out.append(self.ledger.summary(wid, shown, before, after))
+        return out
+
