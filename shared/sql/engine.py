@@ -1,0 +1,90 @@
+"""Engines for SQLite and PostgreSQL with the transaction behaviour the store relies on, and error classification.
+
+SQLite: pysqlite's own BEGIN handling is switched off so SQLAlchemy's `begin` event can issue `BEGIN IMMEDIATE` for
+writes (writers queue on the busy timeout instead of failing on lock upgrade) and a plain deferred `BEGIN` for reads;
+files run in WAL mode so readers never block the writer. PostgreSQL: psycopg 3, READ COMMITTED, pre-pinged pool.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from shared.errors import ConfigError
+
+# Seconds a SQLite writer waits for the write lock before "database is locked" (URL `?timeout=` overrides).
+SQLITE_BUSY_TIMEOUT = 30.0
+MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE/DELETE ... RETURNING
+_BEGIN_OPTION = "shardherd_begin"
+
+# PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, server shutting down or
+# starting, too many connections; plus the whole connection-exception class 08.
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
+_TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED")
+
+
+def make_engines(url: str, pool_size: int) -> tuple[Engine, Engine]:
+    """(read engine, write engine) sharing one pool; on SQLite the write engine's transactions begin IMMEDIATE."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:") or parsed.query.get("mode") == "memory":
+            raise ConfigError(f"in-memory SQLite ({url}) is private to one connection; use a file path: sqlite:///path")
+        if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+            raise ConfigError(f"SQLite {sqlite3.sqlite_version} is too old; shardherd needs 3.35 or newer (RETURNING)")
+        connect_args: dict[str, Any] = {"check_same_thread": False}
+        if "timeout" not in parsed.query:
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT
+        engine = create_engine(parsed, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size)
+        event.listen(engine, "connect", _sqlite_connect)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine, engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+    if backend == "postgresql":
+        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        return engine, engine
+    raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
+                      "use sqlite:///<file> or postgresql+psycopg://...")
+
+
+def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
+    """Hand transaction control to the `begin` event; WAL journal; fsync at checkpoints only (WAL keeps it safe)."""
+    dbapi_connection.isolation_level = None
+    dbapi_connection.execute("PRAGMA journal_mode=WAL")
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
+
+
+def _sqlite_begin(connection: Connection) -> None:
+    """Start the transaction the engine asks for (deferred for reads, IMMEDIATE for writes)."""
+    connection.exec_driver_sql(connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+
+
+def insert_for(engine: Engine, table: Any) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT with ON CONFLICT support in the engine's dialect."""
+    if engine.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for errors a retry can cure: lost connections, serialization failures, deadlocks, a busy SQLite file."""
+    if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError):
+        return True
+    if not isinstance(exc, sa_exc.DBAPIError):
+        return False
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    if isinstance(orig, sqlite3.Error):
+        return getattr(orig, "sqlite_errorname", "").startswith(_TRANSIENT_SQLITE_ERRORS)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is None:
+        # psycopg reports connection-level failures (refused, reset, closed) without a SQLSTATE.
+        return isinstance(exc, sa_exc.OperationalError)
+    return sqlstate in _TRANSIENT_SQLSTATES or str(sqlstate).startswith("08")

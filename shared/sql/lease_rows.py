@@ -1,0 +1,102 @@
+"""Lease <-> SQL row: every non-empty field is written; reading validates each column and names the bad attribute."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from shared.checkpoint import Checkpoint, parse_checkpoint
+from shared.errors import InvalidCheckpoint, MalformedLease
+from shared.lease import Lease
+from shared.sql.schema import LEASE_ATTRIBUTES
+from shared.sql.values import (
+    read_bytes,
+    read_int,
+    read_number,
+    read_optional_str,
+    read_string_set,
+    round_throughput,
+    write_string_set,
+)
+
+LEASE_ENTITY = "LEASE"
+
+T = TypeVar("T")
+
+
+def lease_values(lease: Lease) -> dict[str, Any]:
+    """Column values of a new lease row (counter 0, entityType LEASE, empty sets as NULL)."""
+    pending = lease.pending_checkpoint
+    return {
+        "lease_key": lease.lease_key,
+        "lease_owner": lease.lease_owner,
+        "lease_counter": 0,
+        "checkpoint": lease.checkpoint.sequence_number,
+        "checkpoint_sub_sequence_number": lease.checkpoint.sub_sequence_number,
+        "owner_switches_since_checkpoint": lease.owner_switches_since_checkpoint,
+        "pending_checkpoint": pending.sequence_number if pending else None,
+        "pending_checkpoint_sub_sequence_number": pending.sub_sequence_number if pending else None,
+        "pending_checkpoint_state": lease.pending_checkpoint_state,
+        "parent_shard_id": write_string_set(lease.parent_shard_ids),
+        "child_shard_ids": write_string_set(lease.child_shard_ids),
+        "starting_hash_key": lease.starting_hash_key,
+        "ending_hash_key": lease.ending_hash_key,
+        "throughput_kbps": None if lease.throughput_kbps is None else round_throughput(lease.throughput_kbps),
+        "checkpoint_owner": lease.checkpoint_owner,
+        "entity_type": LEASE_ENTITY,
+        "stream_name": lease.stream_name,
+        "shard_id": lease.shard_id,
+    }
+
+
+def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None,
+                      pending_state: bytes | None) -> dict[str, Any]:
+    """Column values a checkpoint write sets (pending None clears all three pending columns)."""
+    values: dict[str, Any] = {
+        "checkpoint": checkpoint.sequence_number,
+        "checkpoint_sub_sequence_number": checkpoint.sub_sequence_number,
+        "owner_switches_since_checkpoint": 0,
+        "pending_checkpoint": pending.sequence_number if pending else None,
+        "pending_checkpoint_sub_sequence_number": pending.sub_sequence_number if pending else None,
+    }
+    if pending is None or pending_state is not None:
+        values["pending_checkpoint_state"] = pending_state if pending else None
+    return values
+
+
+def decode_lease(row: Mapping[Any, Any]) -> Lease:
+    """The lease a row holds; MalformedLease (with the key and the offending attribute) if any column is unreadable."""
+    key = row["lease_key"]
+    if not isinstance(key, str) or not key:
+        raise MalformedLease(None, f"leaseKey is missing or not a string: {key!r}")
+
+    def column(name: str, reader: Callable[[object], T]) -> T:
+        try:
+            return reader(row[name])
+        except ValueError as exc:
+            raise MalformedLease(key, f"{LEASE_ATTRIBUTES[name]}: {exc}") from exc
+
+    try:
+        checkpoint = parse_checkpoint(row["checkpoint"], row["checkpoint_sub_sequence_number"])
+        pending = None
+        if row["pending_checkpoint"] is not None:
+            pending = parse_checkpoint(row["pending_checkpoint"], row["pending_checkpoint_sub_sequence_number"])
+    except InvalidCheckpoint as exc:
+        raise MalformedLease(key, str(exc)) from exc
+    return Lease(
+        lease_key=key,
+        lease_owner=column("lease_owner", read_optional_str),
+        lease_counter=column("lease_counter", read_int),
+        checkpoint=checkpoint,
+        owner_switches_since_checkpoint=column("owner_switches_since_checkpoint", lambda v: read_int(v, 0)),
+        pending_checkpoint=pending,
+        pending_checkpoint_state=column("pending_checkpoint_state", read_bytes),
+        parent_shard_ids=column("parent_shard_id", read_string_set),
+        child_shard_ids=column("child_shard_ids", read_string_set),
+        starting_hash_key=column("starting_hash_key", read_optional_str),
+        ending_hash_key=column("ending_hash_key", read_optional_str),
+        throughput_kbps=column("throughput_kbps", read_number),
+        checkpoint_owner=column("checkpoint_owner", read_optional_str),
+        stream_name=column("stream_name", read_optional_str),
+        shard_id=column("shard_id", read_optional_str),
+    )

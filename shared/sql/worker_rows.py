@@ -1,0 +1,86 @@
+"""WorkerRecord <-> SQL row of `<app>-WorkerMetricStats`: typed columns, metric maps as JSON text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from shared.errors import MalformedWorker
+from shared.sql.values import read_int, read_json, read_optional_str
+from shared.worker import WorkerRecord, WorkerState
+
+
+def worker_values(record: WorkerRecord) -> dict[str, Any]:
+    """Column values of every worker-owned attribute (never `drain_requested`, which operators own)."""
+    return {
+        "wid": record.worker_id,
+        "lut": record.last_update,
+        "sts": json.dumps({metric: list(values) for metric, values in record.metric_stats.items()}),
+        "opr": json.dumps({metric: list(values) for metric, values in record.operating_range.items()}),
+        "hb": record.heartbeat,
+        "worker_state": record.state.value,
+        "lease_throughput": json.dumps(dict(record.lease_throughput)),
+    }
+
+
+def _metric_map(value: object) -> dict[str, tuple[float, ...]]:
+    """Map metric -> list of numbers, from JSON text (NULL = no metrics)."""
+    parsed = read_json(value)
+    if parsed is None:
+        return {}
+    if not isinstance(parsed, dict):
+        raise ValueError("expected a JSON object of metric -> list of numbers")
+    result: dict[str, tuple[float, ...]] = {}
+    for metric, samples in parsed.items():
+        if not isinstance(samples, list) or not all(_is_number(sample) for sample in samples):
+            raise ValueError(f"metric {metric!r} is not a list of numbers")
+        result[metric] = tuple(float(sample) for sample in samples)
+    return result
+
+
+def _throughput_map(value: object) -> dict[str, float]:
+    """Map lease key -> KiB/s, from JSON text (NULL = none reported)."""
+    parsed = read_json(value)
+    if parsed is None:
+        return {}
+    if not isinstance(parsed, dict) or not all(_is_number(kbps) for kbps in parsed.values()):
+        raise ValueError("expected a JSON object of lease key -> number")
+    return {lease_key: float(kbps) for lease_key, kbps in parsed.items()}
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
+    """The record a row holds; MalformedWorker naming the worker and the attribute if a column is unreadable."""
+    worker_id = row["wid"]
+    if not isinstance(worker_id, str) or not worker_id:
+        raise MalformedWorker(None, f"wid is missing or not a string: {worker_id!r}")
+    attribute = "lut"
+    try:
+        last_update = read_int(row["lut"])
+        attribute = "sts"
+        metric_stats = _metric_map(row["sts"])
+        attribute = "opr"
+        operating_range = _metric_map(row["opr"])
+        attribute = "hb"
+        heartbeat = read_int(row["hb"], 0)
+        attribute = "workerState"
+        state_text = read_optional_str(row["worker_state"])
+        state = WorkerState(state_text) if state_text is not None else WorkerState.ACTIVE
+        attribute = "leaseThroughput"
+        lease_throughput = _throughput_map(row["lease_throughput"])
+    except ValueError as exc:
+        raise MalformedWorker(worker_id, f"{attribute}: {exc}") from exc
+    return WorkerRecord(
+        worker_id=worker_id,
+        last_update=last_update,
+        metric_stats=metric_stats,
+        operating_range=operating_range,
+        heartbeat=heartbeat,
+        state=state,
+        lease_throughput=lease_throughput,
+        drain_requested=bool(row["drain_requested"]),
+    )
