@@ -1,0 +1,146 @@
+"""Lease <-> DynamoDB item in KCL 3.x's exact attribute names and types (reference section 1.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shared.checkpoint import Checkpoint, parse_checkpoint
+from shared.dynamo.attributes import (
+    AttributeTypeError,
+    integer,
+    read_bytes,
+    read_float,
+    read_int,
+    read_number_text,
+    read_string,
+    read_string_set,
+    rounded_micro,
+    string,
+    string_set,
+)
+from shared.dynamo.expressions import AttributeValue, Item
+from shared.errors import InvalidCheckpoint, MalformedLease
+from shared.lease import Lease
+
+LEASE_KEY = "leaseKey"
+LEASE_OWNER = "leaseOwner"
+LEASE_COUNTER = "leaseCounter"
+OWNER_SWITCHES = "ownerSwitchesSinceCheckpoint"
+CHECKPOINT = "checkpoint"
+CHECKPOINT_SUB = "checkpointSubSequenceNumber"
+PENDING_CHECKPOINT = "pendingCheckpoint"
+PENDING_CHECKPOINT_SUB = "pendingCheckpointSubSequenceNumber"
+PENDING_CHECKPOINT_STATE = "pendingCheckpointState"
+PARENT_SHARD_IDS = "parentShardId"
+CHILD_SHARD_IDS = "childShardIds"
+STARTING_HASH_KEY = "startingHashKey"
+ENDING_HASH_KEY = "endingHashKey"
+THROUGHPUT_KBPS = "throughputKBps"
+CHECKPOINT_OWNER = "checkpointOwner"
+ENTITY_TYPE = "entityType"
+STREAM_NAME = "streamName"
+SHARD_ID = "shardId"
+
+LEASE_ENTITY = "LEASE"
+
+
+def is_lease_item(item: Item) -> bool:
+    """False for KCL 3.5 single-table items of another kind (worker metrics, leader lock, migration state)."""
+    entity = item.get(ENTITY_TYPE)
+    if isinstance(entity, dict) and isinstance(entity.get("S"), str):
+        return bool(entity["S"] == LEASE_ENTITY)
+    return True
+
+
+def item_key(item: Item) -> str | None:
+    """The item's `leaseKey` if it is a string, else None (for error reports)."""
+    key = item.get(LEASE_KEY)
+    if isinstance(key, dict) and isinstance(key.get("S"), str):
+        return str(key["S"])
+    return None
+
+
+def key_of(lease_key: str) -> dict[str, AttributeValue]:
+    """The primary key of a lease item."""
+    return {LEASE_KEY: string(lease_key)}
+
+
+def checkpoint_attributes(checkpoint: Checkpoint) -> tuple[AttributeValue, AttributeValue]:
+    """The `checkpoint` and `checkpointSubSequenceNumber` values of a checkpoint."""
+    return string(checkpoint.sequence_number), integer(checkpoint.sub_sequence_number)
+
+
+def decode_checkpoint(item: Item, sequence_attribute: str, sub_attribute: str) -> Checkpoint | None:
+    """The checkpoint held by a pair of attributes, None when the sequence attribute is absent."""
+    sequence = read_string(item, sequence_attribute)
+    sub = read_number_text(item, sub_attribute)
+    if sequence is None:
+        if sub is not None:
+            raise AttributeTypeError(f"{sub_attribute} is set but {sequence_attribute} is missing")
+        return None
+    return parse_checkpoint(sequence, sub)
+
+
+def decode_lease(item: Item) -> Lease:
+    """Read a lease item; MalformedLease (with the key when there is one) if any attribute is unreadable."""
+    key = item_key(item)
+    try:
+        if key is None:
+            raise AttributeTypeError(f"{LEASE_KEY} is missing or not a string")
+        if not is_lease_item(item):
+            raise AttributeTypeError(f"{ENTITY_TYPE} is {item[ENTITY_TYPE]['S']!r}, not {LEASE_ENTITY}")
+        read_string(item, ENTITY_TYPE)
+        checkpoint = decode_checkpoint(item, CHECKPOINT, CHECKPOINT_SUB)
+        if checkpoint is None:
+            raise AttributeTypeError(f"{CHECKPOINT} is missing")
+        fields: dict[str, Any] = {
+            "lease_owner": read_string(item, LEASE_OWNER),
+            "lease_counter": read_int(item, LEASE_COUNTER) or 0,
+            "checkpoint": checkpoint,
+            "owner_switches_since_checkpoint": read_int(item, OWNER_SWITCHES) or 0,
+            "pending_checkpoint": decode_checkpoint(item, PENDING_CHECKPOINT, PENDING_CHECKPOINT_SUB),
+            "pending_checkpoint_state": read_bytes(item, PENDING_CHECKPOINT_STATE),
+            "parent_shard_ids": read_string_set(item, PARENT_SHARD_IDS),
+            "child_shard_ids": read_string_set(item, CHILD_SHARD_IDS),
+            "starting_hash_key": read_string(item, STARTING_HASH_KEY),
+            "ending_hash_key": read_string(item, ENDING_HASH_KEY),
+            "throughput_kbps": read_float(item, THROUGHPUT_KBPS),
+            "checkpoint_owner": read_string(item, CHECKPOINT_OWNER),
+            "stream_name": read_string(item, STREAM_NAME),
+            "shard_id": read_string(item, SHARD_ID),
+        }
+    except (AttributeTypeError, InvalidCheckpoint) as exc:
+        raise MalformedLease(key, str(exc)) from None
+    return Lease(lease_key=key, **fields)
+
+
+def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
+    """The item KCL would store for `lease`: every non-empty field; `entityType` is left to the writer."""
+    sequence, sub = checkpoint_attributes(lease.checkpoint)
+    item: dict[str, AttributeValue] = {
+        LEASE_KEY: string(lease.lease_key),
+        LEASE_COUNTER: integer(lease.lease_counter),
+        CHECKPOINT: sequence,
+        CHECKPOINT_SUB: sub,
+        OWNER_SWITCHES: integer(lease.owner_switches_since_checkpoint),
+    }
+    if lease.pending_checkpoint is not None:
+        item[PENDING_CHECKPOINT], item[PENDING_CHECKPOINT_SUB] = checkpoint_attributes(lease.pending_checkpoint)
+    if lease.pending_checkpoint_state is not None:
+        item[PENDING_CHECKPOINT_STATE] = {"B": lease.pending_checkpoint_state}
+    if lease.parent_shard_ids:
+        item[PARENT_SHARD_IDS] = string_set(lease.parent_shard_ids)
+    if lease.child_shard_ids:
+        item[CHILD_SHARD_IDS] = string_set(lease.child_shard_ids)
+    if lease.throughput_kbps is not None:
+        item[THROUGHPUT_KBPS] = rounded_micro(lease.throughput_kbps)
+    optional_strings = {
+        LEASE_OWNER: lease.lease_owner,
+        STARTING_HASH_KEY: lease.starting_hash_key,
+        ENDING_HASH_KEY: lease.ending_hash_key,
+        CHECKPOINT_OWNER: lease.checkpoint_owner,
+        STREAM_NAME: lease.stream_name,
+        SHARD_ID: lease.shard_id,
+    }
+    item.update({name: string(value) for name, value in optional_strings.items() if value is not None})
+    return item

@@ -1,0 +1,448 @@
+"""DynamoDB backend of the LeaseStore: KCL 3.x tables, one conditional request per write, typed lost races."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from shared.checkpoint import Checkpoint
+from shared.dynamo import lease_codec as lc
+from shared.dynamo.attributes import integer, rounded_micro, string, string_set
+from shared.dynamo.errors import ConditionFailed, TransactionCanceled, call
+from shared.dynamo.expressions import Expression, Item
+from shared.dynamo.state_codec import add_condition, decode_state, encode_state, state_key
+from shared.dynamo.tables import Capacity, TableManager
+from shared.dynamo.worker_codec import (
+    DRAIN_REQUESTED,
+    WORKER_ID,
+    decode_worker,
+    worker_key,
+    worker_unchanged,
+    worker_upsert,
+)
+from shared.errors import MalformedLease, MalformedWorker, StoreError
+from shared.lease import Lease
+from shared.retry import RetryPolicy
+from shared.store import (
+    LEASE_OWNER_INDEX,
+    STATE_KEY_ATTRIBUTE,
+    Conflict,
+    Fence,
+    LeaseScan,
+    LeaseStore,
+    Outcome,
+    StateCondition,
+    StateValue,
+    TableNames,
+    WorkerScan,
+)
+from shared.worker import WorkerRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+# How often a checkpoint re-reads and retries when the stored checkpoint moved between its read and its write.
+CHECKPOINT_ATTEMPTS = 5
+# How often `take` re-evaluates whether the owner really changes when an ownerless handoff raced it.
+TAKE_ATTEMPTS = 3
+_CONDITION_FAILED = "ConditionalCheckFailed"
+
+Classifier = Callable[[Lease | None], Conflict]
+
+
+def _not_found_or_ownership(current: Lease | None) -> Conflict:
+    return Conflict.NOT_FOUND if current is None else Conflict.OWNERSHIP
+
+
+def _existing_lease() -> Expression:
+    """A fresh expression requiring that the row exists and is a lease (not a KCL 3.5 single-table entity)."""
+    return (Expression().require_present(lc.LEASE_KEY)
+            .require_absent_or_equal(lc.ENTITY_TYPE, string(lc.LEASE_ENTITY)))
+
+
+def _require_checkpoint(expression: Expression, checkpoint: Checkpoint) -> Expression:
+    """Condition: the stored checkpoint (and sub-sequence; absent counts as 0) equals `checkpoint` exactly."""
+    expression.require_equal(lc.CHECKPOINT, string(checkpoint.sequence_number))
+    sub = integer(checkpoint.sub_sequence_number)
+    if checkpoint.sub_sequence_number == 0:
+        return expression.require_absent_or_equal(lc.CHECKPOINT_SUB, sub)
+    return expression.require_equal(lc.CHECKPOINT_SUB, sub)
+
+
+class DynamoLeaseStore(LeaseStore):
+    """Leases, worker records and coordinator state of one application in DynamoDB, via the low-level client."""
+
+    def __init__(self, client: DynamoDBClient, tables: TableNames, retry: RetryPolicy | None = None,
+                 billing_mode: str = "PAY_PER_REQUEST", read_capacity: int = 10, write_capacity: int = 10,
+                 consistent_reads: bool = True) -> None:
+        self.tables = tables
+        self._client = client
+        self._retry = retry or RetryPolicy()
+        self._capacity = Capacity(billing_mode, read_capacity, write_capacity)
+        self._consistent_reads = consistent_reads
+        # Page size of the owner-index query (DynamoDB's 1 MB page when None); settable for tests and tuning.
+        self.owner_query_page_size: int | None = None
+
+    # ---------------------------------------------------------------- schema
+    def ensure_tables(self) -> None:
+        """Create missing tables (and the owner index on a KCL 2.x lease table) and wait until ACTIVE."""
+        TableManager(self._client, self.tables, self._retry, self._capacity).ensure_all()
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        self._client.close()
+
+    # ---------------------------------------------------------------- plumbing
+    def _call(self, operation: Callable[[], Any], what: str) -> Any:
+        return call(self._retry, operation, what)
+
+    def _get(self, table: str, key: Mapping[str, Any], consistent: bool, what: str) -> Item | None:
+        response = self._call(lambda: self._client.get_item(TableName=table, Key=key, ConsistentRead=consistent),
+                              what)
+        item: Item | None = response.get("Item")
+        return item
+
+    def _scan(self, table: str, page_size: int, what: str) -> Iterator[Item]:
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        params: dict[str, Any] = {"TableName": table, "Limit": page_size, "ConsistentRead": self._consistent_reads}
+        while True:
+            response = self._call(lambda: self._client.scan(**params), what)
+            yield from response.get("Items", [])
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return
+            params["ExclusiveStartKey"] = last
+
+    def _lease_from(self, item: Item | None) -> Lease | None:
+        if item is None or not lc.is_lease_item(item):
+            return None
+        return lc.decode_lease(item)
+
+    def _read_lease(self, lease_key: str, consistent: bool = True) -> Lease | None:
+        return self._lease_from(self._get(self.tables.leases, lc.key_of(lease_key), consistent,
+                                          f"GetItem {lease_key}"))
+
+    def _current(self, lease_key: str, returned: Item | None) -> Lease | None:
+        """The row after a lost condition: the returned old item, else a consistent read."""
+        return self._lease_from(returned) if returned is not None else self._read_lease(lease_key)
+
+    def _fence_check(self, fence: Fence) -> dict[str, Any]:
+        expression = add_condition(Expression(), fence.expect)
+        if not fence.expect:
+            expression.require_present(STATE_KEY_ATTRIBUTE)
+        return {"ConditionCheck": {"TableName": self.tables.coordinator_state, "Key": state_key(fence.key),
+                                   "ReturnValuesOnConditionCheckFailure": "NONE",
+                                   **expression.params(update=False)}}
+
+    def _write(self, lease_key: str, expression: Expression, what: str, fence: Fence | None = None,
+               classify: Classifier = _not_found_or_ownership, delete: bool = False) -> Outcome:
+        """One conditional UpdateItem/DeleteItem (a transaction with the fence's ConditionCheck when fenced)."""
+        key = lc.key_of(lease_key)
+        table = self.tables.leases
+        params = {"TableName": table, "Key": key, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                  **expression.params(update=not delete)}
+        try:
+            if fence is None:
+                if delete:
+                    response = self._call(lambda: self._client.delete_item(ReturnValues="ALL_OLD", **params),
+                                          f"DeleteItem {what} {lease_key}")
+                else:
+                    response = self._call(lambda: self._client.update_item(ReturnValues="ALL_NEW", **params),
+                                          f"UpdateItem {what} {lease_key}")
+                return Outcome.ok(lc.decode_lease(response["Attributes"]))
+            before = self._read_lease(lease_key) if delete else None
+            transaction = [self._fence_check(fence), {"Delete" if delete else "Update": params}]
+            request: dict[str, Any] = {"TransactItems": transaction}
+            self._call(lambda: self._client.transact_write_items(**request),
+                       f"TransactWriteItems {what} {lease_key}")
+            after = before if delete else self._read_lease(lease_key)
+            if after is None:
+                raise StoreError(f"{what} {lease_key}: the lease vanished right after an applied write")
+            return Outcome.ok(after)
+        except ConditionFailed as lost:
+            current = self._current(lease_key, lost.item)
+            return Outcome.lost(classify(current), current)
+        except TransactionCanceled as canceled:
+            codes = [reason.get("Code") for reason in canceled.reasons]
+            if _CONDITION_FAILED not in codes:
+                raise StoreError(f"{what} {lease_key}: transaction cancelled: {codes}") from None
+            current = self._current(lease_key, canceled.reasons[1].get("Item") if len(codes) > 1 else None)
+            conflict = Conflict.FENCED if codes[0] == _CONDITION_FAILED else classify(current)
+            return Outcome.lost(conflict, current)
+
+    # ---------------------------------------------------------------- lease reads
+    def get_lease(self, lease_key: str) -> Lease | None:
+        """Read one lease (consistent unless configured otherwise); None if absent or not a lease item."""
+        return self._read_lease(lease_key, self._consistent_reads)
+
+    def scan_leases(self, page_size: int = 1000) -> LeaseScan:
+        """Every lease via a paginated Scan; unreadable rows are reported, never touched."""
+        leases: list[Lease] = []
+        malformed: list[MalformedLease] = []
+        for item in self._scan(self.tables.leases, page_size, f"Scan {self.tables.leases}"):
+            if not lc.is_lease_item(item):
+                continue
+            try:
+                leases.append(lc.decode_lease(item))
+            except MalformedLease as exc:
+                malformed.append(exc)
+        return LeaseScan(leases, malformed)
+
+    def list_owned_keys(self, owner: str) -> list[str]:
+        """Keys owned by `owner`, from every page of the `LeaseOwnerToLeaseKeyIndex` query."""
+        expression = Expression()
+        condition = f"{expression.name(lc.LEASE_OWNER)} = {expression.value(string(owner))}"
+        params: dict[str, Any] = {"TableName": self.tables.leases, "IndexName": LEASE_OWNER_INDEX,
+                                  "KeyConditionExpression": condition, **expression.params()}
+        if self.owner_query_page_size is not None:
+            params["Limit"] = self.owner_query_page_size
+        keys: list[str] = []
+        while True:
+            response = self._call(lambda: self._client.query(**params), f"Query {LEASE_OWNER_INDEX} {owner}")
+            keys.extend(key for item in response.get("Items", []) if (key := lc.item_key(item)) is not None)
+            last = response.get("LastEvaluatedKey")
+            if not last:
+                return keys
+            params["ExclusiveStartKey"] = last
+
+    # ---------------------------------------------------------------- lease writes
+    def create_lease(self, lease: Lease) -> Outcome:
+        """PutItem if no row has the key; ALREADY_EXISTS (with the current row) otherwise."""
+        item = {**lc.encode_lease(lease), lc.ENTITY_TYPE: string(lc.LEASE_ENTITY)}
+        expression = Expression().require_absent(lc.LEASE_KEY)
+        try:
+            self._call(lambda: self._client.put_item(
+                TableName=self.tables.leases, Item=item, ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **expression.params(update=False)), f"PutItem create {lease.lease_key}")
+        except ConditionFailed as lost:
+            return Outcome.lost(Conflict.ALREADY_EXISTS, self._current(lease.lease_key, lost.item))
+        return Outcome.ok(lc.decode_lease(item))
+
+    def renew(self, lease_key: str, owner: str, expected_counter: int, throughput_kbps: float | None = None,
+              during_handoff: bool = False) -> Outcome:
+        """Counter+1 if owner (or, during a handoff, checkpoint owner) and counter match."""
+        expression = _existing_lease()
+        if during_handoff:
+            expression.require_string(lc.CHECKPOINT_OWNER, owner)
+        else:
+            expression.require_string(lc.LEASE_OWNER, owner).require_absent(lc.CHECKPOINT_OWNER)
+        expression.require_equal(lc.LEASE_COUNTER, integer(expected_counter))
+        expression.set(lc.LEASE_COUNTER, integer(expected_counter + 1))
+        if throughput_kbps is not None:
+            expression.set(lc.THROUGHPUT_KBPS, rounded_micro(throughput_kbps))
+        return self._write(lease_key, expression, "renew")
+
+    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
+        """Take at the seen counter; ownerSwitches+1 when a different owner held it (decided inside the condition)."""
+        owner_changes = True
+        outcome = Outcome.lost(Conflict.OWNERSHIP, None)
+        for _ in range(TAKE_ATTEMPTS):
+            expression = _existing_lease().require_equal(lc.LEASE_COUNTER, integer(expected_counter))
+            if owner_changes:
+                expression.require_present_and_not_equal(lc.LEASE_OWNER, string(new_owner))
+                expression.add(lc.OWNER_SWITCHES, 1)
+            else:
+                expression.require_absent_or_equal(lc.LEASE_OWNER, string(new_owner))
+            expression.set(lc.LEASE_OWNER, string(new_owner)).remove(lc.CHECKPOINT_OWNER)
+            expression.set(lc.LEASE_COUNTER, integer(expected_counter + 1))
+            outcome = self._write(lease_key, expression, "take")
+            current = outcome.lease
+            if outcome.applied or current is None or current.lease_counter != expected_counter:
+                return outcome
+            owner_changes = current.lease_owner is not None and current.lease_owner != new_owner
+        return outcome
+
+    def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
+               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+        """Leader assignment conditioned on both owner fields (never on the counter)."""
+        expression = (_existing_lease().require_string(lc.LEASE_OWNER, expected_owner)
+                      .require_string(lc.CHECKPOINT_OWNER, expected_checkpoint_owner))
+        expression.set(lc.LEASE_OWNER, string(new_owner)).remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1)
+        if (expected_owner is not None and expected_owner != new_owner) or expected_checkpoint_owner == new_owner:
+            expression.add(lc.OWNER_SWITCHES, 1)
+        return self._write(lease_key, expression, "assign", fence)
+
+    def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
+                      fence: Fence | None = None) -> Outcome:
+        """Handoff start: leaseOwner := new, checkpointOwner := current, if current owns it and none runs."""
+        expression = (_existing_lease().require_string(lc.LEASE_OWNER, current_owner)
+                      .require_absent(lc.CHECKPOINT_OWNER))
+        expression.set(lc.LEASE_OWNER, string(new_owner)).set(lc.CHECKPOINT_OWNER, string(current_owner))
+        return self._write(lease_key, expression, "start_handoff", fence)
+
+    def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
+        """The draining owner ends the handoff: checkpointOwner removed, counter+1, ownerSwitches+1."""
+        expression = _existing_lease().require_string(lc.CHECKPOINT_OWNER, checkpoint_owner)
+        expression.remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1).add(lc.OWNER_SWITCHES, 1)
+        return self._write(lease_key, expression, "complete_handoff")
+
+    def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+        """Monotonic checkpoint: read, check, then a write conditioned on the exact stored checkpoint and owners."""
+        if pending_state is not None and pending is None:
+            raise ValueError("pending_state needs a pending checkpoint")
+        current = self._read_lease(lease_key)
+        for attempt in range(CHECKPOINT_ATTEMPTS + 1):
+            if current is None:
+                return Outcome.lost(Conflict.NOT_FOUND, None)
+            if current.actual_owner != worker:
+                return Outcome.lost(Conflict.OWNERSHIP, current)
+            if checkpoint.regresses_from(current.checkpoint) or (
+                    pending is not None and pending.regresses_from(checkpoint)):
+                return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
+            if attempt == CHECKPOINT_ATTEMPTS:
+                break
+            outcome = self._write(lease_key, self._checkpoint_update(current, checkpoint, pending, pending_state),
+                                  "checkpoint")
+            if outcome.applied:
+                return outcome
+            current = outcome.lease
+        return Outcome.lost(Conflict.OWNERSHIP, current)
+
+    @staticmethod
+    def _checkpoint_update(current: Lease, checkpoint: Checkpoint, pending: Checkpoint | None,
+                           pending_state: bytes | None) -> Expression:
+        expression = _require_checkpoint(_existing_lease(), current.checkpoint)
+        if current.checkpoint_owner is None:
+            expression.require_string(lc.LEASE_OWNER, current.lease_owner).require_absent(lc.CHECKPOINT_OWNER)
+        else:
+            expression.require_string(lc.CHECKPOINT_OWNER, current.checkpoint_owner)
+        sequence, sub = lc.checkpoint_attributes(checkpoint)
+        expression.set(lc.CHECKPOINT, sequence).set(lc.CHECKPOINT_SUB, sub)
+        expression.set(lc.OWNER_SWITCHES, integer(0)).add(lc.LEASE_COUNTER, 1)
+        if pending is None:
+            for name in (lc.PENDING_CHECKPOINT, lc.PENDING_CHECKPOINT_SUB, lc.PENDING_CHECKPOINT_STATE):
+                expression.remove(name)
+            return expression
+        pending_sequence, pending_sub = lc.checkpoint_attributes(pending)
+        expression.set(lc.PENDING_CHECKPOINT, pending_sequence).set(lc.PENDING_CHECKPOINT_SUB, pending_sub)
+        if pending_state is None:
+            expression.remove(lc.PENDING_CHECKPOINT_STATE)
+        else:
+            expression.set(lc.PENDING_CHECKPOINT_STATE, {"B": pending_state})
+        return expression
+
+    def release(self, lease_key: str, owner: str) -> Outcome:
+        """The owner gives the lease up (no handoff running): leaseOwner removed, counter+1."""
+        expression = (_existing_lease().require_string(lc.LEASE_OWNER, owner)
+                      .require_absent(lc.CHECKPOINT_OWNER))
+        expression.remove(lc.LEASE_OWNER).add(lc.LEASE_COUNTER, 1)
+        return self._write(lease_key, expression, "release")
+
+    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
+              fence: Fence | None = None) -> Outcome:
+        """Remove checkpointOwner (and leaseOwner unless a handoff was running), counter+1."""
+        expression = (_existing_lease().require_string(lc.LEASE_OWNER, expected_owner)
+                      .require_string(lc.CHECKPOINT_OWNER, expected_checkpoint_owner))
+        expression.remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1)
+        if expected_checkpoint_owner is None:
+            expression.remove(lc.LEASE_OWNER)
+        return self._write(lease_key, expression, "evict", fence)
+
+    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
+        """Record a finished shard's children (removed when empty)."""
+        expression = _existing_lease()
+        if child_shard_ids:
+            expression.set(lc.CHILD_SHARD_IDS, string_set(child_shard_ids))
+        else:
+            expression.remove(lc.CHILD_SHARD_IDS)
+        return self._write(lease_key, expression, "set_child_shards")
+
+    def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
+                     fence: Fence | None = None) -> Outcome:
+        """Delete the lease (while its checkpoint still equals `expected_checkpoint`, if given)."""
+        expression = _existing_lease()
+        if expected_checkpoint is not None:
+            _require_checkpoint(expression, expected_checkpoint)
+
+        def classify(current: Lease | None) -> Conflict:
+            if current is not None and expected_checkpoint is not None and current.checkpoint != expected_checkpoint:
+                return Conflict.STALE_CHECKPOINT
+            return _not_found_or_ownership(current)
+
+        return self._write(lease_key, expression, "delete", fence, classify, delete=True)
+
+    # ---------------------------------------------------------------- workers
+    def upsert_worker(self, record: WorkerRecord) -> None:
+        """UpdateItem of every worker-owned attribute (never `drainRequested`)."""
+        self._call(lambda: self._client.update_item(
+            TableName=self.tables.worker_metrics, Key=worker_key(record.worker_id),
+            **worker_upsert(record).params()), f"UpdateItem worker {record.worker_id}")
+
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """Read one worker record (consistent); MalformedWorker if unreadable."""
+        item = self._get(self.tables.worker_metrics, worker_key(worker_id), True, f"GetItem worker {worker_id}")
+        return None if item is None else decode_worker(item)
+
+    def scan_workers(self) -> WorkerScan:
+        """Every worker record via a paginated Scan; unreadable ones are reported."""
+        workers: list[WorkerRecord] = []
+        malformed: list[MalformedWorker] = []
+        for item in self._scan(self.tables.worker_metrics, 1000, f"Scan {self.tables.worker_metrics}"):
+            try:
+                workers.append(decode_worker(item))
+            except MalformedWorker as exc:
+                malformed.append(exc)
+        return WorkerScan(workers, malformed)
+
+    def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
+        """Set the operator drain flag on an existing record; False if there is none."""
+        expression = Expression().require_present(WORKER_ID).set(DRAIN_REQUESTED, {"BOOL": requested})
+        return self._conditional(lambda: self._client.update_item(
+            TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params()),
+            f"UpdateItem drain {worker_id}")
+
+    def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
+        """Delete a stale record only while `lut` and `hb` are still the values read."""
+        expression = worker_unchanged(last_update, heartbeat)
+        return self._conditional(lambda: self._client.delete_item(
+            TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params(update=False)),
+            f"DeleteItem worker {worker_id}")
+
+    def _conditional(self, operation: Callable[[], Any], what: str) -> bool:
+        """True if a conditional request was applied, False if its condition failed."""
+        try:
+            self._call(operation, what)
+        except ConditionFailed:
+            return False
+        return True
+
+    # ---------------------------------------------------------------- coordinator state
+    def get_state(self, key: str) -> dict[str, StateValue] | None:
+        """Read a coordinator-state item (consistent) without its hash key."""
+        item = self._get(self.tables.coordinator_state, state_key(key), True, f"GetItem state {key}")
+        return None if item is None else decode_state(item)
+
+    def put_state(self, key: str, attributes: Mapping[str, StateValue],
+                  condition: StateCondition | None = None) -> bool:
+        """PutItem replacing the whole item if `condition` holds."""
+        item = encode_state(key, attributes)
+        expression = add_condition(Expression(), condition)
+        return self._conditional(lambda: self._client.put_item(
+            TableName=self.tables.coordinator_state, Item=item, **expression.params(update=False)),
+            f"PutItem state {key}")
+
+    def update_state(self, key: str, set_attributes: Mapping[str, StateValue],
+                     remove: Sequence[str] = (), condition: StateCondition | None = None) -> bool:
+        """UpdateItem of an existing item if `condition` holds."""
+        if not set_attributes and not remove:
+            raise ValueError(f"update_state {key!r}: nothing to set or remove")
+        if STATE_KEY_ATTRIBUTE in set_attributes or STATE_KEY_ATTRIBUTE in remove:
+            raise ValueError(f"update_state {key!r}: the hash key {STATE_KEY_ATTRIBUTE!r} cannot be changed")
+        expression = add_condition(Expression().require_present(STATE_KEY_ATTRIBUTE), condition)
+        for name, value in encode_state(key, set_attributes).items():
+            if name != STATE_KEY_ATTRIBUTE:
+                expression.set(name, value)
+        for name in remove:
+            expression.remove(name)
+        return self._conditional(lambda: self._client.update_item(
+            TableName=self.tables.coordinator_state, Key=state_key(key), **expression.params()),
+            f"UpdateItem state {key}")
+
+    def delete_state(self, key: str, condition: StateCondition | None = None) -> bool:
+        """DeleteItem of an existing item if `condition` holds."""
+        expression = add_condition(Expression().require_present(STATE_KEY_ATTRIBUTE), condition)
+        return self._conditional(lambda: self._client.delete_item(
+            TableName=self.tables.coordinator_state, Key=state_key(key), **expression.params(update=False)),
+            f"DeleteItem state {key}")

@@ -1,0 +1,111 @@
+"""WorkerRecord <-> `<app>-WorkerMetricStats` item (KCL's `wid`/`lut`/`sts`/`opr` plus shardherd's attributes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.dynamo.attributes import (
+    AttributeTypeError,
+    integer,
+    number,
+    parse_decimal,
+    read_bool,
+    read_int,
+    read_string,
+    string,
+)
+from shared.dynamo.expressions import AttributeValue, Expression, Item
+from shared.errors import MalformedWorker
+from shared.worker import WorkerRecord, WorkerState
+
+WORKER_ID = "wid"
+LAST_UPDATE = "lut"
+METRIC_STATS = "sts"
+OPERATING_RANGE = "opr"
+HEARTBEAT = "hb"
+WORKER_STATE = "workerState"
+LEASE_THROUGHPUT = "leaseThroughput"
+DRAIN_REQUESTED = "drainRequested"
+
+
+def worker_key(worker_id: str) -> dict[str, AttributeValue]:
+    """The primary key of a worker item."""
+    return {WORKER_ID: string(worker_id)}
+
+
+def _read_map(item: Item, name: str) -> Mapping[str, AttributeValue]:
+    value = item.get(name)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not isinstance(value.get("M"), dict):
+        raise AttributeTypeError(f"{name} must be of type M")
+    return dict(value["M"])
+
+
+def _read_number(name: str, value: AttributeValue) -> float:
+    if not isinstance(value, dict) or not isinstance(value.get("N"), str):
+        raise AttributeTypeError(f"{name} must hold numbers")
+    return float(parse_decimal(name, value["N"]))
+
+
+def _read_series_map(item: Item, name: str) -> dict[str, tuple[float, ...]]:
+    series: dict[str, tuple[float, ...]] = {}
+    for metric, value in _read_map(item, name).items():
+        if not isinstance(value, dict) or not isinstance(value.get("L"), list):
+            raise AttributeTypeError(f"{name}.{metric} must be of type L")
+        series[metric] = tuple(_read_number(f"{name}.{metric}", entry) for entry in value["L"])
+    return series
+
+
+def decode_worker(item: Item) -> WorkerRecord:
+    """Read a worker item; MalformedWorker (with the id when there is one) if any attribute is unreadable."""
+    worker_id: str | None = None
+    try:
+        worker_id = read_string(item, WORKER_ID)
+        if worker_id is None:
+            raise AttributeTypeError(f"{WORKER_ID} is missing")
+        last_update = read_int(item, LAST_UPDATE)
+        if last_update is None:
+            raise AttributeTypeError(f"{LAST_UPDATE} is missing")
+        state_text = read_string(item, WORKER_STATE) or WorkerState.ACTIVE.value
+        if state_text not in WorkerState.__members__:
+            allowed = list(WorkerState.__members__)
+            raise AttributeTypeError(f"{WORKER_STATE} {state_text[:40]!r} is not one of {allowed}")
+        throughput = {key: _read_number(f"{LEASE_THROUGHPUT}.{key}", value)
+                      for key, value in _read_map(item, LEASE_THROUGHPUT).items()}
+        return WorkerRecord(
+            worker_id=worker_id,
+            last_update=last_update,
+            metric_stats=_read_series_map(item, METRIC_STATS),
+            operating_range=_read_series_map(item, OPERATING_RANGE),
+            heartbeat=read_int(item, HEARTBEAT) or 0,
+            state=WorkerState(state_text),
+            lease_throughput=throughput,
+            drain_requested=bool(read_bool(item, DRAIN_REQUESTED)),
+        )
+    except AttributeTypeError as exc:
+        raise MalformedWorker(worker_id, str(exc)) from None
+
+
+def _series_map(series: Mapping[str, tuple[float, ...]]) -> AttributeValue:
+    return {"M": {metric: {"L": [number(value) for value in values]} for metric, values in series.items()}}
+
+
+def worker_upsert(record: WorkerRecord) -> Expression:
+    """The update that writes every worker-owned attribute (never `drainRequested`), creating the item if needed."""
+    expression = Expression()
+    expression.set(LAST_UPDATE, integer(record.last_update))
+    expression.set(METRIC_STATS, _series_map(record.metric_stats))
+    expression.set(OPERATING_RANGE, _series_map(record.operating_range))
+    expression.set(HEARTBEAT, integer(record.heartbeat))
+    expression.set(WORKER_STATE, string(record.state.value))
+    expression.set(LEASE_THROUGHPUT, {"M": {key: number(value) for key, value in record.lease_throughput.items()}})
+    return expression
+
+
+def worker_unchanged(last_update: int, heartbeat: int) -> Expression:
+    """The condition that a worker item still has the `lut` and `hb` read earlier (hb 0 also matches an absent hb)."""
+    expression = Expression().require_equal(LAST_UPDATE, integer(last_update))
+    if heartbeat == 0:
+        return expression.require_absent_or_equal(HEARTBEAT, integer(0))
+    return expression.require_equal(HEARTBEAT, integer(heartbeat))
