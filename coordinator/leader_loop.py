@@ -1,0 +1,269 @@
+"""The leader loop: load the store, observe liveness, sync shards, decide, and write owners with fenced updates.
+
+Only the holder of the leader lock does anything; every other replica's run returns at once, so a fleet start causes
+no ListShards or Scan storm. All state kept here (liveness observations, handoff timers, the balancing counter, the
+cached shard list) belongs to one leader term and is reset when leadership is (re)gained.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from coordinator.decide import decide
+from coordinator.decider_config import DeciderConfig
+from coordinator.leader_lock import LeaderLock
+from coordinator.liveness import LivenessTracker
+from coordinator.moves import Move, Plan
+from coordinator.run_summary import RunHistory, RunSummary, WriteTally
+from coordinator.shard_sync import plan_shard_sync
+from coordinator.shards import Shard
+from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shared.clock import Clock
+from shared.config import Settings
+from shared.lease import Lease
+from shared.store import Conflict, Fence, LeaseStore, Outcome
+from shared.worker import WorkerRecord
+
+log = logging.getLogger(__name__)
+
+ShardSource = Callable[[], list[Shard]]
+
+
+class LeadershipLost(Exception):
+    """A fenced write found the lock taken: the run stops at once (not counted as a failure)."""
+
+
+@dataclass
+class _Term:
+    """Per-term memory of the leader."""
+
+    epoch: int
+    tracker: LivenessTracker
+    handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
+    runs: int = 0
+    shards: list[Shard] | None = None
+    shards_listed_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoopTiming:
+    """The loop's timings in seconds, derived from Settings."""
+
+    interval: float
+    failover: float
+    worker_grace: float
+    handoff_timeout: float
+    shard_sync_interval: float
+    balancing_frequency: int
+    failure_threshold: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LoopTiming:
+        """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
+        failover = settings.failover_time_millis / 1000
+        grace = failover
+        if settings.liveness_mode == "lease":
+            grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
+        return cls(
+            interval=settings.lease_assignment_interval_millis / 1000,
+            failover=failover,
+            worker_grace=grace,
+            handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
+            shard_sync_interval=settings.shard_sync_interval_millis / 1000,
+            balancing_frequency=settings.variance_balancing_frequency,
+            failure_threshold=settings.leader_failure_threshold,
+        )
+
+
+class LeaderLoop:
+    """One coordinator replica's assignment loop; call `run_once()` every interval (or `run_forever`)."""
+
+    def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, clock: Clock,
+                 shard_source: ShardSource | None = None, history: RunHistory | None = None) -> None:
+        self._store = store
+        self._lock = lock
+        self._settings = settings
+        self._clock = clock
+        self._shards = shard_source
+        self._timing = LoopTiming.from_settings(settings)
+        self._decider = DeciderConfig.from_settings(settings)
+        self._graceful = settings.graceful_lease_handoff_enabled
+        self.history = history or RunHistory()
+        self._term: _Term | None = None
+        self._failures = 0
+
+    # ------------------------------------------------------------------ driving
+    def run_forever(self, stop: threading.Event) -> None:
+        """Run every interval (fixed delay) until `stop` is set."""
+        while not stop.is_set():
+            self.run_once()
+            stop.wait(self._timing.interval)
+
+    def run_once(self) -> RunSummary | None:
+        """One leader run; None when this replica is not the leader. Never raises for store trouble."""
+        fence = self._lock.fence()
+        epoch = self._lock.epoch()
+        if fence is None or epoch is None:
+            self._term = None
+            return None
+        if self._term is None or self._term.epoch != epoch:
+            self._term = self._new_term(epoch)
+            self._failures = 0
+        started_wall, started = self._clock.time(), self._clock.monotonic()
+        try:
+            summary = self._run(self._term, fence, started_wall, started)
+        except LeadershipLost:
+            log.warning("leader loop: lock lost during the run; stopping writes")
+            self._term = None
+            return None
+        except Exception as exc:  # a failed run is recorded, counted, and may release leadership
+            log.exception("leader loop: run failed")
+            summary = RunSummary(epoch, started_wall, (self._clock.monotonic() - started) * 1000, 0, 0, 0, 0,
+                                 False, None, error=f"{type(exc).__name__}: {exc}")
+            self._failures += 1
+            if self._failures >= self._timing.failure_threshold:
+                log.error("leader loop: %d consecutive failed runs: releasing leadership", self._failures)
+                self._lock.release()
+                self._term = None
+                self._failures = 0
+        else:
+            self._failures = 0
+        self.history.append(summary)
+        return summary
+
+    # ------------------------------------------------------------------ one run
+    def _new_term(self, epoch: int) -> _Term:
+        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
+        return _Term(epoch, tracker)
+
+    def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
+        scan = self._store.scan_leases()
+        worker_scan = self._store.scan_workers()
+        now = self._clock.monotonic()
+        leases = {lease.lease_key: lease for lease in scan.leases}
+        term.tracker.observe(leases.values(), worker_scan.workers, now)
+        tally = WriteTally()
+        synced = False
+        if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
+            tally = self._sync_shards(term, leases, fence, now)
+            synced = True
+        active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
+        views = self._lease_views(term, leases.values(), active, now)
+        balance = term.runs % self._timing.balancing_frequency == 0
+        term.runs += 1
+        plan = decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, balance)
+        tally = self._write(term, plan, leases, views, fence, tally)
+        return RunSummary(
+            epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
+            leases=len(leases), active_workers=len(active),
+            expired_leases=sum(1 for view in views if view.expired),
+            malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
+            plan=plan, writes=tally, shard_sync_ran=synced,
+        )
+
+    def _lease_views(self, term: _Term, leases: Collection[Lease], active: list[WorkerRecord],
+                     now: float) -> list[LeaseView]:
+        owners = {worker.worker_id: worker for worker in active}
+        views = []
+        seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
+        for lease in leases:
+            verdict = term.tracker.lease(lease, now)
+            blocked = False
+            if lease.checkpoint_owner is not None:
+                first = term.handoff_seen.get(lease.lease_key)
+                started_at = now
+                if first is not None and first[:2] == (lease.lease_owner, lease.checkpoint_owner):
+                    started_at = first[2]
+                seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
+                blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
+            throughput = _reported_throughput(lease, owners)
+            views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
+                                              expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
+                                              handoff_blocked=blocked))
+        term.handoff_seen = seen_handoffs
+        return views
+
+    # ------------------------------------------------------------------ shard sync
+    def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
+        if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
+            return True
+        # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
+        present = {lease.lease_key for lease in leases}
+        children: dict[str, list[str]] = {}
+        for shard in term.shards or []:
+            for parent in shard.parent_ids:
+                children.setdefault(parent, []).append(shard.shard_id)
+        for lease in leases:
+            if lease.is_finished and not any(child in present for child in children.get(lease.lease_key, [])):
+                return True
+        return False
+
+    def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence, now: float) -> WriteTally:
+        assert self._shards is not None
+        term.shards = self._shards()
+        term.shards_listed_at = now
+        plan = plan_shard_sync(term.shards, leases.values(), self._settings.initial_position_in_stream,
+                               self._settings.initial_timestamp)
+        created = deleted = 0
+        for creation in plan.creates:
+            outcome = self._store.create_lease(creation.lease)
+            if outcome.applied and outcome.lease is not None:
+                leases[outcome.lease.lease_key] = outcome.lease
+                created += 1
+        for deletion in plan.deletes:
+            lease = deletion.lease
+            outcome = self._store.delete_lease(lease.lease_key, expected_checkpoint=lease.checkpoint, fence=fence)
+            self._check_fence(outcome)
+            if outcome.applied:
+                leases.pop(lease.lease_key, None)
+                deleted += 1
+        if plan.inconsistent_shard_ids:
+            log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
+        return WriteTally(created=created, deleted=deleted)
+
+    # ------------------------------------------------------------------ writes
+    def _write(self, term: _Term, plan: Plan, leases: dict[str, Lease], views: list[LeaseView], fence: Fence,
+               tally: WriteTally) -> WriteTally:
+        expired = {view.key for view in views if view.expired}
+        handoffs = assigned = lost = 0
+        for move in plan.moves:
+            lease = leases[move.lease_key]
+            outcome = self._apply(move, lease, move.lease_key in expired, fence)
+            self._check_fence(outcome)
+            if not outcome.applied:
+                lost += 1
+                log.info("leader loop: %s to %s lost its race (%s)", move.lease_key, move.to_worker,
+                         outcome.conflict.value)
+                continue
+            if outcome.lease is not None and outcome.lease.checkpoint_owner is not None:
+                handoffs += 1
+            else:
+                assigned += 1
+                if outcome.lease is not None:
+                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, self._clock.monotonic())
+        return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)
+
+    def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence) -> Outcome:
+        graceful = (self._graceful and not expired and not lease.is_finished and lease.checkpoint_owner is None
+                    and lease.lease_owner is not None)
+        if graceful:
+            assert lease.lease_owner is not None
+            return self._store.start_handoff(lease.lease_key, move.to_worker, lease.lease_owner, fence=fence)
+        return self._store.assign(lease.lease_key, move.to_worker, lease.lease_owner, lease.checkpoint_owner,
+                                  fence=fence)
+
+    @staticmethod
+    def _check_fence(outcome: Outcome) -> None:
+        if outcome.conflict is Conflict.FENCED:
+            raise LeadershipLost()
+
+
+def _reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:
+    """The throughput the lease's actual owner reports in its heartbeat (`worker` mode), else the lease's own value."""
+    owner = owners.get(lease.actual_owner or "")
+    if owner is not None and lease.lease_key in owner.lease_throughput:
+        return owner.lease_throughput[lease.lease_key]
+    return lease.throughput_kbps

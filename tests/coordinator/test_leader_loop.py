@@ -1,0 +1,217 @@
+"""The leader loop against real stores on a virtual clock: cold start, failover, graceful moves, reshard, fencing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coordinator.leader_lock import LeaderLock
+from coordinator.leader_loop import LeaderLoop
+from coordinator.moves import MoveReason
+from coordinator.shards import MAX_HASH_KEY, Shard
+from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shared.clock import ManualClock
+from shared.config import Settings, load_settings
+from shared.lease import Lease
+from shared.store import LeaseStore
+from shared.worker import WorkerRecord
+from tests.support.stores import make_store
+
+INTERVAL = 2.0
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def loop_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
+    kwargs: dict[str, Any] = {}
+    if request.param == "dynamodb":
+        kwargs["moto_url"] = request.getfixturevalue("moto_server").endpoint_url
+    else:
+        kwargs["sqlite_path"] = str(tmp_path / "loop.db")
+    store = make_store(request.param, **kwargs)
+    yield store
+    store.close()
+
+
+def _even_shards(count: int) -> list[Shard]:
+    width = (MAX_HASH_KEY + 1) // count
+    shards = []
+    for index in range(count):
+        end = MAX_HASH_KEY if index == count - 1 else (index + 1) * width - 1
+        shards.append(Shard(f"shardId-{index:012d}", None, None, str(index * width), str(end), str(100 + index)))
+    return shards
+
+
+class Fleet:
+    """Workers that heartbeat through the real store (what agents do), plus a leader on a virtual clock."""
+
+    def __init__(self, store: LeaseStore, shards: list[Shard], settings: Settings | None = None) -> None:
+        self.store = store
+        self.clock = ManualClock()
+        self.shards = shards
+        self.settings = settings or load_settings(application_name="loop-test")
+        self.lock = LeaderLock(store, "coord-a", self.clock, self.settings.leader_lock_lease_duration_millis,
+                               self.settings.leader_lock_heartbeat_period_millis)
+        self.loop = LeaderLoop(store, self.lock, self.settings, self.clock, shard_source=lambda: list(self.shards))
+        self.beats: dict[str, int] = {}
+        self.alive: set[str] = set()
+
+    def join(self, *workers: str) -> None:
+        for worker in workers:
+            self.alive.add(worker)
+            self.beats.setdefault(worker, 0)
+
+    def heartbeat(self) -> None:
+        for worker in sorted(self.alive):
+            self.beats[worker] += 1
+            self.store.upsert_worker(WorkerRecord(worker, int(self.clock.time()), heartbeat=self.beats[worker]))
+
+    def run(self, seconds: float) -> list[Any]:
+        """Advance time in leader intervals; workers heartbeat and the lock ticks each step."""
+        summaries = []
+        elapsed = 0.0
+        while elapsed < seconds:
+            self.heartbeat()
+            self.lock.tick()
+            summaries.append(self.loop.run_once())
+            self.clock.advance(INTERVAL)
+            elapsed += INTERVAL
+        return summaries
+
+    def owners(self) -> dict[str, str | None]:
+        return {lease.lease_key: lease.lease_owner for lease in self.store.scan_leases().leases}
+
+    def counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for owner in self.owners().values():
+            counts[owner or "-"] = counts.get(owner or "-", 0) + 1
+        return counts
+
+
+def test_non_leader_does_nothing(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(2))
+    other = LeaderLock(loop_store, "coord-b", fleet.clock, 6000, 1500)
+    assert other.tick()
+    fleet.lock.tick()
+    assert fleet.loop.run_once() is None
+    assert loop_store.scan_leases().leases == []
+
+
+def test_cold_start_creates_and_spreads_leases(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(6))
+    fleet.join("w1", "w2", "w3")
+    summaries = fleet.run(INTERVAL)
+    first = summaries[0]
+    assert first is not None and first.ok and first.shard_sync_ran
+    assert first.writes.created == 6 and first.writes.assigned == 6
+    assert first.moves_by_reason() == {MoveReason.UNASSIGNED.value: 6}
+    assert fleet.counts() == {"w1": 2, "w2": 2, "w3": 2}
+    assert all(lease.checkpoint == TRIM_HORIZON for lease in loop_store.scan_leases().leases)
+
+
+def test_dead_worker_leases_move_after_failover_with_plain_assign(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    victims = {key for key, owner in fleet.owners().items() if owner == "w2"}
+    assert len(victims) == 2
+    fleet.alive.discard("w2")  # kill -9: no more heartbeats
+    moved_after = None
+    for step in range(20):
+        fleet.run(INTERVAL)
+        if all(fleet.owners()[key] == "w1" for key in victims):
+            moved_after = (step + 1) * INTERVAL
+            break
+    assert moved_after is not None
+    failover = fleet.settings.failover_time_millis / 1000
+    assert failover < moved_after <= failover + 2 * INTERVAL
+    assert all(loop_store.get_lease(key).checkpoint_owner is None for key in victims)  # type: ignore[union-attr]
+
+
+def test_new_worker_gets_leases_by_graceful_handoff(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1")
+    fleet.run(INTERVAL)
+    assert fleet.counts() == {"w1": 4}
+    fleet.join("w2")
+    # Balancing runs every 3rd run; dampening (60 %) lets the first balancing run move 1 of the 2 excess leases.
+    summaries = fleet.run(7 * INTERVAL)
+    handoffs = [lease for lease in loop_store.scan_leases().leases if lease.checkpoint_owner is not None]
+    assert len(handoffs) == 2
+    assert all(lease.lease_owner == "w2" and lease.checkpoint_owner == "w1" for lease in handoffs)
+    assert sum(s.writes.handoffs_started for s in summaries if s) == 2
+    # The old owner finishes: checkpoint then complete; only then does w2 own them outright.
+    for lease in handoffs:
+        assert loop_store.checkpoint(lease.lease_key, "w1", Checkpoint.at("12345")).applied
+        assert loop_store.complete_handoff(lease.lease_key, "w1").applied
+    fleet.run(3 * INTERVAL)
+    assert fleet.counts() == {"w1": 2, "w2": 2}
+
+
+def test_drain_moves_everything_off_a_worker(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(INTERVAL)
+    assert loop_store.set_drain_requested("w1", True)
+    summaries = fleet.run(INTERVAL)
+    assert summaries[0] is not None
+    assert summaries[0].moves_by_reason() == {MoveReason.DRAIN.value: 2}
+    drained = [lease for lease in loop_store.scan_leases().leases if lease.checkpoint_owner == "w1"]
+    assert len(drained) == 2 and all(lease.lease_owner == "w2" for lease in drained)
+
+
+def test_split_children_get_leases_only_after_parent_reaches_shard_end(loop_store: LeaseStore) -> None:
+    parent = Shard("shardId-000000000000", None, None, "0", str(MAX_HASH_KEY), "100")
+    fleet = Fleet(loop_store, [parent])
+    fleet.join("w1")
+    fleet.run(INTERVAL)
+    half = MAX_HASH_KEY // 2
+    closed = Shard(parent.shard_id, None, None, "0", str(MAX_HASH_KEY), "100", "200")
+    children = [Shard("shardId-000000000001", parent.shard_id, None, "0", str(half), "300"),
+                Shard("shardId-000000000002", parent.shard_id, None, str(half + 1), str(MAX_HASH_KEY), "301")]
+    fleet.shards = [closed, *children]
+    fleet.run(3 * INTERVAL)
+    assert set(fleet.owners()) == {parent.shard_id}  # parent still being read: no child lease yet
+    assert loop_store.checkpoint(parent.shard_id, "w1", SHARD_END).applied
+    summaries = fleet.run(INTERVAL)
+    assert summaries[0] is not None and summaries[0].shard_sync_ran  # forced by the finished parent
+    owners = fleet.owners()
+    assert owners[children[0].shard_id] == "w1" and owners[children[1].shard_id] == "w1"
+
+
+def test_three_failed_runs_release_leadership(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, [])
+
+    def broken() -> list[Shard]:
+        raise RuntimeError("ListShards keeps failing")
+
+    fleet.loop = LeaderLoop(loop_store, fleet.lock, fleet.settings, fleet.clock, shard_source=broken)
+    fleet.lock.tick()
+    for attempt in range(3):
+        summary = fleet.loop.run_once()
+        assert summary is not None and not summary.ok and "ListShards" in (summary.error or "")
+        assert fleet.lock.is_leader() is (attempt < 2)
+    assert loop_store.get_state("Leader") is None
+
+
+def test_lease_mode_expires_by_counter(loop_store: LeaseStore) -> None:
+    settings = load_settings(application_name="loop-test", liveness_mode="lease")
+    fleet = Fleet(loop_store, _even_shards(2), settings)
+    fleet.join("w1", "w2")
+    fleet.run(INTERVAL)
+    leases = {lease.lease_key: lease for lease in loop_store.scan_leases().leases}
+    survivor = next(key for key, lease in leases.items() if lease.lease_owner == "w1")
+    dead = next(key for key, lease in leases.items() if lease.lease_owner == "w2")
+    moved_at = None
+    for step in range(8):  # w1 renews its lease; w2 keeps heartbeating but renews nothing
+        current: Lease = loop_store.get_lease(survivor)  # type: ignore[assignment]
+        assert loop_store.renew(survivor, "w1", current.lease_counter).applied
+        fleet.run(INTERVAL)
+        if fleet.owners()[dead] == "w1":
+            moved_at = (step + 1) * INTERVAL
+            break
+    assert moved_at is not None  # expired by its silent counter although its owner still heartbeats
+    assert moved_at > settings.failover_time_millis / 1000
+    assert loop_store.get_lease(survivor).actual_owner == "w1"  # type: ignore[union-attr]
