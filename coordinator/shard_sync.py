@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from coordinator.shards import MAX_HASH_KEY, Shard
+from coordinator.shards import MAX_HASH_KEY, Shard, ShardListError
 from shared.checkpoint import AT_TIMESTAMP, INITIAL_SENTINELS, TRIM_HORIZON, Checkpoint, Sentinel
 from shared.errors import ShardherdError
 from shared.lease import Lease, new_lease
@@ -53,10 +53,6 @@ from shared.lease import Lease, new_lease
 # Initial positions that read a shard from its start (TRIM_HORIZON, or from the timestamp on); a lease still holding
 # one of them has not started processing.
 _FROM_THE_START = frozenset({Sentinel.TRIM_HORIZON, Sentinel.AT_TIMESTAMP})
-
-
-class ShardListError(ShardherdError, ValueError):
-    """A shard listing cannot describe a stream (duplicate ids, lineage cycle, open shards not tiling hash space)."""
 
 
 class ShardSyncInputError(ShardherdError, ValueError):

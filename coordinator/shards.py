@@ -22,6 +22,13 @@ class MalformedShard(ShardherdError, ValueError):
         self.reason = reason
 
 
+class ShardListError(ShardherdError, ValueError):
+    """A shard listing cannot describe a stream: conflicting duplicates, a lineage cycle, or gaps.
+
+    Gaps and overlaps are judged on the open shards, which must tile the hash key space 0..2^128-1.
+    """
+
+
 @dataclass(frozen=True, slots=True)
 class Shard:
     """One shard of a stream: who its parents are, which hash keys it owns, and whether it is still open.
