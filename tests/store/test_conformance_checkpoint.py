@@ -1,0 +1,173 @@
+"""Conformance: checkpoints are monotonic, numeric, sub-sequence aware, final at SHARD_END and owner-only."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shared.store import Conflict, LeaseStore
+from tests.store.conftest import Leases, expect_applied
+
+KEY = "shardId-000000000000"
+OWNER = "worker-a"
+LONGEST = "9" * 129  # the largest sequence number KCL accepts (129 digits)
+
+
+def test_owner_checkpoint_is_stored_bumps_counter_and_resets_switches(store: LeaseStore,
+                                                                        leases: Leases) -> None:
+    leases.owned("worker-x")
+    moved = expect_applied(store.assign(KEY, OWNER, "worker-x", None))
+    assert moved.owner_switches_since_checkpoint == 1
+    after = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("12345", 6)))
+    assert after.checkpoint == Checkpoint.at("12345", 6)
+    assert after.owner_switches_since_checkpoint == 0
+    assert after.lease_counter == moved.lease_counter + 1
+    assert after.lease_owner == OWNER
+    assert store.get_lease(KEY) == after
+
+
+@pytest.mark.parametrize("initial", [TRIM_HORIZON, LATEST, AT_TIMESTAMP])
+def test_first_sequence_number_follows_any_initial_sentinel(store: LeaseStore, leases: Leases,
+                                                            initial: Checkpoint) -> None:
+    leases.owned(OWNER, checkpoint=initial)
+    after = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("1")))
+    assert after.checkpoint == Checkpoint.at("1")
+
+
+@pytest.mark.parametrize(
+    ("stored", "attempt"),
+    [
+        (Checkpoint.at("100"), Checkpoint.at("99")),  # numeric, not lexicographic ("99" > "100" as strings)
+        (Checkpoint.at("100", 5), Checkpoint.at("100", 4)),  # sub-sequence breaks the tie
+        (Checkpoint.at("100", 5), Checkpoint.at("100")),
+        (Checkpoint.at(LONGEST), Checkpoint.at("9" * 128)),  # 129 digits vs 128 digits
+        (Checkpoint.at(10**128), Checkpoint.at(10**128 - 1)),
+        (Checkpoint.at("5"), TRIM_HORIZON),  # back to an initial sentinel
+        (Checkpoint.at("5"), LATEST),
+        (SHARD_END, Checkpoint.at(LONGEST)),  # nothing follows SHARD_END
+        (SHARD_END, TRIM_HORIZON),
+    ],
+)
+def test_regressing_checkpoint_is_stale_and_writes_nothing(store: LeaseStore, leases: Leases,
+                                                           stored: Checkpoint, attempt: Checkpoint) -> None:
+    leases.owned(OWNER)
+    before = expect_applied(store.checkpoint(KEY, OWNER, stored))
+    outcome = store.checkpoint(KEY, OWNER, attempt)
+    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.STALE_CHECKPOINT, before)
+    leases.must_be_unchanged(before)
+
+
+@pytest.mark.parametrize(
+    ("stored", "attempt"),
+    [
+        (Checkpoint.at("99"), Checkpoint.at("100")),
+        (Checkpoint.at("100", 4), Checkpoint.at("100", 5)),
+        (Checkpoint.at("100", 9), Checkpoint.at("101")),
+        (Checkpoint.at("9" * 128), Checkpoint.at(10**128)),
+        (Checkpoint.at("9" * 128), Checkpoint.at(LONGEST, 3)),
+        (Checkpoint.at("100", 5), Checkpoint.at("100", 5)),  # equal is not a regression
+        (Checkpoint.at(LONGEST), SHARD_END),
+        (SHARD_END, SHARD_END),
+    ],
+)
+def test_advancing_checkpoint_is_applied(store: LeaseStore, leases: Leases, stored: Checkpoint,
+                                         attempt: Checkpoint) -> None:
+    leases.owned(OWNER)
+    before = expect_applied(store.checkpoint(KEY, OWNER, stored))
+    after = expect_applied(store.checkpoint(KEY, OWNER, attempt))
+    assert after.checkpoint == attempt
+    assert after.checkpoint.sequence_number == attempt.sequence_number
+    assert after.lease_counter == before.lease_counter + 1
+    assert store.get_lease(KEY) == after
+
+
+def test_checkpoint_by_a_non_owner_is_ownership(store: LeaseStore, leases: Leases) -> None:
+    before = leases.owned(OWNER)
+    outcome = store.checkpoint(KEY, "worker-x", Checkpoint.at("1"))
+    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.OWNERSHIP, before)
+    leases.must_be_unchanged(before)
+
+
+def test_checkpoint_of_unowned_lease_is_ownership(store: LeaseStore, leases: Leases) -> None:
+    before = leases.create()
+    outcome = store.checkpoint(KEY, OWNER, Checkpoint.at("1"))
+    assert (outcome.applied, outcome.conflict) == (False, Conflict.OWNERSHIP)
+    leases.must_be_unchanged(before)
+
+
+def test_checkpoint_of_missing_lease_is_not_found(store: LeaseStore) -> None:
+    outcome = store.checkpoint("shardId-404", OWNER, Checkpoint.at("1"))
+    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
+
+
+def test_pending_checkpoint_is_set_and_then_cleared(store: LeaseStore, leases: Leases) -> None:
+    leases.owned(OWNER)
+    prepared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("20", 1),
+                                               pending_state=b"\x00\x01app-state\xff"))
+    assert prepared.pending_checkpoint == Checkpoint.at("20", 1)
+    assert prepared.pending_checkpoint_state == b"\x00\x01app-state\xff"
+    assert store.get_lease(KEY) == prepared
+
+    committed = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("20", 1)))
+    assert committed.checkpoint == Checkpoint.at("20", 1)
+    assert (committed.pending_checkpoint, committed.pending_checkpoint_state) == (None, None)
+    assert committed.lease_counter == prepared.lease_counter + 1
+    assert store.get_lease(KEY) == committed
+
+
+def test_pending_checkpoint_without_state(store: LeaseStore, leases: Leases) -> None:
+    leases.owned(OWNER)
+    prepared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("11")))
+    assert (prepared.pending_checkpoint, prepared.pending_checkpoint_state) == (Checkpoint.at("11"), None)
+
+
+def test_new_pending_checkpoint_replaces_the_old_state(store: LeaseStore, leases: Leases) -> None:
+    leases.owned(OWNER)
+    expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("20"),
+                                    pending_state=b"first"))
+    second = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("20"), pending=Checkpoint.at("30")))
+    assert (second.pending_checkpoint, second.pending_checkpoint_state) == (Checkpoint.at("30"), None)
+
+
+def test_pending_checkpoint_behind_the_checkpoint_is_stale(store: LeaseStore, leases: Leases) -> None:
+    leases.owned(OWNER)
+    before = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("5")))
+    outcome = store.checkpoint(KEY, OWNER, Checkpoint.at("100"), pending=Checkpoint.at("99"))
+    assert (outcome.applied, outcome.conflict) == (False, Conflict.STALE_CHECKPOINT)
+    leases.must_be_unchanged(before)
+
+
+# ------------------------------------------------------------------------------------------------ randomized
+_keys = itertools.count()
+_sequence_numbers = st.one_of(
+    st.integers(min_value=0, max_value=10**129 - 1),
+    st.integers(min_value=10**127, max_value=10**127 + 40),  # long numbers that differ in the last digits
+)
+_checkpoints = st.one_of(
+    st.builds(Checkpoint.at, _sequence_numbers.map(str), st.integers(min_value=0, max_value=3)),
+    st.sampled_from([TRIM_HORIZON, LATEST, SHARD_END]),
+)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(attempts=st.lists(_checkpoints, min_size=1, max_size=8))
+def test_stored_checkpoint_is_always_the_running_maximum(store: LeaseStore, attempts: list[Checkpoint]) -> None:
+    key = f"shardId-{next(_keys):012d}"
+    Leases(store).owned(OWNER, key)
+    running = TRIM_HORIZON
+    for attempt in attempts:
+        outcome = store.checkpoint(key, OWNER, attempt)
+        regresses = attempt < running  # SHARD_END is the largest value, so nothing but itself follows it
+        assert outcome.applied is not regresses, (running, attempt, outcome)
+        if regresses:
+            assert outcome.conflict is Conflict.STALE_CHECKPOINT
+        else:
+            running = attempt
+        stored = store.get_lease(key)
+        assert stored is not None
+        assert stored.checkpoint == running

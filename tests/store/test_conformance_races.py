@@ -1,0 +1,185 @@
+"""Conformance: real races. Threads and spawned processes, each with its own store, contend on one lease.
+
+Every round all contenders read the lease, meet at a barrier, then write at once. The operations of a round are
+chosen so that exactly one write can win (each write invalidates the others' conditions): takes and renewals race on
+the counter; assignments to distinct new owners race on the owner; one owner checkpoint against takes races on the
+owner (take) and the counter (the checkpoint's increment). At the end the counter equals the number of applied
+writes and the owner is the one the last owner-changing winner set.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.queues
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Protocol
+
+import pytest
+
+from shared.checkpoint import Checkpoint
+from shared.lease import Lease
+from shared.store import Conflict, LeaseStore, Outcome
+from tests.store.conftest import Leases, StoreSpec, expect_applied
+
+KEY = "shardId-000000000000"
+FIRST_OWNER = "worker-init"
+BARRIER_TIMEOUT = 120.0
+
+# Each mix lists the operation of contender i (cycled). "checkpoint" appears at most once per mix.
+MIXES: dict[str, tuple[str, ...]] = {
+    "take": ("take",),
+    "renew": ("renew",),
+    "assign": ("assign",),
+    "take+renew": ("renew", "take"),
+    "take+assign": ("assign", "take"),
+    "take+checkpoint": ("checkpoint", "take", "take", "take", "take", "take", "take", "take"),
+}
+OWNER_CHANGING = frozenset({"take", "assign"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One contender's write in one round, as it saw and got it."""
+
+    round: int
+    contender: int
+    operation: str
+    new_owner: str | None
+    applied: bool
+    conflict: str
+    counter_seen: int
+    counter_after: int | None
+
+
+class _Barrier(Protocol):
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def abort(self) -> None: ...
+
+
+class _Results(Protocol):
+    def put(self, item: list[Attempt]) -> None: ...
+
+
+def operation_of(mix: str, contender: int) -> str:
+    """The operation contender `contender` performs under `mix`."""
+    operations = MIXES[mix]
+    return operations[contender % len(operations)]
+
+
+def write(store: LeaseStore, operation: str, seen: Lease, new_owner: str, round_number: int) -> Outcome:
+    """Perform `operation` on the lease as read in `seen`; the current owner renews and checkpoints."""
+    owner = seen.lease_owner
+    assert owner is not None
+    if operation == "take":
+        return store.take(KEY, new_owner, seen.lease_counter)
+    if operation == "renew":
+        return store.renew(KEY, owner, seen.lease_counter)
+    if operation == "assign":
+        return store.assign(KEY, new_owner, owner, None)
+    if operation == "checkpoint":
+        return store.checkpoint(KEY, owner, Checkpoint.at(10**120 + round_number, round_number % 3))
+    raise ValueError(f"unknown operation {operation}")
+
+
+def contend(spec: StoreSpec, contender: int, mixes: list[str], barrier: _Barrier, results: _Results) -> None:
+    """One contender: for every round read, wait for all, write, wait for all; then report its attempts."""
+    store = spec.open()
+    attempts: list[Attempt] = []
+    try:
+        for round_number, mix in enumerate(mixes):
+            seen = store.get_lease(KEY)
+            assert seen is not None
+            operation = operation_of(mix, contender)
+            new_owner = f"worker-{contender}-round-{round_number}"
+            barrier.wait(BARRIER_TIMEOUT)
+            outcome = write(store, operation, seen, new_owner, round_number)
+            attempts.append(Attempt(
+                round_number, contender, operation, new_owner if operation in OWNER_CHANGING else None,
+                outcome.applied, outcome.conflict.name, seen.lease_counter,
+                outcome.lease.lease_counter if outcome.lease else None,
+            ))
+            barrier.wait(BARRIER_TIMEOUT)
+    except BaseException:
+        barrier.abort()  # release the others at once instead of letting them time out
+        raise
+    finally:
+        results.put(attempts)
+        store.close()
+
+
+def check_rounds(store: LeaseStore, start: Lease, attempts: list[Attempt], rounds: int) -> None:
+    """Exactly one winner per round, losers lost on OWNERSHIP, counter and owner consistent at the end."""
+    owner = start.lease_owner
+    counter = start.lease_counter
+    for round_number in range(rounds):
+        this_round = [attempt for attempt in attempts if attempt.round == round_number]
+        winners = [attempt for attempt in this_round if attempt.applied]
+        assert len(winners) == 1, f"round {round_number}: winners {winners}"
+        assert all(attempt.counter_seen == counter for attempt in this_round)
+        assert all(attempt.conflict == Conflict.OWNERSHIP.name for attempt in this_round if not attempt.applied)
+        counter += 1
+        assert winners[0].counter_after == counter
+        if winners[0].new_owner is not None:
+            owner = winners[0].new_owner
+    final = store.get_lease(KEY)
+    assert final is not None
+    assert final.lease_counter == start.lease_counter + rounds
+    assert final.lease_owner == owner
+    checkpoints = [attempt.round for attempt in attempts if attempt.operation == "checkpoint" and attempt.applied]
+    if checkpoints:
+        last = max(checkpoints)
+        assert final.checkpoint == Checkpoint.at(10**120 + last, last % 3)
+
+
+def run_race(spec: StoreSpec, store: LeaseStore, mixes: list[str], contenders: int, processes: bool) -> None:
+    """Race `contenders` threads or spawned processes through one round per entry of `mixes`, then check."""
+    start = Leases(store).owned(FIRST_OWNER, KEY)
+    collected: list[Attempt] = []
+    if processes:
+        context = multiprocessing.get_context("spawn")
+        process_barrier = context.Barrier(contenders)
+        process_results: multiprocessing.queues.Queue[list[Attempt]] = context.Queue()
+        workers = [context.Process(target=contend, args=(spec, index, mixes, process_barrier, process_results))
+                   for index in range(contenders)]
+        for worker in workers:
+            worker.start()
+        for _ in workers:
+            collected.extend(process_results.get(timeout=BARRIER_TIMEOUT * 2))
+        for worker in workers:
+            worker.join(timeout=BARRIER_TIMEOUT)
+            assert worker.exitcode == 0
+    else:
+        thread_barrier = threading.Barrier(contenders)
+        thread_results: queue.Queue[list[Attempt]] = queue.Queue()
+        threads = [threading.Thread(target=contend, args=(spec, index, mixes, thread_barrier, thread_results))
+                   for index in range(contenders)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=BARRIER_TIMEOUT * 2)
+        while not thread_results.empty():
+            collected.extend(thread_results.get_nowait())
+    assert len(collected) == contenders * len(mixes), "a contender failed before finishing its rounds"
+    check_rounds(store, start, collected, len(mixes))
+
+
+@pytest.mark.parametrize("mix", sorted(MIXES))
+def test_threads_race_one_winner_per_round(store: LeaseStore, store_spec: StoreSpec, mix: str) -> None:
+    run_race(store_spec, store, [mix] * 4, contenders=8, processes=False)
+
+
+@pytest.mark.slow
+def test_processes_race_one_winner_per_round(store: LeaseStore, store_spec: StoreSpec) -> None:
+    mixes = sorted(MIXES) * 2
+    run_race(store_spec, store, mixes, contenders=6, processes=True)
+
+
+def test_two_takers_with_the_same_counter_never_both_win(store: LeaseStore, leases: Leases) -> None:
+    before = leases.owned(FIRST_OWNER)
+    first = store.take(KEY, "worker-1", before.lease_counter)
+    second = store.take(KEY, "worker-2", before.lease_counter)
+    winner = expect_applied(first)
+    assert (second.applied, second.conflict, second.lease) == (False, Conflict.OWNERSHIP, winner)
