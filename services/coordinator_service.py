@@ -1,0 +1,112 @@
+"""Wiring of one coordinator replica: store, leader lock keeper, leader loop, and (later) the operator API."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from coordinator.leader_lock import LeaderLock, LockKeeper
+from coordinator.leader_loop import LeaderLoop, ShardSource
+from coordinator.shard_lister import list_shards
+from coordinator.shards import Shard
+from shared.aws import make_client
+from shared.clock import Clock, SystemClock
+from shared.config import Settings, load_settings
+from shared.retry import RetryPolicy
+from shared.store import LeaseStore
+from shared.store_factory import open_store
+
+log = logging.getLogger(__name__)
+
+
+def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None:
+    """A ListShards-backed shard source for the configured stream, or None when no stream is configured."""
+    stream = settings.stream_name
+    if stream is None:
+        return None
+    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
+    retry = RetryPolicy(clock=clock)
+
+    def source() -> list[Shard]:
+        return list_shards(client, stream, retry)
+
+    return source
+
+
+@dataclass
+class CoordinatorService:
+    """A running replica: the lock keeper thread and the loop thread; `stop()` releases leadership at once."""
+
+    settings: Settings
+    store: LeaseStore
+    lock: LeaderLock
+    loop: LeaderLoop
+    clock: Clock
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, settings: Settings, clock: Clock | None = None) -> CoordinatorService:
+        """Open the store (creating tables if needed) and construct the lock and the loop."""
+        clock = clock or SystemClock()
+        store = open_store(settings, RetryPolicy(clock=clock))
+        store.ensure_tables()
+        lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
+                          settings.leader_lock_heartbeat_period_millis)
+        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock))
+        return cls(settings, store, lock, loop, clock)
+
+    def start(self) -> None:
+        """Start the lock keeper and the leader loop threads."""
+        keeper = LockKeeper(self.lock, self.settings.leader_lock_heartbeat_period_millis / 1000 / 3, self.clock)
+        runner = threading.Thread(target=self.loop.run_forever, args=(self._stop,), name="leader-loop", daemon=True)
+        self._threads = [keeper, runner]
+        keeper.start()
+        runner.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop, release the lock so a successor takes over immediately, close the store."""
+        self._stop.set()
+        keeper = self._threads[0] if self._threads else None
+        if isinstance(keeper, LockKeeper):
+            keeper.stop()
+        for thread in self._threads:
+            thread.join(timeout)
+        self.store.close()
+
+    def request_stop(self) -> None:
+        """Ask `wait()` to return (safe from a signal handler)."""
+        self._stop.set()
+
+    def wait(self) -> None:
+        """Block until stop() is called (e.g. by the SIGTERM handler)."""
+        self._stop.wait()
+
+
+def register(sub: Any) -> None:
+    """Add the `coordinator` subcommand."""
+    parser = sub.add_parser("coordinator", help="run a coordinator replica (leader election, shard sync, assignment)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; on either, release leadership at once so another replica takes over."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = CoordinatorService.build(load_settings())
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        service.request_stop()
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    service.start()
+    log.info("coordinator %s running (application %s)", service.settings.worker_id, service.settings.application_name)
+    service.wait()
+    service.stop()
+    return 0

@@ -1,0 +1,128 @@
+"""Two real `shardherd coordinator` processes on a moto server and kinesalite: election, kill -9, SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from services.emulators.kinesalite import NodeEmulator
+from services.emulators.moto_server import MotoServer
+from shared.aws import make_client
+from shared.store import LeaseStore
+from shared.worker import WorkerRecord
+from tests.support.stores import make_store, unique_app
+
+pytestmark = pytest.mark.slow
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if condition():
+            return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Heartbeats:
+    """Workers heartbeating through the store in a thread, as agents do."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.alive: set[str] = set()
+        self._beats: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.3):
+            for worker in list(self.alive):
+                self._beats[worker] = self._beats.get(worker, 0) + 1
+                self.store.upsert_worker(WorkerRecord(worker, int(time.time()), heartbeat=self._beats[worker]))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+@pytest.fixture
+def stream(kinesalite: NodeEmulator) -> str:
+    client = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+    name = unique_app("proc-stream")
+    client.create_stream(StreamName=name, ShardCount=4)
+    _wait_for(lambda: client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
+              == "ACTIVE", 30, "stream ACTIVE")
+    return name
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesalite: NodeEmulator, stream: str,
+                                                 processes: list[subprocess.Popen[bytes]]) -> None:
+    app = unique_app("proc")
+    store = make_store("dynamodb", moto_url=moto_server.endpoint_url, app=app)
+    env: dict[str, Any] = {
+        **os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+        "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto_server.endpoint_url,
+        "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_STREAM_NAME": stream,
+        "SHARDHERD_APPLICATION_NAME": app, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
+        "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
+        "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400",
+    }
+
+    def start(worker_id: str) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen([sys.executable, "-m", "services.cli", "coordinator"],
+                                   env={**env, "SHARDHERD_WORKER_ID": worker_id},
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        processes.append(process)
+        return process
+
+    def leader() -> object:
+        item = store.get_state("Leader")
+        return item.get("ownerName") if item else None
+
+    def owners() -> dict[str, str | None]:
+        return {lease.lease_key: lease.lease_owner for lease in store.scan_leases().leases}
+
+    beats = Heartbeats(store)
+    try:
+        beats.alive.add("w1")
+        first = start("coord-1")
+        _wait_for(lambda: leader() == "coord-1", 30, "coord-1 to lead")
+        _wait_for(lambda: len(owners()) == 4 and set(owners().values()) == {"w1"}, 30, "4 leases owned by w1")
+        second = start("coord-2")
+        time.sleep(1.0)
+        assert leader() == "coord-1"  # a live leader is never taken over
+
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        took = _wait_for(lambda: leader() == "coord-2", 30, "coord-2 to take over")
+        assert took < 2.0 + 2 * 0.4 + 2.0  # lease duration + two heartbeat periods + process slack
+
+        # The new leader really assigns: w1 dies, w2 appears; after the failover time w2 owns everything.
+        beats.alive = {"w2"}
+        _wait_for(lambda: set(owners().values()) == {"w2"}, 30, "leases to move to w2")
+
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(15) == 0
+        assert leader() is None  # released at once on SIGTERM, not left to expire
+    finally:
+        beats.stop()
+        store.close()
