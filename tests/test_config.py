@@ -1,0 +1,206 @@
+"""Settings: KCL defaults, env vars and TOML file with the right precedence, one ConfigError naming every bad value."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.config import CONFIG_FILE_ENV, default_worker_id, load_settings
+from shared.errors import ConfigError
+from shared.store import TableNames
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No SHARDHERD_* variable of the calling shell leaks into a test."""
+    for name in list(os.environ):
+        if name.startswith("SHARDHERD_"):
+            monkeypatch.delenv(name)
+    yield
+
+
+def write_toml(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Write a config file and point SHARDHERD_CONFIG_FILE at it."""
+    path = tmp_path / "shardherd.toml"
+    path.write_text(text, encoding="utf-8")
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(path))
+    return path
+
+
+# KCL 3.5.1 defaults (reference section 8) that shardherd keeps, by shardherd setting name.
+KCL_DEFAULTS: dict[str, object] = {
+    "failover_time_millis": 10_000,
+    "epsilon_millis": 25,
+    "rebalance_threshold_percentage": 10,
+    "dampening_percentage": 60,
+    "variance_balancing_frequency": 3,
+    "worker_metrics_ema_alpha": 0.5,
+    "max_leases_for_worker": 2**31 - 1,
+    "allow_throughput_overshoot": True,
+    "graceful_lease_handoff_enabled": True,
+    "graceful_lease_handoff_timeout_millis": 30_000,
+    "consistent_reads": False,
+    "billing_mode": "PAY_PER_REQUEST",
+    "initial_lease_table_read_capacity": 10,
+    "initial_lease_table_write_capacity": 10,
+    "initial_position_in_stream": "TRIM_HORIZON",
+    "disable_worker_metrics": False,
+    "in_memory_worker_metrics_capture_frequency_millis": 1_000,
+    "worker_metrics_reporter_freq_millis": 30_000,
+    "no_of_persisted_metrics_per_worker_metrics": 10,
+    "stale_worker_metrics_entry_cleanup_seconds": 86_400,
+}
+
+
+@pytest.mark.parametrize(("name", "kcl_value"), sorted(KCL_DEFAULTS.items()))
+def test_defaults_are_kcl_defaults(name: str, kcl_value: object) -> None:
+    assert getattr(load_settings(), name) == kcl_value
+
+
+def test_unbounded_throughput_per_host_like_kcl() -> None:
+    assert math.isinf(load_settings().max_throughput_per_host_kbps)
+
+
+def test_renew_interval_is_kcl_formula() -> None:
+    settings = load_settings()
+    assert settings.effective_heartbeat_interval_millis == 10_000 // 3 - 25 == 3_308
+    assert load_settings(failover_time_millis=30_000).effective_heartbeat_interval_millis == 9_975
+    assert load_settings(heartbeat_interval_millis=500).effective_heartbeat_interval_millis == 500
+
+
+def test_table_names_follow_kcl() -> None:
+    assert load_settings(application_name="orders").table_names == TableNames(
+        "orders", "orders-WorkerMetricStats", "orders-CoordinatorState")
+    assert load_settings(application_name="orders", lease_table_name="legacy").table_names == TableNames(
+        "legacy", "orders-WorkerMetricStats", "orders-CoordinatorState")
+
+
+def test_default_worker_id_is_host_and_pid() -> None:
+    assert default_worker_id().endswith(f":{os.getpid()}")
+    assert load_settings().worker_id == default_worker_id()
+
+
+def test_env_vars_are_read_and_converted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDHERD_FAILOVER_TIME_MILLIS", "20000")
+    monkeypatch.setenv("SHARDHERD_GRACEFUL_LEASE_HANDOFF_ENABLED", "false")
+    monkeypatch.setenv("SHARDHERD_WORKER_METRICS_EMA_ALPHA", "0.25")
+    monkeypatch.setenv("SHARDHERD_STORE_BACKEND", "sql")
+    monkeypatch.setenv("SHARDHERD_INITIAL_POSITION_IN_STREAM", "AT_TIMESTAMP")
+    monkeypatch.setenv("SHARDHERD_INITIAL_TIMESTAMP", "2024-05-01T12:00:00+00:00")
+    settings = load_settings()
+    assert settings.failover_time_millis == 20_000
+    assert settings.graceful_lease_handoff_enabled is False
+    assert settings.worker_metrics_ema_alpha == 0.25
+    assert settings.store_backend == "sql"
+    assert settings.initial_timestamp is not None and settings.initial_timestamp.year == 2024
+
+
+def test_toml_file_with_a_shardherd_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, '[shardherd]\napplication_name = "orders"\ndampening_percentage = 80\n', monkeypatch)
+    settings = load_settings()
+    assert (settings.application_name, settings.dampening_percentage) == ("orders", 80)
+
+
+def test_toml_file_with_top_level_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, 'liveness_mode = "lease"\nepsilon_millis = 50\n', monkeypatch)
+    settings = load_settings()
+    assert (settings.liveness_mode, settings.epsilon_millis) == ("lease", 50)
+
+
+def test_precedence_arguments_then_env_then_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, "[shardherd]\nepsilon_millis = 1\ndampening_percentage = 70\n"
+               "rebalance_threshold_percentage = 20\n", monkeypatch)
+    monkeypatch.setenv("SHARDHERD_EPSILON_MILLIS", "2")
+    monkeypatch.setenv("SHARDHERD_DAMPENING_PERCENTAGE", "75")
+    settings = load_settings(epsilon_millis=3)
+    assert settings.epsilon_millis == 3  # argument beats env and file
+    assert settings.dampening_percentage == 75  # env beats file
+    assert settings.rebalance_threshold_percentage == 20  # file beats default
+    assert settings.variance_balancing_frequency == 3  # default when nobody sets it
+
+
+def test_settings_are_frozen() -> None:
+    settings = load_settings()
+    with pytest.raises(ValueError):
+        settings.epsilon_millis = 1
+
+
+def test_one_error_names_every_bad_setting(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    write_toml(tmp_path, "[shardherd]\nvariance_balancing_frequency = 0\n", monkeypatch)
+    monkeypatch.setenv("SHARDHERD_FAILOVER_TIME_MILLIS", "ten seconds")
+    monkeypatch.setenv("SHARDHERD_LIVENESS_MODE", "heartbeat")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(dampening_percentage=0, worker_metrics_ema_alpha=1.5, application_name="x")
+    message = str(caught.value)
+    for name in ("failover_time_millis", "liveness_mode", "variance_balancing_frequency", "dampening_percentage",
+                 "worker_metrics_ema_alpha", "application_name"):
+        assert name in message, name
+    assert "ten seconds" in message
+    assert "epsilon_millis" not in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"initial_position_in_stream": "AT_TIMESTAMP"}, "initial_timestamp"),
+        ({"heartbeat_interval_millis": 10_000}, "heartbeat_interval_millis"),
+        ({"failover_time_millis": 100, "epsilon_millis": 0, "heartbeat_interval_millis": 200},
+         "failover_time_millis"),
+        ({"leader_lock_heartbeat_period_millis": 5_000, "leader_lock_lease_duration_millis": 8_000},
+         "leader_lock_heartbeat_period_millis"),
+    ],
+)
+def test_inconsistent_settings_are_rejected(overrides: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(**overrides)
+
+
+def test_relation_errors_are_reported_together() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(initial_position_in_stream="AT_TIMESTAMP", heartbeat_interval_millis=20_000)
+    assert "initial_timestamp" in str(caught.value)
+    assert "heartbeat_interval_millis" in str(caught.value)
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("application_name", "has space"),
+    ("lease_table_name", "ab"),
+    ("store_backend", "redis"),
+    ("billing_mode", "ON_DEMAND"),
+    ("rebalance_threshold_percentage", 101),
+    ("epsilon_millis", -1),
+    ("max_throughput_per_host_kbps", 0),
+    ("lease_assignment_strategy", "random"),
+])
+def test_out_of_range_values_name_the_setting(name: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=name):
+        load_settings(**{name: value})
+
+
+def test_unknown_setting_in_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, "[shardherd]\nfailover_millis = 5000\n", monkeypatch)
+    with pytest.raises(ConfigError, match="failover_millis"):
+        load_settings()
+
+
+def test_missing_config_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONFIG_FILE_ENV, str(tmp_path / "absent.toml"))
+    with pytest.raises(ConfigError, match=r"absent\.toml"):
+        load_settings()
+
+
+def test_invalid_toml_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_toml(tmp_path, "[shardherd\nepsilon_millis = ", monkeypatch)
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings()
+    assert path.exists()
+
+
+def test_shardherd_key_that_is_not_a_table_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, 'shardherd = "yes"\n', monkeypatch)
+    with pytest.raises(ConfigError, match="must be a table"):
+        load_settings()
