@@ -46,29 +46,21 @@ class LeaseCountDecider:
 
     def __init__(self, snapshot: Snapshot, config: DeciderConfig) -> None:
         self.config = config
-        self.ledger = Ledger(snapshot)
+        self.ledger = ledger = Ledger(snapshot)
         self.draining = [w.worker_id for w in snapshot.workers if w.draining]
-        active = [w.worker_id for w in snapshot.workers if not w.draining]
-        self.load = dict.fromkeys(active, 0)
-        for lease in snapshot.leases:
-            owner = lease.actual_owner
-            if owner in self.load and not lease.needs_owner:
-                self.load[owner] += 1
-        self.quota = quotas(self.load, len(snapshot.leases), config.max_leases_for_worker)
-        self.heap: list[Slot] = [self._slot(w) for w in self.load if self.load[w] < config.max_leases_for_worker]
+        self.active = [w.worker_id for w in snapshot.workers if not w.draining]
+        loads = {wid: ledger.live_count(wid) for wid in self.active}
+        self.quota = quotas(loads, len(snapshot.leases), config.max_leases_for_worker)
+        self.heap: list[Slot] = [self._slot(w) for w in self.active if loads[w] < config.max_leases_for_worker]
         heapq.heapify(self.heap)
 
     def _slot(self, wid: str) -> Slot:
-        return (self.load[wid] >= self.quota[wid], self.load[wid], wid)
+        load = self.ledger.live_count(wid)
+        return (load >= self.quota[wid], load, wid)
 
     def _give(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
-        lease = self.ledger.leases[key]
-        source = self.ledger.owner[key]
-        if source in self.load and not lease.needs_owner:
-            self.load[source] -= 1
-        self.load[wid] += 1
         self.ledger.move(key, wid, reason, detail)
-        if self.load[wid] < self.config.max_leases_for_worker:
+        if self.ledger.live_count(wid) < self.config.max_leases_for_worker:
             heapq.heappush(self.heap, self._slot(wid))
 
     def _place(self, key: str, reason: MoveReason) -> bool:
@@ -80,18 +72,19 @@ class LeaseCountDecider:
         return True
 
     def _unplaced_reason(self) -> UnplacedReason:
-        return UnplacedReason.NO_CAPACITY if self.load else UnplacedReason.NO_ACTIVE_WORKER
+        return UnplacedReason.NO_CAPACITY if self.active else UnplacedReason.NO_ACTIVE_WORKER
 
     def _shed(self) -> None:
         """Move leases from workers over quota to workers under quota, fullest donors first."""
-        over = sorted((w for w in self.load if self.load[w] > self.quota[w]), key=lambda w: (-self.load[w], w))
+        load = self.ledger.live_count
+        over = sorted((w for w in self.active if load(w) > self.quota[w]), key=lambda w: (-load(w), w))
         for donor in over:
             keys = sorted(k for k in self.ledger.held_by[donor] if self.ledger.movable(k))
-            for key in keys[: self.load[donor] - self.quota[donor]]:
+            for key in keys[: load(donor) - self.quota[donor]]:
                 if not self.heap or self.heap[0][0]:
                     return
-                _, load, wid = heapq.heappop(self.heap)
-                detail = f"{donor} {self.load[donor]} > quota {self.quota[donor]}; {wid} {load} < {self.quota[wid]}"
+                _, receiver_load, wid = heapq.heappop(self.heap)
+                detail = f"{donor} {load(donor)} > quota {self.quota[donor]}; {wid} {receiver_load} < {self.quota[wid]}"
                 self._give(key, wid, MoveReason.LEASE_COUNT, detail)
 
     def plan(self, balance: bool) -> Plan:
@@ -105,14 +98,14 @@ class LeaseCountDecider:
                 ledger.held.append(Unplaced(key, ledger.owner[key], self._unplaced_reason(), "draining; no receiver"))
         if balance:
             self._shed()
-        n, w = len(ledger.leases), len(self.load)
+        n, w = len(ledger.leases), len(self.active)
         note = f"{n} leases on {w} workers: {n // w} each, {n % w} may hold one more" if w else "no active worker"
         summaries = [
             ledger.summary(wid, WorkerStatus.DRAINING, {}, {}, "draining")
             if wid in self.draining
             else ledger.summary(wid, WorkerStatus.ACTIVE, {}, {}, f"quota {self.quota[wid]}")
             for wid in ledger.held_by
-            if wid in self.load or wid in self.draining
+            if wid in self.quota or wid in self.draining
         ]
         return Plan(
             strategy="lease-count",

@@ -30,12 +30,15 @@ class Ledger:
         self.owner: dict[str, str | None] = {}
         self.held_by: dict[str, dict[str, None]] = {w.worker_id: {} for w in snapshot.workers}
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
+        self._expired_on: dict[str, int] = {}
         for lease in snapshot.leases:
             owner = lease.actual_owner
             self.owner[lease.key] = owner
             if owner is not None:
                 self.held_by.setdefault(owner, {})[lease.key] = None
                 self.throughput[owner] = self.throughput.get(owner, 0.0) + self.weight[lease.key]
+                if lease.expired:
+                    self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
@@ -45,6 +48,10 @@ class Ledger:
     def count(self, worker: str) -> int:
         """How many leases the worker holds now (in memory)."""
         return len(self.held_by.get(worker, ()))
+
+    def live_count(self, worker: str) -> int:
+        """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
+        return self.count(worker) - self._expired_on.get(worker, 0)
 
     def movable(self, key: str) -> bool:
         """True if the lease may still move in this run: not moved already and not pinned by a pending handoff."""
@@ -59,6 +66,8 @@ class Ledger:
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
+            if self.leases[key].expired:
+                self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
         self.owner[key] = to_worker

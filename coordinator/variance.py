@@ -139,13 +139,13 @@ class VarianceDecider:
     # -- the worker queue ------------------------------------------------------------------------------------------
 
     def _entry(self, wid: str) -> HeapEntry:
-        return (-room(self.values[wid], self.averages), self.ledger.count(wid), wid)
+        return (-room(self.values[wid], self.averages), self.ledger.live_count(wid), wid)
 
     def _assignable(self, wid: str) -> bool:
         cfg = self.config
         return (
             self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
-            and self.ledger.count(wid) < cfg.max_leases_for_worker
+            and self.ledger.live_count(wid) < cfg.max_leases_for_worker
         )
 
     def _queue(self) -> list[HeapEntry]:
