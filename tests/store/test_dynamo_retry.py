@@ -1,0 +1,142 @@
+"""DynamoDB retry path over real HTTP: throttling, 5xx and dropped connections from a faulty proxy in front of moto."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from shared.checkpoint import Checkpoint
+from shared.clock import ManualClock
+from shared.dynamo.store import DynamoLeaseStore
+from shared.errors import StoreError, StoreUnavailable
+from shared.lease import Lease
+from shared.retry import RetryPolicy
+from shared.store import Conflict, Fence, TableNames
+from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
+from tests.support.stores import unique_app
+
+ATTEMPTS = 4
+
+
+def single_attempt_client(endpoint_url: str) -> Any:
+    """A client that never retries by itself, so every retry counted here is the store's own."""
+    return boto3.client("dynamodb", region_name="us-east-1", endpoint_url=endpoint_url,
+                        aws_access_key_id="local", aws_secret_access_key="local",
+                        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+
+
+@pytest.fixture
+def tables(dynamodb_client: Any) -> TableNames:
+    names = TableNames.for_application(unique_app("retry"))
+    DynamoLeaseStore(dynamodb_client, names).ensure_tables()
+    return names
+
+
+@pytest.fixture
+def proxy(moto_server: Any) -> Iterator[FaultyProxy]:
+    with FaultyProxy(moto_server.endpoint_url) as running:
+        yield running
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(proxy: FaultyProxy, tables: TableNames, clock: ManualClock) -> Iterator[DynamoLeaseStore]:
+    retry = RetryPolicy(max_attempts=ATTEMPTS, base_delay=0.1, max_delay=1.0, clock=clock, rng=random.Random(7))
+    opened = DynamoLeaseStore(single_attempt_client(proxy.endpoint_url), tables, retry=retry)
+    yield opened
+    opened.close()
+
+
+def test_throttling_and_server_errors_are_retried_until_success(store: DynamoLeaseStore, proxy: FaultyProxy,
+                                                                clock: ManualClock,
+                                                                dynamodb_client: Any) -> None:
+    proxy.add([THROTTLED, INTERNAL_ERROR, DROPPED])
+    start = clock.monotonic()
+
+    outcome = store.create_lease(Lease("shardId-1", lease_owner="w1"))
+
+    assert outcome.applied
+    assert proxy.faults_served == 3 and proxy.forwarded == ["DynamoDB_20120810.PutItem"]
+    assert clock.monotonic() > start  # backed off on the injected clock, never really slept
+    stored = dynamodb_client.get_item(TableName=store.tables.leases, Key={"leaseKey": {"S": "shardId-1"}})
+    assert stored["Item"]["leaseOwner"] == {"S": "w1"}
+
+
+def test_faults_outlasting_the_budget_raise_store_unavailable(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    proxy.add([THROTTLED, INTERNAL_ERROR] * 10)
+    with pytest.raises(StoreUnavailable, match=rf"UpdateItem renew shardId-1 failed {ATTEMPTS} times"):
+        store.renew("shardId-1", "w1", 0)
+    assert proxy.faults_served == ATTEMPTS and proxy.forwarded == []
+
+
+def test_non_transient_errors_are_not_retried(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    proxy.add([Fault(400, "ValidationException")])
+    with pytest.raises(StoreError, match="ValidationException") as raised:
+        store.get_lease("shardId-1")
+    assert not isinstance(raised.value, StoreUnavailable)
+    assert proxy.requests == 1
+
+
+def test_missing_table_is_a_clear_error(proxy: FaultyProxy, clock: ManualClock) -> None:
+    store = DynamoLeaseStore(single_attempt_client(proxy.endpoint_url),
+                             TableNames.for_application(unique_app("absent")), retry=RetryPolicy(clock=clock))
+    with pytest.raises(StoreError, match="ResourceNotFoundException"):
+        store.scan_leases()
+    assert proxy.requests == 1
+
+
+def test_scan_pages_survive_throttling_between_pages(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    for index in range(5):
+        assert store.create_lease(Lease(f"shardId-{index}")).applied
+    proxy.add([None, THROTTLED, None, INTERNAL_ERROR])  # page 1 ok, page 2 throttled once, page 3 fails once
+
+    scan = store.scan_leases(page_size=2)
+
+    assert sorted(lease.lease_key for lease in scan.leases) == [f"shardId-{i}" for i in range(5)]
+    assert proxy.faults_served == 2
+    assert proxy.forwarded[-3:] == ["DynamoDB_20120810.Scan"] * 3
+
+
+def test_lost_race_returns_the_current_row_in_one_request(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    assert store.renew("shardId-1", "w1", 0).applied
+    before = proxy.requests
+
+    outcome = store.renew("shardId-1", "w1", 0)  # stale counter
+
+    assert not outcome.applied and outcome.conflict is Conflict.OWNERSHIP
+    assert outcome.lease is not None and outcome.lease.lease_counter == 1
+    assert proxy.requests == before + 1  # ALL_OLD on the failed condition: no extra GetItem
+
+
+def test_transaction_conflicts_are_retried(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    assert store.put_state("Leader", {"ownerName": "leader-1"})
+    conflict = Fault(400, "TransactionCanceledException",
+                     {"CancellationReasons": [{"Code": "None"}, {"Code": "TransactionConflict"}]})
+    proxy.add([conflict])
+
+    outcome = store.assign("shardId-1", "w2", "w1", None, Fence("Leader", {"ownerName": "leader-1"}))
+
+    assert outcome.applied and outcome.lease is not None and outcome.lease.lease_owner == "w2"
+    assert proxy.faults_served == 1
+
+
+def test_failed_fence_is_fenced_and_writes_nothing(store: DynamoLeaseStore) -> None:
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1", checkpoint=Checkpoint.at(5))).applied
+    assert store.put_state("Leader", {"ownerName": "leader-2"})
+    fence = Fence("Leader", {"ownerName": "leader-1"})
+
+    outcome = store.delete_lease("shardId-1", Checkpoint.at(5), fence)
+
+    assert not outcome.applied and outcome.conflict is Conflict.FENCED
+    assert store.get_lease("shardId-1") == outcome.lease
