@@ -1,0 +1,99 @@
+"""Time one decider pass at 1k/10k leases x 100/1k workers with Zipf shard throughput (seeded).
+
+Prints median and p95 milliseconds per pass, and the ratio to a baseline measured in the same run on the same
+leases: one `sorted()` of the lease views by (throughput, key). Target: 10,000 leases x 1,000 workers < 50 ms median.
+Run: `python -m bench.decider [--repeat N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+
+from coordinator.decide import decide
+from coordinator.decider_config import DeciderConfig, Strategy
+from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+
+SIZES = [(1_000, 100), (1_000, 1_000), (10_000, 100), (10_000, 1_000)]
+
+
+def build(n_leases: int, n_workers: int, seed: int = 42) -> Snapshot:
+    """A steady-state fleet: Zipf(1.1) shard throughput, random owners, CPU proportional to carried throughput,
+    2 % of leases expired and 1 % unassigned, one draining worker."""
+    rng = random.Random(seed)
+    ranks = list(range(1, n_leases + 1))
+    rng.shuffle(ranks)
+    kbps = [1000.0 / r**1.1 for r in ranks]
+    workers = [f"w{i:05d}" for i in range(n_workers)]
+    carried = dict.fromkeys(workers, 0.0)
+    leases = []
+    for i, tp in enumerate(kbps):
+        roll = rng.random()
+        owner = None if roll < 0.01 else rng.choice(workers)
+        if owner is not None:
+            carried[owner] += tp
+        leases.append(
+            LeaseView(
+                f"shardId-{i:012d}",
+                owner,
+                throughput_kbps=tp,
+                expired=owner is not None and roll < 0.03,
+                silent_ms=rng.randrange(0, 60_000),
+            )
+        )
+    mean_share = sum(kbps) / n_workers
+    views = []
+    for i, wid in enumerate(workers):
+        cpu = 10 + 60 * carried[wid] / mean_share
+        history = tuple(max(0.0, cpu + rng.gauss(0, 2)) for _ in range(10))
+        views.append(WorkerView(wid, {"C": history}, {"C": (100.0,)}, draining=i == 0))
+    return Snapshot.of(leases, views)
+
+
+def _sort_key(lease: LeaseView) -> tuple[float, str]:
+    return (lease.throughput_kbps or 0.0, lease.key)
+
+
+def timed(action: Callable[[], object], repeat: int) -> list[float]:
+    """Wall times of `repeat` calls, in milliseconds."""
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        action()
+        out.append((time.perf_counter() - start) * 1000.0)
+    return out
+
+
+def p95(samples: list[float]) -> float:
+    """The 95th percentile (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    """Run every size for both strategies and print one line each."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=21)
+    args = parser.parse_args()
+    header = ("strategy", "leases", "workers", "median ms", "p95 ms", "sort ms", "x sort", "moves")
+    print(f"{header[0]:<12}" + "".join(f"{h:>{w}}" for h, w in zip(header[1:], (8, 9, 11, 9, 9, 8, 7), strict=True)))
+    for strategy in Strategy:
+        config = DeciderConfig(strategy=strategy)
+        for n_leases, n_workers in SIZES:
+            snapshot = build(n_leases, n_workers)
+            baseline = timed(partial(sorted, snapshot.leases, key=_sort_key), args.repeat)
+            runs = timed(partial(decide, snapshot, config, True), args.repeat)
+            moves = len(decide(snapshot, config, balance=True).moves)
+            median, base = statistics.median(runs), statistics.median(baseline)
+            print(
+                f"{strategy.value:<12}{n_leases:>8}{n_workers:>9}{median:>11.2f}{p95(runs):>9.2f}"
+                f"{base:>9.2f}{median / base:>8.1f}{moves:>7}"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""Session fixtures for coordinator tests: real Kinesis emulator processes (kinesalite, kinesis-local) on 127.0.0.1."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
+
+# One HTTP attempt per call: retries are the lister's job (shared.retry on an injected clock), so tests count exactly.
+_ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=20)
+
+
+def kinesis_client(endpoint_url: str) -> Any:
+    """A boto3 Kinesis client with dummy credentials for an emulator at `endpoint_url`, without botocore retries."""
+    return boto3.client("kinesis", region_name="us-east-1", endpoint_url=endpoint_url, config=_ONE_ATTEMPT,
+                        aws_access_key_id="test", aws_secret_access_key="test", aws_session_token="test")
+
+
+def _run(emulator: NodeEmulator) -> Iterator[NodeEmulator]:
+    if shutil.which("node") is None:
+        pytest.skip(f"{emulator.package} needs Node.js, which is not on PATH")
+    with emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="session")
+def kinesalite() -> Iterator[NodeEmulator]:
+    """One kinesalite process (correct split/merge, ListShards never paginates) for the whole session."""
+    yield from _run(Kinesalite())
+
+
+@pytest.fixture(scope="session")
+def kinesis_local() -> Iterator[NodeEmulator]:
+    """One kinesis-local process (AWS-style ListShards pagination) for the whole session."""
+    yield from _run(KinesisLocal())
+
+
+@pytest.fixture
+def kinesis(kinesalite: NodeEmulator) -> Any:
+    """A boto3 Kinesis client talking HTTP to the session's kinesalite."""
+    return kinesis_client(kinesalite.endpoint_url)
