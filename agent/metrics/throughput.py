@@ -7,7 +7,7 @@ from KCL, on purpose:
 * Seeding from a stored `throughputKBps` (when a lease is acquired) makes the stored value the EMA's previous value,
   so the value the new owner writes carries on from the old owner's (KCL divides the seed by the window in seconds,
   writing about a third of it first with default timings).
-* The EMA keeps the rounded value, so an idle lease decays to exactly 0.0 instead of an endless run of denormals.
+* Once an idle lease's value rounds to 0.0 its EMA is exactly 0.0, not an endless run of ever smaller denormals.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class ThroughputRecorder:
         if not math.isfinite(stored_kibps) or stored_kibps < 0:
             raise InvalidMetricInput(f"stored throughput for {lease_key!r} must be finite and >= 0: {stored_kibps}")
         with self._lock:
-            self._leases.setdefault(lease_key, _LeaseStats()).ema = round6(stored_kibps)
+            self._leases.setdefault(lease_key, _LeaseStats()).ema = stored_kibps
 
     def compute(self, lease_key: str) -> float | None:
         """The smoothed KiB/s over the last window, rounded to 6 decimals; None if the lease was never recorded."""
@@ -70,8 +70,11 @@ class ThroughputRecorder:
             raw = sum(size for _, size in stats.deliveries) / _BYTES_PER_KIB / self._window
             previous = stats.ema
             smoothed = raw if previous is None else self._alpha * raw + (1 - self._alpha) * previous
-            stats.ema = round6(smoothed)
-            return stats.ema
+            reported = round6(smoothed)
+            # The EMA itself stays unrounded (rounding it would stick at 0.000001), except that it snaps to 0.0 once
+            # it reports 0.0, so an idle lease ends at a true zero rather than a tail of denormals.
+            stats.ema = smoothed if reported else 0.0
+            return reported
 
     def drop(self, lease_key: str) -> None:
         """Forget a lease this worker no longer holds."""
