@@ -51,16 +51,15 @@ def lease_values(lease: Lease) -> dict[str, Any]:
 
 def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None,
                       pending_state: bytes | None) -> dict[str, Any]:
-    """Column values a checkpoint write sets (pending None clears all three pending columns)."""
+    """Column values a checkpoint write sets: the pending columns are replaced as a group (None clears them)."""
     values: dict[str, Any] = {
         "checkpoint": checkpoint.sequence_number,
         "checkpoint_sub_sequence_number": checkpoint.sub_sequence_number,
         "owner_switches_since_checkpoint": 0,
         "pending_checkpoint": pending.sequence_number if pending else None,
         "pending_checkpoint_sub_sequence_number": pending.sub_sequence_number if pending else None,
+        "pending_checkpoint_state": pending_state if pending else None,
     }
-    if pending is None or pending_state is not None:
-        values["pending_checkpoint_state"] = pending_state if pending else None
     return values
 
 

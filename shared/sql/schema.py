@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,17 +51,8 @@ _LEASE_TYPES: dict[str, TypeEngine[Any]] = {
     "throughput_kbps": Float(),
 }
 
-# PostgreSQL truncates identifiers longer than this; index names are made to fit.
-_MAX_IDENTIFIER = 63
-
-
-def _index_name(table: str, column: str) -> str:
-    """`<table>_<column>_idx`, shortened with a stable hash when it would exceed PostgreSQL's identifier limit."""
-    name = f"{table}_{column}_idx"
-    if len(name) <= _MAX_IDENTIFIER:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return f"{name[: _MAX_IDENTIFIER - len(digest) - 1]}_{digest}"
+# PostgreSQL's identifier limit; SQLite has none.
+POSTGRES_MAX_IDENTIFIER = 63
 
 
 @dataclass(frozen=True)
@@ -89,7 +79,7 @@ def build_schema(tables: TableNames) -> SqlSchema:
         for column in LEASE_ATTRIBUTES
     ]
     leases = Table(tables.leases, metadata, *lease_columns)
-    owner_index = Index(_index_name(tables.leases, "lease_owner"), leases.c.lease_owner)
+    owner_index = Index(f"{tables.leases}_lease_owner_idx", leases.c.lease_owner)
     workers = Table(
         tables.worker_metrics,
         metadata,
@@ -109,3 +99,10 @@ def build_schema(tables: TableNames) -> SqlSchema:
         Column("document", Text(), nullable=False),  # JSON: attribute -> {"S"|"N"|"B": value}
     )
     return SqlSchema(metadata, leases, workers, state, owner_index)
+
+
+def overlong_identifiers(schema: SqlSchema) -> list[str]:
+    """Table and index names PostgreSQL cannot hold (longer than 63 characters)."""
+    names = [table.name for table in (schema.leases, schema.workers, schema.state)]
+    names.append(str(schema.owner_index.name))
+    return [name for name in names if len(name) > POSTGRES_MAX_IDENTIFIER]

@@ -28,12 +28,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from shared.checkpoint import Checkpoint
-from shared.errors import MalformedLease, MalformedWorker, StoreError, StoreUnavailable
+from shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from shared.sql.engine import insert_for, is_transient, make_engines
 from shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
-from shared.sql.schema import build_schema
+from shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
 from shared.sql.state_documents import check_value, condition_holds, decode_document, encode_document
 from shared.sql.values import round_throughput, write_string_set
 from shared.sql.worker_rows import decode_worker, worker_values
@@ -81,6 +81,10 @@ class SqlLeaseStore(LeaseStore):
         self._schema = build_schema(tables)
         self._read_engine, self._write_engine = make_engines(url, pool_size)
         self._postgres = self._read_engine.dialect.name == "postgresql"
+        if self._postgres and (overlong := overlong_identifiers(self._schema)):
+            self._read_engine.dispose()
+            raise ConfigError(f"PostgreSQL names are limited to {POSTGRES_MAX_IDENTIFIER} characters; "
+                              f"use a shorter application name than {tables.leases!r} (too long: {overlong})")
         leases = self._schema.leases
         self._is_lease = or_(leases.c.entity_type.is_(None), leases.c.entity_type == LEASE_ENTITY)
 
