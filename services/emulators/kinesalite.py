@@ -50,8 +50,18 @@ class NodeEmulator:
 
     package: ClassVar[str]
 
-    def __init__(self, port: int | None = None, startup_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        startup_timeout: float = 60.0,
+        reshard_ms: int = 50,
+        shard_limit: int = 100,
+        node_modules: Path = NODE_MODULES,
+    ) -> None:
         self.port = port or free_port()
+        self.node_modules = node_modules
+        self.reshard_ms = reshard_ms  # how long CreateStream, DeleteStream, split and merge stay in a transient state
+        self.shard_limit = shard_limit  # open shards allowed per account
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -60,6 +70,11 @@ class NodeEmulator:
     def endpoint_url(self) -> str:
         """The HTTP endpoint to give boto3 clients."""
         return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The Node process id while started, else None."""
+        return self._process.pid if self._process is not None else None
 
     @property
     def running(self) -> bool:
@@ -81,9 +96,9 @@ class NodeEmulator:
         node = shutil.which("node")
         if node is None:
             raise EmulatorNotInstalled(f"{self.package} needs Node.js (20 or newer) on PATH, then `{INSTALL_HINT}`")
-        package_dir = NODE_MODULES / self.package
+        package_dir = self.node_modules / self.package
         if not (package_dir / "package.json").is_file():
-            raise EmulatorNotInstalled(f"{self.package} is not installed in {NODE_MODULES}: run `{INSTALL_HINT}`")
+            raise EmulatorNotInstalled(f"{self.package} is not installed in {self.node_modules}: run `{INSTALL_HINT}`")
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         self._process = subprocess.Popen(
             [node, "-e", _PRELUDE + self._script(package_dir)],
@@ -143,35 +158,20 @@ class Kinesalite(NodeEmulator):
 
     package = "kinesalite"
 
-    def __init__(
-        self, port: int | None = None, startup_timeout: float = 30.0, reshard_ms: int = 50, shard_limit: int = 100
-    ) -> None:
-        super().__init__(port, startup_timeout)
-        self.options = {
-            "createStreamMs": reshard_ms,
-            "deleteStreamMs": reshard_ms,
-            "updateStreamMs": reshard_ms,
-            "shardLimit": shard_limit,
-        }
-
     def _script(self, package_dir: Path) -> str:
-        return (
-            f"require({json.dumps(str(package_dir))})({json.dumps(self.options)})"
-            f".listen({self.port}, '127.0.0.1');"
-        )
+        options = {
+            "createStreamMs": self.reshard_ms,
+            "deleteStreamMs": self.reshard_ms,
+            "updateStreamMs": self.reshard_ms,
+            "shardLimit": self.shard_limit,
+        }
+        return f"require({json.dumps(str(package_dir))})({json.dumps(options)}).listen({self.port}, '127.0.0.1');"
 
 
 class KinesisLocal(NodeEmulator):
     """kinesis-local 0.6.2 (kinesis-mock): AWS-style ListShards pagination, UpdateShardCount, ChildShards."""
 
     package = "kinesis-local"
-
-    def __init__(
-        self, port: int | None = None, startup_timeout: float = 60.0, reshard_ms: int = 50, shard_limit: int = 200
-    ) -> None:
-        super().__init__(port, startup_timeout)
-        self.reshard_ms = reshard_ms
-        self.shard_limit = shard_limit
 
     def _script(self, package_dir: Path) -> str:
         return f"require({json.dumps(str(package_dir / 'main.js'))});"
@@ -181,7 +181,7 @@ class KinesisLocal(NodeEmulator):
         env = {
             "KINESIS_MOCK_PLAIN_PORT": str(self.port),
             "KINESIS_MOCK_TLS_PORT": str(free_port()),
-            "KINESIS_MOCK_CERT_PATH": str(NODE_MODULES / self.package / "server.json"),
+            "KINESIS_MOCK_CERT_PATH": str(self.node_modules / self.package / "server.json"),
             "SHARD_LIMIT": str(self.shard_limit),
             "LOG_LEVEL": "WARN",
             "SHOULD_PERSIST_DATA": "false",

@@ -32,13 +32,13 @@ def _run(emulator: NodeEmulator) -> Iterator[NodeEmulator]:
 @pytest.fixture(scope="session")
 def kinesalite() -> Iterator[NodeEmulator]:
     """One kinesalite process (correct split/merge, ListShards never paginates) for the whole session."""
-    yield from _run(Kinesalite())
+    yield from _run(Kinesalite(shard_limit=500))
 
 
 @pytest.fixture(scope="session")
 def kinesis_local() -> Iterator[NodeEmulator]:
     """One kinesis-local process (AWS-style ListShards pagination) for the whole session."""
-    yield from _run(KinesisLocal())
+    yield from _run(KinesisLocal(shard_limit=500))
 
 
 @pytest.fixture

@@ -6,10 +6,15 @@ import http.client
 import itertools
 import json
 import math
+import os
 import random
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +22,7 @@ import pytest
 from coordinator.shard_lister import ShardListingError, StreamNotFound, list_shards
 from coordinator.shard_sync import CreateReason, plan_shard_sync
 from coordinator.shards import MAX_HASH_KEY, Shard
-from services.emulators.kinesalite import NodeEmulator
+from services.emulators.kinesalite import EmulatorNotInstalled, Kinesalite, KinesisLocal, NodeEmulator
 from services.emulators.ports import LOOPBACK, free_port, wait_until
 from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.clock import ManualClock
@@ -267,3 +272,47 @@ def test_split_feeds_the_planner_child_leases_only_after_parent_shard_end(kinesi
         (str(new_start), str(parent.hash_range[1])),
     ]
     assert plan.deletes == ()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The emulator launcher itself
+
+
+def test_launcher_names_the_install_command_when_packages_are_missing(tmp_path: Path) -> None:
+    with pytest.raises(EmulatorNotInstalled, match=re.escape("npm ci --prefix services/emulators")):
+        Kinesalite(node_modules=tmp_path).start()
+
+
+def test_launcher_listens_on_loopback_only_and_leaves_no_process() -> None:
+    with KinesisLocal() as emulator:
+        pid = emulator.pid
+        assert pid is not None
+        listening = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=True).stdout
+        own = [line.split()[3] for line in listening.splitlines() if f"pid={pid}," in line]
+        assert own and all(address.startswith(f"{LOOPBACK}:") for address in own), own
+    assert not emulator.running
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_emulator_exits_when_its_python_parent_is_killed() -> None:
+    script = (
+        "import sys; from services.emulators.kinesalite import Kinesalite\n"
+        "k = Kinesalite().start(); print(k.pid, flush=True); sys.stdin.read()"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              cwd=Path(__file__).resolve().parents[2])
+    assert parent.stdout is not None
+    node_pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(timeout=10)
+
+    def gone() -> bool:
+        try:
+            os.kill(node_pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    wait_until(gone, 10.0, f"node process {node_pid} to exit after its parent died", lambda: True)
+    assert gone()

@@ -160,8 +160,8 @@ def test_roots_are_the_oldest_shards_still_listed(position: str) -> None:
     ("position", "expected"),
     [
         ("LATEST", {sid(6): (LATEST, CreateReason.UNLEASED_COPARENT)}),
-        ("TRIM_HORIZON", {sid(0): (TRIM_HORIZON, CreateReason.TREE_ROOT), sid(1): (TRIM_HORIZON, CreateReason.TREE_ROOT)}),
-        ("AT_TIMESTAMP", {sid(0): (AT_TIMESTAMP, CreateReason.TREE_ROOT), sid(1): (AT_TIMESTAMP, CreateReason.TREE_ROOT)}),
+        ("TRIM_HORIZON", {sid(n): (TRIM_HORIZON, CreateReason.TREE_ROOT) for n in (0, 1)}),
+        ("AT_TIMESTAMP", {sid(n): (AT_TIMESTAMP, CreateReason.TREE_ROOT) for n in (0, 1)}),
     ],
 )
 def test_reference_doc_example(position: str, expected: dict[str, tuple[Checkpoint, CreateReason]]) -> None:
@@ -459,7 +459,7 @@ def test_applying_a_plan_then_planning_again_creates_nothing_new(position: str) 
 def test_rejects_bad_shard_listings() -> None:
     stream = StreamBuilder(2)
     with pytest.raises(ShardListError, match="twice"):
-        plan_shard_sync(stream.listing() + [stream.shards[sid(0)]], [], "LATEST")
+        plan_shard_sync([*stream.listing(), stream.shards[sid(0)]], [], "LATEST")
     with pytest.raises(ShardListError, match="hole"):
         plan_shard_sync([stream.shards[sid(1)]], [], "LATEST")
     with pytest.raises(ShardListError, match="short of"):
