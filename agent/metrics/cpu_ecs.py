@@ -84,13 +84,17 @@ class EcsCpu:
             containers = task.get("Containers") if isinstance(task, Mapping) else None
             if not isinstance(containers, list):
                 raise MetricSourceError("ECS task metadata has no Containers list")
-            shares = {
-                str(container.get("DockerId")): _optional_number(container, "Limits", "CPU") or DEFAULT_CONTAINER_SHARE
+            shares = [
+                (container.get("DockerId"), _optional_number(container, "Limits", "CPU") or DEFAULT_CONTAINER_SHARE)
                 for container in containers
                 if isinstance(container, Mapping)
-            }
-            mine = shares.setdefault(self._docker_id, DEFAULT_CONTAINER_SHARE)
-            self._limit = mine / sum(shares.values()) * task_cpus
+            ]
+            total = sum(share for _, share in shares)
+            mine = next((share for docker_id, share in shares if docker_id == self._docker_id), None)
+            if mine is None:  # not listed (yet): it still runs in the task, with Docker's minimum share
+                mine = DEFAULT_CONTAINER_SHARE
+                total += mine
+            self._limit = mine / total * task_cpus
         return self._limit
 
     def sample(self) -> float:

@@ -347,6 +347,19 @@ def test_ecs_container_not_listed_gets_the_minimum_share(ecs: EcsEndpoint) -> No
         source.close()
 
 
+def test_ecs_container_without_cpu_limit_counts_as_two_units(ecs: EcsEndpoint) -> None:
+    # cpu delta 5e7 over system delta 1e9 on 2 CPUs = 0.1 cores.
+    ecs.set_stats(1_000_000_000, 10_000_000_000, 1_050_000_000, 11_000_000_000, online_cpus=2)
+    ecs.set_task(1.0, {"other": 6})
+    ecs.documents[f"/v4/{DOCKER_ID}/task"]["Containers"].append({"DockerId": DOCKER_ID, "Limits": {"Memory": 512}})
+    source = EcsCpu(ecs.uri)
+    try:
+        # 2 of 6 + 2 = 8 units of 1 vCPU = 0.25 CPU; 0.1 cores -> 40 %.
+        assert source.sample() == pytest.approx(40.0)
+    finally:
+        source.close()
+
+
 def test_ecs_endpoint_errors_are_typed(ecs: EcsEndpoint) -> None:
     source = EcsCpu(ecs.uri)
     try:
