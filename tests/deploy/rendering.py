@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dev dependency
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "shardherd"

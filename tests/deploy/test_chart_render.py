@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import pytest
 
 from shared.config import Settings
