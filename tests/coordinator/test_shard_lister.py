@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import http.client
 import itertools
-import json
 import math
 import os
 import random
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +26,7 @@ from shared.errors import StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from tests.coordinator.conftest import kinesis_client
+from tests.support.faulty_proxy import DROPPED, Fault, FaultyProxy
 
 _names = itertools.count()
 
@@ -129,94 +126,42 @@ def test_missing_stream_is_a_typed_error(kinesis: Any) -> None:
     assert clock.monotonic() == ManualClock().monotonic()  # not retried
 
 
-class FaultInjector:
-    """An HTTP proxy on 127.0.0.1 in front of an emulator: request n gets `script[n]` (an HTTP status and an AWS error
-    code) or, for None and once the script is used up, the emulator's real answer."""
-
-    def __init__(self, target_port: int, script: list[tuple[int, str] | None]) -> None:
-        self.script = list(script)
-        self.requests = 0
-        self.forwarded = 0
-        injector = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                fault = injector.script[injector.requests] if injector.requests < len(injector.script) else None
-                injector.requests += 1
-                if fault is not None:
-                    status, code = fault
-                    self._answer(status, json.dumps({"__type": code, "message": "injected"}).encode())
-                    return
-                injector.forwarded += 1
-                upstream = http.client.HTTPConnection(LOOPBACK, target_port, timeout=10)
-                try:
-                    upstream.request("POST", self.path, body, dict(self.headers))
-                    reply = upstream.getresponse()
-                    self._answer(reply.status, reply.read())
-                finally:
-                    upstream.close()
-
-            def _answer(self, status: int, payload: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self.server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.server.server_address[1]}"
-
-    def __enter__(self) -> FaultInjector:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def throttled_stream(kinesis: Any) -> Iterator[str]:
     yield create_stream(kinesis, 3)
 
 
 FAULTS = [
-    (400, "LimitExceededException"),
-    (400, "ProvisionedThroughputExceededException"),
-    (500, "InternalFailure"),
-    (503, "ServiceUnavailable"),
+    Fault(400, "LimitExceededException"),
+    Fault(400, "ProvisionedThroughputExceededException"),
+    Fault(500, "InternalFailure"),
+    DROPPED,  # connection closed without an answer
+    Fault(503, "ServiceUnavailable"),
 ]
+EXPIRED = Fault(400, "ExpiredNextTokenException")
 
 
-def test_retries_throttling_and_5xx(kinesalite: NodeEmulator, throttled_stream: str) -> None:
-    retry, clock = retry_policy(attempts=5)
+def test_retries_throttling_5xx_and_dropped_connections(kinesalite: NodeEmulator, throttled_stream: str) -> None:
+    retry, clock = retry_policy(attempts=6)
     start = clock.monotonic()
-    with FaultInjector(kinesalite.port, list(FAULTS)) as proxy:
+    with FaultyProxy(kinesalite.endpoint_url, FAULTS) as proxy:
         shards = list_shards(kinesis_client(proxy.endpoint_url), throttled_stream, retry)
     assert len(shards) == 3
-    assert (proxy.requests, proxy.forwarded) == (5, 1)
+    assert (proxy.faults_served, len(proxy.forwarded)) == (5, 1)
     assert clock.monotonic() > start  # backed off on the injected clock, not in real time
 
 
 def test_gives_up_after_the_retry_budget(kinesalite: NodeEmulator, throttled_stream: str) -> None:
     retry, _ = retry_policy(attempts=3)
-    with FaultInjector(kinesalite.port, list(FAULTS)) as proxy, pytest.raises(StoreUnavailable, match="failed 3 times"):
+    with FaultyProxy(kinesalite.endpoint_url, FAULTS) as proxy, pytest.raises(StoreUnavailable, match="3 times"):
         list_shards(kinesis_client(proxy.endpoint_url), throttled_stream, retry)
-    assert (proxy.requests, proxy.forwarded) == (3, 0)
+    assert (proxy.faults_served, proxy.forwarded) == (3, [])
 
 
 def test_non_transient_error_is_typed_and_not_retried(kinesalite: NodeEmulator, throttled_stream: str) -> None:
     retry, clock = retry_policy(attempts=5)
-    faults: list[tuple[int, str] | None] = [(400, "AccessDeniedException"), *FAULTS]
-    with FaultInjector(kinesalite.port, faults) as proxy, pytest.raises(ShardListingError, match="AccessDenied"):
+    faults = [Fault(400, "AccessDeniedException"), *FAULTS]
+    with FaultyProxy(kinesalite.endpoint_url, faults) as proxy, pytest.raises(ShardListingError, match="AccessDenied"):
         list_shards(kinesis_client(proxy.endpoint_url), throttled_stream, retry)
     assert proxy.requests == 1
     assert clock.monotonic() == ManualClock().monotonic()
@@ -225,17 +170,18 @@ def test_non_transient_error_is_typed_and_not_retried(kinesalite: NodeEmulator, 
 def test_expired_next_token_restarts_the_listing(kinesis_local: NodeEmulator) -> None:
     name = create_stream(kinesis_client(kinesis_local.endpoint_url), 5)
     # Page 1 is answered, page 2 says the token expired: the lister starts over (3 pages of 2), each shard once.
-    with FaultInjector(kinesis_local.port, [None, (400, "ExpiredNextTokenException")]) as proxy:
+    with FaultyProxy(kinesis_local.endpoint_url, [None, EXPIRED]) as proxy:
         shards = list_shards(kinesis_client(proxy.endpoint_url), name, retry_policy()[0], page_size=2)
     assert len(by_id(shards)) == 5
-    assert (proxy.requests, proxy.forwarded) == (5, 4)
+    assert (proxy.faults_served, len(proxy.forwarded)) == (1, 4)
 
 
 def test_token_expiring_every_time_is_reported(kinesis_local: NodeEmulator) -> None:
     name = create_stream(kinesis_client(kinesis_local.endpoint_url), 5)
-    expired = (400, "ExpiredNextTokenException")
-    script: list[tuple[int, str] | None] = [None, expired] * 3
-    with FaultInjector(kinesis_local.port, script) as proxy, pytest.raises(ShardListingError, match="expired 3 times"):
+    with (
+        FaultyProxy(kinesis_local.endpoint_url, [None, EXPIRED] * 3) as proxy,
+        pytest.raises(ShardListingError, match="expired 3 times"),
+    ):
         list_shards(kinesis_client(proxy.endpoint_url), name, retry_policy()[0], page_size=2, max_restarts=2)
     assert proxy.requests == 6
 
