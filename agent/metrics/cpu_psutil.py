@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import psutil  # type: ignore[import-untyped]  # no stubs in the dev dependencies
+import psutil  # no stubs in the dev dependencies
 
 from agent.metrics import MetricSourceError
 
