@@ -22,7 +22,7 @@ from services.emulators.kinesalite import EmulatorNotInstalled, Kinesalite, Kine
 from services.emulators.ports import LOOPBACK, free_port, wait_until
 from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.clock import ManualClock
-from shared.errors import StoreUnavailable
+from shared.errors import ShardherdError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from tests.coordinator.conftest import kinesis_client
@@ -262,3 +262,37 @@ def test_emulator_exits_when_its_python_parent_is_killed() -> None:
 
     wait_until(gone, 10.0, f"node process {node_pid} to exit after its parent died", lambda: True)
     assert gone()
+
+
+def item(shard_id: str, low: int, high: int, ending: str | None = None) -> dict[str, Any]:
+    sequence = {"StartingSequenceNumber": "100"} | ({"EndingSequenceNumber": ending} if ending else {})
+    return {"ShardId": shard_id, "HashKeyRange": {"StartingHashKey": str(low), "EndingHashKey": str(high)},
+            "SequenceNumberRange": sequence}
+
+
+def page(*items: dict[str, Any], token: str | None = None) -> Fault:
+    """A canned 200 reply holding one ListShards page."""
+    return Fault(200, extra={"Shards": list(items)} | ({"NextToken": token} if token else {}))
+
+
+def test_shard_seen_open_then_closed_across_pages_is_kept_closed(kinesalite: NodeEmulator) -> None:
+    pages = [page(item("shardId-1", 0, 9), item("shardId-2", 10, 19), token="t1"),
+             page(item("shardId-1", 0, 9, ending="200"), token="t2"),
+             page(item("shardId-2", 10, 19))]
+    with FaultyProxy(kinesalite.endpoint_url, pages) as proxy:
+        shards = by_id(list_shards(kinesis_client(proxy.endpoint_url), "canned", retry_policy()[0]))
+    assert [(s.shard_id, s.ending_sequence_number) for s in shards.values()] == [("shardId-1", "200"),
+                                                                                  ("shardId-2", None)]
+
+
+@pytest.mark.parametrize(
+    ("pages", "match"),
+    [
+        ([page(item("shardId-1", 0, 9), token="t1"), page(item("shardId-1", 0, 8))], "different descriptions"),
+        ([page(item("shardId-1", 0, 9), token="t1"), page(token="t1")], "same NextToken twice"),
+        ([page({"ShardId": "shardId-1"})], "HashKeyRange"),
+    ],
+)
+def test_inconsistent_pages_are_rejected(kinesalite: NodeEmulator, pages: list[Fault], match: str) -> None:
+    with FaultyProxy(kinesalite.endpoint_url, pages) as proxy, pytest.raises(ShardherdError, match=match):
+        list_shards(kinesis_client(proxy.endpoint_url), "canned", retry_policy()[0])
