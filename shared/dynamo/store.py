@@ -93,8 +93,16 @@ class DynamoLeaseStore(LeaseStore):
         self._client.close()
 
     # ---------------------------------------------------------------- plumbing
-    def _call(self, operation: Callable[[], Any], what: str) -> Any:
-        return call(self._retry, operation, what)
+    def _call(self, operation: Callable[[], Any], what: str, attempts: list[int] | None = None) -> Any:
+        """One request through the retry policy; `attempts` (if given) collects how often it was sent."""
+        if attempts is None:
+            return call(self._retry, operation, what)
+
+        def counted() -> Any:
+            attempts.append(1)
+            return operation()
+
+        return call(self._retry, counted, what)
 
     def _get(self, table: str, key: Mapping[str, Any], consistent: bool, what: str) -> Item | None:
         response = self._call(lambda: self._client.get_item(TableName=table, Key=key, ConsistentRead=consistent),
@@ -136,12 +144,18 @@ class DynamoLeaseStore(LeaseStore):
                                    **expression.params(update=False)}}
 
     def _write(self, lease_key: str, expression: Expression, what: str, fence: Fence | None = None,
-               classify: Classifier = _not_found_or_ownership, delete: bool = False) -> Outcome:
-        """One conditional UpdateItem/DeleteItem (a transaction with the fence's ConditionCheck when fenced)."""
+               classify: Classifier = _not_found_or_ownership, delete: bool = False,
+               own_result: Callable[[Lease], bool] | None = None) -> Outcome:
+        """One conditional UpdateItem/DeleteItem (a transaction with the fence's ConditionCheck when fenced).
+
+        `own_result` recognises the row this very write produces: when a retried request finds its condition
+        failing and the row already looks like that, the earlier attempt was applied and only its reply was lost.
+        """
         key = lc.key_of(lease_key)
         table = self.tables.leases
         params = {"TableName": table, "Key": key, "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                   **expression.params(update=not delete)}
+        attempts: list[int] = []
         try:
             if fence is None:
                 if delete:
@@ -149,7 +163,7 @@ class DynamoLeaseStore(LeaseStore):
                                           f"DeleteItem {what} {lease_key}")
                 else:
                     response = self._call(lambda: self._client.update_item(ReturnValues="ALL_NEW", **params),
-                                          f"UpdateItem {what} {lease_key}")
+                                          f"UpdateItem {what} {lease_key}", attempts)
                 return Outcome.ok(lc.decode_lease(response["Attributes"]))
             before = self._read_lease(lease_key) if delete else None
             transaction = [self._fence_check(fence), {"Delete" if delete else "Update": params}]
@@ -162,6 +176,8 @@ class DynamoLeaseStore(LeaseStore):
             return Outcome.ok(after)
         except ConditionFailed as lost:
             current = self._current(lease_key, lost.item)
+            if len(attempts) > 1 and current is not None and own_result is not None and own_result(current):
+                return Outcome.ok(current)
             return Outcome.lost(classify(current), current)
         except TransactionCanceled as canceled:
             codes = [reason.get("Code") for reason in canceled.reasons]
@@ -229,9 +245,17 @@ class DynamoLeaseStore(LeaseStore):
             expression.require_string(lc.LEASE_OWNER, owner).require_absent(lc.CHECKPOINT_OWNER)
         expression.require_equal(lc.LEASE_COUNTER, integer(expected_counter))
         expression.set(lc.LEASE_COUNTER, integer(expected_counter + 1))
-        if throughput_kbps is not None:
-            expression.set(lc.THROUGHPUT_KBPS, rounded_micro(throughput_kbps))
-        return self._write(lease_key, expression, "renew")
+        stored_throughput = None if throughput_kbps is None else rounded_micro(throughput_kbps)
+        if stored_throughput is not None:
+            expression.set(lc.THROUGHPUT_KBPS, stored_throughput)
+
+        def renewed_by_me(current: Lease) -> bool:
+            holder = current.checkpoint_owner if during_handoff else current.lease_owner
+            return (holder == owner and current.in_handoff == during_handoff
+                    and current.lease_counter == expected_counter + 1
+                    and (stored_throughput is None or current.throughput_kbps == float(stored_throughput["N"])))
+
+        return self._write(lease_key, expression, "renew", own_result=renewed_by_me)
 
     def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
         """Take at the seen counter; ownerSwitches+1 when a different owner held it (decided inside the condition)."""

@@ -17,7 +17,7 @@ from shared.errors import StoreError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from shared.store import Conflict, Fence, TableNames
-from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
+from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, REPLY_LOST, THROTTLED, Fault, FaultyProxy
 from tests.support.stores import unique_app
 
 ATTEMPTS = 4
@@ -140,3 +140,25 @@ def test_failed_fence_is_fenced_and_writes_nothing(store: DynamoLeaseStore) -> N
 
     assert not outcome.applied and outcome.conflict is Conflict.FENCED
     assert store.get_lease("shardId-1") == outcome.lease
+
+
+def test_renew_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    proxy.add([REPLY_LOST])  # the first UpdateItem is applied by moto, but the connection drops before the reply
+
+    outcome = store.renew("shardId-1", "w1", 0, throughput_kbps=2.5)
+
+    assert outcome.applied and outcome.lease is not None
+    assert outcome.lease.lease_counter == 1 and outcome.lease.throughput_kbps == 2.5
+    assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 2
+
+
+def test_a_real_lost_renew_is_not_mistaken_for_a_lost_reply(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    assert store.take("shardId-1", "w2", 0).applied  # w2 now holds it at counter 1
+    proxy.add([DROPPED])
+
+    outcome = store.renew("shardId-1", "w1", 0)
+
+    assert not outcome.applied and outcome.conflict is Conflict.OWNERSHIP
+    assert outcome.lease is not None and outcome.lease.lease_owner == "w2"

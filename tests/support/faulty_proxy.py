@@ -23,11 +23,15 @@ _TYPE_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 
 @dataclass(frozen=True)
 class Fault:
-    """One canned reply: an HTTP status with a DynamoDB JSON body, or (status 0) a connection closed unanswered."""
+    """One canned reply: an HTTP status with a DynamoDB JSON body, or (status 0) a connection closed unanswered.
+
+    With `forward` the request still reaches the server first (applied there), and only the reply is replaced.
+    """
 
     status: int
     code: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    forward: bool = False
 
     def body(self) -> bytes:
         """The JSON body DynamoDB would send (error type and message, plus any extra fields)."""
@@ -40,6 +44,7 @@ class Fault:
 THROTTLED = Fault(400, "ProvisionedThroughputExceededException")
 INTERNAL_ERROR = Fault(500, "InternalServerError")
 DROPPED = Fault(0)
+REPLY_LOST = Fault(0, forward=True)
 
 
 class FaultyProxy:
@@ -53,7 +58,8 @@ class FaultyProxy:
         self._schedule: deque[Fault | None] = deque(schedule)
         self._lock = threading.Lock()
         self.faults_served = 0
-        self.forwarded: list[str] = []  # the X-Amz-Target of every forwarded request, in order
+        self.forwarded: list[str] = []  # the X-Amz-Target of every request that reached the server, in order
+        self._received = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -64,9 +70,9 @@ class FaultyProxy:
 
     @property
     def requests(self) -> int:
-        """Requests answered so far (faults plus forwarded)."""
+        """Requests received so far."""
         with self._lock:
-            return self.faults_served + len(self.forwarded)
+            return self._received
 
     def add(self, schedule: Iterable[Fault | None]) -> None:
         """Append more scheduled replies."""
@@ -75,10 +81,11 @@ class FaultyProxy:
 
     def _next(self, target: str) -> Fault | None:
         with self._lock:
+            self._received += 1
             fault = self._schedule.popleft() if self._schedule else None
-            if fault is None:
+            if fault is None or fault.forward:
                 self.forwarded.append(target)
-            else:
+            if fault is not None:
                 self.faults_served += 1
             return fault
 
@@ -98,6 +105,8 @@ class FaultyProxy:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 fault = proxy._next(self.headers.get("X-Amz-Target", ""))
+                if fault is not None and fault.forward:
+                    proxy._forward("POST", self.path, dict(self.headers), body)
                 if fault is None:
                     status, headers, payload = proxy._forward("POST", self.path, dict(self.headers), body)
                     self.send_response(status)
