@@ -1,0 +1,354 @@
+"""The agent's lease bookkeeping: discovery through the owner index, liveness, self-fencing and graceful handoff.
+
+One `tick()` does whatever is due, on an injected clock, so the protocol is tested on virtual time. The keeper never
+reads or processes records; it tells a `LeaseListener` when a lease is acquired, must be handed over, or is lost, and
+it writes checkpoints fenced by ownership. Liveness follows the coordinator's mode: `worker` (one heartbeat row per
+worker, default) or `lease` (KCL-compatible renewal of every lease).
+
+Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
+counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
+sent. The keeper stops every lease once `failover - margin` has passed since that send time, so processing always ends
+before anyone else can be given the shard.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from shared.checkpoint import Checkpoint
+from shared.clock import Clock
+from shared.config import Settings
+from shared.errors import StoreUnavailable
+from shared.lease import Lease
+from shared.store import Conflict, LeaseStore, Outcome
+from shared.worker import WorkerRecord, WorkerState
+
+log = logging.getLogger(__name__)
+
+MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
+ThroughputProvider = Callable[[str], float | None]
+
+
+class LossReason(enum.Enum):
+    """Why the agent stopped holding a lease."""
+
+    TAKEN = "taken"  # the store shows another owner (the leader reassigned it)
+    DELETED = "deleted"  # the lease row is gone (shard sync cleaned it up)
+    SELF_FENCED = "self_fenced"  # liveness writes failed for too long: stopped before anyone could take over
+    HANDED_OFF = "handed_off"  # graceful handoff completed: the next owner continues from our checkpoint
+    RELEASED = "released"  # given back on drain
+
+
+class LeaseListener(Protocol):
+    """What the keeper tells the processing side (plain agent or Spark driver)."""
+
+    def lease_acquired(self, lease: Lease) -> None:
+        """Start processing `lease` from its checkpoint."""
+
+    def handoff_requested(self, lease: Lease) -> None:
+        """Stop reading new records of this lease, finish, checkpoint, then call `LeaseKeeper.finish_handoff`."""
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        """Stop processing at once; any checkpoint attempt will be refused."""
+
+
+class HeldState(enum.Enum):
+    """Where a held lease is in its life on this worker."""
+
+    PROCESSING = "processing"
+    HANDING_OFF = "handing_off"
+
+
+@dataclass(slots=True)
+class HeldLease:
+    """A lease this worker holds, with the last row it saw and its local timers (monotonic seconds)."""
+
+    lease: Lease
+    state: HeldState
+    last_renewed_send: float
+    handoff_deadline: float | None = None
+    handoff_ready: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeeperTiming:
+    """Intervals in seconds, from Settings."""
+
+    heartbeat: float
+    discovery: float
+    failover: float
+    margin: float
+    handoff_timeout: float
+    metrics_report: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> KeeperTiming:
+        """Derive the keeper's timings; the margin is 10 % of the failover time, at least 0.2 s."""
+        failover = settings.failover_time_millis / 1000
+        return cls(
+            heartbeat=settings.effective_heartbeat_interval_millis / 1000,
+            discovery=settings.discovery_interval_millis / 1000,
+            failover=failover,
+            margin=max(0.2, failover * 0.1),
+            handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
+            metrics_report=settings.worker_metrics_reporter_freq_millis / 1000,
+        )
+
+
+class LeaseKeeper:
+    """Holds this worker's leases; thread-safe for `checkpoint`/`finish_handoff` calls from processing threads."""
+
+    def __init__(self, store: LeaseStore, settings: Settings, clock: Clock, listener: LeaseListener,
+                 metrics: MetricsProvider | None = None, throughput: ThroughputProvider | None = None) -> None:
+        self._store = store
+        self._me = settings.worker_id
+        self._mode = settings.liveness_mode
+        self._clock = clock
+        self._listener = listener
+        self._metrics = metrics
+        self._throughput = throughput
+        self._timing = KeeperTiming.from_settings(settings)
+        self._held: dict[str, HeldLease] = {}
+        self._guard = threading.RLock()
+        self._heartbeat_count = 0
+        self._last_heartbeat_send: float | None = None
+        self._next_heartbeat = 0.0
+        self._next_discovery = 0.0
+        self._next_record = 0.0
+        self._draining = False
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def worker_id(self) -> str:
+        """The id this worker holds leases under (their `leaseOwner`)."""
+        return self._me
+
+    def held(self) -> dict[str, Lease]:
+        """The leases held now, by key (the last row seen for each)."""
+        with self._guard:
+            return {key: held.lease for key, held in self._held.items()}
+
+    def is_live(self) -> bool:
+        """True while liveness writes succeed often enough that no lease needs fencing."""
+        if self._mode == "lease":
+            return True
+        last = self._last_heartbeat_send
+        return last is not None and self._clock.monotonic() - last < self._timing.failover - self._timing.margin
+
+    # ------------------------------------------------------------------ processing-side calls
+    def checkpoint(self, lease_key: str, checkpoint: Checkpoint, pending: Checkpoint | None = None) -> Outcome:
+        """Write a checkpoint fenced by ownership; losing ownership ends the lease (listener told) and returns it."""
+        with self._guard:
+            held = self._held.get(lease_key)
+        if held is None:
+            return Outcome.lost(Conflict.OWNERSHIP, None)
+        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending)
+        if outcome.applied and outcome.lease is not None:
+            with self._guard:
+                if lease_key in self._held:
+                    self._held[lease_key].lease = outcome.lease
+        elif outcome.conflict in (Conflict.OWNERSHIP, Conflict.NOT_FOUND):
+            reason = LossReason.DELETED if outcome.conflict is Conflict.NOT_FOUND else LossReason.TAKEN
+            self._lose(lease_key, reason)
+        return outcome
+
+    def finish_handoff(self, lease_key: str) -> None:
+        """The processing side has checkpointed a lease under handoff: complete the transfer at the next tick."""
+        with self._guard:
+            held = self._held.get(lease_key)
+            if held is not None and held.state is HeldState.HANDING_OFF:
+                held.handoff_ready = True
+
+    def begin_drain(self) -> None:
+        """Announce DRAINING in the worker record so the leader moves every lease away gracefully."""
+        self._draining = True
+        self._next_heartbeat = 0.0
+        self._next_record = 0.0
+
+    def release_all(self) -> list[str]:
+        """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys."""
+        released = []
+        for key, held in list(self.held_items()):
+            if held.state is HeldState.HANDING_OFF:
+                continue
+            try:
+                outcome = self._store.release(key, self._me)
+            except StoreUnavailable as exc:
+                log.warning("release of %s failed: %s", key, exc)
+                continue
+            if outcome.applied:
+                released.append(key)
+            self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+        return released
+
+    def held_items(self) -> list[tuple[str, HeldLease]]:
+        """A snapshot of the held leases with their local state."""
+        with self._guard:
+            return list(self._held.items())
+
+    # ------------------------------------------------------------------ the protocol
+    def tick(self) -> None:
+        """Do whatever is due: liveness writes, self-fencing, discovery, handoff completion."""
+        now = self._clock.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self._timing.heartbeat
+            self._liveness(now)
+        self._fence(self._clock.monotonic())
+        if now >= self._next_discovery and self.is_live():
+            self._next_discovery = now + self._timing.discovery
+            self._discover()
+        self._progress_handoffs(self._clock.monotonic())
+
+    def _liveness(self, now: float) -> None:
+        if self._mode == "worker" or now >= self._next_record:
+            self._write_worker_record(now)
+        if self._mode == "lease":
+            for key, held in self.held_items():
+                self._renew(key, held)
+
+    def _write_worker_record(self, sent: float) -> None:
+        sts, opr = self._metrics() if self._metrics else ({}, {})
+        throughput = {}
+        if self._throughput is not None:
+            for key in self.held():
+                value = self._throughput(key)
+                if value is not None:
+                    throughput[key] = value
+        self._heartbeat_count += 1
+        record = WorkerRecord(
+            worker_id=self._me, last_update=int(self._clock.time()), metric_stats=sts, operating_range=opr,
+            heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
+            lease_throughput=throughput,
+        )
+        try:
+            self._store.upsert_worker(record)
+        except StoreUnavailable as exc:
+            log.warning("heartbeat failed: %s", exc)
+            return
+        self._last_heartbeat_send = sent
+        self._next_record = sent + (self._timing.heartbeat if self._mode == "worker" else self._timing.metrics_report)
+
+    def _renew(self, key: str, held: HeldLease) -> None:
+        sent = self._clock.monotonic()
+        lease = held.lease
+        throughput = self._throughput(key) if self._throughput else None
+        during = held.state is HeldState.HANDING_OFF
+        try:
+            outcome = self._store.renew(key, self._me, lease.lease_counter, throughput, during_handoff=during)
+            current = outcome.lease
+            if not outcome.applied and current is not None and self._still_mine(current, during):
+                # Our own checkpoint (or a handoff start) moved the row on: renew against what is there now.
+                during = current.checkpoint_owner == self._me
+                if during and held.state is not HeldState.HANDING_OFF:
+                    self._request_handoff(key, current)
+                outcome = self._store.renew(key, self._me, current.lease_counter, throughput, during_handoff=during)
+        except StoreUnavailable as exc:
+            log.warning("renewal of %s failed: %s", key, exc)
+            return
+        if outcome.applied and outcome.lease is not None:
+            with self._guard:
+                if key in self._held:
+                    self._held[key].lease = outcome.lease
+                    self._held[key].last_renewed_send = sent
+        elif outcome.conflict is Conflict.NOT_FOUND:
+            self._lose(key, LossReason.DELETED)
+        else:
+            self._lose(key, LossReason.TAKEN)
+
+    def _still_mine(self, current: Lease, during_handoff: bool) -> bool:
+        if current.checkpoint_owner == self._me:
+            return True
+        return not during_handoff and current.lease_owner == self._me and current.checkpoint_owner is None
+
+    def _fence(self, now: float) -> None:
+        limit = self._timing.failover - self._timing.margin
+        if self._mode == "worker":
+            if self._held and not self.is_live():
+                log.error("no successful heartbeat for %.1f s: fencing %d leases", limit, len(self._held))
+                for key in list(self.held()):
+                    self._lose(key, LossReason.SELF_FENCED)
+            return
+        for key, held in self.held_items():
+            if now - held.last_renewed_send >= limit:
+                log.error("lease %s not renewed for %.1f s: fencing it", key, limit)
+                self._lose(key, LossReason.SELF_FENCED)
+
+    def _discover(self) -> None:
+        try:
+            owned = set(self._store.list_owned_keys(self._me))
+        except StoreUnavailable as exc:
+            log.warning("discovery failed: %s", exc)
+            return
+        held = self.held()
+        for key in sorted(owned - held.keys()):
+            self._consider_new(key)
+        for key in sorted(held.keys() - owned):
+            self._recheck(key)
+
+    def _consider_new(self, key: str) -> None:
+        if self._draining:
+            return
+        try:
+            lease = self._store.get_lease(key)
+        except StoreUnavailable as exc:
+            log.warning("reading discovered lease %s failed: %s", key, exc)
+            return
+        if lease is None or lease.lease_owner != self._me or lease.checkpoint_owner is not None:
+            return  # stale index entry, or still draining from its previous owner
+        with self._guard:
+            self._held[key] = HeldLease(lease, HeldState.PROCESSING, self._clock.monotonic())
+        log.info("acquired %s at %s", key, lease.checkpoint)
+        self._listener.lease_acquired(lease)
+
+    def _recheck(self, key: str) -> None:
+        """A held lease no longer shows under our owner in the index: read it to learn why."""
+        try:
+            lease = self._store.get_lease(key)
+        except StoreUnavailable as exc:
+            log.warning("re-reading %s failed: %s", key, exc)
+            return
+        if lease is None:
+            self._lose(key, LossReason.DELETED)
+        elif lease.checkpoint_owner == self._me:
+            self._request_handoff(key, lease)
+        elif lease.lease_owner != self._me:
+            self._lose(key, LossReason.TAKEN)
+
+    def _request_handoff(self, key: str, lease: Lease) -> None:
+        with self._guard:
+            held = self._held.get(key)
+            if held is None or held.state is HeldState.HANDING_OFF:
+                return
+            held.lease = lease
+            held.state = HeldState.HANDING_OFF
+            held.handoff_deadline = self._clock.monotonic() + self._timing.handoff_timeout
+        log.info("handoff of %s to %s requested", key, lease.lease_owner)
+        self._listener.handoff_requested(lease)
+
+    def _progress_handoffs(self, now: float) -> None:
+        for key, held in self.held_items():
+            if held.state is not HeldState.HANDING_OFF:
+                continue
+            deadline = held.handoff_deadline or now
+            if not held.handoff_ready and now < deadline:
+                continue
+            if not held.handoff_ready:
+                log.warning("handoff of %s timed out: transferring without a final checkpoint", key)
+            try:
+                outcome = self._store.complete_handoff(key, self._me)
+            except StoreUnavailable as exc:
+                log.warning("completing the handoff of %s failed: %s", key, exc)
+                continue
+            self._lose(key, LossReason.HANDED_OFF if outcome.applied else LossReason.TAKEN)
+
+    def _lose(self, key: str, reason: LossReason) -> None:
+        with self._guard:
+            held = self._held.pop(key, None)
+        if held is not None:
+            log.info("lease %s ended on this worker: %s", key, reason.value)
+            self._listener.lease_lost(key, reason)

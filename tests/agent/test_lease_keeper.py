@@ -1,0 +1,192 @@
+"""The agent's lease keeper on real stores and a virtual clock: discovery, handoff, loss, fencing, drain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from agent.lease_keeper import LeaseKeeper, LossReason
+from services.emulators.moto_server import MotoServer
+from shared.aws import make_client
+from shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shared.clock import ManualClock
+from shared.config import Settings, load_settings
+from shared.dynamo.store import DynamoLeaseStore
+from shared.lease import Lease, new_lease
+from shared.retry import RetryPolicy
+from shared.store import Conflict, LeaseStore, TableNames
+from shared.worker import WorkerState
+from tests.support.faulty_proxy import INTERNAL_ERROR, FaultyProxy
+from tests.support.stores import unique_app
+
+KEY = "shardId-000000000000"
+
+
+@dataclass
+class Events:
+    """A listener that records what the keeper told it."""
+
+    acquired: list[str] = field(default_factory=list)
+    handoffs: list[str] = field(default_factory=list)
+    lost: list[tuple[str, LossReason]] = field(default_factory=list)
+
+    def lease_acquired(self, lease: Lease) -> None:
+        self.acquired.append(lease.lease_key)
+
+    def handoff_requested(self, lease: Lease) -> None:
+        self.handoffs.append(lease.lease_key)
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        self.lost.append((lease_key, reason))
+
+
+def _settings(worker: str, **overrides: object) -> Settings:
+    return load_settings(worker_id=worker, application_name="keeper-test", **overrides)
+
+
+def _keeper(store: LeaseStore, worker: str, clock: ManualClock, **overrides: object) -> tuple[LeaseKeeper, Events]:
+    events = Events()
+    return LeaseKeeper(store, _settings(worker, **overrides), clock, events), events
+
+
+def _step(clock: ManualClock, seconds: float, *keepers: LeaseKeeper) -> None:
+    for _ in range(int(seconds / 0.5)):
+        clock.advance(0.5)
+        for keeper in keepers:
+            keeper.tick()
+
+
+def test_discovers_assigned_leases_and_heartbeats(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    keeper.tick()
+    assert events.acquired == []
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    assert events.acquired == [KEY]
+    record = store.get_worker("w1")
+    assert record is not None and record.heartbeat >= 1 and record.state is WorkerState.ACTIVE
+    before = record.heartbeat
+    _step(clock, 7, keeper)
+    after = store.get_worker("w1")
+    assert after is not None and after.heartbeat >= before + 2  # one beat per failover/3 - epsilon
+
+
+def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _keeper(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, old, new)
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    _step(clock, 2.5, old, new)
+    assert old_events.handoffs == [KEY]
+    assert new_events.acquired == []  # still draining from w1: the next owner waits
+    assert old.checkpoint(KEY, Checkpoint.at("500")).applied  # the draining owner may checkpoint
+    old.finish_handoff(KEY)
+    _step(clock, 2.5, old, new)
+    assert old_events.lost == [(KEY, LossReason.HANDED_OFF)]
+    assert new_events.acquired == [KEY]
+    lease = store.get_lease(KEY)
+    assert lease is not None and lease.lease_owner == "w2" and lease.checkpoint_owner is None
+    assert lease.checkpoint == Checkpoint.at("500")
+
+
+def test_handoff_is_forced_after_its_timeout(store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _keeper(store, "w1", clock, graceful_lease_handoff_timeout_millis=5000)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, old)
+    store.start_handoff(KEY, "w2", "w1")
+    _step(clock, 3, old)
+    assert old_events.handoffs == [KEY] and old_events.lost == []
+    _step(clock, 5, old)
+    assert old_events.lost == [(KEY, LossReason.HANDED_OFF)]
+
+
+def test_lease_taken_by_the_leader_stops_processing_and_refuses_checkpoints(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    store.assign(KEY, "w2", "w1", None)  # judged expired and reassigned
+    outcome = keeper.checkpoint(KEY, Checkpoint.at("7"))
+    assert not outcome.applied and outcome.conflict is Conflict.OWNERSHIP
+    assert events.lost == [(KEY, LossReason.TAKEN)]
+    assert store.get_lease(KEY).checkpoint == TRIM_HORIZON  # type: ignore[union-attr]
+
+
+def test_deleted_lease_is_dropped(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    store.delete_lease(KEY)
+    _step(clock, 2.5, keeper)
+    assert events.lost == [(KEY, LossReason.DELETED)]
+
+
+def test_drain_announces_itself_and_release_gives_leases_back(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    keeper.begin_drain()
+    keeper.tick()
+    record = store.get_worker("w1")
+    assert record is not None and record.state is WorkerState.DRAINING
+    assert keeper.release_all() == [KEY]
+    assert events.lost == [(KEY, LossReason.RELEASED)]
+    lease = store.get_lease(KEY)
+    assert lease is not None and lease.lease_owner is None
+
+
+def test_lease_mode_renews_each_lease_and_follows_a_handoff(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock, liveness_mode="lease")
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    counter = store.get_lease(KEY).lease_counter  # type: ignore[union-attr]
+    _step(clock, 10, keeper)
+    assert store.get_lease(KEY).lease_counter >= counter + 2  # type: ignore[union-attr]
+    assert keeper.checkpoint(KEY, Checkpoint.at("42")).applied  # bumps the counter; renewals must follow it
+    store.start_handoff(KEY, "w2", "w1")
+    _step(clock, 4, keeper)
+    assert events.handoffs == [KEY]
+    assert events.lost == []  # renewing as checkpoint owner keeps it alive while draining
+    renewed = store.get_lease(KEY)
+    _step(clock, 4, keeper)
+    assert store.get_lease(KEY).lease_counter > renewed.lease_counter  # type: ignore[union-attr]
+
+
+@pytest.mark.dynamodb
+def test_agent_cut_off_from_the_store_fences_itself_before_failover(moto_server: MotoServer) -> None:
+    clock = ManualClock()
+    tables = TableNames.for_application(unique_app("fence"))
+    with FaultyProxy(moto_server.endpoint_url) as proxy:
+        direct = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_server.endpoint_url), tables)
+        direct.ensure_tables()
+        proxied = DynamoLeaseStore(make_client("dynamodb", "us-east-1", proxy.endpoint_url), tables,
+                                   retry=RetryPolicy(max_attempts=2, clock=clock))
+        keeper, events = _keeper(proxied, "w1", clock)
+        direct.create_lease(new_lease(KEY, TRIM_HORIZON))
+        direct.assign(KEY, "w1", None, None)
+        _step(clock, 2.5, keeper)
+        assert events.acquired == [KEY]
+        last_ok = clock.monotonic()
+        proxy.add([INTERNAL_ERROR] * 10_000)  # partition: every request fails
+        fenced_at = None
+        while fenced_at is None and clock.monotonic() - last_ok < 20:
+            _step(clock, 0.5, keeper)
+            if events.lost:
+                fenced_at = clock.monotonic()
+        assert events.lost == [(KEY, LossReason.SELF_FENCED)]
+        assert fenced_at is not None and fenced_at - last_ok < 10.0  # before the 10 s failover could expire it
