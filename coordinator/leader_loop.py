@@ -82,7 +82,8 @@ class LeaderLoop:
     """One coordinator replica's assignment loop; call `run_once()` every interval (or `run_forever`)."""
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, clock: Clock,
-                 shard_source: ShardSource | None = None, history: RunHistory | None = None) -> None:
+                 shard_source: ShardSource | None = None, history: RunHistory | None = None,
+                 on_run: Callable[[RunSummary], None] | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -92,6 +93,7 @@ class LeaderLoop:
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
         self.history = history or RunHistory()
+        self._on_run = on_run
         self._term: _Term | None = None
         self._failures = 0
 
@@ -132,6 +134,11 @@ class LeaderLoop:
         else:
             self._failures = 0
         self.history.append(summary)
+        if self._on_run is not None:
+            try:
+                self._on_run(summary)
+            except Exception:  # publishing is best effort; it must never fail the loop
+                log.exception("leader loop: publishing the run summary failed")
         return summary
 
     # ------------------------------------------------------------------ one run
