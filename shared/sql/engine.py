@@ -2,7 +2,8 @@
 
 SQLite: pysqlite's own BEGIN handling is switched off so SQLAlchemy's `begin` event can issue `BEGIN IMMEDIATE` for
 writes (writers queue on the busy timeout instead of failing on lock upgrade) and a plain deferred `BEGIN` for reads;
-files run in WAL mode so readers never block the writer. PostgreSQL: psycopg 3, READ COMMITTED, pre-pinged pool.
+files run in WAL mode so readers never block the writer. PostgreSQL: psycopg 3, READ COMMITTED, no pre-ping (it
+would double the round trips): a pooled connection found dead is a transient error, retried on a fresh one.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def make_engines(url: str, pool_size: int) -> tuple[Engine, Engine]:
         event.listen(engine, "begin", _sqlite_begin)
         return engine, engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
     if backend == "postgresql":
-        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
         return engine, engine
     raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
                       "use sqlite:///<file> or postgresql+psycopg://...")

@@ -183,7 +183,7 @@ def test_postgres_errors_are_classified_by_sqlstate(postgres_server: Any, sqlsta
 @pytest.mark.postgres
 def test_postgres_store_survives_its_connections_being_killed(postgres_server: Any) -> None:
     clock = ManualClock()
-    with open_store(postgres_server.url, retry=RetryPolicy(clock=clock)) as store:
+    with open_store(postgres_server.url, retry=RetryPolicy(clock=clock, rng=random.Random(3))) as store:
         assert store.create_lease(Lease(KEY)).applied
         admin = create_engine(postgres_server.url)
         try:
@@ -198,3 +198,4 @@ def test_postgres_store_survives_its_connections_being_killed(postgres_server: A
     assert outcome.applied
     assert outcome.lease is not None
     assert outcome.lease.lease_owner == OWNER
+    assert clock.monotonic() > 1_000.0  # the dead pooled connection failed once and the write was retried
