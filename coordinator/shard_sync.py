@@ -116,14 +116,12 @@ class _Stream:
     shards: dict[str, Shard]
     order: tuple[str, ...]  # parents before children, ties by starting sequence number
     children: dict[str, tuple[str, ...]]
+    listed_parents: dict[str, tuple[str, ...]]  # each shard's parents that are still listed
+    inconsistent: frozenset[str]  # open shards whose listed parent is also open
 
     def parents_in_stream(self, shard_id: str) -> tuple[str, ...]:
         """The shard's parents that are still listed."""
-        return tuple(p for p in self.shards[shard_id].parent_ids if p in self.shards)
-
-    def is_inconsistent_child(self, shard: Shard) -> bool:
-        """True for an open shard whose listed parent is also open."""
-        return shard.is_open and any(self.shards[p].is_open for p in self.parents_in_stream(shard.shard_id))
+        return self.listed_parents[shard_id]
 
 
 def plan_shard_sync(
@@ -150,9 +148,7 @@ def plan_shard_sync(
     return SyncPlan(
         creates=tuple(creates),
         deletes=tuple(sorted(deletes, key=lambda d: d.lease.lease_key)),
-        inconsistent_shard_ids=tuple(
-            shard_id for shard_id in stream.order if stream.is_inconsistent_child(stream.shards[shard_id])
-        ),
+        inconsistent_shard_ids=tuple(shard_id for shard_id in stream.order if shard_id in stream.inconsistent),
     )
 
 
@@ -181,10 +177,17 @@ def _index_stream(shards: Iterable[Shard]) -> _Stream:
     for shard in by_id.values():
         for parent in shard.parent_ids:
             children.setdefault(parent, []).append(shard.shard_id)
+    listed_parents = {sid: tuple(p for p in shard.parent_ids if p in by_id) for sid, shard in by_id.items()}
     stream = _Stream(
         shards=by_id,
         order=_parents_first(by_id, children),
         children={parent: tuple(kids) for parent, kids in children.items()},
+        listed_parents=listed_parents,
+        inconsistent=frozenset(
+            sid
+            for sid, shard in by_id.items()
+            if shard.is_open and any(by_id[p].is_open for p in listed_parents[sid])
+        ),
     )
     _check_open_shards_tile_hash_space(stream)
     return stream
@@ -213,7 +216,7 @@ def _check_open_shards_tile_hash_space(stream: _Stream) -> None:
     ranges = sorted(
         (shard.hash_range, shard.shard_id)
         for shard in stream.shards.values()
-        if shard.is_open and not stream.is_inconsistent_child(shard)
+        if shard.is_open and shard.shard_id not in stream.inconsistent
     )
     if not ranges:
         raise ShardListError("the listing has no open shard; a Kinesis stream always has at least one")
@@ -285,7 +288,7 @@ def _untracked_ancestry(stream: _Stream, tracked: set[str], position: Checkpoint
     to_visit: list[str] = []
     for shard_id in stream.order:
         shard = stream.shards[shard_id]
-        if shard_id in tracked or not shard.is_open or stream.is_inconsistent_child(shard):
+        if shard_id in tracked or not shard.is_open or shard_id in stream.inconsistent:
             continue
         if shard_id in descendants:
             to_visit.append(shard_id)
