@@ -141,6 +141,26 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
         return summary
 
+    def dry_run(self) -> Plan:
+        """What the decider would do now (a balancing run), from the store and, on the leader, its observations.
+
+        Writes nothing. A replica that is not the leader has no liveness history, so only unowned leases count as
+        needing an owner and every worker with a record counts as active.
+        """
+        now = self._clock.monotonic()
+        scan = self._store.scan_leases()
+        workers = self._store.scan_workers().workers
+        term = self._term
+        if term is None:
+            tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
+            tracker.observe(scan.leases, workers, now)
+            term = _Term(epoch=0, tracker=tracker)
+            active = workers
+        else:
+            active = [w for w in workers if term.tracker.worker_alive(w.worker_id, now)]
+        views = self._lease_views(_Term(term.epoch, term.tracker, dict(term.handoff_seen)), scan.leases, active, now)
+        return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, True)
+
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
         tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)

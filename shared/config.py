@@ -82,6 +82,14 @@ class Settings(BaseSettings):
     no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)
     stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60)
 
+    # Operator API (served by every coordinator replica).
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8080, ge=0, le=65535)
+    api_token: str | None = Field(None, min_length=16)
+    api_token_file: str | None = None
+    api_protect_reads: bool = False
+    coordinator_url: str | None = None
+
     # Where a new stream is read from.
     initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None

@@ -215,3 +215,15 @@ def test_lease_mode_expires_by_counter(loop_store: LeaseStore) -> None:
     assert moved_at is not None  # expired by its silent counter although its owner still heartbeats
     assert moved_at > settings.failover_time_millis / 1000
     assert loop_store.get_lease(survivor).actual_owner == "w1"  # type: ignore[union-attr]
+
+
+def test_dry_run_plans_without_writing(loop_store: LeaseStore) -> None:
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1")
+    fleet.run(INTERVAL)
+    fleet.join("w2")
+    fleet.heartbeat()
+    before = {lease.lease_key: lease for lease in loop_store.scan_leases().leases}
+    plan = fleet.loop.dry_run()
+    assert plan.moves and all(move.to_worker == "w2" for move in plan.moves)
+    assert {lease.lease_key: lease for lease in loop_store.scan_leases().leases} == before
