@@ -6,10 +6,12 @@ import itertools
 
 from shared.aws import make_client
 from shared.retry import RetryPolicy
+from shared.memory_store import MemoryLeaseStore, MemoryTables
 from shared.store import LeaseStore, TableNames
 
-BACKENDS = ("dynamodb", "sqlite", "postgres")
+BACKENDS = ("dynamodb", "sqlite", "postgres", "memory")
 _counter = itertools.count()
+_memory: dict[TableNames, MemoryTables] = {}  # one in-memory "endpoint": stores opened on the same tables share it
 
 
 def unique_app(prefix: str = "app") -> str:
@@ -38,6 +40,8 @@ def make_store(backend: str, *, moto_url: str | None = None, postgres_url: str |
 
         assert postgres_url is not None
         store = SqlLeaseStore(postgres_url, tables, retry=retry)
+    elif backend == "memory":
+        store = MemoryLeaseStore(tables, _memory.setdefault(tables, MemoryTables()))
     else:
         raise ValueError(f"unknown backend {backend}")
     store.ensure_tables()
