@@ -135,7 +135,8 @@ class MemoryLeaseStore(LeaseStore):
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (not the counter)."""
-        switched = (expected_owner is not None and expected_owner != new_owner) or expected_checkpoint_owner == new_owner
+        switched = ((expected_owner is not None and expected_owner != new_owner)
+                    or expected_checkpoint_owner == new_owner)
 
         def change(lease: Lease) -> Lease:
             return replace(lease, lease_owner=new_owner, checkpoint_owner=None, lease_counter=lease.lease_counter + 1,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 from shared.aws import make_client
-from shared.retry import RetryPolicy
 from shared.memory_store import MemoryLeaseStore, MemoryTables
+from shared.retry import RetryPolicy
 from shared.store import LeaseStore, TableNames
 
 BACKENDS = ("dynamodb", "sqlite", "postgres", "memory")
