@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from shared.checkpoint import Checkpoint
 from shared.dynamo import lease_codec as lc
 from shared.dynamo.attributes import integer, rounded_micro, string, string_set
-from shared.dynamo.errors import ConditionFailed, TransactionCanceled, call
+from shared.dynamo.errors import ConditionFailed, TransactionCanceled
 from shared.dynamo.expressions import Expression, Item
-from shared.dynamo.state_codec import add_condition, decode_state, encode_state, state_key
+from shared.dynamo.records import WorkerAndStateRecords
+from shared.dynamo.state_codec import add_condition, state_key
 from shared.dynamo.tables import Capacity, TableManager
-from shared.dynamo.worker_codec import (
-    DRAIN_REQUESTED,
-    WORKER_ID,
-    decode_worker,
-    worker_key,
-    worker_unchanged,
-    worker_upsert,
-)
-from shared.errors import MalformedLease, MalformedWorker, StoreError
+from shared.errors import MalformedLease, StoreError
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from shared.store import (
@@ -31,12 +24,8 @@ from shared.store import (
     LeaseScan,
     LeaseStore,
     Outcome,
-    StateCondition,
-    StateValue,
     TableNames,
-    WorkerScan,
 )
-from shared.worker import WorkerRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -69,17 +58,14 @@ def _require_checkpoint(expression: Expression, checkpoint: Checkpoint) -> Expre
     return expression.require_equal(lc.CHECKPOINT_SUB, sub)
 
 
-class DynamoLeaseStore(LeaseStore):
+class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
     """Leases, worker records and coordinator state of one application in DynamoDB, via the low-level client."""
 
     def __init__(self, client: DynamoDBClient, tables: TableNames, retry: RetryPolicy | None = None,
                  billing_mode: str = "PAY_PER_REQUEST", read_capacity: int = 10, write_capacity: int = 10,
                  consistent_reads: bool = True) -> None:
-        self.tables = tables
-        self._client = client
-        self._retry = retry or RetryPolicy()
+        super().__init__(client, tables, retry, consistent_reads)
         self._capacity = Capacity(billing_mode, read_capacity, write_capacity)
-        self._consistent_reads = consistent_reads
         # Page size of the owner-index query (DynamoDB's 1 MB page when None); settable for tests and tuning.
         self.owner_query_page_size: int | None = None
 
@@ -93,35 +79,6 @@ class DynamoLeaseStore(LeaseStore):
         self._client.close()
 
     # ---------------------------------------------------------------- plumbing
-    def _call(self, operation: Callable[[], Any], what: str, attempts: list[int] | None = None) -> Any:
-        """One request through the retry policy; `attempts` (if given) collects how often it was sent."""
-        if attempts is None:
-            return call(self._retry, operation, what)
-
-        def counted() -> Any:
-            attempts.append(1)
-            return operation()
-
-        return call(self._retry, counted, what)
-
-    def _get(self, table: str, key: Mapping[str, Any], consistent: bool, what: str) -> Item | None:
-        response = self._call(lambda: self._client.get_item(TableName=table, Key=key, ConsistentRead=consistent),
-                              what)
-        item: Item | None = response.get("Item")
-        return item
-
-    def _scan(self, table: str, page_size: int, what: str) -> Iterator[Item]:
-        if page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {page_size}")
-        params: dict[str, Any] = {"TableName": table, "Limit": page_size, "ConsistentRead": self._consistent_reads}
-        while True:
-            response = self._call(lambda: self._client.scan(**params), what)
-            yield from response.get("Items", [])
-            last = response.get("LastEvaluatedKey")
-            if not last:
-                return
-            params["ExclusiveStartKey"] = last
-
     def _lease_from(self, item: Item | None) -> Lease | None:
         if item is None or not lc.is_lease_item(item):
             return None
@@ -386,87 +343,3 @@ class DynamoLeaseStore(LeaseStore):
             return _not_found_or_ownership(current)
 
         return self._write(lease_key, expression, "delete", fence, classify, delete=True)
-
-    # ---------------------------------------------------------------- workers
-    def upsert_worker(self, record: WorkerRecord) -> None:
-        """UpdateItem of every worker-owned attribute (never `drainRequested`)."""
-        self._call(lambda: self._client.update_item(
-            TableName=self.tables.worker_metrics, Key=worker_key(record.worker_id),
-            **worker_upsert(record).params()), f"UpdateItem worker {record.worker_id}")
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Read one worker record (consistent); MalformedWorker if unreadable."""
-        item = self._get(self.tables.worker_metrics, worker_key(worker_id), True, f"GetItem worker {worker_id}")
-        return None if item is None else decode_worker(item)
-
-    def scan_workers(self) -> WorkerScan:
-        """Every worker record via a paginated Scan; unreadable ones are reported."""
-        workers: list[WorkerRecord] = []
-        malformed: list[MalformedWorker] = []
-        for item in self._scan(self.tables.worker_metrics, 1000, f"Scan {self.tables.worker_metrics}"):
-            try:
-                workers.append(decode_worker(item))
-            except MalformedWorker as exc:
-                malformed.append(exc)
-        return WorkerScan(workers, malformed)
-
-    def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
-        """Set the operator drain flag on an existing record; False if there is none."""
-        expression = Expression().require_present(WORKER_ID).set(DRAIN_REQUESTED, {"BOOL": requested})
-        return self._conditional(lambda: self._client.update_item(
-            TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params()),
-            f"UpdateItem drain {worker_id}")
-
-    def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
-        """Delete a stale record only while `lut` and `hb` are still the values read."""
-        expression = worker_unchanged(last_update, heartbeat)
-        return self._conditional(lambda: self._client.delete_item(
-            TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params(update=False)),
-            f"DeleteItem worker {worker_id}")
-
-    def _conditional(self, operation: Callable[[], Any], what: str) -> bool:
-        """True if a conditional request was applied, False if its condition failed."""
-        try:
-            self._call(operation, what)
-        except ConditionFailed:
-            return False
-        return True
-
-    # ---------------------------------------------------------------- coordinator state
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
-        """Read a coordinator-state item (consistent) without its hash key."""
-        item = self._get(self.tables.coordinator_state, state_key(key), True, f"GetItem state {key}")
-        return None if item is None else decode_state(item)
-
-    def put_state(self, key: str, attributes: Mapping[str, StateValue],
-                  condition: StateCondition | None = None) -> bool:
-        """PutItem replacing the whole item if `condition` holds."""
-        item = encode_state(key, attributes)
-        expression = add_condition(Expression(), condition)
-        return self._conditional(lambda: self._client.put_item(
-            TableName=self.tables.coordinator_state, Item=item, **expression.params(update=False)),
-            f"PutItem state {key}")
-
-    def update_state(self, key: str, set_attributes: Mapping[str, StateValue],
-                     remove: Sequence[str] = (), condition: StateCondition | None = None) -> bool:
-        """UpdateItem of an existing item if `condition` holds."""
-        if not set_attributes and not remove:
-            raise ValueError(f"update_state {key!r}: nothing to set or remove")
-        if STATE_KEY_ATTRIBUTE in set_attributes or STATE_KEY_ATTRIBUTE in remove:
-            raise ValueError(f"update_state {key!r}: the hash key {STATE_KEY_ATTRIBUTE!r} cannot be changed")
-        expression = add_condition(Expression().require_present(STATE_KEY_ATTRIBUTE), condition)
-        for name, value in encode_state(key, set_attributes).items():
-            if name != STATE_KEY_ATTRIBUTE:
-                expression.set(name, value)
-        for name in remove:
-            expression.remove(name)
-        return self._conditional(lambda: self._client.update_item(
-            TableName=self.tables.coordinator_state, Key=state_key(key), **expression.params()),
-            f"UpdateItem state {key}")
-
-    def delete_state(self, key: str, condition: StateCondition | None = None) -> bool:
-        """DeleteItem of an existing item if `condition` holds."""
-        expression = add_condition(Expression().require_present(STATE_KEY_ATTRIBUTE), condition)
-        return self._conditional(lambda: self._client.delete_item(
-            TableName=self.tables.coordinator_state, Key=state_key(key), **expression.params(update=False)),
-            f"DeleteItem state {key}")
