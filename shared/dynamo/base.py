@@ -53,7 +53,6 @@ class DynamoAccess:
                 return
             params["ExclusiveStartKey"] = last
 
-
     def _conditional(self, operation: Callable[[], Any], what: str) -> bool:
         """True if a conditional request was applied, False if its condition failed."""
         try:
