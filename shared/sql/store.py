@@ -446,9 +446,10 @@ class SqlLeaseStore(LeaseStore):
                 if item is not None:
                     conn.execute(update(state).where(state.c.key == key).values(document=document))
                     return True
+                # RETURNING tells whether the row went in (psycopg reports no rowcount for ON CONFLICT DO NOTHING).
                 inserted = conn.execute(insert_for(self._write_engine, state).values(key=key, document=document)
-                                        .on_conflict_do_nothing(index_elements=[state.c.key]))
-                if inserted.rowcount == 0:
+                                        .on_conflict_do_nothing(index_elements=[state.c.key]).returning(state.c.key))
+                if inserted.first() is None:
                     raise _RowAppeared(key)
                 return True
 

@@ -199,3 +199,26 @@ def test_postgres_store_survives_its_connections_being_killed(postgres_server: A
     assert outcome.lease is not None
     assert outcome.lease.lease_owner == OWNER
     assert clock.monotonic() > 1_000.0  # the dead pooled connection failed once and the write was retried
+
+
+# ------------------------------------------------------------------ coordinator-state races
+@pytest.mark.parametrize("rounds", [10])
+def test_exactly_one_contender_creates_an_absent_state_item(url: str, rounds: int) -> None:
+    with open_store(url) as store:
+        for round_number in range(rounds):
+            key = f"leader-{round_number}"
+            start = threading.Barrier(CONTENDERS)
+            wins: list[str] = []
+
+            def acquire(me: str, key: str = key, start: threading.Barrier = start, wins: list[str] = wins) -> None:
+                start.wait(TIMEOUT)
+                if store.put_state(key, {"ownerName": me}, {"key": None}):
+                    wins.append(me)
+
+            threads = [threading.Thread(target=acquire, args=(f"w{i}",)) for i in range(CONTENDERS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(TIMEOUT)
+            assert len(wins) == 1, f"round {round_number}: {wins}"
+            assert store.get_state(key) == {"ownerName": wins[0]}
