@@ -7,6 +7,7 @@ cached shard list) belongs to one leader term and is reset when leadership is (r
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Callable, Collection
@@ -151,14 +152,13 @@ class LeaderLoop:
         scan = self._store.scan_leases()
         workers = self._store.scan_workers().workers
         term = self._term
-        if term is None:
-            tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
-            tracker.observe(scan.leases, workers, now)
-            term = _Term(epoch=0, tracker=tracker)
-            active = workers
-        else:
-            active = [w for w in workers if term.tracker.worker_alive(w.worker_id, now)]
-        views = self._lease_views(_Term(term.epoch, term.tracker, dict(term.handoff_seen)), scan.leases, active, now)
+        # A private copy: the loop thread keeps using its own observations while the API thread plans.
+        tracker = (copy.deepcopy(term.tracker) if term is not None else
+                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace))
+        tracker.observe(scan.leases, workers, now)
+        active = [w for w in workers if tracker.worker_alive(w.worker_id, now)]
+        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
+        views = self._lease_views(shadow, scan.leases, active, now)
         return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, True)
 
     # ------------------------------------------------------------------ one run

@@ -67,7 +67,11 @@ class LeaseCountDecider:
         """Give a lease that must move to the least-loaded worker below its quota (else below max); False if none."""
         if not self.heap:
             return False
-        _, load, wid = heapq.heappop(self.heap)
+        chosen = heapq.heappop(self.heap)
+        lease = self.ledger.leases[key]
+        if lease.expired and chosen[2] == lease.actual_owner and self.heap:
+            chosen = heapq.heapreplace(self.heap, chosen)  # not back to the owner it expired under, if avoidable
+        _, load, wid = chosen
         self._give(key, wid, reason, f"least loaded: {load} leases, quota {self.quota[wid]}")
         return True
 

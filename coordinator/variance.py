@@ -22,8 +22,9 @@ Differences (each tested in tests/coordinator/test_variance.py):
 * Donor leases are walked largest first instead of in random order: deterministic, and the budget moves fewer leases.
 * A donor above its operating range but below the average uses the operating range as its target, so its budget is
   positive (5.7 #4); the fallback donor (trigger only from below) gives nothing if it is not above the average.
-* An expired lease whose own owner has most room is re-assigned to it (a plain assign that restarts its failover
-  period); KCL skips it, leaving it expired, unless it has a checkpoint owner (3.4.2 rule).
+* An expired lease goes to a worker other than the one it expired under whenever another can take it (an owner that
+  heartbeats but stopped renewing is stuck on that lease); only as a last resort is it re-assigned to its own owner (a
+  plain assign restarting its failover period). KCL skips it, leaving it expired, unless it has a checkpoint owner.
 * Draining workers receive nothing and all their leases move first (reason DRAIN, every run); the fleet average of a
   metric is the load of all workers spread over the non-draining ones, and `T` divides by non-draining workers.
 """
@@ -194,7 +195,10 @@ class VarianceDecider:
             if not heap:
                 self._spill_reason(lease.key)
                 continue
-            neg_room, _, wid = heapq.heappop(heap)
+            chosen = heapq.heappop(heap)
+            if lease.expired and chosen[2] == lease.actual_owner and heap:
+                chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the owner goes back
+            neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self._apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)

@@ -55,10 +55,11 @@ def test_scale_out_resolves_kcl2_stable_imbalance() -> None:
 def test_priority_goes_to_least_loaded_and_ignores_expired_count() -> None:
     leases = [owned("a1", "a"), owned("a2", "a"), owned("b1", "b", expired=True, silent_ms=1), LeaseView("u")]
     plan = decide(Snapshot.of(leases, [default("a"), default("b")]), LEASE_COUNT, balance=False)
-    # b's only lease is expired, so b counts 0: u (unassigned first) goes to b, then b1 to b again (1 < quota 2).
+    # b's only lease is expired, so b counts 0: u (unassigned first) goes to b. b1 expired under b (alive, yet not
+    # renewing it), so it goes to the other worker rather than back to the owner it expired under.
     assert [(m.lease_key, m.to_worker, m.reason) for m in plan.moves] == [
         ("u", "b", MoveReason.UNASSIGNED),
-        ("b1", "b", MoveReason.EXPIRED),
+        ("b1", "a", MoveReason.EXPIRED),
     ]
 
 

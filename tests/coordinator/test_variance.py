@@ -242,9 +242,16 @@ def test_finished_lease_is_assigned_like_any_other() -> None:
     assert [(m.lease_key, m.to_worker, m.reason) for m in plan.moves] == [("done", "w", MoveReason.UNASSIGNED)]
 
 
-def test_expired_lease_returns_to_its_owner_when_it_has_most_room() -> None:
+def test_expired_lease_avoids_the_owner_it_expired_under() -> None:
+    # w has the most room, but the lease expired under w (alive, yet not renewing it): the next worker gets it.
     leases = [owned("e", "w", 5.0, expired=True, silent_ms=20_000)]
     plan = decide(Snapshot.of(leases, [cpu("w", 10), cpu("v", 80)]), DeciderConfig(), balance=False)
+    assert [(m.from_owner, m.to_worker, m.reason) for m in plan.moves] == [("w", "v", MoveReason.EXPIRED)]
+
+
+def test_expired_lease_returns_to_its_owner_when_no_other_worker_exists() -> None:
+    leases = [owned("e", "w", 5.0, expired=True, silent_ms=20_000)]
+    plan = decide(Snapshot.of(leases, [cpu("w", 10)]), DeciderConfig(), balance=False)
     assert [(m.from_owner, m.to_worker, m.reason) for m in plan.moves] == [("w", "w", MoveReason.EXPIRED)]
 
 
