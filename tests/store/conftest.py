@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import MetaData, Table, create_engine, insert, select
 
+from shared.aws import make_client
 from shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shared.lease import Lease
 from shared.store import Fence, LeaseStore, Outcome
@@ -97,3 +102,61 @@ def lost_fence(store: LeaseStore) -> Fence:
     """A fence whose condition does not hold: the lock moved to another leader (epoch 8)."""
     assert store.put_state(LEADER_LOCK, {"ownerName": "leader-2", "epoch": 8})
     return Fence(LEADER_LOCK, {"ownerName": "leader-1", "epoch": 7})
+
+
+class RawTable:
+    """Writes and reads lease rows behind the store's back (KCL attribute names), to plant rows it did not write."""
+
+    def __init__(self, spec: StoreSpec) -> None:
+        self._spec = spec
+        self._table = spec.app
+        if spec.backend == "dynamodb":
+            self._client: Any = make_client("dynamodb", "us-east-1", spec.moto_url)
+        else:
+            url = spec.postgres_url or f"sqlite:///{spec.sqlite_path}"
+            self._engine = create_engine(url)
+            self._leases = Table(self._table, MetaData(), autoload_with=self._engine)
+
+    def put(self, attributes: dict[str, str | int]) -> None:
+        """Insert one row; str values are strings, int values numbers."""
+        if self._spec.backend == "dynamodb":
+            item = {name: {"S": value} if isinstance(value, str) else {"N": str(value)}
+                    for name, value in attributes.items()}
+            self._client.put_item(TableName=self._table, Item=item)
+            return
+        row = {_snake(name): value for name, value in attributes.items()}
+        with self._engine.begin() as connection:
+            connection.execute(insert(self._leases).values(**row))
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The stored row as the backend holds it (for before/after comparisons), None if absent."""
+        if self._spec.backend == "dynamodb":
+            response = self._client.get_item(TableName=self._table, Key={"leaseKey": {"S": key}},
+                                             ConsistentRead=True)
+            item: dict[str, Any] | None = response.get("Item")
+            return item
+        with self._engine.connect() as connection:
+            found = connection.execute(select(self._leases).where(self._leases.c.lease_key == key)).mappings().first()
+        return dict(found) if found is not None else None
+
+    def close(self) -> None:
+        """Release the engine (SQL)."""
+        if self._spec.backend != "dynamodb":
+            self._engine.dispose()
+
+
+def _snake(name: str) -> str:
+    """KCL attribute name -> SQL column name (`leaseCounter` -> `lease_counter`)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+@pytest.fixture
+def raw_table(store_spec: StoreSpec) -> Iterator[RawTable]:
+    """Direct access to the lease table of the test's store (none behind the in-process memory backend)."""
+    if store_spec.backend not in ("dynamodb", "sqlite", "postgres"):
+        pytest.skip(f"the {store_spec.backend} backend has no table to plant rows in")
+    raw = RawTable(store_spec)
+    try:
+        yield raw
+    finally:
+        raw.close()

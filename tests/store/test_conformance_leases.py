@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shared.errors import MalformedLease
 from shared.lease import Lease
 from shared.store import Conflict, Fence, LeaseStore
-from tests.store.conftest import Leases, expect_applied
+from tests.store.conftest import Leases, RawTable, expect_applied
 
 KEY = "shardId-000000000000"
 MISSING = "shardId-999999999999"
@@ -415,3 +416,40 @@ def test_scan_returns_every_lease_exactly_once_with_any_page_size(store: LeaseSt
     assert scan.malformed == []
     assert len(scan.leases) == len(created)
     assert {lease.lease_key: lease for lease in scan.leases} == created
+
+
+# ------------------------------------------------------------------------------------------------ foreign rows
+def test_kcl_row_without_entity_type_is_read_and_continued(store: LeaseStore, raw_table: RawTable) -> None:
+    raw_table.put({"leaseKey": KEY, "leaseOwner": "kcl-worker", "leaseCounter": 41, "checkpoint": "4959033827",
+                   "checkpointSubSequenceNumber": 2, "ownerSwitchesSinceCheckpoint": 1})
+    read = store.get_lease(KEY)
+    assert read == Lease(lease_key=KEY, lease_owner="kcl-worker", lease_counter=41,
+                         checkpoint=Checkpoint.at("4959033827", 2), owner_switches_since_checkpoint=1)
+    renewed = expect_applied(store.renew(KEY, "kcl-worker", 41))
+    assert renewed.lease_counter == 42
+    progressed = expect_applied(store.checkpoint(KEY, "kcl-worker", Checkpoint.at("4959033828")))
+    assert progressed.owner_switches_since_checkpoint == 0
+
+
+def test_malformed_row_is_reported_with_its_key_and_left_untouched(store: LeaseStore, leases: Leases,
+                                                                   raw_table: RawTable) -> None:
+    good = leases.owned("worker-a")
+    raw_table.put({"leaseKey": "shardId-bad", "leaseCounter": 3, "checkpoint": "not-a-sequence-number"})
+    planted = raw_table.get("shardId-bad")
+    with pytest.raises(MalformedLease) as caught:
+        store.get_lease("shardId-bad")
+    assert caught.value.lease_key == "shardId-bad"
+    scan = store.scan_leases(page_size=1)
+    assert scan.leases == [good]
+    assert [bad.lease_key for bad in scan.malformed] == ["shardId-bad"]
+    assert raw_table.get("shardId-bad") == planted
+
+
+def test_non_lease_entities_are_skipped_silently(store: LeaseStore, leases: Leases, raw_table: RawTable) -> None:
+    good = leases.owned("worker-a")
+    raw_table.put({"leaseKey": "worker-a", "leaseCounter": 0, "entityType": "WORKER_METRICS"})
+    raw_table.put({"leaseKey": "leader-lock", "leaseCounter": 0, "entityType": "LOCK"})
+    assert store.get_lease("worker-a") is None
+    scan = store.scan_leases(page_size=2)
+    assert (scan.leases, scan.malformed) == ([good], [])
+    assert raw_table.get("worker-a") is not None
