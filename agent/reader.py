@@ -1,0 +1,324 @@
+"""ShardReader: reads one shard with GetRecords, within Kinesis' limits, and hands out de-aggregated batches.
+
+The plain agent and Spark executors share it. It starts from a StartPosition (usually built from a lease
+checkpoint), paces GetRecords to at most one call per `min_call_interval`, waits `idle_backoff` after an empty
+response, retries throttling and transient failures with jittered backoff on an injected clock, refreshes an expired
+iterator from the last delivered position, and detects the end of a closed shard three ways: no
+`NextShardIterator` (AWS, kinesalite), `ChildShards` in the response (kinesis-local), or an optional lookup of the
+shard's `EndingSequenceNumber` (moto, which never signals shard end on its own).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
+from agent.records import DeaggregationCounters, Record, records_from_kinesis
+from coordinator.shard_lister import list_shards
+from shared.aws import make_client
+from shared.checkpoint import Checkpoint
+from shared.clock import Clock, SystemClock
+from shared.dynamo.errors import error_code, is_transient
+from shared.errors import ShardherdError
+from shared.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import GetRecordsOutputTypeDef
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_EXPIRED = "ExpiredIteratorException"
+_KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
+_SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
+
+EndingSequenceLookup = Callable[[], str | None]
+
+
+class ShardReadError(ShardherdError):
+    """GetShardIterator or GetRecords failed for a non-transient reason (bad request, access denied, KMS...)."""
+
+
+class ShardNotFound(ShardReadError, LookupError):
+    """The stream or shard does not exist (or is not visible with these credentials)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one GetRecords call delivered: user records in order, lag, whether the shard ended, where to go on.
+
+    `next_position` resumes just after the last record delivered (ENDED once the shard has ended).
+    """
+
+    records: list[Record]
+    millis_behind_latest: int | None
+    shard_ended: bool
+    next_position: StartPosition
+
+    @property
+    def data_bytes(self) -> int:
+        """Bytes of user data in the batch (what throughput metrics count)."""
+        return sum(len(record.data) for record in self.records)
+
+
+@dataclass(slots=True)
+class ReaderStats:
+    """Counters of one reader's calls, for metrics and tests."""
+
+    get_records_calls: int = 0
+    iterators_requested: int = 0
+    transient_failures: int = 0
+    expired_iterators: int = 0
+
+
+class ShardReader:
+    """Reads one shard from a start position; call `read_batch` repeatedly or iterate `batches()`; `stop()` ends it.
+
+    Not thread-safe except for `stop()`, which may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        stream_name: str,
+        shard_id: str,
+        start: StartPosition,
+        limits: ReadLimits | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        ending_sequence_number: EndingSequenceLookup | None = None,
+        counters: DeaggregationCounters | None = None,
+    ) -> None:
+        self._client = client
+        self.stream_name = stream_name
+        self.shard_id = shard_id
+        self._limits = limits or ReadLimits()
+        self._clock = clock or SystemClock()
+        self._retry = RetryPolicy(
+            max_attempts=self._limits.retry_attempts,
+            base_delay=self._limits.retry_base_delay,
+            max_delay=self._limits.retry_max_delay,
+            clock=self._clock,
+            rng=rng or random.Random(),
+        )
+        self._ending_lookup = ending_sequence_number
+        self.counters = counters or DeaggregationCounters()
+        self.stats = ReaderStats()
+        self._position = start
+        self._iterator: str | None = None
+        self._skip_through: Checkpoint | None = None
+        self._next_call_at = self._clock.monotonic()
+        self._next_closed_check_at = self._next_call_at
+        self._ending_sequence: int | None = None
+        self._ended = start.at_shard_end
+        self._caught_up = False
+        self._delivered = 0
+        self._stop = threading.Event()
+        self.millis_behind_latest: int | None = None
+
+    @classmethod
+    def open(
+        cls,
+        spec: ReadSpec,
+        clock: Clock | None = None,
+        client: KinesisClient | None = None,
+        ending_sequence_number: EndingSequenceLookup | None = None,
+    ) -> ShardReader:
+        """A reader for `spec`, with a new boto3 client for its endpoint and region unless one is given."""
+        kinesis: KinesisClient = client or make_client("kinesis", spec.region, spec.endpoint_url)
+        return cls(kinesis, spec.stream_name, spec.shard_id, spec.position, spec.limits, clock,
+                   ending_sequence_number=ending_sequence_number)
+
+    @property
+    def position(self) -> StartPosition:
+        """Where reading would resume: just after the last record delivered (ENDED after shard end)."""
+        return self._position
+
+    @property
+    def done(self) -> bool:
+        """True once the shard ended, the reader stopped, `max_records` were delivered or it caught up (if asked)."""
+        limit = self._limits.max_records
+        return (
+            self._ended
+            or self._stop.is_set()
+            or (limit is not None and self._delivered >= limit)
+            or (self._limits.stop_when_caught_up and self._caught_up)
+        )
+
+    def stop(self) -> None:
+        """Stop reading: a sleeping or later `read_batch` returns an empty batch, and `batches()` ends."""
+        self._stop.set()
+
+    def batches(self) -> Iterator[Batch]:
+        """Batches until `done` (empty ones included, so callers see lag and can heartbeat while idle)."""
+        while not self.done:
+            yield self.read_batch()
+
+    def read_batch(self) -> Batch:
+        """One paced GetRecords call turned into a Batch (empty, without a call, once `done`)."""
+        if self.done:
+            return self._batch([])
+        self._sleep_until(self._next_call_at)
+        if self._stop.is_set():
+            return self._batch([])
+        started = self._clock.monotonic()
+        response = self._get_records()
+        self._next_call_at = started + self._limits.min_call_interval
+        raw_records = response.get("Records", [])
+        if not raw_records:
+            self._next_call_at = max(self._next_call_at, self._clock.monotonic() + self._limits.idle_backoff)
+        lag = response.get("MillisBehindLatest")
+        self.millis_behind_latest = lag
+        records = self._skip_processed([
+            record for raw in raw_records for record in records_from_kinesis(self.shard_id, raw, self.counters)
+        ])
+        limit = self._limits.max_records
+        truncated = limit is not None and self._delivered + len(records) > limit
+        if truncated and limit is not None:
+            records = records[: limit - self._delivered]
+            self._iterator = None  # the rest of this response was not delivered: resume from the position
+        else:
+            self._iterator = response.get("NextShardIterator")
+        if records:
+            self._delivered += len(records)
+            last = records[-1]
+            self._position = StartPosition.after(last.checkpoint, last.completes_kinesis_record)
+        caught_up = not raw_records and not lag
+        self._caught_up = caught_up
+        if not truncated and self._shard_ended(response, raw_records, caught_up):
+            self._ended = True
+            self._iterator = None
+            self._position = ENDED
+        return self._batch(records)
+
+    def _batch(self, records: list[Record]) -> Batch:
+        return Batch(records, self.millis_behind_latest, self._ended, self._position)
+
+    def _sleep_until(self, deadline: float) -> None:
+        while not self._stop.is_set():
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                return
+            self._clock.sleep(min(remaining, _SLEEP_SLICE))
+
+    def _get_records(self) -> GetRecordsOutputTypeDef:
+        """GetRecords with throttling retries; an expired iterator is refreshed from the last delivered position."""
+        refreshes = 0
+        while True:
+            if self._iterator is None:
+                self._iterator = self._get_iterator()
+            iterator = self._iterator
+
+            def call(iterator: str = iterator) -> GetRecordsOutputTypeDef:
+                self.stats.get_records_calls += 1
+                return self._client.get_records(ShardIterator=iterator, Limit=self._limits.records_per_call)
+
+            try:
+                return self._call(call, "GetRecords")
+            except _IteratorExpired as exc:
+                refreshes += 1
+                self.stats.expired_iterators += 1
+                if refreshes > self._limits.max_iterator_refreshes:
+                    raise ShardReadError(
+                        f"GetRecords on {self._what}: iterator expired {refreshes} times in a row"
+                    ) from exc
+                log.info("%s: shard iterator expired; getting a new one from %s", self._what, self._position)
+                self._iterator = None
+
+    def _get_iterator(self) -> str:
+        arguments = self._position.iterator_arguments()
+
+        def call() -> str:
+            self.stats.iterators_requested += 1
+            response = self._client.get_shard_iterator(StreamName=self.stream_name, ShardId=self.shard_id,
+                                                       **arguments)
+            return response["ShardIterator"]
+
+        iterator = self._call(call, "GetShardIterator")
+        self._skip_through = self._position.skips_through
+        return iterator
+
+    def _call(self, operation: Callable[[], T], what: str) -> T:
+        """Run one Kinesis call with retries, turning failures into typed errors."""
+        try:
+            return self._retry.call(operation, self._is_transient, f"{what} on {self._what}")
+        except ClientError as exc:
+            code = error_code(exc)
+            message = exc.response.get("Error", {}).get("Message", "")
+            if code == _EXPIRED:
+                raise _IteratorExpired(message) from exc
+            if code == "ResourceNotFoundException":
+                raise ShardNotFound(f"{what} on {self._what}: {message}") from exc
+            raise ShardReadError(f"{what} on {self._what} failed: {code}: {message}") from exc
+        except BotoCoreError as exc:
+            raise ShardReadError(f"{what} on {self._what} failed: {exc}") from exc
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        transient = is_transient(exc) or (isinstance(exc, ClientError) and error_code(exc) in _KINESIS_TRANSIENT)
+        if transient:
+            self.stats.transient_failures += 1
+            log.debug("%s: transient failure, backing off: %s", self._what, exc)
+        return transient
+
+    @property
+    def _what(self) -> str:
+        return f"{self.stream_name}/{self.shard_id}"
+
+    def _skip_processed(self, records: list[Record]) -> list[Record]:
+        """Drop user records at or before the checkpoint an AT_SEQUENCE_NUMBER iterator started from."""
+        skip = self._skip_through
+        if skip is None:
+            return records
+        through = (int(skip.sequence_number), skip.sub_sequence_number)
+        for index, record in enumerate(records):
+            sequence = int(record.sequence_number)
+            if (sequence, record.sub_sequence_number) > through:
+                self._skip_through = None
+                return records[index:]
+            if sequence == through[0] and record.completes_kinesis_record:
+                # The whole Kinesis record at the checkpoint is covered: later refreshes can start after it.
+                self._position = StartPosition.after(skip, record_complete=True)
+        return []
+
+    def _shard_ended(self, response: GetRecordsOutputTypeDef, raw: list[Any], caught_up: bool) -> bool:
+        if not response.get("NextShardIterator") or response.get("ChildShards"):
+            return True
+        if self._ending_lookup is None:
+            return False
+        if self._ending_sequence is None and self._clock.monotonic() >= self._next_closed_check_at:
+            self._next_closed_check_at = self._clock.monotonic() + self._limits.closed_check_interval
+            ending = self._ending_lookup()
+            self._ending_sequence = int(ending) if ending is not None else None
+        if self._ending_sequence is None:
+            return False
+        last = int(raw[-1]["SequenceNumber"]) if raw else None
+        if last is not None and last > self._ending_sequence:
+            log.warning("%s: records past the closed shard's EndingSequenceNumber %s (up to %s) were delivered",
+                        self._what, self._ending_sequence, last)
+        return (last is not None and last >= self._ending_sequence) or caught_up
+
+
+class _IteratorExpired(Exception):
+    """Internal: GetRecords said the iterator expired."""
+
+
+def closed_shard_lookup(client: KinesisClient, stream_name: str, shard_id: str,
+                        retry: RetryPolicy | None = None) -> EndingSequenceLookup:
+    """A lookup of the shard's EndingSequenceNumber via ListShards (None while open), for ShardReader on moto."""
+    policy = retry or RetryPolicy()
+
+    def lookup() -> str | None:
+        for shard in list_shards(client, stream_name, policy):
+            if shard.shard_id == shard_id:
+                return shard.ending_sequence_number
+        raise ShardNotFound(f"shard {shard_id} is not listed in stream {stream_name}")
+
+    return lookup
