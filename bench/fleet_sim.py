@@ -1,0 +1,759 @@
+"""Virtual-clock fleet simulator: the real shard sync planner, decider, leader loop and leader lock against simulated
+workers on an in-memory store, compared with the `lease-count` strategy and a KCL 2.x taker model in the same process.
+
+Time is a ManualClock moved by an event queue (nothing sleeps). Workers are modelled as the agent behaves:
+* discovery every `discovery_interval` (GSI query of their own keys, a GetItem per new key; a lease still in a
+  handoff towards them is ignored until the old owner completes it);
+* mode `worker`: a heartbeat (worker record with hb+1, per-lease throughput and the CPU history) every heartbeat
+  interval; mode `lease`: every held lease renewed every `failover/3 - epsilon` with its throughput, and the worker
+  record (CPU history) written every reporter interval, as KCL 3.x workers do;
+* CPU sampled every second as `base + carried KiB/s / capacity` (+ seeded noise, clamped to 100), averaged into one
+  `sts` value per report (worker mode: every heartbeat, as agent/metrics/sampler.py does; lease mode: every
+  reporter interval);
+* a lease handed off to another worker is checkpointed and its handoff completed after `handoff_delay`;
+* crash = every scheduled action of the worker stops; graceful scale-in = the worker reports DRAINING and exits once
+  it holds nothing (KCL 2.x has no drain: its workers just stop after a final checkpoint).
+KCL 2.x workers renew like lease mode and run `bench.kcl2_taker.Kcl2Taker` every `(failover + epsilon) x 2`.
+
+Figures per scenario and variant (definitions in `Result` and `minimum_moves`): lease moves (changes of the actual
+owner to another worker, counted exactly from the applied writes) against the minimum, leader runs and balancing runs
+until balanced, final max/mean throughput, and store requests per minute by kind.
+
+    python -m bench.fleet_sim --quick            # all scenarios, small fleets (about a minute on 2 cores)
+    python -m bench.fleet_sim                    # the sizes of issue 3
+    python -m bench.fleet_sim --scenario crash --quick --zipf 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import math
+import random
+import statistics
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
+from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
+from coordinator.leader_lock import LeaderLock
+from coordinator.leader_loop import LeaderLoop
+from coordinator.shard_sync import plan_shard_sync
+from coordinator.shards import MAX_HASH_KEY, Shard
+from shared.checkpoint import Checkpoint
+from shared.clock import ManualClock
+from shared.config import Settings, load_settings
+from shared.lease import Lease
+from shared.memory_store import MemoryLeaseStore
+from shared.store import Outcome, TableNames
+from shared.worker import CPU_METRIC, WorkerRecord, WorkerState
+
+PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
+BASE_CPU = 10.0
+MEAN_CPU_AT_START = 50.0
+CPU_NOISE_SD = 2.0
+HANDOFF_DELAY = 1.0
+LOCK_TICK = 0.5
+SAMPLE_PERIOD = 1.0
+THRESHOLD = 1.10  # max/mean load that counts as balanced (1 + reBalanceThresholdPercentage / 100)
+
+VARIANCE = "variance"
+LEASE_COUNT = "lease-count"
+KCL2 = "kcl2-taker"
+VARIANTS = (VARIANCE, LEASE_COUNT, KCL2)
+
+
+# ---------------------------------------------------------------------------------------------------------- the world
+class EventQueue:
+    """Callbacks ordered by virtual time; running it advances the ManualClock to each event."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.start = clock.monotonic()
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        """Seconds since the simulation started."""
+        return self.clock.monotonic() - self.start
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Run `action` at simulation time `when` (not before now)."""
+        heapq.heappush(self._heap, (max(when, self.now()), next(self._seq), action))
+
+    def every(self, first: float, period: float, action: Callable[[], bool]) -> None:
+        """Run `action` at `first` and then every `period` seconds while it returns True."""
+
+        def tick() -> None:
+            if action():
+                self.at(self.now() + period, tick)
+
+        self.at(first, tick)
+
+    def run_until(self, end: float) -> None:
+        """Run every event due up to `end`, then leave the clock at `end`."""
+        while self._heap and self._heap[0][0] <= end:
+            when, _, action = heapq.heappop(self._heap)
+            if when > self.now():
+                self.clock.advance(when - self.now())
+            action()
+        if end > self.now():
+            self.clock.advance(end - self.now())
+
+
+@dataclass
+class Stream:
+    """Shards of one stream with their current throughput (KiB/s): Zipf over randomly ranked shards."""
+
+    shards: list[Shard]
+    kbps: dict[str, float]
+
+    @classmethod
+    def zipf(cls, count: int, exponent: float, rng: random.Random) -> Stream:
+        """`count` open shards tiling the hash space; shard of rank r carries PEAK / r**exponent."""
+        width = (MAX_HASH_KEY + 1) // count
+        shards = []
+        for index in range(count):
+            end = MAX_HASH_KEY if index == count - 1 else (index + 1) * width - 1
+            shards.append(Shard(f"shardId-{index:012d}", None, None, str(index * width), str(end), str(100 + index)))
+        ranks = list(range(1, count + 1))
+        rng.shuffle(ranks)
+        return cls(shards, {s.shard_id: PEAK_SHARD_KBPS / r**exponent for s, r in zip(shards, ranks, strict=True)})
+
+    def total(self) -> float:
+        """Throughput of the whole stream."""
+        return sum(self.kbps.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The intervals workers use, from Settings."""
+
+    heartbeat: float
+    discovery: float
+    reporter: float
+    failover: float
+    epsilon: float
+    history: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        """Seconds from the millisecond settings."""
+        return cls(settings.effective_heartbeat_interval_millis / 1000, settings.discovery_interval_millis / 1000,
+                   settings.worker_metrics_reporter_freq_millis / 1000, settings.failover_time_millis / 1000,
+                   settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics)
+
+
+_sequence = itertools.count(10**9)
+
+
+class SimWorker:
+    """One simulated worker; `mode` is `worker`, `lease` (shardherd liveness modes) or `kcl2` (KCL 2.x taker)."""
+
+    def __init__(self, worker_id: str, mode: str, fleet: Fleet, rng: random.Random) -> None:
+        self.worker_id = worker_id
+        self.mode = mode
+        self.fleet = fleet
+        self.rng = rng
+        self.alive = True
+        self.draining = False
+        self.processing: dict[str, int] = {}  # lease key -> counter last written or read (lease and kcl2 modes)
+        self.leaving: set[str] = set()  # leases being handed off by this worker
+        self.heartbeat = 0
+        self.history: list[float] = []
+        self.samples: list[float] = []
+        self.taker: Kcl2Taker | None = None
+
+    # ---- load
+    def carried(self) -> float:
+        """KiB/s of the leases this worker processes."""
+        kbps = self.fleet.stream.kbps
+        return sum(kbps.get(key, 0.0) for key in self.processing)
+
+    def sample_cpu(self) -> None:
+        """One CPU sample from the carried throughput."""
+        cpu = BASE_CPU + self.carried() / self.fleet.capacity + self.rng.gauss(0.0, CPU_NOISE_SD)
+        self.samples.append(min(100.0, max(0.0, cpu)))
+
+    def _report(self) -> None:
+        """Close the sampling interval into one history value (-1 if nothing was sampled)."""
+        value = round(statistics.fmean(self.samples), 6) if self.samples else -1.0
+        self.samples = []
+        self.history = [*self.history, value][-self.fleet.timing.history:]
+
+    def _record(self) -> WorkerRecord:
+        throughput = {key: self.fleet.stream.kbps.get(key, 0.0) for key in self.processing} if self.mode == "worker" \
+            else {}
+        return WorkerRecord(
+            self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)}, {CPU_METRIC: (100.0,)},
+            heartbeat=self.heartbeat, state=WorkerState.DRAINING if self.draining else WorkerState.ACTIVE,
+            lease_throughput=throughput)
+
+    # ---- scheduled actions (each returns False once the worker is gone, which stops its schedule)
+    def beat(self) -> bool:
+        """Worker mode: heartbeat with a fresh CPU report and the per-lease throughput."""
+        if not self.alive:
+            return False
+        self.heartbeat += 1
+        self._report()
+        self.fleet.store.upsert_worker(self._record())
+        if self.draining and not self.processing and not self.leaving:
+            self.alive = False
+        return self.alive
+
+    def report(self) -> bool:
+        """Lease mode: the KCL worker-metrics reporter."""
+        if not self.alive:
+            return False
+        self._report()
+        self.fleet.store.upsert_worker(self._record())
+        return True
+
+    def renew(self) -> bool:
+        """Lease and kcl2 modes: renew every held lease (with its throughput); a failed renewal tells why."""
+        if not self.alive:
+            return False
+        store = self.fleet.store
+        for key, counter in list(self.processing.items()):
+            if key in self.leaving:
+                continue
+            tp = self.fleet.stream.kbps.get(key, 0.0) if self.mode == "lease" else None
+            outcome = store.renew(key, self.worker_id, counter, tp)
+            if outcome.applied and outcome.lease is not None:
+                self.processing[key] = outcome.lease.lease_counter
+            else:
+                self._lost(key, outcome.lease)
+        return True
+
+    def discover(self) -> bool:
+        """Leases assigned to me (GSI) that I do not process yet; leases no longer mine are checked and let go."""
+        if not self.alive:
+            return False
+        store = self.fleet.store
+        owned = store.list_owned_keys(self.worker_id)
+        for key in owned:
+            if key in self.processing:
+                continue
+            lease = store.get_lease(key)
+            if lease is not None and lease.lease_owner == self.worker_id and lease.checkpoint_owner is None:
+                self.processing[key] = lease.lease_counter
+        mine = set(owned)
+        for key in [k for k in self.processing if k not in mine and k not in self.leaving]:
+            self._lost(key, store.get_lease(key))
+        return True
+
+    def take(self) -> bool:
+        """KCL 2.x: one taker pass; taken leases start being processed (and renewed) at once."""
+        if not self.alive or self.taker is None:
+            return False
+        for lease in self.taker.take_leases():
+            self.processing[lease.lease_key] = lease.lease_counter
+        return True
+
+    def _lost(self, key: str, lease: Lease | None) -> None:
+        """The lease is not mine any more: finish a handoff towards its new owner, or just stop."""
+        if lease is not None and lease.checkpoint_owner == self.worker_id:
+            self.leaving.add(key)
+            self.fleet.events.at(self.fleet.events.now() + HANDOFF_DELAY, lambda: self._hand_over(key))
+            return
+        self.processing.pop(key, None)
+
+    def _hand_over(self, key: str) -> None:
+        """Final checkpoint, then complete the handoff (reference 4.3 step 3)."""
+        self.leaving.discard(key)
+        self.processing.pop(key, None)
+        if not self.alive:
+            return
+        store = self.fleet.store
+        store.checkpoint(key, self.worker_id, Checkpoint.at(next(_sequence)))
+        store.complete_handoff(key, self.worker_id)
+
+    def checkpoint_all(self) -> bool:
+        """Application checkpoints of every processed lease (optional periodic load)."""
+        if not self.alive:
+            return False
+        for key in [k for k in self.processing if k not in self.leaving]:
+            outcome = self.fleet.store.checkpoint(key, self.worker_id, Checkpoint.at(next(_sequence)))
+            if outcome.applied and outcome.lease is not None:
+                self.processing[key] = outcome.lease.lease_counter
+        return True
+
+    def crash(self) -> None:
+        """kill -9: nothing more is written."""
+        self.alive = False
+
+
+# ---------------------------------------------------------------------------------------------------------- a fleet
+class MoveCounter:
+    """Follows the actual owner of every lease from the applied writes; a move is a change to another worker."""
+
+    def __init__(self) -> None:
+        self.owner: dict[str, str | None] = {}
+        self.moves = 0
+
+    def __call__(self, outcome: Outcome) -> None:
+        lease = outcome.lease
+        if lease is None:
+            return
+        new = lease.actual_owner
+        if new is not None and new != self.owner.get(lease.lease_key):
+            self.moves += 1
+        self.owner[lease.lease_key] = new
+
+
+@dataclass
+class Fleet:
+    """One variant of one scenario: store, stream, workers, and (unless kcl2) a leader on a virtual clock."""
+
+    variant: str
+    mode: str
+    stream: Stream
+    seed: int
+    report_seconds: float | None = None
+    checkpoint_seconds: float = 0.0
+    clock: ManualClock = field(default_factory=ManualClock)
+    workers: dict[str, SimWorker] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
+        overrides: dict[str, object] = {"application_name": "fleet-sim", "liveness_mode": liveness}
+        if self.variant == LEASE_COUNT:
+            overrides["lease_assignment_strategy"] = "lease-count"
+        self.settings = load_settings(**overrides)
+        self.timing = Timing.of(self.settings)
+        self.moves = MoveCounter()
+        self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
+        self.store = CountingStore(self.inner, on_write=self.moves)
+        self.events = EventQueue(self.clock)
+        self.rng = random.Random(self.seed)
+        self.capacity = 1.0
+        self.runs: list[tuple[float, bool]] = []  # (time, balancing run) of every leader run
+        self.loop: LeaderLoop | None = None
+        if self.variant != KCL2:
+            lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
+                              self.settings.leader_lock_heartbeat_period_millis)
+            self.loop = LeaderLoop(self.store, lock, self.settings, self.clock,
+                                   shard_source=lambda: list(self.stream.shards))
+
+            def tick() -> bool:
+                lock.tick()
+                return True
+
+            self.events.every(0.0, LOCK_TICK, tick)
+            self.events.every(1.0, self.settings.lease_assignment_interval_millis / 1000, self._lead)
+        else:
+            plan = plan_shard_sync(self.stream.shards, [], self.settings.initial_position_in_stream)
+            for creation in plan.creates:
+                self.store.create_lease(creation.lease)
+        self.events.every(SAMPLE_PERIOD, SAMPLE_PERIOD, self._sample)
+
+    def _lead(self) -> bool:
+        assert self.loop is not None
+        summary = self.loop.run_once()
+        if summary is not None:
+            self.runs.append((self.events.now(), summary.balanced_this_run))
+        return True
+
+    def _sample(self) -> bool:
+        for worker in self.workers.values():
+            if worker.alive:
+                worker.sample_cpu()
+        return True
+
+    def calibrate(self, workers: int) -> None:
+        """CPU capacity such that `workers` workers sharing the stream sit at MEAN_CPU_AT_START on average."""
+        share = self.stream.total() / max(1, workers)
+        self.capacity = share / (MEAN_CPU_AT_START - BASE_CPU) if share > 0 else 1.0
+
+    def add_workers(self, count: int) -> list[str]:
+        """Start `count` new workers within the next second (seeded offsets)."""
+        now = self.events.now()
+        added = []
+        for _ in range(count):
+            wid = f"w{len(self.workers):04d}"
+            worker = SimWorker(wid, self.mode, self, random.Random(self.rng.random()))
+            self.workers[wid] = worker
+            start = now + self.rng.random()
+            t = self.timing
+            if self.variant == KCL2:
+                worker.taker = Kcl2Taker(wid, self.store, self.clock, t.failover, random.Random(self.rng.random()),
+                                         max_leases_for_worker=self.settings.max_leases_for_worker)
+                self.events.every(start, taker_interval_seconds(t.failover, t.epsilon), worker.take)
+                self.events.every(start + t.heartbeat, t.heartbeat, worker.renew)
+            else:
+                self.events.every(start, t.discovery, worker.discover)
+                if self.mode == "worker":
+                    self.events.every(start, self.report_seconds or t.heartbeat, worker.beat)
+                else:
+                    self.events.every(start, t.heartbeat, worker.renew)
+                    self.events.every(start, self.report_seconds or t.reporter, worker.report)
+            if self.checkpoint_seconds > 0:
+                self.events.every(start + self.checkpoint_seconds, self.checkpoint_seconds, worker.checkpoint_all)
+            added.append(wid)
+        return added
+
+    def live(self) -> list[str]:
+        """Workers that run and are not draining (the ones load should be spread over)."""
+        return sorted(w.worker_id for w in self.workers.values() if w.alive and not w.draining)
+
+    def leases(self) -> list[Lease]:
+        """The lease table, read without being counted."""
+        return self.inner.scan_leases().leases
+
+    def loads(self) -> dict[str, float]:
+        """Throughput carried per live worker by actual owner (lease counts when the stream is idle)."""
+        live = self.live()
+        loads = dict.fromkeys(live, 0.0)
+        idle = self.stream.total() <= 0
+        for lease in self.leases():
+            owner = lease.actual_owner
+            if owner in loads:
+                loads[owner] += 1.0 if idle else self.stream.kbps.get(lease.lease_key, 0.0)
+        return loads
+
+
+def ratio(loads: dict[str, float]) -> float:
+    """max/mean of the loads (1.0 for an empty or all-zero fleet)."""
+    values = list(loads.values())
+    mean = statistics.fmean(values) if values else 0.0
+    return max(values) / mean if mean > 0 else 1.0
+
+
+def lpt_ratio(weights: Iterable[float], workers: int) -> float:
+    """max/mean of a longest-processing-time-first packing: a near-optimal reference for what is achievable."""
+    bins = [0.0] * max(1, workers)
+    for weight in sorted(weights, reverse=True):
+        heapq.heapreplace(bins, bins[0] + weight)
+    mean = statistics.fmean(bins)
+    return max(bins) / mean if mean > 0 else 1.0
+
+
+def minimum_moves(fleet: Fleet) -> tuple[int, int]:
+    """The fewest owner changes that can reach max/mean <= THRESHOLD from the assignment at the event: (forced, shed).
+
+
+    Every lease that is unowned or held by a leaving (crashed, drained) worker must move; every staying worker whose
+    load exceeds THRESHOLD x the mean after the event must shed at least the fewest of its leases (largest first)
+    that cover the excess. A lower bound: moving leases onto a worker never lowers another worker's excess. `forced`
+    alone is the minimum for every strategy; `shed` only binds a strategy that does reach the band.
+    """
+    idle = fleet.stream.total() <= 0
+    stay = fleet.live()
+    held: dict[str, list[float]] = {w: [] for w in stay}
+    forced = 0
+    for lease in fleet.leases():
+        owner = lease.actual_owner
+        weight = 1.0 if idle else fleet.stream.kbps.get(lease.lease_key, 0.0)
+        if owner in held:
+            held[owner].append(weight)
+        else:
+            forced += 1
+    total = len(fleet.leases()) if idle else fleet.stream.total()
+    ceiling = THRESHOLD * total / max(1, len(stay))
+    shed = 0
+    for weights in held.values():
+        excess = sum(weights) - ceiling
+        for weight in sorted(weights, reverse=True):
+            if excess <= 0:
+                break
+            excess -= weight
+            shed += 1
+    return forced, shed
+
+
+# ---------------------------------------------------------------------------------------------------------- scenarios
+@dataclass(frozen=True, slots=True)
+class Size:
+    """Fleet sizes and durations of one run of the benchmark."""
+
+    shards: int
+    workers: int
+    change: int  # workers added, drained, or shards made hot
+    big_shards: int
+    big_workers: int
+    cost_shards: int
+    cost_workers: int
+    warmup: float
+    observe: float
+
+
+FULL = Size(200, 20, 5, 500, 100, 1000, 50, 300.0, 300.0)
+QUICK = Size(48, 8, 2, 100, 20, 1000, 50, 160.0, 160.0)
+
+
+@dataclass
+class Result:
+    """What one variant did in one scenario, measured from the event on.
+
+    `moves`: changes of a lease's actual owner to another worker (an unowned lease getting an owner counts; a
+    handoff counts once, when it completes). `forced`, `minimum` (= forced + shed): see `minimum_moves`.
+    `runs_to_balance`: leader runs (kcl2: taker rounds) from the event until the fleet became balanced
+    (max/mean <= THRESHOLD) for good; None if it was not balanced at the end.
+    `balancing_runs`: how many of those leader runs were balancing runs.
+    """
+
+    scenario: str
+    variant: str
+    moves: int
+    forced: int
+    minimum: int
+    runs_to_balance: int | None
+    balancing_runs: int | None
+    seconds_to_balance: float | None
+    final_ratio: float
+    lpt_ratio: float
+    lease_counts: tuple[int, int]
+    minutes: float
+    counts: dict[str, int]
+    unowned: int
+    dead_owned: int
+    missing: int
+
+    def per_minute(self, kinds: Sequence[str]) -> dict[str, float]:
+        """Requests per minute of the given kinds (only those that occurred)."""
+        return {k: self.counts[k] / self.minutes for k in kinds if self.counts.get(k)}
+
+    def total_per_minute(self, kinds: Sequence[str]) -> float:
+        """All requests of the given kinds per minute."""
+        return sum(self.per_minute(kinds).values())
+
+
+Event = Callable[[Fleet], None]  # applies the scenario's change
+
+
+def _scale_out(count: int) -> Event:
+    def apply(fleet: Fleet) -> None:
+        fleet.add_workers(count)
+
+    return apply
+
+
+def _scale_in(count: int) -> Event:
+    def apply(fleet: Fleet) -> None:
+        for wid in fleet.live()[-count:]:
+            worker = fleet.workers[wid]
+            if fleet.variant == KCL2:  # KCL 2.x has no drain: the worker checkpoints and stops
+                worker.checkpoint_all()
+                worker.crash()
+            else:
+                worker.draining = True
+
+    return apply
+
+
+def _crash(fleet: Fleet) -> None:
+    fleet.workers[fleet.live()[0]].crash()
+
+
+def _hot(count: int) -> Event:
+    def apply(fleet: Fleet) -> None:
+        keys = sorted(fleet.stream.kbps, key=lambda k: (fleet.stream.kbps[k], k))
+        chosen = random.Random(fleet.seed + 1).sample(keys[: len(keys) // 2], count)  # quiet shards turn hot
+        for key in chosen:
+            fleet.stream.kbps[key] = PEAK_SHARD_KBPS
+
+    return apply
+
+
+def _idle(fleet: Fleet) -> None:
+    for key in fleet.stream.kbps:
+        fleet.stream.kbps[key] = 0.0
+
+
+def _nothing(fleet: Fleet) -> None:
+    """No change: the scenario measures what happens from the start (cold start) or in steady state (cost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A fleet, an optional warm-up, an event, and an observation window."""
+
+    name: str
+    shards: int
+    workers: int
+    event: Event
+    warmup: bool
+    modes: tuple[tuple[str, str], ...] = ((VARIANCE, "worker"), (LEASE_COUNT, "worker"), (KCL2, "kcl2"))
+    checkpoint_seconds: float = 0.0
+
+
+def scenarios(size: Size) -> list[Scenario]:
+    """Every scenario at the given size."""
+    n, w, k = size.shards, size.workers, size.change
+    cost_modes = ((VARIANCE, "worker"), (VARIANCE, "lease"), (KCL2, "kcl2"))
+    return [
+        Scenario("cold-start", n, w, _nothing, warmup=False),
+        Scenario(f"scale-out+{k}", n, w, _scale_out(k), warmup=True),
+        Scenario(f"scale-in-{k}", n, w, _scale_in(k), warmup=True),
+        Scenario("crash", n, w, _crash, warmup=True),
+        Scenario(f"hot-shards-{k}", n, w, _hot(k), warmup=True),
+        Scenario("idle-stream", n, w, _idle, warmup=True),
+        Scenario(f"{size.big_shards}sh-{size.big_workers}+{size.big_workers}w", size.big_shards, size.big_workers,
+                 _scale_out(size.big_workers), warmup=True),
+        Scenario(f"cost-{size.cost_shards}sh-{size.cost_workers}w", size.cost_shards, size.cost_workers, _nothing,
+                 warmup=True, modes=cost_modes),
+        Scenario(f"cost-{size.cost_shards}sh-{size.cost_workers}w-ckpt60s", size.cost_shards, size.cost_workers,
+                 _nothing, warmup=True, modes=cost_modes, checkpoint_seconds=60.0),
+    ]
+
+
+def run_variant(scenario: Scenario, variant: str, mode: str, size: Size, seed: int, zipf: float,
+                report_seconds: float | None) -> Result:
+    """Run one variant of a scenario and measure it from the event on."""
+    stream = Stream.zipf(scenario.shards, zipf, random.Random(seed))
+    fleet = Fleet(variant, mode, stream, seed, report_seconds, scenario.checkpoint_seconds)
+    fleet.calibrate(scenario.workers)
+    fleet.add_workers(scenario.workers)
+    if scenario.warmup:
+        fleet.events.run_until(size.warmup)
+    scenario.event(fleet)
+    start = fleet.events.now()
+    forced, shed = (len(fleet.stream.shards), 0) if not scenario.warmup else minimum_moves(fleet)
+    fleet.store.reset()
+    fleet.moves.moves = 0
+    balanced_since: float | None = None
+    step = fleet.settings.lease_assignment_interval_millis / 1000
+    end = start + size.observe
+    t = start
+    while t < end:
+        t = min(end, t + step)
+        fleet.events.run_until(t)
+        if ratio(fleet.loads()) <= THRESHOLD and not _unplaced(fleet):
+            balanced_since = t if balanced_since is None else balanced_since
+        else:
+            balanced_since = None
+    return _result(scenario, fleet, start, (forced, shed), balanced_since)
+
+
+def _unplaced(fleet: Fleet) -> bool:
+    live = set(fleet.live())
+    return any(lease.actual_owner not in live for lease in fleet.leases())
+
+
+def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, int],
+            balanced_since: float | None) -> Result:
+    runs = balancing = seconds = None
+    if balanced_since is not None:
+        seconds = balanced_since - start
+        if fleet.variant == KCL2:
+            runs = math.ceil(seconds / taker_interval_seconds(fleet.timing.failover, fleet.timing.epsilon))
+        else:
+            until = [r for r in fleet.runs if start <= r[0] <= balanced_since]
+            runs, balancing = len(until), sum(1 for r in until if r[1])
+    leases = fleet.leases()
+    alive = {w.worker_id for w in fleet.workers.values() if w.alive}
+    per_worker: dict[str, int] = dict.fromkeys(fleet.live(), 0)
+    for lease in leases:
+        if lease.actual_owner in per_worker:
+            per_worker[lease.actual_owner] += 1
+    weights = [fleet.stream.kbps.get(lease.lease_key, 0.0) for lease in leases]
+    if fleet.stream.total() <= 0:
+        weights = [1.0] * len(leases)
+    return Result(
+        scenario=scenario.name, variant=f"{fleet.variant}/{fleet.mode}", moves=fleet.moves.moves, forced=minimum[0],
+        minimum=sum(minimum),
+        runs_to_balance=runs, balancing_runs=balancing, seconds_to_balance=seconds,
+        final_ratio=ratio(fleet.loads()), lpt_ratio=lpt_ratio(weights, len(per_worker)),
+        lease_counts=(min(per_worker.values(), default=0), max(per_worker.values(), default=0)),
+        minutes=(fleet.events.now() - start) / 60, counts=dict(fleet.store.counts),
+        unowned=sum(1 for lease in leases if lease.actual_owner is None),
+        dead_owned=sum(1 for lease in leases if lease.actual_owner is not None and lease.actual_owner not in alive),
+        missing=len({s.shard_id for s in fleet.stream.shards} - {lease.lease_key for lease in leases}),
+    )
+
+
+def run_scenario(scenario: Scenario, size: Size, seed: int, zipf: float,
+                 report_seconds: float | None = None) -> list[Result]:
+    """Every variant of one scenario, same seed."""
+    return [run_variant(scenario, variant, mode, size, seed, zipf, report_seconds) for variant, mode in scenario.modes]
+
+
+# ---------------------------------------------------------------------------------------------------------- output
+def _short(kinds: dict[str, float]) -> str:
+    return " ".join(f"{kind}={value:.0f}" for kind, value in sorted(kinds.items(), key=lambda kv: -kv[1]))
+
+
+def table(results: Sequence[Result]) -> str:
+    """The per-scenario table and the cost lines."""
+    header = (f"{'scenario':<24} {'variant':<20} {'moves':>6} {'min=forced+shed':>15} {'x min':>6} {'runs':>5} "
+              f"{'bal.runs':>8} {'secs':>6} {'max/mean':>8} {'LPT':>5} {'leases':>7} "
+              f"{'reads/min':>10} {'writes/min':>10}")
+    lines = [header, "-" * len(header)]
+    for r in results:
+        factor = f"{r.moves / r.minimum:.2f}" if r.minimum else ("0" if r.moves == 0 else "inf")
+        lines.append(
+            f"{r.scenario:<24} {r.variant:<20} {r.moves:>6} {f'{r.minimum}={r.forced}+{r.minimum - r.forced}':>15} "
+            f"{factor:>6} "
+            f"{_opt(r.runs_to_balance):>5} {_opt(r.balancing_runs):>8} {_opt(r.seconds_to_balance, '.0f'):>6} "
+            f"{r.final_ratio:>8.3f} {r.lpt_ratio:>5.2f} {f'{r.lease_counts[0]}-{r.lease_counts[1]}':>7} "
+            f"{r.total_per_minute(READ_KINDS):>10.0f} {r.total_per_minute(WRITE_KINDS):>10.0f}")
+    lines.append("")
+    lines.append("store requests per minute by kind (observation window):")
+    for r in results:
+        lines.append(f"  {r.scenario:<24} {r.variant:<20} reads:  {_short(r.per_minute(READ_KINDS))}")
+        lines.append(f"  {'':<24} {'':<20} writes: {_short(r.per_minute(WRITE_KINDS))}")
+    return "\n".join(lines)
+
+
+def _opt(value: float | None, spec: str = "d") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def targets(results: Sequence[Result]) -> list[str]:
+    """The issue's targets, judged for the default strategy (variance, worker mode)."""
+    lines = []
+    for r in results:
+        if r.variant != f"{VARIANCE}/worker" or r.scenario.startswith("cost"):
+            continue
+        moves_ok = r.moves <= 1.1 * r.minimum
+        runs_ok = r.balancing_runs is not None and r.balancing_runs <= 3
+        ratio_ok = r.final_ratio <= THRESHOLD
+        lines.append(f"  {r.scenario:<24} moves<=1.1xmin: {_yes(moves_ok)}  balanced within 3 balancing runs: "
+                     f"{_yes(runs_ok)}  max/mean<=1.10: {_yes(ratio_ok)} (LPT packing reaches {r.lpt_ratio:.2f})")
+    costs: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.scenario.startswith("cost"):
+            costs.setdefault(r.scenario, {})[r.variant] = r.total_per_minute(WRITE_KINDS)
+    for name, by_variant in costs.items():
+        worker, lease = by_variant.get(f"{VARIANCE}/worker"), by_variant.get(f"{VARIANCE}/lease")
+        if worker is not None and lease:
+            lines.append(f"  {name:<24} writes/min worker {worker:.0f} vs lease {lease:.0f}: ratio "
+                         f"{worker / lease:.3f} (target <= 0.100: {_yes(worker <= lease / 10)})")
+    return lines
+
+
+def _yes(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the chosen scenarios and print the table and the targets."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small fleets and short windows")
+    parser.add_argument("--scenario", action="append", help="run only scenarios whose name starts with this")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--zipf", type=float, default=0.5, help="Zipf exponent of shard throughput (default 0.5)")
+    parser.add_argument("--report-seconds", type=float, default=None,
+                        help="worker CPU report period (default: every heartbeat in worker mode, 30 s in lease mode)")
+    args = parser.parse_args(argv)
+    size = QUICK if args.quick else FULL
+    chosen = [s for s in scenarios(size) if not args.scenario or any(s.name.startswith(p) for p in args.scenario)]
+    if not chosen:
+        parser.error("no scenario matches")
+    results: list[Result] = []
+    for scenario in chosen:
+        outcome = run_scenario(scenario, size, args.seed, args.zipf, args.report_seconds)
+        results.extend(outcome)
+        print(f"... {scenario.name} done", file=sys.stderr, flush=True)
+    print(f"zipf exponent {args.zipf}, seed {args.seed}, warm-up {size.warmup:.0f} s, window {size.observe:.0f} s, "
+          f"balanced = max/mean throughput <= {THRESHOLD:.2f} (lease counts on an idle stream)")
+    print(table(results))
+    print("\ntargets (variance, worker mode):")
+    print("\n".join(targets(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
