@@ -1,0 +1,168 @@
+"""One thread per owned shard: read with ShardReader, hand batches to the processor, follow the lease's fate."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from agent.consumer import Checkpointer, LeaseLost, RecordProcessor
+from agent.metrics.throughput import ThroughputRecorder
+from agent.read_spec import ReadLimits, StartPosition
+from agent.reader import ShardNotFound, ShardReader, ShardReadError
+from agent.records import Record
+from shared.checkpoint import Sentinel
+from shared.clock import Clock
+from shared.lease import Lease
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+
+    from agent.lease_keeper import LeaseKeeper
+
+log = logging.getLogger(__name__)
+
+ProcessorFactory = Callable[[], RecordProcessor]
+
+
+class Stop(enum.Enum):
+    """Why a shard worker stops."""
+
+    HANDOFF = "handoff"
+    LOST = "lost"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardContext:
+    """What every shard worker of an agent shares."""
+
+    keeper: LeaseKeeper
+    kinesis: KinesisClient
+    stream_name: str
+    factory: ProcessorFactory
+    throughput: ThroughputRecorder
+    clock: Clock
+    limits: ReadLimits
+    initial_timestamp: datetime | None
+    retry_delay: float = 1.0
+
+
+def start_position(lease: Lease, initial_timestamp: datetime | None) -> StartPosition:
+    """Where to resume a lease: after its checkpoint, or at the application's initial timestamp."""
+    if lease.checkpoint.sentinel is Sentinel.AT_TIMESTAMP:
+        if initial_timestamp is None:
+            raise ValueError(f"{lease.lease_key} is at AT_TIMESTAMP but no initial_timestamp is configured")
+        return StartPosition.at_timestamp(initial_timestamp.timestamp())
+    return StartPosition.after(lease.checkpoint)
+
+
+class ShardWorker:
+    """Processes one lease until it ends, is handed off, is lost, or the agent shuts down."""
+
+    def __init__(self, lease: Lease, context: ShardContext) -> None:
+        self.lease = lease
+        self._ctx = context
+        self._stop: Stop | None = None
+        self._reader: ShardReader | None = None
+        self._guard = threading.Lock()
+        self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
+        self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
+
+    def start(self) -> None:
+        """Start processing in the worker's thread."""
+        self.thread.start()
+
+    def request_stop(self, why: Stop) -> None:
+        """Ask the thread to stop after the current batch (a sleeping read wakes at once)."""
+        with self._guard:
+            if self._stop is None or why is Stop.LOST:
+                self._stop = why
+            reader = self._reader
+        if reader is not None:
+            reader.stop()
+
+    def _run(self) -> None:
+        key = self.lease.lease_key
+        processor = self._ctx.factory()
+        try:
+            position = start_position(self.lease, self._ctx.initial_timestamp)
+        except ValueError as exc:
+            log.error("%s", exc)
+            return
+        processor.initialize(self.lease.shard, self.lease.checkpoint)
+        try:
+            ended = self._loop(processor, position)
+        except LeaseLost:
+            ended = False
+            with self._guard:
+                self._stop = Stop.LOST
+        self._finish(processor, ended)
+        self._ctx.throughput.drop(key)
+
+    def _loop(self, processor: RecordProcessor, position: StartPosition) -> bool:
+        """Read and process until stopped; True when the shard ended."""
+        while self._stop is None:
+            if position.at_shard_end:
+                return True
+            reader = ShardReader(self._ctx.kinesis, self._ctx.stream_name, self.lease.shard, position,
+                                 self._ctx.limits, self._ctx.clock)
+            with self._guard:
+                if self._stop is not None:
+                    return False
+                self._reader = reader
+            try:
+                while self._stop is None:
+                    batch = reader.read_batch()
+                    if self._stop is not None:
+                        break  # a batch read after a stop request is not delivered: the next owner reads it
+                    self._deliver(processor, batch.records, batch.millis_behind_latest)
+                    position = batch.next_position
+                    if batch.shard_ended:
+                        return True
+            except ShardNotFound as exc:
+                log.error("%s: %s; stopping this shard", self.lease.lease_key, exc)
+                return False
+            except ShardReadError as exc:
+                log.warning("%s: read failed, reopening from %s: %s", self.lease.lease_key, position, exc)
+                self._ctx.clock.sleep(self._ctx.retry_delay)
+        return False
+
+    def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:
+        """Hand one batch over; retry it (never skip it) while the processor raises."""
+        while True:
+            try:
+                processor.process_records(records, self.checkpointer, lag)
+                break
+            except LeaseLost:
+                raise
+            except Exception:
+                log.exception("%s: process_records failed; delivering the same %d records again",
+                              self.lease.lease_key, len(records))
+                self._ctx.clock.sleep(self._ctx.retry_delay)
+                if self._stop is not None:
+                    return
+        if records:
+            self.checkpointer.last_delivered = records[-1]
+            self._ctx.throughput.record(self.lease.lease_key, sum(len(record.data) for record in records))
+
+    def _finish(self, processor: RecordProcessor, ended: bool) -> None:
+        shard = self.lease.shard
+        stop = self._stop
+        try:
+            if stop is Stop.LOST:
+                processor.lease_lost(shard)
+            elif ended:
+                processor.shard_ended(shard, self.checkpointer)
+            elif stop in (Stop.HANDOFF, Stop.SHUTDOWN):
+                processor.shutdown_requested(shard, self.checkpointer)
+        except LeaseLost:
+            processor.lease_lost(shard)
+        except Exception:
+            log.exception("%s: processor failed while finishing", self.lease.lease_key)
+        if stop is Stop.HANDOFF:
+            self._ctx.keeper.finish_handoff(self.lease.lease_key)
