@@ -72,11 +72,13 @@ class Stack:
         return agent
 
     def produce(self, count: int, prefix: str) -> None:
-        batch = [{"Data": f"{prefix}-{index}".encode(), "PartitionKey": f"key-{index}"} for index in range(count)]
+        payloads = [f"{prefix}-{index}".encode() for index in range(count)]
         for start in range(0, count, 500):
-            response = self.kinesis.put_records(StreamName=self.app, Records=batch[start:start + 500])
+            entries = [{"Data": data, "PartitionKey": f"key-{start + offset}"}
+                       for offset, data in enumerate(payloads[start:start + 500])]
+            response = self.kinesis.put_records(StreamName=self.app, Records=entries)
             assert response.get("FailedRecordCount", 0) == 0
-        self.produced.extend(entry["Data"] for entry in batch)
+        self.produced.extend(payloads)
 
     def owners(self) -> dict[str, str | None]:
         return {lease.lease_key: lease.lease_owner for lease in self.coordinator.store.scan_leases().leases}
@@ -109,7 +111,7 @@ def test_records_flow_and_graceful_moves_have_no_duplicates(stack: Stack) -> Non
     wait_for(stack.all_delivered, 30, "first 400 records delivered")
 
     stack.add_agent("agent-2")  # balancing hands two leases over gracefully, with their checkpoints
-    wait_for(lambda: sorted(stack.owners().values()).count("agent-2") == 2, 30, "agent-2 owns 2 leases")
+    wait_for(lambda: list(stack.owners().values()).count("agent-2") == 2, 30, "agent-2 owns 2 leases")
     stack.produce(400, "b")
     wait_for(stack.all_delivered, 30, "second 400 records delivered")
     payloads = stack.ledger.payloads()
