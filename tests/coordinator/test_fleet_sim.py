@@ -1,0 +1,77 @@
+"""The fleet simulator's quick cold-start and crash scenarios keep their invariants, so the bench cannot rot."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.fleet_sim import KCL2, LEASE_COUNT, QUICK, VARIANCE, Result, run_scenario, scenarios
+from bench.kcl2_taker import Kcl2Taker
+from bench.store_counter import WRITE_KINDS, CountingStore
+from shared.clock import ManualClock
+from shared.lease import Lease
+from shared.memory_store import MemoryLeaseStore
+from shared.store import TableNames
+
+
+def _run(name: str) -> dict[str, Result]:
+    scenario = next(s for s in scenarios(QUICK) if s.name == name)
+    return {r.variant.split("/")[0]: r for r in run_scenario(scenario, QUICK, seed=11, zipf=0.5)}
+
+
+@pytest.mark.parametrize("name", ["cold-start", "crash"])
+def test_every_lease_ends_on_a_live_worker_and_moves_cover_the_forced_ones(name: str) -> None:
+    results = _run(name)
+    assert set(results) == {VARIANCE, LEASE_COUNT, KCL2}
+    for variant, result in results.items():
+        assert (result.unowned, result.dead_owned, result.missing) == (0, 0, 0), variant
+        assert result.forced > 0
+        assert result.moves >= result.forced, variant
+        assert result.total_per_minute(WRITE_KINDS) > 0
+
+
+def test_cold_start_must_place_every_shard_and_the_leader_does_it_in_its_first_run() -> None:
+    results = _run("cold-start")
+    for result in results.values():
+        assert result.forced == QUICK.shards
+    variance = results[VARIANCE]
+    assert variance.counts["create"] == QUICK.shards
+    assert variance.counts["assign"] >= QUICK.shards  # unowned leases get plain (fenced) assignments
+    assert variance.lease_counts[0] >= 1  # every worker got something
+    assert results[KCL2].moves > QUICK.shards  # KCL 2.x: the first taker grabs everything, the others steal back
+
+
+def test_crashed_workers_leases_move_by_plain_assignment_or_kcl2_takes() -> None:
+    results = _run("crash")
+    assert results[VARIANCE].counts.get("assign", 0) >= results[VARIANCE].forced
+    assert results[KCL2].counts.get("take", 0) >= results[KCL2].forced
+
+
+def test_counting_store_counts_scan_pages_and_writes_by_kind() -> None:
+    store = CountingStore(MemoryLeaseStore(TableNames.for_application("count")))
+    for index in range(25):
+        store.create_lease(Lease(f"shard-{index:03d}"))
+    assert len(store.scan_leases(page_size=10).leases) == 25
+    store.assign("shard-000", "w1", None, None)
+    store.list_owned_keys("w1")
+    assert (store.counts["create"], store.counts["scan_page"], store.counts["assign"], store.counts["gsi_query"]) == (
+        25, 3, 1, 1)
+    assert store.writes() == 26 and store.reads() == 4
+
+
+def test_kcl2_taker_grabs_every_never_renewed_lease_then_a_newcomer_steals_one_at_a_time() -> None:
+    memory = MemoryLeaseStore(TableNames.for_application("taker"))
+    clock = ManualClock()
+    for index in range(6):
+        memory.create_lease(Lease(f"shard-{index}"))
+    first = Kcl2Taker("a", memory, clock, 10.0, random.Random(1))
+    assert len(first.take_leases()) == 6  # very old (never renewed) leases are all taken, ignoring the target
+    second = Kcl2Taker("b", memory, clock, 10.0, random.Random(2))
+    for held in (1, 2):  # a's leases look freshly renewed (first sighting), so b steals, one per pass
+        stolen = second.take_leases()
+        assert len(stolen) == 1 and stolen[0].lease_owner == "b"
+        assert len(memory.list_owned_keys("b")) == held
+    clock.advance(11.0)  # nobody renewed: owners of expired leases are invisible, so b alone targets all 6
+    assert len(second.take_leases()) == 6
+    assert len(memory.list_owned_keys("b")) == 6
