@@ -162,6 +162,7 @@ class SimWorker:
         self.processing: dict[str, int] = {}  # lease key -> counter last written or read (lease and kcl2 modes)
         self.leaving: set[str] = set()  # leases being handed off by this worker
         self.heartbeat = 0
+        self.reported_at = -math.inf
         self.history: list[float] = []
         self.samples: list[float] = []
         self.taker: Kcl2Taker | None = None
@@ -179,6 +180,7 @@ class SimWorker:
 
     def _report(self) -> None:
         """Close the sampling interval into one history value (-1 if nothing was sampled)."""
+        self.reported_at = self.fleet.events.now()
         value = round(statistics.fmean(self.samples), 6) if self.samples else -1.0
         self.samples = []
         self.history = [*self.history, value][-self.fleet.timing.history:]
@@ -197,7 +199,9 @@ class SimWorker:
         if not self.alive:
             return False
         self.heartbeat += 1
-        self._report()
+        period = self.fleet.report_seconds or self.fleet.timing.heartbeat
+        if self.fleet.events.now() - self.reported_at >= period - 1e-6:
+            self._report()
         self.fleet.store.upsert_worker(self._record())
         if self.draining and not self.processing and not self.leaving:
             self.alive = False
@@ -385,7 +389,7 @@ class Fleet:
             else:
                 self.events.every(start, t.discovery, worker.discover)
                 if self.mode == "worker":
-                    self.events.every(start, self.report_seconds or t.heartbeat, worker.beat)
+                    self.events.every(start, t.heartbeat, worker.beat)
                 else:
                     self.events.every(start, t.heartbeat, worker.renew)
                     self.events.every(start, self.report_seconds or t.reporter, worker.report)
