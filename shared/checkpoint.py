@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from functools import total_ordering
 
 from shared.errors import InvalidCheckpoint
 
@@ -25,13 +24,13 @@ class Sentinel(enum.Enum):
 INITIAL_SENTINELS = frozenset({Sentinel.TRIM_HORIZON, Sentinel.LATEST, Sentinel.AT_TIMESTAMP})
 
 
-@total_ordering
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """A position in a shard: a sentinel, or a sequence number with the KPL sub-sequence processed up to.
 
-    `sequence_number` keeps the stored string as is (so conditional writes can match it exactly); comparisons use its
-    numeric value. Order: the initial sentinels < any sequence number < SHARD_END.
+    `sequence_number` keeps the stored string as is (so conditional writes can match it exactly); ordering uses its
+    numeric value. Order: the initial sentinels < any sequence number < SHARD_END. Equality is exact (the stored
+    strings), ordering is by rank, so two initial sentinels (or "012" and "12") are <= each other but not ==.
     """
 
     sequence_number: str
@@ -98,6 +97,21 @@ class Checkpoint:
         if not isinstance(other, Checkpoint):
             return NotImplemented
         return self._order_key() < other._order_key()
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self._order_key() <= other._order_key()
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self._order_key() > other._order_key()
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Checkpoint):
+            return NotImplemented
+        return self._order_key() >= other._order_key()
 
     def regresses_from(self, current: Checkpoint) -> bool:
         """True if writing this checkpoint over `current` would move progress backwards (or move past SHARD_END)."""

@@ -51,6 +51,7 @@ class Stack:
             shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
             leader_lock_heartbeat_period_millis=400, graceful_lease_handoff_timeout_millis=5000,
             worker_metrics_reporter_freq_millis=1000, api_port=0,
+            disable_worker_metrics=True,  # agents share one host here: its CPU says nothing about their load
         )
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
@@ -81,7 +82,9 @@ class Stack:
         self.produced.extend(payloads)
 
     def owners(self) -> dict[str, str | None]:
-        return {lease.lease_key: lease.lease_owner for lease in self.coordinator.store.scan_leases().leases}
+        """Owner per lease once settled; None while unassigned or while a handoff is still in progress."""
+        return {lease.lease_key: None if lease.checkpoint_owner else lease.lease_owner
+                for lease in self.coordinator.store.scan_leases().leases}
 
     def all_delivered(self) -> bool:
         return set(self.ledger.payloads()) >= set(self.produced)
