@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from shared.config import Settings
-from tests.deploy.rendering import CHART, helm, render
+from tests.deploy.rendering import CHART, CHART_MANAGED, helm, render
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
 CONFIG_SCHEMA = SCHEMA["$defs"]["settings"]["properties"]
@@ -42,10 +42,10 @@ def test_bad_values_fail_with_a_message_naming_the_key(values: dict[str, Any], w
 
 
 def test_config_schema_lists_exactly_the_settings_fields() -> None:
-    assert set(CONFIG_SCHEMA) == set(Settings.model_fields) - {"worker_id"}
+    assert set(CONFIG_SCHEMA) == set(Settings.model_fields) - CHART_MANAGED
 
 
-@pytest.mark.parametrize("name", sorted(set(Settings.model_fields) - {"worker_id"}))
+@pytest.mark.parametrize("name", sorted(set(Settings.model_fields) - CHART_MANAGED))
 def test_config_schema_constraints_match_settings(name: str) -> None:
     """The chart must accept what Settings accepts and reject what it rejects, field by field."""
     model = Settings.model_json_schema()["properties"][name]
