@@ -10,8 +10,8 @@ import pytest
 
 from shared.config import Settings
 from tests.deploy.rendering import (
-    CHART_MANAGED,
     CHART,
+    CHART_MANAGED,
     EXAMPLES,
     KUBERNETES_VERSION,
     NAMESPACE,
