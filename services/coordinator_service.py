@@ -1,4 +1,4 @@
-"""Wiring of one coordinator replica: store, leader lock keeper, leader loop, and (later) the operator API."""
+"""Wiring of one coordinator replica: store, leader lock keeper, leader loop, and the operator API."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from coordinator.leader_lock import LeaderLock, LockKeeper
 from coordinator.leader_loop import LeaderLoop, ShardSource
 from coordinator.shard_lister import list_shards
 from coordinator.shards import Shard
+from services.api import ApiContext, ApiServer, create_app
+from services.leader_status import LeaderWatch
 from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings, load_settings
@@ -47,6 +49,8 @@ class CoordinatorService:
     lock: LeaderLock
     loop: LeaderLoop
     clock: Clock
+    watch: LeaderWatch
+    api: ApiServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
@@ -56,13 +60,16 @@ class CoordinatorService:
         clock = clock or SystemClock()
         store = open_store(settings, RetryPolicy(clock=clock))
         store.ensure_tables()
+        watch = LeaderWatch(store, settings.worker_id, clock)
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
-                          settings.leader_lock_heartbeat_period_millis)
-        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock))
-        return cls(settings, store, lock, loop, clock)
+                          settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change)
+        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=watch.on_run)
+        return cls(settings, store, lock, loop, clock, watch)
 
     def start(self) -> None:
-        """Start the lock keeper and the leader loop threads."""
+        """Start the operator API (on api_host:api_port; `api.port` is the bound one), the lock keeper and the loop."""
+        context = ApiContext(self.settings, self.store, self.lock, self.loop, self.watch, self.clock)
+        self.api = ApiServer(create_app(context), self.settings.api_host, self.settings.api_port).start()
         keeper = LockKeeper(self.lock, self.settings.leader_lock_heartbeat_period_millis / 1000 / 3, self.clock)
         runner = threading.Thread(target=self.loop.run_forever, args=(self._stop,), name="leader-loop", daemon=True)
         self._threads = [keeper, runner]
@@ -77,6 +84,8 @@ class CoordinatorService:
             keeper.stop()
         for thread in self._threads:
             thread.join(timeout)
+        if self.api is not None:
+            self.api.stop(timeout)
         self.store.close()
 
     def request_stop(self) -> None:

@@ -84,7 +84,7 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
         "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_STREAM_NAME": stream,
         "SHARDHERD_APPLICATION_NAME": app, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
         "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
-        "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400",
+        "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_API_PORT": "0",
     }
 
     def start(worker_id: str) -> subprocess.Popen[bytes]:

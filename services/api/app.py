@@ -1,0 +1,39 @@
+"""The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from services.api import assignments, health, leader, metrics, plan, workers
+from services.api.context import ApiContext
+from shared.errors import ShardherdError
+
+DASHBOARD = Path(__file__).parent / "dashboard"
+API_VERSION = "1"
+
+
+def create_app(ctx: ApiContext) -> FastAPI:
+    """The app serving `ctx`; store trouble becomes 503 with a one-line reason, never a 500."""
+    app = FastAPI(
+        title="shardherd operator API", version=API_VERSION,
+        description="Leases, workers, the leader and its decisions; drain and dry-run planning. Every coordinator "
+                    "replica serves it; mutating endpoints need `Authorization: Bearer <token>`.",
+    )
+    app.state.ctx = ctx
+    for module in (assignments, workers, leader, plan, health, metrics):
+        app.include_router(module.router)
+
+    @app.exception_handler(ShardherdError)
+    def _store_trouble(request: Request, exc: ShardherdError) -> JSONResponse:
+        return JSONResponse({"detail": f"{type(exc).__name__}: {exc}"}, status_code=503)
+
+    @app.get("/", include_in_schema=False)
+    def dashboard() -> FileResponse:
+        return FileResponse(DASHBOARD / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
+    return app

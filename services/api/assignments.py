@@ -1,0 +1,66 @@
+"""GET /v1/assignments: every lease with owner, state and throughput; filters, pagination and `explain`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Query, status
+
+from services.api.auth import AUTH_RESPONSES, require_read_token
+from services.api.context import ApiContext, context
+from services.api.fleet import load_fleet
+from services.api.models import AssignmentsPage, ErrorBody, LeaseState
+from services.leader_status import MalformedLeaderStatus, explain, read_status
+
+router = APIRouter(prefix="/v1", tags=["assignments"], dependencies=[Depends(require_read_token)])
+
+
+def encode_cursor(lease_key: str) -> str:
+    """An opaque cursor: the last key of a page, URL-safe base64."""
+    return base64.urlsafe_b64encode(lease_key.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> str:
+    """The lease key in a cursor; 400 if it is not one this API made."""
+    try:
+        key = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        key = None
+    if not key or encode_cursor(key) != cursor:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, f"cursor {cursor!r} is not a cursor from this API")
+    return key
+
+
+@router.get("/assignments", response_model=AssignmentsPage,
+            responses={400: {"model": ErrorBody, "description": "bad cursor"}, **AUTH_RESPONSES},
+            summary="Every lease with its owner, checkpoint owner, checkpoint, state and throughput")
+def list_assignments(
+    ctx: Annotated[ApiContext, Depends(context)],
+    worker: Annotated[str | None, Query(description="only leases this worker processes or will process")] = None,
+    stream: Annotated[str | None, Query(description="only leases of this stream")] = None,
+    state: Annotated[LeaseState | None, Query(description="only leases in this state")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="page size")] = 100,
+    cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+    explain_: Annotated[bool, Query(alias="explain", description="add what recent leader runs decided")] = False,
+) -> AssignmentsPage:
+    """One page of leases sorted by key; filters apply before pagination."""
+    after = decode_cursor(cursor) if cursor is not None else None
+    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    matching = [
+        lease for lease in fleet.leases
+        if (worker is None or worker in (lease.owner, lease.checkpoint_owner))
+        and (stream is None or lease.stream == stream)
+        and (state is None or lease.state == state)
+    ]
+    remaining = [lease for lease in matching if after is None or lease.lease_key > after]
+    page = remaining[:limit]
+    if explain_ and page:
+        try:
+            reasons = explain(read_status(ctx.store), (lease.lease_key for lease in page))
+        except MalformedLeaderStatus as exc:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {exc}") from exc
+        page = [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
+    next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None
+    return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases)

@@ -1,0 +1,106 @@
+"""Bearer-token checks: mutating endpoints always need the token; reads only when `api_protect_reads` is set.
+
+The token comes from `api_token` or from the file named by `api_token_file` (a mounted Kubernetes Secret, re-read
+when the file changes so a rotated Secret takes effect without a restart). Tokens are compared with
+`hmac.compare_digest`. With no token configured, mutating endpoints are refused (fail closed) while reads, health
+and metrics keep working; `api_protect_reads` without a token is a configuration error.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+
+from shared.config import Settings
+from shared.errors import ConfigError
+
+BEARER = "bearer"
+
+
+@dataclass
+class _Cached:
+    mtime_ns: int
+    token: str
+
+
+class TokenSource:
+    """The configured API token: a fixed value or a file's content (stripped), re-read when the file changes."""
+
+    def __init__(self, token: str | None, path: Path | None, protect_reads: bool) -> None:
+        self._token = token
+        self._path = path
+        self.protect_reads = protect_reads
+        self._cached: _Cached | None = None
+        self._guard = threading.Lock()
+        if protect_reads and token is None and path is None:
+            raise ConfigError("api_protect_reads needs api_token or api_token_file")
+        if path is not None:
+            self.current()  # a missing or empty token file fails at start, not at the first drain
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenSource:
+        """The token source the settings describe (`api_token` wins over `api_token_file`)."""
+        path = Path(settings.api_token_file) if settings.api_token_file and not settings.api_token else None
+        return cls(settings.api_token, path, settings.api_protect_reads)
+
+    @property
+    def configured(self) -> bool:
+        """True if a token is configured at all."""
+        return self._token is not None or self._path is not None
+
+    def current(self) -> str | None:
+        """The token now in force; ConfigError if the token file is missing or empty."""
+        if self._path is None:
+            return self._token
+        try:
+            mtime = os.stat(self._path).st_mtime_ns
+            with self._guard:
+                if self._cached is None or self._cached.mtime_ns != mtime:
+                    token = self._path.read_text(encoding="utf-8").strip()
+                    if len(token) < 16:
+                        raise ConfigError(f"api_token_file {self._path}: the token must have at least 16 characters")
+                    self._cached = _Cached(mtime, token)
+                return self._cached.token
+        except OSError as exc:
+            raise ConfigError(f"api_token_file {self._path} cannot be read: {exc.strerror}") from exc
+
+    def check(self, header: str | None) -> None:
+        """Raise 401 without a bearer token, 403 with a wrong one, 403 if no token is configured."""
+        expected = self.current()
+        if expected is None:
+            raise HTTPException(status.HTTP_403_FORBIDDEN,
+                                "mutating endpoints are disabled: no api_token or api_token_file is configured")
+        scheme, _, given = (header or "").partition(" ")
+        if scheme.lower() != BEARER or not given.strip():
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not hmac.compare_digest(given.strip().encode(), expected.encode()):
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "wrong bearer token")
+
+
+def _tokens(request: Request) -> TokenSource:
+    tokens: TokenSource = request.app.state.ctx.tokens
+    return tokens
+
+
+def require_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)]) -> None:
+    """Dependency of every mutating endpoint."""
+    tokens.check(request.headers.get("authorization"))
+
+
+def require_read_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)]) -> None:
+    """Dependency of read endpoints: checks the token only when `api_protect_reads` is set."""
+    if tokens.protect_reads:
+        tokens.check(request.headers.get("authorization"))
+
+
+AUTH_RESPONSES: dict[int | str, dict[str, object]] = {
+    401: {"description": "missing bearer token"},
+    403: {"description": "wrong token, or no token configured for mutating endpoints"},
+}

@@ -1,0 +1,51 @@
+"""Everything a request handler needs from the replica, in one object stored on the app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fastapi import Request
+
+from coordinator.leader_lock import LeaderLock
+from coordinator.leader_loop import LeaderLoop, LoopTiming
+from services.api.auth import TokenSource
+from services.api.fleet import HeartbeatObserver
+from services.leader_status import LeaderWatch
+from shared.clock import Clock
+from shared.config import Settings
+from shared.store import LeaseStore
+
+# /readyz on the leader fails after this many lease-assignment intervals without a successful run.
+STALL_INTERVALS = 5
+
+
+@dataclass
+class ApiContext:
+    """The replica's store, lock, loop and leader watch, plus per-replica API state (token, heartbeat sightings)."""
+
+    settings: Settings
+    store: LeaseStore
+    lock: LeaderLock
+    loop: LeaderLoop
+    watch: LeaderWatch
+    clock: Clock
+    stall_intervals: int = STALL_INTERVALS
+    tokens: TokenSource = field(init=False)
+    heartbeats: HeartbeatObserver = field(init=False)
+    timing: LoopTiming = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = TokenSource.from_settings(self.settings)
+        self.timing = LoopTiming.from_settings(self.settings)
+        self.heartbeats = HeartbeatObserver(self.clock)
+
+    @property
+    def stall_limit_seconds(self) -> float:
+        """How long the leader may go without a successful run before /readyz fails."""
+        return self.stall_intervals * self.timing.interval
+
+
+def context(request: Request) -> ApiContext:
+    """FastAPI dependency: the app's ApiContext."""
+    ctx: ApiContext = request.app.state.ctx
+    return ctx

@@ -1,0 +1,125 @@
+"""The fleet as one replica sees it: workers with liveness judged on this replica's clock, leases with their state."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from coordinator.leader_loop import _reported_throughput
+from coordinator.variance import ema
+from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
+from shared.clock import Clock
+from shared.config import Settings
+from shared.lease import Lease
+from shared.store import LeaseStore
+from shared.worker import CPU_METRIC, WorkerRecord
+
+Version = tuple[object, ...]
+
+
+def _version(worker: WorkerRecord) -> Version:
+    """What the leader watches change: heartbeat, last update and metrics (KCL-only workers only refresh these)."""
+    return (worker.heartbeat, worker.last_update, tuple(worker.metric_stats.items()))
+
+
+@dataclass(slots=True)
+class _Sighting:
+    version: Version
+    since: float  # monotonic seconds when this replica first saw this version
+    changed: bool  # True once this replica has seen the version change at least once
+
+
+class HeartbeatObserver:
+    """Heartbeat ages on this replica's monotonic clock, as the leader judges them (wall clocks are not compared)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._seen: dict[str, _Sighting] = {}
+        self._guard = threading.Lock()
+
+    def ages(self, workers: list[WorkerRecord]) -> dict[str, float]:
+        """Seconds since each worker's record last changed; workers no longer listed are forgotten."""
+        now, wall = self._clock.monotonic(), self._clock.time()
+        ages: dict[str, float] = {}
+        with self._guard:
+            seen: dict[str, _Sighting] = {}
+            for worker in workers:
+                sighting = self._seen.get(worker.worker_id)
+                version = _version(worker)
+                if sighting is None:
+                    sighting = _Sighting(version, now, False)
+                elif sighting.version != version:
+                    sighting = _Sighting(version, now, True)
+                seen[worker.worker_id] = sighting
+                age = now - sighting.since
+                if not sighting.changed:  # no change seen yet: fall back to the worker's own last-update time
+                    age = max(age, wall - worker.last_update)
+                ages[worker.worker_id] = max(0.0, age)
+            self._seen = seen
+        return ages
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """Workers and leases (sorted by id and key) and the rows that could not be read."""
+
+    workers: list[WorkerOut]
+    leases: list[LeaseOut]
+    malformed_workers: list[MalformedRow]
+    malformed_leases: list[MalformedRow]
+
+
+def load_fleet(store: LeaseStore, settings: Settings, heartbeats: HeartbeatObserver, grace_seconds: float) -> Fleet:
+    """Scan workers and leases and judge them; two store scans, nothing written."""
+    worker_scan = store.scan_workers()
+    lease_scan = store.scan_leases()
+    records = {worker.worker_id: worker for worker in worker_scan.workers}
+    ages = heartbeats.ages(worker_scan.workers)
+    expired = {wid for wid, age in ages.items() if age > grace_seconds}
+    leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
+    leases.sort(key=lambda item: item.lease_key)
+    workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings) for wid in sorted(records)]
+    return Fleet(
+        workers, leases,
+        [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
+        [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
+    )
+
+
+def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseState:
+    if lease.is_finished:
+        return "finished"
+    owner = lease.actual_owner
+    if owner is None:
+        return "unassigned"
+    if owner in expired or (owner not in records and settings.liveness_mode == "worker"):
+        return "expired"
+    return "handoff" if lease.in_handoff else "owned"
+
+
+def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseOut:
+    return LeaseOut(
+        lease_key=lease.lease_key, stream=lease.stream_name or settings.stream_name, shard_id=lease.shard,
+        owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
+        state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
+        lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,
+        throughput_kbps=_reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
+        child_shard_ids=sorted(lease.child_shard_ids), millis_behind_latest=None, explanation=None,
+    )
+
+
+def _worker_out(record: WorkerRecord, age: float, expired: bool, leases: list[LeaseOut],
+                settings: Settings) -> WorkerOut:
+    state: WorkerStateName = "expired" if expired else ("draining" if record.is_draining else "active")
+    mine = [lease for lease in leases
+            if (lease.checkpoint_owner or lease.owner) == record.worker_id and lease.state != "finished"]
+    cpu = list(record.metric_stats.get(CPU_METRIC, ()))
+    return WorkerOut(
+        worker_id=record.worker_id, state=state, reported_state=record.state.value,
+        drain_requested=record.drain_requested, heartbeat=record.heartbeat, heartbeat_age_seconds=round(age, 3),
+        last_update=record.last_update, cpu_history=cpu,
+        cpu_ema=ema(cpu, settings.worker_metrics_ema_alpha) if cpu else None,
+        metrics={name: list(values) for name, values in record.metric_stats.items()},
+        operating_range={name: list(values) for name, values in record.operating_range.items()},
+        throughput_kbps=sum(lease.throughput_kbps or 0.0 for lease in mine), lease_count=len(mine),
+    )

@@ -1,0 +1,42 @@
+"""/healthz (the process answers) and /readyz (the store answers; on the leader, runs keep succeeding)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from services.api.context import ApiContext, context
+from services.api.models import HealthOut
+from shared.errors import ShardherdError
+
+router = APIRouter(tags=["health"])
+
+_UNAVAILABLE: dict[int | str, dict[str, object]] = {503: {"model": HealthOut, "description": "not ready"}}
+
+
+@router.get("/healthz", response_model=HealthOut, summary="Liveness: the process serves requests")
+def healthz() -> HealthOut:
+    """Always ok while the process serves HTTP."""
+    return HealthOut(status="ok", detail="alive")
+
+
+@router.get("/readyz", response_model=HealthOut, responses=_UNAVAILABLE,
+            summary="Readiness: the store is reachable and, on the leader, a run succeeded recently")
+def readyz(ctx: Annotated[ApiContext, Depends(context)]) -> HealthOut | JSONResponse:
+    """503 if the store does not answer, or if this replica leads and has had no successful run for k intervals."""
+    try:
+        ctx.lock.read()
+    except ShardherdError as exc:
+        return _unavailable(f"store unreachable: {exc}")
+    stalled = ctx.watch.seconds_without_progress()
+    if stalled is not None and stalled > ctx.stall_limit_seconds:
+        return _unavailable(f"leader without a successful run for {stalled:.1f} s "
+                            f"(limit {ctx.stall_limit_seconds:.1f} s = {ctx.stall_intervals} intervals)")
+    role = "leader" if stalled is not None else "follower"
+    return HealthOut(status="ok", detail=f"store reachable ({role})")
+
+
+def _unavailable(detail: str) -> JSONResponse:
+    return JSONResponse(HealthOut(status="unavailable", detail=detail).model_dump(), status_code=503)

@@ -1,0 +1,140 @@
+"""/metrics in the Prometheus text format: fleet gauges from the store, leader counters from the published status.
+
+Every replica answers from the same store data, so any replica can be scraped. Written with prometheus_client
+(docs/decisions/0003-operator-api.md); the families are built per scrape by a collector on a private registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from services.api.auth import AUTH_RESPONSES, require_read_token
+from services.api.context import ApiContext, context
+from services.api.fleet import Fleet, load_fleet
+from services.api.leader import published_status
+from services.leader_status import LeaderStatus
+
+router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
+
+_STATES = ("owned", "unassigned", "handoff", "finished", "expired")
+_WORKER_STATES = ("active", "draining", "expired")
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def fleet_families(fleet: Fleet) -> list[Metric]:
+    """Gauges describing leases and workers as stored now."""
+    open_leases = [lease for lease in fleet.leases if lease.state != "finished"]
+    by_state = GaugeMetricFamily("shardherd_leases_by_state", "Leases per state", labels=["state"])
+    for state in _STATES:
+        by_state.add_metric([state], sum(1 for lease in fleet.leases if lease.state == state))
+    lease_tp = GaugeMetricFamily("shardherd_lease_throughput_kbps", "Throughput of a lease as reported (KiB/s)",
+                                 labels=["lease"])
+    lag = GaugeMetricFamily("shardherd_lease_millis_behind_latest",
+                            "MillisBehindLatest per lease (agents do not report it yet: no samples)", labels=["lease"])
+    for lease in fleet.leases:
+        if lease.throughput_kbps is not None:
+            lease_tp.add_metric([lease.lease_key], lease.throughput_kbps)
+        if lease.millis_behind_latest is not None:
+            lag.add_metric([lease.lease_key], lease.millis_behind_latest)
+    per_worker = GaugeMetricFamily("shardherd_worker_leases", "Leases each worker processes", labels=["worker"])
+    cpu = GaugeMetricFamily("shardherd_worker_cpu_ema_percent", "Moving average of worker CPU", labels=["worker"])
+    worker_tp = GaugeMetricFamily("shardherd_worker_throughput_kbps", "Sum of a worker's lease throughput (KiB/s)",
+                                  labels=["worker"])
+    age = GaugeMetricFamily("shardherd_worker_heartbeat_age_seconds",
+                            "Seconds since this replica saw the worker's heartbeat change", labels=["worker"])
+    for worker in fleet.workers:
+        per_worker.add_metric([worker.worker_id], worker.lease_count)
+        worker_tp.add_metric([worker.worker_id], worker.throughput_kbps)
+        age.add_metric([worker.worker_id], worker.heartbeat_age_seconds)
+        if worker.cpu_ema is not None:
+            cpu.add_metric([worker.worker_id], worker.cpu_ema)
+    workers = GaugeMetricFamily("shardherd_workers", "Workers per state", labels=["state"])
+    for state in _WORKER_STATES:
+        workers.add_metric([state], sum(1 for worker in fleet.workers if worker.state == state))
+    malformed = GaugeMetricFamily("shardherd_malformed_rows", "Stored rows that cannot be read", labels=["table"])
+    malformed.add_metric(["leases"], len(fleet.malformed_leases))
+    malformed.add_metric(["workers"], len(fleet.malformed_workers))
+    return [
+        _gauge("shardherd_total_leases", "Lease rows in the lease table", len(fleet.leases)),
+        _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
+        _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
+               sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
+        by_state, lease_tp, lag, per_worker, cpu, worker_tp, age, workers, malformed,
+    ]
+
+
+def leader_families(status: LeaderStatus | None, readable: bool, now: float) -> list[Metric]:
+    """Counters and gauges from the leader's published status (continued across failovers)."""
+    families: list[Metric] = [_gauge("shardherd_leader_status_readable", "1 if the published status is readable",
+                                     1 if readable else 0)]
+    if status is None:
+        return families
+    totals = status.totals
+    durations = SummaryMetricFamily("shardherd_leader_run_duration_seconds", "Duration of leader runs",
+                                    count_value=totals.runs, sum_value=totals.duration_ms_sum / 1000)
+    moves = CounterMetricFamily("shardherd_leader_moves", "Moves decided by leader runs", labels=["reason"])
+    for reason, count in sorted(totals.moves_by_reason.items()):
+        moves.add_metric([reason], count)
+    writes = CounterMetricFamily("shardherd_leader_writes", "Store writes by leader runs", labels=["kind"])
+    for kind, count in sorted(totals.writes.items()):
+        writes.add_metric([kind], count)
+    families += [
+        CounterMetricFamily("shardherd_leader_runs", "Leader runs", value=totals.runs),
+        CounterMetricFamily("shardherd_leader_failed_runs", "Leader runs that failed", value=totals.failed_runs),
+        durations, moves, writes,
+        _gauge("shardherd_leader_epoch", "Epoch of the leader that published last (+1 per leader change)",
+               status.epoch),
+    ]
+    if status.runs:
+        families.append(_gauge("shardherd_leader_last_run_duration_seconds", "Duration of the newest leader run",
+                               status.runs[-1].duration_ms / 1000))
+    if status.last_success_at is not None:
+        families.append(_gauge("shardherd_leader_last_success_age_seconds",
+                               "Seconds since the newest successful leader run started (wall clocks compared)",
+                               max(0.0, now - status.last_success_at)))
+    return families
+
+
+def replica_families(ctx: ApiContext) -> list[Metric]:
+    """What this replica alone knows: whether it leads and how often it gained or lost the lock."""
+    changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
+                                  labels=["change"])
+    for change, count in sorted(ctx.watch.lock_changes().items()):
+        changes.add_metric([change], count)
+    return [_gauge("shardherd_replica_is_leader", "1 if this replica holds the leader lock",
+                   1 if ctx.lock.is_leader() else 0), changes]
+
+
+class _Families(Collector):
+    """A collector that yields families computed beforehand (one scrape)."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        """The families of this scrape."""
+        return self._families
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
+                                                            **AUTH_RESPONSES},
+            summary="Prometheus metrics (text format)")
+def metrics(ctx: Annotated[ApiContext, Depends(context)]) -> Response:
+    """Fleet gauges, leader counters and this replica's lock changes."""
+    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    status, problem = published_status(ctx)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families([*fleet_families(fleet), *leader_families(status, problem is None, ctx.clock.time()),
+                                 *replica_families(ctx)]))
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

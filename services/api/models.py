@@ -1,0 +1,146 @@
+"""Response bodies of the operator API (documented in the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from services.leader_status import Explanation, LeaderStatus, MoveRecord, UnplacedRecord
+
+LeaseState = Literal["owned", "unassigned", "handoff", "finished", "expired"]
+WorkerStateName = Literal["active", "draining", "expired"]
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: a one-line explanation."""
+
+    detail: str
+
+
+class MalformedRow(BaseModel):
+    """A stored row that could not be read (reported, left untouched)."""
+
+    key: str | None
+    reason: str
+
+
+class WorkerOut(BaseModel):
+    """One worker as this replica sees it."""
+
+    worker_id: str
+    state: WorkerStateName = Field(description="expired: no heartbeat change seen for the failover/grace time")
+    reported_state: str = Field(description="what the worker says about itself (ACTIVE or DRAINING)")
+    drain_requested: bool
+    heartbeat: int
+    heartbeat_age_seconds: float = Field(
+        description="seconds since this replica saw the heartbeat counter change; before it has seen a change, the "
+                    "age of the worker's own last-update time (wall clocks compared)")
+    last_update: int = Field(description="the worker's last update, epoch seconds on its own clock")
+    cpu_history: list[float] = Field(description="per-interval CPU %, oldest first; -1 marks a failed sample")
+    cpu_ema: float | None = Field(description="the decider's moving average of cpu_history (None without CPU data)")
+    metrics: dict[str, list[float]] = Field(description="every reported metric history (C, M, NI, NO, ...)")
+    operating_range: dict[str, list[float]]
+    throughput_kbps: float = Field(description="sum of the throughput of the leases it processes")
+    lease_count: int = Field(description="leases it processes (the checkpoint owner during a handoff)")
+
+
+class WorkersPage(BaseModel):
+    """Every worker record."""
+
+    items: list[WorkerOut]
+    malformed: list[MalformedRow]
+
+
+class LeaseOut(BaseModel):
+    """One lease: who owns it, how far it got, what it carries."""
+
+    lease_key: str
+    stream: str | None
+    shard_id: str
+    owner: str | None = Field(description="leaseOwner (the next owner during a handoff)")
+    checkpoint_owner: str | None = Field(description="set while a graceful handoff is in progress")
+    state: LeaseState
+    checkpoint: str
+    lease_counter: int
+    owner_switches_since_checkpoint: int
+    throughput_kbps: float | None
+    millis_behind_latest: int | None = Field(
+        None, description="not reported by agents yet; always null for now")
+    parent_shard_ids: list[str]
+    child_shard_ids: list[str]
+    explanation: list[Explanation] | None = Field(
+        None, description="with explain=true: what recent leader runs decided about this lease, newest first")
+
+
+class AssignmentsPage(BaseModel):
+    """One page of leases, sorted by key."""
+
+    items: list[LeaseOut]
+    total: int = Field(description="leases matching the filters, over all pages")
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
+    malformed: list[MalformedRow]
+
+
+class LockOut(BaseModel):
+    """The leader lock item as stored."""
+
+    owner: str | None
+    epoch: int | None
+    released: bool
+    lease_duration_millis: int | None
+
+
+class LeaderOut(BaseModel):
+    """The current leader, its freshness, and what it last published."""
+
+    replica_id: str
+    replica_is_leader: bool
+    lock: LockOut
+    last_success_age_seconds: float | None = Field(
+        description="now (this replica's wall clock) minus the start of the leader's last successful run")
+    stale: bool = Field(description="true when the last successful run is older than the readiness limit")
+    status: LeaderStatus | None
+    status_error: str | None = Field(None, description="why the published status could not be read")
+
+
+class DrainOut(BaseModel):
+    """The drain flag after the request."""
+
+    worker_id: str
+    drain_requested: bool
+
+
+class WorkerPlanOut(BaseModel):
+    """One worker before and after a planned run."""
+
+    worker_id: str
+    status: str
+    leases_before: int
+    leases_after: int
+    throughput_before: float
+    throughput_after: float
+    metrics_before: dict[str, float]
+    metrics_after: dict[str, float]
+    note: str
+
+
+class PlanOut(BaseModel):
+    """What the decider would do now (nothing is written)."""
+
+    strategy: str
+    balanced: bool
+    replica_is_leader: bool
+    moves: list[MoveRecord]
+    spillover: list[UnplacedRecord]
+    held: list[UnplacedRecord]
+    workers: list[WorkerPlanOut]
+    averages: dict[str, float]
+    notes: list[str]
+
+
+class HealthOut(BaseModel):
+    """A probe answer."""
+
+    status: Literal["ok", "unavailable"]
+    detail: str

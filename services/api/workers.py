@@ -1,0 +1,49 @@
+"""GET /v1/workers and POST /v1/workers/{id}/drain|undrain (the operator's drain flag, e.g. from a preStop hook)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, status
+
+from services.api.auth import AUTH_RESPONSES, require_read_token, require_token
+from services.api.context import ApiContext, context
+from services.api.fleet import load_fleet
+from services.api.models import DrainOut, ErrorBody, WorkersPage
+
+router = APIRouter(prefix="/v1", tags=["workers"])
+
+WorkerId = Annotated[str, Path(min_length=1, max_length=256, description="the worker id as in its record")]
+
+
+@router.get("/workers", response_model=WorkersPage, responses=AUTH_RESPONSES,
+            dependencies=[Depends(require_read_token)],
+            summary="Every worker with state, CPU history and EMA, throughput, lease count and heartbeat age")
+def list_workers(ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
+    """Every worker record, judged on this replica's clock."""
+    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers)
+
+
+def _set_drain(ctx: ApiContext, worker_id: str, requested: bool) -> DrainOut:
+    if not ctx.store.set_drain_requested(worker_id, requested):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no worker {worker_id!r} has a record")
+    return DrainOut(worker_id=worker_id, drain_requested=requested)
+
+
+_MUTATING = {404: {"model": ErrorBody, "description": "no such worker"}, **AUTH_RESPONSES}
+
+
+@router.post("/workers/{worker_id}/drain", response_model=DrainOut, responses=_MUTATING,
+             dependencies=[Depends(require_token)],
+             summary="Ask the leader to move every lease off this worker gracefully")
+def drain(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -> DrainOut:
+    """Set the worker's drain flag; the leader moves its leases away within a run or two."""
+    return _set_drain(ctx, worker_id, True)
+
+
+@router.post("/workers/{worker_id}/undrain", response_model=DrainOut, responses=_MUTATING,
+             dependencies=[Depends(require_token)], summary="Clear the drain flag")
+def undrain(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -> DrainOut:
+    """Clear the worker's drain flag; it receives leases again."""
+    return _set_drain(ctx, worker_id, False)

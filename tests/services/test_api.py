@@ -1,0 +1,176 @@
+"""The operator API on every store backend: workers, assignments, explain, leader, drain, plan, readiness."""
+
+from __future__ import annotations
+
+import pytest
+
+from coordinator.moves import MoveReason
+from services.api.assignments import encode_cursor
+from services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
+from shared.store import LeaseStore
+from tests.services.harness import INTERVAL, TOKEN, Replica
+
+
+@pytest.fixture
+def replica(store: LeaseStore) -> Replica:
+    replica = Replica(store, shards=6, api_token=TOKEN)
+    replica.join("w1", cpu=30.0)
+    replica.join("w2", cpu=70.0)
+    replica.step(2)
+    return replica
+
+
+def test_workers_show_state_cpu_and_leases(replica: Replica) -> None:
+    body = replica.client.get("/v1/workers").json()
+    workers = {w["worker_id"]: w for w in body["items"]}
+    assert set(workers) == {"w1", "w2"}
+    assert body["malformed"] == []
+    owners = replica.owners()
+    for wid, worker in workers.items():
+        assert worker["state"] == "active"
+        assert worker["lease_count"] == sum(1 for owner in owners.values() if owner == wid)
+        assert worker["cpu_history"] == [replica.cpu[wid]] * 2
+        assert worker["cpu_ema"] == pytest.approx(replica.cpu[wid])
+        assert worker["operating_range"] == {"C": [100.0]}
+        assert worker["heartbeat"] == replica.beats[wid]
+    assert sum(w["lease_count"] for w in workers.values()) == 6
+
+
+def test_worker_that_stops_heartbeating_turns_expired_with_its_leases(replica: Replica) -> None:
+    replica.client.get("/v1/workers")  # this replica sees the current heartbeats
+    replica.leave("w2")
+    replica.clock.advance(replica.context.timing.worker_grace + 1)
+    replica.heartbeat()
+    workers = {w["worker_id"]: w for w in replica.client.get("/v1/workers").json()["items"]}
+    assert workers["w2"]["state"] == "expired"
+    assert workers["w2"]["heartbeat_age_seconds"] > replica.context.timing.worker_grace
+    assert workers["w1"]["state"] == "active"
+    expired = replica.client.get("/v1/assignments", params={"state": "expired"}).json()["items"]
+    assert {lease["owner"] for lease in expired} == {"w2"}
+    assert len(expired) == sum(1 for owner in replica.owners().values() if owner == "w2")
+
+
+def test_assignments_filters_and_pages(replica: Replica) -> None:
+    everything = replica.client.get("/v1/assignments").json()
+    assert everything["total"] == 6 and everything["next_cursor"] is None
+    assert all(lease["state"] == "owned" for lease in everything["items"])
+    keys, cursor = [], None
+    while True:
+        params: dict[str, str | int] = {"limit": 4}
+        if cursor:
+            params["cursor"] = cursor
+        page = replica.client.get("/v1/assignments", params=params).json()
+        keys += [lease["lease_key"] for lease in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert keys == sorted(replica.owners())
+    mine = replica.client.get("/v1/assignments", params={"worker": "w1"}).json()
+    assert {lease["lease_key"] for lease in mine["items"]} == {k for k, o in replica.owners().items() if o == "w1"}
+    assert replica.client.get("/v1/assignments", params={"stream": "other"}).json()["total"] == 0
+    assert replica.client.get("/v1/assignments", params={"state": "unassigned"}).json()["items"] == []
+    last = sorted(replica.owners())[-1]
+    assert replica.client.get("/v1/assignments", params={"cursor": encode_cursor(last)}).json()["items"] == []
+
+
+@pytest.mark.parametrize("params", [{"limit": 0}, {"limit": 1001}, {"limit": "x"}, {"state": "sleeping"},
+                                    {"cursor": "%%%"}, {"cursor": "_w"}, {"explain": "perhaps"}])
+def test_bad_parameters_are_4xx_with_a_message(replica: Replica, params: dict[str, object]) -> None:
+    response = replica.client.get("/v1/assignments", params=params)
+    assert 400 <= response.status_code < 500
+    assert response.json()["detail"]
+
+
+def test_explain_gives_the_reasons_of_recent_runs(replica: Replica) -> None:
+    body = replica.client.get("/v1/assignments", params={"explain": "true"}).json()
+    for lease in body["items"]:
+        reasons = lease["explanation"]
+        assert reasons, lease["lease_key"]
+        assert reasons[0]["kind"] == "move" and reasons[0]["reason"] == MoveReason.UNASSIGNED.value
+        assert reasons[0]["to_worker"] == lease["owner"]
+    assert replica.client.get("/v1/assignments").json()["items"][0]["explanation"] is None
+
+
+def test_leader_shows_lock_epoch_runs_and_freshness(replica: Replica) -> None:
+    body = replica.client.get("/v1/leader").json()
+    assert body["lock"]["owner"] == "coord-a" and body["lock"]["epoch"] == 1
+    assert body["replica_is_leader"] is True and body["stale"] is False
+    status = body["status"]
+    assert status["leader_id"] == "coord-a" and len(status["runs"]) == 2
+    assert status["totals"]["runs"] == 2
+    assert status["totals"]["moves_by_reason"] == {"UNASSIGNED": 6}
+    assert body["last_success_age_seconds"] == pytest.approx(INTERVAL)  # the second run started one interval ago
+
+
+def test_drain_sets_the_flag_and_the_leader_moves_the_leases(replica: Replica) -> None:
+    before = {k for k, o in replica.owners().items() if o == "w2"}
+    assert before
+    response = replica.client.post("/v1/workers/w2/drain", headers=replica.auth())
+    assert response.status_code == 200 and response.json() == {"worker_id": "w2", "drain_requested": True}
+    record = replica.store.get_worker("w2")
+    assert record is not None and record.drain_requested
+    assert {w["worker_id"]: w["state"] for w in replica.client.get("/v1/workers").json()["items"]}["w2"] == "draining"
+    summaries = replica.step(1)
+    assert summaries[0] is not None and summaries[0].moves_by_reason() == {"DRAIN": len(before)}
+    moved = {lease["lease_key"]: lease for lease in replica.client.get("/v1/assignments").json()["items"]}
+    assert all(moved[key]["owner"] == "w1" and moved[key]["checkpoint_owner"] == "w2" for key in before)
+    assert all(moved[key]["state"] == "handoff" for key in before)
+    explained = replica.client.get("/v1/assignments", params={"explain": "true", "worker": "w2"}).json()["items"]
+    assert {lease["explanation"][0]["reason"] for lease in explained} == {"DRAIN"}
+    undo = replica.client.post("/v1/workers/w2/undrain", headers=replica.auth())
+    assert undo.json()["drain_requested"] is False
+    record = replica.store.get_worker("w2")
+    assert record is not None and not record.drain_requested
+
+
+def test_drain_of_unknown_worker_is_404(replica: Replica) -> None:
+    response = replica.client.post("/v1/workers/nobody/drain", headers=replica.auth())
+    assert response.status_code == 404 and "nobody" in response.json()["detail"]
+
+
+def test_plan_is_a_dry_run(replica: Replica) -> None:
+    replica.join("w3", cpu=5.0)
+    replica.heartbeat()
+    before = replica.store.scan_leases().leases
+    body = replica.client.post("/v1/plan").json()
+    assert body["replica_is_leader"] is True
+    assert {w["worker_id"] for w in body["workers"]} == {"w1", "w2", "w3"}
+    assert body["moves"], body
+    assert all(move["to_worker"] == "w3" and move["reason"].startswith("BALANCE") for move in body["moves"])
+    assert replica.store.scan_leases().leases == before
+
+
+def test_readyz_fails_for_a_stalled_leader_and_recovers(replica: Replica) -> None:
+    assert replica.client.get("/readyz").status_code == 200
+    limit = replica.context.stall_limit_seconds
+    replica.clock.advance(limit)  # the loop thread hangs: no run for k intervals, while the lock stays held
+    replica.heartbeat()
+    replica.lock.tick()
+    stalled = replica.client.get("/readyz")
+    assert stalled.status_code == 503
+    assert "without a successful run" in stalled.json()["detail"]
+    assert replica.client.get("/v1/leader").json()["stale"] is True
+    replica.step(1)
+    assert replica.client.get("/readyz").status_code == 200
+    assert replica.client.get("/healthz").json()["status"] == "ok"
+
+
+def test_follower_is_ready_and_reads_what_the_leader_published(replica: Replica) -> None:
+    follower = Replica(replica.store, replica_id="coord-b", clock=replica.clock)
+    follower.lock.tick()
+    assert not follower.lock.is_leader()
+    assert follower.client.get("/readyz").json()["detail"] == "store reachable (follower)"
+    leader = follower.client.get("/v1/leader").json()
+    assert leader["replica_is_leader"] is False and leader["lock"]["owner"] == "coord-a"
+    assert leader["status"]["totals"]["runs"] == 2
+    explained = follower.client.get("/v1/assignments", params={"explain": "true"}).json()["items"]
+    assert all(lease["explanation"][0]["reason"] == "UNASSIGNED" for lease in explained)
+
+
+def test_malformed_status_is_reported_not_a_500(replica: Replica) -> None:
+    replica.store.put_state(STATUS_KEY, {VERSION_ATTRIBUTE: 1, "status": "{not json"})
+    body = replica.client.get("/v1/leader").json()
+    assert body["status"] is None and "LeaderStatus" in body["status_error"]
+    explain = replica.client.get("/v1/assignments", params={"explain": "true"})
+    assert explain.status_code == 503 and "cannot explain" in explain.json()["detail"]
+    assert replica.client.get("/metrics").status_code == 200
