@@ -7,7 +7,7 @@ import random
 import threading
 from typing import TYPE_CHECKING
 
-from agent.lease_keeper import LeaseKeeper, LossReason
+from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.sampler import MetricsSampler, SamplingThread, WorkerMetrics
 from agent.metrics.select import select_cpu_source
 from agent.metrics.throughput import ThroughputRecorder
@@ -145,16 +145,24 @@ class Agent:
         self._sampling.stop(5)
 
     def _drain(self, timeout: float | None) -> None:
+        """Announce DRAINING, then wait while the leader hands leases on; give up early if no handoff ever starts."""
+        settings = self.settings
+        # The DRAINING heartbeat must land and a few leader runs pass before the first handoff can start.
+        first_move = (settings.effective_heartbeat_interval_millis
+                      + 3 * settings.lease_assignment_interval_millis) / 1000
         if timeout is None:
-            timeout = (self.settings.lease_assignment_interval_millis * 3
-                       + self.settings.graceful_lease_handoff_timeout_millis) / 1000
+            timeout = first_move + settings.graceful_lease_handoff_timeout_millis / 1000
         self.keeper.begin_drain()
-        deadline = self.clock.monotonic() + timeout
-        while self.keeper.held() and self.clock.monotonic() < deadline:
+        started = self.clock.monotonic()
+        moving = False
+        while self.keeper.held():
+            elapsed = self.clock.monotonic() - started
+            moving = moving or any(held.state is HeldState.HANDING_OFF for _, held in self.keeper.held_items())
+            if elapsed >= timeout or (not moving and elapsed >= first_move):
+                log.warning("drain: %d leases not moved by a leader after %.1f s; giving them back",
+                            len(self.keeper.held()), elapsed)
+                return
             self._stop.wait(TICK_SECONDS)
-        if self.keeper.held():
-            log.warning("drain: %d leases not moved by the leader in %.0f s; releasing them",
-                        len(self.keeper.held()), timeout)
 
     def wait(self) -> None:
         """Block until stop() is called."""

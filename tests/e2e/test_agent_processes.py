@@ -1,0 +1,135 @@
+"""Agent processes (`shardherd agent`) killed and restarted against a coordinator, on moto server and kinesalite."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.coordinator_service import CoordinatorService
+from services.emulators.kinesalite import NodeEmulator
+from services.emulators.moto_server import MotoServer
+from shared.aws import make_client
+from shared.config import load_settings
+from tests.e2e.test_agents_and_coordinator import wait_for
+from tests.support.file_ledger import LEDGER_ENV, read_ledger
+from tests.support.stores import unique_app
+
+pytestmark = pytest.mark.slow
+
+
+class ProcessStack:
+    """An in-process coordinator plus agent subprocesses writing one ledger file."""
+
+    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, ledger: Path) -> None:
+        self.app = unique_app("proc-e2e")
+        self.ledger = str(ledger)
+        self.kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+        self.kinesis.create_stream(StreamName=self.app, ShardCount=3)
+        wait_for(lambda: self.kinesis.describe_stream_summary(StreamName=self.app)["StreamDescriptionSummary"][
+            "StreamStatus"] == "ACTIVE", 30, "stream ACTIVE")
+        self.env = {
+            **os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+            "SHARDHERD_APPLICATION_NAME": self.app, "SHARDHERD_STREAM_NAME": self.app,
+            "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto.endpoint_url,
+            "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
+            "SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "300", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300",
+            "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
+            "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_DISABLE_WORKER_METRICS": "true",
+            "SHARDHERD_API_PORT": "0", LEDGER_ENV: self.ledger,
+        }
+        settings = load_settings(**{key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
+                                    if key.startswith("SHARDHERD_") and key != LEDGER_ENV},
+                                 worker_id="coordinator")
+        self.coordinator = CoordinatorService.build(settings)
+        self.coordinator.start()
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        self.produced: list[str] = []
+
+    def start_agent(self, worker: str) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "agent", "--processor",
+             "tests.support.file_ledger:FileLedgerProcessor"],
+            env={**self.env, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.agents[worker] = process
+        return process
+
+    def produce(self, count: int, prefix: str) -> None:
+        payloads = [f"{prefix}-{index}" for index in range(count)]
+        entries = [{"Data": data.encode(), "PartitionKey": data} for data in payloads]
+        for start in range(0, count, 500):
+            assert self.kinesis.put_records(StreamName=self.app, Records=entries[start:start + 500]).get(
+                "FailedRecordCount", 0) == 0
+        self.produced.extend(payloads)
+
+    def delivered(self) -> Counter[str]:
+        return Counter(entry[5] for entry in read_ledger(self.ledger))
+
+    def all_delivered(self) -> bool:
+        return set(self.delivered()) >= set(self.produced)
+
+    def owners(self) -> dict[str, str | None]:
+        return {lease.lease_key: None if lease.checkpoint_owner else lease.lease_owner
+                for lease in self.coordinator.store.scan_leases().leases}
+
+    def close(self) -> None:
+        for process in self.agents.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        self.coordinator.stop()
+
+
+@pytest.fixture
+def procs(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[ProcessStack]:
+    stack = ProcessStack(moto_server, kinesalite, tmp_path / "ledger.txt")
+    yield stack
+    stack.close()
+
+
+def test_killed_agent_shards_resume_elsewhere_from_the_last_checkpoint(procs: ProcessStack) -> None:
+    procs.start_agent("agent-1")
+    wait_for(lambda: set(procs.owners().values()) == {"agent-1"} and len(procs.owners()) == 3, 30, "agent-1 owns all")
+    procs.produce(300, "a")
+    wait_for(procs.all_delivered, 30, "first records delivered")
+    procs.start_agent("agent-2")
+    wait_for(lambda: "agent-2" in procs.owners().values(), 30, "agent-2 gets a lease")
+
+    victim = procs.agents["agent-1"]
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    killed_at = time.time()
+    procs.produce(300, "b")
+    wait_for(procs.all_delivered, 60, "records after the kill delivered")
+    assert set(procs.owners().values()) == {"agent-2"}
+    entries = read_ledger(procs.ledger)
+    resumed = min(entry[4] for entry in entries if entry[3] == "agent-2" and entry[5].startswith("b-"))
+    assert resumed - killed_at < 30
+    counts = procs.delivered()
+    assert set(counts) == set(procs.produced)  # nothing lost
+    # Each batch is checkpointed right after it is written, so a kill can repeat at most the unfinished batch.
+    duplicates = [data for data, count in counts.items() if count > 1]
+    assert all(data.startswith("a-") for data in duplicates)
+
+
+def test_sigterm_drains_and_a_restart_resumes_without_duplicates(procs: ProcessStack) -> None:
+    first = procs.start_agent("agent-1")
+    wait_for(lambda: len(procs.owners()) == 3 and set(procs.owners().values()) == {"agent-1"}, 30, "agent-1 owns all")
+    procs.produce(300, "a")
+    wait_for(procs.all_delivered, 30, "records delivered")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 0
+    assert set(procs.owners().values()) == {None}  # no other worker: leases given back with their checkpoints
+    procs.produce(300, "b")
+    procs.start_agent("agent-2")
+    wait_for(procs.all_delivered, 60, "records after the restart delivered")
+    counts = procs.delivered()
+    assert set(counts) == set(procs.produced)
+    assert max(counts.values()) == 1  # resumed exactly from the checkpoints

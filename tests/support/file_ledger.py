@@ -1,0 +1,45 @@
+"""A record processor for agent subprocesses: appends every record to the file named by SHARDHERD_TEST_LEDGER."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agent.consumer import Checkpointer, RecordProcessor
+from agent.records import Record
+
+LEDGER_ENV = "SHARDHERD_TEST_LEDGER"
+
+
+class FileLedgerProcessor(RecordProcessor):
+    """Writes `shard sequence sub worker time data` lines (flushed) before checkpointing each batch."""
+
+    def __init__(self) -> None:
+        self.path = os.environ[LEDGER_ENV]
+        self.worker = os.environ.get("SHARDHERD_WORKER_ID", "?")
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None) -> None:
+        if not records:
+            return
+        lines = "".join(f"{r.shard_id} {r.sequence_number} {r.sub_sequence_number} {self.worker} {time.time():.3f} "
+                        f"{r.data.decode()}\n" for r in records)
+        with open(self.path, "a", encoding="utf-8") as ledger:
+            ledger.write(lines)
+            ledger.flush()
+            os.fsync(ledger.fileno())
+        checkpointer.checkpoint(records[-1])
+
+
+def read_ledger(path: str) -> list[tuple[str, str, int, str, float, str]]:
+    """The ledger's entries (shard, sequence, sub-sequence, worker, time, data); a torn last line is ignored."""
+    entries = []
+    try:
+        with open(path, encoding="utf-8") as ledger:
+            for line in ledger:
+                parts = line.rstrip("\n").split(" ", 5)
+                if len(parts) == 6 and line.endswith("\n"):
+                    entries.append((parts[0], parts[1], int(parts[2]), parts[3], float(parts[4]), parts[5]))
+    except FileNotFoundError:
+        return []
+    return entries
