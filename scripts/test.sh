@@ -10,6 +10,7 @@ if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl 
   need_apt+=(postgresql)
 fi
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the dashboard test renders the page headless
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing system packages: ${need_apt[*]}"

@@ -1,9 +1,10 @@
 """What the leader publishes after each run, so every replica's API can show runs, reasons, freshness and counters.
 
 Only the leader has run history in memory; every replica serves the API. After each run the leader writes one
-compact item, `LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs (their
-moves and unplaced leases, bounded so the item stays far below DynamoDB's 400 KB limit) and cumulative counters that
-a new leader continues, so Prometheus counters survive failovers. Readers get a typed error for a malformed item.
+compact item, `LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs, the
+last moves with their reasons, the leases the newest run could not place (all bounded, so the item stays far below
+DynamoDB's 400 KB limit) and cumulative counters that a new leader continues, so Prometheus counters survive
+failovers. Readers get a typed error for a malformed item.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Iterable
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from coordinator.moves import Move, Unplaced
 from coordinator.run_summary import RunSummary
 from shared.clock import Clock
 from shared.errors import ShardherdError
@@ -28,7 +29,8 @@ STATUS_ATTRIBUTE = "status"
 VERSION_ATTRIBUTE = "statusVersion"
 FORMAT_VERSION = 1
 MAX_RUNS = 20
-MAX_ENTRIES_PER_RUN = 200
+MAX_RECENT_MOVES = 250
+MAX_UNPLACED = 200
 MAX_DETAIL_CHARS = 200
 MAX_STATUS_BYTES = 256_000
 WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
@@ -42,39 +44,36 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class MoveRecord(_Frozen):
-    """One move of a run: which lease went from whom to whom, and why."""
+class Decision(_Frozen):
+    """A lease the leader moved (kind `move`) or could not place (kind `unplaced`) in one run, and why."""
 
     lease_key: str
-    from_owner: str | None
-    to_worker: str
+    epoch: int
+    run_started_at: float = Field(description="wall-clock start of the run on the leader")
+    kind: Literal["move", "unplaced"]
     reason: str
     detail: str
-
-    @classmethod
-    def of(cls, move: Move) -> MoveRecord:
-        """The record of a decider move (detail shortened)."""
-        return cls(lease_key=move.lease_key, from_owner=move.from_owner, to_worker=move.to_worker,
-                   reason=move.reason.value, detail=move.detail[:MAX_DETAIL_CHARS])
+    from_owner: Annotated[str | None, Field(description="owner before the move (unplaced: the owner it keeps)")] = None
+    to_worker: str | None = None
 
 
-class UnplacedRecord(_Frozen):
-    """A lease the decider wanted to place but could not, and why."""
-
-    lease_key: str
-    owner: str | None
-    reason: str
-    detail: str
-
-    @classmethod
-    def of(cls, unplaced: Unplaced) -> UnplacedRecord:
-        """The record of a spillover or held lease (detail shortened)."""
-        return cls(lease_key=unplaced.lease_key, owner=unplaced.owner, reason=unplaced.reason.value,
-                   detail=unplaced.detail[:MAX_DETAIL_CHARS])
+def decisions_of(summary: RunSummary) -> tuple[list[Decision], list[Decision]]:
+    """The run's moves and its unplaced leases (spillover and held) as decisions, in the decider's order."""
+    plan = summary.plan
+    if plan is None:
+        return [], []
+    epoch, started = summary.epoch, summary.started_at
+    moves = [Decision(lease_key=m.lease_key, epoch=epoch, run_started_at=started, kind="move", reason=m.reason.value,
+                      detail=m.detail[:MAX_DETAIL_CHARS], from_owner=m.from_owner, to_worker=m.to_worker)
+             for m in plan.moves]
+    unplaced = [Decision(lease_key=u.lease_key, epoch=epoch, run_started_at=started, kind="unplaced",
+                         reason=u.reason.value, detail=u.detail[:MAX_DETAIL_CHARS], from_owner=u.owner)
+                for u in (*plan.spillover, *plan.held)]
+    return moves, unplaced
 
 
 class RunRecord(_Frozen):
-    """One leader run as published: counts, writes, and (bounded) moves and unplaced leases."""
+    """One leader run as published: what it saw, what it decided (counts) and what landed."""
 
     epoch: int
     started_at: float = Field(description="wall-clock seconds since the epoch on the leader")
@@ -87,31 +86,21 @@ class RunRecord(_Frozen):
     malformed_rows: int
     balanced: bool
     shard_sync_ran: bool
+    moves_by_reason: dict[str, int]
+    unplaced: int
     writes: dict[str, int]
-    moves: tuple[MoveRecord, ...] = ()
-    unplaced: tuple[UnplacedRecord, ...] = ()
-    entries_dropped: int = Field(0, description="moves and unplaced leases left out to keep the item small")
 
     @classmethod
     def of(cls, summary: RunSummary) -> RunRecord:
-        """The compact record of a run summary (at most MAX_ENTRIES_PER_RUN moves plus unplaced leases)."""
+        """The compact record of a run summary."""
         plan = summary.plan
-        moves = [MoveRecord.of(move) for move in plan.moves] if plan else []
-        unplaced = [UnplacedRecord.of(item) for item in (*plan.spillover, *plan.held)] if plan else []
-        kept_moves = moves[:MAX_ENTRIES_PER_RUN]
-        kept_unplaced = unplaced[:MAX_ENTRIES_PER_RUN - len(kept_moves)]
-        writes = {name: int(getattr(summary.writes, name)) for name in WRITE_FIELDS}
         return cls(epoch=summary.epoch, started_at=summary.started_at, duration_ms=summary.duration_ms,
                    ok=summary.ok, error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
                    expired_leases=summary.expired_leases, malformed_rows=summary.malformed_rows,
-                   balanced=summary.balanced_this_run, shard_sync_ran=summary.shard_sync_ran, writes=writes,
-                   moves=tuple(kept_moves), unplaced=tuple(kept_unplaced),
-                   entries_dropped=len(moves) + len(unplaced) - len(kept_moves) - len(kept_unplaced))
-
-    def without_entries(self) -> RunRecord:
-        """A copy without its moves and unplaced leases dropped (counted in `entries_dropped`)."""
-        dropped = self.entries_dropped + len(self.moves) + len(self.unplaced)
-        return self.model_copy(update={"moves": (), "unplaced": (), "entries_dropped": dropped})
+                   balanced=summary.balanced_this_run, shard_sync_ran=summary.shard_sync_ran,
+                   moves_by_reason=summary.moves_by_reason(),
+                   unplaced=len(plan.spillover) + len(plan.held) if plan else 0,
+                   writes={name: int(getattr(summary.writes, name)) for name in WRITE_FIELDS})
 
 
 class Totals(_Frozen):
@@ -123,10 +112,10 @@ class Totals(_Frozen):
     moves_by_reason: dict[str, int] = Field(default_factory=dict)
     writes: dict[str, int] = Field(default_factory=dict)
 
-    def plus(self, run: RunRecord, moves_by_reason: dict[str, int]) -> Totals:
+    def plus(self, run: RunRecord) -> Totals:
         """These totals with one more run counted."""
         reasons = dict(self.moves_by_reason)
-        for reason, count in moves_by_reason.items():
+        for reason, count in run.moves_by_reason.items():
             reasons[reason] = reasons.get(reason, 0) + count
         writes = dict(self.writes)
         for name, count in run.writes.items():
@@ -142,22 +131,26 @@ class LeaderStatus(_Frozen):
     epoch: int
     leader_id: str
     published_at: float = Field(description="wall-clock seconds since the epoch on the leader")
-    last_success_at: float | None = Field(None, description="wall-clock start of the newest successful run")
+    last_success_at: Annotated[float | None, Field(description="wall-clock start of the newest successful run")] = None
     runs: tuple[RunRecord, ...] = ()
+    recent_moves: Annotated[tuple[Decision, ...], Field(description="the last moves over all runs, oldest first")] = ()
+    unplaced: Annotated[tuple[Decision, ...], Field(description="leases the newest run could not place")] = ()
     totals: Totals = Field(default_factory=Totals)
 
 
 def encode(status: LeaderStatus) -> str:
-    """The status as compact JSON, shrunk until it fits MAX_STATUS_BYTES (oldest runs' entries go first)."""
+    """The status as compact JSON, shrunk until it fits MAX_STATUS_BYTES (oldest moves go first, then runs)."""
     text = status.model_dump_json()
-    runs = list(status.runs)
-    while len(text.encode()) > MAX_STATUS_BYTES and runs:
-        index = next((i for i, run in enumerate(runs) if run.moves or run.unplaced), None)
-        if index is None:
-            runs.pop(0)
+    while len(text.encode()) > MAX_STATUS_BYTES:
+        if status.recent_moves:
+            status = status.model_copy(update={"recent_moves": status.recent_moves[len(status.recent_moves) // 4 + 1:]})
+        elif status.unplaced:
+            status = status.model_copy(update={"unplaced": status.unplaced[:len(status.unplaced) // 2]})
+        elif status.runs:
+            status = status.model_copy(update={"runs": status.runs[1:]})
         else:
-            runs[index] = runs[index].without_entries()
-        text = status.model_copy(update={"runs": tuple(runs)}).model_dump_json()
+            break
+        text = status.model_dump_json()
     return text
 
 
@@ -208,6 +201,8 @@ class LeaderWatch:
         self._leader_id = leader_id
         self._clock = clock
         self._runs: deque[RunRecord] = deque(maxlen=max_runs)
+        self._moves: deque[Decision] = deque(maxlen=MAX_RECENT_MOVES)
+        self._unplaced: tuple[Decision, ...] = ()
         self._totals: Totals | None = None
         self._epoch: int | None = None
         self._last_success_at: float | None = None
@@ -232,12 +227,16 @@ class LeaderWatch:
                 self._epoch = summary.epoch
             assert self._totals is not None
             self._runs.append(record)
-            self._totals = self._totals.plus(record, summary.moves_by_reason())
+            self._totals = self._totals.plus(record)
             if record.ok:
+                moves, unplaced = decisions_of(summary)
+                self._moves.extend(moves)
+                self._unplaced = tuple(unplaced[:MAX_UNPLACED])
                 self._last_success_at = record.started_at
                 self._last_success = self._clock.monotonic()
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
-                                  last_success_at=self._last_success_at, runs=tuple(self._runs), totals=self._totals)
+                                  last_success_at=self._last_success_at, runs=tuple(self._runs),
+                                  recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
         write_status(self._store, status)
 
     def _previous(self) -> LeaderStatus | None:
@@ -249,10 +248,14 @@ class LeaderWatch:
 
     def _continue_from(self, previous: LeaderStatus | None) -> None:
         self._runs.clear()
+        self._moves.clear()
+        self._unplaced = ()
         if previous is None:
             self._totals, self._last_success_at = Totals(), None
             return
         self._runs.extend(previous.runs)
+        self._moves.extend(previous.recent_moves)
+        self._unplaced = previous.unplaced
         self._totals, self._last_success_at = previous.totals, previous.last_success_at
 
     def lock_changes(self) -> dict[str, int]:
@@ -269,31 +272,13 @@ class LeaderWatch:
         return self._clock.monotonic() - since
 
 
-class Explanation(_Frozen):
-    """One reason, from a recent leader run, why a lease sits where it does (or could not be placed)."""
-
-    epoch: int
-    run_started_at: float
-    kind: str = Field(description="move (the lease was given to `to_worker`) or unplaced (it could not be placed)")
-    reason: str
-    detail: str
-    from_owner: str | None = None
-    to_worker: str | None = None
-
-
-def explain(status: LeaderStatus | None, lease_keys: Iterable[str]) -> dict[str, list[Explanation]]:
-    """For each key, what the published runs (newest first) decided about it; keys never named are left out."""
+def explain(status: LeaderStatus | None, lease_keys: Iterable[str]) -> dict[str, list[Decision]]:
+    """For each key, newest first: why the newest run could not place it, then the recent moves that named it."""
     wanted = set(lease_keys)
-    found: dict[str, list[Explanation]] = {}
-    for run in reversed(status.runs if status else ()):
-        for move in run.moves:
-            if move.lease_key in wanted:
-                found.setdefault(move.lease_key, []).append(Explanation(
-                    epoch=run.epoch, run_started_at=run.started_at, kind="move", reason=move.reason,
-                    detail=move.detail, from_owner=move.from_owner, to_worker=move.to_worker))
-        for item in run.unplaced:
-            if item.lease_key in wanted:
-                found.setdefault(item.lease_key, []).append(Explanation(
-                    epoch=run.epoch, run_started_at=run.started_at, kind="unplaced", reason=item.reason,
-                    detail=item.detail, from_owner=item.owner))
+    found: dict[str, list[Decision]] = {}
+    if status is None:
+        return found
+    for decision in (*status.unplaced, *reversed(status.recent_moves)):
+        if decision.lease_key in wanted:
+            found.setdefault(decision.lease_key, []).append(decision)
     return found

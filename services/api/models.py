@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from services.leader_status import Explanation, LeaderStatus, MoveRecord, UnplacedRecord
+from coordinator.moves import Move, Unplaced
+from services.leader_status import MAX_DETAIL_CHARS, Decision, LeaderStatus
 
 LeaseState = Literal["owned", "unassigned", "handoff", "finished", "expired"]
 WorkerStateName = Literal["active", "draining", "expired"]
@@ -65,12 +66,12 @@ class LeaseOut(BaseModel):
     lease_counter: int
     owner_switches_since_checkpoint: int
     throughput_kbps: float | None
-    millis_behind_latest: int | None = Field(
-        None, description="not reported by agents yet; always null for now")
+    millis_behind_latest: Annotated[int | None, Field(
+        description="not reported by agents yet; always null for now")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
-    explanation: list[Explanation] | None = Field(
-        None, description="with explain=true: what recent leader runs decided about this lease, newest first")
+    explanation: Annotated[list[Decision] | None, Field(
+        description="with explain=true: what recent leader runs decided about this lease, newest first")] = None
 
 
 class AssignmentsPage(BaseModel):
@@ -101,7 +102,7 @@ class LeaderOut(BaseModel):
         description="now (this replica's wall clock) minus the start of the leader's last successful run")
     stale: bool = Field(description="true when the last successful run is older than the readiness limit")
     status: LeaderStatus | None
-    status_error: str | None = Field(None, description="why the published status could not be read")
+    status_error: Annotated[str | None, Field(description="why the published status could not be read")] = None
 
 
 class DrainOut(BaseModel):
@@ -109,6 +110,37 @@ class DrainOut(BaseModel):
 
     worker_id: str
     drain_requested: bool
+
+
+class MoveRecord(BaseModel):
+    """One move of a run: which lease went from whom to whom, and why."""
+
+    lease_key: str
+    from_owner: str | None
+    to_worker: str
+    reason: str
+    detail: str
+
+    @classmethod
+    def of(cls, move: Move) -> MoveRecord:
+        """The record of a decider move (detail shortened)."""
+        return cls(lease_key=move.lease_key, from_owner=move.from_owner, to_worker=move.to_worker,
+                   reason=move.reason.value, detail=move.detail[:MAX_DETAIL_CHARS])
+
+
+class UnplacedRecord(BaseModel):
+    """A lease the decider wanted to place but could not, and why."""
+
+    lease_key: str
+    owner: str | None
+    reason: str
+    detail: str
+
+    @classmethod
+    def of(cls, unplaced: Unplaced) -> UnplacedRecord:
+        """The record of a spillover or held lease (detail shortened)."""
+        return cls(lease_key=unplaced.lease_key, owner=unplaced.owner, reason=unplaced.reason.value,
+                   detail=unplaced.detail[:MAX_DETAIL_CHARS])
 
 
 class WorkerPlanOut(BaseModel):

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Depends
 
 from services.api.auth import AUTH_RESPONSES, require_read_token
 from services.api.context import ApiContext, context
-from services.api.models import PlanOut, WorkerPlanOut
-from services.leader_status import MoveRecord, UnplacedRecord
+from services.api.models import MoveRecord, PlanOut, UnplacedRecord, WorkerPlanOut
 
 router = APIRouter(prefix="/v1", tags=["plan"], dependencies=[Depends(require_read_token)])
 

@@ -31,8 +31,8 @@ def even_shards(count: int) -> list[Shard]:
 class Replica:
     """One coordinator replica (lock, loop, watch, API) plus workers that heartbeat through the store."""
 
-    def __init__(self, store: LeaseStore, shards: int = 6, replica_id: str = "coord-a", clock: ManualClock | None = None,
-                 **settings: Any) -> None:
+    def __init__(self, store: LeaseStore, shards: int = 6, replica_id: str = "coord-a",
+                 clock: ManualClock | None = None, **settings: Any) -> None:
         self.store = store
         self.clock = clock or ManualClock()
         self.shards = even_shards(shards)

@@ -125,21 +125,14 @@ function drawHot(hotLeases) {
 
 function drawMoves(leader) {
   const body = document.querySelector("#moves tbody");
-  const runs = leader.status ? [...leader.status.runs].reverse() : [];
-  const rows = [];
-  for (const run of runs) {
-    for (const move of run.moves) {
-      if (rows.length >= RECENT_MOVES) break;
-      const when = new Date(run.started_at * 1000).toLocaleTimeString();
-      rows.push(el("tr", {},
-        el("td", {}, when),
-        el("td", {class: "mono"}, move.lease_key),
-        el("td", {}, (move.from_owner || "—") + " → " + move.to_worker),
-        el("td", {}, badge(move.reason, "finished"), el("div", {class: "detail"}, move.detail))));
-    }
-  }
+  const moves = leader.status ? leader.status.recent_moves.slice(-RECENT_MOVES).reverse() : [];
+  const rows = moves.map((move) => el("tr", {},
+    el("td", {}, new Date(move.run_started_at * 1000).toLocaleTimeString()),
+    el("td", {class: "mono"}, move.lease_key),
+    el("td", {}, (move.from_owner || "—") + " → " + move.to_worker),
+    el("td", {}, badge(move.reason, "finished"), el("div", {class: "detail"}, move.detail))));
   if (leader.status_error) rows.push(el("tr", {}, el("td", {colspan: 4, class: "empty"}, leader.status_error)));
-  if (!rows.length) rows.push(el("tr", {}, el("td", {colspan: 4, class: "empty"}, "no moves in the recent runs")));
+  if (!rows.length) rows.push(el("tr", {}, el("td", {colspan: 4, class: "empty"}, "no moves yet")));
   body.replaceChildren(...rows);
 }
 

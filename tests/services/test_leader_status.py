@@ -1,0 +1,132 @@
+"""LeaderStatus: round trip, typed errors for malformed items, the size bound, counters continued across failovers."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.moves import Move, MoveReason, Plan, Unplaced, UnplacedReason
+from coordinator.run_summary import RunSummary, WriteTally
+from services.leader_status import (
+    MAX_RECENT_MOVES,
+    MAX_STATUS_BYTES,
+    STATUS_KEY,
+    LeaderStatus,
+    LeaderWatch,
+    MalformedLeaderStatus,
+    decode,
+    encode,
+    read_status,
+)
+from shared.clock import ManualClock
+from shared.store import LeaseStore, StateValue
+from tests.support.stores import make_store
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[LeaseStore]:
+    store = make_store("sqlite", sqlite_path=str(tmp_path / "status.db"))
+    yield store
+    store.close()
+
+
+def _summary(epoch: int, moves: int, rng: random.Random, id_len: int = 12, error: str | None = None) -> RunSummary:
+    def name(prefix: str) -> str:
+        return prefix + "".join(rng.choice("abcdef0123456789") for _ in range(id_len))
+
+    plan = Plan("variance", True, tuple(Move(name("shard-"), name("w-"), name("w-"), rng.choice(list(MoveReason)),
+                                             "x" * 500) for _ in range(moves)),
+                (Unplaced(name("shard-"), None, UnplacedReason.NO_CAPACITY, "full"),), (), ())
+    return RunSummary(epoch, 1_700_000_000.0, rng.uniform(1, 50), moves, 3, 0, 0, True,
+                      None if error else plan, WriteTally(assigned=moves), error=error)
+
+
+def test_round_trip_and_detail_shortened(sqlite_store: LeaseStore) -> None:
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    summary = _summary(3, 4, random.Random(1))
+    watch.on_run(summary)
+    status = read_status(sqlite_store)
+    assert status is not None and status.epoch == 3 and status.leader_id == "coord-a"
+    assert summary.plan is not None
+    assert [m.lease_key for m in status.recent_moves] == [m.lease_key for m in summary.plan.moves]
+    assert [m.reason for m in status.recent_moves] == [m.reason.value for m in summary.plan.moves]
+    assert all(len(m.detail) == 200 and m.epoch == 3 for m in status.recent_moves)
+    assert [(u.lease_key, u.reason) for u in status.unplaced] == [(summary.plan.spillover[0].lease_key, "NO_CAPACITY")]
+    assert status.runs[-1].moves_by_reason == summary.moves_by_reason()
+    assert status.totals.writes["assigned"] == 4 and status.last_success_at == summary.started_at
+
+
+@pytest.mark.parametrize("item, problem", [
+    ({"statusVersion": 2, "status": "{}"}, "unsupported statusVersion"),
+    ({"status": "{}"}, "unsupported statusVersion"),
+    ({"statusVersion": 1}, "missing or not text"),
+    ({"statusVersion": 1, "status": 7}, "missing or not text"),
+    ({"statusVersion": 1, "status": b"\xff\xfe"}, "not UTF-8"),
+    ({"statusVersion": 1, "status": "[1, 2"}, "LeaderStatus"),
+    ({"statusVersion": 1, "status": '{"epoch": "one", "leader_id": "a", "published_at": 1}'}, "epoch"),
+    ({"statusVersion": 1, "status": '{"version": 9, "epoch": 1, "leader_id": "a", "published_at": 1}'}, "version 9"),
+])
+def test_malformed_items_raise_a_typed_error(item: dict[str, StateValue], problem: str) -> None:
+    with pytest.raises(MalformedLeaderStatus, match=problem):
+        decode(item)
+
+
+def test_the_item_stays_small_with_many_long_moves(sqlite_store: LeaseStore) -> None:
+    rng = random.Random(7)
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    summaries = [_summary(1, 100, rng, id_len=250) for _ in range(30)]
+    for summary in summaries:
+        watch.on_run(summary)
+    raw = sqlite_store.get_state(STATUS_KEY)
+    assert raw is not None and isinstance(raw["status"], str)
+    assert len(raw["status"].encode()) <= MAX_STATUS_BYTES
+    status = read_status(sqlite_store)
+    assert status is not None and len(status.runs) == 20 and status.totals.runs == 30
+    assert 0 < len(status.recent_moves) < MAX_RECENT_MOVES  # the oldest moves were dropped to fit
+    newest = summaries[-1].plan
+    assert newest is not None
+    assert [m.lease_key for m in status.recent_moves[-100:]] == [m.lease_key for m in newest.moves]
+    small = LeaderStatus(epoch=1, leader_id="a", published_at=1.0, recent_moves=status.recent_moves[-3:])
+    assert LeaderStatus.model_validate_json(encode(small)) == small  # nothing dropped when it fits
+
+
+def test_a_new_leader_continues_the_counters(sqlite_store: LeaseStore) -> None:
+    rng = random.Random(3)
+    first = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    first.on_run(_summary(1, 2, rng))
+    first.on_run(_summary(1, 1, rng, error="StoreUnavailable: boom"))
+    second = LeaderWatch(sqlite_store, "coord-b", ManualClock())
+    second.on_run(_summary(2, 3, rng))
+    status = read_status(sqlite_store)
+    assert status is not None and status.leader_id == "coord-b" and status.epoch == 2
+    assert status.totals.runs == 3 and status.totals.failed_runs == 1
+    assert sum(status.totals.moves_by_reason.values()) == 5
+    assert [run.epoch for run in status.runs] == [1, 1, 2]
+
+
+def test_a_new_leader_starts_afresh_over_a_malformed_item(sqlite_store: LeaseStore) -> None:
+    sqlite_store.put_state(STATUS_KEY, {"statusVersion": 1, "status": "garbage"})
+    LeaderWatch(sqlite_store, "coord-a", ManualClock()).on_run(_summary(5, 1, random.Random(0)))
+    status = read_status(sqlite_store)
+    assert status is not None and status.totals.runs == 1 and len(status.runs) == 1
+
+
+def test_seconds_without_progress_on_the_leader(sqlite_store: LeaseStore) -> None:
+    clock = ManualClock()
+    watch = LeaderWatch(sqlite_store, "coord-a", clock)
+    assert watch.seconds_without_progress() is None
+    watch.on_lock_change(True, 1)
+    clock.advance(4)
+    assert watch.seconds_without_progress() == pytest.approx(4)
+    watch.on_run(_summary(1, 0, random.Random(0)))
+    clock.advance(1)
+    assert watch.seconds_without_progress() == pytest.approx(1)
+    watch.on_run(_summary(1, 0, random.Random(0), error="boom"))
+    clock.advance(1)
+    assert watch.seconds_without_progress() == pytest.approx(2)  # a failed run is no progress
+    watch.on_lock_change(False, 1)
+    assert watch.seconds_without_progress() is None
+    assert watch.lock_changes() == {"acquired": 1, "lost": 1}

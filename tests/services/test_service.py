@@ -1,0 +1,152 @@
+"""A real `CoordinatorService` on 127.0.0.1: uvicorn serves the API, the CLI talks to it, Chromium renders the page."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.cli import main
+from services.coordinator_service import CoordinatorService
+from shared.checkpoint import TRIM_HORIZON
+from shared.config import load_settings
+from shared.lease import new_lease
+from shared.store import LeaseStore
+from shared.store_factory import open_store
+from shared.worker import CPU_METRIC, WorkerRecord
+from tests.services.harness import TOKEN
+from tests.support.stores import unique_app
+
+SHARDS = [f"shardId-{i:012d}" for i in range(6)]
+WORKERS = {"worker-alpha": 35.0, "worker-beta": 80.0}
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@dataclass
+class Running:
+    service: CoordinatorService
+    store: LeaseStore
+    url: str
+    token_file: Path
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
+    home = tmp_path_factory.mktemp("service")
+    settings = load_settings(
+        application_name=unique_app("svc"), store_backend="sql", sql_url=f"sqlite:///{home / 'leases.db'}",
+        worker_id="coord-1", api_host="127.0.0.1", api_port=0, api_token=TOKEN, failover_time_millis=120_000,
+        lease_assignment_interval_millis=100, leader_lock_lease_duration_millis=2_000,
+        leader_lock_heartbeat_period_millis=400,
+    )
+    seeder = open_store(settings)
+    seeder.ensure_tables()
+    for shard in SHARDS:
+        seeder.create_lease(new_lease(shard, TRIM_HORIZON))
+    for index, (worker, cpu) in enumerate(WORKERS.items()):
+        throughput = {SHARDS[index]: 512.0 * (index + 1)}
+        seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
+                                          operating_range={CPU_METRIC: (100.0,)}, heartbeat=1,
+                                          lease_throughput=throughput))
+    service = CoordinatorService.build(settings)
+    service.start()
+    assert service.api is not None and service.api.port > 0
+    token_file = home / "token"
+    token_file.write_text(TOKEN + "\n")
+    running = Running(service, seeder, service.api.url, token_file)
+    _wait_for(lambda: all(lease.lease_owner for lease in seeder.scan_leases().leases), 20, "all leases assigned")
+    try:
+        yield running
+    finally:
+        service.stop()
+        seeder.close()
+
+
+def test_real_server_serves_probes_and_api(running: Running) -> None:
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        assert client.get("/healthz").json()["status"] == "ok"
+        _wait_for(lambda: client.get("/v1/leader").json()["status"] is not None, 10, "a published status")
+        ready = client.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["detail"] == "store reachable (leader)"
+        leader = client.get("/v1/leader").json()
+        assert leader["lock"]["owner"] == "coord-1" and leader["replica_is_leader"] is True
+        page = client.get("/v1/assignments").json()
+        assert {lease["lease_key"] for lease in page["items"]} == set(SHARDS)
+        assert {lease["owner"] for lease in page["items"]} == set(WORKERS)
+        assert "shardherd_total_leases 6.0" in client.get("/metrics").text
+        assert client.get("/openapi.json").json()["info"]["title"] == "shardherd operator API"
+
+
+def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixture[str],
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["status", "--url", running.url]) == 0
+    out = capsys.readouterr().out
+    assert "leader: coord-1" in out
+    assert all(worker in out for worker in WORKERS) and all(shard in out for shard in SHARDS)
+
+    assert main(["drain", "worker-beta", "--url", running.url, "--token-file", str(running.token_file)]) == 0
+    assert capsys.readouterr().out.strip() == "drain requested for worker-beta"
+    record = running.store.get_worker("worker-beta")
+    assert record is not None and record.drain_requested
+    assert main(["plan", "--url", running.url]) == 0
+    assert "nothing was written" in capsys.readouterr().out
+    assert main(["drain", "worker-beta", "--undo", "--url", running.url, "--token-file",
+                 str(running.token_file)]) == 0
+    record = running.store.get_worker("worker-beta")
+    assert record is not None and not record.drain_requested
+
+    assert main(["drain", "worker-beta", "--url", running.url]) == 2  # no token configured for the CLI
+    assert "HTTP 401" in capsys.readouterr().err
+    assert main(["drain", "nobody", "--url", running.url, "--token-file", str(running.token_file)]) == 2
+    assert "HTTP 404" in capsys.readouterr().err
+    assert main(["status", "--url", "http://127.0.0.1:1"]) == 2
+    assert "cannot reach the coordinator" in capsys.readouterr().err
+
+
+def _chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("Debian's chromium package is not installed (scripts/test.sh installs it)")
+    return path
+
+
+def _headless(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=4000", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
+
+
+def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path) -> None:
+    binary = _chromium()
+    dom = _headless(binary, tmp_path / "profile-dom", "--dump-dom", running.url + "/")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    for worker in WORKERS:
+        assert f'data-worker="{worker}"' in html, worker
+    for shard in SHARDS:
+        assert f'data-lease="{shard}"' in html, shard
+    assert "leader <b>coord-1</b>" in html
+    assert "UNASSIGNED" in html  # recent moves with their reasons
+    assert 'id="problem" class="problem" hidden=""' in html  # no error banner
+    shot = tmp_path / "dashboard.png"
+    taken = _headless(binary, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,1000",
+                      "--hide-scrollbars", running.url + "/")
+    assert taken.returncode == 0, taken.stderr[-2000:]
+    assert shot.stat().st_size > 10_000
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
