@@ -1,0 +1,1 @@
+"""Spark integration: the `shardherd` streaming source, the agent embedded in the driver, checkpointing sink."""

@@ -1,0 +1,129 @@
+"""The driver's book of held shards (Spark-free, thread-safe): what the runner may plan, and when handoffs finish.
+
+The keeper thread (acquire, handoff, loss), the probing thread and the foreachBatch thread all change it; every
+change is published to the channel as a new numbered snapshot.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from agent.read_spec import StartPosition
+from agent.spark.channel import ShardState, ShardView, Snapshot, write_snapshot
+from agent.spark.probe import ProbeResult
+from shared.checkpoint import Checkpoint
+from shared.lease import Lease
+
+
+class ShardBook:
+    """Held shards by shard id, with their lease keys and the snapshot version that started each handoff."""
+
+    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None) -> None:
+        self._worker = worker_id
+        self._channel = channel
+        self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
+        self._views: dict[str, ShardView] = {}
+        self._keys: dict[str, str] = {}
+        self._handoff_versions: dict[str, int] = {}
+        self._version = 0
+        self._guard = threading.Lock()
+        self.publish()
+
+    # ------------------------------------------------------------------ lease events
+    def acquired(self, lease: Lease) -> None:
+        """Start planning a newly held shard from its lease checkpoint (no records assumed until probed)."""
+        with self._guard:
+            self._keys[lease.shard] = lease.lease_key
+            self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp)
+            self._publish()
+
+    def handing_off(self, lease_key: str) -> bool:
+        """Stop planning a shard under handoff; False if it is not in the book."""
+        with self._guard:
+            shard = self._shard_of(lease_key)
+            if shard is None:
+                return False
+            self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, pending=False)
+            self._publish()
+            self._handoff_versions[shard] = self._version
+            return True
+
+    def lost(self, lease_key: str) -> str | None:
+        """Forget a shard no longer held; returns its shard id if it was in the book."""
+        with self._guard:
+            shard = self._shard_of(lease_key)
+            if shard is None:
+                return None
+            del self._views[shard], self._keys[shard]
+            self._handoff_versions.pop(shard, None)
+            self._publish()
+            return shard
+
+    # ------------------------------------------------------------------ probing and progress
+    def to_probe(self) -> list[tuple[str, StartPosition]]:
+        """Owned shards not yet known to have records waiting, with the position to probe from."""
+        with self._guard:
+            return [(shard, view.position) for shard, view in sorted(self._views.items())
+                    if view.state is ShardState.OWNED and not view.pending]
+
+    def probed(self, shard: str, position: StartPosition, result: ProbeResult) -> bool:
+        """Apply a probe made from `position` (ignored if the shard moved on); True if it shows the shard ended."""
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None or view.position != position:
+                return False
+            if result.has_records:
+                self._views[shard] = replace(view, pending=True, next_arrival=result.next_arrival)
+                self._publish()
+            return result.ended
+
+    def checkpointed(self, shard: str, checkpoint: Checkpoint, more_likely: bool, last_arrival: float | None) -> None:
+        """A batch's checkpoint was stored: resume after it; if the batch hit its cap, plan again without probing."""
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None:
+                return
+            pending = more_likely and view.state is ShardState.OWNED
+            self._views[shard] = replace(view, checkpoint=checkpoint, pending=pending,
+                                         next_arrival=last_arrival if pending else None)
+            self._publish()
+
+    # ------------------------------------------------------------------ queries
+    def lease_key(self, shard: str) -> str | None:
+        """The lease key of a held shard."""
+        with self._guard:
+            return self._keys.get(shard)
+
+    def held_shards(self) -> set[str]:
+        """Shards whose records this driver may still write (owned or finishing a handoff)."""
+        with self._guard:
+            return set(self._views)
+
+    def handoffs_ready(self, acked_version: int) -> list[str]:
+        """Lease keys under handoff whose last possible batch is checkpointed (the runner planned past them)."""
+        with self._guard:
+            return [self._keys[shard] for shard, version in sorted(self._handoff_versions.items())
+                    if acked_version >= version]
+
+    def snapshot(self) -> Snapshot:
+        """The current snapshot."""
+        with self._guard:
+            return Snapshot(self._version, self._worker, dict(self._views))
+
+    def publish(self) -> None:
+        """Write the current state as a new snapshot version."""
+        with self._guard:
+            self._publish()
+
+    def _publish(self) -> None:
+        self._version += 1
+        write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views)))
+
+    def _shard_of(self, lease_key: str) -> str | None:
+        for shard, key in self._keys.items():
+            if key == lease_key:
+                return shard
+        return None

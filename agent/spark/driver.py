@@ -1,0 +1,232 @@
+"""The agent embedded in the Spark driver: holds leases, tells the source what to plan, checkpoints after the sink.
+
+It is the plain agent (keeper thread, metrics, throughput, drain) with Spark in place of the per-shard workers:
+held shards go to a ShardBook the source reads through the channel, a probing thread finds shards with waiting
+records (or at their end, which it checkpoints as SHARD_END so children can start), and a supervisor thread ties the
+agent and the query together: the agent losing liveness stops the query before the failover time; the query ending
+(stopped or failed) drains the agent's leases.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agent.consumer import RecordProcessor
+from agent.lease_keeper import LossReason
+from agent.runtime import Agent
+from agent.spark.book import ShardBook
+from agent.spark.channel import ChannelError, read_ack
+from agent.spark.commit import BatchFunction, CheckpointingSink, ShardProgress
+from agent.spark.offsets import Caps
+from agent.spark.probe import Prober
+from agent.spark.source import ShardherdDataSource, SourceOptions
+from shared.checkpoint import SHARD_END
+from shared.clock import Clock
+from shared.config import Settings
+from shared.errors import ShardherdError, StoreUnavailable
+from shared.lease import Lease
+from shared.store import Conflict, LeaseStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+SUPERVISE_SECONDS = 0.1
+
+
+class NoRecordProcessor(ShardherdError):
+    """The Spark agent hands shards to Spark; it never runs a record processor itself."""
+
+
+def _no_processor() -> RecordProcessor:
+    raise NoRecordProcessor("the Spark agent processes records through Spark, not through record processors")
+
+
+def register_source(spark: SparkSession) -> None:
+    """Register the `shardherd` format with a session (once per session is enough)."""
+    spark.dataSource.register(ShardherdDataSource)
+
+
+class SparkAgent(Agent):
+    """The driver's agent; `start()`, build the query with `source_options()` and `sink()`, then `supervise()`."""
+
+    def __init__(self, settings: Settings, channel: Path | None = None, caps: Caps | None = None,
+                 probe_interval: float = 1.0, min_call_interval: float = 0.2, include_reader: bool = False,
+                 store: LeaseStore | None = None, clock: Clock | None = None) -> None:
+        super().__init__(settings, _no_processor, clock=clock, store=store)
+        self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
+        self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
+        self.options = SourceOptions(self.channel, settings.stream_name or "", settings.region,
+                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
+        self._prober = Prober(self._context.kinesis, settings.stream_name or "")
+        self._probe_interval = probe_interval
+        self._query: StreamingQuery | None = None
+        self._halt = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.stopped_because: str | None = None
+
+    # ------------------------------------------------------------------ LeaseListener
+    def lease_acquired(self, lease: Lease) -> None:
+        """Plan the shard from its lease checkpoint (a finished shard is held but never planned)."""
+        if lease.throughput_kbps is not None:
+            self.throughput.seed(lease.lease_key, lease.throughput_kbps)
+        if not lease.is_finished:
+            self.book.acquired(lease)
+
+    def handoff_requested(self, lease: Lease) -> None:
+        """Stop planning the shard; the supervisor completes the transfer once in-flight batches checkpointed."""
+        query = self._query
+        if not self.book.handing_off(lease.lease_key) or query is None or not query.isActive:
+            self.keeper.finish_handoff(lease.lease_key)  # nothing planned or running: nothing to wait for
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        """Stop planning the shard at once; its rows in a running batch are not written, its checkpoint refused."""
+        shard = self.book.lost(lease_key)
+        if shard is not None:
+            self._prober.forget(shard)
+        self.throughput.drop(lease_key)
+
+    # ------------------------------------------------------------------ what the query uses
+    def source_options(self) -> dict[str, str]:
+        """Options for `spark.readStream.format("shardherd").options(**...)`."""
+        return self.options.to_options()
+
+    def sink(self, write: BatchFunction) -> CheckpointingSink:
+        """Wrap a foreachBatch function so each batch is checkpointed into the lease table after it was written."""
+        return CheckpointingSink(self, write)
+
+    def held_shards(self) -> set[str]:
+        """Shards whose rows may be written now."""
+        return self.book.held_shards()
+
+    def commit_progress(self, batch_id: int, progress: list[ShardProgress]) -> None:
+        """Checkpoint each shard's last written record, fenced by ownership; a refusal is logged, never raised."""
+        for item in progress:
+            key = self.book.lease_key(item.shard_id)
+            if key is None:
+                log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, item.shard_id,
+                            item.checkpoint)
+                continue
+            try:
+                outcome = self.keeper.checkpoint(key, item.checkpoint)
+            except StoreUnavailable as exc:
+                log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key,
+                          exc)
+                continue
+            if outcome.applied:
+                self.throughput.record(key, item.bytes)
+                self.book.checkpointed(item.shard_id, item.checkpoint, item.records >= self.options.caps.max_records,
+                                       item.last_arrival)
+            elif outcome.conflict is Conflict.STALE_CHECKPOINT:
+                log.info("batch %d: %s already checkpointed past %s", batch_id, key, item.checkpoint)
+            else:
+                log.warning("batch %d: lease %s lost (%s); checkpoint %s not written", batch_id, key,
+                            outcome.conflict.value, item.checkpoint)
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> SparkAgent:
+        """Start the keeper, metrics sampling and the probing thread."""
+        super().start()
+        self._spawn(self._probe_loop, "shard-prober")
+        return self
+
+    def supervise(self, query: StreamingQuery) -> None:
+        """Tie the agent to a running query: each one's end ends the other."""
+        self._query = query
+        self._spawn(self._supervise_loop, "spark-supervisor")
+
+    def run_query(self, spark: SparkSession, write: BatchFunction, checkpoint_location: str,
+                  processing_time: str = "1 second", available_now: bool = False) -> StreamingQuery:
+        """The one call: register the source, start the agent and the query with the checkpointing sink, supervise.
+
+        `available_now` reads what arrived before the start, then the query finishes.
+        """
+        register_source(spark)
+        if not self._thread.is_alive():
+            self.start()
+        stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
+        writer = stream.writeStream.foreachBatch(self.sink(write)).option("checkpointLocation", checkpoint_location)
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
+        query = writer.start()
+        self.supervise(query)
+        return query
+
+    def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
+        """Stop the query if running, then the agent (draining its leases unless told not to)."""
+        self._halt.set()
+        query = self._query
+        if query is not None and query.isActive:
+            query.stop()
+        current = threading.current_thread()
+        for thread in self._threads:
+            if thread is not current:
+                thread.join(10)
+        if self._thread.is_alive():
+            super().stop(drain, drain_timeout)
+
+    def _spawn(self, target: object, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        self._threads.append(thread)
+        thread.start()
+
+    def _probe_loop(self) -> None:
+        while not self._halt.wait(self._probe_interval):
+            for shard, position in self.book.to_probe():
+                result = self._prober.probe(shard, position)
+                if self.book.probed(shard, position, result):
+                    self._finish_shard(shard)
+
+    def _finish_shard(self, shard: str) -> None:
+        """The shard is closed and everything up to its end is checkpointed: store SHARD_END so children start."""
+        key = self.book.lease_key(shard)
+        if key is None:
+            return
+        try:
+            outcome = self.keeper.checkpoint(key, SHARD_END)
+        except StoreUnavailable as exc:
+            log.warning("SHARD_END checkpoint of %s failed, will retry: %s", key, exc)
+            return
+        if outcome.applied:
+            log.info("%s read to its end: checkpointed SHARD_END", key)
+            self.book.lost(key)  # still held (the leader cleans it up), never planned again
+            self._prober.forget(shard)
+
+    def _supervise_loop(self) -> None:
+        was_live = False
+        while not self._halt.wait(SUPERVISE_SECONDS):
+            query = self._query
+            if query is None:
+                continue
+            if not query.isActive:
+                failure = query.exception()
+                self.stopped_because = f"query failed: {failure}" if failure else "query stopped"
+                log.warning("%s: draining the agent's leases", self.stopped_because)
+                threading.Thread(target=self.stop, name="spark-agent-stop", daemon=True).start()
+                return
+            live = self.keeper.is_live() and self._thread.is_alive()
+            was_live = was_live or live
+            if was_live and not live:
+                self.stopped_because = "agent lost liveness"
+                log.error("the agent stopped renewing: stopping the query before its shards fail over")
+                query.stop()
+                threading.Thread(target=self.stop, kwargs={"drain": False}, name="spark-agent-stop",
+                                 daemon=True).start()
+                return
+            self._finish_handoffs()
+
+    def _finish_handoffs(self) -> None:
+        try:
+            ack = read_ack(self.channel)
+        except ChannelError as exc:
+            log.warning("%s", exc)
+            return
+        if ack is None:
+            return
+        for key in self.book.handoffs_ready(ack.version):
+            self.keeper.finish_handoff(key)

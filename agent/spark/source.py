@@ -1,0 +1,205 @@
+"""The `shardherd` streaming source: plans one partition per held shard per batch; executors read them.
+
+Which process runs what (PySpark 4.x): `latestOffset`/`partitions`/`commit` run in a "streaming source runner"
+process the JVM spawns, which shares nothing with the driver's agent, so the reader learns the held shards from the
+channel (agent/spark/channel.py). `read` runs on executors and depends only on its partition, so a replayed batch
+reads the same records. `__init__` runs in several processes and therefore does nothing but keep the options.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
+from typing_extensions import override
+
+from agent.read_spec import MAX_RECORDS_PER_CALL, ReadLimits, ReadSpec
+from agent.reader import ShardReader
+from agent.spark.channel import Ack, read_snapshot, write_ack
+from agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
+from agent.spark.planning import partitions_to_read, plan_next
+from agent.spark.schema import Row, row_of, schema_ddl
+from shared.aws import make_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+    from pyspark.sql.types import StructType
+
+FORMAT = "shardherd"
+MAX_EMPTY_RESPONSES = 5  # a read ends after this many empty GetRecords in a row, even if not caught up
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The source's options (all strings in Spark): channel directory, stream, endpoint, caps, read pacing."""
+
+    channel: Path
+    stream_name: str
+    region: str = "us-east-1"
+    endpoint_url: str | None = None
+    caps: Caps = field(default_factory=Caps)
+    min_call_interval: float = 0.2
+    include_reader: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Validate Spark options (case-insensitive keys), raising InvalidOffset naming the bad one."""
+        lower = {key.lower(): value for key, value in options.items()}
+        missing = [name for name in ("channel", "stream") if not lower.get(name)]
+        if missing:
+            raise InvalidOffset(f"the shardherd source needs option(s) {missing}; use SparkAgent.source_options()")
+        try:
+            caps = Caps(int(lower.get("maxrecordspershard", DEFAULT_MAX_RECORDS_PER_SHARD)),
+                        int(lower["maxbytespershard"]) if lower.get("maxbytespershard") else None)
+            interval = float(lower.get("mincallintervalms", "200")) / 1000
+        except ValueError as exc:
+            raise InvalidOffset(f"bad numeric option: {exc}") from exc
+        if not interval >= 0:
+            raise InvalidOffset(f"minCallIntervalMs must be >= 0, got {lower['mincallintervalms']}")
+        return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
+                   lower.get("endpoint") or None, caps, interval,
+                   lower.get("includereader", "false").lower() == "true")
+
+    def to_options(self) -> dict[str, str]:
+        """The options map to pass to `spark.readStream.format("shardherd").options(...)`."""
+        options = {"channel": str(self.channel), "stream": self.stream_name, "region": self.region,
+                   "maxRecordsPerShard": str(self.caps.max_records),
+                   "minCallIntervalMs": str(round(self.min_call_interval * 1000)),
+                   "includeReader": str(self.include_reader).lower()}
+        if self.endpoint_url:
+            options["endpoint"] = self.endpoint_url
+        if self.caps.max_bytes is not None:
+            options["maxBytesPerShard"] = str(self.caps.max_bytes)
+        return options
+
+
+class ShardPartition(InputPartition):
+    """One shard's read in one batch: a picklable ReadSpec plus the plan's byte cap and arrival limit."""
+
+    def __init__(self, spec: ReadSpec, plan: ShardPlan, include_reader: bool) -> None:
+        super().__init__(plan.shard_id)
+        self.spec = spec
+        self.plan = plan
+        self.include_reader = include_reader
+
+
+def partition_for(plan: ShardPlan, options: SourceOptions) -> ShardPartition:
+    """The partition reading `plan` (limits: the plan's record cap, stop when caught up)."""
+    limits = ReadLimits(records_per_call=min(MAX_RECORDS_PER_CALL, plan.caps.max_records + 1),
+                        min_call_interval=options.min_call_interval, idle_backoff=options.min_call_interval,
+                        max_records=plan.caps.max_records, stop_when_caught_up=True)
+    spec = ReadSpec(options.stream_name, plan.shard_id, plan.position, options.region, options.endpoint_url, limits)
+    return ShardPartition(spec, plan, options.include_reader)
+
+
+_clients: dict[tuple[str, str | None], KinesisClient] = {}
+_clients_guard = threading.Lock()
+
+
+def _client(region: str, endpoint_url: str | None) -> KinesisClient:
+    """One Kinesis client per executor process and endpoint (creating one costs more than a small read)."""
+    with _clients_guard:
+        client = _clients.get((region, endpoint_url))
+        if client is None:
+            client = make_client("kinesis", region, endpoint_url)
+            _clients[(region, endpoint_url)] = client
+        return client
+
+
+def read_partition(partition: ShardPartition) -> Iterator[Row]:
+    """The rows of one partition: records after the plan's position, within its caps and arrival limit."""
+    spec, plan = partition.spec, partition.plan
+    reader = ShardReader.open(spec, client=_client(spec.region, spec.endpoint_url))
+    size = 0
+    empty = 0
+    for batch in reader.batches():
+        empty = 0 if batch.records else empty + 1
+        for record in batch.records:
+            arrival = record.approximate_arrival_timestamp
+            if plan.until is not None and arrival is not None and arrival.timestamp() > plan.until:
+                return
+            yield row_of(record, partition.include_reader)
+            size += len(record.data)
+            if plan.caps.max_bytes is not None and size >= plan.caps.max_bytes:
+                return
+        if batch.shard_ended or empty >= MAX_EMPTY_RESPONSES:
+            return
+
+
+class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans batches from the agent's snapshot; offsets are plans (agent/spark/offsets.py), progress is elsewhere."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._until: float | None = None
+
+    @override
+    def initialOffset(self) -> dict[str, Any]:
+        """Nothing planned yet (idempotent: Spark calls it twice)."""
+        return BatchOffset().to_json()
+
+    @override
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """Admission control: at most `maxRecordsPerShard` records per shard per batch."""
+        return ReadMaxRows(self._options.caps.max_records)
+
+    @override
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """The next plan from the agent's snapshot, or `start` unchanged (no batch) when nothing waits."""
+        snapshot = read_snapshot(self._options.channel)
+        end = plan_next(BatchOffset.from_json(start), snapshot, self._caps(limit), self._until)
+        if snapshot is not None:
+            write_ack(self._options.channel, Ack(snapshot.version, os.getpid()))
+        return end.to_json()
+
+    def _caps(self, limit: ReadLimit) -> Caps:
+        caps = self._options.caps
+        if isinstance(limit, ReadMaxRows):
+            return Caps(limit.max_rows, caps.max_bytes)
+        if isinstance(limit, ReadMaxBytes):
+            return Caps(caps.max_records, limit.max_bytes)
+        return caps
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """One partition per planned shard still held, each from no earlier than its lease checkpoint."""
+        plans = partitions_to_read(BatchOffset.from_json(end), read_snapshot(self._options.channel))
+        return [partition_for(plan, self._options) for plan in plans]
+
+    def read(self, partition: InputPartition) -> Iterator[Row]:
+        """Read one shard's plan (on an executor)."""
+        if not isinstance(partition, ShardPartition):
+            raise InvalidOffset(f"unexpected partition {partition!r}")
+        return read_partition(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: progress is checkpointed into the lease table by the driver after the sink write."""
+
+    @override
+    def prepareForTriggerAvailableNow(self) -> None:
+        """availableNow: read only records that arrived before now, then let the query finish."""
+        self._until = time.time()
+
+
+class ShardherdDataSource(DataSource):
+    """`spark.readStream.format("shardherd")`: the shards the driver's agent holds, as a stream of rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name."""
+        return FORMAT
+
+    def schema(self) -> str:
+        """The documented row schema (agent/spark/schema.py)."""
+        return schema_ddl(SourceOptions.parse(self.options).include_reader)
+
+    @override
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A stream reader over the options (cheap: it runs in several processes)."""
+        return ShardherdStreamReader(SourceOptions.parse(self.options))
