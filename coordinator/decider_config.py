@@ -29,6 +29,8 @@ class DeciderConfig:
     max_throughput_per_host_kbps: float = math.inf
     worker_metrics_ema_alpha: float = 0.5
     rebalance_dead_band_percentage: float = 2.0
+    rebalance_min_band_points: float = 2.0
+    allow_receiver_above_average: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -48,6 +50,8 @@ class DeciderConfig:
             problems.append(
                 f"rebalance_dead_band_percentage must be in [0, 100], got {self.rebalance_dead_band_percentage}"
             )
+        if not 0 <= self.rebalance_min_band_points <= 100:
+            problems.append(f"rebalance_min_band_points must be in [0, 100], got {self.rebalance_min_band_points}")
         if problems:
             raise ConfigError("invalid decider configuration: " + "; ".join(problems))
 
@@ -63,4 +67,6 @@ class DeciderConfig:
             max_throughput_per_host_kbps=settings.max_throughput_per_host_kbps,
             worker_metrics_ema_alpha=settings.worker_metrics_ema_alpha,
             rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
+            rebalance_min_band_points=settings.rebalance_min_band_points,
+            allow_receiver_above_average=settings.allow_receiver_above_average,
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -38,12 +39,22 @@ class LeadershipLost(Exception):
 
 
 @dataclass
+class _Projection:
+    """The decider's expected metric values for a worker after a move, kept until its reports show the move."""
+
+    values: dict[str, float]
+    signature: tuple[object, ...]
+    reports: int = 0
+
+
+@dataclass
 class _Term:
     """Per-term memory of the leader."""
 
     epoch: int
     tracker: LivenessTracker
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
+    projections: dict[str, _Projection] = field(default_factory=dict)
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
@@ -93,6 +104,9 @@ class LeaderLoop:
         self._timing = LoopTiming.from_settings(settings)
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
+        # Reports after which the moving average (alpha) carries at least 90 % of a step change.
+        alpha = settings.worker_metrics_ema_alpha
+        self._reports_to_trust = 1 if alpha >= 1 else math.ceil(math.log(0.1) / math.log(1 - alpha))
         self.history = history or RunHistory()
         self._on_run = on_run
         self._term: _Term | None = None
@@ -179,10 +193,15 @@ class LeaderLoop:
             synced = True
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         views = self._lease_views(term, leases.values(), active, now)
+        in_handoff = {name for lease in leases.values() if lease.checkpoint_owner
+                      for name in (lease.lease_owner, lease.checkpoint_owner) if name}
+        expected = self._expected_values(term, active, in_handoff)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        plan = decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, balance)
+        workers = (WorkerView.from_record(w, expected.get(w.worker_id)) for w in active)
+        plan = decide(Snapshot.of(views, workers), self._decider, balance)
         tally = self._write(term, plan, leases, views, fence, tally)
+        self._remember_projections(term, plan, active)
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
             leases=len(leases), active_workers=len(active),
@@ -212,6 +231,40 @@ class LeaderLoop:
                                               handoff_blocked=blocked))
         term.handoff_seen = seen_handoffs
         return views
+
+    # ------------------------------------------------------------------ projections
+    def _expected_values(self, term: _Term, active: list[WorkerRecord],
+                         in_handoff: set[str]) -> dict[str, dict[str, float]]:
+        """Projected values of workers whose reports do not show their recent moves yet.
+
+        A report counts once the worker's history changes while none of its handoffs is pending; after enough of
+        them for the moving average to carry 90 % of the change, the reports are trusted again.
+        """
+        expected: dict[str, dict[str, float]] = {}
+        for record in active:
+            projection = term.projections.get(record.worker_id)
+            if projection is None:
+                continue
+            signature = _metrics_signature(record)
+            if record.worker_id in in_handoff:
+                projection.reports, projection.signature = 0, signature
+            elif signature != projection.signature:
+                projection.reports += 1
+                projection.signature = signature
+            if projection.reports >= self._reports_to_trust:
+                del term.projections[record.worker_id]
+            else:
+                expected[record.worker_id] = projection.values
+        return expected
+
+    def _remember_projections(self, term: _Term, plan: Plan, active: list[WorkerRecord]) -> None:
+        records = {record.worker_id: record for record in active}
+        involved = {name for move in plan.moves for name in (move.from_owner, move.to_worker) if name}
+        for summary in plan.workers:
+            record = records.get(summary.worker_id)
+            if summary.worker_id in involved and record is not None and record.metric_stats:
+                term.projections[summary.worker_id] = _Projection(dict(summary.metrics_after),
+                                                                  _metrics_signature(record))
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
@@ -286,6 +339,10 @@ class LeaderLoop:
     def _check_fence(outcome: Outcome) -> None:
         if outcome.conflict is Conflict.FENCED:
             raise LeadershipLost()
+
+
+def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
+    return tuple(sorted(record.metric_stats.items()))
 
 
 def _reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:

@@ -32,7 +32,8 @@ class Ledger:
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
         self._expired_on: dict[str, int] = {}
         for lease in snapshot.leases:
-            owner = lease.actual_owner
+            # A lease whose handoff is under way already counts where it is going: its load is about to move there.
+            owner = lease.lease_owner if lease.pinned else lease.actual_owner
             self.owner[lease.key] = owner
             if owner is not None:
                 self.held_by.setdefault(owner, {})[lease.key] = None
@@ -76,9 +77,13 @@ class Ledger:
         return move
 
     def priority_leases(self) -> list[LeaseView]:
-        """Unassigned leases first, then expired ones longest-silent first (KCL 5.2 step 1), ties by key."""
+        """Unassigned leases first, then expired ones longest-silent first (KCL 5.2 step 1), ties largest first.
+
+        Placing equal-priority leases largest first (greedy LPT) spreads a cold start evenly in one run.
+        """
         wanted = [lease for lease in self.leases.values() if lease.needs_owner]
-        wanted.sort(key=lambda lease: (lease.actual_owner is not None, -lease.silent_ms, lease.key))
+        wanted.sort(key=lambda lease: (lease.actual_owner is not None, -lease.silent_ms, -self.weight[lease.key],
+                                       lease.key))
         return wanted
 
     def drain_leases(self, draining: Iterable[str]) -> list[str]:

@@ -79,12 +79,17 @@ class LeaseView:
 
 @dataclass(frozen=True, slots=True)
 class WorkerView:
-    """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag."""
+    """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag.
+
+    `expected` holds the leader's projection of the worker's metric values after recent moves, used instead of the
+    reported history until enough new reports have arrived for the moving average to show those moves.
+    """
 
     worker_id: str
     metric_stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     draining: bool = False
+    expected: Mapping[str, float] | None = None
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -96,13 +101,14 @@ class WorkerView:
         return not self.metric_stats and not self.operating_range
 
     @classmethod
-    def from_record(cls, record: WorkerRecord) -> WorkerView:
+    def from_record(cls, record: WorkerRecord, expected: Mapping[str, float] | None = None) -> WorkerView:
         """A view of a stored worker record."""
         return cls(
             worker_id=record.worker_id,
             metric_stats=record.metric_stats,
             operating_range=record.operating_range,
             draining=record.is_draining,
+            expected=expected,
         )
 
 

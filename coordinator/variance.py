@@ -120,6 +120,8 @@ class VarianceDecider:
             else:
                 alpha = config.worker_metrics_ema_alpha
                 self.values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
+                if worker.expected:
+                    self.values[wid].update((m, v) for m, v in worker.expected.items() if m in self.values[wid])
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
         self.averages = self._averages()
@@ -222,15 +224,23 @@ class VarianceDecider:
             self._apply(key, wid, MoveReason.DRAIN, f"{owner} draining; most room {-neg_room:.3g}")
             self._requeue(heap, wid)
 
+    def _half_band(self, metric: str) -> float:
+        """Half the width of the balanced band around the average: the threshold share, at least the absolute floor."""
+        avg = self.averages[metric]
+        return max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
+
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
-        """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do."""
-        t = self.config.rebalance_threshold_percentage / 100.0
+        """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.
+
+        Workers whose reports do not show their last moves yet take part with the leader's projected values.
+        """
         damp = self.config.dampening_percentage / 100.0
         best: tuple[str, dict[str, float], str] | None = None
         best_total = 0.0
         for metric, avg in self.averages.items():
             holders = [wid for wid in self.active if metric in self.values[wid]]
-            upper, lower = avg * (1 + t), avg * (1 - t)
+            half = self._half_band(metric)
+            upper, lower = avg + half, avg - half
             vals = {wid: self.values[wid][metric] for wid in holders}
             lim = {wid: self.limits[wid][metric] for wid in holders}
             triggered = any(v > upper or v < lower or v > lim[w] for w, v in vals.items())
@@ -271,9 +281,23 @@ class VarianceDecider:
             chosen.append(keys[-1])
         return chosen
 
-    def _fits(self, wid: str, projected: Mapping[str, float]) -> bool:
+    def _fits(self, wid: str, projected: Mapping[str, float], donor: str, metric: str, key: str) -> bool:
+        """Whether a receiver may take the lease: within its range and at most the average (KCL's rule).
+
+        With `allow_receiver_above_average`, a receiver that stays inside the band and not above the donor after the
+        move is accepted too: with few, uneven leases per worker no lease fits under the average, and a donor above
+        the band would otherwise stay there.
+        """
         limits = self.limits[wid]
-        return all(v <= self.averages[m] and v <= limits[m] for m, v in projected.items())
+        if any(v > limits[m] for m, v in projected.items()):
+            return False
+        if all(v <= self.averages[m] for m, v in projected.items()):
+            return True
+        if not self.config.allow_receiver_above_average:
+            return False
+        donor_after = self.values[donor][metric] - self._drop(donor, metric, key)
+        inside = all(v < self.averages[m] + self._half_band(m) for m, v in projected.items())
+        return inside and metric in projected and projected[metric] <= donor_after
 
     def _give(self, heap: list[HeapEntry], key: str, donor: str, metric: str, budget: float) -> None:
         """Move one donor lease to the first of a few most-room receivers that stays within average and range."""
@@ -289,7 +313,7 @@ class VarianceDecider:
             if wid == donor:
                 continue
             projected = self._projected(wid, weight)
-            if not self._fits(wid, projected):
+            if not self._fits(wid, projected, donor, metric, key):
                 continue
             rise_pct = max(
                 (100.0 * (projected[m] - self.values[wid][m]) / self.averages[m] if self.averages[m] else 0.0)

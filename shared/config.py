@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     variance_balancing_frequency: int = Field(3, ge=1)
     worker_metrics_ema_alpha: float = Field(0.5, gt=0, le=1)
     rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
+    rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
+    allow_receiver_above_average: bool = True
 
     # Worker metrics.
     disable_worker_metrics: bool = False

@@ -10,7 +10,9 @@ from coordinator.variance import classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
 
 # KCL's own tests run with dampening 80; dead band 0 switches off shardherd's churn guard to match KCL exactly.
-KCL_TESTS = DeciderConfig(dampening_percentage=80, rebalance_dead_band_percentage=0)
+# KCL's own semantics (its tests use dampening 80): no dead-band, no band floor, receivers stop at the average.
+KCL_TESTS = DeciderConfig(dampening_percentage=80, rebalance_dead_band_percentage=0, rebalance_min_band_points=0,
+                          allow_receiver_above_average=False)
 
 
 @pytest.mark.parametrize(
@@ -137,9 +139,43 @@ def test_receiver_rejecting_big_lease_still_takes_small_one() -> None:
     # T = 50 * 3 / 2 = 75. take + 45 -> 40 + 45 * 90/75 = 94 > 90: rejected. KCL would end the donor here and drop
     # the receiver (5.7 #2); shardherd tries the 5 KiB/s lease: 40 + 6 = 46 <= 90.
     leases = [owned("filler", "hot", 100.0), owned("big", "hot", 45.0), owned("small", "hot", 5.0)]
-    config = DeciderConfig(dampening_percentage=100)
+    config = DeciderConfig(dampening_percentage=100, allow_receiver_above_average=False)
     plan = decide(Snapshot.of(leases, [cpu("hot", 140, 200), cpu("take", 40)]), config, balance=True)
     assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("small", "take")]
+
+
+def test_receiver_may_pass_the_average_inside_the_band_when_it_narrows_the_spread() -> None:
+    # Same fleet with the default rule: take + big = 94 > avg 90 but < upper band 99, and the donor drops by
+    # 140 * 45/150 = 42 to 98 >= 94, so the move is made (spread 140/40 becomes 98/94). The 5 KiB/s lease then
+    # finds no room (budget 53.6 - 45 = 8.6 would allow it, but take + 6 = 100 is above the band).
+    leases = [owned("filler", "hot", 100.0), owned("big", "hot", 45.0), owned("small", "hot", 5.0)]
+    plan = decide(Snapshot.of(leases, [cpu("hot", 140, 200), cpu("take", 40)]), DeciderConfig(dampening_percentage=100),
+                  balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("big", "take")]
+    after = {w.worker_id: w.metrics_after["C"] for w in plan.workers}
+    assert after == {"hot": pytest.approx(98.0), "take": pytest.approx(94.0)}
+
+
+def test_expected_values_replace_stale_reports() -> None:
+    # hot 90, cold 10, avg 50; budget 90 * 40/90 * 0.6 = 24 < 30, so overshoot moves one 30 KiB/s lease:
+    # T = 90/2 = 45, cold projects to 10 + 30 * 50/45 = 43.3 <= 50.
+    leases = [owned("a", "hot", 30.0), owned("b", "hot", 30.0), owned("c", "hot", 30.0)]
+    fleet = [cpu("hot", 90), cpu("cold", 10)]
+    assert decide(Snapshot.of(leases, fleet), DeciderConfig(), balance=True).moves
+    # The leader already moved load and projects both at 50: the stale 90/10 reports must not move more.
+    projected = [WorkerView(w.worker_id, w.metric_stats, w.operating_range, expected={"C": 50.0}) for w in fleet]
+    plan = decide(Snapshot.of(leases, projected), DeciderConfig(), balance=True)
+    assert plan.moves == () and plan.averages == {"C": 50.0}
+
+
+def test_band_floor_ignores_noise_on_an_idle_fleet() -> None:
+    # avg 10, 10 % band would be +-1; the 2-point floor makes it +-2, so 11.5 / 8.5 is balanced.
+    leases = [owned("a", "w1", 1.0), owned("b", "w2", 1.0)]
+    workers = [cpu("w1", 11.5), cpu("w2", 8.5)]
+    with_floor = decide(Snapshot.of(leases, workers), DeciderConfig(), balance=True)
+    assert with_floor.moves == () and "balancing: no metric out of band" in with_floor.notes
+    no_floor = decide(Snapshot.of(leases, workers), DeciderConfig(rebalance_min_band_points=0), balance=True)
+    assert any(note.startswith("balancing C: avg 10.00, band [9.00, 11.00]") for note in no_floor.notes)
 
 
 def test_equal_workers_share_leases_deterministically() -> None:
