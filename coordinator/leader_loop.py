@@ -225,7 +225,7 @@ class LeaderLoop:
                     started_at = first[2]
                 seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
-            throughput = _reported_throughput(lease, owners)
+            throughput = reported_throughput(lease, owners)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked))
@@ -345,7 +345,7 @@ def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
     return tuple(sorted(record.metric_stats.items()))
 
 
-def _reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:
+def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:
     """The throughput the lease's actual owner reports in its heartbeat (`worker` mode), else the lease's own value."""
     owner = owners.get(lease.actual_owner or "")
     if owner is not None and lease.lease_key in owner.lease_throughput:

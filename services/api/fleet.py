@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from coordinator.leader_loop import _reported_throughput
+from coordinator.leader_loop import reported_throughput
 from coordinator.variance import ema
 from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
 from shared.clock import Clock
@@ -103,7 +103,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
         state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
         lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,
-        throughput_kbps=_reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
+        throughput_kbps=reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
         child_shard_ids=sorted(lease.child_shard_ids), millis_behind_latest=None, explanation=None,
     )
 
