@@ -1,0 +1,133 @@
+"""The shardherd streaming source end to end: local Spark, moto server DynamoDB, kinesalite, in-process coordinator."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter, defaultdict
+
+import pytest
+
+from agent.spark.channel import read_ack
+from agent.spark.offsets import Caps
+from tests.e2e.test_agents_and_coordinator import wait_for
+from tests.spark.conftest import SparkStack
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _owned_by(stack: SparkStack, worker: str, count: int) -> bool:
+    owners = stack.owners()
+    return len(owners) == count and set(owners.values()) == {worker}
+
+
+def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from_the_lease_table(
+        spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    first = stack.agent("driver-1", caps=Caps(40))
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    stack.produce(400, "a")
+    query = first.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp-1"),
+                            processing_time="300 milliseconds")
+    wait_for(stack.all_delivered, 90, "400 records written")
+    counts = stack.sink.payloads()
+    assert set(counts) == set(stack.produced) and max(counts.values()) == 1
+
+    rows = list(stack.sink.rows)
+    runner = read_ack(first.channel)
+    assert runner is not None
+    readers = {row[6] for row in rows}
+    assert os.getpid() not in readers and runner.pid not in readers  # read by executor workers, not the driver
+    per_batch: dict[int, Counter[str]] = defaultdict(Counter)
+    partitions: dict[tuple[int, str], set[int]] = defaultdict(set)
+    for _, batch, shard, *_rest, part in rows:
+        per_batch[batch][shard] += 1
+        partitions[(batch, shard)].add(part)
+    assert all(len(parts) == 1 for parts in partitions.values())  # one partition per shard per batch
+    for batch in per_batch:
+        shards_parts = [next(iter(partitions[(batch, shard)])) for shard in per_batch[batch]]
+        assert len(set(shards_parts)) == len(shards_parts)  # and never two shards in one partition
+    assert max(max(counter.values()) for counter in per_batch.values()) <= 40  # admission control per shard
+    assert len(per_batch) >= 400 // 4 // 40  # so several batches were needed
+
+    query.stop()  # the query ends -> the agent drains: leases given back with their checkpoints
+    wait_for(lambda: set(stack.owners().values()) == {None}, 30, "driver-1 drained")
+    assert first.stopped_because == "query stopped"
+
+    stack.produce(200, "b")
+    second = stack.agent("driver-2", caps=Caps(200))
+    wait_for(lambda: _owned_by(stack, "driver-2", 4), 30, "driver-2 owns 4 shards")
+    second.run_query(stack.spark, stack.sink.writer("driver-2"), str(stack.tmp / "cp-fresh"),
+                     processing_time="300 milliseconds")
+    wait_for(stack.all_delivered, 60, "records after the restart written")
+    counts = stack.sink.payloads()
+    assert set(counts) == set(stack.produced)
+    assert max(counts.values()) == 1  # a fresh Spark checkpoint resumed exactly at the lease checkpoints
+    assert {row[5] for row in stack.sink.rows if row[0] == "driver-2"} == {p for p in stack.produced if p[:1] == b"b"}
+
+
+def test_a_sink_failure_after_the_write_duplicates_at_most_that_batch_and_the_agent_drains(
+        spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    first = stack.agent("driver-1", caps=Caps(30))
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    stack.produce(300, "a")
+    query = first.run_query(stack.spark, stack.sink.writer("driver-1", fail_in_batch=1), str(stack.tmp / "cp"),
+                            processing_time="300 milliseconds")
+    wait_for(lambda: not query.isActive, 60, "the query died in batch 1")
+    assert query.exception() is not None
+    wait_for(lambda: set(stack.owners().values()) == {None}, 30, "driver-1 drained after its query died")
+    assert (first.stopped_because or "").startswith("query failed")
+    failed_batch = {row[5] for row in stack.sink.rows if row[1] == 1}
+    assert failed_batch
+
+    second = stack.agent("driver-2")  # a restarted driver on the same Spark checkpoint: batch 1 is replayed
+    wait_for(lambda: _owned_by(stack, "driver-2", 4), 30, "driver-2 owns 4 shards")
+    second.run_query(stack.spark, stack.sink.writer("driver-2"), str(stack.tmp / "cp"),
+                     processing_time="300 milliseconds")
+    wait_for(stack.all_delivered, 60, "every record written")
+    counts = stack.sink.payloads()
+    assert set(counts) == set(stack.produced)  # nothing lost
+    duplicated = {payload for payload, count in counts.items() if count > 1}
+    assert duplicated <= failed_batch and max(counts.values()) <= 2  # at most the unfinished batch again
+
+
+def test_split_checkpoints_shard_end_so_children_start(spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    driver = stack.agent("driver-1")
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    stack.produce(100, "before")
+    driver.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp"),
+                     processing_time="300 milliseconds")
+    wait_for(stack.all_delivered, 60, "records before the split")
+    parent = "shardId-000000000000"
+    shards = stack.kinesis.describe_stream(StreamName=stack.app)["StreamDescription"]["Shards"]
+    hash_range = next(shard["HashKeyRange"] for shard in shards if shard["ShardId"] == parent)
+    middle = (int(hash_range["StartingHashKey"]) + int(hash_range["EndingHashKey"])) // 2
+    stack.kinesis.split_shard(StreamName=stack.app, ShardToSplit=parent, NewStartingHashKey=str(middle))
+    wait_for(lambda: stack.status() == "ACTIVE", 30, "split done")
+    stack.produce(300, "after")
+    wait_for(stack.all_delivered, 90, "records after the split, children included")
+    assert stack.checkpoints()[parent] == "SHARD_END"
+    children = set(stack.owners()) - {f"shardId-00000000000{index}" for index in range(4)}
+    assert len(children) == 2
+    rows = list(stack.sink.rows)
+    child_batches = [row[1] for row in rows if row[2] in children]
+    assert child_batches and max(row[1] for row in rows if row[2] == parent) < min(child_batches)
+    counts = stack.sink.payloads()
+    assert max(counts.values()) == 1 and len(counts) == 400
+
+
+def test_available_now_catches_up_in_capped_batches_then_finishes(spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    driver = stack.agent("driver-1", caps=Caps(20))
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    stack.produce(200, "a")
+    wait_for(lambda: all(view.pending for view in driver.book.snapshot().shards.values()), 30, "probes saw records")
+    query = driver.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp"), available_now=True)
+    assert query.awaitTermination(120)
+    counts = stack.sink.payloads()
+    assert set(counts) == set(stack.produced) and max(counts.values()) == 1
+    per_batch: dict[tuple[int, str], int] = Counter((row[1], row[2]) for row in stack.sink.rows)
+    assert max(per_batch.values()) <= 20
+    assert len({batch for batch, _ in per_batch}) >= 200 // 4 // 20
+    wait_for(lambda: set(stack.owners().values()) == {None}, 30, "the finished query drained the agent")
