@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter, defaultdict
 
 import pytest
@@ -11,6 +12,7 @@ from agent.spark.channel import read_ack
 from agent.spark.offsets import Caps
 from tests.e2e.test_agents_and_coordinator import wait_for
 from tests.spark.conftest import SparkStack
+from tests.support.faulty_proxy import Fault, FaultyProxy
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -131,3 +133,43 @@ def test_available_now_catches_up_in_capped_batches_then_finishes(spark_stack: S
     assert max(per_batch.values()) <= 20
     assert len({batch for batch, _ in per_batch}) >= 200 // 4 // 20
     wait_for(lambda: set(stack.owners().values()) == {None}, 30, "the finished query drained the agent")
+
+
+def test_two_drivers_hand_off_gracefully_and_a_driver_that_stops_renewing_stops_its_query_in_time(
+        spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    first = stack.agent("driver-1")
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    first.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp-1"),
+                    processing_time="300 milliseconds")
+    stack.produce(200, "a")
+    wait_for(stack.all_delivered, 60, "first records written")
+
+    with FaultyProxy(stack.base["dynamodb_endpoint_url"]) as proxy:
+        second = stack.agent("driver-2", dynamodb_endpoint_url=proxy.endpoint_url)
+        query = second.run_query(stack.spark, stack.sink.writer("driver-2"), str(stack.tmp / "cp-2"),
+                                 processing_time="300 milliseconds")
+        wait_for(lambda: list(stack.owners().values()).count("driver-2") == 2, 60, "two shards handed to driver-2")
+        moved = {shard for shard, owner in stack.owners().items() if owner == "driver-2"}
+        stack.produce(200, "b")
+        wait_for(stack.all_delivered, 60, "records after the handoff written")
+        counts = stack.sink.payloads()
+        assert max(counts.values()) == 1  # handoffs finished and checkpointed before the transfer: no duplicates
+        late = [row for row in stack.sink.rows if row[5].startswith(b"b-")]
+        assert {row[0] for row in late if row[2] in moved} == {"driver-2"}  # a lost shard is no longer planned
+        assert {row[0] for row in late if row[2] not in moved} == {"driver-1"}
+
+        proxy.add([Fault(0)] * 1_000_000)  # driver-2's lease table calls now fail: it can no longer heartbeat
+        broken = time.monotonic()
+        wait_for(lambda: not query.isActive, 10, "driver-2's query stopped")
+        assert time.monotonic() - broken < 4.0  # failover time
+        assert {stack.owners()[shard] for shard in moved} == {"driver-2"}  # stopped before anyone took over
+        assert second.stopped_because == "agent lost liveness"
+
+        wait_for(lambda: _owned_by(stack, "driver-1", 4), 60, "driver-1 took the shards back")
+        stack.produce(200, "c")
+        wait_for(stack.all_delivered, 60, "records after the failover written")
+    counts = stack.sink.payloads()
+    assert set(counts) == set(stack.produced)
+    second_rows = {row[5] for row in stack.sink.rows if row[0] == "driver-2"}
+    assert {payload for payload, count in counts.items() if count > 1} <= second_rows  # only its last batch again
