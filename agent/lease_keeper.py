@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,12 +26,13 @@ from shared.config import Settings
 from shared.errors import StoreUnavailable
 from shared.lease import Lease
 from shared.store import Conflict, LeaseStore, Outcome
-from shared.worker import WorkerRecord, WorkerState
+from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 log = logging.getLogger(__name__)
 
 MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
 ThroughputProvider = Callable[[str], float | None]
+ProgressProvider = Callable[[Iterable[str]], Mapping[str, LeaseProgress]]
 
 
 class LossReason(enum.Enum):
@@ -104,7 +105,8 @@ class LeaseKeeper:
     """Holds this worker's leases; thread-safe for `checkpoint`/`finish_handoff` calls from processing threads."""
 
     def __init__(self, store: LeaseStore, settings: Settings, clock: Clock, listener: LeaseListener,
-                 metrics: MetricsProvider | None = None, throughput: ThroughputProvider | None = None) -> None:
+                 metrics: MetricsProvider | None = None, throughput: ThroughputProvider | None = None,
+                 progress: ProgressProvider | None = None) -> None:
         self._store = store
         self._me = settings.worker_id
         self._mode = settings.liveness_mode
@@ -112,6 +114,7 @@ class LeaseKeeper:
         self._listener = listener
         self._metrics = metrics
         self._throughput = throughput
+        self._progress = progress
         self._timing = KeeperTiming.from_settings(settings)
         self._held: dict[str, HeldLease] = {}
         self._guard = threading.RLock()
@@ -213,9 +216,10 @@ class LeaseKeeper:
 
     def _write_worker_record(self, sent: float) -> None:
         sts, opr = self._metrics() if self._metrics else ({}, {})
+        held = self.held()
         throughput = {}
         if self._throughput is not None:
-            for key in self.held():
+            for key in held:
                 value = self._throughput(key)
                 if value is not None:
                     throughput[key] = value
@@ -223,7 +227,7 @@ class LeaseKeeper:
         record = WorkerRecord(
             worker_id=self._me, last_update=int(self._clock.time()), metric_stats=sts, operating_range=opr,
             heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
-            lease_throughput=throughput,
+            lease_throughput=throughput, lease_progress=self._progress(held) if self._progress else {},
         )
         try:
             self._store.upsert_worker(record)

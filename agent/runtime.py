@@ -11,6 +11,7 @@ from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.sampler import MetricsSampler, SamplingThread, WorkerMetrics
 from agent.metrics.select import select_cpu_source
 from agent.metrics.throughput import ThroughputRecorder
+from agent.progress import ProgressBoard
 from agent.read_spec import ReadLimits
 from agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
 from shared.aws import make_client
@@ -70,12 +71,14 @@ class Agent:
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
         reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000)
+        self.progress = ProgressBoard()
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
-                                  throughput=self.throughput.compute)
+                                  throughput=self.throughput.compute, progress=self.progress.snapshot)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
-            stream_name=settings.stream_name, factory=factory, throughput=self.throughput, clock=self.clock,
+            stream_name=settings.stream_name, factory=factory, throughput=self.throughput, progress=self.progress,
+            clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
         )
         self.workers: dict[str, ShardWorker] = {}

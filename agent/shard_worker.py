@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from agent.consumer import Checkpointer, LeaseLost, RecordProcessor
 from agent.metrics.throughput import ThroughputRecorder
+from agent.progress import ProgressBoard
 from agent.read_spec import ReadLimits, StartPosition
 from agent.reader import ShardNotFound, ShardReader, ShardReadError
 from agent.records import Record
@@ -46,6 +47,7 @@ class ShardContext:
     stream_name: str
     factory: ProcessorFactory
     throughput: ThroughputRecorder
+    progress: ProgressBoard
     clock: Clock
     limits: ReadLimits
     initial_timestamp: datetime | None
@@ -103,6 +105,7 @@ class ShardWorker:
                 self._stop = Stop.LOST
         self._finish(processor, ended)
         self._ctx.throughput.drop(key)
+        self._ctx.progress.drop(key)
 
     def _loop(self, processor: RecordProcessor, position: StartPosition) -> bool:
         """Read and process until stopped; True when the shard ended."""
@@ -146,9 +149,11 @@ class ShardWorker:
                 self._ctx.clock.sleep(self._ctx.retry_delay)
                 if self._stop is not None:
                     return
+        size = sum(len(record.data) for record in records)
+        self._ctx.progress.record(self.lease.lease_key, len(records), size, lag)
         if records:
             self.checkpointer.last_delivered = records[-1]
-            self._ctx.throughput.record(self.lease.lease_key, sum(len(record.data) for record in records))
+            self._ctx.throughput.record(self.lease.lease_key, size)
 
     def _finish(self, processor: RecordProcessor, ended: bool) -> None:
         shard = self.lease.shard

@@ -324,5 +324,6 @@ def _frozen_worker(record: WorkerRecord, drain_requested: bool) -> WorkerRecord:
         metric_stats={metric: tuple(values) for metric, values in record.metric_stats.items()},
         operating_range={metric: tuple(values) for metric, values in record.operating_range.items()},
         lease_throughput=dict(record.lease_throughput),
+        lease_progress=dict(record.lease_progress),
         drain_requested=drain_requested,
     )

@@ -17,6 +17,15 @@ THROUGHPUT_METRIC = "T"
 FAILED_SAMPLE = -1.0
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseProgress:
+    """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease."""
+
+    millis_behind_latest: int | None = None
+    records: int = 0
+    bytes: int = 0
+
+
 class WorkerState(enum.Enum):
     """What the worker says about itself."""
 
@@ -31,7 +40,8 @@ class WorkerRecord:
     KCL attributes: `wid`, `lut` (epoch seconds), `sts` (metric -> recent per-interval averages, oldest first),
     `opr` (metric -> [max utilisation %]). shardherd adds `hb` (a heartbeat counter the leader watches change on its
     own clock, so clocks are never compared across hosts), `workerState`, `leaseThroughput` (lease key -> KiB/s, used in
-    `worker` liveness mode where leases are not renewed) and `drainRequested` (set by operators, never by the worker).
+    `worker` liveness mode where leases are not renewed), `leaseProgress` (lease key -> lag, records, bytes; for
+    operators) and `drainRequested` (set by operators, never by the worker).
     """
 
     worker_id: str
@@ -42,6 +52,7 @@ class WorkerRecord:
     state: WorkerState = WorkerState.ACTIVE
     lease_throughput: Mapping[str, float] = field(default_factory=dict)
     drain_requested: bool = False
+    lease_progress: Mapping[str, LeaseProgress] = field(default_factory=dict)
 
     @property
     def uses_default_metric(self) -> bool:

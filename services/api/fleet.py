@@ -98,13 +98,18 @@ def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[st
 
 
 def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseOut:
+    owner = records.get(lease.actual_owner or "")
+    progress = owner.lease_progress.get(lease.lease_key) if owner is not None else None
     return LeaseOut(
         lease_key=lease.lease_key, stream=lease.stream_name or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
         state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
         lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,
         throughput_kbps=reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
-        child_shard_ids=sorted(lease.child_shard_ids), millis_behind_latest=None, explanation=None,
+        child_shard_ids=sorted(lease.child_shard_ids), explanation=None,
+        millis_behind_latest=progress.millis_behind_latest if progress else None,
+        records_processed=progress.records if progress else None,
+        bytes_processed=progress.bytes if progress else None,
     )
 
 

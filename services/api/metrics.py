@@ -41,12 +41,21 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
     lease_tp = GaugeMetricFamily("shardherd_lease_throughput_kbps", "Throughput of a lease as reported (KiB/s)",
                                  labels=["lease"])
     lag = GaugeMetricFamily("shardherd_lease_millis_behind_latest",
-                            "MillisBehindLatest per lease (agents do not report it yet: no samples)", labels=["lease"])
+                            "MillisBehindLatest per lease as its owner last reported it", labels=["lease"])
+    records = GaugeMetricFamily("shardherd_lease_records", "Records the lease's owner handled since taking it",
+                                labels=["lease", "worker"])
+    size = GaugeMetricFamily("shardherd_lease_bytes", "Bytes the lease's owner handled since taking it",
+                             labels=["lease", "worker"])
     for lease in fleet.leases:
         if lease.throughput_kbps is not None:
             lease_tp.add_metric([lease.lease_key], lease.throughput_kbps)
         if lease.millis_behind_latest is not None:
             lag.add_metric([lease.lease_key], lease.millis_behind_latest)
+        holder = lease.checkpoint_owner or lease.owner or ""
+        if lease.records_processed is not None:
+            records.add_metric([lease.lease_key, holder], lease.records_processed)
+        if lease.bytes_processed is not None:
+            size.add_metric([lease.lease_key, holder], lease.bytes_processed)
     per_worker = GaugeMetricFamily("shardherd_worker_leases", "Leases each worker processes", labels=["worker"])
     cpu = GaugeMetricFamily("shardherd_worker_cpu_ema_percent", "Moving average of worker CPU", labels=["worker"])
     worker_tp = GaugeMetricFamily("shardherd_worker_throughput_kbps", "Sum of a worker's lease throughput (KiB/s)",
@@ -70,7 +79,7 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
         _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
         _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
                sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
-        by_state, lease_tp, lag, per_worker, cpu, worker_tp, age, workers, malformed,
+        by_state, lease_tp, lag, records, size, per_worker, cpu, worker_tp, age, workers, malformed,
     ]
 
 

@@ -67,7 +67,11 @@ class LeaseOut(BaseModel):
     owner_switches_since_checkpoint: int
     throughput_kbps: float | None
     millis_behind_latest: Annotated[int | None, Field(
-        description="not reported by agents yet; always null for now")] = None
+        description="MillisBehindLatest as the owner last reported it (null until it reports)")] = None
+    records_processed: Annotated[int | None, Field(
+        description="records the current owner handled since it took the lease (null until it reports)")] = None
+    bytes_processed: Annotated[int | None, Field(
+        description="bytes of record data the current owner handled since it took the lease")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(

@@ -16,7 +16,7 @@ from shared.dynamo.attributes import (
 )
 from shared.dynamo.expressions import AttributeValue, Expression, Item
 from shared.errors import MalformedWorker
-from shared.worker import WorkerRecord, WorkerState
+from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
 LAST_UPDATE = "lut"
@@ -26,6 +26,7 @@ HEARTBEAT = "hb"
 WORKER_STATE = "workerState"
 LEASE_THROUGHPUT = "leaseThroughput"
 DRAIN_REQUESTED = "drainRequested"
+LEASE_PROGRESS = "leaseProgress"
 
 
 def worker_key(worker_id: str) -> dict[str, AttributeValue]:
@@ -57,6 +58,31 @@ def _read_series_map(item: Item, name: str) -> dict[str, tuple[float, ...]]:
     return series
 
 
+def _read_progress(item: Item) -> dict[str, LeaseProgress]:
+    progress: dict[str, LeaseProgress] = {}
+    for key, value in _read_map(item, LEASE_PROGRESS).items():
+        if not isinstance(value, dict) or not isinstance(value.get("M"), dict):
+            raise AttributeTypeError(f"{LEASE_PROGRESS}.{key} must be of type M")
+        fields = value["M"]
+        lag = fields.get("lag")
+        progress[key] = LeaseProgress(
+            millis_behind_latest=int(_read_number(f"{LEASE_PROGRESS}.{key}.lag", lag)) if lag is not None else None,
+            records=int(_read_number(f"{LEASE_PROGRESS}.{key}.records", fields.get("records", {"N": "0"}))),
+            bytes=int(_read_number(f"{LEASE_PROGRESS}.{key}.bytes", fields.get("bytes", {"N": "0"}))),
+        )
+    return progress
+
+
+def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
+    entries: dict[str, AttributeValue] = {}
+    for key, value in progress.items():
+        fields: dict[str, AttributeValue] = {"records": integer(value.records), "bytes": integer(value.bytes)}
+        if value.millis_behind_latest is not None:
+            fields["lag"] = integer(value.millis_behind_latest)
+        entries[key] = {"M": fields}
+    return {"M": entries}
+
+
 def decode_worker(item: Item) -> WorkerRecord:
     """Read a worker item; MalformedWorker (with the id when there is one) if any attribute is unreadable."""
     worker_id: str | None = None
@@ -82,6 +108,7 @@ def decode_worker(item: Item) -> WorkerRecord:
             state=WorkerState(state_text),
             lease_throughput=throughput,
             drain_requested=bool(read_bool(item, DRAIN_REQUESTED)),
+            lease_progress=_read_progress(item),
         )
     except AttributeTypeError as exc:
         raise MalformedWorker(worker_id, str(exc)) from None
@@ -100,6 +127,7 @@ def worker_upsert(record: WorkerRecord) -> Expression:
     expression.set(HEARTBEAT, integer(record.heartbeat))
     expression.set(WORKER_STATE, string(record.state.value))
     expression.set(LEASE_THROUGHPUT, {"M": {key: number(value) for key, value in record.lease_throughput.items()}})
+    expression.set(LEASE_PROGRESS, _progress_map(record.lease_progress))
     return expression
 
 

@@ -90,6 +90,7 @@ def build_schema(tables: TableNames) -> SqlSchema:
         Column("hb", BigInteger()),
         Column("worker_state", Text()),
         Column("lease_throughput", Text()),  # JSON: lease key -> KiB/s
+        Column("lease_progress", Text()),  # JSON: lease key -> {"lag", "records", "bytes"}
         Column("drain_requested", Boolean()),
     )
     state = Table(

@@ -8,7 +8,7 @@ from typing import Any
 
 from shared.errors import MalformedWorker
 from shared.sql.values import read_int, read_json, read_optional_str
-from shared.worker import WorkerRecord, WorkerState
+from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 
 def worker_values(record: WorkerRecord) -> dict[str, Any]:
@@ -21,6 +21,8 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
         "hb": record.heartbeat,
         "worker_state": record.state.value,
         "lease_throughput": json.dumps(dict(record.lease_throughput)),
+        "lease_progress": json.dumps({key: {"lag": value.millis_behind_latest, "records": value.records,
+                                            "bytes": value.bytes} for key, value in record.lease_progress.items()}),
     }
 
 
@@ -49,6 +51,25 @@ def _throughput_map(value: object) -> dict[str, float]:
     return {lease_key: float(kbps) for lease_key, kbps in parsed.items()}
 
 
+def _progress_map(value: object) -> dict[str, LeaseProgress]:
+    """Map lease key -> {lag, records, bytes}, from JSON text (NULL = none reported)."""
+    parsed = read_json(value)
+    if parsed is None:
+        return {}
+    if not isinstance(parsed, dict):
+        raise ValueError("expected a JSON object of lease key -> progress")
+    progress = {}
+    for key, entry in parsed.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"progress of {key!r} is not an object")
+        lag, records, size = entry.get("lag"), entry.get("records", 0), entry.get("bytes", 0)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size)) or not (
+                lag is None or (isinstance(lag, int) and not isinstance(lag, bool))):
+            raise ValueError(f"progress of {key!r} must hold integers")
+        progress[key] = LeaseProgress(lag, records, size)
+    return progress
+
+
 def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
@@ -72,6 +93,8 @@ def decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
         state = WorkerState(state_text) if state_text is not None else WorkerState.ACTIVE
         attribute = "leaseThroughput"
         lease_throughput = _throughput_map(row["lease_throughput"])
+        attribute = "leaseProgress"
+        lease_progress = _progress_map(row["lease_progress"])
     except ValueError as exc:
         raise MalformedWorker(worker_id, f"{attribute}: {exc}") from exc
     return WorkerRecord(
@@ -83,4 +106,5 @@ def decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
         state=state,
         lease_throughput=lease_throughput,
         drain_requested=bool(row["drain_requested"]),
+        lease_progress=lease_progress,
     )

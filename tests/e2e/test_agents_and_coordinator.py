@@ -113,6 +113,15 @@ def test_records_flow_and_graceful_moves_have_no_duplicates(stack: Stack) -> Non
     stack.produce(400, "a")
     wait_for(stack.all_delivered, 30, "first 400 records delivered")
 
+    def reported() -> int:
+        record = stack.coordinator.store.get_worker("agent-1")
+        return sum(p.records for p in record.lease_progress.values()) if record else 0
+
+    wait_for(lambda: reported() == 400, 10, "the heartbeat to report progress")  # lag, records, bytes per lease
+    record = stack.coordinator.store.get_worker("agent-1")
+    assert record is not None and len(record.lease_progress) == 4
+    assert all(p.millis_behind_latest is not None and p.bytes >= p.records for p in record.lease_progress.values())
+
     stack.add_agent("agent-2")  # balancing hands two leases over gracefully, with their checkpoints
     wait_for(lambda: list(stack.owners().values()).count("agent-2") == 2, 30, "agent-2 owns 2 leases")
     stack.produce(400, "b")

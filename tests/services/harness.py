@@ -15,7 +15,7 @@ from services.leader_status import LeaderWatch
 from shared.clock import ManualClock
 from shared.config import load_settings
 from shared.store import LeaseStore
-from shared.worker import CPU_METRIC, WorkerRecord
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 
 INTERVAL = 2.0
 TOKEN = "s3cret-token-0123456789"
@@ -48,6 +48,7 @@ class Replica:
         self.beats: dict[str, int] = {}
         self.cpu: dict[str, float] = {}
         self.lease_throughput: dict[str, dict[str, float]] = {}
+        self.lease_progress: dict[str, dict[str, LeaseProgress]] = {}
 
     def join(self, worker: str, cpu: float = 20.0) -> None:
         """A worker starts heartbeating with a CPU reading."""
@@ -65,7 +66,8 @@ class Replica:
             self.store.upsert_worker(WorkerRecord(
                 worker, int(self.clock.time()), metric_stats={CPU_METRIC: (cpu, cpu)},
                 operating_range={CPU_METRIC: (100.0,)}, heartbeat=self.beats[worker],
-                lease_throughput=self.lease_throughput.get(worker, {})))
+                lease_throughput=self.lease_throughput.get(worker, {}),
+                lease_progress=self.lease_progress.get(worker, {})))
 
     def step(self, runs: int = 1) -> list[RunSummary | None]:
         """Heartbeat, tick the lock, run the loop, advance one interval; `runs` times."""

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shared.store import LeaseStore
+from shared.worker import LeaseProgress
 from tests.services.harness import Replica
 from tests.support.stores import make_store
 
@@ -39,6 +40,7 @@ def test_metrics_count_leases_workers_runs_and_moves(sqlite_store: LeaseStore) -
     owners = replica.owners()
     hot = "shardId-000000000000"
     replica.lease_throughput[str(owners[hot])] = {hot: 123.5}
+    replica.lease_progress[str(owners[hot])] = {hot: LeaseProgress(millis_behind_latest=750, records=42, bytes=4096)}
     replica.heartbeat()
     samples = _scrape(replica)
     assert samples[("shardherd_total_leases", ())] == 5
@@ -56,7 +58,10 @@ def test_metrics_count_leases_workers_runs_and_moves(sqlite_store: LeaseStore) -
     assert samples[("shardherd_replica_is_leader", ())] == 1
     assert samples[("shardherd_leader_lock_changes_total", (("change", "acquired"),))] == 1
     assert samples[("shardherd_workers", (("state", "active"),))] == 2
-    assert not any(name == "shardherd_lease_millis_behind_latest" for name, _ in samples)  # not reported yet
+    assert samples[("shardherd_lease_millis_behind_latest", (("lease", hot),))] == 750
+    assert samples[("shardherd_lease_records", (("lease", hot), ("worker", str(owners[hot]))))] == 42
+    assert samples[("shardherd_lease_bytes", (("lease", hot), ("worker", str(owners[hot]))))] == 4096
+    assert sum(name == "shardherd_lease_millis_behind_latest" for name, _ in samples) == 1  # only what was reported
 
 
 def test_metrics_before_any_leader_run(sqlite_store: LeaseStore) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.store import LeaseStore, StateValue
-from shared.worker import CPU_METRIC, FAILED_SAMPLE, THROUGHPUT_METRIC, WorkerRecord, WorkerState
+from shared.worker import CPU_METRIC, FAILED_SAMPLE, THROUGHPUT_METRIC, LeaseProgress, WorkerRecord, WorkerState
 
 
 def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartbeat: int = 3,
@@ -19,6 +19,8 @@ def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartb
         heartbeat=heartbeat,
         state=WorkerState.DRAINING,
         lease_throughput={"shardId-000000000001": 512.5, "shardId-000000000002": 0.0},
+        lease_progress={"shardId-000000000001": LeaseProgress(1_250, 40_000, 2**40),
+                        "shardId-000000000002": LeaseProgress(None, 0, 0)},
     )
 
 
