@@ -11,7 +11,8 @@ from shared.checkpoint import TRIM_HORIZON, Checkpoint
 class Lease:
     """An immutable snapshot of one lease row.
 
-    Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see `shared.dynamo.lease_codec`).
+    Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see
+    `shared.dynamo.lease_codec`).
     During a graceful handoff `lease_owner` is the *next* owner and `checkpoint_owner` the one still processing.
     """
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import psutil  # no stubs in the dev dependencies
+import psutil
 
 from agent.metrics import MetricSourceError
 
