@@ -88,17 +88,17 @@ class Collector:
 class SparkStack:
     """A coordinator (in process, short intervals), a Kinesis stream and Spark drivers' agents on it."""
 
-    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, spark: SparkSession, shards: int,
+    def __init__(self, moto: MotoServer, emulator: NodeEmulator, spark: SparkSession, shards: int,
                  tmp: Path) -> None:
         self.app = unique_app("spark")
         self.spark = spark
         self.tmp = tmp
-        self.kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+        self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
         wait_for(lambda: self.status() == "ACTIVE", 30, "stream ACTIVE")
         self.base: dict[str, Any] = dict(
             application_name=self.app, stream_name=self.app, store_backend="dynamodb",
-            dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=kinesalite.endpoint_url,
+            dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=emulator.endpoint_url,
             failover_time_millis=4000, discovery_interval_millis=300, lease_assignment_interval_millis=300,
             shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
             leader_lock_heartbeat_period_millis=400, graceful_lease_handoff_timeout_millis=10000,
@@ -149,7 +149,7 @@ class SparkStack:
 
 
 @pytest.fixture
-def spark_stack(moto_server: MotoServer, kinesalite: NodeEmulator, spark: SparkSession,
+def spark_stack(moto_server: MotoServer, kinesalite: NodeEmulator, spark: SparkSession,  # noqa: F811
                 tmp_path: Path) -> Iterator[SparkStack]:
     stack = SparkStack(moto_server, kinesalite, spark, 4, tmp_path)
     yield stack
