@@ -1,0 +1,46 @@
+"""Long chaos soak: every fault kind over and over for N minutes on real processes, then the ledger report.
+
+Usage: python -m bench.soak --minutes 30 [--agents 3] [--shards 4] [--defaults]
+Starts its own moto server and kinesalite on 127.0.0.1; prints the same report as the CI chaos test and exits 1 if a
+check failed. `--defaults` runs with shardherd's default timings instead of the seconds-scale CI ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from services.emulators.kinesalite import Kinesalite
+from services.emulators.moto_server import MotoServer
+from tests.chaos.analysis import format_report
+from tests.chaos.faults import FaultPlan
+from tests.chaos.scenario import SoakConfig, run_soak
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--agents", type=int, default=3)
+    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--defaults", action="store_true", help="default timings (failover 10 s, intervals 2 s)")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep ledgers and logs here")
+    args = parser.parse_args(argv)
+    config = SoakConfig(agents=args.agents, shards=args.shards, minutes=args.minutes, seed=args.seed)
+    if args.defaults:
+        config.overrides = {"SHARDHERD_DISABLE_WORKER_METRICS": "true"}
+        config.spacing = 25.0
+        config.plan = FaultPlan(partition_seconds=25.0, burst_seconds=6.0)
+    with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        report = run_soak(moto.endpoint_url, kinesis.endpoint_url, workdir, config,
+                          log=lambda line: print(line, flush=True))
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The fault schedule: every kind of fault the chaos run injects, applied one step at a time to a ChaosCluster.
+
+Kills and graceful stops are followed by a replacement process so the fleet keeps its size; throttling bursts and
+partitions switch the proxies and heal by themselves after their duration (a timer), so the schedule keeps going.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from tests.chaos.cluster import ChaosCluster, Member
+from tests.support.chaos_proxy import CALM, Chaos
+
+FAULT_KINDS = ("agent_kill", "throttle", "split", "agent_term", "partition", "leader_kill", "merge", "skew")
+BURST = Chaos(latency=0.02, throttle_rate=0.5, error_rate=0.1, drop_rate=0.05)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """How hard each fault hits: burst settings and durations in seconds, skew of a skewed agent's wall clock."""
+
+    burst: Chaos = BURST
+    burst_seconds: float = 4.0
+    partition_seconds: float = 8.0
+    skew_seconds: float = 300.0
+
+
+class FaultRunner:
+    """Applies faults by kind to a cluster; timers heal bursts and partitions."""
+
+    def __init__(self, cluster: ChaosCluster, plan: FaultPlan) -> None:
+        self.cluster = cluster
+        self.plan = plan
+        self._timers: list[threading.Timer] = []
+        self._skews = 0
+
+    def _busiest_agent(self, exclude_skewed: bool = False) -> Member:
+        agents = [m for m in self.cluster.agents() if not (exclude_skewed and m.skew)]
+        counts = {m.name: 0 for m in agents}
+        for lease in self.cluster.leases().values():
+            if lease.actual_owner in counts and not lease.is_finished:
+                counts[lease.actual_owner] += 1
+        return max(agents, key=lambda m: (counts[m.name], self.cluster.rng.random()))
+
+    def _later(self, seconds: float, members: list[Member], kind: str) -> None:
+        timer = threading.Timer(seconds, self.cluster.set_chaos, args=(members, CALM, kind))
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
+
+    def apply(self, kind: str) -> None:
+        """Inject one fault of `kind` (one of FAULT_KINDS)."""
+        cluster = self.cluster
+        if kind == "agent_kill":
+            cluster.kill(self._busiest_agent())
+            cluster.start_agent()
+        elif kind == "agent_term":
+            cluster.terminate(self._busiest_agent())
+            cluster.start_agent()
+        elif kind == "leader_kill":
+            leader = cluster.leader()
+            victims = [m for m in cluster.coordinators() if m.name == leader]
+            if victims:
+                cluster.kill(victims[0])
+                cluster.start_coordinator()
+        elif kind == "throttle":
+            members = [m for m in cluster.members.values() if m.alive]
+            cluster.set_chaos(members, self.plan.burst, "throttle")
+            self._later(self.plan.burst_seconds, members, "throttle_end")
+        elif kind == "partition":
+            victim = self._busiest_agent(exclude_skewed=True)
+            cluster.set_chaos([victim], Chaos(partitioned=True), "partition")
+            self._later(self.plan.partition_seconds, [victim], "partition_end")
+        elif kind == "split":
+            cluster.split()
+        elif kind == "merge":
+            cluster.merge()
+        elif kind == "skew":
+            self._skews += 1
+            cluster.terminate(self._busiest_agent(exclude_skewed=True))
+            cluster.start_agent(skew=self.plan.skew_seconds * (1 if self._skews % 2 else -1))
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}; known: {', '.join(FAULT_KINDS)}")
+
+    def heal(self) -> None:
+        """Cancel pending timers and calm every proxy."""
+        for timer in self._timers:
+            timer.cancel()
+        for member in self.cluster.members.values():
+            member.proxy.set(CALM)
+        self.cluster.note("healed")

@@ -1,0 +1,92 @@
+"""A long-running, switchable fault proxy: FaultyProxy plus live knobs for latency, error rates and a partition.
+
+Scheduled faults (FaultyProxy's queue) are served first; otherwise each request meets the current `Chaos` settings:
+a partition drops every connection unanswered, else a seeded draw picks a throttling reply, a 500, a dropped
+connection or a plain forward, each after the configured latency. One proxy per process makes it easy to cut a single
+agent off from the store while the others pass. The knobs are set from the test or bench in the same Python process.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
+
+
+@dataclass(frozen=True)
+class Chaos:
+    """What the proxy does to unscheduled requests; rates are probabilities per request, latency in seconds."""
+
+    latency: float = 0.0
+    throttle_rate: float = 0.0
+    error_rate: float = 0.0
+    drop_rate: float = 0.0
+    partitioned: bool = False
+
+    def __post_init__(self) -> None:
+        rates = (self.throttle_rate, self.error_rate, self.drop_rate)
+        if any(not 0.0 <= rate <= 1.0 for rate in rates) or sum(rates) > 1.0 or self.latency < 0:
+            raise ValueError(f"rates must be probabilities summing to at most 1 and latency >= 0: {self}")
+
+
+CALM = Chaos()
+
+
+class ChaosProxy(FaultyProxy):
+    """A FaultyProxy whose unscheduled requests follow switchable `Chaos` settings (thread-safe to change)."""
+
+    def __init__(self, upstream: str, seed: int = 0) -> None:
+        super().__init__(upstream)
+        self._chaos = CALM
+        self._rng = random.Random(seed)
+        self._chaos_lock = threading.Lock()
+        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned
+
+    @property
+    def chaos(self) -> Chaos:
+        """The settings in force."""
+        with self._chaos_lock:
+            return self._chaos
+
+    def set(self, chaos: Chaos) -> None:
+        """Switch to new settings; requests already waiting out their latency keep their earlier draw."""
+        with self._chaos_lock:
+            self._chaos = chaos
+
+    def update(self, **changes: float | bool) -> None:
+        """Change some knobs, keep the others."""
+        with self._chaos_lock:
+            self._chaos = replace(self._chaos, **changes)  # type: ignore[arg-type]
+
+    def _draw(self) -> tuple[float, Fault | None]:
+        with self._chaos_lock:
+            chaos = self._chaos
+            if chaos.partitioned:
+                self.served["partitioned"] += 1
+                return 0.0, DROPPED
+            roll = self._rng.random()
+            for kind, rate, fault in (("throttled", chaos.throttle_rate, THROTTLED),
+                                      ("error", chaos.error_rate, INTERNAL_ERROR),
+                                      ("dropped", chaos.drop_rate, DROPPED)):
+                if roll < rate:
+                    self.served[kind] += 1
+                    return chaos.latency, fault
+                roll -= rate
+            return chaos.latency, None
+
+    def __enter__(self) -> ChaosProxy:
+        super().__enter__()
+        return self
+
+    def _next(self, target: str) -> Fault | None:
+        scheduled = super()._next(target)
+        if scheduled is not None:
+            return scheduled
+        latency, fault = self._draw()
+        if latency:
+            time.sleep(latency)
+        return fault
