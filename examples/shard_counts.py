@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 KEY = ["shard_id", "sequence_number", "sub_sequence_number"]
+RECORDS_DDL = ("shard_id STRING, sequence_number STRING, sub_sequence_number BIGINT, bytes INT, "
+               "arrival_timestamp TIMESTAMP")
 
 
 def write_records(out: Path) -> BatchFunction:
@@ -44,7 +46,7 @@ def write_counts(spark: SparkSession, out: Path) -> list[tuple[str, int, int]]:
     """Per-shard counts and bytes over distinct records, written to `<out>/counts`; returns them."""
     from pyspark.sql import functions as F  # noqa: N812
 
-    counts = (spark.read.parquet(str(out / "records")).dropDuplicates(KEY).groupBy("shard_id")
+    counts = (spark.read.schema(RECORDS_DDL).parquet(str(out / "records")).dropDuplicates(KEY).groupBy("shard_id")
               .agg(F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes")).orderBy("shard_id"))
     counts.write.mode("overwrite").parquet(str(out / "counts"))
     return [(row["shard_id"], row["records"], row["bytes"]) for row in counts.collect()]
