@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, replace
 from shared.checkpoint import Checkpoint
 from shared.errors import StoreError
 from shared.lease import Lease
-from shared.sql.state_documents import check_value, condition_holds
-from shared.sql.values import round_throughput
+from shared.rounding import round_throughput
+from shared.state_conditions import check_value, condition_holds
 from shared.store import (
     Conflict,
     Fence,

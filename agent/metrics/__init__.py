@@ -5,12 +5,9 @@ This module holds what every metric module shares: the CPU source protocol, the 
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
 from shared.errors import ShardherdError
-
-_SIX_DECIMALS = Decimal("0.000001")
 
 
 class MetricSourceError(ShardherdError):
@@ -30,7 +27,3 @@ class CpuSource(Protocol):
         """Percent used since the previous call (0 on the first call); raises MetricSourceError when it cannot tell."""
         ...
 
-
-def round6(value: float) -> float:
-    """Round to 6 decimals, halves away from zero, as KCL does before storing a metric or a throughput."""
-    return float(Decimal(repr(value)).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP))

@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.metrics import CpuSource, InvalidMetricInput, MetricSourceError, round6
+from agent.metrics import CpuSource, InvalidMetricInput, MetricSourceError
 from shared.clock import Clock
+from shared.rounding import round6
 from shared.worker import CPU_METRIC, FAILED_SAMPLE
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,9 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from agent.metrics import InvalidMetricInput, round6
+from agent.metrics import InvalidMetricInput
 from shared.clock import Clock
+from shared.rounding import round6
 
 DEFAULT_ALPHA = 0.5
 _BYTES_PER_KIB = 1024.0

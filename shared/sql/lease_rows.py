@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from shared.checkpoint import Checkpoint, parse_checkpoint
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
+from shared.rounding import round_throughput
 from shared.sql.schema import LEASE_ATTRIBUTES
 from shared.sql.values import (
     read_bytes,
@@ -15,7 +16,6 @@ from shared.sql.values import (
     read_number,
     read_optional_str,
     read_string_set,
-    round_throughput,
     write_string_set,
 )
 

@@ -31,12 +31,14 @@ from shared.checkpoint import Checkpoint
 from shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.rounding import round_throughput
 from shared.sql.engine import insert_for, is_transient, make_engines
 from shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
 from shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
-from shared.sql.state_documents import check_value, condition_holds, decode_document, encode_document
-from shared.sql.values import round_throughput, write_string_set
+from shared.sql.state_documents import decode_document, encode_document
+from shared.sql.values import write_string_set
 from shared.sql.worker_rows import decode_worker, worker_values
+from shared.state_conditions import check_value, condition_holds
 from shared.store import (
     Conflict,
     Fence,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from decimal import ROUND_HALF_UP, Decimal
 
 
 def read_int(value: object, default: int | None = None) -> int:
@@ -68,13 +67,6 @@ def read_string_set(value: object) -> frozenset[str]:
 def write_string_set(values: frozenset[str]) -> str | None:
     """A string set as a sorted JSON array, or None (column NULL) when empty."""
     return json.dumps(sorted(values)) if values else None
-
-
-def round_throughput(value: float) -> float:
-    """Throughput rounded HALF_UP to 6 decimals, as KCL stores it; rejects NaN and infinities."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"throughput must be a finite number, got {value!r}")
-    return float(Decimal(repr(float(value))).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP))
 
 
 def _show(value: object) -> str:

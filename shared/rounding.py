@@ -1,0 +1,20 @@
+"""KCL's rounding of stored figures: 6 decimals, halves away from zero (HALF_UP), so values match KCL's exactly."""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_HALF_UP, Decimal
+
+_SIX_DECIMALS = Decimal("0.000001")
+
+
+def round6(value: float) -> float:
+    """Round to 6 decimals, halves away from zero, as KCL does before storing a metric or a throughput."""
+    return float(Decimal(repr(float(value))).quantize(_SIX_DECIMALS, rounding=ROUND_HALF_UP))
+
+
+def round_throughput(value: float) -> float:
+    """Throughput rounded as KCL stores it; ValueError for NaN, infinities and non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"throughput must be a finite number, got {value!r}")
+    return round6(value)
