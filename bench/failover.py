@@ -16,7 +16,6 @@ import argparse
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from services.emulators.kinesalite import Kinesalite
@@ -32,14 +31,16 @@ def busiest(cluster: ChaosCluster) -> Member:
     return max(cluster.agents(), key=lambda m: len(cluster.owned_by(m.name)))
 
 
-def settle(cluster: ChaosCluster, timeout: float = 120.0) -> None:
-    """Wait (best effort) until every lease is read by a live agent and every live agent reads one."""
-    def balanced() -> bool:
-        owners = Counter(lease.actual_owner for lease in cluster.leases().values() if not lease.is_finished)
-        return cluster.all_leases_owned_by_live_agents() and all(owners[m.name] for m in cluster.agents())
+def settle(cluster: ChaosCluster, timeout: float = 60.0) -> None:
+    """Wait (best effort) until every lease is read by a live agent, none in handoff (balance is the leader's call)."""
+    def settled() -> bool:
+        leases = [lease for lease in cluster.leases().values() if not lease.is_finished]
+        live = {m.name for m in cluster.agents()}
+        return bool(leases) and all(lease.actual_owner in live and not lease.in_handoff for lease in leases)
 
     try:
-        wait_for(balanced, timeout, "a settled fleet", period=0.5)
+        wait_for(settled, timeout, "a settled fleet", period=0.5)
+        time.sleep(2)
     except AssertionError as exc:
         print(f"  ({exc}; going on)", flush=True)
 
