@@ -1,6 +1,6 @@
 """Records/s through the shardherd Spark source vs a bare boto3 GetRecords read of the same shards, same run.
 
-    python -m bench.spark_source --records 20000 --shards 4
+    python -m bench.spark_pipeline --records 20000 --shards 4
 
 Starts a local stack (moto server, kinesalite, coordinator) and a local[2] SparkSession, produces the records, then:
 1. bare: one boto3 client reads every shard from TRIM_HORIZON until caught up (GetRecords, 10000 per call);
