@@ -164,3 +164,25 @@ def test_split_under_load_finishes_parent_before_children(stack: Stack) -> None:
     payloads = stack.ledger.payloads()
     assert len(payloads) == len(set(payloads)) == 600
     _assert_in_order(stack.ledger)
+
+
+def test_merge_under_load_finishes_both_parents_before_the_child(stack: Stack) -> None:
+    stack.add_agent("agent-1")
+    stack.add_agent("agent-2")
+    wait_for(lambda: len(stack.owners()) == 4 and None not in stack.owners().values(), 30, "4 leases owned")
+    stack.produce(200, "before")
+    wait_for(stack.all_delivered, 30, "records before the merge")
+    parents = ["shardId-000000000002", "shardId-000000000003"]  # adjacent hash ranges
+    stack.kinesis.merge_shards(StreamName=stack.app, ShardToMerge=parents[0], AdjacentShardToMerge=parents[1])
+    wait_for(lambda: stack._status() == "ACTIVE", 30, "merge done")
+    stack.produce(400, "after")
+    wait_for(stack.all_delivered, 60, "records after the merge, the child included")
+    children = [key for key in stack.owners() if key not in {f"shardId-00000000000{i}" for i in range(4)}]
+    assert len(children) == 1
+    entries = stack.ledger.entries
+    last_parent = max(index for index, entry in enumerate(entries) if entry[0] in parents)
+    first_child = min(index for index, entry in enumerate(entries) if entry[0] == children[0])
+    assert last_parent < first_child  # the child starts only after both parents ended
+    payloads = stack.ledger.payloads()
+    assert len(payloads) == len(set(payloads)) == 600
+    _assert_in_order(stack.ledger)
