@@ -11,7 +11,7 @@ from shared.errors import ShardherdError
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    from services import agent_service, coordinator_service, demo, status_cli
+    from services import agent_service, coordinator_service, demo, status_cli, up_cli
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     coordinator_service.register(sub)
     demo.register(sub)
     status_cli.register(sub)
+    up_cli.register(sub)
     return parser
 
 

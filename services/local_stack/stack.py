@@ -1,0 +1,248 @@
+"""The local stack: emulators, stream and tables, coordinator replicas, agents, producer, control socket, state file.
+
+Stop order on Ctrl-C/SIGTERM: the producer, then all agents (they drain: checkpoints written, leases given back),
+then the coordinators (leadership released), then the emulators. Every child also stops itself if this process dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
+from services.local_stack.control import ControlServer
+from services.local_stack.emulators import Emulators, Endpoints
+from services.local_stack.producer import Producer, ZipfKeys
+from services.local_stack.state import CONTROL_SOCKET, TOKEN_FILE, ProcessEntry, StackState
+from services.local_stack.supervisor import Child, Supervisor, log_tail
+from shared.aws import make_client
+from shared.config import Settings, load_settings
+from shared.errors import ConfigError, ShardherdError
+from shared.store_factory import open_store
+
+log = logging.getLogger(__name__)
+
+AGENT, COORDINATOR = "agent", "coordinator"
+PLAIN_PROCESSOR = "services.local_stack.processor:CountingProcessor"
+DEFAULT_STREAM = "shardherd-local"
+STREAM_TIMEOUT = 60.0
+# Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
+LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000}
+
+
+class StackFailed(ShardherdError, RuntimeError):
+    """A part of the stack did not start."""
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """What `shardherd up` was asked for."""
+
+    run_dir: Path
+    shards: int = 8
+    agents: int = 3
+    coordinators: int = 2
+    rate: float = 200.0
+    aggregated_fraction: float = 0.3
+    keys: int = 1000
+    zipf_exponent: float = 1.2
+    seed: int = 7
+    use_aws: bool = False
+    create_stream: bool = False
+    api_port: int = 8080  # coordinator-N serves on api_port + N - 1; 0 picks free ports
+    drain_timeout: float = 5.0  # per agent on stop, before it gives its leases back itself
+    stop_grace: float = 30.0
+
+
+class LocalStack:
+    """Starts and stops everything; serves the control socket scenario commands use."""
+
+    def __init__(self, options: StackOptions, settings: Settings) -> None:
+        if options.shards < 1 or options.agents < 0 or options.coordinators < 1:
+            raise ConfigError("need at least one shard and one coordinator, and a non-negative agent count")
+        self.options = options
+        self.settings = settings
+        self.stream = settings.stream_name or DEFAULT_STREAM
+        options.run_dir.mkdir(parents=True, exist_ok=True)
+        (options.run_dir / "logs").mkdir(exist_ok=True)
+        self.supervisor = Supervisor(options.run_dir / "logs")
+        self.emulators = Emulators(settings, self.supervisor, options.use_aws)
+        self.endpoints = Endpoints(settings.dynamodb_endpoint_url, settings.kinesis_endpoint_url)
+        self.producer: Producer | None = None
+        self.control: ControlServer | None = None
+        self._env: dict[str, str] = {}
+        self._serial = {AGENT: 0, COORDINATOR: 0}
+        self._guard = threading.RLock()
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> None:
+        """Bring everything up; on failure, stop what was started and raise StackFailed."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        self.endpoints = self.emulators.start()
+        self._env = self._child_env()
+        kinesis = make_client("kinesis", self.settings.region, self.endpoints.kinesis)
+        self._ensure_stream(kinesis)
+        store = open_store(self.child_settings())
+        try:
+            store.ensure_tables()
+        finally:
+            store.close()
+        for _ in range(self.options.coordinators):
+            self.add_coordinator()
+        for _ in range(self.options.agents):
+            self.add_agent()
+        rng = random.Random(self.options.seed)
+        keys = ZipfKeys(self.options.keys, self.options.zipf_exponent, rng)
+        self.producer = Producer(kinesis, self.stream, self.options.rate, self.options.aggregated_fraction, keys,
+                                 rng).start()
+        self.control = ControlServer(self.options.run_dir / CONTROL_SOCKET, self.handle).start()
+        self.write_state()
+        for coordinator in self.supervisor.children(COORDINATOR):
+            _wait_for_api(coordinator)
+
+    def _child_env(self) -> dict[str, str]:
+        env = {**os.environ, "SHARDHERD_STREAM_NAME": self.stream,
+               "SHARDHERD_APPLICATION_NAME": self.settings.application_name}
+        configured = self.settings.model_fields_set
+        if not {"api_token", "api_token_file"} & configured:
+            env["SHARDHERD_API_TOKEN_FILE"] = str(self._token_file())
+        for name, value in LOCAL_DEFAULTS.items():
+            if name not in self.settings.model_fields_set:
+                env[f"SHARDHERD_{name.upper()}"] = str(value)
+        if self.endpoints.dynamodb is not None:
+            env["SHARDHERD_DYNAMODB_ENDPOINT_URL"] = self.endpoints.dynamodb
+        if self.endpoints.kinesis is not None:
+            env["SHARDHERD_KINESIS_ENDPOINT_URL"] = self.endpoints.kinesis
+        if self.emulators.moto is not None or self.emulators.kinesalite is not None:
+            env.setdefault("AWS_ACCESS_KEY_ID", "local")
+            env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+        return env
+
+    def _token_file(self) -> Path:
+        """A fresh random API token, readable by this user only, so scenarios may drain workers."""
+        path = self.options.run_dir / TOKEN_FILE
+        path.unlink(missing_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as token:
+            token.write(secrets.token_urlsafe(24))
+        return path
+
+    def child_settings(self) -> Settings:
+        """The settings every child sees (the parent's plus the stream and emulator endpoints)."""
+        return load_settings(stream_name=self.stream, dynamodb_endpoint_url=self.endpoints.dynamodb,
+                             kinesis_endpoint_url=self.endpoints.kinesis)
+
+    def _ensure_stream(self, kinesis: Any) -> None:
+        """Create the stream when missing (always on emulators; with --create-stream on real AWS), wait ACTIVE."""
+        try:
+            kinesis.describe_stream_summary(StreamName=self.stream)
+        except kinesis.exceptions.ResourceNotFoundException as exc:
+            if self.emulators.kinesalite is None and not self.options.create_stream:
+                raise StackFailed(f"stream {self.stream} does not exist; create it or pass --create-stream") from exc
+            kinesis.create_stream(StreamName=self.stream, ShardCount=self.options.shards)
+        wait_until(lambda: kinesis.describe_stream_summary(StreamName=self.stream)["StreamDescriptionSummary"][
+            "StreamStatus"] in ("ACTIVE", "UPDATING"), STREAM_TIMEOUT, f"stream {self.stream}", lambda: True)
+
+    def _next_name(self, role: str) -> str:
+        self._serial[role] += 1
+        return f"{role}-{self._serial[role]}"
+
+    def add_coordinator(self) -> Child:
+        """Start one more coordinator replica with its operator API."""
+        with self._guard:
+            name = self._next_name(COORDINATOR)
+            port = self._api_port(self._serial[COORDINATOR])
+            env = {**self._env, "SHARDHERD_WORKER_ID": name, "SHARDHERD_API_PORT": str(port),
+                   "SHARDHERD_API_HOST": LOOPBACK}
+            child = self.supervisor.spawn(name, COORDINATOR, "services.cli", ["coordinator"], env, grace=10.0,
+                                          port=port, api_url=f"http://{LOOPBACK}:{port}")
+        return child
+
+    def _api_port(self, index: int) -> int:
+        if self.options.api_port == 0:
+            return free_port()
+        return self.options.api_port + index - 1
+
+    def add_agent(self) -> Child:
+        """Start one more agent."""
+        with self._guard:
+            name = self._next_name(AGENT)
+            env = {**self._env, "SHARDHERD_WORKER_ID": name}
+            drain = str(self.options.drain_timeout)
+            args = ["agent", "--processor", PLAIN_PROCESSOR, "--drain-timeout", drain]
+            child = self.supervisor.spawn(name, AGENT, "services.cli", args, env,
+                                          grace=self.options.drain_timeout + 10)
+        self.write_state()
+        return child
+
+    # ------------------------------------------------------------------ control
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Carry out one control request (see services.local_stack.control)."""
+        op = request["op"]
+        if op == "add-agent":
+            return {"name": self.add_agent().name}
+        if op == "kill":
+            sig = signal.Signals[str(request.get("signal", "SIGKILL"))]
+            child = self.supervisor.kill(str(request["name"]), sig)
+            child.process.wait(30)
+            self.write_state()
+            return {"name": child.name, "pid": child.pid, "signal": sig.name}
+        if op == "hot-shard":
+            if self.producer is None:
+                raise StackFailed("the producer is not running")
+            self.producer.make_hot(str(request["shard"]), float(request["rate"]))
+            return {"shard": request["shard"], "rate": float(request["rate"])}
+        raise ValueError(f"unknown control operation {op!r}")
+
+    def state(self) -> StackState:
+        """The current state file contents."""
+        coordinators = self.supervisor.children(COORDINATOR)
+        dashboard = coordinators[0].api_url if coordinators else ""
+        processes = [ProcessEntry(child.name, child.role, child.pid, child.api_url, child.port)
+                     for child in self.supervisor.children() if child.role in (AGENT, COORDINATOR)]
+        return StackState(os.getpid(), self.settings.application_name, self.stream, self.settings.region,
+                          self.endpoints.kinesis, self.endpoints.dynamodb, f"{dashboard}/",
+                          str(self.options.run_dir / CONTROL_SOCKET), self._env.get("SHARDHERD_API_TOKEN_FILE"),
+                          [*self.emulators.entries(), *processes])
+
+    def write_state(self) -> None:
+        """Rewrite the state file."""
+        with self._guard:
+            self.state().write(self.options.run_dir)
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> None:
+        """Stop in order: producer, agents (drain), coordinators, emulators; remove the state file and socket."""
+        (self.options.run_dir / "state.json").unlink(missing_ok=True)
+        if self.control is not None:
+            self.control.stop()
+            self.control = None
+        if self.producer is not None:
+            self.producer.stop()
+        started = time.monotonic()
+        self.supervisor.stop(self.supervisor.children(AGENT), self.options.stop_grace)
+        log.info("agents stopped after %.1f s", time.monotonic() - started)
+        self.supervisor.stop(self.supervisor.children(COORDINATOR), 15.0)
+        self.emulators.stop()
+
+
+def _wait_for_api(coordinator: Child) -> None:
+    """Wait until the replica's API port accepts connections; StackFailed with its log if it dies first."""
+    try:
+        wait_until(lambda: port_open(coordinator.port or 0), 30, f"{coordinator.name} API", lambda: coordinator.alive)
+    except RuntimeError as exc:
+        raise StackFailed(f"{exc}; its log ends with:\n{log_tail(coordinator.log_path)}") from exc

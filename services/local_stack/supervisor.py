@@ -1,0 +1,137 @@
+"""Child processes of the stack: each in its own process group, logging to a file, ending itself if we die.
+
+Every child runs through `services.local_stack.child`, which watches its stdin pipe: if this process disappears
+(even by SIGKILL) the pipe closes and the child stops itself gracefully, so no orphans outlive the stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.errors import ShardherdError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+class UnknownProcess(ShardherdError, KeyError):
+    """No running child of the stack has that name."""
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    role: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    port: int | None = None
+    api_url: str | None = None
+    expected_exit: bool = False  # the supervisor or a scenario ended it on purpose
+    reported: bool = False
+
+    @property
+    def pid(self) -> int:
+        """The process id (also its process group id)."""
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        """True until the process has exited."""
+        return self.process.poll() is None
+
+
+class Supervisor:
+    """Starts children, signals them by name, and stops groups of them with a deadline and a SIGKILL fallback."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._children: list[Child] = []
+        self._guard = threading.RLock()
+
+    def spawn(self, name: str, role: str, module: str, args: Sequence[str], env: Mapping[str, str],
+              grace: float, port: int | None = None, api_url: str | None = None) -> Child:
+        """Start `python -m module args...` under the parent-death watcher; it stops itself `grace` s after we die."""
+        log_path = self.log_dir / f"{name}.log"
+        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        with self._guard, open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "services.local_stack.child", str(grace), module, *args],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                env={**env, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
+            )
+            child = Child(name, role, process, log_path, port, api_url)
+            self._children.append(child)
+        return child
+
+    def children(self, role: str | None = None, alive_only: bool = True) -> list[Child]:
+        """Children with `role` (all roles when None), alive ones only unless told otherwise, in start order."""
+        with self._guard:
+            return [child for child in self._children
+                    if (role is None or child.role == role) and (child.alive or not alive_only)]
+
+    def get(self, name: str) -> Child:
+        """The running child called `name`."""
+        for child in self.children():
+            if child.name == name:
+                return child
+        raise UnknownProcess(f"no running process called {name!r} (running: "
+                             f"{', '.join(child.name for child in self.children()) or 'none'})")
+
+    def kill(self, name: str, sig: signal.Signals) -> Child:
+        """Send `sig` to the child's process group on purpose (its exit is not reported as a crash)."""
+        child = self.get(name)
+        child.expected_exit = True
+        _signal_group(child, sig)
+        return child
+
+    def unexpected_exits(self) -> list[Child]:
+        """Children that exited without being asked to, each reported once."""
+        with self._guard:
+            found = [child for child in self._children
+                     if not child.alive and not child.expected_exit and not child.reported]
+            for child in found:
+                child.reported = True
+        return found
+
+    def stop(self, children: Sequence[Child], grace: float) -> None:
+        """SIGTERM every child's group and close its stdin; SIGKILL whatever is still there after `grace` s."""
+        for child in children:
+            child.expected_exit = True
+            _signal_group(child, signal.SIGTERM)
+            if child.process.stdin is not None:
+                child.process.stdin.close()
+        deadline = time.monotonic() + grace
+        for child in children:
+            try:
+                child.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(child, signal.SIGKILL)
+                child.process.wait()
+
+
+def _signal_group(child: Child, sig: signal.Signals) -> None:
+    if not child.alive:
+        return  # reaped: its id may belong to someone else by now
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(child.pid, sig)
+
+
+def log_tail(path: Path, limit: int = 1500) -> str:
+    """The end of a child's log file, for error messages."""
+    try:
+        with open(path, "rb") as log:
+            log.seek(max(0, path.stat().st_size - limit))
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
