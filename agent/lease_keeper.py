@@ -25,6 +25,7 @@ from shared.clock import Clock
 from shared.config import Settings
 from shared.errors import StoreUnavailable
 from shared.lease import Lease
+from shared.retry import retry_deadline
 from shared.store import Conflict, LeaseStore, Outcome
 from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
@@ -161,11 +162,26 @@ class LeaseKeeper:
         return outcome
 
     def finish_handoff(self, lease_key: str) -> None:
-        """The processing side has checkpointed a lease under handoff: complete the transfer at the next tick."""
+        """The processing side has checkpointed a lease under handoff: complete the transfer now (or at a tick)."""
         with self._guard:
             held = self._held.get(lease_key)
-            if held is not None and held.state is HeldState.HANDING_OFF:
-                held.handoff_ready = True
+            if held is None or held.state is not HeldState.HANDING_OFF:
+                return
+            held.handoff_ready = True
+        self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
+
+    def lease_live(self, lease_key: str) -> bool:
+        """True while this worker may still process `lease_key`: held, and its liveness deadline not passed.
+
+        Time-based, so processing threads stop on time even while the keeper thread is stuck in store retries.
+        """
+        with self._guard:
+            held = self._held.get(lease_key)
+        if held is None:
+            return False
+        if self._mode == "worker":
+            return self.is_live()
+        return self._clock.monotonic() - held.last_renewed_send < self._timing.failover - self._timing.margin
 
     def begin_drain(self) -> None:
         """Announce DRAINING in the worker record so the leader moves every lease away gracefully."""
@@ -196,16 +212,31 @@ class LeaseKeeper:
 
     # ------------------------------------------------------------------ the protocol
     def tick(self) -> None:
-        """Do whatever is due: liveness writes, self-fencing, discovery, handoff completion."""
+        """Do whatever is due: liveness writes, self-fencing, discovery, handoff completion.
+
+        Store calls give up (rather than keep retrying) when the fencing deadline comes, so the listener is told of a
+        self-fence on time even against an unreachable store.
+        """
         now = self._clock.monotonic()
-        if now >= self._next_heartbeat:
-            self._next_heartbeat = now + self._timing.heartbeat
-            self._liveness(now)
+        with retry_deadline(self._fencing_deadline(now)):
+            if now >= self._next_heartbeat:
+                self._next_heartbeat = now + self._timing.heartbeat
+                self._liveness(now)
+            self._fence(self._clock.monotonic())
+            if now >= self._next_discovery and self.is_live():
+                self._next_discovery = now + self._timing.discovery
+                self._discover()
+            self._progress_handoffs(self._clock.monotonic())
         self._fence(self._clock.monotonic())
-        if now >= self._next_discovery and self.is_live():
-            self._next_discovery = now + self._timing.discovery
-            self._discover()
-        self._progress_handoffs(self._clock.monotonic())
+
+    def _fencing_deadline(self, now: float) -> float:
+        """The earliest moment a held lease must be fenced (far ahead when nothing is held)."""
+        limit = self._timing.failover - self._timing.margin
+        if self._mode == "worker":
+            last = self._last_heartbeat_send
+            return (last + limit) if last is not None and self._held else now + limit
+        sends = [held.last_renewed_send for _, held in self.held_items()]
+        return min(sends) + limit if sends else now + limit
 
     def _liveness(self, now: float) -> None:
         if self._mode == "worker" or now >= self._next_record:
@@ -343,12 +374,15 @@ class LeaseKeeper:
                 continue
             if not held.handoff_ready:
                 log.warning("handoff of %s timed out: transferring without a final checkpoint", key)
-            try:
-                outcome = self._store.complete_handoff(key, self._me)
-            except StoreUnavailable as exc:
-                log.warning("completing the handoff of %s failed: %s", key, exc)
-                continue
-            self._lose(key, LossReason.HANDED_OFF if outcome.applied else LossReason.TAKEN)
+            self._complete_handoff(key)
+
+    def _complete_handoff(self, key: str) -> None:
+        try:
+            outcome = self._store.complete_handoff(key, self._me)
+        except StoreUnavailable as exc:
+            log.warning("completing the handoff of %s failed (retried at the next tick): %s", key, exc)
+            return
+        self._lose(key, LossReason.HANDED_OFF if outcome.applied else LossReason.TAKEN)
 
     def _lose(self, key: str, reason: LossReason) -> None:
         with self._guard:

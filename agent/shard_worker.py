@@ -136,8 +136,15 @@ class ShardWorker:
         return False
 
     def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:
-        """Hand one batch over; retry it (never skip it) while the processor raises."""
+        """Hand one batch over; retry it (never skip it) while the processor raises.
+
+        Nothing is handed over once the lease's liveness deadline has passed (self-fencing): the shard may already be
+        someone else's.
+        """
         while True:
+            if not self._ctx.keeper.lease_live(self.lease.lease_key):
+                log.error("%s: liveness deadline passed; stopping without delivering", self.lease.lease_key)
+                raise LeaseLost(f"{self.lease.lease_key}: self-fenced")
             try:
                 processor.process_records(records, self.checkpointer, lag)
                 break

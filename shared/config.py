@@ -54,7 +54,7 @@ class Settings(BaseSettings):
     failover_time_millis: int = Field(10_000, ge=100)
     epsilon_millis: int = Field(25, ge=0)
     heartbeat_interval_millis: int | None = Field(None, ge=10)
-    discovery_interval_millis: int = Field(2_000, ge=10)
+    discovery_interval_millis: int = Field(1_000, ge=10)
     lease_assignment_interval_millis: int = Field(2_000, ge=10)
     shard_sync_interval_millis: int = Field(10_000, ge=10)
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100)

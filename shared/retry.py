@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -11,6 +13,23 @@ from shared.clock import Clock, SystemClock
 from shared.errors import StoreUnavailable
 
 T = TypeVar("T")
+
+_local = threading.local()
+
+
+@contextmanager
+def retry_deadline(monotonic_deadline: float) -> Iterator[None]:
+    """Within this block (this thread only), retries give up rather than sleep past `monotonic_deadline`.
+
+    For callers with a hard deadline of their own, such as an agent that must fence itself on time: a store call
+    that would still be retrying at the deadline fails with StoreUnavailable instead.
+    """
+    previous = getattr(_local, "deadline", None)
+    _local.deadline = monotonic_deadline if previous is None else min(previous, monotonic_deadline)
+    try:
+        yield
+    finally:
+        _local.deadline = previous
 
 
 @dataclass
@@ -40,5 +59,9 @@ class RetryPolicy:
                     raise
                 if attempt == self.max_attempts - 1:
                     raise StoreUnavailable(f"{what} failed {self.max_attempts} times; last error: {exc}") from exc
-                self.clock.sleep(self.delay(attempt))
+                pause = self.delay(attempt)
+                deadline: float | None = getattr(_local, "deadline", None)
+                if deadline is not None and self.clock.monotonic() + pause >= deadline:
+                    raise StoreUnavailable(f"{what} failed; the caller's deadline comes first: {exc}") from exc
+                self.clock.sleep(pause)
         raise AssertionError("unreachable")  # pragma: no cover

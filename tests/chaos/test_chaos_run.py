@@ -8,13 +8,11 @@ import pytest
 
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
-from tests.chaos.analysis import FENCING, format_report
+from tests.chaos.analysis import format_report
 from tests.chaos.scenario import SoakConfig, run_soak
 
 pytestmark = pytest.mark.slow
 
-# Checks a known bug can fail, with the test that pins it down; drop an entry once its bug is fixed.
-KNOWN_BUGS = {FENCING: "tests/chaos/test_fencing_deadline.py"}
 
 
 @pytest.mark.timeout(420)
@@ -22,7 +20,7 @@ def test_every_fault_kind_once_loses_nothing(moto_server: MotoServer, kinesalite
                                               tmp_path: Path) -> None:
     report = run_soak(moto_server.endpoint_url, kinesalite.endpoint_url, tmp_path, SoakConfig(), log=print)
     print(format_report(report))
-    failed = [f"{c.name}: {c.detail}" for c in report.checks if not c.ok and c.name not in KNOWN_BUGS]
+    failed = [f"{c.name}: {c.detail}" for c in report.checks if not c.ok]
     assert not failed, "\n".join(failed)
     for kind in ("kill", "term", "throttle", "partition", "split", "merge"):
         assert report.counts.get(f"event {kind}", 0) >= 1, kind
