@@ -35,12 +35,12 @@ def spark_environment() -> None:
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
 
 
-def local_spark(app: str) -> Any:
-    """A local[2] SparkSession with the UI off and the faster-start JVM flags."""
+def local_spark(app: str, master: str = "local[2]") -> Any:
+    """A local SparkSession (two cores by default) with the UI off and the faster-start JVM flags."""
     from pyspark.sql import SparkSession
 
     spark_environment()
-    session = (SparkSession.builder.master("local[2]").appName(app)
+    session = (SparkSession.builder.master(master).appName(app)
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2").config("spark.speculation", "false")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

@@ -68,6 +68,8 @@ class SparkAgent(Agent):
         self._probe_interval = probe_interval
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
+        self._stopping = threading.Lock()
+        self._stopped = False
         self._threads: list[threading.Thread] = []
         self.stopped_because: str | None = None
 
@@ -91,6 +93,7 @@ class SparkAgent(Agent):
         if shard is not None:
             self._prober.forget(shard)
         self.throughput.drop(lease_key)
+        self.progress.drop(lease_key)
 
     # ------------------------------------------------------------------ what the query uses
     def source_options(self) -> dict[str, str]:
@@ -121,6 +124,7 @@ class SparkAgent(Agent):
                 continue
             if outcome.applied:
                 self.throughput.record(key, item.bytes)
+                self.progress.record(key, item.records, item.bytes, None)  # heartbeat: records since we hold it
                 self.book.checkpointed(item.shard_id, item.checkpoint, item.records >= self.options.caps.max_records,
                                        item.last_arrival)
             elif outcome.conflict is Conflict.STALE_CHECKPOINT:
@@ -158,17 +162,29 @@ class SparkAgent(Agent):
         return query
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
-        """Stop the query if running, then the agent (draining its leases unless told not to)."""
-        self._halt.set()
-        query = self._query
-        if query is not None and query.isActive:
-            query.stop()
-        current = threading.current_thread()
-        for thread in self._threads:
-            if thread is not current:
-                thread.join(10)
-        if self._thread.is_alive():
-            super().stop(drain, drain_timeout)
+        """Drain (while a running query finishes the handoffs), stop the query, then stop the agent.
+
+        The drain comes first because stopping a query interrupts a batch in flight: one already written but not
+        yet checkpointed would be read again by the next owner. Leases the drain did not move are given back after
+        the query stopped. Safe to call more than once and from several threads (later calls wait for the first).
+        """
+        with self._stopping:
+            if self._stopped:
+                return
+            query = self._query
+            if drain and query is not None and query.isActive and self._thread.is_alive():
+                self._drain(drain_timeout)
+                drain = False  # what the drain did not move is given back below
+            self._halt.set()
+            if query is not None and query.isActive:
+                query.stop()
+            current = threading.current_thread()
+            for thread in self._threads:
+                if thread is not current:
+                    thread.join(10)
+            if self._thread.is_alive():
+                super().stop(drain, drain_timeout)
+            self._stopped = True
 
     def _spawn(self, target: object, name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]

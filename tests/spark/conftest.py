@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import time
 from collections import Counter
@@ -16,6 +14,7 @@ import pytest
 
 from agent.spark.driver import SparkAgent, register_source
 from agent.spark.offsets import Caps
+from examples.local_stack import local_spark
 from services.coordinator_service import CoordinatorService
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
@@ -28,29 +27,15 @@ from tests.support.stores import unique_app
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-REPO = Path(__file__).resolve().parents[2]
 SPARK_STARTED: list[float] = []
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[2] session for every Spark test (JVM start is the dominant cost)."""
-    pyspark_sql = pytest.importorskip("pyspark.sql")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    pytest.importorskip("pyspark.sql")
     SPARK_STARTED.append(time.monotonic())
-    session: SparkSession = (
-        pyspark_sql.SparkSession.builder.master("local[2]").appName("shardherd-tests")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.speculation", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session: SparkSession = local_spark("shardherd-tests")
     register_source(session)
     yield session
     session.stop()
@@ -85,13 +70,11 @@ class Collector:
             return Counter(row[5] for row in self.rows)
 
 
-class SparkStack:
-    """A coordinator (in process, short intervals), a Kinesis stream and Spark drivers' agents on it."""
+class StreamStack:
+    """A coordinator (in process, short intervals) and a Kinesis stream; Spark-free, so driver processes share it."""
 
-    def __init__(self, moto: MotoServer, emulator: NodeEmulator, spark: SparkSession, shards: int,
-                 tmp: Path) -> None:
+    def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, tmp: Path) -> None:
         self.app = unique_app("spark")
-        self.spark = spark
         self.tmp = tmp
         self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
@@ -106,9 +89,8 @@ class SparkStack:
         )
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
-        self.sink = Collector()
-        self.agents: dict[str, SparkAgent] = {}
         self.produced: list[bytes] = []
+        self.keys: list[tuple[str, str]] = []
 
     def status(self) -> str:
         status: str = self.kinesis.describe_stream_summary(StreamName=self.app)["StreamDescriptionSummary"][
@@ -118,18 +100,15 @@ class SparkStack:
     def settings(self, worker: str, **overrides: Any) -> Settings:
         return load_settings(**{**self.base, "worker_id": worker, **overrides})
 
-    def agent(self, worker: str, caps: Caps | None = None, **overrides: Any) -> SparkAgent:
-        agent = SparkAgent(self.settings(worker, **overrides), channel=self.tmp / f"channel-{worker}",
-                           caps=caps or Caps(200), probe_interval=0.2, min_call_interval=0.05, include_reader=True)
-        self.agents[worker] = agent
-        return agent.start()
-
     def produce(self, count: int, prefix: str) -> None:
+        """Put `count` records `<prefix>-<i>`; their payloads go to `produced`, their (shard, sequence) to `keys`."""
         payloads = [f"{prefix}-{index}".encode() for index in range(count)]
         for start in range(0, count, 500):
             entries = [{"Data": data, "PartitionKey": f"key-{start + offset}"}
                        for offset, data in enumerate(payloads[start:start + 500])]
-            assert self.kinesis.put_records(StreamName=self.app, Records=entries).get("FailedRecordCount", 0) == 0
+            response = self.kinesis.put_records(StreamName=self.app, Records=entries)
+            assert response.get("FailedRecordCount", 0) == 0
+            self.keys.extend((entry["ShardId"], entry["SequenceNumber"]) for entry in response["Records"])
         self.produced.extend(payloads)
 
     def owners(self) -> dict[str, str | None]:
@@ -139,13 +118,33 @@ class SparkStack:
     def checkpoints(self) -> dict[str, str]:
         return {lease.lease_key: str(lease.checkpoint) for lease in self.coordinator.store.scan_leases().leases}
 
+    def close(self) -> None:
+        self.coordinator.stop()
+
+
+class SparkStack(StreamStack):
+    """A StreamStack with Spark drivers' agents in this process, sharing the test session's SparkSession."""
+
+    def __init__(self, moto: MotoServer, emulator: NodeEmulator, spark: SparkSession, shards: int,
+                 tmp: Path) -> None:
+        super().__init__(moto, emulator, shards, tmp)
+        self.spark = spark
+        self.sink = Collector()
+        self.agents: dict[str, SparkAgent] = {}
+
+    def agent(self, worker: str, caps: Caps | None = None, **overrides: Any) -> SparkAgent:
+        agent = SparkAgent(self.settings(worker, **overrides), channel=self.tmp / f"channel-{worker}",
+                           caps=caps or Caps(200), probe_interval=0.2, min_call_interval=0.05, include_reader=True)
+        self.agents[worker] = agent
+        return agent.start()
+
     def all_delivered(self) -> bool:
         return set(self.sink.payloads()) >= set(self.produced)
 
     def close(self) -> None:
         for agent in self.agents.values():
             agent.stop(drain=False)
-        self.coordinator.stop()
+        super().close()
 
 
 @pytest.fixture
