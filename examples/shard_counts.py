@@ -1,85 +1,88 @@
 """Example pipeline: per-shard record counts and bytes as Parquet, idempotent on (shard, sequence, sub-sequence).
 
-One command runs it against a local stack it starts itself (moto server, kinesalite, a coordinator, local Spark):
+One command runs it against the stack `shardherd up` runs (its run directory tells where the emulators are):
 
-    python -m examples.shard_counts --records 2000 --out /tmp/shard-counts
+    python -m examples.shard_counts [--run-dir .shardherd/up] [--duration 60]
 
-Each micro-batch appends the keys and sizes of its records to `<out>/records` (Parquet); Spark's checkpoint lives in
-`<out>/checkpoint` and the lease table holds the progress. A replayed batch appends the same keys again, so the
-counts in `<out>/counts` are computed over distinct (shard_id, sequence_number, sub_sequence_number) and stay exact.
+It joins the stack as one more worker: a local Spark driver embedding the agent (`SparkAgent.run_query`), so the
+leader gives it a share of the shards. Each micro-batch appends its records' keys and sizes to
+`<run dir>/shard-counts/records/<worker>` (Parquet), beside the stack's own Spark agents. Ctrl-C (or `--duration`)
+drains its leases back to the stack, then it writes per-shard counts over distinct keys of every driver to
+`<run dir>/shard-counts/counts` and prints them. `--counts` only does the last step. The pipeline itself is
+`services/local_stack/pipeline.py`; the driver is `services/local_stack/spark_agent.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import time
-from pathlib import Path
+import os
+import signal
+import threading
+from types import FrameType
 from typing import TYPE_CHECKING
 
-from agent.spark.commit import BatchFunction
-from agent.spark.driver import SparkAgent
-from agent.spark.offsets import Caps
-from examples.local_stack import LocalStack, local_spark
+from agent.spark.session import local_spark
+from services.local_stack.pipeline import write_counts
+from services.local_stack.spark_agent import DriverOptions, run_driver
+from services.local_stack.stack import PIPELINE_DIR
+from services.local_stack.state import StackState, run_dir
+from shared.config import load_settings
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pathlib import Path
 
-KEY = ["shard_id", "sequence_number", "sub_sequence_number"]
-RECORDS_DDL = ("shard_id STRING, sequence_number STRING, sub_sequence_number BIGINT, bytes INT, "
-               "arrival_timestamp TIMESTAMP")
+    from pyspark.sql import SparkSession
 
 
-def write_records(out: Path) -> BatchFunction:
-    """The foreachBatch function: append the batch's record keys and sizes to `<out>/records`."""
-
-    def write(df: DataFrame, batch_id: int) -> None:
-        from pyspark.sql import functions as F  # noqa: N812
-
-        (df.select(*KEY, F.length("data").alias("bytes"), "arrival_timestamp")
-           .dropDuplicates(KEY).write.mode("append").parquet(str(out / "records")))
-
-    return write
+def print_counts(spark: SparkSession, out: Path) -> None:
+    """Write `<out>/counts` and print one line per shard."""
+    counts = write_counts(spark, out)
+    for shard, records, size in counts:
+        print(f"{shard}: {records} records, {size} bytes")
+    print(f"{sum(records for _, records, _ in counts)} distinct records; Parquet in {out}")
 
 
-def write_counts(spark: SparkSession, out: Path) -> list[tuple[str, int, int]]:
-    """Per-shard counts and bytes over distinct records, written to `<out>/counts`; returns them."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    counts = (spark.read.schema(RECORDS_DDL).parquet(str(out / "records")).dropDuplicates(KEY).groupBy("shard_id")
-              .agg(F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes")).orderBy("shard_id"))
-    counts.write.mode("overwrite").parquet(str(out / "counts"))
-    return [(row["shard_id"], row["records"], row["bytes"]) for row in counts.collect()]
-
-
-def main() -> None:
-    """Start the local stack, produce records, run the pipeline until every record is counted, print the counts."""
+def main() -> int:
+    """Join the running stack as a Spark driver until Ctrl-C or --duration, then print per-shard counts."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=2000)
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path("shard-counts"))
-    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--run-dir", help="the stack's run directory (default .shardherd/up)")
+    parser.add_argument("--worker", default="example-driver", help="worker id of this driver")
+    parser.add_argument("--duration", type=float, default=None, help="drain and stop after this many seconds")
+    parser.add_argument("--counts", action="store_true", help="only compute and print the counts")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    with LocalStack(f"example-{int(time.time())}", args.shards) as stack:
-        spark = local_spark("shardherd-example")
-        agent = SparkAgent(stack.settings("example-driver"), caps=Caps(1000), probe_interval=0.5).start()
-        stack.wait_owned("example-driver")
-        stack.produce(args.records)
-        sink = write_records(args.out)
-        query = agent.run_query(spark, sink, str(args.out / "checkpoint"), processing_time="1 second")
-        deadline = time.monotonic() + args.timeout
-        counted = 0
-        while counted < args.records and time.monotonic() < deadline and query.isActive:
-            time.sleep(2)
-            if (args.out / "records").exists():
-                counted = sum(records for _, records, _ in write_counts(spark, args.out))
-        agent.stop()
-        for shard, records, size in write_counts(spark, args.out):
-            print(f"{shard}: {records} records, {size} bytes")
-        print(f"{counted} of {args.records} records counted; Parquet in {args.out}")
-        spark.stop()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    directory = run_dir(args.run_dir)
+    state = StackState.read(directory)
+    out = directory / PIPELINE_DIR
+    if args.counts:
+        spark = local_spark("shardherd-counts")
+        try:
+            print_counts(spark, out)
+        finally:
+            spark.stop()
+        return 0
+    if state.kinesis_endpoint_url or state.dynamodb_endpoint_url:  # emulators accept any credentials
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    settings = load_settings(application_name=state.application_name, stream_name=state.stream_name,
+                             region=state.region, kinesis_endpoint_url=state.kinesis_endpoint_url,
+                             dynamodb_endpoint_url=state.dynamodb_endpoint_url, worker_id=args.worker)
+    stopping = threading.Event()
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    if args.duration is not None:
+        timer = threading.Timer(args.duration, stopping.set)
+        timer.daemon = True
+        timer.start()
+    print(f"joining {state.stream_name} as {args.worker}; Ctrl-C drains and prints the counts")
+    return run_driver(settings, DriverOptions(out, master="local[2]"), stopping,
+                      after=lambda spark: print_counts(spark, out))
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

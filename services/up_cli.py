@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 import os
+import shutil
 import signal
 import threading
 import time
@@ -14,6 +16,7 @@ from typing import Any
 import psutil
 from rich.console import Console
 
+from services.local_stack.pipeline import distinct_records
 from services.local_stack.scenarios import Outcome, Scenarios
 from services.local_stack.stack import LocalStack, StackOptions
 from services.local_stack.state import StackState, run_dir
@@ -23,8 +26,8 @@ from shared.errors import ConfigError
 from shared.store_factory import open_store
 
 
-class SparkNotAvailable(ConfigError):
-    """`--spark` was asked for but the stack cannot run Spark drivers yet."""
+class SparkUnavailable(ConfigError):
+    """Spark agents were asked for (the default) but pyspark, pyarrow or Java is missing."""
 
 
 def register(sub: Any) -> None:
@@ -38,10 +41,12 @@ def register(sub: Any) -> None:
     up.add_argument("--seed", type=int, default=7, help="seed of the producer's key choice")
     mode = up.add_mutually_exclusive_group()
     mode.add_argument("--no-spark", dest="spark", action="store_false",
-                      help="plain agents with a counting processor (the default)")
+                      help="plain agents with a counting processor, for a quick look")
     mode.add_argument("--spark", dest="spark", action="store_true",
-                      help="each agent is a local Spark driver running the example pipeline")
-    up.set_defaults(spark=False)
+                      help="each agent is a local Spark driver running the example pipeline (the default)")
+    up.set_defaults(spark=True)
+    up.add_argument("--spark-master", default="local[1]", help="Spark master of each agent's driver")
+    up.add_argument("--spark-driver-memory", default="512m", help="driver JVM heap of each Spark agent")
     up.add_argument("--aws", action="store_true",
                     help="start no emulators: real AWS through the standard boto3 credential chain")
     up.add_argument("--create-stream", action="store_true", help="create the stream on real AWS if it is missing")
@@ -79,8 +84,7 @@ def run_up(args: argparse.Namespace) -> int:
     """Start the stack, print the dashboard URL and a live status, stop cleanly on Ctrl-C/SIGTERM or --duration."""
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.spark:
-        raise SparkNotAvailable("shardherd up --spark is not available yet: the Spark driver agent "
-                                "(agent/spark) has no stack entry point; run `shardherd up --no-spark`")
+        _require_spark()
     started = psutil.Process().create_time()
     settings = load_settings()
     if args.duration is not None and args.duration <= 0:
@@ -89,7 +93,9 @@ def run_up(args: argparse.Namespace) -> int:
     options = StackOptions(run_dir=directory, shards=args.shards, agents=args.agents, coordinators=args.coordinators,
                            rate=args.rate, aggregated_fraction=args.aggregated, seed=args.seed,
                            use_aws=args.aws, create_stream=args.create_stream,
-                           api_port=settings.api_port if args.api_port is None else args.api_port)
+                           api_port=settings.api_port if args.api_port is None else args.api_port,
+                           spark=args.spark, spark_master=args.spark_master,
+                           spark_driver_memory=args.spark_driver_memory)
     stopping = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -105,8 +111,9 @@ def run_up(args: argparse.Namespace) -> int:
     stack = LocalStack(options, settings)
     stack.start()
     state = stack.state()
+    kind = "Spark agents (example pipeline)" if options.spark else "plain agents"
     say(f"shardherd up: stream {state.stream_name} ({options.shards} shards), "
-        f"{options.coordinators} coordinators, {options.agents} agents"
+        f"{options.coordinators} coordinators, {options.agents} {kind}"
         f"; DynamoDB {state.dynamodb_endpoint_url or 'AWS'}, Kinesis {state.kinesis_endpoint_url or 'AWS'}")
     say(f"dashboard: {state.dashboard_url}   run dir: {directory}   (Ctrl-C stops everything)")
     say(f"try: shardherd scenario --run-dir {directory} kill-agent")
@@ -118,7 +125,8 @@ def run_up(args: argparse.Namespace) -> int:
         pass
     memory, count = tree_memory(os.getpid())
     say(f"startup: first lease assigned after {_seconds(startup.first_assignment)}, all {options.shards} "
-        f"shards after {_seconds(startup.all_assigned)} (from process start); memory "
+        f"shards after {_seconds(startup.all_assigned)}, first records checkpointed after "
+        f"{_seconds(startup.first_checkpoint)} (from process start); memory "
         f"{memory / 2**20:.0f} MiB in {count} processes")
     deadline = None if args.duration is None else started + args.duration
     while not stopping.wait(0.2):
@@ -133,7 +141,23 @@ def run_up(args: argparse.Namespace) -> int:
     say(f"stopped in {time.monotonic() - began:.1f} s; produced "
         f"{produced.user_records if produced else 0} records "
         f"({produced.aggregated_user_records if produced else 0} in KPL aggregates)")
+    if options.spark:
+        counted = distinct_records(options.pipeline_dir / "records")
+        say(f"pipeline: {sum(counted.values())} distinct records over {len(counted)} shards in Parquet under "
+            f"{options.pipeline_dir / 'records'} (per-shard counts: python -m examples.shard_counts --counts "
+            f"--run-dir {directory})")
     return 0
+
+
+def _require_spark() -> None:
+    """Spark agents need pyspark, pyarrow and Java: say so up front instead of in every agent's log."""
+    missing = [name for name in ("pyspark", "pyarrow") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SparkUnavailable(f"Spark agents need {' and '.join(missing)} (pip install 'shardherd[spark]'); "
+                               "or run `shardherd up --no-spark`")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise SparkUnavailable("Spark agents need Java 17 or 21 on PATH (or JAVA_HOME); "
+                               "or run `shardherd up --no-spark`")
 
 
 def _seconds(value: float | None) -> str:

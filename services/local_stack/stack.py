@@ -1,5 +1,8 @@
 """The local stack: emulators, stream and tables, coordinator replicas, agents, producer, control socket, state file.
 
+Agents are local Spark drivers running the example pipeline (`services.local_stack.spark_agent`, Parquet under
+`<run dir>/shard-counts`) unless `spark=False`, which runs plain agents with a counting processor.
+
 Stop order on Ctrl-C/SIGTERM: the producer, then all agents (they drain: checkpoints written, leases given back),
 then the coordinators (leadership released), then the emulators. Every child also stops itself if this process dies.
 """
@@ -32,6 +35,8 @@ log = logging.getLogger(__name__)
 
 AGENT, COORDINATOR = "agent", "coordinator"
 PLAIN_PROCESSOR = "services.local_stack.processor:CountingProcessor"
+SPARK_AGENT = "services.local_stack.spark_agent"
+PIPELINE_DIR = "shard-counts"
 DEFAULT_STREAM = "shardherd-local"
 STREAM_TIMEOUT = 60.0
 # Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
@@ -60,6 +65,14 @@ class StackOptions:
     api_port: int = 8080  # coordinator-N serves on api_port + N - 1; 0 picks free ports
     drain_timeout: float = 5.0  # per agent on stop, before it gives its leases back itself
     stop_grace: float = 30.0
+    spark: bool = True  # agents embedded in local Spark drivers running the example pipeline
+    spark_master: str = "local[1]"
+    spark_driver_memory: str = "512m"
+
+    @property
+    def pipeline_dir(self) -> Path:
+        """Where Spark agents write the example pipeline's Parquet, checkpoints and channels."""
+        return self.run_dir / PIPELINE_DIR
 
 
 class LocalStack:
@@ -178,14 +191,20 @@ class LocalStack:
         return self.options.api_port + index - 1
 
     def add_agent(self) -> Child:
-        """Start one more agent."""
+        """Start one more agent (a Spark driver running the example pipeline, or a plain agent)."""
+        options = self.options
+        drain = str(options.drain_timeout)
         with self._guard:
             name = self._next_name(AGENT)
             env = {**self._env, "SHARDHERD_WORKER_ID": name}
-            drain = str(self.options.drain_timeout)
-            args = ["agent", "--processor", PLAIN_PROCESSOR, "--drain-timeout", drain]
-            child = self.supervisor.spawn(name, AGENT, "services.cli", args, env,
-                                          grace=self.options.drain_timeout + 10)
+            if options.spark:
+                args = ["--out", str(options.pipeline_dir), "--master", options.spark_master,
+                        "--driver-memory", options.spark_driver_memory, "--drain-timeout", drain]
+                # Draining waits for in-flight batches; then the query and the JVM stop.
+                child = self.supervisor.spawn(name, AGENT, SPARK_AGENT, args, env, grace=options.drain_timeout + 30)
+            else:
+                args = ["agent", "--processor", PLAIN_PROCESSOR, "--drain-timeout", drain]
+                child = self.supervisor.spawn(name, AGENT, "services.cli", args, env, grace=options.drain_timeout + 10)
         self.write_state()
         return child
 

@@ -72,16 +72,21 @@ def read_snapshot(urls: list[str], timeout: float = 3.0) -> Snapshot | None:
 
 @dataclass
 class StartupTimes:
-    """Seconds from process start to the first owned lease and to every shard owned."""
+    """Seconds from process start to the first owned lease, every shard owned, and the first checkpoint.
+
+    The first checkpoint means records went all the way: read, processed (for Spark agents: written as Parquet) and
+    their position stored in the lease table.
+    """
 
     first_assignment: float | None = None
     all_assigned: float | None = None
+    first_checkpoint: float | None = None
     done: threading.Event = field(default_factory=threading.Event)
 
     def watch(self, store: LeaseStore, shards: int, started: float, timeout: float = 120.0) -> None:
-        """Poll the lease table every 100 ms until `shards` leases are owned (or `timeout`)."""
+        """Poll the lease table every 100 ms until `shards` leases are owned and one has a checkpoint (or timeout)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.all_assigned is None:
+        while time.monotonic() < deadline and (self.all_assigned is None or self.first_checkpoint is None):
             try:
                 leases = [lease for lease in store.scan_leases().leases if not lease.is_finished]
             except Exception:  # tables may not answer for the first moments
@@ -89,8 +94,10 @@ class StartupTimes:
             owned = sum(1 for lease in leases if lease.actual_owner)
             if owned and self.first_assignment is None:
                 self.first_assignment = time.time() - started
-            if owned >= shards and owned == len(leases):
+            if owned >= shards and owned == len(leases) and self.all_assigned is None:
                 self.all_assigned = time.time() - started
+            if self.first_checkpoint is None and any(lease.checkpoint.sequence_value is not None for lease in leases):
+                self.first_checkpoint = time.time() - started
             time.sleep(0.1)
         self.done.set()
 

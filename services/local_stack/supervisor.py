@@ -2,6 +2,9 @@
 
 Every child runs through `services.local_stack.child`, which watches its stdin pipe: if this process disappears
 (even by SIGKILL) the pipe closes and the child stops itself gracefully, so no orphans outlive the stack.
+A graceful signal (SIGTERM) goes to the child alone, so it stops its own children in order (a Spark driver keeps its
+JVM until its leases are handed on); SIGKILL goes to its whole process group, and whatever the child started that is
+still there after it exited is killed.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from shared.errors import ShardherdError
 
@@ -88,10 +93,13 @@ class Supervisor:
                              f"{', '.join(child.name for child in self.children()) or 'none'})")
 
     def kill(self, name: str, sig: signal.Signals) -> Child:
-        """Send `sig` to the child's process group on purpose (its exit is not reported as a crash)."""
+        """Send `sig` on purpose (its exit is not reported as a crash): SIGKILL to the group, others to the child."""
         child = self.get(name)
         child.expected_exit = True
-        _signal_group(child, sig)
+        if sig is signal.SIGKILL:
+            _signal_group(child, sig)
+        elif child.alive:
+            child.process.send_signal(sig)
         return child
 
     def unexpected_exits(self) -> list[Child]:
@@ -104,10 +112,15 @@ class Supervisor:
         return found
 
     def stop(self, children: Sequence[Child], grace: float) -> None:
-        """SIGTERM every child's group and close its stdin; SIGKILL whatever is still there after `grace` s."""
+        """SIGTERM every child and close its stdin; SIGKILL the group of any still there after `grace` s.
+
+        Processes a child started (seen before the SIGTERM) that outlive it are killed once it has exited.
+        """
+        started = {child.pid: _descendants(child) for child in children}
         for child in children:
             child.expected_exit = True
-            _signal_group(child, signal.SIGTERM)
+            if child.alive:
+                child.process.send_signal(signal.SIGTERM)
             if child.process.stdin is not None:
                 child.process.stdin.close()
         deadline = time.monotonic() + grace
@@ -117,6 +130,19 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 _signal_group(child, signal.SIGKILL)
                 child.process.wait()
+            for leftover in started[child.pid]:
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                    leftover.kill()  # psutil checks the process is still the one seen (no reused ids)
+
+
+def _descendants(child: Child) -> list[psutil.Process]:
+    """The processes `child` started (the Spark JVM and its Python workers, say), while it runs."""
+    if not child.alive:
+        return []
+    try:
+        return psutil.Process(child.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _signal_group(child: Child, sig: signal.Signals) -> None:

@@ -1,4 +1,4 @@
-"""`shardherd up --no-spark` as a subprocess: all shards owned, an agent killed by a scenario, a clean SIGINT stop."""
+"""`shardherd up` as a subprocess, plain and Spark agents: all shards owned, an agent killed, a clean SIGINT stop."""
 
 from __future__ import annotations
 
@@ -8,12 +8,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from services.emulators.ports import port_open
+from services.local_stack.pipeline import distinct_records, records_dir
 from services.local_stack.scenarios import Scenarios
+from services.local_stack.stack import PIPELINE_DIR
 from services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
 from services.local_stack.status import Snapshot
 
@@ -23,6 +27,23 @@ FAST = {"SHARDHERD_FAILOVER_TIME_MILLIS": "2000", "SHARDHERD_DISCOVERY_INTERVAL_
         "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
         "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_SHARD_SYNC_INTERVAL_MILLIS": "1000",
         "SHARDHERD_DISABLE_WORKER_METRICS": "true"}
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How the stack runs its agents, and the time limits that fit (Spark drivers need a JVM each)."""
+
+    flag: str
+    flowing: float  # seconds from the state file to every shard owned and processing
+    resumed: float  # seconds for the killed agent's shards to resume on the survivor
+    again: float  # seconds for every shard to report more records after that
+    env: dict[str, str]
+
+
+PLAIN = Mode("--no-spark", 30, 25, 15, {})
+# Two JVMs starting on two cores can delay a heartbeat past 2 s; a Spark agent that stops being live stops its query.
+# One local[1] driver reads four shards in one micro-batch, a few seconds each on a busy machine.
+SPARK = Mode("--spark", 100, 40, 40, {"SHARDHERD_FAILOVER_TIME_MILLIS": "4000"})
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -41,31 +62,34 @@ def read_state(run_dir: Path) -> StackState | None:
         return None
 
 
-@pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path]]:
+@pytest.fixture(params=[pytest.param(PLAIN, id="plain"), pytest.param(SPARK, id="spark", marks=pytest.mark.spark)])
+def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, Path, Mode]]:
+    mode: Mode = request.param
+    if mode is SPARK:
+        pytest.importorskip("pyspark")
     run_dir = tmp_path / "run"
     output = tmp_path / "up.txt"
     env = {key: value for key, value in os.environ.items() if not key.startswith("SHARDHERD_")}
-    env.update(FAST)
+    env.update({**FAST, **mode.env})
     with open(output, "wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", "--no-spark", "--shards", "4", "--agents", "2",
+            [sys.executable, "-m", "services.cli", "up", mode.flag, "--shards", "4", "--agents", "2",
              "--rate", "100", "--api-port", "0", "--interval", "1", "--run-dir", str(run_dir)],
             env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-    yield process, run_dir, output
+    yield process, run_dir, output, mode
     if process.poll() is None:  # the test failed before stopping it: stop it the way a user would
         process.send_signal(signal.SIGINT)
         process.wait(60)
 
 
 def test_up_survives_a_killed_agent_and_stops_cleanly(
-        stack: tuple[subprocess.Popen[bytes], Path, Path]) -> None:
-    process, run_dir, output = stack
+        stack: tuple[subprocess.Popen[bytes], Path, Path, Mode]) -> None:
+    process, run_dir, output, mode = stack
     wait_for(lambda: read_state(run_dir) is not None, 30, "the state file")
     state = read_state(run_dir)
     assert state is not None
     lines: list[str] = []
-    scenarios = Scenarios(state, timeout=25, say=lines.append)
+    scenarios = Scenarios(state, timeout=mode.resumed, say=lines.append)
 
     def all_owned_and_flowing() -> bool:
         try:
@@ -76,10 +100,11 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         return len(leases) == 4 and view.owned == 4 and all((lease["records_processed"] or 0) > 0
                                                               for lease in leases)
 
-    wait_for(all_owned_and_flowing, 30, "all four shards owned and processing")
+    wait_for(all_owned_and_flowing, mode.flowing, "all four shards owned and processing")
     pids = {entry.name: entry.pid for entry in state.processes}
     ports = [entry.port for entry in state.processes if entry.port is not None]
     assert {"moto", "kinesalite", "coordinator-1", "coordinator-2", "agent-1", "agent-2"} <= set(pids)
+    descendants = psutil.Process(process.pid).children(recursive=True)  # Spark JVMs and Python workers included
 
     outcomes = scenarios.kill_agent(None)  # the agent holding most leases
     victim, survivor = ("agent-1", "agent-2") if lines[0].startswith("killed agent-1") else ("agent-2", "agent-1")
@@ -89,13 +114,19 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert any(f"resumed on {survivor} after" in line for line in lines)
     before = {lease["lease_key"]: lease["records_processed"] for lease in scenarios.snapshot().unfinished}
     wait_for(lambda: all((lease["records_processed"] or 0) > (before[lease["lease_key"]] or 0)
-                         for lease in scenarios.snapshot().unfinished), 15, "records still flowing on the survivor")
+                         for lease in scenarios.snapshot().unfinished),
+             mode.again, "records still flowing on the survivor")
 
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0, output.read_text()
     assert not (run_dir / STATE_FILE).exists()
     assert [name for name, pid in pids.items() if pid_alive(pid)] == []
+    assert [child.pid for child in descendants if child.is_running()] == []
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text
     assert "stopped in" in text
+    if mode is SPARK:  # the pipeline's Parquet: the survivor wrote records of the shards it took over
+        moved = {outcome.subject for outcome in outcomes}
+        assert moved <= set(distinct_records(records_dir(run_dir / PIPELINE_DIR, survivor)))
+        assert "distinct records over 4 shards in Parquet" in text

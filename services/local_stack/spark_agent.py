@@ -1,0 +1,116 @@
+"""A Spark agent of the local stack: a local Spark driver embedding the agent, running the example pipeline.
+
+    python -m services.local_stack.spark_agent --out DIR [--master local[1]] [--driver-memory 512m] ...
+
+Settings come from SHARDHERD_* variables (the stack sets the worker id, stream and endpoints). The driver appends
+Parquet to `<out>/records/<worker id>` and keeps Spark's checkpoint in `<out>/checkpoint/<worker id>` (plans only:
+progress lives in the lease table). SIGTERM (or SIGINT) drains: the query keeps running while the leader hands the
+agent's leases on, each after its last batch was written and checkpointed; then the query and Spark stop, exit 0.
+A query that fails drains the leases too (the agent's supervisor does it) and the process exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from agent.spark.driver import SparkAgent
+from agent.spark.offsets import Caps
+from agent.spark.session import local_spark
+from services.local_stack.pipeline import records_dir, write_records
+from shared.config import Settings, load_settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """How the driver runs: Spark master and heap, per-shard cap, trigger, and where its files go."""
+
+    out: Path
+    master: str = "local[1]"
+    driver_memory: str = "512m"
+    max_records: int = 2000
+    trigger: str = "1 second"
+    probe_interval: float = 0.5
+    drain_timeout: float | None = None
+
+
+def run_driver(settings: Settings, options: DriverOptions, stopping: threading.Event,
+               after: Callable[[SparkSession], None] | None = None) -> int:
+    """Run the pipeline until `stopping` is set (drain, exit code 0) or the query ends by itself (exit code 1).
+
+    `after` gets the session once the agent has drained, before Spark stops (the example prints counts with it).
+    """
+    worker = settings.worker_id
+    started = time.monotonic()
+    # The agent heartbeats while the JVM starts, so a fleet started together is assigned together; its leases are
+    # planned as soon as the query runs.
+    agent = SparkAgent(settings, channel=options.out / "channel" / worker, caps=Caps(options.max_records),
+                       probe_interval=options.probe_interval).start()
+    spark: SparkSession | None = None
+    code = 0
+    try:
+        spark = local_spark(f"shardherd-{worker}", options.master, options.driver_memory)
+        log.info("Spark session up after %.1f s", time.monotonic() - started)
+        if not stopping.is_set():
+            query = agent.run_query(spark, write_records(records_dir(options.out, worker)),
+                                    str(options.out / "checkpoint" / worker), processing_time=options.trigger)
+            log.info("query running after %.1f s", time.monotonic() - started)
+            while query.isActive and not stopping.wait(0.2):
+                pass
+            if not stopping.is_set():
+                code = 1
+                log.error("the query ended by itself (%s)", agent.stopped_because or query.exception())
+        log.info("stopping: draining %d leases while the query runs", len(agent.keeper.held()))
+    finally:
+        agent.stop(drain=True, drain_timeout=options.drain_timeout)
+        if spark is not None:
+            try:
+                if after is not None:
+                    after(spark)
+            finally:
+                spark.stop()
+    return code
+
+
+def main() -> int:
+    """Parse arguments, install the signal handlers, run the driver."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="Parquet, Spark checkpoints and channels go here")
+    parser.add_argument("--master", default=DriverOptions.master, help="Spark master (default local[1])")
+    parser.add_argument("--driver-memory", default=DriverOptions.driver_memory, help="driver JVM heap")
+    parser.add_argument("--max-records", type=int, default=DriverOptions.max_records,
+                        help="records per shard per micro-batch")
+    parser.add_argument("--trigger", default=DriverOptions.trigger, help="processing-time trigger interval")
+    parser.add_argument("--drain-timeout", type=float, default=None,
+                        help="seconds to wait on SIGTERM for the leader to move leases away (default: derived)")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    stopping = threading.Event()
+
+    def _terminate(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: draining", signum)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    options = DriverOptions(args.out, args.master, args.driver_memory, args.max_records, args.trigger,
+                            drain_timeout=args.drain_timeout)
+    return run_driver(load_settings(), options, stopping)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
