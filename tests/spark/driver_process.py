@@ -7,7 +7,8 @@ flushed and fsynced inside the batch's write, so a row the lease table counts as
 is SIGKILLed right after. SIGTERM drains (the agent hands its leases on while the query still runs), then exits 0.
 
 `--slow-write S` makes each write a two-step sink: the rows, then S seconds later a second Spark job (as a sink that
-writes a second table would); `<out>.busy` exists while a write runs, so a test can signal the driver mid-batch.
+writes a second table would); `<out>.busy` exists from the moment its rows are on disk until the write returns, so
+a test can signal the driver between a batch's write and its checkpoint.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def read_rows(path: Path) -> list[Row]:
 
 
 def busy_marker(out: Path) -> Path:
-    """The file that exists while the driver writing `out` is inside a write."""
+    """The file that exists while a batch's rows are on disk and its write has not returned (so not checkpointed)."""
     return out.with_suffix(".busy")
 
 
@@ -57,7 +58,6 @@ def file_sink(out: Path, handle: IO[str], worker: str, slow_write: float) -> Bat
     busy = busy_marker(out)
 
     def write(df: DataFrame, batch_id: int) -> None:
-        busy.touch()
         try:
             rows = df.select("shard_id", "sequence_number", "sub_sequence_number").collect()
             stamp = time.time()
@@ -66,6 +66,7 @@ def file_sink(out: Path, handle: IO[str], worker: str, slow_write: float) -> Bat
             handle.flush()
             os.fsync(handle.fileno())
             if slow_write:
+                busy.touch()
                 time.sleep(slow_write)
                 df.count()
         finally:

@@ -3,9 +3,9 @@
 Each driver is `python -m tests.spark.driver_process` (its own JVM, `local[1]`) configured by SHARDHERD_* env, against
 the session's moto server and kinesalite and a coordinator in this process; its sink appends rows to a file. A
 producer thread writes records all along. Phases: drivers A and B start together and split the shards; B (whose
-sink has a second, slow step) gets SIGTERM in the middle of a write (drain: the batch finishes, its shards move to
-A); C starts and takes shards from A by graceful handoff; C gets SIGKILL (its shards fail over to A). Never more
-than two drivers run at once.
+sink has a second, slow step) gets SIGTERM after a batch's rows were written (drain: the batch finishes, its shards
+move to A); C (same sink) starts and takes shards from A by graceful handoff; C gets SIGKILL at the same point (its
+shards fail over to A, which reads that batch again). Never more than two drivers run at once.
 
 (The file sorts before the other Spark tests, so it runs before the session's own SparkSession starts.)
 """
@@ -181,17 +181,18 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
                      f"{driver.worker} holds {SHARDS // 2} shards and wrote rows\n{driver.tail()}")
         b_shards = fleet.held_by("driver-b")
 
-        wait_for(busy_marker(b.out).exists, 30, "driver-b inside a write")
+        wait_for(busy_marker(b.out).exists, 30, "driver-b between a write and its checkpoint")
         b.process.send_signal(signal.SIGTERM)  # drain mid-batch: the batch finishes, B's shards move to A
         assert b.process.wait(60) == 0, b.tail()
         wait_for(lambda: fleet.held_by("driver-a") == set(stack.owners()), 30, "driver-a holds every shard")
         drained_at = time.time()
 
-        c = fleet.start("driver-c")
+        c = fleet.start("driver-c", "--slow-write", "0.5")
         wait_for(lambda: len(fleet.held_by("driver-c")) == SHARDS // 2, 60, f"driver-c holds shards\n{c.tail()}")
         c_shards = fleet.held_by("driver-c")
         wait_for(lambda: {row[0] for row in c.rows()} == c_shards, 30, "driver-c wrote rows for its shards")
 
+        wait_for(busy_marker(c.out).exists, 30, "driver-c between a write and its checkpoint")
         os.killpg(c.process.pid, signal.SIGKILL)  # the whole driver (Python and JVM) dies at once
         killed_at = time.time()
         c.process.wait(30)
@@ -215,7 +216,7 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
     for shard, sequence, _ in dupes:
         assert shard in c_shards and int(sequence) > int(at_kill[shard]), (shard, sequence, at_kill[shard])
     c_after_checkpoint = {(r[0], r[1], r[2]) for r in c.rows() if int(r[1]) > int(at_kill[r[0]])}
-    assert dupes == c_after_checkpoint
+    assert dupes == c_after_checkpoint and dupes  # C was killed after a write, before its checkpoint
 
     order = {shard: sorted(int(seq) for s, seq in stack.keys if s == shard) for shard in stack.owners()}
     tenures = _runs(rows)
