@@ -6,48 +6,29 @@ Everything listens on 127.0.0.1 and stops with the context manager.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from agent.spark.session import local_spark as spark_session
 from services.coordinator_service import CoordinatorService
 from services.emulators.kinesalite import Kinesalite
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.config import Settings, load_settings
 
-REPO = Path(__file__).resolve().parents[1]
 FAST = dict(failover_time_millis=4000, discovery_interval_millis=300, lease_assignment_interval_millis=300,
             shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
             leader_lock_heartbeat_period_millis=400, worker_metrics_reporter_freq_millis=1000,
             disable_worker_metrics=True, api_port=0)
 
 
-def spark_environment() -> None:
-    """Env every local Spark run here needs: workers use this interpreter and see this repo; loopback only."""
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+def local_spark(app: str, master: str = "local[2]") -> Any:
+    """The shared local SparkSession (`agent/spark/session.py`), with the any-credentials the emulators accept."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-
-
-def local_spark(app: str, master: str = "local[2]") -> Any:
-    """A local SparkSession (two cores by default) with the UI off and the faster-start JVM flags."""
-    from pyspark.sql import SparkSession
-
-    spark_environment()
-    session = (SparkSession.builder.master(master).appName(app)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2").config("spark.speculation", "false")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
-               .getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    return spark_session(app, master)
 
 
 class LocalStack:
