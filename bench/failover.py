@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--shards", type=int, default=6)
     parser.add_argument("--short", action="store_true", help="the CI's seconds-scale timings")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the processes' logs and ledgers in this directory (default: a temp dir, removed)")
     args = parser.parse_args(argv)
     overrides = dict(SHORT_INTERVALS) if args.short else {}
     kills: list[float] = []
@@ -126,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     gaps: list[float] = []
     duplicates: list[float] = []
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
-        cluster = ChaosCluster(moto.endpoint_url, kinesis.endpoint_url, Path(tmp), args.shards, overrides)
+        workdir = args.keep or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        cluster = ChaosCluster(moto.endpoint_url, kinesis.endpoint_url, workdir, args.shards, overrides)
         try:
             for _ in range(2):
                 cluster.start_coordinator()

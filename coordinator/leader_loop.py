@@ -170,7 +170,8 @@ class LeaderLoop:
         tracker = (copy.deepcopy(term.tracker) if term is not None else
                    LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace))
         tracker.observe(scan.leases, workers, now)
-        active = [w for w in workers if tracker.worker_alive(w.worker_id, now)]
+        # A non-leader has watched nothing change yet: every worker with a record counts as active.
+        active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
         shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
         views = self._lease_views(shadow, scan.leases, active, now)
         return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, True)

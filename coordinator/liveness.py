@@ -19,6 +19,7 @@ from shared.worker import WorkerRecord
 class _Seen:
     version: Hashable
     changed_at: float
+    confirmed: bool = False  # the version changed at least once while watched: positive evidence of life
 
 
 @dataclass
@@ -35,7 +36,7 @@ class ChangeWatcher:
             if previous is None:
                 fresh[key] = _Seen(version, now if unseen_start is None else unseen_start)
             elif previous.version != version:
-                fresh[key] = _Seen(version, now)
+                fresh[key] = _Seen(version, now, confirmed=True)
             else:
                 fresh[key] = previous
         self._seen = fresh
@@ -44,6 +45,11 @@ class ChangeWatcher:
         """Seconds since `key`'s version last changed, or None if it was not observed."""
         seen = self._seen.get(key)
         return None if seen is None else now - seen.changed_at
+
+    def confirmed(self, key: str) -> bool:
+        """True once `key`'s version was seen changing (not merely present) while watched."""
+        seen = self._seen.get(key)
+        return seen is not None and seen.confirmed
 
     def set_changed(self, key: str, version: Hashable, now: float) -> None:
         """Record a change the leader caused itself (e.g. its own assignment), so the new owner gets a full period."""
@@ -85,9 +91,13 @@ class LivenessTracker:
             self.owners.observe({owner: "absent" for owner in owners if owner and owner not in known}, now)
 
     def worker_alive(self, worker_id: str, now: float) -> bool:
-        """True if the worker's heartbeat (or metrics record) changed within the grace period."""
+        """True if the worker's heartbeat (or metrics record) was seen changing, most recently within the grace period.
+
+        A worker merely present in the table is not yet alive for a new leader: a dead worker's last record looks
+        just like a live one until it fails to change, and leases must not be handed to it in the meantime.
+        """
         silent = self.workers.silent_for(worker_id, now)
-        return silent is not None and silent <= self.worker_grace_seconds
+        return silent is not None and silent <= self.worker_grace_seconds and self.workers.confirmed(worker_id)
 
     def lease(self, lease: Lease, now: float) -> LeaseLiveness:
         """Whether `lease` has expired: unowned, or its owner (mode `worker`) / counter (mode `lease`) went silent."""

@@ -78,3 +78,17 @@ def test_leader_assignment_restarts_the_clock_in_lease_mode() -> None:
     tracker.observe([moved], [], 20.0)
     assert tracker.lease(moved, 24.0).expired is False
     assert tracker.lease(moved, 25.5).expired is True
+
+
+def test_a_worker_is_alive_only_once_its_heartbeat_was_seen_changing() -> None:
+    # A dead worker's last record looks like a live one to a new leader; it must not receive leases on sight.
+    tracker = _tracker("worker")
+    tracker.observe([], [_worker("dead", 41, 1000), _worker("live", 7, 1000)], 0.0)
+    assert not tracker.worker_alive("dead", 0.0) and not tracker.worker_alive("live", 0.0)
+    tracker.observe([], [_worker("dead", 41, 1000), _worker("live", 8, 1003)], 3.0)
+    assert tracker.worker_alive("live", 3.0)
+    assert not tracker.worker_alive("dead", 3.0)
+    # Its leases are still given the benefit of the doubt for a failover period (no clocks compared).
+    lease = Lease("s-0", lease_owner="dead")
+    assert tracker.lease(lease, 3.0).expired is False
+    assert tracker.lease(lease, FAILOVER + 0.5).expired is True

@@ -130,7 +130,8 @@ def test_drain_of_unknown_worker_is_404(replica: Replica) -> None:
 
 def test_plan_is_a_dry_run(replica: Replica) -> None:
     replica.join("w3", cpu=5.0)
-    replica.heartbeat()
+    replica.step(1)  # a run that does not balance: the leader first sees w3
+    replica.heartbeat()  # ... and now sees its heartbeat change, so w3 counts as alive
     before = replica.store.scan_leases().leases
     body = replica.client.post("/v1/plan").json()
     assert body["replica_is_leader"] is True

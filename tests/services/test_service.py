@@ -57,18 +57,27 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     seeder.ensure_tables()
     for shard in SHARDS:
         seeder.create_lease(new_lease(shard, TRIM_HORIZON))
-    for index, (worker, cpu) in enumerate(WORKERS.items()):
-        throughput = {SHARDS[index]: 512.0 * (index + 1)}
-        seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
-                                          operating_range={CPU_METRIC: (100.0,)}, heartbeat=1,
-                                          lease_throughput=throughput))
+    beats = iter(range(1, 1_000_000))
+
+    def heartbeat() -> bool:
+        """Every seeded worker beats once (the leader must see a heartbeat change before it trusts a worker)."""
+        beat = next(beats)
+        for index, (worker, cpu) in enumerate(WORKERS.items()):
+            throughput = {SHARDS[index]: 512.0 * (index + 1)}
+            seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
+                                              operating_range={CPU_METRIC: (100.0,)}, heartbeat=beat,
+                                              lease_throughput=throughput))
+        return True
+
+    heartbeat()
     service = CoordinatorService.build(settings)
     service.start()
     assert service.api is not None and service.api.port > 0
     token_file = home / "token"
     token_file.write_text(TOKEN + "\n")
     running = Running(service, seeder, service.api.url, token_file)
-    _wait_for(lambda: all(lease.lease_owner for lease in seeder.scan_leases().leases), 20, "all leases assigned")
+    _wait_for(lambda: heartbeat() and all(lease.lease_owner for lease in seeder.scan_leases().leases), 20,
+              "all leases assigned")
     try:
         yield running
     finally:
