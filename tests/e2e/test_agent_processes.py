@@ -18,9 +18,9 @@ from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.config import load_settings
-from tests.e2e.test_agents_and_coordinator import wait_for
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
+from tests.support.stream_stack import wait_for
 
 pytestmark = pytest.mark.slow
 

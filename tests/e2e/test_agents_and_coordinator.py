@@ -6,85 +6,34 @@ drain on stop, and a split followed (parents finished before children start, not
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from agent.read_spec import ReadLimits
 from agent.runtime import Agent
-from services.coordinator_service import CoordinatorService
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.config import Settings, load_settings
 from tests.support.ledger import Ledger, LedgerProcessor
-from tests.support.stores import unique_app
+from tests.support.stream_stack import StreamStack, wait_for
 
 pytestmark = pytest.mark.slow
 
 FAST_READS = ReadLimits(min_call_interval=0.05, idle_backoff=0.1)
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-class Stack:
-    """A coordinator and any number of agents sharing one application on the session's emulators."""
+class Stack(StreamStack):
+    """A coordinator and any number of in-process agents sharing one application on the session's emulators."""
 
     def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, shards: int) -> None:
-        self.app = unique_app("e2e")
-        self.kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
-        self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
-        wait_for(lambda: self._status() == "ACTIVE", 30, "stream ACTIVE")
-        self.base: dict[str, Any] = dict(
-            application_name=self.app, stream_name=self.app, store_backend="dynamodb",
-            dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=kinesalite.endpoint_url,
-            failover_time_millis=2000, discovery_interval_millis=300, lease_assignment_interval_millis=300,
-            shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
-            leader_lock_heartbeat_period_millis=400, graceful_lease_handoff_timeout_millis=5000,
-            worker_metrics_reporter_freq_millis=1000, api_port=0,
-            disable_worker_metrics=True,  # agents share one host here: its CPU says nothing about their load
-        )
-        self.coordinator = CoordinatorService.build(self.settings("coordinator"))
-        self.coordinator.start()
+        super().__init__(moto, kinesalite, shards)
         self.ledger = Ledger()
         self.agents: dict[str, Agent] = {}
-        self.produced: list[bytes] = []
-
-    def _status(self) -> str:
-        summary = self.kinesis.describe_stream_summary(StreamName=self.app)["StreamDescriptionSummary"]
-        status: str = summary["StreamStatus"]
-        return status
-
-    def settings(self, worker: str) -> Settings:
-        return load_settings(worker_id=worker, **self.base)
 
     def add_agent(self, worker: str) -> Agent:
         agent = Agent(self.settings(worker), lambda: LedgerProcessor(self.ledger, worker), limits=FAST_READS)
         self.agents[worker] = agent.start()
         return agent
-
-    def produce(self, count: int, prefix: str) -> None:
-        payloads = [f"{prefix}-{index}".encode() for index in range(count)]
-        for start in range(0, count, 500):
-            entries = [{"Data": data, "PartitionKey": f"key-{start + offset}"}
-                       for offset, data in enumerate(payloads[start:start + 500])]
-            response = self.kinesis.put_records(StreamName=self.app, Records=entries)
-            assert response.get("FailedRecordCount", 0) == 0
-        self.produced.extend(payloads)
-
-    def owners(self) -> dict[str, str | None]:
-        """Owner per lease once settled; None while unassigned or while a handoff is still in progress."""
-        return {lease.lease_key: None if lease.checkpoint_owner else lease.lease_owner
-                for lease in self.coordinator.store.scan_leases().leases}
 
     def all_delivered(self) -> bool:
         return set(self.ledger.payloads()) >= set(self.produced)
@@ -92,7 +41,7 @@ class Stack:
     def close(self) -> None:
         for agent in self.agents.values():
             agent.stop(drain=False)
-        self.coordinator.stop()
+        super().close()
 
 
 @pytest.fixture
@@ -150,7 +99,7 @@ def test_split_under_load_finishes_parent_before_children(stack: Stack) -> None:
     hash_range = next(s["HashKeyRange"] for s in description["Shards"] if s["ShardId"] == parent)
     middle = (int(hash_range["StartingHashKey"]) + int(hash_range["EndingHashKey"])) // 2
     stack.kinesis.split_shard(StreamName=stack.app, ShardToSplit=parent, NewStartingHashKey=str(middle))
-    wait_for(lambda: stack._status() == "ACTIVE", 30, "split done")
+    wait_for(lambda: stack.status() == "ACTIVE", 30, "split done")
     stack.produce(400, "after")
     wait_for(stack.all_delivered, 60, "records after the split, children included")
     owners = stack.owners()
@@ -174,7 +123,7 @@ def test_merge_under_load_finishes_both_parents_before_the_child(stack: Stack) -
     wait_for(stack.all_delivered, 30, "records before the merge")
     parents = ["shardId-000000000002", "shardId-000000000003"]  # adjacent hash ranges
     stack.kinesis.merge_shards(StreamName=stack.app, ShardToMerge=parents[0], AdjacentShardToMerge=parents[1])
-    wait_for(lambda: stack._status() == "ACTIVE", 30, "merge done")
+    wait_for(lambda: stack.status() == "ACTIVE", 30, "merge done")
     stack.produce(400, "after")
     wait_for(stack.all_delivered, 60, "records after the merge, the child included")
     children = [key for key in stack.owners() if key not in {f"shardId-00000000000{i}" for i in range(4)}]

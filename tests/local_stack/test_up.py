@@ -55,6 +55,14 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def running(process: psutil.Process) -> bool:
+    """Still there and not a zombie its new parent has yet to reap."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def read_state(run_dir: Path) -> StackState | None:
     try:
         return StackState.read(run_dir)
@@ -121,7 +129,7 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert process.wait(60) == 0, output.read_text()
     assert not (run_dir / STATE_FILE).exists()
     assert [name for name, pid in pids.items() if pid_alive(pid)] == []
-    assert [child.pid for child in descendants if child.is_running()] == []
+    assert [child.pid for child in descendants if running(child)] == []
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text

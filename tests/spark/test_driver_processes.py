@@ -31,9 +31,8 @@ import pytest
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.errors import StoreUnavailable
-from tests.e2e.test_agents_and_coordinator import wait_for
-from tests.spark.conftest import StreamStack
 from tests.spark.driver_process import Row, busy_marker, read_rows
+from tests.support.stream_stack import StreamStack, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -61,8 +60,9 @@ class Driver:
 class Fleet:
     """Starts driver processes on a StreamStack, samples lease holders, and cleans up every process it started."""
 
-    def __init__(self, stack: StreamStack) -> None:
+    def __init__(self, stack: StreamStack, tmp: Path) -> None:
         self.stack = stack
+        self.tmp = tmp
         self.drivers: dict[str, Driver] = {}
         self.samples: list[tuple[float, dict[str, str | None]]] = []
         self._halt = threading.Event()
@@ -73,7 +73,7 @@ class Fleet:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.update({f"SHARDHERD_{key.upper()}": str(value) for key, value in self.stack.base.items()})
         env["SHARDHERD_WORKER_ID"] = worker
-        tmp = self.stack.tmp
+        tmp = self.tmp
         log = tmp / f"{worker}.log"
         with log.open("wb") as sink:
             process = subprocess.Popen(
@@ -113,8 +113,9 @@ class Fleet:
 
 @pytest.fixture
 def fleet(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[Fleet]:
-    stack = StreamStack(moto_server, kinesalite, SHARDS, tmp_path)
-    fleet = Fleet(stack)
+    stack = StreamStack(moto_server, kinesalite, SHARDS, prefix="spark", failover_millis=4000,
+                        handoff_timeout_millis=10000)
+    fleet = Fleet(stack, tmp_path)
     yield fleet
     fleet.close()
     stack.close()

@@ -10,9 +10,9 @@ import pytest
 
 from agent.spark.channel import read_ack
 from agent.spark.offsets import Caps
-from tests.e2e.test_agents_and_coordinator import wait_for
 from tests.spark.conftest import SparkStack
 from tests.support.faulty_proxy import Fault, FaultyProxy
+from tests.support.stream_stack import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -1,0 +1,82 @@
+"""A coordinator in this process (short intervals) and a Kinesis stream on the session's emulators, for e2e tests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from services.coordinator_service import CoordinatorService
+from services.emulators.kinesalite import NodeEmulator
+from services.emulators.moto_server import MotoServer
+from shared.aws import make_client
+from shared.config import Settings, load_settings
+from tests.support.stores import unique_app
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `condition` every 0.1 s; AssertionError naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class StreamStack:
+    """The stream, the coordinator and the settings every worker of one test application shares."""
+
+    def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
+                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000) -> None:
+        self.app = unique_app(prefix)
+        self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
+        self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
+        wait_for(lambda: self.status() == "ACTIVE", 30, "stream ACTIVE")
+        self.base: dict[str, Any] = dict(
+            application_name=self.app, stream_name=self.app, store_backend="dynamodb",
+            dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=emulator.endpoint_url,
+            failover_time_millis=failover_millis, discovery_interval_millis=300, lease_assignment_interval_millis=300,
+            shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
+            leader_lock_heartbeat_period_millis=400, graceful_lease_handoff_timeout_millis=handoff_timeout_millis,
+            worker_metrics_reporter_freq_millis=1000, api_port=0,
+            disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
+        )
+        self.coordinator = CoordinatorService.build(self.settings("coordinator"))
+        self.coordinator.start()
+        self.produced: list[bytes] = []
+        self.keys: list[tuple[str, str]] = []
+
+    def status(self) -> str:
+        """The stream's status (ACTIVE once a reshard is done)."""
+        status: str = self.kinesis.describe_stream_summary(StreamName=self.app)["StreamDescriptionSummary"][
+            "StreamStatus"]
+        return status
+
+    def settings(self, worker: str, **overrides: Any) -> Settings:
+        """The application's settings for one worker."""
+        return load_settings(**{**self.base, "worker_id": worker, **overrides})
+
+    def produce(self, count: int, prefix: str) -> None:
+        """Put `count` records `<prefix>-<i>`; their payloads go to `produced`, their (shard, sequence) to `keys`."""
+        payloads = [f"{prefix}-{index}".encode() for index in range(count)]
+        for start in range(0, count, 500):
+            entries = [{"Data": data, "PartitionKey": f"key-{start + offset}"}
+                       for offset, data in enumerate(payloads[start:start + 500])]
+            response = self.kinesis.put_records(StreamName=self.app, Records=entries)
+            assert response.get("FailedRecordCount", 0) == 0
+            self.keys.extend((entry["ShardId"], entry["SequenceNumber"]) for entry in response["Records"])
+        self.produced.extend(payloads)
+
+    def owners(self) -> dict[str, str | None]:
+        """Owner per lease once settled; None while unassigned or while a handoff is still in progress."""
+        return {lease.lease_key: None if lease.checkpoint_owner else lease.lease_owner
+                for lease in self.coordinator.store.scan_leases().leases}
+
+    def checkpoints(self) -> dict[str, str]:
+        """The stored checkpoint of every lease."""
+        return {lease.lease_key: str(lease.checkpoint) for lease in self.coordinator.store.scan_leases().leases}
+
+    def close(self) -> None:
+        """Stop the coordinator (workers are the subclass's business)."""
+        self.coordinator.stop()
