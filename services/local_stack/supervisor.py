@@ -93,11 +93,16 @@ class Supervisor:
                              f"{', '.join(child.name for child in self.children()) or 'none'})")
 
     def kill(self, name: str, sig: signal.Signals) -> Child:
-        """Send `sig` on purpose (its exit is not reported as a crash): SIGKILL to the group, others to the child."""
+        """Send `sig` on purpose (its exit is not reported as a crash): SIGKILL to the group, others to the child.
+
+        SIGKILL also kills what the child started in groups of their own (PySpark's worker daemon makes one).
+        """
         child = self.get(name)
         child.expected_exit = True
         if sig is signal.SIGKILL:
+            started = _descendants(child)
             _signal_group(child, sig)
+            _kill_all(started)
         elif child.alive:
             child.process.send_signal(sig)
         return child
@@ -130,9 +135,7 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 _signal_group(child, signal.SIGKILL)
                 child.process.wait()
-            for leftover in started[child.pid]:
-                with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-                    leftover.kill()  # psutil checks the process is still the one seen (no reused ids)
+            _kill_all(started[child.pid])
 
 
 def _descendants(child: Child) -> list[psutil.Process]:
@@ -143,6 +146,14 @@ def _descendants(child: Child) -> list[psutil.Process]:
         return psutil.Process(child.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
+
+
+def _kill_all(processes: list[psutil.Process]) -> None:
+    """SIGKILL each process still there (psutil checks it is still the one seen: no reused ids), then reap them."""
+    for process in processes:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            process.kill()
+    psutil.wait_procs(processes, timeout=5)
 
 
 def _signal_group(child: Child, sig: signal.Signals) -> None:

@@ -129,7 +129,7 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert process.wait(60) == 0, output.read_text()
     assert not (run_dir / STATE_FILE).exists()
     assert [name for name, pid in pids.items() if pid_alive(pid)] == []
-    assert [child.pid for child in descendants if running(child)] == []
+    wait_for(lambda: not any(running(child) for child in descendants), 10, "every process the stack started to end")
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text
