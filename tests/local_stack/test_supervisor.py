@@ -1,0 +1,52 @@
+"""The stack's supervisor with real processes: SIGTERM reaches the child alone; nothing it started outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+
+from services.local_stack.supervisor import Child, Supervisor
+
+
+def spawn_tree(supervisor: Supervisor, directory: Path) -> tuple[Child, list[psutil.Process]]:
+    child = supervisor.spawn("tree", "agent", "tests.local_stack.tree_child", [str(directory)], dict(os.environ),
+                             grace=10.0)
+    pids = directory / "pids.json"
+    deadline = time.monotonic() + 30
+    while not pids.exists():
+        assert child.alive, (directory / "logs" / "tree.log").read_text()
+        assert time.monotonic() < deadline, "the child did not start its sleepers"
+        time.sleep(0.05)
+    return child, [psutil.Process(pid) for pid in json.loads(pids.read_text(encoding="utf-8"))]
+
+
+def gone(processes: list[psutil.Process]) -> bool:
+    return not any(process.is_running() and process.status() != psutil.STATUS_ZOMBIE for process in processes)
+
+
+def make_supervisor(tmp_path: Path) -> Supervisor:
+    (tmp_path / "logs").mkdir()
+    return Supervisor(tmp_path / "logs")
+
+
+def test_stop_terms_the_child_alone_then_kills_what_it_left(tmp_path: Path) -> None:
+    supervisor = make_supervisor(tmp_path)
+    child, sleepers = spawn_tree(supervisor, tmp_path)
+    supervisor.stop([child], grace=20)
+    assert child.process.returncode == -signal.SIGTERM
+    assert gone(sleepers)
+    assert sorted(path.name for path in tmp_path.glob("term-*")) == []  # SIGTERM went to the child only
+
+
+def test_sigkill_takes_the_child_and_what_it_started_in_other_groups(tmp_path: Path) -> None:
+    supervisor = make_supervisor(tmp_path)
+    child, sleepers = spawn_tree(supervisor, tmp_path)
+    supervisor.kill("tree", signal.SIGKILL)
+    assert child.process.wait(10) == -signal.SIGKILL
+    assert gone(sleepers)
+    assert supervisor.unexpected_exits() == []
