@@ -8,7 +8,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
-from agent.metrics.sampler import MetricsSampler, SamplingThread, WorkerMetrics
+from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
 from agent.metrics.select import select_cpu_source
 from agent.metrics.throughput import ThroughputRecorder
 from agent.progress import ProgressBoard
@@ -33,14 +33,20 @@ TICK_SECONDS = 0.1
 
 
 class MetricsReporter:
-    """Closes a metrics interval once per reporter period and serves the latest `sts`/`opr` to every heartbeat."""
+    """Closes a metrics interval once per reporter period and serves the latest `sts`/`opr` to every heartbeat.
+
+    Until its first report a worker with a CPU source sends its operating range without a history: the leader then
+    leaves it out (KCL's invalid-metrics rule) rather than taking it for a metric-less worker, which would have it
+    balanced by throughput first and by CPU a few seconds later (and the switch made leases ping-pong).
+    """
 
     def __init__(self, sampler: MetricsSampler, clock: Clock, period: float) -> None:
         self._sampler = sampler
         self._clock = clock
         self._period = period
         self._next = clock.monotonic() + min(2.0, period)  # KCL: first report after two capture periods
-        self._last = WorkerMetrics()
+        self._last = WorkerMetrics() if sampler.source is None else WorkerMetrics(
+            {}, {CPU_METRIC: (MAX_UTILISATION_PERCENT,)})
 
     def __call__(self) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
         """The metric maps for the next worker record."""
@@ -118,6 +124,12 @@ class Agent:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Agent:
         """Start sampling and the keeper loop (heartbeat start jittered so a fleet start does not synchronise)."""
+        source = self.sampler.source
+        if source is not None:
+            try:
+                source.sample()  # delta-based sources answer 0 on their first call: take that one outside the history
+            except Exception as exc:  # the sampler counts later failures; this one only primes the baseline
+                log.warning("priming the CPU source failed: %s", exc)
         self._sampling.start()
         self._thread.start()
         return self

@@ -55,6 +55,7 @@ class _Term:
     tracker: LivenessTracker
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
     projections: dict[str, _Projection] = field(default_factory=dict)
+    moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
@@ -104,6 +105,8 @@ class LeaderLoop:
         self._timing = LoopTiming.from_settings(settings)
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
+        # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong.
+        self._cooldown_runs = 2 * settings.variance_balancing_frequency
         # Reports after which the moving average (alpha) carries at least 90 % of a step change.
         alpha = settings.worker_metrics_ema_alpha
         self._reports_to_trust = 1 if alpha >= 1 else math.ceil(math.log(0.1) / math.log(1 - alpha))
@@ -203,6 +206,11 @@ class LeaderLoop:
         plan = decide(Snapshot.of(views, workers), self._decider, balance)
         tally = self._write(term, plan, leases, views, fence, tally)
         self._remember_projections(term, plan, active)
+        term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
+                             if term.runs - run <= self._cooldown_runs}
+        for move in plan.moves:
+            if move.reason.is_balancing:
+                term.moved_in_run[move.lease_key] = term.runs
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
             leases=len(leases), active_workers=len(active),
@@ -227,9 +235,12 @@ class LeaderLoop:
                 seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
             throughput = reported_throughput(lease, owners)
+            moved = term.moved_in_run.get(lease.lease_key)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
-                                              handoff_blocked=blocked))
+                                              handoff_blocked=blocked,
+                                              recently_moved=moved is not None
+                                              and term.runs - moved <= self._cooldown_runs))
         term.handoff_seen = seen_handoffs
         return views
 

@@ -54,6 +54,10 @@ class Ledger:
         """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
         return self.count(worker) - self._expired_on.get(worker, 0)
 
+    def rebalanceable(self, key: str) -> bool:
+        """True if balancing may move the lease: movable, and not moved in the last few runs (no ping-pong)."""
+        return self.movable(key) and not self.leases[key].recently_moved
+
     def movable(self, key: str) -> bool:
         """True if the lease may still move in this run: not moved already and not pinned by a pending handoff."""
         return key not in self.moves and not self.leases[key].pinned

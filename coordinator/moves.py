@@ -21,6 +21,11 @@ class MoveReason(enum.Enum):
     BALANCE_OTHER = "BALANCE_OTHER"
     LEASE_COUNT = "LEASE_COUNT"
 
+    @property
+    def is_balancing(self) -> bool:
+        """True for moves made to even out load (not for placing, draining or failing over)."""
+        return self not in (MoveReason.UNASSIGNED, MoveReason.EXPIRED, MoveReason.DRAIN)
+
     @classmethod
     def for_metric(cls, metric: str) -> MoveReason:
         """The balancing reason for a KCL metric short name (C, M, NI, NO, T); unknown names map to BALANCE_OTHER."""

@@ -23,6 +23,8 @@ class LeaseView:
     `expired` and `silent_ms` are the leader's own observations (how long it has seen no renewal or heartbeat on its
     monotonic clock), used for oldest-first priority ordering. `handoff_blocked` is True while a graceful handoff of
     this lease is still within its timeout; such a lease is never moved unless it is also expired (KCL 4.2 step 9).
+    `recently_moved` is True for a lease that changed owner in the last few leader runs: balancing leaves it alone
+    (no ping-pong), while drain and expiry may still move it.
     """
 
     key: str
@@ -33,6 +35,7 @@ class LeaseView:
     expired: bool = False
     silent_ms: int = 0
     handoff_blocked: bool = False
+    recently_moved: bool = False
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -62,7 +65,8 @@ class LeaseView:
 
     @classmethod
     def from_lease(
-        cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False
+        cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
+        recently_moved: bool = False,
     ) -> LeaseView:
         """A view of a stored lease plus the leader's observations of it."""
         return cls(
@@ -74,6 +78,7 @@ class LeaseView:
             expired=expired,
             silent_ms=silent_ms,
             handoff_blocked=handoff_blocked,
+            recently_moved=recently_moved,
         )
 
 

@@ -264,7 +264,7 @@ class VarianceDecider:
     def _pick(self, donor: str, budget: float) -> list[str]:
         """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
         ledger = self.ledger
-        keys = [k for k in ledger.held_by.get(donor, {}) if ledger.movable(k)]
+        keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
         if not keys:
             return []
         if ledger.throughput.get(donor, 0.0) <= 0:

@@ -10,7 +10,7 @@ import bisect
 import itertools
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from tests.chaos.cluster import ChaosCluster, Event, Sample
@@ -106,15 +106,39 @@ def _by_shard(deliveries: Iterable[Delivery]) -> dict[str, list[Delivery]]:
     return shards
 
 
-def tenures(times: list[float], gap: float) -> list[tuple[float, float]]:
-    """Sorted delivery times cut into [first, last] stretches wherever two are more than `gap` apart."""
+def tenures(times: list[float], gap: float, breaks: Sequence[float] = ()) -> list[tuple[float, float]]:
+    """Sorted delivery times cut into [first, last] stretches at gaps over `gap` and at `breaks` between two times.
+
+    A break is where another worker began a stint of its own on the shard (a handoff A -> B -> A).
+    """
     spans: list[tuple[float, float]] = []
     for at in times:
-        if spans and at - spans[-1][1] <= gap:
+        interrupted = spans and any(spans[-1][1] < cut < at for cut in breaks)
+        if spans and at - spans[-1][1] <= gap and not interrupted:
             spans[-1] = (spans[-1][0], at)
         else:
             spans.append((at, at))
     return spans
+
+
+# A worker that delivers at least this many records of a shard in a row had the shard for a stint of its own
+# (a handoff A -> B -> A); fewer, interleaved with another worker's, is two workers reading at once.
+STINT_RECORDS = 3
+
+
+def stints_of_others(rows: list[Delivery], worker: str) -> list[float]:
+    """Times at which another worker began a run of at least STINT_RECORDS consecutive deliveries of the shard."""
+    starts: list[float] = []
+    run_worker, run_start, run_length = "", 0.0, 0
+    for delivery in [*rows, None]:
+        if delivery is not None and delivery.worker == run_worker:
+            run_length += 1
+            continue
+        if run_worker and run_worker != worker and run_length >= STINT_RECORDS:
+            starts.append(run_start)
+        if delivery is not None:
+            run_worker, run_start, run_length = delivery.worker, delivery.time, 1
+    return starts
 
 
 def _partitions(events: list[Event]) -> dict[str, list[tuple[float, float]]]:
@@ -216,7 +240,8 @@ def check_overlap(data: RunData, report: Report) -> list[Check]:
     for shard, rows in _by_shard(data.deliveries).items():
         spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for worker in {d.worker for d in rows}:
-            spans[worker] = tenures([d.time for d in rows if d.worker == worker], data.timing.split_gap)
+            spans[worker] = tenures([d.time for d in rows if d.worker == worker], data.timing.split_gap,
+                                    stints_of_others(rows, worker))
         workers = sorted(spans)
         for i, first in enumerate(workers):
             for second in workers[i + 1:]:

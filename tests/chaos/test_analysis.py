@@ -17,6 +17,7 @@ from tests.chaos.analysis import (
     check_no_loss,
     check_overlap,
     check_unowned,
+    stints_of_others,
     tenures,
 )
 from tests.chaos.cluster import Event, LeaseRow, Sample
@@ -101,3 +102,16 @@ def test_partitioned_agent_delivering_past_the_deadline_fails_fencing() -> None:
     assert [c.ok for c in late.checks if c.name == FENCING] == [False]
     timely = analyse(_run([_d(1, "a", 9.0), _d(2, "a", 12.0), _d(3, "b", 15.0)], events=events))
     assert [c.ok for c in timely.checks if c.name == FENCING] == [True]
+
+
+def test_a_quick_handoff_back_and_forth_is_not_an_overlap_but_interleaving_is() -> None:
+    def rows(pattern: str) -> list[Delivery]:
+        return [Delivery("s-0", index, 0, f"agent-{who}", float(index) * 0.1, f"r{index}")
+                for index, who in enumerate(pattern)]
+
+    handoffs = rows("AAAABBBBAAAA")  # A hands to B and B back to A within the split gap
+    spans = tenures([d.time for d in handoffs if d.worker == "agent-A"], 2.5, stints_of_others(handoffs, "agent-A"))
+    assert [(round(a, 1), round(b, 1)) for a, b in spans] == [(0.0, 0.3), (0.8, 1.1)]
+    together = rows("ABABABAB")  # both read the shard at once: one long tenure each, so they overlap
+    spans = tenures([d.time for d in together if d.worker == "agent-A"], 2.5, stints_of_others(together, "agent-A"))
+    assert [(round(a, 1), round(b, 1)) for a, b in spans] == [(0.0, 0.6)]

@@ -296,3 +296,17 @@ def test_throughput_cap_closes_worker_after_crossing() -> None:
     leases = [LeaseView(f"l{i}", throughput_kbps=60.0) for i in range(3)]
     plan = decide(Snapshot.of(leases, [cpu("w", 10)]), DeciderConfig(max_throughput_per_host_kbps=100), balance=False)
     assert len(plan.moves) == 2 and len(plan.spillover) == 1
+
+
+def test_recently_moved_leases_are_left_alone_by_balancing_but_not_by_drain() -> None:
+    # Same fleet as above: a 30 KiB/s lease would move from hot (90) to cold (10)...
+    fresh = [owned("a", "hot", 30.0), owned("b", "hot", 30.0), owned("c", "hot", 30.0)]
+    fleet = [cpu("hot", 90), cpu("cold", 10)]
+    assert decide(Snapshot.of(fresh, fleet), DeciderConfig(), balance=True).moves
+    # ... unless balancing just moved them here: then they stay (no ping-pong) ...
+    cooling = [LeaseView(lease.key, lease.lease_owner, throughput_kbps=30.0, recently_moved=True) for lease in fresh]
+    assert decide(Snapshot.of(cooling, fleet), DeciderConfig(), balance=True).moves == ()
+    # ... while a drain still moves every one of them.
+    draining = [cpu("hot", 90, draining=True), cpu("cold", 10)]
+    plan = decide(Snapshot.of(cooling, draining), DeciderConfig(), balance=True)
+    assert {(m.lease_key, m.reason) for m in plan.moves} == {(k, MoveReason.DRAIN) for k in ("a", "b", "c")}
