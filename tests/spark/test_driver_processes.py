@@ -99,6 +99,10 @@ class Fleet:
             except StoreUnavailable:
                 continue  # one missing sample
 
+    def ever_held(self, worker: str) -> set[str]:
+        """Every shard the worker held in some sample (startup may balance a shard through it first)."""
+        return {shard for _, holders in self.samples for shard, holder in holders.items() if holder == worker}
+
     def held_around(self, shard: str, worker: str, stamp: float) -> bool:
         return any(holders.get(shard) == worker for at, holders in self.samples if abs(at - stamp) <= OWNER_SLACK)
 
@@ -189,11 +193,12 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         drained_at = time.time()
 
         c = fleet.start("driver-c", "--slow-write", "0.5")
-        wait_for(lambda: len(fleet.held_by("driver-c")) == SHARDS // 2, 60, f"driver-c holds shards\n{c.tail()}")
-        c_shards = fleet.held_by("driver-c")
-        wait_for(lambda: {row[0] for row in c.rows()} == c_shards, 30, "driver-c wrote rows for its shards")
+        # Balancing decides how many shards C takes (by throughput): wait until it writes every shard it holds.
+        wait_for(lambda: bool(held := fleet.held_by("driver-c")) and held <= {row[0] for row in c.rows()}, 60,
+                 f"driver-c holds shards and wrote rows for them\n{c.tail()}")
 
         wait_for(busy_marker(c.out).exists, 30, "driver-c between a write and its checkpoint")
+        c_shards = fleet.held_by("driver-c")
         os.killpg(c.process.pid, signal.SIGKILL)  # the whole driver (Python and JVM) dies at once
         killed_at = time.time()
         c.process.wait(30)
@@ -233,7 +238,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         for run in runs:
             worker = run[0][3]
             assert all(fleet.held_around(shard, worker, row[6]) for row in (run[0], run[-1])), (shard, worker)
-    assert {row[0] for row in c.rows()} == c_shards and {row[0] for row in b.rows()} == b_shards
+    assert c_shards <= {row[0] for row in c.rows()} <= fleet.ever_held("driver-c")
+    assert b_shards <= {row[0] for row in b.rows()} <= fleet.ever_held("driver-b")
     assert not [row for row in b.rows() if row[6] > drained_at]
     assert failed_over < 4.0 + 3.0  # failover time plus a few assignment rounds
     moves = sum(len(runs) - 1 for runs in tenures.values())
