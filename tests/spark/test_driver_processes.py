@@ -99,10 +99,6 @@ class Fleet:
             except StoreUnavailable:
                 continue  # one missing sample
 
-    def ever_held(self, worker: str) -> set[str]:
-        """Every shard the worker held in some sample (startup may balance a shard through it first)."""
-        return {shard for _, holders in self.samples for shard, holder in holders.items() if holder == worker}
-
     def held_around(self, shard: str, worker: str, stamp: float) -> bool:
         return any(holders.get(shard) == worker for at, holders in self.samples if abs(at - stamp) <= OWNER_SLACK)
 
@@ -117,8 +113,9 @@ class Fleet:
 
 @pytest.fixture
 def fleet(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[Fleet]:
+    # Lease counts (not throughput) decide the split, so the drivers' shares are predictable: 2 and 2.
     stack = StreamStack(moto_server, kinesalite, SHARDS, prefix="spark", failover_millis=4000,
-                        handoff_timeout_millis=10000)
+                        handoff_timeout_millis=10000, lease_assignment_strategy="lease-count")
     fleet = Fleet(stack, tmp_path)
     yield fleet
     fleet.close()
@@ -238,8 +235,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         for run in runs:
             worker = run[0][3]
             assert all(fleet.held_around(shard, worker, row[6]) for row in (run[0], run[-1])), (shard, worker)
-    assert c_shards <= {row[0] for row in c.rows()} <= fleet.ever_held("driver-c")
-    assert b_shards <= {row[0] for row in b.rows()} <= fleet.ever_held("driver-b")
+    # (Each stretch's first and last rows were checked against the sampled lease holders above.)
+    assert c_shards <= {row[0] for row in c.rows()} and b_shards <= {row[0] for row in b.rows()}
     assert not [row for row in b.rows() if row[6] > drained_at]
     assert failed_over < 4.0 + 3.0  # failover time plus a few assignment rounds
     moves = sum(len(runs) - 1 for runs in tenures.values())

@@ -28,7 +28,7 @@ class StreamStack:
     """The stream, the coordinator and the settings every worker of one test application shares."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
-                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000) -> None:
+                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000, **overrides: Any) -> None:
         self.app = unique_app(prefix)
         self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
@@ -42,6 +42,7 @@ class StreamStack:
             worker_metrics_reporter_freq_millis=1000, api_port=0,
             disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
         )
+        self.base.update(overrides)
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
         self.produced: list[bytes] = []
