@@ -109,6 +109,8 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
                                                               for lease in leases)
 
     wait_for(all_owned_and_flowing, mode.flowing, "all four shards owned and processing")
+    state = read_state(run_dir)  # the stack rewrites it as children start: read it once all are up
+    assert state is not None
     pids = {entry.name: entry.pid for entry in state.processes}
     ports = [entry.port for entry in state.processes if entry.port is not None]
     assert {"moto", "kinesalite", "coordinator-1", "coordinator-2", "agent-1", "agent-2"} <= set(pids)
