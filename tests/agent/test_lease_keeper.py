@@ -50,6 +50,17 @@ def _keeper(store: LeaseStore, worker: str, clock: ManualClock, **overrides: obj
     return LeaseKeeper(store, _settings(worker, **overrides), clock, events), events
 
 
+def _holding(store: LeaseStore, worker: str, clock: ManualClock,
+             **overrides: object) -> tuple[LeaseKeeper, Events]:
+    """A keeper that has discovered and holds KEY (created and assigned to `worker` by a stand-in leader)."""
+    keeper, events = _keeper(store, worker, clock, **overrides)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, worker, None, None)
+    _step(clock, 2.5, keeper)
+    assert events.acquired == [KEY]
+    return keeper, events
+
+
 def _step(clock: ManualClock, seconds: float, *keepers: LeaseKeeper) -> None:
     for _ in range(int(seconds / 0.5)):
         clock.advance(0.5)
@@ -97,10 +108,7 @@ def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
 
 def test_handoff_is_forced_after_its_timeout(store: LeaseStore) -> None:
     clock = ManualClock()
-    old, old_events = _keeper(store, "w1", clock, graceful_lease_handoff_timeout_millis=5000)
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    store.assign(KEY, "w1", None, None)
-    _step(clock, 2.5, old)
+    old, old_events = _holding(store, "w1", clock, graceful_lease_handoff_timeout_millis=5000)
     store.start_handoff(KEY, "w2", "w1")
     _step(clock, 3, old)
     assert old_events.handoffs == [KEY] and old_events.lost == []
@@ -110,10 +118,7 @@ def test_handoff_is_forced_after_its_timeout(store: LeaseStore) -> None:
 
 def test_lease_taken_by_the_leader_stops_processing_and_refuses_checkpoints(store: LeaseStore) -> None:
     clock = ManualClock()
-    keeper, events = _keeper(store, "w1", clock)
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    store.assign(KEY, "w1", None, None)
-    _step(clock, 2.5, keeper)
+    keeper, events = _holding(store, "w1", clock)
     store.assign(KEY, "w2", "w1", None)  # judged expired and reassigned
     outcome = keeper.checkpoint(KEY, Checkpoint.at("7"))
     assert not outcome.applied and outcome.conflict is Conflict.OWNERSHIP
@@ -123,10 +128,7 @@ def test_lease_taken_by_the_leader_stops_processing_and_refuses_checkpoints(stor
 
 def test_deleted_lease_is_dropped(store: LeaseStore) -> None:
     clock = ManualClock()
-    keeper, events = _keeper(store, "w1", clock)
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    store.assign(KEY, "w1", None, None)
-    _step(clock, 2.5, keeper)
+    keeper, events = _holding(store, "w1", clock)
     store.delete_lease(KEY)
     _step(clock, 2.5, keeper)
     assert events.lost == [(KEY, LossReason.DELETED)]
@@ -134,10 +136,7 @@ def test_deleted_lease_is_dropped(store: LeaseStore) -> None:
 
 def test_drain_announces_itself_and_release_gives_leases_back(store: LeaseStore) -> None:
     clock = ManualClock()
-    keeper, events = _keeper(store, "w1", clock)
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    store.assign(KEY, "w1", None, None)
-    _step(clock, 2.5, keeper)
+    keeper, events = _holding(store, "w1", clock)
     keeper.begin_drain()
     keeper.tick()
     record = store.get_worker("w1")
@@ -150,10 +149,7 @@ def test_drain_announces_itself_and_release_gives_leases_back(store: LeaseStore)
 
 def test_lease_mode_renews_each_lease_and_follows_a_handoff(store: LeaseStore) -> None:
     clock = ManualClock()
-    keeper, events = _keeper(store, "w1", clock, liveness_mode="lease")
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    store.assign(KEY, "w1", None, None)
-    _step(clock, 2.5, keeper)
+    keeper, events = _holding(store, "w1", clock, liveness_mode="lease")
     counter = store.get_lease(KEY).lease_counter  # type: ignore[union-attr]
     _step(clock, 10, keeper)
     assert store.get_lease(KEY).lease_counter >= counter + 2  # type: ignore[union-attr]
