@@ -36,7 +36,8 @@ class FaultRunner:
         self._skews = 0
 
     def _busiest_agent(self, exclude_skewed: bool = False) -> Member:
-        agents = [m for m in self.cluster.agents() if not (exclude_skewed and m.skew)]
+        # Over a long soak every agent may have been replaced by a skewed one: then any agent will do.
+        agents = [m for m in self.cluster.agents() if not (exclude_skewed and m.skew)] or self.cluster.agents()
         counts = {m.name: 0 for m in agents}
         for lease in self.cluster.leases().values():
             if lease.actual_owner in counts and not lease.is_finished:
