@@ -10,6 +10,13 @@ from shared.config import Settings
 from shared.errors import ConfigError
 
 
+class Balancing(enum.Enum):
+    """How strategy `variance` balances: `band` (shardherd's default) or `kcl` (KCL 3.x's dampened donor budgets)."""
+
+    BAND = "band"
+    KCL = "kcl"
+
+
 class Strategy(enum.Enum):
     """Which assignment algorithm the leader runs."""
 
@@ -31,6 +38,7 @@ class DeciderConfig:
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0
     allow_receiver_above_average: bool = True
+    balancing: Balancing = Balancing.BAND
 
     def __post_init__(self) -> None:
         problems = []
@@ -69,4 +77,5 @@ class DeciderConfig:
             rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
             rebalance_min_band_points=settings.rebalance_min_band_points,
             allow_receiver_above_average=settings.allow_receiver_above_average,
+            balancing=Balancing(settings.variance_balancing),
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -39,12 +38,11 @@ class LeadershipLost(Exception):
 
 
 @dataclass
-class _Projection:
-    """The decider's expected metric values for a worker after a move, kept until its reports show the move."""
+class _Reports:
+    """The last metric history seen from a worker and the KiB/s it carried at each report seen (oldest first)."""
 
-    values: dict[str, float]
     signature: tuple[object, ...]
-    reports: int = 0
+    throughput: list[float]
 
 
 @dataclass
@@ -54,7 +52,7 @@ class _Term:
     epoch: int
     tracker: LivenessTracker
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
-    projections: dict[str, _Projection] = field(default_factory=dict)
+    reports: dict[str, _Reports] = field(default_factory=dict)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     runs: int = 0
     shards: list[Shard] | None = None
@@ -107,9 +105,6 @@ class LeaderLoop:
         self._graceful = settings.graceful_lease_handoff_enabled
         # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong.
         self._cooldown_runs = 2 * settings.variance_balancing_frequency
-        # Reports after which the moving average (alpha) carries at least 90 % of a step change.
-        alpha = settings.worker_metrics_ema_alpha
-        self._reports_to_trust = 1 if alpha >= 1 else math.ceil(math.log(0.1) / math.log(1 - alpha))
         self.history = history or RunHistory()
         self._on_run = on_run
         self._term: _Term | None = None
@@ -197,15 +192,12 @@ class LeaderLoop:
             synced = True
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         views = self._lease_views(term, leases.values(), active, now)
-        in_handoff = {name for lease in leases.values() if lease.checkpoint_owner
-                      for name in (lease.lease_owner, lease.checkpoint_owner) if name}
-        expected = self._expected_values(term, active, in_handoff)
+        histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        workers = (WorkerView.from_record(w, expected.get(w.worker_id)) for w in active)
+        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
         plan = decide(Snapshot.of(views, workers), self._decider, balance)
         tally = self._write(term, plan, leases, views, fence, tally)
-        self._remember_projections(term, plan, active)
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
         for move in plan.moves:
@@ -244,39 +236,37 @@ class LeaderLoop:
         term.handoff_seen = seen_handoffs
         return views
 
-    # ------------------------------------------------------------------ projections
-    def _expected_values(self, term: _Term, active: list[WorkerRecord],
-                         in_handoff: set[str]) -> dict[str, dict[str, float]]:
-        """Projected values of workers whose reports do not show their recent moves yet.
+    # ------------------------------------------------------------------ reports
+    @staticmethod
+    def _throughput_histories(term: _Term, active: list[WorkerRecord],
+                              views: list[LeaseView]) -> dict[str, tuple[float, ...]]:
+        """Per reporting worker, the KiB/s it carried at each new metric report the leader has seen (this term).
 
-        A report counts once the worker's history changes while none of its handoffs is pending; after enough of
-        them for the moving average to carry 90 % of the change, the reports are trusted again.
+        The decider compares the moving average of this history with what the worker carries now, so a move or a
+        load change counts at once instead of after the several reports its moving average needs.
         """
-        expected: dict[str, dict[str, float]] = {}
+        carried: dict[str, float] = {}
+        for view in views:
+            owner = view.actual_owner
+            if owner is not None and view.throughput_kbps is not None:
+                carried[owner] = carried.get(owner, 0.0) + view.throughput_kbps
+        histories: dict[str, tuple[float, ...]] = {}
+        kept: dict[str, _Reports] = {}
         for record in active:
-            projection = term.projections.get(record.worker_id)
-            if projection is None:
+            if not record.metric_stats:
                 continue
             signature = _metrics_signature(record)
-            if record.worker_id in in_handoff:
-                projection.reports, projection.signature = 0, signature
-            elif signature != projection.signature:
-                projection.reports += 1
-                projection.signature = signature
-            if projection.reports >= self._reports_to_trust:
-                del term.projections[record.worker_id]
-            else:
-                expected[record.worker_id] = projection.values
-        return expected
-
-    def _remember_projections(self, term: _Term, plan: Plan, active: list[WorkerRecord]) -> None:
-        records = {record.worker_id: record for record in active}
-        involved = {name for move in plan.moves for name in (move.from_owner, move.to_worker) if name}
-        for summary in plan.workers:
-            record = records.get(summary.worker_id)
-            if summary.worker_id in involved and record is not None and record.metric_stats:
-                term.projections[summary.worker_id] = _Projection(dict(summary.metrics_after),
-                                                                  _metrics_signature(record))
+            now = carried.get(record.worker_id, 0.0)
+            seen = term.reports.get(record.worker_id)
+            if seen is None:
+                seen = _Reports(signature, [now])
+            elif signature != seen.signature:
+                length = max(len(history) for history in record.metric_stats.values())
+                seen = _Reports(signature, [*seen.throughput, now][-max(1, length):])
+            kept[record.worker_id] = seen
+            histories[record.worker_id] = tuple(seen.throughput)
+        term.reports = kept
+        return histories
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:

@@ -50,6 +50,10 @@ class Ledger:
         """How many leases the worker holds now (in memory)."""
         return len(self.held_by.get(worker, ()))
 
+    def known_throughput(self, worker: str) -> float:
+        """KiB/s the worker holds now counting only reported figures (a lease without one adds nothing)."""
+        return sum(self.leases[key].throughput_kbps or 0.0 for key in self.held_by.get(worker, ()))
+
     def live_count(self, worker: str) -> int:
         """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
         return self.count(worker) - self._expired_on.get(worker, 0)

@@ -86,15 +86,16 @@ class LeaseView:
 class WorkerView:
     """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag.
 
-    `expected` holds the leader's projection of the worker's metric values after recent moves, used instead of the
-    reported history until enough new reports have arrived for the moving average to show those moves.
+    `throughput_history` is the leader's record of the KiB/s the worker carried at each of its metric reports
+    (oldest first, aligned with `metric_stats`): the decider compares its moving average with what the worker
+    carries now to add the load its reports do not show yet (reference 2.3 lags a step change by several reports).
     """
 
     worker_id: str
     metric_stats: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     draining: bool = False
-    expected: Mapping[str, float] | None = None
+    throughput_history: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -106,14 +107,14 @@ class WorkerView:
         return not self.metric_stats and not self.operating_range
 
     @classmethod
-    def from_record(cls, record: WorkerRecord, expected: Mapping[str, float] | None = None) -> WorkerView:
+    def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = ()) -> WorkerView:
         """A view of a stored worker record."""
         return cls(
             worker_id=record.worker_id,
             metric_stats=record.metric_stats,
             operating_range=record.operating_range,
             draining=record.is_draining,
-            expected=expected,
+            throughput_history=throughput_history,
         )
 
 

@@ -35,14 +35,19 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 
-from coordinator.decider_config import DeciderConfig
+from coordinator.band_balance import balance_band
+from coordinator.decider_config import Balancing, DeciderConfig
 from coordinator.ledger import Ledger, priority_reason
+from coordinator.load_model import Line, fit_line, proportional
 from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from coordinator.snapshot import Snapshot, WorkerView
 from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8
+# Band mode: a worker whose reports miss more than this share of its throughput change, with no fitted line to
+# project the rest, sits out balancing until its reports catch up (see `_catch_up`).
+UNSETTLED_SHARE = 0.25
 
 HeapEntry = tuple[float, int, str]
 
@@ -108,23 +113,83 @@ class VarianceDecider:
         self.target_leases = max(1, n_leases // n_active)
         self.values: dict[str, dict[str, float]] = {}
         self.limits: dict[str, dict[str, float]] = {}
+        lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
+        # With no throughput figure at all (idle stream, new application) no metric can be tied to a lease: band
+        # balancing then spreads lease counts, through the throughput-share metric every lease weighing 1.
+        count_only = config.balancing is Balancing.BAND and ledger.unit_weights
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
                 continue
-            if worker.uses_default_metric:
+            if worker.uses_default_metric or count_only:
                 self.default.add(wid)
                 share = ledger.throughput[wid] / self.target_throughput if self.target_throughput > 0 else 0.0
                 self.values[wid] = {THROUGHPUT_METRIC: 100.0 * share}
-                self.limits[wid] = {THROUGHPUT_METRIC: 100.0}
+                # KCL's operating range for the synthetic metric is 100 (the average share); band mode balances on
+                # the band alone, or every worker above the average share would have to shed.
+                self.limits[wid] = {THROUGHPUT_METRIC: math.inf if config.balancing is Balancing.BAND else 100.0}
             else:
                 alpha = config.worker_metrics_ema_alpha
                 self.values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
-                if worker.expected:
-                    self.values[wid].update((m, v) for m, v in worker.expected.items() if m in self.values[wid])
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+                if worker.throughput_history:
+                    lagged[wid] = ema(worker.throughput_history, alpha)
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
+        self.unsettled: set[str] = set()
+        self.carried_throughput = self._carried_throughput()
+        self.lines = self._fit(lagged)
+        self._catch_up(lagged)
         self.averages = self._averages()
+        for metric, avg in self.averages.items():
+            if metric not in self.lines:
+                self.lines[metric] = proportional(avg, self.carried_throughput)
+
+    def _carried_throughput(self) -> float:
+        """The KiB/s a worker at the average value carries: KCL's `T`, or in band mode what reporting workers hold.
+
+        `T` also counts unowned and expired leases, whose load no reported value shows yet, so after a crash it
+        would understate how much each lease adds.
+        """
+        if self.config.balancing is not Balancing.BAND:
+            return self.target_throughput
+        reporting = [w for w in self.active if w not in self.default]
+        carried = sum(self.ledger.weight[k] for w in reporting for k in self.ledger.held_by.get(w, ())
+                      if not self.ledger.leases[k].needs_owner)
+        return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
+
+    def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
+        """Band mode: each metric's line fitted over (lagged throughput, value) of the reporting workers."""
+        if self.config.balancing is not Balancing.BAND:
+            return {}
+        lines: dict[str, Line] = {}
+        averages = self._averages()
+        for metric, avg in averages.items():
+            points = [(lagged.get(w, self.ledger.known_throughput(w)), self.values[w][metric]) for w in self.active
+                      if w not in self.default and metric in self.values[w]]
+            line = fit_line(points, avg)
+            if line is not None:
+                lines[metric] = line
+        return lines
+
+    def _catch_up(self, lagged: Mapping[str, float]) -> None:
+        """Add to each reported value what its moving average has not seen yet of the worker's throughput change.
+
+        The leader records the throughput a worker carried at each of its reports (`throughput_history`); the gap
+        between the throughput it carries now (pending handoffs counted where they go) and the moving average of
+        that history is load the reports do not show yet: a lease just moved, a shard that just turned hot.
+        """
+        if self.ledger.unit_weights:  # no throughput figures: nothing to compare with
+            return
+        slopes = {m: proportional(avg, self.carried_throughput).slope for m, avg in self._averages().items()}
+        slopes.update((m, line.slope) for m, line in self.lines.items())
+        for wid, seen in lagged.items():
+            now = self.ledger.known_throughput(wid)
+            gap = now - seen
+            if not gap:
+                continue
+            self.values[wid] = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
+            if abs(gap) > UNSETTLED_SHARE * max(now, seen):
+                self.unsettled.add(wid)
 
     def _averages(self) -> dict[str, float]:
         """Per metric: the load of every worker with it (draining ones too) over the non-draining ones."""
@@ -144,7 +209,8 @@ class VarianceDecider:
     def _entry(self, wid: str) -> HeapEntry:
         return (-room(self.values[wid], self.averages), self.ledger.live_count(wid), wid)
 
-    def _assignable(self, wid: str) -> bool:
+    def assignable(self, wid: str) -> bool:
+        """Whether the worker may take another lease (`max_throughput_per_host_kbps`, `max_leases_for_worker`)."""
         cfg = self.config
         return (
             self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
@@ -152,12 +218,12 @@ class VarianceDecider:
         )
 
     def _queue(self) -> list[HeapEntry]:
-        heap = [self._entry(wid) for wid in self.active if self._assignable(wid)]
+        heap = [self._entry(wid) for wid in self.active if self.assignable(wid)]
         heapq.heapify(heap)
         return heap
 
     def _requeue(self, heap: list[HeapEntry], wid: str) -> None:
-        if self._assignable(wid):
+        if self.assignable(wid):
             heapq.heappush(heap, self._entry(wid))
 
     # -- projections -----------------------------------------------------------------------------------------------
@@ -165,28 +231,30 @@ class VarianceDecider:
     def _rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` is expected to grow when it takes a lease of `weight` KiB/s."""
         if self.target_throughput <= 0:
-            return self.averages[metric] / self.target_leases
+            return (self.averages[metric] - self.lines[metric].base) / self.target_leases
         if wid in self.default:
             return 100.0 * weight / self.target_throughput
-        return weight * self.averages[metric] / self.target_throughput
+        return weight * self.lines[metric].slope
 
-    def _projected(self, wid: str, weight: float) -> dict[str, float]:
+    def projected(self, wid: str, weight: float) -> dict[str, float]:
+        """The worker's metric values after it takes a lease of `weight` KiB/s."""
         return {m: v + self._rise(wid, m, weight) for m, v in self.values[wid].items()}
 
-    def _drop(self, wid: str, metric: str, key: str) -> float:
-        """How much `metric` of `wid` falls when lease `key` leaves it: its share of the worker's throughput."""
-        value = self.values[wid][metric]
+    def drop(self, wid: str, metric: str, key: str) -> float:
+        """How much `metric` of `wid` falls when lease `key` leaves it: its share of the worker's lease-driven load."""
+        value = max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base))
         carried = self.ledger.throughput.get(wid, 0.0)
         if carried > 0:
             return value * self.ledger.weight[key] / carried
         return value / max(1, self.ledger.count(wid))
 
-    def _apply(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
+    def apply(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
+        """Move `key` to `wid` in memory: the giver's values drop, the receiver's rise by the projection."""
         source = self.ledger.owner[key]
         weight = self.ledger.weight[key]
         if source is not None and source in self.values:
-            self.values[source] = {m: v - self._drop(source, m, key) for m, v in self.values[source].items()}
-        self.values[wid] = self._projected(wid, weight)
+            self.values[source] = {m: v - self.drop(source, m, key) for m, v in self.values[source].items()}
+        self.values[wid] = self.projected(wid, weight)
         self.ledger.move(key, wid, reason, detail)
 
     # -- phases ----------------------------------------------------------------------------------------------------
@@ -202,7 +270,7 @@ class VarianceDecider:
                 chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the owner goes back
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
-            self._apply(lease.key, wid, priority_reason(lease), detail)
+            self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
 
     def _spill_reason(self, key: str) -> None:
@@ -221,10 +289,10 @@ class VarianceDecider:
                 self.ledger.held.append(Unplaced(key, owner, reason, "draining; no worker can take it"))
                 continue
             neg_room, _, wid = heapq.heappop(heap)
-            self._apply(key, wid, MoveReason.DRAIN, f"{owner} draining; most room {-neg_room:.3g}")
+            self.apply(key, wid, MoveReason.DRAIN, f"{owner} draining; most room {-neg_room:.3g}")
             self._requeue(heap, wid)
 
-    def _half_band(self, metric: str) -> float:
+    def half_band(self, metric: str) -> float:
         """Half the width of the balanced band around the average: the threshold share, at least the absolute floor."""
         avg = self.averages[metric]
         return max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
@@ -239,7 +307,7 @@ class VarianceDecider:
         best_total = 0.0
         for metric, avg in self.averages.items():
             holders = [wid for wid in self.active if metric in self.values[wid]]
-            half = self._half_band(metric)
+            half = self.half_band(metric)
             upper, lower = avg + half, avg - half
             vals = {wid: self.values[wid][metric] for wid in holders}
             lim = {wid: self.limits[wid][metric] for wid in holders}
@@ -295,14 +363,14 @@ class VarianceDecider:
             return True
         if not self.config.allow_receiver_above_average:
             return False
-        donor_after = self.values[donor][metric] - self._drop(donor, metric, key)
-        inside = all(v < self.averages[m] + self._half_band(m) for m, v in projected.items())
+        donor_after = self.values[donor][metric] - self.drop(donor, metric, key)
+        inside = all(v < self.averages[m] + self.half_band(m) for m, v in projected.items())
         return inside and metric in projected and projected[metric] <= donor_after
 
     def _give(self, heap: list[HeapEntry], key: str, donor: str, metric: str, budget: float) -> None:
         """Move one donor lease to the first of a few most-room receivers that stays within average and range."""
         weight = self.ledger.weight[key]
-        drop_pct = 100.0 * self._drop(donor, metric, key) / self.averages[metric] if self.averages[metric] else 0.0
+        drop_pct = 100.0 * self.drop(donor, metric, key) / self.averages[metric] if self.averages[metric] else 0.0
         set_aside: list[HeapEntry] = []
         for _ in range(RECEIVER_PROBES):
             if not heap:
@@ -312,7 +380,7 @@ class VarianceDecider:
             set_aside.append(entry)
             if wid == donor:
                 continue
-            projected = self._projected(wid, weight)
+            projected = self.projected(wid, weight)
             if not self._fits(wid, projected, donor, metric, key):
                 continue
             rise_pct = max(
@@ -327,7 +395,7 @@ class VarianceDecider:
                 f"donor {metric}={before:.2f} avg {self.averages[metric]:.2f} budget {budget:.1f} KiB/s; "
                 f"lease {weight:.1f} KiB/s; receiver room {-entry[0]:.3g}"
             )
-            self._apply(key, wid, MoveReason.for_metric(metric), detail)
+            self.apply(key, wid, MoveReason.for_metric(metric), detail)
             self._requeue(heap, wid)
             break
         for entry in set_aside:
@@ -353,7 +421,9 @@ class VarianceDecider:
         heap = self._queue()
         self._assign_priority(heap)
         self._drain(heap)
-        if balance:
+        if balance and self.config.balancing is Balancing.BAND:
+            balance_band(self, notes)
+        elif balance:
             self._balance(notes)
         return Plan(
             strategy="variance",

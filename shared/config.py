@@ -76,6 +76,7 @@ class Settings(BaseSettings):
     rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
     rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
     allow_receiver_above_average: bool = True
+    variance_balancing: Literal["band", "kcl"] = "band"
 
     # Worker metrics.
     disable_worker_metrics: bool = False

@@ -6,7 +6,20 @@ import random
 
 import pytest
 
-from bench.fleet_sim import KCL2, LEASE_COUNT, QUICK, VARIANCE, Result, run_scenario, scenarios
+from bench.fleet_sim import (
+    KCL2,
+    LEASE_COUNT,
+    QUICK,
+    VARIANCE,
+    VARIANCE_KCL,
+    Fleet,
+    Result,
+    Stream,
+    minimum_moves,
+    run_scenario,
+    scenarios,
+    within_bound,
+)
 from bench.kcl2_taker import Kcl2Taker
 from bench.store_counter import WRITE_KINDS, CountingStore
 from shared.clock import ManualClock
@@ -23,7 +36,7 @@ def _run(name: str) -> dict[str, Result]:
 @pytest.mark.parametrize("name", ["cold-start", "crash"])
 def test_every_lease_ends_on_a_live_worker_and_moves_cover_the_forced_ones(name: str) -> None:
     results = _run(name)
-    assert set(results) == {VARIANCE, LEASE_COUNT, KCL2}
+    assert set(results) == {VARIANCE, VARIANCE_KCL, LEASE_COUNT, KCL2}
     for variant, result in results.items():
         assert (result.unowned, result.dead_owned, result.missing) == (0, 0, 0), variant
         assert result.forced > 0
@@ -46,6 +59,33 @@ def test_crashed_workers_leases_move_by_plain_assignment_or_kcl2_takes() -> None
     results = _run("crash")
     assert results[VARIANCE].counts.get("assign", 0) >= results[VARIANCE].forced
     assert results[KCL2].counts.get("take", 0) >= results[KCL2].forced
+
+
+def test_band_balancing_settles_a_scale_out_in_fewer_balancing_runs_than_kcl_budgets() -> None:
+    results = _run("scale-out+2")
+    band, kcl = results[VARIANCE], results[VARIANCE_KCL]
+    assert band.cpu.balancing_runs is not None and band.cpu.final <= 1.10
+    assert kcl.cpu.balancing_runs is None or band.cpu.balancing_runs <= kcl.cpu.balancing_runs
+    assert (band.unowned, band.dead_owned) == (0, 0)
+
+
+def test_balance_bound_lets_a_worker_carry_one_shard_heavier_than_the_mean() -> None:
+    # Shards of 1024, 512 and 341 KiB/s (Zipf exponent 1) on two workers: mean 938.5 is below the 1024 shard, so its
+    # holder may carry up to 1.1 x 1024 = 1126.4, the other worker up to 1.1 x 938.5 = 1032.4.
+    stream = Stream.zipf(3, 1.0, random.Random(3))
+    fleet = Fleet(VARIANCE, "worker", stream, seed=1)
+    fleet.add_workers(2)
+    heavy, medium, light = sorted(stream.kbps, key=lambda k: -stream.kbps[k])
+    for key in (heavy, medium, light):
+        fleet.store.create_lease(Lease(key))
+    fleet.store.assign(heavy, "w0000", None, None)
+    fleet.store.assign(medium, "w0001", None, None)
+    fleet.store.assign(light, "w0001", None, None)
+    assert within_bound(fleet, "tp")  # 1024 and 853
+    fleet.store.assign(medium, "w0000", "w0001", None)
+    assert not within_bound(fleet, "tp")  # 1536 > 1126.4
+    # w0001 (341) can take at most 1032.4 - 341 = 691.4: the 1024 shard would cost a second move, the 512 one fits.
+    assert minimum_moves(fleet) == (0, 1)
 
 
 def test_counting_store_counts_scan_pages_and_writes_by_kind() -> None:

@@ -1,13 +1,21 @@
+import dataclasses
 import math
 
 import pytest
 
 from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig
+from coordinator.decider_config import Balancing
+from coordinator.decider_config import DeciderConfig as _DeciderConfig
 from coordinator.moves import MoveReason, UnplacedReason, WorkerStatus
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from coordinator.variance import classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
+
+
+def DeciderConfig(**settings: object) -> _DeciderConfig:  # noqa: N802 - reads like the class it builds
+    """These tests cover KCL balancing (`variance_balancing = kcl`); band balancing is in test_band_balance.py."""
+    return _DeciderConfig(balancing=Balancing.KCL, **settings)  # type: ignore[arg-type]
+
 
 # KCL's own tests run with dampening 80; dead band 0 switches off shardherd's churn guard to match KCL exactly.
 # KCL's own semantics (its tests use dampening 80): no dead-band, no band floor, receivers stop at the average.
@@ -156,16 +164,20 @@ def test_receiver_may_pass_the_average_inside_the_band_when_it_narrows_the_sprea
     assert after == {"hot": pytest.approx(98.0), "take": pytest.approx(94.0)}
 
 
-def test_expected_values_replace_stale_reports() -> None:
-    # hot 90, cold 10, avg 50; budget 90 * 40/90 * 0.6 = 24 < 30, so overshoot moves one 30 KiB/s lease:
-    # T = 90/2 = 45, cold projects to 10 + 30 * 50/45 = 43.3 <= 50.
-    leases = [owned("a", "hot", 30.0), owned("b", "hot", 30.0), owned("c", "hot", 30.0)]
+def test_reports_that_lag_behind_a_move_are_caught_up_from_the_throughput_history() -> None:
+    # hot reports 90 and cold 10 while they carried 90 and 10 KiB/s (CPU = throughput here); the leader has since
+    # moved the 40 KiB/s lease z, so they carry 50 each. Without the history the decider believes the stale 90/10.
+    leases = [owned("x", "hot", 50.0), owned("y", "cold", 10.0), owned("z", "cold", 40.0)]
     fleet = [cpu("hot", 90), cpu("cold", 10)]
-    assert decide(Snapshot.of(leases, fleet), DeciderConfig(), balance=True).moves
-    # The leader already moved load and projects both at 50: the stale 90/10 reports must not move more.
-    projected = [WorkerView(w.worker_id, w.metric_stats, w.operating_range, expected={"C": 50.0}) for w in fleet]
-    plan = decide(Snapshot.of(leases, projected), DeciderConfig(), balance=True)
-    assert plan.moves == () and plan.averages == {"C": 50.0}
+    stale = decide(Snapshot.of(leases, fleet), DeciderConfig(), balance=True)
+    assert {w.worker_id: w.metrics_before["C"] for w in stale.workers} == {"hot": 90.0, "cold": 10.0}
+    # With it: slope = avg 50 / 50 KiB/s carried per worker = 1, so hot 90 + (50 - 90) = 50, cold 10 + 40 = 50.
+    caught_up = [dataclasses.replace(fleet[0], throughput_history=(90.0, 90.0)),
+                 dataclasses.replace(fleet[1], throughput_history=(10.0, 10.0))]
+    plan = decide(Snapshot.of(leases, caught_up), DeciderConfig(), balance=True)
+    assert plan.moves == () and plan.averages == {"C": pytest.approx(50.0)}
+    assert {w.worker_id: w.metrics_after["C"] for w in plan.workers} == {"hot": pytest.approx(50.0),
+                                                                         "cold": pytest.approx(50.0)}
 
 
 def test_band_floor_ignores_noise_on_an_idle_fleet() -> None:

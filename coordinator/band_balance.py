@@ -1,0 +1,230 @@
+"""Band balancing, strategy `variance`'s default: workers outside the band get back into it with few moves.
+
+Every worker outside the threshold band is brought back into it in one run, with as few lease moves as the leases
+allow.
+
+KCL gives each donor a dampened budget (60 % of its excess over the average) and walks its leases while they fit
+under it, so a donor moves its small leases first and a fleet needs many balancing runs and extra moves to settle
+(docs/kcl-differences.md has the fleet-simulator figures). Here the band decides how much moves and dampening only
+decides where inside the band a donor should land:
+
+* shed: each worker above the band (or its operating range), most excess first, gives away the lease that lands it
+  inside the band closest to its target `avg + (1 - dampening) x (value - avg)` (at most halfway between the average
+  and the band's edge); if no single lease does, its largest lease that keeps it above the band, and so on. Each
+  lease goes to the least loaded worker that stays inside the band and not above the donor afterwards.
+* fill: each worker below the band, least loaded first, takes from the most loaded workers above the average the
+  lease that lands it closest to the average without pushing the giver below the band or below the receiver.
+
+Moves below `rebalance_dead_band_percentage` are not made, leases balancing moved recently stay put, and every
+receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in KCL mode.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from coordinator.moves import MoveReason
+
+if TYPE_CHECKING:
+    from coordinator.variance import VarianceDecider
+
+# How many of the least (or most) loaded workers one lease is tried against: bounds a run's cost on big fleets.
+PROBES = 8
+# A worker takes part in at most this many moves per side in one run; a safety bound, never reached in practice.
+MAX_MOVES_PER_WORKER = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """The balanced band of one metric: average, lower and upper edge."""
+
+    metric: str
+    avg: float
+    lower: float
+    upper: float
+
+
+def metric_to_balance(decider: VarianceDecider) -> Band | None:
+    """The metric whose workers stray furthest outside the band (summed distance), or None if all are inside."""
+    best: tuple[float, Band] | None = None
+    for metric, avg in decider.averages.items():
+        half = decider.half_band(metric)
+        band = Band(metric, avg, avg - half, avg + half)
+        stray = 0.0
+        for wid in decider.active:
+            value = decider.values[wid].get(metric)
+            if value is None or wid in decider.unsettled:
+                continue
+            ceiling = min(band.upper, decider.limits[wid][metric])
+            stray += max(0.0, value - ceiling) + max(0.0, band.lower - value)
+        if stray > 0 and (best is None or stray > best[0]):
+            best = (stray, band)
+    return None if best is None else best[1]
+
+
+class BandBalancer:
+    """One balancing pass on one metric over a `VarianceDecider`'s in-memory state (values, ledger)."""
+
+    def __init__(self, decider: VarianceDecider, band: Band) -> None:
+        self.d = decider
+        self.band = band
+        self.metric = band.metric
+        self.reason = MoveReason.for_metric(band.metric)
+        self.holders = [wid for wid in decider.active
+                        if self.metric in decider.values[wid] and wid not in decider.unsettled]
+
+    # -- helpers ---------------------------------------------------------------------------------------------------
+    def value(self, wid: str) -> float:
+        """The worker's current (in-memory, projected) value of the balanced metric."""
+        return self.d.values[wid][self.metric]
+
+    def ceiling(self, wid: str) -> float:
+        """Highest value the worker may have: the band's upper edge or its operating range, whichever is lower."""
+        return min(self.band.upper, self.d.limits[wid][self.metric])
+
+    def margin(self) -> float:
+        """How far below the band a worker must be before leases are pulled to it: the dead-band (KCL #1814)."""
+        return self.band.avg * self.d.config.rebalance_dead_band_percentage / 100.0
+
+    def _ordered(self, descending: bool) -> Iterator[str]:
+        """Holders from least (or most) loaded on, re-reading values as moves change them (lazy heap)."""
+        sign = -1.0 if descending else 1.0
+        heap = [(sign * self.value(w), w) for w in self.holders]
+        heapq.heapify(heap)
+        while heap:
+            key, wid = heapq.heappop(heap)
+            if key != sign * self.value(wid):
+                heapq.heappush(heap, (sign * self.value(wid), wid))
+                continue
+            yield wid
+
+    def _receiver_fits(self, wid: str, key: str, giver_before: float) -> float | None:
+        """The receiver's value after taking `key`, if it stays inside every band and range and below the giver.
+
+        Below the giver's value before the move, so the pair's peak falls and the next run cannot undo the move.
+        """
+        d = self.d
+        if not d.assignable(wid):
+            return None
+        projected = d.projected(wid, d.ledger.weight[key])
+        for metric, value in projected.items():
+            if value > min(d.averages[metric] + d.half_band(metric), d.limits[wid][metric]):
+                return None
+        after = projected[self.metric]
+        return after if after < giver_before else None
+
+    def _worth_it(self, giver: str, receiver: str, key: str, receiver_after: float) -> bool:
+        """False if the move changes the gap between the two by less than the dead-band (KCL #1814)."""
+        avg = self.band.avg
+        if avg <= 0:
+            return True
+        change = self.d.drop(giver, self.metric, key) + receiver_after - self.value(receiver)
+        return 100.0 * change / avg >= self.d.config.rebalance_dead_band_percentage
+
+    def _move(self, key: str, giver: str, receiver: str, landed: float, why: str) -> None:
+        b, before = self.band, self.value(giver)
+        after = before - self.d.drop(giver, self.metric, key)
+        detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
+                  f"{before:.2f} -> {after:.2f}, {receiver} {self.value(receiver):.2f} -> {landed:.2f}")
+        self.d.apply(key, receiver, self.reason, detail)
+
+    # -- shed ------------------------------------------------------------------------------------------------------
+    def shed(self) -> None:
+        """Bring every worker above its ceiling back under it, most excess first."""
+        over = [w for w in self.holders if self.value(w) > self.ceiling(w)]
+        over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
+        for donor in over:
+            for _ in range(MAX_MOVES_PER_WORKER):
+                if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor):
+                    break
+
+    def _shed_candidates(self, donor: str) -> list[str]:
+        """The donor's movable leases in order of preference (by its value after giving each away)."""
+        d, value, ceiling = self.d, self.value(donor), self.ceiling(donor)
+        half = self.band.upper - self.band.avg
+        damp = d.config.dampening_percentage / 100.0
+        target = min(self.band.avg + (1.0 - damp) * (value - self.band.avg), ceiling - half / 2)
+        landing, short, beyond = [], [], []
+        for key in d.ledger.held_by.get(donor, {}):
+            if not d.ledger.rebalanceable(key):
+                continue
+            after = value - d.drop(donor, self.metric, key)
+            if after > ceiling:
+                short.append((key, after))
+            elif after >= self.band.lower:
+                landing.append((key, after))
+            else:
+                beyond.append((key, after))
+        landing.sort(key=lambda c: (abs(c[1] - target), c[0]))
+        short.sort(key=lambda c: (c[1], c[0]))  # the biggest step towards the band first
+        beyond.sort(key=lambda c: (-c[1], c[0]))  # the smallest overshoot first
+        ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
+        return [key for key, _ in ordered]
+
+    def _shed_one(self, donor: str) -> bool:
+        for key in self._shed_candidates(donor):
+            probed = 0
+            for receiver in self._ordered(descending=False):
+                if receiver == donor:
+                    continue
+                probed += 1
+                if probed > PROBES:
+                    break
+                landed = self._receiver_fits(receiver, key, self.value(donor))
+                if landed is not None and self._worth_it(donor, receiver, key, landed):
+                    self._move(key, donor, receiver, landed, "above the band: shed")
+                    return True
+        return False
+
+    # -- fill ------------------------------------------------------------------------------------------------------
+    def fill(self) -> None:
+        """Lift every worker below the band into it, least loaded first, from the most loaded workers."""
+        floor = self.band.lower - self.margin()
+        under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
+        for receiver in under:
+            for _ in range(MAX_MOVES_PER_WORKER):
+                if self.value(receiver) >= self.band.lower or not self._fill_one(receiver):
+                    break
+
+    def _fill_one(self, receiver: str) -> bool:
+        d, best, best_score = self.d, None, None
+        probed = 0
+        for giver in self._ordered(descending=True):
+            if self.value(giver) < self.band.avg + (self.band.upper - self.band.avg) / 2 or probed >= PROBES:
+                break
+            if giver == receiver:
+                continue
+            probed += 1
+            for key in d.ledger.held_by.get(giver, {}):
+                if not d.ledger.rebalanceable(key):
+                    continue
+                giver_after = self.value(giver) - d.drop(giver, self.metric, key)
+                if giver_after < self.band.lower:
+                    continue
+                landed = self._receiver_fits(receiver, key, self.value(giver))
+                if landed is None or not self._worth_it(giver, receiver, key, landed):
+                    continue
+                # Landing inside the band, closest to the average, beats any partial lift; else the biggest lift.
+                score = (0, abs(landed - self.band.avg)) if landed >= self.band.lower else (1, -landed)
+                if best_score is None or score < best_score:
+                    best, best_score = (key, giver, landed), score
+        if best is None:
+            return False
+        key, giver, landed = best
+        self._move(key, giver, receiver, landed, "below the band: fill")
+        return True
+
+
+def balance_band(decider: VarianceDecider, notes: list[str]) -> None:
+    """One band-balancing pass: shed, then fill, on the metric furthest out of band."""
+    band = metric_to_balance(decider)
+    if band is None:
+        notes.append("balancing: no metric out of band")
+        return
+    notes.append(f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]")
+    balancer = BandBalancer(decider, band)
+    balancer.shed()
+    balancer.fill()
