@@ -22,6 +22,8 @@ receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and it
 from __future__ import annotations
 
 import heapq
+import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -82,8 +84,20 @@ class BandBalancer:
         return self.d.values[wid][self.metric]
 
     def ceiling(self, wid: str) -> float:
-        """Highest value the worker may have: the band's upper edge or its operating range, whichever is lower."""
-        return min(self.band.upper, self.d.limits[wid][self.metric])
+        """Highest value the worker may keep: the band's upper edge or its operating range, whichever is lower.
+
+        A worker whose heaviest lease alone would put it above that (one shard hotter than a fair share) may keep
+        that lease plus half a band: shedding all of its other leases would move many shards and still leave it
+        above the band.
+        """
+        d = self.d
+        edge = min(self.band.upper, d.limits[wid][self.metric])
+        weights = [d.ledger.weight[k] for k in d.ledger.held_by.get(wid, {})]
+        if not weights or wid in d.default:
+            return edge
+        line = d.lines[self.metric]
+        alone = line.base + line.slope * max(weights)
+        return max(edge, alone + (self.band.upper - self.band.avg))
 
     def margin(self) -> float:
         """How far below the band a worker must be before leases are pulled to it: the dead-band (KCL #1814)."""
@@ -141,12 +155,14 @@ class BandBalancer:
                 if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor):
                     break
 
+    def _target(self, donor: str) -> float:
+        """Where a donor should land: the average (what its receivers lack), or below an operating range under it."""
+        return min(self.band.avg, self.ceiling(donor) - (self.band.upper - self.band.avg) / 2)
+
     def _shed_candidates(self, donor: str) -> list[str]:
         """The donor's movable leases in order of preference (by its value after giving each away)."""
         d, value, ceiling = self.d, self.value(donor), self.ceiling(donor)
-        half = self.band.upper - self.band.avg
-        damp = d.config.dampening_percentage / 100.0
-        target = min(self.band.avg + (1.0 - damp) * (value - self.band.avg), ceiling - half / 2)
+        target = self._target(donor)
         landing, short, beyond = [], [], []
         for key in d.ledger.held_by.get(donor, {}):
             if not d.ledger.rebalanceable(key):
@@ -164,7 +180,11 @@ class BandBalancer:
         ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
         return [key for key, _ in ordered]
 
-    def _shed_one(self, donor: str) -> bool:
+    def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf) -> bool:
+        """One move (or trade, if `trades`) that brings the donor towards its ceiling; False if there is none.
+
+        Receivers end below the donor's value and below `cap` (a push's original peak).
+        """
         for key in self._shed_candidates(donor):
             probed = 0
             for receiver in self._ordered(descending=False):
@@ -173,11 +193,80 @@ class BandBalancer:
                 probed += 1
                 if probed > PROBES:
                     break
-                landed = self._receiver_fits(receiver, key, self.value(donor))
+                landed = self._receiver_fits(receiver, key, min(self.value(donor), cap))
                 if landed is not None and self._worth_it(donor, receiver, key, landed):
                     self._move(key, donor, receiver, landed, "above the band: shed")
                     return True
+        return trades and (self._swap_one(donor) or self._push_one(donor))
+
+    def _push_one(self, donor: str) -> bool:
+        """Hand a lease too heavy for anyone to a worker that can then shed enough lighter leases to stay in band.
+
+        The last resort for a worker holding several hot shards: each is heavier than any other worker's room, so
+        it moves only if its receiver can give away enough of its own lighter leases in the same run to get back to
+        the average (and the lease cannot bounce back: balancing leaves it alone for a while).
+        """
+        d, metric, peak = self.d, self.metric, self.value(donor)
+        if peak <= self.band.upper:  # only above the band itself, not merely above an operating range inside it
+            return False
+        for key in self._shed_candidates(donor):
+            weight = d.ledger.weight[key]
+            for receiver in itertools.islice(self._ordered(descending=False), PROBES + 1):
+                if receiver == donor or not d.assignable(receiver):
+                    continue
+                landed = d.projected(receiver, weight)[metric]
+                bound = min(self.ceiling(receiver), peak)
+                if landed <= bound or landed > d.limits[receiver][metric]:
+                    continue  # it fits (a plain move was refused for another reason), or it breaks the range
+                light = [d.drop(receiver, metric, k) for k in d.ledger.held_by.get(receiver, {})
+                         if d.ledger.rebalanceable(k) and d.ledger.weight[k] < weight]
+                if sum(light) < landed - min(bound, self.band.avg):
+                    continue
+                self._move(key, donor, receiver, landed, "above the band: push (the receiver sheds next)")
+                for _ in range(MAX_MOVES_PER_WORKER):
+                    if self.value(receiver) <= bound or not self._shed_one(receiver, trades=False, cap=peak):
+                        break
+                return True
         return False
+
+    def _swap_one(self, donor: str) -> bool:
+        """No receiver can take any donor lease inside the band: trade one for a lighter lease of the receiver.
+
+        With few, lumpy leases per worker (a shard that just turned hot), the donor's smallest lease can be too big
+        for every other worker, while giving it and taking back a lighter one lands both inside the band.
+        """
+        d, metric, value = self.d, self.metric, self.value(donor)
+        ceiling, target = self.ceiling(donor), self._target(donor)
+        if not d.assignable(donor):
+            return False
+        best: tuple[float, str, str, str] | None = None
+        keys = [k for k in d.ledger.held_by.get(donor, {}) if d.ledger.rebalanceable(k)]
+        receivers = [w for w in itertools.islice(self._ordered(descending=False), PROBES + 1) if w != donor][:PROBES]
+        for receiver in receivers:
+            if not d.assignable(receiver):
+                continue
+            r_value, r_ceiling = self.value(receiver), self.ceiling(receiver)
+            returns = [j for j in d.ledger.held_by.get(receiver, {}) if d.ledger.rebalanceable(j)]
+            for key in keys:
+                weight = d.ledger.weight[key]
+                given = value - d.drop(donor, metric, key)
+                taken = d.projected(receiver, weight)[metric] - r_value
+                for back in returns:
+                    if d.ledger.weight[back] >= weight:
+                        continue
+                    d_after = given + d.projected(donor, d.ledger.weight[back])[metric] - value
+                    r_after = r_value + taken - d.drop(receiver, metric, back)
+                    if not (self.band.lower <= d_after <= ceiling and r_after <= r_ceiling and r_after < value):
+                        continue
+                    score = abs(d_after - target) + abs(r_after - self.band.avg)
+                    if best is None or score < best[0]:
+                        best = (score, receiver, key, back)
+        if best is None:
+            return False
+        _, receiver, key, back = best
+        self._move(key, donor, receiver, d.projected(receiver, d.ledger.weight[key])[metric], "swap: give")
+        self._move(back, receiver, donor, d.projected(donor, d.ledger.weight[back])[metric], "swap: take back")
+        return True
 
     # -- fill ------------------------------------------------------------------------------------------------------
     def fill(self) -> None:
@@ -193,7 +282,7 @@ class BandBalancer:
         d, best, best_score = self.d, None, None
         probed = 0
         for giver in self._ordered(descending=True):
-            if self.value(giver) < self.band.avg + (self.band.upper - self.band.avg) / 2 or probed >= PROBES:
+            if self.value(giver) <= self.band.avg or probed >= PROBES:
                 break
             if giver == receiver:
                 continue
@@ -228,3 +317,4 @@ def balance_band(decider: VarianceDecider, notes: list[str]) -> None:
     balancer = BandBalancer(decider, band)
     balancer.shed()
     balancer.fill()
+

@@ -17,6 +17,7 @@ from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
 from coordinator.liveness import LivenessTracker
+from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from coordinator.shard_sync import plan_shard_sync
@@ -53,6 +54,7 @@ class _Term:
     tracker: LivenessTracker
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
     reports: dict[str, _Reports] = field(default_factory=dict)
+    lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     runs: int = 0
     shards: list[Shard] | None = None
@@ -171,8 +173,9 @@ class LeaderLoop:
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
         shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
-        views = self._lease_views(shadow, scan.leases, active, now)
-        return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active)), self._decider, True)
+        views = self._lease_views(shadow, scan.leases, workers, now)
+        lines = term.lines if term is not None else {}
+        return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active), lines), self._decider, True)
 
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
@@ -191,12 +194,14 @@ class LeaderLoop:
             tally = self._sync_shards(term, leases, fence, now)
             synced = True
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
-        views = self._lease_views(term, leases.values(), active, now)
+        # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
+        views = self._lease_views(term, leases.values(), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
-        plan = decide(Snapshot.of(views, workers), self._decider, balance)
+        plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
+        term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
@@ -211,9 +216,9 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced,
         )
 
-    def _lease_views(self, term: _Term, leases: Collection[Lease], active: list[WorkerRecord],
+    def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
                      now: float) -> list[LeaseView]:
-        owners = {worker.worker_id: worker for worker in active}
+        owners = {worker.worker_id: worker for worker in reporters}
         views = []
         seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
         for lease in leases:

@@ -6,6 +6,8 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from coordinator.load_model import Line
+
 
 class MoveReason(enum.Enum):
     """Why a lease gets a new owner."""
@@ -106,6 +108,7 @@ class Plan:
     workers: tuple[WorkerSummary, ...]
     averages: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    fitted: Mapping[str, Line] = field(default_factory=dict)  # lines fitted in this run (the leader keeps them)
 
     def moves_by_reason(self) -> dict[MoveReason, int]:
         """How many moves each reason produced (for the run summary)."""

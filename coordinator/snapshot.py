@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from coordinator.load_model import Line
 from shared.errors import ShardherdError
 from shared.lease import Lease
 from shared.worker import WorkerRecord
@@ -120,10 +121,15 @@ class WorkerView:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Leases (sorted by key) and active workers (sorted by id) for one run; duplicates are rejected."""
+    """Leases (sorted by key) and active workers (sorted by id) for one run; duplicates are rejected.
+
+    `lines` holds the last trustworthy metric/throughput line per metric the leader has seen fitted (this term),
+    used when this run's points do not support a fit (a balanced fleet has too little spread in throughput).
+    """
 
     leases: tuple[LeaseView, ...]
     workers: tuple[WorkerView, ...]
+    lines: Mapping[str, Line] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         leases = tuple(sorted(self.leases, key=lambda lease: lease.key))
@@ -138,6 +144,7 @@ class Snapshot:
         object.__setattr__(self, "workers", workers)
 
     @classmethod
-    def of(cls, leases: Iterable[LeaseView], workers: Iterable[WorkerView]) -> Snapshot:
-        """A snapshot from any iterables of views."""
-        return cls(tuple(leases), tuple(workers))
+    def of(cls, leases: Iterable[LeaseView], workers: Iterable[WorkerView],
+           lines: Mapping[str, Line] | None = None) -> Snapshot:
+        """A snapshot from any iterables of views (and the leader's last fitted lines)."""
+        return cls(tuple(leases), tuple(workers), dict(lines or {}))

@@ -137,12 +137,36 @@ class VarianceDecider:
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
         self.unsettled: set[str] = set()
         self.carried_throughput = self._carried_throughput()
-        self.lines = self._fit(lagged)
+        for wid, seen in lagged.items():
+            now = ledger.known_throughput(wid)
+            if abs(now - seen) > UNSETTLED_SHARE * max(now, seen):
+                self.unsettled.add(wid)
+        self.fitted = self._fit(lagged)
+        self.lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         self._catch_up(lagged)
-        self.averages = self._averages()
-        for metric, avg in self.averages.items():
-            if metric not in self.lines:
-                self.lines[metric] = proportional(avg, self.carried_throughput)
+        if config.balancing is Balancing.BAND:
+            self.averages = self._band_averages()
+        else:
+            self.averages = self._averages()
+            self.lines = {m: proportional(avg, self.carried_throughput) for m, avg in self.averages.items()}
+
+    def _band_averages(self) -> dict[str, float]:
+        """Band mode: each metric's average once every lease has an owner, from the non-draining workers' mean.
+
+        The leases that still need an owner (unassigned, expired, on a draining worker) will add their projected
+        load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
+        unowned leases, so its band sits too high while draining and too low after a crash.
+        """
+        means = self._averages(active_only=True)
+        for metric, mean in means.items():
+            if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
+                self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
+            self.lines.setdefault(metric, proportional(mean, self.carried_throughput))
+        gone = set(self.draining)
+        orphaned = sum(weight for key, weight in self.ledger.weight.items()
+                       if self.ledger.leases[key].needs_owner or self.ledger.owner[key] in gone)
+        share = orphaned / max(1, len(self.active))
+        return {m: mean + self.lines[m].slope * share for m, mean in means.items()}
 
     def _carried_throughput(self) -> float:
         """The KiB/s a worker at the average value carries: KCL's `T`, or in band mode what reporting workers hold.
@@ -158,14 +182,17 @@ class VarianceDecider:
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
     def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
-        """Band mode: each metric's line fitted over (lagged throughput, value) of the reporting workers."""
+        """Band mode: each metric's line fitted over (lagged throughput, value) of the settled reporting workers.
+
+        An unsettled worker's report and its recorded throughput may come from different moments (a report that
+        averages a period before and after a move), so its point would bend the line.
+        """
         if self.config.balancing is not Balancing.BAND:
             return {}
         lines: dict[str, Line] = {}
-        averages = self._averages()
-        for metric, avg in averages.items():
+        for metric, avg in self._averages(active_only=True).items():
             points = [(lagged.get(w, self.ledger.known_throughput(w)), self.values[w][metric]) for w in self.active
-                      if w not in self.default and metric in self.values[w]]
+                      if w not in self.default and w not in self.unsettled and metric in self.values[w]]
             line = fit_line(points, avg)
             if line is not None:
                 lines[metric] = line
@@ -180,22 +207,26 @@ class VarianceDecider:
         """
         if self.ledger.unit_weights:  # no throughput figures: nothing to compare with
             return
-        slopes = {m: proportional(avg, self.carried_throughput).slope for m, avg in self._averages().items()}
+        band = self.config.balancing is Balancing.BAND
+        slopes = {m: proportional(avg, self.carried_throughput).slope
+                  for m, avg in self._averages(active_only=band).items()}
         slopes.update((m, line.slope) for m, line in self.lines.items())
         for wid, seen in lagged.items():
-            now = self.ledger.known_throughput(wid)
-            gap = now - seen
+            gap = self.ledger.known_throughput(wid) - seen
             if not gap:
                 continue
             self.values[wid] = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
-            if abs(gap) > UNSETTLED_SHARE * max(now, seen):
-                self.unsettled.add(wid)
 
-    def _averages(self) -> dict[str, float]:
-        """Per metric: the load of every worker with it (draining ones too) over the non-draining ones."""
+    def _averages(self, active_only: bool = False) -> dict[str, float]:
+        """Per metric: the load of every worker with it over the non-draining ones (KCL's fleet average).
+
+        With `active_only`, draining workers' load is left out (band mode adds their leases' share instead).
+        """
         totals: dict[str, float] = {}
         receivers: dict[str, int] = {}
-        for vals in self.values.values():
+        for wid, vals in self.values.items():
+            if active_only and wid in self.draining:
+                continue
             for metric, value in vals.items():
                 totals[metric] = totals.get(metric, 0.0) + value
                 receivers.setdefault(metric, 0)
@@ -434,6 +465,7 @@ class VarianceDecider:
             workers=tuple(self._summaries()),
             averages=dict(self.averages),
             notes=tuple(notes),
+            fitted=dict(self.fitted),
         )
 
     def _summaries(self) -> list[WorkerSummary]:
