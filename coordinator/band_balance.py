@@ -1,22 +1,26 @@
 """Band balancing, strategy `variance`'s default: workers outside the band get back into it with few moves.
 
-Every worker outside the threshold band is brought back into it in one run, with as few lease moves as the leases
-allow.
-
 KCL gives each donor a dampened budget (60 % of its excess over the average) and walks its leases while they fit
 under it, so a donor moves its small leases first and a fleet needs many balancing runs and extra moves to settle
-(docs/kcl-differences.md has the fleet-simulator figures). Here the band decides how much moves and dampening only
-decides where inside the band a donor should land:
+(docs/kcl-differences.md has the fleet-simulator figures). Here the band decides what moves:
 
 * shed: each worker above the band (or its operating range), most excess first, gives away the lease that lands it
-  inside the band closest to its target `avg + (1 - dampening) x (value - avg)` (at most halfway between the average
-  and the band's edge); if no single lease does, its largest lease that keeps it above the band, and so on. Each
-  lease goes to the least loaded worker that stays inside the band and not above the donor afterwards.
-* fill: each worker below the band, least loaded first, takes from the most loaded workers above the average the
-  lease that lands it closest to the average without pushing the giver below the band or below the receiver.
+  inside the band closest to the average (what the workers below it lack); if no single lease does, its largest
+  lease that keeps it above the band, and so on. Each lease goes to the least loaded worker that stays inside the
+  band and ends below the giver's value before the move (the pair's peak falls; the next run cannot undo it).
+  When no worker can take any of the donor's leases inside the band (few, lumpy leases: a shard that just turned
+  hot), the donor trades a lease for a lighter one of the receiver (swap), or, far above the band, hands its lease
+  to a worker that sheds enough lighter leases in the same run (push).
+* A worker whose heaviest lease alone would put it above the band may keep that lease plus half a band: shedding
+  everything else would move many shards and still leave it above.
+* fill: each worker far below the band (a band's width under it: a new or long-idle worker), least loaded first,
+  takes from the workers above the average the lease that lands it closest to the average without pushing the
+  giver below the band or below the receiver.
 
-Moves below `rebalance_dead_band_percentage` are not made, leases balancing moved recently stay put, and every
-receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in KCL mode.
+Moves below `rebalance_dead_band_percentage` are not made, leases balancing moved recently stay put (the leader's
+cooldown), and every receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating
+range, as in KCL mode. `dampening_percentage` applies to KCL mode only: the leader's catch-up of lagging reports
+(`VarianceDecider`) and the receiver rule above take its place.
 """
 
 from __future__ import annotations
@@ -271,7 +275,9 @@ class BandBalancer:
     # -- fill ------------------------------------------------------------------------------------------------------
     def fill(self) -> None:
         """Lift every worker below the band into it, least loaded first, from the most loaded workers."""
-        floor = self.band.lower - self.margin()
+        # Far below: a band's width under the average (a new or long-idle worker). Lifting one just under the
+        # band would cost moves without lowering any peak.
+        floor = self.band.lower - (self.band.avg - self.band.lower) - self.margin()
         under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
         for receiver in under:
             for _ in range(MAX_MOVES_PER_WORKER):

@@ -1,5 +1,12 @@
 """Strategy `variance`: KCL 3.x's utilisation-aware assignment (reference section 5), with its weak spots fixed.
 
+Balancing comes in two modes (`variance_balancing`): `band` (default, coordinator/band_balance.py: every worker back
+inside the band in one run with as few moves as the leases allow) and `kcl` (KCL's dampened donor budgets, below).
+In both, each worker's reported value is caught up with the load its reports do not show yet (`_catch_up`, from the
+throughput history the leader records at each report). In band mode the decider also fits `value = base + slope x
+throughput` over the fleet (coordinator/load_model.py) to project moves, and its averages count the load of leases
+that still need an owner.
+
 Kept from KCL: EMA of each worker's metric history (alpha 0.5, -1 skipped); invalid and failing workers take no part;
 workers without metrics get a synthetic throughput metric `T` (100 = an average share); priority assignment of
 unassigned then longest-silent expired leases to the worker with most room; balancing on the metric with the largest
@@ -7,7 +14,7 @@ dampened budget, donors above the band or their operating range, the strict `rem
 the smallest lease, receivers never pushed past the fleet average or their operating range, `max_leases_for_worker`
 and KCL's `max_throughput_per_host_kbps` check (before adding a lease).
 
-Differences (each tested in tests/coordinator/test_variance.py):
+Differences (each tested in tests/coordinator/test_variance.py, band mode in test_band_balance.py):
 * Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong (5.7 #10).
 * A total throughput of 0 makes every lease weigh 1 (see `Ledger`), so idle streams balance lease counts instead of
   collapsing into NaN (5.7 #5, #8, #9); the synthetic `T` value is projected exactly (`100 * x / T`), so a worker

@@ -51,8 +51,8 @@ def donor_above_band() -> Snapshot:
 
 def test_donor_sheds_the_single_lease_that_lands_it_in_the_band() -> None:
     snapshot = donor_above_band()
-    # Band: target min(48.75 + 0.4 x 11.25, 53.625 - 4.875 / 2) = 51.19. A00 drops A by 60 x 80/600 = 8 to 52
-    # (inside); B (least loaded, first by id) rises 45 + 8 = 53 <= 53.625 and < 60, so A00 -> B and A is done.
+    # Band: A00 drops A by 60 x 80/600 = 8 to 52, the only lease that lands A inside (a 20 leaves it at 58);
+    # B (least loaded, first by id) rises 45 + 8 = 53 <= 53.625 and < 60, so A00 -> B and A is done.
     band = decide(snapshot, BAND, balance=True)
     assert [(m.lease_key, m.to_worker, m.reason) for m in band.moves] == [("A00", "B", MoveReason.BALANCE_CPU)]
     lower, upper = band_of(band)
@@ -176,15 +176,15 @@ def test_scale_out_is_stable_once_applied() -> None:
 @pytest.mark.parametrize(
     ("d_value", "filled"),
     [
-        (38.0, True),  # far below the band
-        (43.5, True),  # below the fill line 45 - 1 = 44
-        (44.5, False),  # below the band's edge 45 but within the dead-band (2 % of 50 = 1)
+        (38.0, True),  # far below the band: under the fill line 45 - 5 - 1 = 39
+        (43.5, False),  # below the band, but lifting it would lower no peak
+        (44.5, False),  # below the band's edge 45, within the dead-band (2 % of 50 = 1)
     ],
 )
-def test_fill_pulls_from_the_upper_half_beyond_the_dead_band(d_value: float, filled: bool) -> None:
-    # A, B at 54 (9 x 60 KiB/s), C at 92 - D (5 leases), D at d (5 leases): avg 50, band [45, 55], upper half from
-    # 52.5. Nobody is above 55, so only fill can move. Each 60 KiB/s lease moves 54 x 60/540 = 6 points.
-    # d = 38: A00 -> D (38 -> 44, still below), then B00 -> D (44 -> 50). d = 43.5: A00 -> D (43.5 -> 49.5).
+def test_fill_lifts_only_a_worker_far_below_the_band(d_value: float, filled: bool) -> None:
+    # A, B at 54 (9 x 60 KiB/s), C at 92 - D (5 leases), D at d (5 leases): avg 50, band [45, 55]. Nobody is above
+    # 55, so only fill can move, from workers above the average. Each 60 KiB/s lease moves 54 x 60/540 = 6 points.
+    # d = 38: A00 -> D (38 -> 44, still below the band), then B00 -> D (44 -> 50).
     c_value = 92.0 - d_value
     snapshot = fleet({"A": (54.0, [60.0] * 9), "B": (54.0, [60.0] * 9),
                       "C": (c_value, [2 * c_value] * 5), "D": (d_value, [2 * d_value] * 5)})
@@ -195,18 +195,16 @@ def test_fill_pulls_from_the_upper_half_beyond_the_dead_band(d_value: float, fil
         return
     before = {w.worker_id: w.metrics_before["C"] for w in plan.workers}
     assert plan.moves and all(m.to_worker == "D" for m in plan.moves)
-    assert all(before[m.from_owner or ""] >= 52.5 for m in plan.moves)
+    assert all(before[m.from_owner or ""] > 50.0 for m in plan.moves)
     assert 45.0 <= after(plan)["D"] <= 55.0
     assert min(after(plan).values()) >= 45.0 - 1.0
 
 
 def test_scale_out_by_one_worker_fills_it() -> None:
     # 20 workers at CPU 50 (10 x 50 KiB/s each, CPU = 10 + 0.08 x KiB/s) and one new worker at the idle 10:
-    # avg (20 x 50 + 10) / 21 = 48.10, band [43.29, 52.90], fill line 43.29 - 0.96 = 42.33. The new worker is far
-    # below it, but fill only takes from the upper half of the band (>= 50.50) and every old worker is at 50, so
-    # nothing moves and the new worker idles at 10 in every later run too (it holds 0 leases, and no value
-    # changes). With 15 old workers or fewer (upper half <= 50) it is filled in one run; KCL mode's fallback donor
-    # moves one lease to it in the same run. Fill's docstring says givers are the workers "above the average" (48.10).
+    # avg (20 x 50 + 10) / 21 = 48.10, band [43.29, 52.90]. Nobody is above the band; the new worker is far below
+    # it, and every old worker (50) is above the average, so each may give it a lease until it reaches the band.
+    # (A first version took only from the band's upper half, >= 50.50, and left the new worker idle for good.)
     leases = [owned(f"w{i:02d}-{j}", f"w{i:02d}", 50.0) for i in range(20) for j in range(10)]
     workers = [cpu(f"w{i:02d}", 50.0) for i in range(20)] + [cpu("new", 10.0)]
     plan = decide(Snapshot.of(leases, workers), BAND, balance=True)
@@ -353,3 +351,51 @@ def test_same_snapshot_same_plan(build: object) -> None:
     shuffled = list(snapshot.leases)
     random.Random(3).shuffle(shuffled)
     assert decide(Snapshot.of(shuffled, reversed(snapshot.workers)), BAND, balance=True) == plan
+
+
+# -- lumpy leases: swap, push, a lease heavier than a fair share ----------------------------------------------------
+
+
+def test_swap_when_no_receiver_can_take_any_donor_lease_inside_the_band() -> None:
+    # A: 300 + 250 KiB/s (CPU 55); B, C, D: 200 + 150 + 100 (45). avg 47.5, band [42.75, 52.25]. Any single A lease
+    # puts its receiver at 70 or 75. Trading A's 250 for B's 200: A 55 - 25 + 20 = 50, B 45 + 25 - 20 = 50.
+    snapshot = fleet({"A": (55.0, [300.0, 250.0]), "B": (45.0, [200.0, 150.0, 100.0]),
+                      "C": (45.0, [200.0, 150.0, 100.0]), "D": (45.0, [200.0, 150.0, 100.0])})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A01", "A", "B"), ("B00", "B", "A")]
+    assert after(plan) == pytest.approx({"A": 50.0, "B": 50.0, "C": 45.0, "D": 45.0})
+    assert "swap" in plan.moves[0].detail
+
+
+def test_push_hands_a_hot_lease_on_when_its_receiver_can_shed_the_difference() -> None:
+    # A: two 300 KiB/s shards (CPU 60); B, C, D: 9 x 50 (45). avg 48.75, band [43.875, 53.625]. No receiver can
+    # take a 300 inside the band and no single lighter lease can be traded back; A is above the band, so it pushes
+    # one to a receiver, which then sheds 50s (to the least loaded, A included) until it is back under the band.
+    snapshot = fleet({"A": (60.0, [300.0, 300.0]), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (45.0, [50.0] * 9)})
+    plan = decide(snapshot, BAND, balance=True)
+    lower, upper = band_of(plan)
+    assert "push" in plan.moves[0].detail
+    assert max(after(plan).values()) < 60.0  # the peak fell
+    assert all(lower <= v <= upper for v in after(plan).values())
+    assert counts(plan)["A"] >= 2 and sum(counts(plan).values()) == 29
+
+
+def test_worker_whose_heaviest_lease_tops_the_band_keeps_it_and_half_a_band() -> None:
+    # A: one 500 KiB/s shard and 5 x 20 (CPU 60); B, C: 300 (30). Fit: base 0, slope 0.1. avg 40, band [36, 44]:
+    # A cannot get inside while it holds the 500 (50 alone), so its ceiling is 50 + 4 = 54: three 20s move
+    # (60 -> 54), not all five (which would leave it at 50, still above the band).
+    snapshot = fleet({"A": (60.0, [500.0] + [20.0] * 5), "B": (30.0, [100.0] * 3), "C": (30.0, [100.0] * 3)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert len(plan.moves) == 3 and {m.lease_key for m in plan.moves} <= {f"A{i:02d}" for i in range(1, 6)}
+    assert after(plan)["A"] == pytest.approx(54.0)
+
+
+def test_band_average_counts_the_load_of_leases_that_need_an_owner() -> None:
+    # A and B report 40 on 400 KiB/s each; X (200 KiB/s) expired under a dead worker. KCL averages the reports (40);
+    # band mode adds X's share at the fleet's slope 40/400: 40 + 0.1 x 200 / 2 = 50, the level after placement.
+    leases = [owned(f"{w}{i}", w, 100.0) for w in "AB" for i in range(4)]
+    leases.append(owned("X", "dead", 200.0, expired=True, silent_ms=12_000))
+    snapshot = Snapshot.of(leases, [cpu("A", 40.0), cpu("B", 40.0)])
+    assert decide(snapshot, BAND, balance=False).averages == {"C": pytest.approx(50.0)}
+    assert decide(snapshot, KCL, balance=False).averages == {"C": pytest.approx(40.0)}

@@ -230,3 +230,36 @@ def test_dry_run_plans_without_writing(loop_store: LeaseStore) -> None:
     plan = fleet.loop.dry_run()
     assert plan.moves and all(move.to_worker == "w2" for move in plan.moves)
     assert {lease.lease_key: lease for lease in loop_store.scan_leases().leases} == before
+
+
+def test_a_dead_workers_leases_keep_the_throughput_it_last_reported(loop_store: LeaseStore) -> None:
+    # Worker mode: per-lease throughput lives only in heartbeats, so after w2 dies the leader still sizes w2's
+    # leases by its last report (100 KiB/s each) instead of the mean of the figures it has (10, w1's).
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    held = {w: sorted(k for k, owner in fleet.owners().items() if owner == w) for w in ("w1", "w2")}
+    assert len(held["w1"]) == len(held["w2"]) == 2
+    size = {"w1": 10.0, "w2": 100.0}
+
+    def report(worker: str) -> None:
+        fleet.beats[worker] += 1
+        loop_store.upsert_worker(WorkerRecord(worker, int(fleet.clock.time()), heartbeat=fleet.beats[worker],
+                                              lease_throughput=dict.fromkeys(held[worker], size[worker])))
+
+    report("w2")
+    fleet.alive.discard("w2")  # kill -9 right after its last heartbeat
+    fleet.alive.discard("w1")
+    failover_run = None
+    for _ in range(8):  # past the failover time: w1 keeps reporting, w2 is silent
+        report("w1")
+        fleet.lock.tick()
+        summary = fleet.loop.run_once()
+        if summary is not None and summary.plan is not None and summary.plan.moves:
+            failover_run = summary.plan
+        fleet.clock.advance(INTERVAL)
+    assert all(fleet.owners()[key] == "w1" for key in held["w2"])
+    assert failover_run is not None
+    assert {m.reason for m in failover_run.moves} == {MoveReason.EXPIRED}
+    w1 = next(w for w in failover_run.workers if w.worker_id == "w1")
+    assert (w1.throughput_before, w1.throughput_after) == pytest.approx((2 * 10.0, 2 * 10.0 + 2 * 100.0))
