@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 PROBES = 8
 # A worker takes part in at most this many moves per side in one run; a safety bound, never reached in practice.
 MAX_MOVES_PER_WORKER = 64
+# Relative slack on the band's edges, so a value computed to sit exactly on an edge counts as inside.
+ROUNDING = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +60,8 @@ def metric_to_balance(decider: VarianceDecider) -> Band | None:
     best: tuple[float, Band] | None = None
     for metric, avg in decider.averages.items():
         half = decider.half_band(metric)
-        band = Band(metric, avg, avg - half, avg + half)
+        slack = ROUNDING * max(1.0, abs(avg))  # a worker exactly on an edge is inside, whatever the float rounding
+        band = Band(metric, avg, avg - half - slack, avg + half + slack)
         stray = 0.0
         for wid in decider.active:
             value = decider.values[wid].get(metric)
@@ -278,6 +281,8 @@ class BandBalancer:
         # Far below: a band's width under the average (a new or long-idle worker). Lifting one just under the
         # band would cost moves without lowering any peak.
         floor = self.band.lower - (self.band.avg - self.band.lower) - self.margin()
+        if self.d.count_only:  # idle stream: only a worker with less than half the average count (a new one)
+            floor = min(floor, self.band.avg / 2)
         under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
         for receiver in under:
             for _ in range(MAX_MOVES_PER_WORKER):

@@ -54,7 +54,7 @@ from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 RECEIVER_PROBES = 8
 # Band mode: a worker whose reports miss more than this share of its throughput change, with no fitted line to
 # project the rest, sits out balancing until its reports catch up (see `_catch_up`).
-UNSETTLED_SHARE = 0.25
+UNSETTLED_SHARE = 0.4
 
 HeapEntry = tuple[float, int, str]
 
@@ -123,7 +123,7 @@ class VarianceDecider:
         lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
         # With no throughput figure at all (idle stream, new application) no metric can be tied to a lease: band
         # balancing then spreads lease counts, through the throughput-share metric every lease weighing 1.
-        count_only = config.balancing is Balancing.BAND and ledger.unit_weights
+        self.count_only = count_only = config.balancing is Balancing.BAND and ledger.unit_weights
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
@@ -164,7 +164,8 @@ class VarianceDecider:
         load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
         unowned leases, so its band sits too high while draining and too low after a crash.
         """
-        means = self._averages(active_only=True)
+        means = {metric: 0.0 for metric in self._averages()}  # a metric only draining workers have: 0, as in KCL
+        means.update(self._averages(active_only=True))
         for metric, mean in means.items():
             if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
@@ -331,9 +332,18 @@ class VarianceDecider:
             self._requeue(heap, wid)
 
     def half_band(self, metric: str) -> float:
-        """Half the width of the balanced band around the average: the threshold share, at least the absolute floor."""
+        """Half the width of the balanced band around the average: the threshold share, at least the absolute floor.
+
+        When only lease counts are balanced (no throughput figures: an idle stream), at least one lease (at most a
+        quarter of the average): an idle period should not reshuffle an assignment that suits the traffic coming
+        back more than it must.
+        """
         avg = self.averages[metric]
-        return max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
+        half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
+        if self.count_only and self.ledger.leases:
+            one_lease = avg * len(self.active) / len(self.ledger.leases)
+            half = max(half, min(one_lease, avg / 4))
+        return half
 
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
         """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.

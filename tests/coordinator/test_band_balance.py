@@ -290,7 +290,7 @@ def test_catch_up_adds_the_load_reports_do_not_show_yet() -> None:
 
 
 def test_settled_worker_above_band_sheds() -> None:
-    # Gap 100 / 500 = 20 % <= 25 %: settled. avg (49.23 + 80) / 3 = 43.08, band [38.77, 47.38]: A sheds one
+    # Gap 100 / 500 = 20 % <= 40 %: settled. avg (49.23 + 80) / 3 = 43.08, band [38.77, 47.38]: A sheds one
     # 50 KiB/s lease (49.23 x 50/500 = 4.92 -> 44.31, inside) to B (40 + 50 x 43.08/433.3 = 44.97).
     plan = decide(history_fleet(40.0, 400.0), BAND, balance=True)
     assert [(m.from_owner, m.to_worker) for m in plan.moves] == [("A", "B")]
@@ -299,7 +299,7 @@ def test_settled_worker_above_band_sheds() -> None:
 
 
 def test_unsettled_worker_sits_out_band_balancing() -> None:
-    # A reported 20 at 200 KiB/s and carries 500: gap 300 / 500 = 60 % > 25 %, so A is unsettled and its point is
+    # A reported 20 at 200 KiB/s and carries 500: gap 300 / 500 = 60 % > 40 %, so A is unsettled and its point is
     # left out of the fit (B and C alone are too few); the line the leader fitted earlier, 0.1 x KiB/s, projects
     # A = 20 + 0.1 x 300 = 50 > band [39, 47.67] around avg 43.33; but A sheds nothing (B and C are inside the band).
     prior = {"C": Line(0.0, 0.1)}
@@ -324,12 +324,21 @@ def idle_fleet() -> Snapshot:
 
 
 def test_idle_stream_band_mode_evens_lease_counts() -> None:
-    # Every lease weighs 1; T = 9 / 3 = 3 leases: shares 200, 33.3, 66.7, band [90, 110]. w0 gives one lease at a
-    # time (-33.3), each to the least loaded worker: 6 / 1 / 2 -> 3 / 3 / 3.
+    # Every lease weighs 1; T = 9 / 3 = 3 leases: shares 200, 33.3, 66.7. One lease is 33.3, more than a quarter of
+    # the average, so the band is 25 wide on each side: [75, 125]. w0 gives one lease at a time (-33.3) to the least
+    # loaded worker: 166.7 and 133.3 are still above, 100 lands on the average: 6 / 1 / 2 -> 3 / 3 / 3.
     plan = decide(idle_fleet(), BAND, balance=True)
     assert counts(plan) == {"w0": 3, "w1": 3, "w2": 3}
+    assert band_of_counts(plan) == pytest.approx((75.0, 125.0))
     assert all(m.reason is MoveReason.BALANCE_THROUGHPUT for m in plan.moves)
     assert plan.averages == {"T": pytest.approx(100.0)}
+
+
+def band_of_counts(plan: Plan) -> tuple[float, float]:
+    """The band of the lease-count metric T, read from the plan's note."""
+    note = next(n for n in plan.notes if n.startswith("balancing T (band)"))
+    lower, upper = note.split("band [")[1].rstrip("]").split(", ")
+    return float(lower), float(upper)
 
 
 def test_idle_stream_kcl_mode_balances_cpu_only() -> None:
