@@ -25,10 +25,10 @@ range, as in KCL mode. `dampening_percentage` applies to KCL mode only: the lead
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -84,6 +84,15 @@ class BandBalancer:
         self.reason = MoveReason.for_metric(band.metric)
         self.holders = [wid for wid in decider.active
                         if self.metric in decider.values[wid] and wid not in decider.unsettled]
+        self._holding = set(self.holders)
+        # Lazy heaps of (value, worker) and (-value, worker): entries go stale when a move changes a value and are
+        # skipped then; `_changed` pushes the fresh ones. So finding the least (most) loaded workers is cheap.
+        self._low = [(self.value(w), w) for w in self.holders]
+        self._high = [(-self.value(w), w) for w in self.holders]
+        heapq.heapify(self._low)
+        heapq.heapify(self._high)
+        self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight, per worker
+        self._heaviest: dict[str, float] = {}  # heaviest lease held, per worker
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def value(self, wid: str) -> float:
@@ -99,51 +108,62 @@ class BandBalancer:
         """
         d = self.d
         edge = min(self.band.upper, d.limits[wid][self.metric])
-        weights = [d.ledger.weight[k] for k in d.ledger.held_by.get(wid, {})]
-        if not weights or wid in d.default:
+        if wid in d.default or d.ledger.throughput.get(wid, 0.0) <= 0:
             return edge
+        heaviest = self._heaviest.get(wid)
+        if heaviest is None:
+            heaviest = self._heaviest[wid] = max(d.ledger.weight[k] for k in d.ledger.held_by[wid])
         line = d.lines[self.metric]
-        alone = line.base + line.slope * max(weights)
-        return max(edge, alone + (self.band.upper - self.band.avg))
+        return max(edge, line.base + line.slope * heaviest + (self.band.upper - self.band.avg))
 
     def margin(self) -> float:
         """How far below the band a worker must be before leases are pulled to it: the dead-band (KCL #1814)."""
         return self.band.avg * self.d.config.rebalance_dead_band_percentage / 100.0
 
-    def _ordered(self, descending: bool) -> Iterator[str]:
-        """Holders from least (or most) loaded on, re-reading values as moves change them (lazy heap)."""
-        sign = -1.0 if descending else 1.0
-        heap = [(sign * self.value(w), w) for w in self.holders]
-        heapq.heapify(heap)
-        while heap:
-            key, wid = heapq.heappop(heap)
-            if key != sign * self.value(wid):
-                heapq.heappush(heap, (sign * self.value(wid), wid))
-                continue
-            yield wid
+    def _extremes(self, count: int, lowest: bool, exclude: str) -> list[str]:
+        """Up to `count` of the least (or most) loaded holders other than `exclude`, in that order."""
+        heap, sign = (self._low, 1.0) if lowest else (self._high, -1.0)
+        found: list[str] = []
+        kept: list[tuple[float, str]] = []
+        seen: set[str] = set()
+        while heap and len(found) < count:
+            entry = heapq.heappop(heap)
+            wid = entry[1]
+            if wid in seen or entry[0] != sign * self.value(wid):
+                continue  # stale: a move changed this worker's value and pushed a fresh entry
+            seen.add(wid)
+            kept.append(entry)
+            if wid != exclude:
+                found.append(wid)
+        for entry in kept:
+            heapq.heappush(heap, entry)
+        return found
 
-    def _receiver_fits(self, wid: str, key: str, giver_before: float) -> float | None:
-        """The receiver's value after taking `key`, if it stays inside every band and range and below the giver.
+    def _movable(self, wid: str) -> list[tuple[float, str]]:
+        """The worker's leases balancing may move, as (weight, key) sorted by weight."""
+        cached = self._by_weight.get(wid)
+        if cached is None:
+            ledger = self.d.ledger
+            cached = sorted((ledger.weight[k], k) for k in ledger.held_by.get(wid, {}) if ledger.rebalanceable(k))
+            self._by_weight[wid] = cached
+        return cached
 
-        Below the giver's value before the move, so the pair's peak falls and the next run cannot undo the move.
-        """
-        d = self.d
-        if not d.assignable(wid):
-            return None
-        projected = d.projected(wid, d.ledger.weight[key])
-        for metric, value in projected.items():
-            if value > min(d.averages[metric] + d.half_band(metric), d.limits[wid][metric]):
-                return None
-        after = projected[self.metric]
-        return after if after < giver_before else None
+    def _max_weight(self, receiver: str, giver_before: float = math.inf) -> float:
+        """The heaviest lease the receiver could take and stay inside every band and range and below the giver."""
+        d, most = self.d, math.inf
+        for metric, value in d.values[receiver].items():
+            per_kbps = d.rise(receiver, metric, 1.0)
+            bound = min(d.averages[metric] + d.half_band(metric), d.limits[receiver][metric])
+            if metric == self.metric:
+                bound = min(bound, giver_before)
+            if per_kbps > 0:
+                most = min(most, (bound - value) / per_kbps)
+        return most
 
-    def _worth_it(self, giver: str, receiver: str, key: str, receiver_after: float) -> bool:
-        """False if the move changes the gap between the two by less than the dead-band (KCL #1814)."""
+    def _worth(self, change: float) -> bool:
+        """False if a move changes the gap between giver and receiver by less than the dead-band (KCL #1814)."""
         avg = self.band.avg
-        if avg <= 0:
-            return True
-        change = self.d.drop(giver, self.metric, key) + receiver_after - self.value(receiver)
-        return 100.0 * change / avg >= self.d.config.rebalance_dead_band_percentage
+        return avg <= 0 or 100.0 * change / avg >= self.d.config.rebalance_dead_band_percentage
 
     def _move(self, key: str, giver: str, receiver: str, landed: float, why: str) -> None:
         b, before = self.band, self.value(giver)
@@ -151,6 +171,12 @@ class BandBalancer:
         detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
                   f"{before:.2f} -> {after:.2f}, {receiver} {self.value(receiver):.2f} -> {landed:.2f}")
         self.d.apply(key, receiver, self.reason, detail)
+        for wid in (giver, receiver):
+            self._by_weight.pop(wid, None)
+            self._heaviest.pop(wid, None)
+            if wid in self._holding:
+                heapq.heappush(self._low, (self.value(wid), wid))
+                heapq.heappush(self._high, (-self.value(wid), wid))
 
     # -- shed ------------------------------------------------------------------------------------------------------
     def shed(self) -> None:
@@ -166,42 +192,43 @@ class BandBalancer:
         """Where a donor should land: the average (what its receivers lack), or below an operating range under it."""
         return min(self.band.avg, self.ceiling(donor) - (self.band.upper - self.band.avg) / 2)
 
-    def _shed_candidates(self, donor: str) -> list[str]:
-        """The donor's movable leases in order of preference (by its value after giving each away)."""
+    def _shed_candidates(self, donor: str, heaviest: float) -> list[str]:
+        """The donor's movable leases up to `heaviest` KiB/s, in order of preference (by its value after each)."""
         d, value, ceiling = self.d, self.value(donor), self.ceiling(donor)
         target = self._target(donor)
         landing, short, beyond = [], [], []
-        for key in d.ledger.held_by.get(donor, {}):
-            if not d.ledger.rebalanceable(key):
-                continue
+        movable = self._movable(donor)
+        for weight, key in movable[:bisect.bisect_right(movable, (heaviest, "\uffff"))]:
             after = value - d.drop(donor, self.metric, key)
             if after > ceiling:
-                short.append((key, after))
+                short.append((key, after, weight))
             elif after >= self.band.lower:
-                landing.append((key, after))
+                landing.append((key, after, weight))
             else:
-                beyond.append((key, after))
+                beyond.append((key, after, weight))
         landing.sort(key=lambda c: (abs(c[1] - target), c[0]))
         short.sort(key=lambda c: (c[1], c[0]))  # the biggest step towards the band first
         beyond.sort(key=lambda c: (-c[1], c[0]))  # the smallest overshoot first
         ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
-        return [key for key, _ in ordered]
+        return [key for key, _, _ in ordered]
 
     def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf) -> bool:
         """One move (or trade, if `trades`) that brings the donor towards its ceiling; False if there is none.
 
         Receivers end below the donor's value and below `cap` (a push's original peak).
         """
-        for key in self._shed_candidates(donor):
-            probed = 0
-            for receiver in self._ordered(descending=False):
-                if receiver == donor:
+        d, giver_before = self.d, min(self.value(donor), cap)
+        rate = d.drop_rate(donor, self.metric)
+        receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
+                     for w in self._extremes(PROBES, True, donor) if d.assignable(w)]
+        heaviest = max((most for _, most, _ in receivers), default=-math.inf)
+        for key in self._shed_candidates(donor, heaviest):
+            weight = d.ledger.weight[key]
+            for receiver, most, per_kbps in receivers:
+                landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
+                if weight > most or landed >= giver_before:
                     continue
-                probed += 1
-                if probed > PROBES:
-                    break
-                landed = self._receiver_fits(receiver, key, min(self.value(donor), cap))
-                if landed is not None and self._worth_it(donor, receiver, key, landed):
+                if rate is None or self._worth(rate * weight + per_kbps * weight):
                     self._move(key, donor, receiver, landed, "above the band: shed")
                     return True
         return trades and (self._swap_one(donor) or self._push_one(donor))
@@ -216,18 +243,22 @@ class BandBalancer:
         d, metric, peak = self.d, self.metric, self.value(donor)
         if peak <= self.band.upper:  # only above the band itself, not merely above an operating range inside it
             return False
-        for key in self._shed_candidates(donor):
+        receivers = []
+        for wid in self._extremes(PROBES, True, donor):
+            weights = [w for w, _ in self._movable(wid)]
+            receivers.append((wid, d.rise(wid, metric, 1.0), d.drop_rate(wid, metric) or 0.0, weights,
+                              list(itertools.accumulate(weights))))
+        for key in self._shed_candidates(donor, math.inf):
             weight = d.ledger.weight[key]
-            for receiver in itertools.islice(self._ordered(descending=False), PROBES + 1):
-                if receiver == donor or not d.assignable(receiver):
+            for receiver, per_kbps, rate, weights, totals in receivers:
+                if not d.assignable(receiver):
                     continue
-                landed = d.projected(receiver, weight)[metric]
+                landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
                 bound = min(self.ceiling(receiver), peak)
                 if landed <= bound or landed > d.limits[receiver][metric]:
                     continue  # it fits (a plain move was refused for another reason), or it breaks the range
-                light = [d.drop(receiver, metric, k) for k in d.ledger.held_by.get(receiver, {})
-                         if d.ledger.rebalanceable(k) and d.ledger.weight[k] < weight]
-                if sum(light) < landed - min(bound, self.band.avg):
+                lighter = bisect.bisect_left(weights, weight)
+                if not lighter or rate * totals[lighter - 1] < landed - min(bound, self.band.avg):
                     continue
                 self._move(key, donor, receiver, landed, "above the band: push (the receiver sheds next)")
                 for _ in range(MAX_MOVES_PER_WORKER):
@@ -244,25 +275,26 @@ class BandBalancer:
         """
         d, metric, value = self.d, self.metric, self.value(donor)
         ceiling, target = self.ceiling(donor), self._target(donor)
-        if not d.assignable(donor):
+        per_kbps, rate = d.rise(donor, metric, 1.0), d.drop_rate(donor, metric)
+        if not d.assignable(donor) or per_kbps <= 0 or rate is None:
             return False
         best: tuple[float, str, str, str] | None = None
-        keys = [k for k in d.ledger.held_by.get(donor, {}) if d.ledger.rebalanceable(k)]
-        receivers = [w for w in itertools.islice(self._ordered(descending=False), PROBES + 1) if w != donor][:PROBES]
-        for receiver in receivers:
-            if not d.assignable(receiver):
+        for receiver in self._extremes(PROBES, True, donor):
+            returns, r_rate = self._movable(receiver), d.drop_rate(receiver, metric)
+            if not d.assignable(receiver) or not returns or r_rate is None:
                 continue
-            r_value, r_ceiling = self.value(receiver), self.ceiling(receiver)
-            returns = [j for j in d.ledger.held_by.get(receiver, {}) if d.ledger.rebalanceable(j)]
-            for key in keys:
-                weight = d.ledger.weight[key]
-                given = value - d.drop(donor, metric, key)
-                taken = d.projected(receiver, weight)[metric] - r_value
-                for back in returns:
-                    if d.ledger.weight[back] >= weight:
+            r_value, r_ceiling, r_per_kbps = self.value(receiver), self.ceiling(receiver), d.rise(receiver, metric, 1.0)
+            for weight, key in self._movable(donor):
+                given = value - rate * weight
+                # Projections are linear in the weight: the return that would land the donor on its target, and its
+                # neighbours by weight.
+                ideal = (target - given) / per_kbps
+                at = bisect.bisect_left(returns, (ideal, ""))
+                for back_weight, back in returns[max(0, at - 2):at + 2]:
+                    if back_weight >= weight:
                         continue
-                    d_after = given + d.projected(donor, d.ledger.weight[back])[metric] - value
-                    r_after = r_value + taken - d.drop(receiver, metric, back)
+                    d_after = given + back_weight * per_kbps
+                    r_after = r_value + r_per_kbps * weight - r_rate * back_weight
                     if not (self.band.lower <= d_after <= ceiling and r_after <= r_ceiling and r_after < value):
                         continue
                     score = abs(d_after - target) + abs(r_after - self.band.avg)
@@ -277,7 +309,7 @@ class BandBalancer:
 
     # -- fill ------------------------------------------------------------------------------------------------------
     def fill(self) -> None:
-        """Lift every worker below the band into it, least loaded first, from the most loaded workers."""
+        """Lift every worker far below the band into it, least loaded first, from the most loaded workers."""
         # Far below: a band's width under the average (a new or long-idle worker). Lifting one just under the
         # band would cost moves without lowering any peak.
         floor = self.band.lower - (self.band.avg - self.band.lower) - self.margin()
@@ -290,30 +322,44 @@ class BandBalancer:
                     break
 
     def _fill_one(self, receiver: str) -> bool:
-        d, best, best_score = self.d, None, None
-        probed = 0
-        for giver in self._ordered(descending=True):
-            if self.value(giver) <= self.band.avg or probed >= PROBES:
-                break
-            if giver == receiver:
-                continue
-            probed += 1
-            for key in d.ledger.held_by.get(giver, {}):
-                if not d.ledger.rebalanceable(key):
-                    continue
-                giver_after = self.value(giver) - d.drop(giver, self.metric, key)
-                if giver_after < self.band.lower:
-                    continue
-                landed = self._receiver_fits(receiver, key, self.value(giver))
-                if landed is None or not self._worth_it(giver, receiver, key, landed):
-                    continue
-                # Landing inside the band, closest to the average, beats any partial lift; else the biggest lift.
-                score = (0, abs(landed - self.band.avg)) if landed >= self.band.lower else (1, -landed)
-                if best_score is None or score < best_score:
-                    best, best_score = (key, giver, landed), score
-        if best is None:
+        """The giver's lease that lands the receiver closest to the average (else lifts it most); False if none."""
+        d, metric, avg = self.d, self.metric, self.band.avg
+        per_kbps = d.rise(receiver, metric, 1.0)
+        if per_kbps <= 0 or not d.assignable(receiver):
             return False
-        key, giver, landed = best
+        base = self.value(receiver)
+        ideal = (avg - base) / per_kbps
+        in_band = self._max_weight(receiver)  # what the receiver's bands and ranges allow, whoever gives
+        lift: tuple[float, str, str] | None = None  # the biggest partial lift seen, if nothing lands
+        for giver in self._extremes(PROBES, False, receiver):
+            giver_value = self.value(giver)
+            if giver_value <= avg:
+                break
+            rate = d.drop_rate(giver, metric) or 0.0
+            most = min(in_band, (giver_value - base) / per_kbps)
+            if rate:
+                most = min(most, (giver_value - self.band.lower) / rate)
+            movable = self._movable(giver)
+            upto = bisect.bisect_right(movable, (most, "\uffff"))
+            at = min(bisect.bisect_left(movable, (ideal, "")), upto)
+            # Projections are linear: the receiver lands at base + weight x per_kbps. Prefer the lease nearest the
+            # ideal weight that lands inside the band; else remember the heaviest that fits (the biggest lift).
+            near = movable[max(0, at - 1):min(at + 1, upto)]
+            if len(near) == 2 and abs(near[1][0] - ideal) < abs(near[0][0] - ideal):
+                near.reverse()
+            for weight, key in [*near, *movable[max(0, upto - 1):upto]]:
+                landed = base + per_kbps * weight
+                if landed >= giver_value or not self._worth((rate + per_kbps) * weight):
+                    continue
+                if landed >= self.band.lower:
+                    self._move(key, giver, receiver, landed, "below the band: fill")
+                    return True
+                if lift is None or landed > lift[0]:
+                    lift = (landed, key, giver)
+                break
+        if lift is None:
+            return False
+        landed, key, giver = lift
         self._move(key, giver, receiver, landed, "below the band: fill")
         return True
 

@@ -31,6 +31,7 @@ class Ledger:
         self.held_by: dict[str, dict[str, None]] = {w.worker_id: {} for w in snapshot.workers}
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
         self._expired_on: dict[str, int] = {}
+        self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
         for lease in snapshot.leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
             owner = lease.lease_owner if lease.pinned else lease.actual_owner
@@ -38,6 +39,8 @@ class Ledger:
             if owner is not None:
                 self.held_by.setdefault(owner, {})[lease.key] = None
                 self.throughput[owner] = self.throughput.get(owner, 0.0) + self.weight[lease.key]
+                if lease.throughput_kbps is None:
+                    self._guessed[owner] = self._guessed.get(owner, 0.0) + self.weight[lease.key]
                 if lease.expired:
                     self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}
@@ -52,7 +55,9 @@ class Ledger:
 
     def known_throughput(self, worker: str) -> float:
         """KiB/s the worker holds now counting only reported figures (a lease without one adds nothing)."""
-        return sum(self.leases[key].throughput_kbps or 0.0 for key in self.held_by.get(worker, ()))
+        if self.unit_weights:  # no lease has a figure above 0: every weight is the stand-in 1
+            return 0.0
+        return self.throughput.get(worker, 0.0) - self._guessed.get(worker, 0.0)
 
     def live_count(self, worker: str) -> int:
         """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
@@ -72,13 +77,16 @@ class Ledger:
             raise AssertionError(f"lease {key!r} was already moved in this run")
         source = self.owner[key]
         weight = self.weight[key]
+        guessed = weight if self.leases[key].throughput_kbps is None else 0.0
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
+            self._guessed[source] = self._guessed.get(source, 0.0) - guessed
             if self.leases[key].expired:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
+        self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
         self.owner[key] = to_worker
         move = Move(key, self.leases[key].actual_owner, to_worker, reason, detail)
         self.moves[key] = move

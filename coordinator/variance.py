@@ -184,9 +184,11 @@ class VarianceDecider:
         """
         if self.config.balancing is not Balancing.BAND:
             return self.target_throughput
-        reporting = [w for w in self.active if w not in self.default]
-        carried = sum(self.ledger.weight[k] for w in reporting for k in self.ledger.held_by.get(w, ())
-                      if not self.ledger.leases[k].needs_owner)
+        reporting = {w for w in self.active if w not in self.default}
+        ledger, carried = self.ledger, 0.0
+        for key, owner in ledger.owner.items():
+            if owner in reporting and not ledger.leases[key].needs_owner:
+                carried += ledger.weight[key]
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
     def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
@@ -267,7 +269,7 @@ class VarianceDecider:
 
     # -- projections -----------------------------------------------------------------------------------------------
 
-    def _rise(self, wid: str, metric: str, weight: float) -> float:
+    def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` is expected to grow when it takes a lease of `weight` KiB/s."""
         if self.target_throughput <= 0:
             return (self.averages[metric] - self.lines[metric].base) / self.target_leases
@@ -277,14 +279,21 @@ class VarianceDecider:
 
     def projected(self, wid: str, weight: float) -> dict[str, float]:
         """The worker's metric values after it takes a lease of `weight` KiB/s."""
-        return {m: v + self._rise(wid, m, weight) for m, v in self.values[wid].items()}
+        return {m: v + self.rise(wid, m, weight) for m, v in self.values[wid].items()}
+
+    def drop_rate(self, wid: str, metric: str) -> float | None:
+        """How much `metric` of `wid` falls per KiB/s given away (its lease-driven load over what it carries)."""
+        carried = self.ledger.throughput.get(wid, 0.0)
+        if carried <= 0:
+            return None
+        return max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base)) / carried
 
     def drop(self, wid: str, metric: str, key: str) -> float:
         """How much `metric` of `wid` falls when lease `key` leaves it: its share of the worker's lease-driven load."""
+        rate = self.drop_rate(wid, metric)
+        if rate is not None:
+            return rate * self.ledger.weight[key]
         value = max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base))
-        carried = self.ledger.throughput.get(wid, 0.0)
-        if carried > 0:
-            return value * self.ledger.weight[key] / carried
         return value / max(1, self.ledger.count(wid))
 
     def apply(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,9 +26,9 @@ class MotoServer:
 
     def start(self) -> MotoServer:
         """Start the server and wait until it accepts connections."""
-        if shutil.which("moto_server") is None and not _moto_importable():
+        if not _moto_importable():
             raise RuntimeError("moto server is not installed: pip install 'moto[server]'")
-        command = [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)]
+        command = [sys.executable, "-m", "services.emulators.serial_moto", "-H", LOOPBACK, "-p", str(self.port)]
         self._process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,
@@ -64,7 +63,7 @@ class MotoServer:
 
 def _moto_importable() -> bool:
     try:
-        import moto.server  # noqa: F401
+        import moto.moto_server.werkzeug_app  # noqa: F401
     except ImportError:
         return False
     return True

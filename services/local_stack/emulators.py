@@ -50,7 +50,7 @@ class Emulators:
         if not self._use_aws and dynamodb is None and settings.store_backend == "dynamodb":
             port = free_port()
             env = {**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
-            self.moto = self._supervisor.spawn("moto", DYNAMODB_EMULATOR, "moto.server",
+            self.moto = self._supervisor.spawn("moto", DYNAMODB_EMULATOR, "services.emulators.serial_moto",
                                                ["-H", LOOPBACK, "-p", str(port)], env, grace=5.0, port=port)
             dynamodb = f"http://{LOOPBACK}:{port}"
         if not self._use_aws and kinesis is None:
