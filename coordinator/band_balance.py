@@ -171,9 +171,18 @@ class BandBalancer:
         detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
                   f"{before:.2f} -> {after:.2f}, {receiver} {self.value(receiver):.2f} -> {landed:.2f}")
         self.d.apply(key, receiver, self.reason, detail)
+        # The lease leaves the giver's movable list and joins nobody's: it has moved in this run.
+        weight = self.d.ledger.weight[key]
+        movable = self._by_weight.get(giver)
+        if movable is not None:
+            at = bisect.bisect_left(movable, (weight, key))
+            if at < len(movable) and movable[at] == (weight, key):
+                del movable[at]
+        if self._heaviest.get(giver) == weight:
+            del self._heaviest[giver]
+        if receiver in self._heaviest:
+            self._heaviest[receiver] = max(self._heaviest[receiver], weight)
         for wid in (giver, receiver):
-            self._by_weight.pop(wid, None)
-            self._heaviest.pop(wid, None)
             if wid in self._holding:
                 heapq.heappush(self._low, (self.value(wid), wid))
                 heapq.heappush(self._high, (-self.value(wid), wid))
@@ -198,8 +207,9 @@ class BandBalancer:
         target = self._target(donor)
         landing, short, beyond = [], [], []
         movable = self._movable(donor)
+        rate = d.drop_rate(donor, self.metric)
         for weight, key in movable[:bisect.bisect_right(movable, (heaviest, "\uffff"))]:
-            after = value - d.drop(donor, self.metric, key)
+            after = value - (rate * weight if rate is not None else d.drop(donor, self.metric, key))
             if after > ceiling:
                 short.append((key, after, weight))
             elif after >= self.band.lower:
@@ -245,16 +255,15 @@ class BandBalancer:
             return False
         receivers = []
         for wid in self._extremes(PROBES, True, donor):
+            if not d.assignable(wid):
+                continue
             weights = [w for w, _ in self._movable(wid)]
             receivers.append((wid, d.rise(wid, metric, 1.0), d.drop_rate(wid, metric) or 0.0, weights,
-                              list(itertools.accumulate(weights))))
+                              list(itertools.accumulate(weights)), min(self.ceiling(wid), peak)))
         for key in self._shed_candidates(donor, math.inf):
             weight = d.ledger.weight[key]
-            for receiver, per_kbps, rate, weights, totals in receivers:
-                if not d.assignable(receiver):
-                    continue
+            for receiver, per_kbps, rate, weights, totals, bound in receivers:
                 landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
-                bound = min(self.ceiling(receiver), peak)
                 if landed <= bound or landed > d.limits[receiver][metric]:
                     continue  # it fits (a plain move was refused for another reason), or it breaks the range
                 lighter = bisect.bisect_left(weights, weight)
@@ -318,8 +327,12 @@ class BandBalancer:
         under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
         for receiver in under:
             for _ in range(MAX_MOVES_PER_WORKER):
-                if self.value(receiver) >= self.band.lower or not self._fill_one(receiver):
+                if self.value(receiver) >= self.band.lower:
                     break
+                if not self._fill_one(receiver):
+                    # Nothing the most loaded workers hold fits the least loaded receiver, so it fits none of the
+                    # (fuller) receivers after it either.
+                    return
 
     def _fill_one(self, receiver: str) -> bool:
         """The giver's lease that lands the receiver closest to the average (else lifts it most); False if none."""
