@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from coordinator.snapshot import LeaseView, Snapshot
 
+MIN_TOTAL_KBPS = 1e-6
+
 
 class Ledger:
     """Who holds what during one decider pass; every change goes through `move`, so no lease moves twice.
@@ -24,7 +26,9 @@ class Ledger:
             lease.key: (lease.throughput_kbps if lease.throughput_kbps is not None else mean)
             for lease in snapshot.leases
         }
-        self.unit_weights = sum(weights.values()) <= 0.0
+        # Stored figures have 6 decimals, so a total below a millionth of a KiB/s is no throughput at all (and
+        # dividing by such a total would overflow).
+        self.unit_weights = sum(weights.values()) < MIN_TOTAL_KBPS
         self.weight: dict[str, float] = dict.fromkeys(weights, 1.0) if self.unit_weights else weights
         self.mean_weight = 1.0 if self.unit_weights else mean
         self.owner: dict[str, str | None] = {}

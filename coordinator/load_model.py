@@ -30,7 +30,8 @@ class Line:
 
 def proportional(average: float, mean_throughput: float) -> Line:
     """KCL's model: a worker carrying the mean throughput sits at the fleet average, and 0 throughput means 0."""
-    return Line(0.0, average / mean_throughput if mean_throughput > 0 else 0.0)
+    slope = average / mean_throughput if mean_throughput > 0 else 0.0
+    return Line(0.0, slope if math.isfinite(slope) else 0.0)
 
 
 def fit_line(points: Sequence[tuple[float, float]], average: float) -> Line | None:

@@ -174,7 +174,11 @@ class VarianceDecider:
         orphaned = sum(weight for key, weight in self.ledger.weight.items()
                        if self.ledger.leases[key].needs_owner or self.ledger.owner[key] in gone)
         share = orphaned / max(1, len(self.active))
-        return {m: mean + self.lines[m].slope * share for m, mean in means.items()}
+        averages = {}
+        for metric, mean in means.items():
+            extra = self.lines[metric].slope * share if share > 0 else 0.0
+            averages[metric] = mean + extra if math.isfinite(extra) else mean  # degenerate (subnormal) throughput
+        return averages
 
     def _carried_throughput(self) -> float:
         """The KiB/s a worker at the average value carries: KCL's `T`, or in band mode what reporting workers hold.
@@ -225,7 +229,9 @@ class VarianceDecider:
             gap = self.ledger.known_throughput(wid) - seen
             if not gap:
                 continue
-            self.values[wid] = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
+            caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
+            if all(math.isfinite(v) for v in caught_up.values()):  # degenerate (subnormal) throughput: keep reports
+                self.values[wid] = caught_up
 
     def _averages(self, active_only: bool = False) -> dict[str, float]:
         """Per metric: the load of every worker with it over the non-draining ones (KCL's fleet average).

@@ -408,3 +408,14 @@ def test_band_average_counts_the_load_of_leases_that_need_an_owner() -> None:
     snapshot = Snapshot.of(leases, [cpu("A", 40.0), cpu("B", 40.0)])
     assert decide(snapshot, BAND, balance=False).averages == {"C": pytest.approx(50.0)}
     assert decide(snapshot, KCL, balance=False).averages == {"C": pytest.approx(40.0)}
+
+
+def test_throughput_below_a_millionth_kibps_counts_as_none() -> None:
+    # Found by the property test: with one subnormal figure (2.2e-308) the fleet average over it overflowed to inf
+    # and a projected value became NaN. Stored figures have 6 decimals, so such a total is an idle stream.
+    leases = [owned("l0", "w0", None, expired=True), owned("l1", None), owned("l5", "w0", 2.2250738585072014e-308)]
+    workers = [WorkerView("w0", {"C": (8.0,)}, {"C": (50.0,)}), WorkerView("w2")]
+    plan = decide(Snapshot.of(leases, workers), BAND, balance=True)
+    assert all(v == v and abs(v) < float("inf") for w in plan.workers for v in w.metrics_after.values())
+    assert any("every lease weighs 1" in note for note in plan.notes)
+    assert decide(Snapshot.of(reversed(leases), reversed(workers)), BAND, balance=True) == plan
