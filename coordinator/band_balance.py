@@ -65,7 +65,7 @@ def metric_to_balance(decider: VarianceDecider) -> Band | None:
         stray = 0.0
         for wid in decider.active:
             value = decider.values[wid].get(metric)
-            if value is None or wid in decider.unsettled:
+            if value is None:
                 continue
             ceiling = min(band.upper, decider.limits[wid][metric])
             stray += max(0.0, value - ceiling) + max(0.0, band.lower - value)
@@ -82,8 +82,7 @@ class BandBalancer:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
-        self.holders = [wid for wid in decider.active
-                        if self.metric in decider.values[wid] and wid not in decider.unsettled]
+        self.holders = [wid for wid in decider.active if self.metric in decider.values[wid]]
         self._holding = set(self.holders)
         # Lazy heaps of (value, worker) and (-value, worker): entries go stale when a move changes a value and are
         # skipped then; `_changed` pushes the fresh ones. So finding the least (most) loaded workers is cheap.

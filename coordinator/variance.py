@@ -52,8 +52,8 @@ from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8
-# Band mode: a worker whose reports miss more than this share of its throughput change, with no fitted line to
-# project the rest, sits out balancing until its reports catch up (see `_catch_up`).
+# A worker whose reports miss more than this share of its throughput change is "unsettled": its value is taken from
+# the line for what it carries now instead of its lagging reports, and its point stays out of the fit (`_catch_up`).
 UNSETTLED_SHARE = 0.4
 
 HeapEntry = tuple[float, int, str]
@@ -217,7 +217,9 @@ class VarianceDecider:
 
         The leader records the throughput a worker carried at each of its reports (`throughput_history`); the gap
         between the throughput it carries now (pending handoffs counted where they go) and the moving average of
-        that history is load the reports do not show yet: a lease just moved, a shard that just turned hot.
+        that history is load the reports do not show yet: a lease just moved, a shard that just turned hot. When the
+        reports miss most of the change (an unsettled worker, e.g. right after a cold start), the line's value for
+        the throughput it carries now replaces them.
         """
         if self.ledger.unit_weights:  # no throughput figures: nothing to compare with
             return
@@ -225,11 +227,16 @@ class VarianceDecider:
         slopes = {m: proportional(avg, self.carried_throughput).slope
                   for m, avg in self._averages(active_only=band).items()}
         slopes.update((m, line.slope) for m, line in self.lines.items())
+        bases = {m: line.base for m, line in self.lines.items()}
         for wid, seen in lagged.items():
-            gap = self.ledger.known_throughput(wid) - seen
+            now = self.ledger.known_throughput(wid)
+            gap = now - seen
             if not gap:
                 continue
-            caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
+            if wid in self.unsettled:  # reports too far behind: the line's value for what it carries now
+                caught_up = {m: bases.get(m, 0.0) + slopes[m] * now for m in self.values[wid]}
+            else:
+                caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
             if all(math.isfinite(v) for v in caught_up.values()):  # degenerate (subnormal) throughput: keep reports
                 self.values[wid] = caught_up
 

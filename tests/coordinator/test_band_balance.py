@@ -298,21 +298,18 @@ def test_settled_worker_above_band_sheds() -> None:
     assert all(lower <= v <= upper for v in after(plan).values())
 
 
-def test_unsettled_worker_sits_out_band_balancing() -> None:
-    # A reported 20 at 200 KiB/s and carries 500: gap 300 / 500 = 60 % > 40 %, so A is unsettled and its point is
-    # left out of the fit (B and C alone are too few); the line the leader fitted earlier, 0.1 x KiB/s, projects
-    # A = 20 + 0.1 x 300 = 50 > band [39, 47.67] around avg 43.33; but A sheds nothing (B and C are inside the band).
+def test_unsettled_worker_is_valued_by_the_line_for_what_it_carries_now() -> None:
+    # A reported 20 at 200 KiB/s and carries 500: its reports miss 300 / 500 = 60 % > 40 % of the change, so its
+    # value is the line's for 500 KiB/s (0.1 x KiB/s, fitted by the leader earlier): 50, not the stale 20; and its
+    # point stays out of this run's fit (B and C alone are too few). avg (50 + 40 + 40) / 3 = 43.33, band
+    # [39, 47.67]: A sheds one 50 KiB/s lease (50 - 5 = 45) to B (40 + 5 = 45 < 50).
     prior = {"C": Line(0.0, 0.1)}
     plan = decide(history_fleet(20.0, 200.0, lines=prior), BAND, balance=True)
-    assert after(plan)["A"] == pytest.approx(50.0)
-    assert after(plan)["A"] > band_of(plan)[1]
-    assert plan.moves == ()
-    assert "balancing: no metric out of band" in plan.notes
-    # With D (settled, CPU 10 at 100 KiB/s) the band is avg 35, [31.5, 38.5]: settled B and C (40) shed a 100 KiB/s
-    # lease each to D (-10 / +10), while A, at 50 the furthest above, still gives nothing.
-    plan = decide(history_fleet(20.0, 200.0, low_d=True, lines=prior), BAND, balance=True)
-    assert sorted((m.from_owner, m.to_worker) for m in plan.moves) == [("B", "D"), ("C", "D")]
-    assert after(plan) == pytest.approx({"A": 50.0, "B": 30.0, "C": 30.0, "D": 30.0})
+    workers = {w.worker_id: w for w in plan.workers}
+    assert workers["A"].metrics_before == {"C": 20.0}
+    assert plan.fitted == {}
+    assert [(m.from_owner, m.to_worker) for m in plan.moves] == [("A", "B")]
+    assert after(plan) == pytest.approx({"A": 45.0, "B": 45.0, "C": 40.0})
 
 
 # -- idle stream --------------------------------------------------------------------------------------------------
