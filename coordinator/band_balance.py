@@ -378,6 +378,9 @@ class BandBalancer:
 
 def balance_band(decider: VarianceDecider, notes: list[str]) -> None:
     """One band-balancing pass: shed, then fill, on the metric furthest out of band."""
+    if decider.falling:
+        notes.append("balancing: the fleet's throughput is falling fast; waiting for reports to catch up")
+        return
     band = metric_to_balance(decider)
     if band is None:
         notes.append("balancing: no metric out of band")

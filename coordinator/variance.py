@@ -144,10 +144,15 @@ class VarianceDecider:
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
         self.unsettled: set[str] = set()
         self.carried_throughput = self._carried_throughput()
+        fleet_now = fleet_seen = 0.0
         for wid, seen in lagged.items():
             now = ledger.known_throughput(wid)
+            fleet_now, fleet_seen = fleet_now + now, fleet_seen + seen
             if abs(now - seen) > UNSETTLED_SHARE * max(now, seen):
                 self.unsettled.add(wid)
+        # The whole fleet's throughput falling fast (a stream going quiet): workers whose reports show it already
+        # look idle next to those whose reports do not yet, so balancing waits for the reports.
+        self.falling = fleet_now < (1.0 - UNSETTLED_SHARE) * fleet_seen
         self.fitted = self._fit(lagged)
         self.lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         self._catch_up(lagged)

@@ -416,3 +416,20 @@ def test_throughput_below_a_millionth_kibps_counts_as_none() -> None:
     assert all(v == v and abs(v) < float("inf") for w in plan.workers for v in w.metrics_after.values())
     assert any("every lease weighs 1" in note for note in plan.notes)
     assert decide(Snapshot.of(reversed(leases), reversed(workers)), BAND, balance=True) == plan
+
+
+def test_balancing_waits_while_the_fleets_throughput_is_falling_fast() -> None:
+    # A and B report CPU 60 from when they carried 600 KiB/s; both now carry 60 (their shards went quiet), so each
+    # is valued at the line's 6. C has not reported since: 45 on 450. The fleet went from 1,650 KiB/s seen to 570
+    # (< 60 %): comparing A and B with C now would move C's leases onto them for nothing, so balancing waits.
+    prior = {"C": Line(0.0, 0.1)}
+    leases = [owned(f"{w}{i}", w, 6.0) for w in "AB" for i in range(10)]
+    leases += [owned(f"C{i}", "C", 50.0) for i in range(9)]
+    workers = [WorkerView(w, {"C": (60.0, 60.0)}, {"C": (100.0,)}, throughput_history=(600.0, 600.0)) for w in "AB"]
+    workers.append(WorkerView("C", {"C": (45.0, 45.0)}, {"C": (100.0,)}, throughput_history=(450.0, 450.0)))
+    falling = decide(Snapshot.of(leases, workers, prior), BAND, balance=True)
+    assert falling.moves == () and any("falling fast" in note for note in falling.notes)
+    # Once every report shows it (histories equal to what is carried now), the same fleet is balanced.
+    settled = [dataclasses.replace(w, metric_stats={"C": (v, v)}, throughput_history=())
+               for w, v in zip(workers, (6.0, 6.0, 45.0), strict=True)]
+    assert decide(Snapshot.of(leases, settled, prior), BAND, balance=True).moves
