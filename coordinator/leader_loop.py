@@ -174,8 +174,11 @@ class LeaderLoop:
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
         shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
         views = self._lease_views(shadow, scan.leases, workers, now)
-        lines = term.lines if term is not None else {}
-        return decide(Snapshot.of(views, (WorkerView.from_record(w) for w in active), lines), self._decider, True)
+        lines = dict(term.lines) if term is not None else {}
+        reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
+        workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
+                                               else ()) for w in active)
+        return decide(Snapshot.of(views, workers_seen, lines), self._decider, True)
 
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
