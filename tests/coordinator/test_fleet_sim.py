@@ -15,6 +15,7 @@ from bench.fleet_sim import (
     Fleet,
     Result,
     Stream,
+    greedy_moves,
     minimum_moves,
     run_scenario,
     scenarios,
@@ -86,6 +87,8 @@ def test_balance_bound_lets_a_worker_carry_one_shard_heavier_than_the_mean() -> 
     assert not within_bound(fleet, "tp")  # 1536 > 1126.4
     # w0001 (341) can take at most 1032.4 - 341 = 691.4: the 1024 shard would cost a second move, the 512 one fits.
     assert minimum_moves(fleet) == (0, 1)
+    # The offline greedy moves the lease nearest half the gap (1536 - 341 = 1195): the 512 one, and is done.
+    assert greedy_moves(fleet) == (1, True)
 
 
 def test_counting_store_counts_scan_pages_and_writes_by_kind() -> None:
