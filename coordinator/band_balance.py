@@ -85,7 +85,7 @@ class BandBalancer:
         self.holders = [wid for wid in decider.active if self.metric in decider.values[wid]]
         self._holding = set(self.holders)
         # Lazy heaps of (value, worker) and (-value, worker): entries go stale when a move changes a value and are
-        # skipped then; `_changed` pushes the fresh ones. So finding the least (most) loaded workers is cheap.
+        # skipped then; `_move` pushes the fresh ones. So finding the least (most) loaded workers is cheap.
         self._low = [(self.value(w), w) for w in self.holders]
         self._high = [(-self.value(w), w) for w in self.holders]
         heapq.heapify(self._low)
