@@ -228,6 +228,11 @@ class BandBalancer:
         """
         d, giver_before = self.d, min(self.value(donor), cap)
         rate = d.drop_rate(donor, self.metric)
+        # If its light leases together cannot bring it into the band (it holds several hot shards), trading or
+        # pushing a heavy one first saves moving every light one and then the heavy one anyway.
+        if (trades and rate is not None and not self._lighter_leases_suffice(donor, rate)
+                and (self._swap_one(donor) or self._push_one(donor))):
+            return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
                      for w in self._extremes(PROBES, True, donor) if d.assignable(w)]
         heaviest = max((most for _, most, _ in receivers), default=-math.inf)
@@ -241,6 +246,12 @@ class BandBalancer:
                     self._move(key, donor, receiver, landed, "above the band: shed")
                     return True
         return trades and (self._swap_one(donor) or self._push_one(donor))
+
+    def _lighter_leases_suffice(self, donor: str, rate: float) -> bool:
+        """Whether the donor's movable leases that do not each overshoot the band could together get it inside."""
+        value, excess = self.value(donor), self.value(donor) - self.ceiling(donor)
+        light = sum(weight for weight, _ in self._movable(donor) if value - rate * weight >= self.band.lower)
+        return rate * light >= excess
 
     def _push_one(self, donor: str) -> bool:
         """Hand a lease too heavy for anyone to a worker that can then shed enough lighter leases to stay in band.

@@ -433,3 +433,16 @@ def test_balancing_waits_while_the_fleets_throughput_is_falling_fast() -> None:
     settled = [dataclasses.replace(w, metric_stats={"C": (v, v)}, throughput_history=())
                for w, v in zip(workers, (6.0, 6.0, 45.0), strict=True)]
     assert decide(Snapshot.of(leases, settled, prior), BAND, balance=True).moves
+
+
+def test_a_donor_whose_light_leases_cannot_get_it_in_pushes_a_heavy_one_first() -> None:
+    # A: two 300 KiB/s shards and two of 10 (CPU 62); B, C, D: 9 x 50 (45). avg 49.25, band [44.33, 54.18]. Both
+    # light leases together lower A by 2 of the 7.8 it must lose, so A pushes a 300 first instead of moving them.
+    snapshot = fleet({"A": (62.0, [300.0, 300.0, 10.0, 10.0]), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (45.0, [50.0] * 9)})
+    plan = decide(snapshot, BAND, balance=True)
+    first = plan.moves[0]
+    assert "push" in first.detail and snapshot_weight(snapshot, first.lease_key) == 300.0
+    assert all(snapshot_weight(snapshot, m.lease_key) != 10.0 for m in plan.moves)
+    lower, upper = band_of(plan)
+    assert all(lower <= v <= upper for v in after(plan).values())
