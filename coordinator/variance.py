@@ -299,20 +299,21 @@ class VarianceDecider:
         """The worker's metric values after it takes a lease of `weight` KiB/s."""
         return {m: v + self.rise(wid, m, weight) for m, v in self.values[wid].items()}
 
+    def _lease_load(self, wid: str, metric: str) -> float:
+        """The part of the worker's value its leases account for (its value above the line's base)."""
+        return max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base))
+
     def drop_rate(self, wid: str, metric: str) -> float | None:
         """How much `metric` of `wid` falls per KiB/s given away (its lease-driven load over what it carries)."""
         carried = self.ledger.throughput.get(wid, 0.0)
-        if carried <= 0:
-            return None
-        return max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base)) / carried
+        return self._lease_load(wid, metric) / carried if carried > 0 else None
 
     def drop(self, wid: str, metric: str, key: str) -> float:
         """How much `metric` of `wid` falls when lease `key` leaves it: its share of the worker's lease-driven load."""
         rate = self.drop_rate(wid, metric)
         if rate is not None:
             return rate * self.ledger.weight[key]
-        value = max(0.0, self.values[wid][metric] - (0.0 if wid in self.default else self.lines[metric].base))
-        return value / max(1, self.ledger.count(wid))
+        return self._lease_load(wid, metric) / max(1, self.ledger.count(wid))
 
     def apply(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid` in memory: the giver's values drop, the receiver's rise by the projection."""
