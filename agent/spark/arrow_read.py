@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 from agent.kpl import BrokenAggregate, decode_aggregate, is_aggregate
 from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition

@@ -28,7 +28,7 @@ from agent.spark.planning import partitions_to_read, plan_next
 from agent.spark.schema import schema_ddl
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
 FORMAT = "shardherd"
