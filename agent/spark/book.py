@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from agent.read_spec import StartPosition
-from agent.spark.channel import ShardState, ShardView, Snapshot, write_snapshot
+from agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
 from agent.spark.probe import ProbeResult
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
@@ -22,8 +22,10 @@ from shared.lease import Lease
 class ShardBook:
     """Held shards by shard id, with their lease keys and the snapshot version that started each handoff."""
 
-    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None) -> None:
+    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,
+                 merge_below: int = 0) -> None:
         self._worker = worker_id
+        self._merge_below = merge_below
         self._channel = channel
         self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
         self._views: dict[str, ShardView] = {}
@@ -78,7 +80,7 @@ class ShardBook:
             if view is None or view.frontier != frontier:
                 return False
             behind = result.behind_millis if result.behind_millis is not None else view.behind_millis
-            segments = (*view.segments, result.segment) if result.segment is not None else view.segments
+            segments = self._appended(view.segments, result.segment)
             if segments != view.segments or behind != view.behind_millis:
                 self._views[shard] = replace(view, segments=segments, behind_millis=behind)
                 self._publish()
@@ -141,6 +143,19 @@ class ShardBook:
     def _publish(self) -> None:
         self._version += 1
         write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views)))
+
+    def _appended(self, segments: tuple[Segment, ...], new: Segment | None) -> tuple[Segment, ...]:
+        """Segments with a new one at the end, merged into the last while both together stay under `merge_below`.
+
+        Merging keeps the snapshot small when a slow stream yields a segment of a few records per probe.
+        """
+        if new is None:
+            return segments
+        if segments and segments[-1].records + new.records < self._merge_below:
+            last = segments[-1]
+            return (*segments[:-1], Segment(new.end, last.records + new.records, last.bytes + new.bytes,
+                                            last.first_arrival))
+        return (*segments, new)
 
     def _shard_of(self, lease_key: str) -> str | None:
         for shard, key in self._keys.items():

@@ -65,9 +65,10 @@ class SparkAgent(Agent):
                  store: LeaseStore | None = None, clock: Clock | None = None) -> None:
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
-        self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
         self.options = SourceOptions(self.channel, settings.stream_name or "", settings.region,
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
+        self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
+                              merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), settings.stream_name or "")
         self._probe_interval = probe_interval
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")

@@ -127,6 +127,16 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.lost("s-2") == "s-2" and book.held_shards() == {"s-1"}
 
 
+def test_small_probed_segments_merge_so_the_snapshot_stays_small(tmp_path: Path) -> None:
+    book = ShardBook("w", tmp_path, merge_below=10)
+    book.acquired(_lease("s"))
+    for index, end in enumerate(["11", "12", "13", "14"]):
+        frontier = book.snapshot().shards["s"].frontier
+        book.probed("s", frontier, ProbeResult(Segment(Checkpoint(end), 3, 30, float(index))))
+    segments = book.snapshot().shards["s"].segments
+    assert segments == (Segment(Checkpoint("13"), 9, 90, 0.0), Segment(Checkpoint("14"), 3, 30, 3.0))
+
+
 def test_a_new_hold_of_a_lease_gets_a_new_tenure(tmp_path: Path) -> None:
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s"))
