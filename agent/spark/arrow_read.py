@@ -16,8 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from agent.kpl import BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import MAGIC, BrokenAggregate, decode_aggregate, is_aggregate
 from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from agent.reader import ShardReadError
 from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
@@ -38,53 +39,55 @@ class PlannedEndMissing(ShardReadError):
     """A read could not reach the record its plan ends at (shard ended before it, or it stayed invisible)."""
 
 
-class Columns:
-    """Column lists of user records being collected for one Arrow batch."""
+def arrow_batch(shard_id: str, records: list[dict[str, Any]], include_reader: bool,
+                skip_through: int = -1) -> pa.RecordBatch:
+    """One GetRecords response's user records as an Arrow batch in the source's schema.
 
-    def __init__(self) -> None:
-        self.sequence: list[str] = []
-        self.sub: list[int] = []
-        self.key: list[str] = []
-        self.arrival: list[float | None] = []
-        self.data: list[bytes] = []
+    Payloads are decoded in one comprehension; a response without KPL aggregates (the usual case) is turned into
+    columns without any per-record Python beyond that. `skip_through` drops the first record's user records up to
+    that sub-sequence (a read resuming inside an aggregate).
+    """
+    payloads = [binascii.a2b_base64(record["Data"]) for record in records]
+    if skip_through < 0 and not any(payload[:4] == MAGIC for payload in payloads):
+        count = len(records)
+        return _batch(shard_id, [record["SequenceNumber"] for record in records], [0] * count,
+                      [record["PartitionKey"] for record in records],
+                      [record.get("ApproximateArrivalTimestamp") for record in records], payloads, include_reader)
+    columns: tuple[list[Any], ...] = ([], [], [], [], [])
+    for index, (record, payload) in enumerate(zip(records, payloads, strict=True)):
+        _expand(columns, record, payload, skip_through if index == 0 else -1)
+    sequence, sub, key, arrival, data = columns
+    return _batch(shard_id, sequence, sub, key, arrival, data, include_reader)
 
-    def add(self, record: dict[str, Any], skip_through: int = -1) -> None:
-        """Append one Kinesis record's user records (those with a sub-sequence above `skip_through`)."""
-        payload = binascii.a2b_base64(record["Data"])
-        sequence = record["SequenceNumber"]
-        arrival = record.get("ApproximateArrivalTimestamp")
-        if is_aggregate(payload):
-            try:
-                users = decode_aggregate(payload)
-            except BrokenAggregate:
-                users = None
-            if users is not None:
-                for index, user in enumerate(users):
-                    if index > skip_through:
-                        self._append(sequence, index, user.partition_key, arrival, user.data)
-                return
-        if skip_through < 0:
-            self._append(sequence, 0, record["PartitionKey"], arrival, payload)
 
-    def _append(self, sequence: str, sub: int, key: str, arrival: float | None, data: bytes) -> None:
-        self.sequence.append(sequence)
-        self.sub.append(sub)
-        self.key.append(key)
-        self.arrival.append(arrival)
-        self.data.append(data)
+def _expand(columns: tuple[list[Any], ...], record: dict[str, Any], payload: bytes, skip_through: int) -> None:
+    """Append one Kinesis record's user records (sub-sequence above `skip_through`) to the column lists."""
+    sequence, arrival = record["SequenceNumber"], record.get("ApproximateArrivalTimestamp")
+    users = None
+    if is_aggregate(payload):
+        try:
+            users = decode_aggregate(payload)
+        except BrokenAggregate:
+            users = None  # delivered raw, as one record
+    rows = ([(index, user.partition_key, user.data) for index, user in enumerate(users)] if users is not None
+            else [(0, record["PartitionKey"], payload)])
+    for sub, key, data in rows:
+        if sub > skip_through:
+            for column, value in zip(columns, (sequence, sub, key, arrival, data), strict=True):
+                column.append(value)
 
-    def batch(self, shard_id: str, include_reader: bool) -> pa.RecordBatch:
-        """The collected rows as one Arrow batch in the source's schema."""
-        count = len(self.sequence)
-        micros = pa.array([None if value is None else round(value * 1_000_000) for value in self.arrival],
-                          pa.int64())
-        columns = [pa.array([shard_id] * count, pa.string()), pa.array(self.sequence, pa.string()),
-                   pa.array(self.sub, pa.int64()), pa.array(self.key, pa.string()),
-                   micros.cast(pa.timestamp("us", tz="UTC")), pa.array(self.data, pa.binary())]
-        if include_reader:
-            columns.append(pa.array([os.getpid()] * count, pa.int32()))
-            return pa.RecordBatch.from_arrays(columns, schema=READER_SCHEMA)
-        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+def _batch(shard_id: str, sequence: list[str], sub: list[int], key: list[str], arrival: list[float | None],
+           data: list[bytes], include_reader: bool) -> pa.RecordBatch:
+    count = len(sequence)
+    seconds = pa.array(arrival, pa.float64())
+    micros = pc.cast(pc.round(pc.multiply(seconds, 1_000_000)), pa.int64())
+    columns = [pa.array([shard_id] * count, pa.string()), pa.array(sequence, pa.string()), pa.array(sub, pa.int64()),
+               pa.array(key, pa.string()), micros.cast(pa.timestamp("us", tz="UTC")), pa.array(data, pa.binary())]
+    if include_reader:
+        columns.append(pa.array([os.getpid()] * count, pa.int32()))
+        return pa.RecordBatch.from_arrays(columns, schema=READER_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
 def within_end(records: list[dict[str, Any]], end: int) -> tuple[list[dict[str, Any]], bool]:
@@ -123,18 +126,13 @@ def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader:
             continue
         records, reached = within_end(response.get("Records", []), end)
         if records:
-            columns = Columns()
-            first = 0
-            if skip is not None and records[0]["SequenceNumber"] == skip.sequence_number:
-                columns.add(records[0], skip.sub_sequence_number)
-                first = 1
-            for record in records[first:]:
-                columns.add(record)
+            skip_through = (skip.sub_sequence_number if skip is not None
+                            and records[0]["SequenceNumber"] == skip.sequence_number else -1)
             skip = None
             remaining = max(1, remaining - len(records))
             position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
             deadline = None
-            yield columns.batch(plan.shard_id, include_reader)
+            yield arrow_batch(plan.shard_id, records, include_reader, skip_through)
         if reached:
             return
         iterator = response.get("NextShardIterator")
