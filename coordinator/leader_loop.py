@@ -59,6 +59,8 @@ class _Term:
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
+    sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
+    sync_attempted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +141,7 @@ class LeaderLoop:
         except Exception as exc:  # a failed run is recorded, counted, and may release leadership
             log.exception("leader loop: run failed")
             summary = RunSummary(epoch, started_wall, (self._clock.monotonic() - started) * 1000, 0, 0, 0, 0,
-                                 False, None, error=f"{type(exc).__name__}: {exc}")
+                                 False, None, error=_describe(exc))
             self._failures += 1
             if self._failures >= self._timing.failure_threshold:
                 log.error("leader loop: %d consecutive failed runs: releasing leadership", self._failures)
@@ -186,6 +188,12 @@ class LeaderLoop:
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
+        """Shard sync, assignment, balancing; each part fails on its own.
+
+        A failing shard sync or balancing pass is reported in the summary while the rest of the run goes on
+        (unowned and expired leases are placed every run); only failing to read the store, to plan the assignment
+        or to write it fails the run.
+        """
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
@@ -193,9 +201,18 @@ class LeaderLoop:
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         tally = WriteTally()
         synced = False
+        sync_error: str | None = None
         if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
-            tally = self._sync_shards(term, leases, fence, now)
             synced = True
+            try:
+                tally = self._sync_shards(term, leases, fence, now)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
+                sync_error = _describe(exc)
+                term.sync_failures += 1
+                log.warning("leader loop: shard sync failed (%d in a row), assigning anyway: %s",
+                            term.sync_failures, sync_error)
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, leases.values(), worker_scan.workers, now)
@@ -203,7 +220,17 @@ class LeaderLoop:
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
-        plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
+        snapshot = Snapshot.of(views, workers, term.lines)
+        balance_error: str | None = None
+        try:
+            plan = decide(snapshot, self._decider, balance)
+        except Exception as exc:
+            if not balance:
+                raise
+            # A bug in balancing must not stop failover: plan the assignment alone and report the balancing error.
+            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
+            balance_error = _describe(exc)
+            plan = decide(snapshot, self._decider, False)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
@@ -216,7 +243,7 @@ class LeaderLoop:
             leases=len(leases), active_workers=len(active),
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
-            plan=plan, writes=tally, shard_sync_ran=synced,
+            plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
         )
 
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
@@ -278,6 +305,12 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
+        if term.sync_failures and term.sync_attempted_at is not None:
+            # After a failure: retry after 1, 2, 4, ... intervals (at most the sync interval), not every run, so a
+            # throttled ListShards is not hammered; assignment goes on meanwhile.
+            backoff = min(self._timing.shard_sync_interval,
+                          self._timing.interval * (1 << min(term.sync_failures - 1, 30)))
+            return now - term.sync_attempted_at >= backoff
         if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
             return True
         # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
@@ -293,10 +326,12 @@ class LeaderLoop:
 
     def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence, now: float) -> WriteTally:
         assert self._shards is not None
-        term.shards = self._shards()
-        term.shards_listed_at = now
-        plan = plan_shard_sync(term.shards, leases.values(), self._settings.initial_position_in_stream,
+        term.sync_attempted_at = now
+        shards = self._shards()
+        plan = plan_shard_sync(shards, leases.values(), self._settings.initial_position_in_stream,
                                self._settings.initial_timestamp)
+        # Only a listing the planner accepted replaces the last good one (used to spot children waiting for leases).
+        term.shards, term.shards_listed_at, term.sync_failures = shards, now, 0
         created = deleted = 0
         for creation in plan.creates:
             outcome = self._store.create_lease(creation.lease)
@@ -349,6 +384,10 @@ class LeaderLoop:
     def _check_fence(outcome: Outcome) -> None:
         if outcome.conflict is Conflict.FENCED:
             raise LeadershipLost()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
