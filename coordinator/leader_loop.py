@@ -74,6 +74,7 @@ class LoopTiming:
     shard_sync_interval: float
     balancing_frequency: int
     failure_threshold: int
+    stand_down: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
@@ -90,6 +91,7 @@ class LoopTiming:
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
             failure_threshold=settings.leader_failure_threshold,
+            stand_down=settings.leader_stand_down_millis / 1000,
         )
 
 
@@ -144,8 +146,9 @@ class LeaderLoop:
                                  False, None, error=_describe(exc))
             self._failures += 1
             if self._failures >= self._timing.failure_threshold:
-                log.error("leader loop: %d consecutive failed runs: releasing leadership", self._failures)
-                self._lock.release()
+                log.error("leader loop: %d consecutive failed runs: releasing leadership for %.1f s",
+                          self._failures, self._timing.stand_down)
+                self._lock.release(self._timing.stand_down)
                 self._term = None
                 self._failures = 0
         else:
