@@ -8,6 +8,7 @@ cached shard list) belongs to one leader term and is reset when leadership is (r
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Collection
@@ -236,6 +237,7 @@ class LeaderLoop:
             plan = decide(snapshot, self._decider, False)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
+        tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
         for move in plan.moves:
@@ -351,6 +353,29 @@ class LeaderLoop:
         if plan.inconsistent_shard_ids:
             log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
         return WriteTally(created=created, deleted=deleted)
+
+    # ------------------------------------------------------------------ housekeeping
+    def _delete_stale_workers(self, term: _Term, records: list[WorkerRecord], now: float) -> int:
+        """Delete worker rows not updated for `stale_worker_metrics_entry_cleanup_seconds` (KCL: 1 day).
+
+        As in KCL each delete is conditioned on the row still holding what was read (`lut`, and `hb`), so a worker
+        that came back keeps its row. Beyond KCL, the leader must also have watched the row stay unchanged for the
+        grace period this term, so a live worker whose wall clock is far behind is never deleted. Housekeeping is
+        best effort: a failing delete is logged and retried next run, never failing the run.
+        """
+        cutoff = self._clock.time() - self._settings.stale_worker_metrics_entry_cleanup_seconds
+        deleted = 0
+        for record in records:
+            if record.last_update >= cutoff or not term.tracker.worker_silent(record.worker_id, now):
+                continue
+            try:
+                if self._store.delete_worker_if_unchanged(record.worker_id, record.last_update, record.heartbeat):
+                    deleted += 1
+                    log.info("leader loop: deleted the row of worker %s (last update %d)", record.worker_id,
+                             record.last_update)
+            except Exception:
+                log.exception("leader loop: deleting the stale row of worker %s failed", record.worker_id)
+        return deleted
 
     # ------------------------------------------------------------------ writes
     def _write(self, term: _Term, plan: Plan, leases: dict[str, Lease], views: list[LeaseView], fence: Fence,

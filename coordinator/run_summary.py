@@ -18,6 +18,7 @@ class WriteTally:
     lost_races: int = 0
     created: int = 0
     deleted: int = 0
+    workers_deleted: int = 0  # stale worker rows removed (stale_worker_metrics_entry_cleanup_seconds)
 
 
 @dataclass(frozen=True, slots=True)

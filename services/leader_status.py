@@ -33,7 +33,7 @@ MAX_RECENT_MOVES = 250
 MAX_UNPLACED = 200
 MAX_DETAIL_CHARS = 200
 MAX_STATUS_BYTES = 256_000
-WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
+WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted", "workers_deleted")
 
 
 class MalformedLeaderStatus(ShardherdError):
