@@ -20,9 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 from typing_extensions import override
 
-from agent.spark.arrow_read import read_plan
 from agent.spark.channel import Ack, read_snapshot, write_ack
-from agent.spark.kinesis_raw import RawKinesis
 from agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
 from agent.spark.planning import partitions_to_read, plan_next
 from agent.spark.schema import schema_ddl
@@ -30,6 +28,8 @@ from agent.spark.schema import schema_ddl
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
+
+    from agent.spark.kinesis_raw import RawKinesis
 
 FORMAT = "shardherd"
 
@@ -100,6 +100,8 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
     with _clients_guard:
         client = _clients.get((region, endpoint_url))
         if client is None:
+            from agent.spark.kinesis_raw import RawKinesis  # executors only: the runner never loads boto3 or pyarrow
+
             client = RawKinesis(region, endpoint_url)
             _clients[(region, endpoint_url)] = client
         return client
@@ -107,6 +109,8 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition: exactly the records its plan names."""
+    from agent.spark.arrow_read import read_plan
+
     return read_plan(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plan,
                      partition.include_reader, partition.min_call_interval)
 
