@@ -184,7 +184,7 @@ class LeaderLoop:
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
                                                else ()) for w in active)
-        return decide(Snapshot.of(views, workers_seen, lines), self._decider, True)
+        return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
@@ -224,17 +224,7 @@ class LeaderLoop:
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
-        snapshot = Snapshot.of(views, workers, term.lines)
-        balance_error: str | None = None
-        try:
-            plan = decide(snapshot, self._decider, balance)
-        except Exception as exc:
-            if not balance:
-                raise
-            # A bug in balancing must not stop failover: plan the assignment alone and report the balancing error.
-            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
-            balance_error = _describe(exc)
-            plan = decide(snapshot, self._decider, False)
+        plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
@@ -250,6 +240,19 @@ class LeaderLoop:
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
         )
+
+    def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
+        """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
+
+        A bug in balancing must not stop failover; a failure to place leases at all propagates.
+        """
+        try:
+            return decide(snapshot, self._decider, balance), None
+        except Exception as exc:
+            if not balance:
+                raise
+            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
+            return decide(snapshot, self._decider, False), _describe(exc)
 
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
                      now: float) -> list[LeaseView]:
