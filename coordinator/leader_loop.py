@@ -26,7 +26,7 @@ from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
-from shared.store import Conflict, Fence, LeaseStore, Outcome
+from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.worker import WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,8 @@ class LeaderLoop:
         self._on_run = on_run
         self._term: _Term | None = None
         self._failures = 0
+        self._latest: tuple[LeaseScan, WorkerScan, float] | None = None  # the newest run's scans and their time
+        self._latest_guard = threading.Lock()
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
@@ -155,6 +157,17 @@ class LeaderLoop:
             except Exception:  # publishing is best effort; it must never fail the loop
                 log.exception("leader loop: publishing the run summary failed")
         return summary
+
+    def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
+        """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
+
+        The operator API serves these on the leader replica, so dashboards and scrapes there cost no store reads.
+        """
+        with self._latest_guard:
+            latest = self._latest
+        if latest is None or self._term is None or self._clock.monotonic() - latest[2] > max_age:
+            return None
+        return latest[0], latest[1]
 
     def dry_run(self) -> Plan:
         """What the decider would do now (a balancing run), from the store and, on the leader, its observations.
@@ -206,6 +219,8 @@ class LeaderLoop:
         plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
+        with self._latest_guard:  # the tables as this run left them (its own writes applied)
+            self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
         for move in plan.moves:
@@ -323,6 +338,8 @@ class LeaderLoop:
             lease = leases[move.lease_key]
             outcome = self._apply(move, lease, move.lease_key in expired, fence)
             self._check_fence(outcome)
+            if outcome.lease is not None:  # applied: the row now; lost: the row that won
+                leases[move.lease_key] = outcome.lease
             if not outcome.applied:
                 lost += 1
                 log.info("leader loop: %s to %s lost its race (%s)", move.lease_key, move.to_worker,

@@ -62,7 +62,8 @@ class CoordinatorService:
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
-                          settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change)
+                          settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
+                          last_success=watch.last_success_wall)
         loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=watch.on_run)
         return cls(settings, store, lock, loop, clock, watch)
 

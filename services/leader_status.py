@@ -1,10 +1,13 @@
-"""What the leader publishes after each run, so every replica's API can show runs, reasons, freshness and counters.
+"""What the leader publishes about its runs, so every replica's API can show runs, reasons, freshness and counters.
 
-Only the leader has run history in memory; every replica serves the API. After each run the leader writes one
-compact item, `LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs, the
-last moves with their reasons, the leases the newest run could not place (all bounded, so the item stays far below
-DynamoDB's 400 KB limit) and cumulative counters that a new leader continues, so Prometheus counters survive
-failovers. Readers get a typed error for a malformed item.
+Only the leader has run history in memory; every replica serves the API. The leader writes one compact item,
+`LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs that changed something,
+the newest moves with their reasons, the leases the newest run could not place and cumulative counters that a new
+leader continues, so Prometheus counters survive failovers. The item is bounded to MAX_STATUS_BYTES (one write unit
+per started KiB on DynamoDB: at most four) and written only when a run changed something (moves, unplaced leases,
+counts, errors), never once per run; freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every
+write is fenced by the leader's epoch: it only replaces an item of its own term, or of the term it read before, so a
+deposed leader cannot overwrite its successor's status. Readers get a typed error for a malformed item.
 """
 
 from __future__ import annotations
@@ -21,18 +24,21 @@ from coordinator.run_summary import RunSummary
 from shared.clock import Clock
 from shared.errors import ShardherdError
 from shared.store import LeaseStore, StateValue
+from shared.store_meter import state_size
 
 log = logging.getLogger(__name__)
 
 STATUS_KEY = "LeaderStatus"
 STATUS_ATTRIBUTE = "status"
 VERSION_ATTRIBUTE = "statusVersion"
+EPOCH_ATTRIBUTE = "statusEpoch"  # the epoch of the leader that wrote the item: the fence of the next write
 FORMAT_VERSION = 1
-MAX_RUNS = 20
-MAX_RECENT_MOVES = 250
-MAX_UNPLACED = 200
+MAX_RUNS = 5
+MAX_RECENT_MOVES = 50
+MAX_UNPLACED = 50
 MAX_DETAIL_CHARS = 200
-MAX_STATUS_BYTES = 256_000
+MIN_KEPT_MOVES = 5  # moves kept before older runs are given up to fit the size bound
+MAX_STATUS_BYTES = 4096  # the whole item, by DynamoDB's size rules (attribute names and values)
 WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
 
 
@@ -138,18 +144,31 @@ class LeaderStatus(_Frozen):
     totals: Totals = Field(default_factory=Totals)
 
 
+def _item(status: LeaderStatus, text: str) -> dict[str, StateValue]:
+    return {VERSION_ATTRIBUTE: FORMAT_VERSION, EPOCH_ATTRIBUTE: status.epoch, STATUS_ATTRIBUTE: text}
+
+
 def encode(status: LeaderStatus) -> str:
-    """The status as compact JSON, shrunk until it fits MAX_STATUS_BYTES (oldest moves go first, then runs)."""
+    """The status as compact JSON, shrunk until the item fits MAX_STATUS_BYTES.
+
+    The oldest moves go first (down to MIN_KEPT_MOVES), then the oldest runs (the newest stays), then unplaced
+    leases, then the remaining moves.
+    """
     text = status.model_dump_json()
-    while len(text.encode()) > MAX_STATUS_BYTES:
-        if status.recent_moves:
-            status = status.model_copy(update={"recent_moves": status.recent_moves[len(status.recent_moves) // 4 + 1:]})
-        elif status.unplaced:
-            status = status.model_copy(update={"unplaced": status.unplaced[:len(status.unplaced) // 2]})
-        elif status.runs:
-            status = status.model_copy(update={"runs": status.runs[1:]})
+    while state_size(STATUS_KEY, _item(status, text)) > MAX_STATUS_BYTES:
+        moves, runs, unplaced = status.recent_moves, status.runs, status.unplaced
+        if len(moves) > MIN_KEPT_MOVES:
+            update: dict[str, object] = {"recent_moves": moves[max(1, min(len(moves) // 4,
+                                                                          len(moves) - MIN_KEPT_MOVES)):]}
+        elif len(runs) > 1:
+            update = {"runs": runs[1:]}
+        elif unplaced:
+            update = {"unplaced": unplaced[:len(unplaced) // 2]}
+        elif moves:
+            update = {"recent_moves": moves[1:]}
         else:
             break
+        status = status.model_copy(update=update)
         text = status.model_dump_json()
     return text
 
@@ -184,9 +203,25 @@ def read_status(store: LeaseStore) -> LeaderStatus | None:
     return decode(store.get_state(STATUS_KEY))
 
 
-def write_status(store: LeaseStore, status: LeaderStatus) -> None:
-    """Replace the published status (unconditionally: only the leader calls this, once per run)."""
-    store.put_state(STATUS_KEY, {VERSION_ATTRIBUTE: FORMAT_VERSION, STATUS_ATTRIBUTE: encode(status)})
+def write_status(store: LeaseStore, status: LeaderStatus, replaces_epoch: int | None) -> bool:
+    """Replace the published status if the stored one was written in `replaces_epoch` (None: none, or unfenced).
+
+    The leader passes its own epoch once it has written in this term, else the epoch it read; False if the item
+    changed meanwhile (a newer leader published), and then nothing was written.
+    """
+    condition: dict[str, StateValue | None] = {EPOCH_ATTRIBUTE: replaces_epoch}  # None: absent (or no item)
+    return store.put_state(STATUS_KEY, _item(status, encode(status)), condition)
+
+
+def _stored_epoch(item: dict[str, StateValue] | None) -> int | None:
+    value = None if item is None else item.get(EPOCH_ATTRIBUTE)
+    return value if isinstance(value, int) else None
+
+
+def _shape(run: RunRecord) -> tuple[object, ...]:
+    """What a run says besides its timing: a run with the same shape as the last published one is not news."""
+    return (run.ok, run.error, run.leases, run.active_workers, run.expired_leases, run.malformed_rows,
+            sorted(run.moves_by_reason.items()), run.unplaced, sorted(run.writes.items()))
 
 
 class LeaderWatch:
@@ -209,6 +244,9 @@ class LeaderWatch:
         self._leader_since: float | None = None
         self._last_success: float | None = None
         self._changes = {"acquired": 0, "lost": 0}
+        self._replaces: int | None = None  # the epoch a publish must find stored (see write_status)
+        self._published: tuple[object, ...] | None = None  # the shape of the newest published run
+        self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
         self._guard = threading.Lock()
 
     def on_lock_change(self, leading: bool, epoch: int | None) -> None:
@@ -219,14 +257,18 @@ class LeaderWatch:
             self._last_success = None
 
     def on_run(self, summary: RunSummary) -> None:
-        """LeaderLoop hook: record the run and publish the status (store errors propagate; the loop logs them)."""
+        """LeaderLoop hook: record the run; publish the status if the run changed something.
+
+        Store errors propagate (the loop logs them).
+        """
         record = RunRecord.of(summary)
         with self._guard:
             if self._totals is None or self._epoch != summary.epoch:
-                self._continue_from(self._previous())
-                self._epoch = summary.epoch
+                previous, self._replaces = self._previous()
+                self._continue_from(previous)
+                self._epoch, self._published, self._deposed = summary.epoch, None, False
+                self._deposed = self._replaces is not None and self._replaces > summary.epoch
             assert self._totals is not None
-            self._runs.append(record)
             self._totals = self._totals.plus(record)
             if record.ok:
                 moves, unplaced = decisions_of(summary)
@@ -234,17 +276,35 @@ class LeaderWatch:
                 self._unplaced = tuple(unplaced[:MAX_UNPLACED])
                 self._last_success_at = record.started_at
                 self._last_success = self._clock.monotonic()
+            if self._deposed or _shape(record) == self._published:
+                return
+            self._runs.append(record)
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
-        write_status(self._store, status)
+            replaces = self._replaces
+        if write_status(self._store, status, replaces):
+            with self._guard:
+                self._replaces, self._published = summary.epoch, _shape(record)
+            return
+        log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
+        with self._guard:
+            _, self._replaces = self._previous()
+            self._deposed = self._replaces is not None and self._replaces > summary.epoch
 
-    def _previous(self) -> LeaderStatus | None:
+    def last_success_wall(self) -> float | None:
+        """Wall-clock start of the newest successful run of this replica's term (the lock heartbeat publishes it)."""
+        with self._guard:
+            return self._last_success_at if self._leader_since is not None else None
+
+    def _previous(self) -> tuple[LeaderStatus | None, int | None]:
+        """The stored status (None if unreadable) and the epoch that wrote it."""
+        item = self._store.get_state(STATUS_KEY)
         try:
-            return read_status(self._store)
+            return decode(item), _stored_epoch(item)
         except MalformedLeaderStatus as exc:
             log.warning("starting leader status afresh: %s", exc)
-            return None
+            return None, _stored_epoch(item)
 
     def _continue_from(self, previous: LeaderStatus | None) -> None:
         self._runs.clear()

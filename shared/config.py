@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     api_token_file: str | None = None
     api_protect_reads: bool = False
     coordinator_url: str | None = None
+    # How long a replica serves one snapshot of the tables to every request, page and scrape (the leader serves
+    # its newest run's scans instead, whenever they are this fresh).
+    api_cache_millis: int = Field(5_000, ge=0)
 
     # Where a new stream is read from.
     initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
