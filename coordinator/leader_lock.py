@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from shared.clock import Clock
 from shared.errors import StoreUnavailable
 from shared.store import Fence, LeaseStore, StateValue
+from shared.store_meter import acting_as
 
 LOCK_KEY = "Leader"
 OWNER = "ownerName"
@@ -116,6 +117,10 @@ class LeaderLock:
 
         Store outages are survived: the holder keeps its term until its lease runs out locally.
         """
+        with acting_as("lock"):
+            return self._tick()
+
+    def _tick(self) -> bool:
         now = self._clock.monotonic()
         if now >= self._next_due:
             self._next_due = now + self._period

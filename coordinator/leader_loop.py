@@ -27,6 +27,7 @@ from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
+from shared.store_meter import acting_as
 from shared.worker import WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,10 @@ class LeaderLoop:
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""
+        with acting_as("leader"):
+            return self._run_once()
+
+    def _run_once(self) -> RunSummary | None:
         fence = self._lock.fence()
         epoch = self._lock.epoch()
         if fence is None or epoch is None:

@@ -37,9 +37,10 @@ from shared.worker import WorkerRecord
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
 PAGE_BYTES = 1024 * 1024  # a Scan or Query page stops at 1 MB of items read
-INDEX_TABLE = "owner-index"  # the table label of owner-index writes and queries
+INDEX_TABLE = "owner-index"
+DUMP_SECONDS = 2.0  # the table label of owner-index writes and queries
 
-_caller: contextvars.ContextVar[str] = contextvars.ContextVar("store_caller", default="other")
+_caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_caller", default=None)
 
 
 @contextlib.contextmanager
@@ -52,9 +53,9 @@ def acting_as(caller: str) -> Iterator[None]:
         _caller.reset(token)
 
 
-def current_caller() -> str:
-    """The caller store calls are attributed to right now."""
-    return _caller.get()
+def current_caller(default: str = "other") -> str:
+    """The caller store calls are attributed to right now (`default` outside any `acting_as` block)."""
+    return _caller.get() or default
 
 
 # ------------------------------------------------------------------------------------------------ DynamoDB sizes
@@ -175,8 +176,15 @@ class StoreMeter(LeaseStore):
     """
 
     def __init__(self, inner: LeaseStore, consistent_reads: bool = True, lease_page_items: int = 1000,
-                 worker_page_items: int = 1000) -> None:
+                 worker_page_items: int = 1000, default_caller: str = "other", dump_path: Path | None = None,
+                 dump_seconds: float = DUMP_SECONDS) -> None:
         self.inner = inner
+        self.default_caller = default_caller
+        self._dump_path = dump_path
+        self._stop_dumping = threading.Event()
+        if dump_path is not None:
+            threading.Thread(target=self._dump_every, args=(dump_seconds,), name="store-meter",
+                             daemon=True).start()
         self.tables = inner.tables
         self.consistent_reads = consistent_reads
         self._worker_page_items = worker_page_items
@@ -217,7 +225,7 @@ class StoreMeter(LeaseStore):
 
     def _count(self, table: str, operation: str, requests: int = 1, reads: float = 0.0,
                writes: float = 0.0) -> None:
-        key = (current_caller(), table, operation)
+        key = (current_caller(self.default_caller), table, operation)
         with self._guard:
             usage = self._usage.setdefault(key, Usage())
             usage.requests += requests
@@ -278,8 +286,16 @@ class StoreMeter(LeaseStore):
         self.inner.ensure_tables()
 
     def close(self) -> None:
-        """Delegated."""
+        """Write the last report (if dumping) and close the inner store."""
+        self._stop_dumping.set()
+        if self._dump_path is not None:
+            self.dump(self._dump_path)
         self.inner.close()
+
+    def _dump_every(self, seconds: float) -> None:
+        assert self._dump_path is not None
+        while not self._stop_dumping.wait(seconds):
+            self.dump(self._dump_path)
 
     # ---------------------------------------------------------------- lease reads
     def get_lease(self, lease_key: str) -> Lease | None:

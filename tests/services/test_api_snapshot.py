@@ -59,3 +59,16 @@ def test_the_leader_serves_its_runs_scans_and_a_follower_scans_once_per_max_age(
     follower.clock.advance(5)
     _dashboard(follower)
     assert usage_total(meter.rows(), table=meter.tables.leases, operation="scan").requests == 2
+
+
+def test_store_calls_are_attributed_to_leader_lock_api_and_metrics(meter: StoreMeter) -> None:
+    replica = Replica(meter, shards=4)
+    replica.join("w1")
+    replica.step(2)
+    assert replica.client.get("/v1/workers").status_code == 200
+    assert replica.client.get("/metrics").status_code == 200
+    callers = meter.by_caller()
+    assert {"leader", "lock", "api", "metrics"} <= set(callers)
+    assert callers["leader"].read_units > 0 and callers["leader"].write_units > 0  # scans; assignments
+    assert callers["lock"].write_units > 0  # acquire and heartbeats
+    assert callers["api"].read_units > 0 and callers["metrics"].read_units > 0
