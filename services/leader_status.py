@@ -5,9 +5,10 @@ Only the leader has run history in memory; every replica serves the API. The lea
 the newest moves with their reasons, the leases the newest run could not place and cumulative counters that a new
 leader continues, so Prometheus counters survive failovers. The item is bounded to MAX_STATUS_BYTES (one write unit
 per started KiB on DynamoDB: at most four) and written only when a run changed something (moves, unplaced leases,
-counts, errors), never once per run; freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every
-write is fenced by the leader's epoch: it only replaces an item of its own term, or of the term it read before, so a
-deposed leader cannot overwrite its successor's status. Readers get a typed error for a malformed item.
+counts, errors), at most once per MIN_PUBLISH_SECONDS (changes in between go out together), never once per run;
+freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every write is fenced by the leader's
+epoch: it only replaces an item of its own term, or of the term it read before, so a deposed leader cannot overwrite
+its successor's status. Readers get a typed error for a malformed item.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ MAX_RECENT_MOVES = 50
 MAX_UNPLACED = 50
 MAX_DETAIL_CHARS = 200
 MIN_KEPT_MOVES = 5  # moves kept before older runs are given up to fit the size bound
+MIN_PUBLISH_SECONDS = 10.0  # a leader that changes something every run still writes at most this often
 MAX_STATUS_BYTES = 4096  # the whole item, by DynamoDB's size rules (attribute names and values)
 WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
 
@@ -218,10 +220,11 @@ def _stored_epoch(item: dict[str, StateValue] | None) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _shape(run: RunRecord) -> tuple[object, ...]:
-    """What a run says besides its timing: a run with the same shape as the last published one is not news."""
+def _shape(run: RunRecord, summary: RunSummary) -> tuple[object, ...]:
+    """What a run says besides its timing: a run with the same shape as the one before is not news."""
+    moves = tuple((m.lease_key, m.to_worker) for m in summary.plan.moves) if summary.plan else ()
     return (run.ok, run.error, run.leases, run.active_workers, run.expired_leases, run.malformed_rows,
-            sorted(run.moves_by_reason.items()), run.unplaced, sorted(run.writes.items()))
+            sorted(run.moves_by_reason.items()), run.unplaced, sorted(run.writes.items()), moves)
 
 
 class LeaderWatch:
@@ -231,7 +234,8 @@ class LeaderWatch:
     leader and when a run last succeeded, so `/readyz` can fail for a stalled leader. It also counts lock changes.
     """
 
-    def __init__(self, store: LeaseStore, leader_id: str, clock: Clock, max_runs: int = MAX_RUNS) -> None:
+    def __init__(self, store: LeaseStore, leader_id: str, clock: Clock, max_runs: int = MAX_RUNS,
+                 min_interval: float = MIN_PUBLISH_SECONDS) -> None:
         self._store = store
         self._leader_id = leader_id
         self._clock = clock
@@ -245,7 +249,10 @@ class LeaderWatch:
         self._last_success: float | None = None
         self._changes = {"acquired": 0, "lost": 0}
         self._replaces: int | None = None  # the epoch a publish must find stored (see write_status)
-        self._published: tuple[object, ...] | None = None  # the shape of the newest published run
+        self._seen: tuple[object, ...] | None = None  # the shape of the newest run (see _shape)
+        self._dirty = False  # a run changed something that is not published yet
+        self._published_at: float | None = None  # monotonic time of this term's newest publication
+        self._min_interval = min_interval
         self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
         self._guard = threading.Lock()
 
@@ -266,7 +273,7 @@ class LeaderWatch:
             if self._totals is None or self._epoch != summary.epoch:
                 previous, self._replaces = self._previous()
                 self._continue_from(previous)
-                self._epoch, self._published, self._deposed = summary.epoch, None, False
+                self._epoch, self._seen, self._published_at = summary.epoch, None, None
                 self._deposed = self._replaces is not None and self._replaces > summary.epoch
             assert self._totals is not None
             self._totals = self._totals.plus(record)
@@ -276,16 +283,21 @@ class LeaderWatch:
                 self._unplaced = tuple(unplaced[:MAX_UNPLACED])
                 self._last_success_at = record.started_at
                 self._last_success = self._clock.monotonic()
-            if self._deposed or _shape(record) == self._published:
+            shape = _shape(record, summary)
+            if shape != self._seen:
+                self._seen, self._dirty = shape, True
+                self._runs.append(record)
+            now = self._clock.monotonic()
+            due = self._published_at is None or now - self._published_at >= self._min_interval
+            if self._deposed or not self._dirty or not due:
                 return
-            self._runs.append(record)
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
             replaces = self._replaces
         if write_status(self._store, status, replaces):
             with self._guard:
-                self._replaces, self._published = summary.epoch, _shape(record)
+                self._replaces, self._dirty, self._published_at = summary.epoch, False, now
             return
         log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
         with self._guard:

@@ -47,7 +47,7 @@ def _summary(epoch: int, moves: int, rng: random.Random, id_len: int = 12, error
 
 
 def test_round_trip_and_detail_shortened(sqlite_store: LeaseStore) -> None:
-    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     summary = _summary(3, 4, random.Random(1))
     watch.on_run(summary)
     status = read_status(sqlite_store)
@@ -78,7 +78,7 @@ def test_malformed_items_raise_a_typed_error(item: dict[str, StateValue], proble
 
 def test_the_item_stays_within_four_kib_with_many_long_moves(sqlite_store: LeaseStore) -> None:
     rng = random.Random(7)
-    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     summaries = [_summary(1, 100, rng, id_len=250) for _ in range(30)]
     for summary in summaries:
         watch.on_run(summary)
@@ -115,9 +115,9 @@ def test_a_run_that_changes_nothing_is_not_published(sqlite_store: LeaseStore) -
 
 def test_a_deposed_leader_cannot_overwrite_its_successors_status(sqlite_store: LeaseStore) -> None:
     rng = random.Random(5)
-    old = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    old = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     old.on_run(_summary(1, 1, rng))
-    new = LeaderWatch(sqlite_store, "coord-b", ManualClock())
+    new = LeaderWatch(sqlite_store, "coord-b", ManualClock(), min_interval=0)
     new.on_run(_summary(2, 1, rng))
     old.on_run(_summary(1, 3, rng))  # still believes it leads
     old.on_run(_summary(1, 4, rng))
@@ -128,10 +128,10 @@ def test_a_deposed_leader_cannot_overwrite_its_successors_status(sqlite_store: L
 
 def test_a_new_leader_continues_the_counters(sqlite_store: LeaseStore) -> None:
     rng = random.Random(3)
-    first = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    first = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     first.on_run(_summary(1, 2, rng))
     first.on_run(_summary(1, 1, rng, error="StoreUnavailable: boom"))
-    second = LeaderWatch(sqlite_store, "coord-b", ManualClock())
+    second = LeaderWatch(sqlite_store, "coord-b", ManualClock(), min_interval=0)
     second.on_run(_summary(2, 3, rng))
     status = read_status(sqlite_store)
     assert status is not None and status.leader_id == "coord-b" and status.epoch == 2
@@ -142,7 +142,7 @@ def test_a_new_leader_continues_the_counters(sqlite_store: LeaseStore) -> None:
 
 def test_a_new_leader_starts_afresh_over_a_malformed_item(sqlite_store: LeaseStore) -> None:
     sqlite_store.put_state(STATUS_KEY, {"statusVersion": 1, "status": "garbage"})
-    LeaderWatch(sqlite_store, "coord-a", ManualClock()).on_run(_summary(5, 1, random.Random(0)))
+    LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0).on_run(_summary(5, 1, random.Random(0)))
     status = read_status(sqlite_store)
     assert status is not None and status.totals.runs == 1 and len(status.runs) == 1
 
@@ -163,3 +163,18 @@ def test_seconds_without_progress_on_the_leader(sqlite_store: LeaseStore) -> Non
     watch.on_lock_change(False, 1)
     assert watch.seconds_without_progress() is None
     assert watch.lock_changes() == {"acquired": 1, "lost": 1}
+
+
+def test_a_leader_that_changes_something_every_run_publishes_at_most_every_min_interval(
+        sqlite_store: LeaseStore) -> None:
+    clock = ManualClock()
+    meter = StoreMeter(sqlite_store)
+    watch = LeaderWatch(meter, "coord-a", clock)
+    rng = random.Random(9)
+    for _ in range(30):  # a minute of runs, each moving a lease
+        watch.on_run(_summary(1, 1, rng))
+        clock.advance(2)
+    puts = sum(row.requests for row in meter.rows() if row.operation.startswith("put"))
+    assert 6 <= puts <= 7  # the first at once, then one per MIN_PUBLISH_SECONDS
+    status = read_status(sqlite_store)
+    assert status is not None and status.totals.runs >= 26  # the totals of the runs up to the last publication
