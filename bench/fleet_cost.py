@@ -35,7 +35,7 @@ from coordinator.run_summary import RunSummary
 from services.api import ApiContext, create_app
 from services.leader_status import LeaderWatch
 from shared.store import LeaseStore
-from shared.store_meter import INDEX_TABLE, StoreMeter, Usage, UsageRow, acting_as, state_size
+from shared.store_meter import INDEX_TABLE, StoreMeter, Usage, UsageRow, acting_as, state_size, usage_total
 
 DASHBOARD_S = 3.0
 SCRAPE_S = 15.0
@@ -92,32 +92,21 @@ class CostResult:
 
     def per_minute(self, caller: str) -> Usage:
         """Requests and units per minute of one caller."""
-        total = Usage()
-        for row in self.rows:
-            if row.caller == caller:
-                total.requests += row.requests
-                total.read_units += row.read_units
-                total.write_units += row.write_units
+        total = usage_total(self.rows, caller=caller)
         return Usage(round(total.requests / self.minutes), total.read_units / self.minutes,
                      total.write_units / self.minutes)
 
     def totals(self) -> Usage:
         """Everything shardherd did, per minute."""
-        return _sum(self.per_minute(caller) for caller in {row.caller for row in self.rows})
+        total = Usage()
+        for caller in {row.caller for row in self.rows}:
+            total.add(self.per_minute(caller))
+        return total
 
     def kcl_totals(self) -> Usage:
         """KCL's whole bill per minute."""
         return Usage(round(sum(line.requests for line in self.kcl)), sum(line.read_units for line in self.kcl),
                      sum(line.write_units for line in self.kcl))
-
-
-def _sum(usages: object) -> Usage:
-    total = Usage()
-    for usage in usages:  # type: ignore[attr-defined]
-        total.requests += usage.requests
-        total.read_units += usage.read_units
-        total.write_units += usage.write_units
-    return total
 
 
 class RunTimer:

@@ -154,10 +154,17 @@ class Usage:
     read_units: float = 0.0
     write_units: float = 0.0
 
+    def add(self, other: Usage | UsageRow) -> Usage:
+        """Count `other` in too; returns self."""
+        self.requests += other.requests
+        self.read_units += other.read_units
+        self.write_units += other.write_units
+        return self
+
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """One line of a meter report."""
+    """One line of a meter report: a (caller, table, operation) and its requests and units."""
 
     caller: str
     table: str
@@ -211,10 +218,7 @@ class StoreMeter(LeaseStore):
         """Totals per caller."""
         totals: dict[str, Usage] = {}
         for row in self.rows():
-            usage = totals.setdefault(row.caller, Usage())
-            usage.requests += row.requests
-            usage.read_units += row.read_units
-            usage.write_units += row.write_units
+            totals.setdefault(row.caller, Usage()).add(row)
         return totals
 
     def dump(self, path: Path) -> None:
@@ -227,10 +231,7 @@ class StoreMeter(LeaseStore):
                writes: float = 0.0) -> None:
         key = (current_caller(self.default_caller), table, operation)
         with self._guard:
-            usage = self._usage.setdefault(key, Usage())
-            usage.requests += requests
-            usage.read_units += reads
-            usage.write_units += writes
+            self._usage.setdefault(key, Usage()).add(Usage(requests, reads, writes))
 
     def _remember(self, table: str, key: str, size: int | None) -> int | None:
         """Record an item's new size (None: deleted); returns the size remembered before."""
@@ -488,7 +489,5 @@ def usage_total(rows: Sequence[UsageRow], **match: Any) -> Usage:
     total = Usage()
     for row in rows:
         if all(getattr(row, name) == value for name, value in match.items()):
-            total.requests += row.requests
-            total.read_units += row.read_units
-            total.write_units += row.write_units
+            total.add(row)
     return total
