@@ -107,9 +107,9 @@ class LeaderLock:
         with self._guard:
             return self._held.epoch if self._held else None
 
-    def read(self) -> LockView:
-        """The lock item as stored (one consistent read)."""
-        return _view(self._store.get_state(self._key))
+    def read(self, consistent: bool = True) -> LockView:
+        """The lock item as stored (one read; eventually consistent views cost half on DynamoDB)."""
+        return _view(self._store.get_state(self._key, consistent))
 
     # ------------------------------------------------------------------ protocol (one thread)
     def tick(self) -> bool:
@@ -149,7 +149,9 @@ class LeaderLock:
 
     def _try_acquire(self) -> None:
         sent = self._clock.monotonic()
-        item = self._store.get_state(self._key)
+        # An eventually consistent read is enough (and half the price on DynamoDB): every takeover is a put
+        # conditioned on exactly what was read, so a stale read can only make an attempt fail, never succeed wrongly.
+        item = self._store.get_state(self._key, consistent=False)
         if item is None:
             self._write_new(sent, None, {"key": None})
             return

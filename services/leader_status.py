@@ -200,9 +200,9 @@ def decode(item: dict[str, StateValue] | None) -> LeaderStatus | None:
     return status
 
 
-def read_status(store: LeaseStore) -> LeaderStatus | None:
-    """The published status (one consistent read); None before any leader published."""
-    return decode(store.get_state(STATUS_KEY))
+def read_status(store: LeaseStore, consistent: bool = True) -> LeaderStatus | None:
+    """The published status (one read); None before any leader published."""
+    return decode(store.get_state(STATUS_KEY, consistent))
 
 
 def write_status(store: LeaseStore, status: LeaderStatus, replaces_epoch: int | None) -> bool:

@@ -61,10 +61,10 @@ class SnapshotCache:
                 worker_scan = self._store.scan_workers()
                 scans = (self._store.scan_leases(), worker_scan)
             fleet = judge_fleet(*scans, self._settings, self._heartbeats, self._grace)
-            try:
-                status, problem = read_status(self._store), None
+            try:  # views for operators: eventually consistent reads (half price) are fresh enough
+                status, problem = read_status(self._store, consistent=False), None
             except MalformedLeaderStatus as exc:
                 status, problem = None, str(exc)
-            self._snapshot = ApiSnapshot(fleet, self._lock.read(), status, problem)
+            self._snapshot = ApiSnapshot(fleet, self._lock.read(consistent=False), status, problem)
             self._taken = now
             return self._snapshot
