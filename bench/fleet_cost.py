@@ -9,9 +9,9 @@ at limit=1000) with a /metrics scrape every 15 s. The KCL 3.x bill comes from be
 same lease items and worker ids.
 
 The leader's run time is split into phases: `scan` and `write` from the requests the run made under a stated store
-latency model (LATENCY, sequential calls as the leader makes them), `decide` the run's measured CPU time on this
-machine (including the in-memory store's own work, so an upper bound). Growth with shards and with workers is fitted
-as a power law over a small grid and printed as exponents.
+latency model (LATENCY, sequential calls as the leader makes them), `decide` the decider's CPU time on this machine
+as the leader loop measures it (RunSummary.decide_ms; the machine is shared, so it is noisy). Growth with shards and
+with workers is fitted as a power law over a small grid and printed as exponents.
 
     python -m bench.fleet_cost                       # 8x3, 1000x50, 10000x1000 and the growth grid
     python -m bench.fleet_cost --sizes 1000x50 --no-grid
@@ -155,7 +155,10 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
         holder["meter"] = meter
         return meter
 
+    decide_seconds: list[float] = []
+
     def on_run(summary: RunSummary) -> None:
+        decide_seconds.append(summary.decide_ms / 1000)
         watch = holder["watch"]
         assert isinstance(watch, LeaderWatch)
         with acting_as("status"):
@@ -179,21 +182,21 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     counted = 0
     while fleet.events.now() < warmup:  # cold start: leases created, then every lease assigned
         fleet.events.run_until(min(warmup, fleet.events.now() + 1.0))
-        for seconds in fleet.run_seconds[counted:]:
+        for seconds in decide_seconds[counted:]:
             timer.after_run(seconds)
-        counted = len(fleet.run_seconds)
+        counted = len(decide_seconds)
     first = max(timer.runs, key=lambda run: run.total_s, default=None)
     meter.reset()
     timer = RunTimer(meter, LATENCY)
-    counted = len(fleet.run_seconds)
+    counted = len(decide_seconds)
     start = fleet.events.now()
     step = fleet.settings.lease_assignment_interval_millis / 1000
     status_sizes = []
     while fleet.events.now() < start + window:
         fleet.events.run_until(min(start + window, fleet.events.now() + step))
-        for seconds in fleet.run_seconds[counted:]:
+        for seconds in decide_seconds[counted:]:
             timer.after_run(seconds)
-        counted = len(fleet.run_seconds)
+        counted = len(decide_seconds)
         item = fleet.inner.get_state("LeaderStatus")
         if item is not None:
             status_sizes.append(state_size("LeaderStatus", item))

@@ -35,7 +35,6 @@ import math
 import random
 import statistics
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -347,7 +346,6 @@ class Fleet:
         self.rng = random.Random(self.seed)
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
-        self.run_seconds: list[float] = []  # wall-clock seconds each leader run took on this machine
         self.loop: LeaderLoop | None = None
         self.lock: LeaderLock | None = None
         if self.variant != KCL2:
@@ -371,9 +369,7 @@ class Fleet:
 
     def _lead(self) -> bool:
         assert self.loop is not None
-        started = time.perf_counter()
         summary = self.loop.run_once()
-        self.run_seconds.append(time.perf_counter() - started)  # this machine's CPU time of the run
         if summary is not None:
             moved = summary.plan is not None and bool(summary.plan.moves)
             self.runs.append((self.events.now(), summary.balanced_this_run, moved))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -221,7 +222,9 @@ class LeaderLoop:
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
+        deciding = time.perf_counter()
         plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
+        decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
@@ -236,7 +239,7 @@ class LeaderLoop:
             leases=len(leases), active_workers=len(active),
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
-            plan=plan, writes=tally, shard_sync_ran=synced,
+            plan=plan, writes=tally, shard_sync_ran=synced, decide_ms=decide_ms,
         )
 
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],

@@ -36,6 +36,7 @@ class RunSummary:
     writes: WriteTally = field(default_factory=WriteTally)
     shard_sync_ran: bool = False
     error: str | None = None
+    decide_ms: float = 0.0  # this process's CPU time in the decider (the run's time minus store waits, roughly)
 
     @property
     def ok(self) -> bool:
