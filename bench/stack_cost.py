@@ -1,7 +1,8 @@
 """DynamoDB capacity units per minute by caller on the live local stack, next to requests, against KCL 3.x.
 
-Starts `shardherd up --no-spark --api-port 0` with a run directory under the current directory and
-SHARDHERD_STORE_METER_DIR set, so every coordinator and agent process prices its own store calls
+Starts `shardherd up --no-spark --api-port 0` with a run directory under the current directory, shardherd's user
+defaults (the stack otherwise shortens discovery and leader intervals and turns CPU metrics off; `--stack-defaults`
+keeps those) and SHARDHERD_STORE_METER_DIR set, so every coordinator and agent process prices its own store calls
 (shared/store_meter.py) and writes them to the meter directory. After a warm-up it keeps one dashboard open on the
 stack's dashboard URL (a refresh every 3 s, as services/api/dashboard/app.js does) and scrapes /metrics every 15 s,
 then reads every process's meter before and after the window. The KCL 3.x bill of the same lease table and worker
@@ -29,6 +30,10 @@ from services.local_stack.state import StackNotRunning, StackState
 from shared.aws import make_client
 from shared.dynamo.store import DynamoLeaseStore
 from shared.store import TableNames
+
+# shardherd's defaults, which `shardherd up` replaces with quicker demo intervals unless they are set explicitly.
+USER_DEFAULTS = {"SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "1000", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "2000",
+                 "SHARDHERD_DISABLE_WORKER_METRICS": "false"}
 
 Totals = dict[tuple[str, str], list[float]]  # (caller, table:operation) -> [requests, read units, write units]
 
@@ -97,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--coordinators", type=int, default=2)
     parser.add_argument("--warmup", type=float, default=45.0)
     parser.add_argument("--window", type=float, default=120.0)
+    parser.add_argument("--stack-defaults", action="store_true",
+                        help="keep the stack's demo settings (discovery 0.5 s, leader 1 s, CPU metrics off)")
     args = parser.parse_args(argv)
     run = Path(args.run_dir).resolve()
     meters = run / "meter"
@@ -104,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for stale in meters.glob("*.json"):
         stale.unlink()
     env = {**os.environ, "SHARDHERD_STORE_METER_DIR": str(meters)}
+    if not args.stack_defaults:  # what users run, not the stack's quicker demo intervals with CPU metrics off
+        env.update(USER_DEFAULTS)
     command = [sys.executable, "-m", "services.cli", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
                "--shards", str(args.shards), "--agents", str(args.agents), "--coordinators", str(args.coordinators),
                "--duration", str(args.warmup + args.window + 120)]
@@ -137,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except subprocess.TimeoutExpired:
             stack.kill()
         log.close()
-    print(f"live stack: {args.shards} shards, {args.agents} agents, {args.coordinators} coordinators, no Spark; "
+    settings = "the stack's demo settings" if args.stack_defaults else "user defaults (CPU metrics on)"
+    print(f"live stack ({settings}): {args.shards} shards, {args.agents} agents, {args.coordinators} coordinators, "
+          f"no Spark; "
           f"one dashboard on {state.dashboard_url}, a scrape every 15 s; window {minutes:.1f} min")
     print(f"  {'caller':<12} {'requests/min':>12} {'RCU/min':>9} {'WCU/min':>9}")
     total = [0.0, 0.0, 0.0]
