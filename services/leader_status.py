@@ -5,7 +5,8 @@ Only the leader has run history in memory; every replica serves the API. The lea
 the newest moves with their reasons, the leases the newest run could not place and cumulative counters that a new
 leader continues, so Prometheus counters survive failovers. The item is bounded to MAX_STATUS_BYTES (one write unit
 per started KiB on DynamoDB: at most four) and written only when a run changed something (moves, unplaced leases,
-counts, errors), at most once per MIN_PUBLISH_SECONDS (changes in between go out together), never once per run;
+counts, errors), at once after a quiet spell but on average at most once per MIN_PUBLISH_SECONDS while every run
+changes something (a token bucket of PUBLISH_BURST; changes in between go out together), never once per run;
 freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every write is fenced by the leader's
 epoch: it only replaces an item of its own term, or of the term it read before, so a deposed leader cannot overwrite
 its successor's status. Readers get a typed error for a malformed item.
@@ -39,7 +40,8 @@ MAX_RECENT_MOVES = 50
 MAX_UNPLACED = 50
 MAX_DETAIL_CHARS = 200
 MIN_KEPT_MOVES = 5  # moves kept before older runs are given up to fit the size bound
-MIN_PUBLISH_SECONDS = 10.0  # a leader that changes something every run still writes at most this often
+MIN_PUBLISH_SECONDS = 10.0  # a leader that changes something every run writes on average at most this often
+PUBLISH_BURST = 3  # publications allowed back to back after a quiet spell (term start, then the first assignments)
 MAX_STATUS_BYTES = 4096  # the whole item, by DynamoDB's size rules (attribute names and values)
 WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
 
@@ -251,8 +253,9 @@ class LeaderWatch:
         self._replaces: int | None = None  # the epoch a publish must find stored (see write_status)
         self._seen: tuple[object, ...] | None = None  # the shape of the newest run (see _shape)
         self._dirty = False  # a run changed something that is not published yet
-        self._published_at: float | None = None  # monotonic time of this term's newest publication
         self._min_interval = min_interval
+        self._tokens = float(PUBLISH_BURST)  # publications allowed now; one more every `min_interval` seconds
+        self._refilled: float | None = None  # monotonic time the tokens were last counted
         self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
         self._guard = threading.Lock()
 
@@ -273,7 +276,7 @@ class LeaderWatch:
             if self._totals is None or self._epoch != summary.epoch:
                 previous, self._replaces = self._previous()
                 self._continue_from(previous)
-                self._epoch, self._seen, self._published_at = summary.epoch, None, None
+                self._epoch, self._seen = summary.epoch, None
                 self._deposed = self._replaces is not None and self._replaces > summary.epoch
             assert self._totals is not None
             self._totals = self._totals.plus(record)
@@ -288,16 +291,20 @@ class LeaderWatch:
                 self._seen, self._dirty = shape, True
                 self._runs.append(record)
             now = self._clock.monotonic()
-            due = self._published_at is None or now - self._published_at >= self._min_interval
-            if self._deposed or not self._dirty or not due:
+            if self._refilled is not None:
+                gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
+                self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
+            self._refilled = now
+            if self._deposed or not self._dirty or self._tokens < 1:
                 return
+            self._tokens -= 1
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
             replaces = self._replaces
         if write_status(self._store, status, replaces):
             with self._guard:
-                self._replaces, self._dirty, self._published_at = summary.epoch, False, now
+                self._replaces, self._dirty = summary.epoch, False
             return
         log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
         with self._guard:

@@ -165,7 +165,7 @@ def test_seconds_without_progress_on_the_leader(sqlite_store: LeaseStore) -> Non
     assert watch.lock_changes() == {"acquired": 1, "lost": 1}
 
 
-def test_a_leader_that_changes_something_every_run_publishes_at_most_every_min_interval(
+def test_a_leader_that_changes_something_every_run_publishes_about_once_per_min_interval(
         sqlite_store: LeaseStore) -> None:
     clock = ManualClock()
     meter = StoreMeter(sqlite_store)
@@ -175,6 +175,6 @@ def test_a_leader_that_changes_something_every_run_publishes_at_most_every_min_i
         watch.on_run(_summary(1, 1, rng))
         clock.advance(2)
     puts = sum(row.requests for row in meter.rows() if row.operation.startswith("put"))
-    assert 6 <= puts <= 7  # the first at once, then one per MIN_PUBLISH_SECONDS
+    assert 8 <= puts <= 10  # three at once (the burst), then one per MIN_PUBLISH_SECONDS
     status = read_status(sqlite_store)
     assert status is not None and status.totals.runs >= 26  # the totals of the runs up to the last publication
