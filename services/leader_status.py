@@ -6,7 +6,8 @@ the newest moves with their reasons, the leases the newest run could not place a
 leader continues, so Prometheus counters survive failovers. The item is bounded to MAX_STATUS_BYTES (one write unit
 per started KiB on DynamoDB: at most four) and written only when a run changed something (moves, unplaced leases,
 counts, errors), at once after a quiet spell but on average at most once per MIN_PUBLISH_SECONDS while every run
-changes something (a token bucket of PUBLISH_BURST; changes in between go out together), never once per run;
+changes something (a token bucket of PUBLISH_BURST; changes in between go out together; a failure starting or
+ending goes out at once), never once per run;
 freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every write is fenced by the leader's
 epoch: it only replaces an item of its own term, or of the term it read before, so a deposed leader cannot overwrite
 its successor's status. Readers get a typed error for a malformed item.
@@ -238,7 +239,8 @@ def _stored_epoch(item: dict[str, StateValue] | None) -> int | None:
 def _shape(run: RunRecord, summary: RunSummary) -> tuple[object, ...]:
     """What a run says besides its timing: a run with the same shape as the one before is not news."""
     moves = tuple((m.lease_key, m.to_worker) for m in summary.plan.moves) if summary.plan else ()
-    return (run.ok, run.error, run.shard_sync_error, run.balancing_error, run.leases, run.active_workers,
+    # Not the run's own shard_sync_error: sync runs every few runs, so it flaps; the caller adds the failing streak.
+    return (run.ok, run.error, run.balancing_error, run.leases, run.active_workers,
             run.expired_leases, run.malformed_rows, sorted(run.moves_by_reason.items()), run.unplaced,
             sorted(run.writes.items()), moves)
 
@@ -272,6 +274,7 @@ class LeaderWatch:
         self._min_interval = min_interval
         self._tokens = float(PUBLISH_BURST)  # publications allowed now; one more every `min_interval` seconds
         self._refilled: float | None = None  # monotonic time the tokens were last counted
+        self._health: tuple[object, ...] | None = None  # failures of the newest run (see on_run)
         self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
         self._guard = threading.Lock()
 
@@ -309,7 +312,7 @@ class LeaderWatch:
             elif summary.shard_sync_ran and record.ok:
                 self._sync_failing = None
             since, _, error = self._sync_failing or (None, None, None)
-            shape = _shape(record, summary)
+            shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
             if shape != self._seen:
                 self._seen, self._dirty = shape, True
                 self._runs.append(record)
@@ -318,9 +321,12 @@ class LeaderWatch:
                 gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
                 self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
             self._refilled = now
-            if self._deposed or not self._dirty or self._tokens < 1:
+            health = (record.ok, record.error, record.balancing_error, since, error)
+            urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
+            self._health = health
+            if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
                 return
-            self._tokens -= 1
+            self._tokens = max(0.0, self._tokens - 1)
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),
