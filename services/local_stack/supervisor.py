@@ -116,8 +116,8 @@ class Supervisor:
                 child.reported = True
         return found
 
-    def stop(self, children: Sequence[Child], grace: float) -> None:
-        """SIGTERM every child and close its stdin; SIGKILL the group of any still there after `grace` s.
+    def stop(self, children: Sequence[Child], grace: float, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send `sig` to every child and close its stdin; SIGKILL the group of any still there after `grace` s.
 
         Processes a child started (seen before the SIGTERM) that outlive it are killed once it has exited.
         """
@@ -125,7 +125,7 @@ class Supervisor:
         for child in children:
             child.expected_exit = True
             if child.alive:
-                child.process.send_signal(signal.SIGTERM)
+                child.process.send_signal(sig)
             if child.process.stdin is not None:
                 child.process.stdin.close()
         deadline = time.monotonic() + grace
