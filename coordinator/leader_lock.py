@@ -30,6 +30,8 @@ TERM = "leaderTerm"
 
 log = logging.getLogger(__name__)
 
+GIVEN_UP = "released"
+
 
 @dataclass(frozen=True, slots=True)
 class LockView:
@@ -129,7 +131,7 @@ class LeaderLock:
         held = self._held
         if held is None:
             return False
-        self._drop("released")
+        self._drop(GIVEN_UP)
         try:
             return self._store.delete_state(self._key, {OWNER: self._owner, VERSION: held.version})
         except StoreUnavailable as exc:
@@ -199,7 +201,8 @@ class LeaderLock:
         with self._guard:
             held, self._held = self._held, None
         if held is not None:
-            log.warning("leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
+            level = logging.INFO if why == GIVEN_UP else logging.WARNING  # giving it up on stop is no trouble
+            log.log(level, "leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
             if self._on_change:
                 self._on_change(False, held.epoch)
 

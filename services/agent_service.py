@@ -19,6 +19,8 @@ from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
+SIGNAL_POLL_SECONDS = 0.2
+
 
 def load_processor(spec: str) -> ProcessorFactory:
     """Import `module:Class` and check it is a RecordProcessor subclass (a clear ConfigError otherwise)."""
@@ -62,6 +64,15 @@ class StopSignals:
             signal.signal(sig, self._handle)
         return self
 
+    def wait(self) -> None:
+        """Block until a stop signal came.
+
+        Waits in slices: a signal delivered to another thread does not wake a main thread blocked without a timeout,
+        so its handler would run only when something else woke that thread.
+        """
+        while not self.stopping.wait(SIGNAL_POLL_SECONDS):
+            pass
+
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping.is_set():
             return  # e.g. the parent-death watcher's SIGTERM after the stack's SIGUSR1
@@ -80,6 +91,6 @@ def run(args: argparse.Namespace) -> int:
     signals = StopSignals(agent.keeper.begin_drain).install()
     agent.start()
     log.info("agent %s running on stream %s", agent.settings.worker_id, agent.settings.stream_name)
-    signals.stopping.wait()
+    signals.wait()
     agent.stop(drain=signals.drain, drain_timeout=args.drain_timeout)
     return 0

@@ -93,8 +93,12 @@ class CoordinatorService:
         self._stop.set()
 
     def wait(self) -> None:
-        """Block until stop() is called (e.g. by the SIGTERM handler)."""
-        self._stop.wait()
+        """Block until stop() is called (e.g. by the SIGTERM handler).
+
+        Waits in slices so the handler of a signal delivered to another thread runs at once in the main thread.
+        """
+        while not self._stop.wait(0.2):
+            pass
 
 
 def register(sub: Any) -> None:

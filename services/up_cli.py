@@ -135,7 +135,7 @@ def run_up(args: argparse.Namespace) -> int:
                 break
         printer.stop()
     finally:
-        say("stopping: agents, then coordinators, then emulators ...")
+        say("stopping: coordinators, then agents (checkpoint, give leases back), then emulators ...")
         began = time.monotonic()
         stack.stop()
     say(f"stopped in {time.monotonic() - began:.1f} s")

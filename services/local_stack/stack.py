@@ -3,8 +3,9 @@
 Agents are local Spark drivers running the example pipeline (`services.local_stack.spark_agent`, Parquet under
 `<run dir>/shard-counts`) unless `spark=False`, which runs plain agents with a counting processor.
 
-Stop order on Ctrl-C/SIGTERM: the producer, then all agents (they drain: checkpoints written, leases given back),
-then the coordinators (leadership released), then the emulators. Every child also stops itself if this process dies.
+Stop order on Ctrl-C/SIGTERM: the producer, then the coordinators (leadership released, so no leader reassigns
+leases while agents stop), then all agents (checkpoints written, leases given back at once: there is nobody to drain
+to), then the emulators. Every child also stops itself if this process dies.
 """
 
 from __future__ import annotations
@@ -299,7 +300,7 @@ class LocalStack:
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
-        """Stop in order: producer, agents, coordinators, emulators; remove the state file and socket; unlock.
+        """Stop in order: producer, coordinators, agents, emulators; remove the state file and socket; unlock.
 
         Agents get FLEET_STOP: with every agent stopping there is nobody to hand leases to, so each checkpoints and
         gives its leases back at once instead of waiting for a handoff that cannot come.
@@ -312,10 +313,12 @@ class LocalStack:
             self.control = None
         if self.producer is not None:
             self.producer.stop()
+        # Coordinators first: a leader still running would hand leases given back by one agent to another that is
+        # about to stop too. Agents keep processing without a coordinator.
+        self.supervisor.stop(self.supervisor.children(COORDINATOR), 15.0)
         started = time.monotonic()
         self.supervisor.stop(self.supervisor.children(AGENT), self.options.stop_grace, FLEET_STOP)
         log.info("agents stopped after %.1f s", time.monotonic() - started)
-        self.supervisor.stop(self.supervisor.children(COORDINATOR), 15.0)
         self.emulators.stop()
         self._lock.release()
         self._owner = False
