@@ -1,12 +1,18 @@
-"""The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`."""
+"""The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`.
+
+`/docs` is Swagger UI from the assets the `swagger-ui-bundle` package ships (docs/decisions/0005-offline-docs.md):
+it works without Internet access, unlike FastAPI's default page, which loads Swagger UI from a CDN.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 from services.api import assignments, health, leader, metrics, plan, workers
 from services.api.context import ApiContext
@@ -14,6 +20,7 @@ from shared.errors import ShardherdError
 
 DASHBOARD = Path(__file__).parent / "dashboard"
 API_VERSION = "1"
+DOCS_ASSETS = "/docs-assets"
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
@@ -22,6 +29,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         title="shardherd operator API", version=API_VERSION,
         description="Leases, workers, the leader and its decisions; drain and dry-run planning. Every coordinator "
                     "replica serves it; mutating endpoints need `Authorization: Bearer <token>`.",
+        docs_url=None, redoc_url=None,
     )
     app.state.ctx = ctx
     for module in (assignments, workers, leader, plan, health, metrics):
@@ -35,5 +43,13 @@ def create_app(ctx: ApiContext) -> FastAPI:
     def dashboard() -> FileResponse:
         return FileResponse(DASHBOARD / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} (docs)",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
+
     app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
     return app

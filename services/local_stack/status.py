@@ -56,18 +56,18 @@ class Snapshot:
 
 
 def read_snapshot(urls: list[str], timeout: float = 3.0) -> Snapshot | None:
-    """The view from the first replica that answers, or None if none does."""
-    for url in urls:
-        client = OperatorClient(url, None, timeout)
-        try:
-            leader = client.call("GET", "/v1/leader")["lock"]
-            workers = client.call("GET", "/v1/workers")["items"]
-            return Snapshot(leader["owner"], leader["epoch"], workers, client.leases())
-        except ApiError:
-            continue
-        finally:
-            client.close()
-    return None
+    """The view from the replicas (failing over between them), or None if none answers."""
+    if not urls:
+        return None
+    client = OperatorClient(urls, None, timeout)
+    try:
+        leader = client.call("GET", "/v1/leader")["lock"]
+        workers = client.call("GET", "/v1/workers")["items"]
+        return Snapshot(leader["owner"], leader["epoch"], workers, client.leases())
+    except ApiError:
+        return None
+    finally:
+        client.close()
 
 
 @dataclass

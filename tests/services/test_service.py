@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -14,6 +15,7 @@ import pytest
 
 from services.cli import main
 from services.coordinator_service import CoordinatorService
+from services.local_stack.state import ProcessEntry, StackState
 from shared.checkpoint import TRIM_HORIZON
 from shared.config import load_settings
 from shared.lease import new_lease
@@ -125,6 +127,46 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
     assert "HTTP 404" in capsys.readouterr().err
     assert main(["status", "--url", "http://127.0.0.1:1"]) == 2
     assert "cannot reach the coordinator" in capsys.readouterr().err
+
+
+def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
+        running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead replica listed first (as after `scenario kill-leader`) is skipped; drain --undo needs no token flag."""
+    monkeypatch.setenv("COLUMNS", "200")
+    dead = "http://127.0.0.1:1"
+    StackState(os.getpid(), "app", "stream", "us-east-1", None, None, dead + "/", str(tmp_path / "control.sock"),
+               str(running.token_file), [ProcessEntry("coordinator-1", "coordinator", 1, dead, 1),
+                                         ProcessEntry("coordinator-2", "coordinator", 2, running.url, 2)]
+               ).write(tmp_path)
+    assert main(["status", "--run-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"via {running.url.removeprefix('http://')}" in out
+    assert all(shard in out for shard in SHARDS) and all(worker in out for worker in WORKERS)
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert main(["drain", "worker-alpha", "--run-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "drain requested for worker-alpha"
+    assert main(["drain", "worker-alpha", "--undo", "--run-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "drain cleared for worker-alpha"
+    record = running.store.get_worker("worker-alpha")
+    assert record is not None and not record.drain_requested
+    assert main(["status", "--url", dead, "--url", running.url]) == 0  # a list of URLs works the same way
+    assert main(["status", "--run-dir", str(tmp_path / "nothing")]) == 2
+    assert "no running stack" in capsys.readouterr().err
+
+
+def test_openapi_declares_the_bearer_scheme_and_docs_need_no_internet(running: Running) -> None:
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"]["bearerToken"] == {
+            "type": "http", "scheme": "bearer", "description": schema["components"]["securitySchemes"][
+                "bearerToken"]["description"]}
+        assert schema["paths"]["/v1/workers/{worker_id}/drain"]["post"]["security"] == [{"bearerToken": []}]
+        page = client.get("/docs")
+        assert page.status_code == 200
+        assert "/docs-assets/swagger-ui-bundle.js" in page.text and "cdn" not in page.text.lower()
+        script = client.get("/docs-assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and len(script.content) > 500_000
+        assert client.get("/docs-assets/swagger-ui.css").status_code == 200
 
 
 def _chromium() -> str:
