@@ -47,7 +47,7 @@ def list_assignments(
 ) -> AssignmentsPage:
     """One page of leases sorted by key; filters apply before pagination."""
     after = decode_cursor(cursor) if cursor is not None else None
-    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace, ctx.checkpoints)
     matching = [
         lease for lease in fleet.leases
         if (worker is None or worker in (lease.owner, lease.checkpoint_owner))

@@ -9,7 +9,7 @@ from fastapi import Request
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop, LoopTiming
 from services.api.auth import TokenSource
-from services.api.fleet import HeartbeatObserver
+from services.api.fleet import CheckpointAges, HeartbeatObserver
 from services.leader_status import LeaderWatch
 from shared.clock import Clock
 from shared.config import Settings
@@ -32,12 +32,14 @@ class ApiContext:
     stall_intervals: int = STALL_INTERVALS
     tokens: TokenSource = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
+    checkpoints: CheckpointAges = field(init=False)
     timing: LoopTiming = field(init=False)
 
     def __post_init__(self) -> None:
         self.tokens = TokenSource.from_settings(self.settings)
         self.timing = LoopTiming.from_settings(self.settings)
         self.heartbeats = HeartbeatObserver(self.clock)
+        self.checkpoints = CheckpointAges(self.clock)
 
     @property
     def stall_limit_seconds(self) -> float:
