@@ -190,6 +190,7 @@ def test_checkpoint_age_counts_from_the_last_move_this_replica_saw(replica: Repl
     assert owner is not None
     assert replica.store.checkpoint(key, owner, Checkpoint("49590338271490256608559692538361571095921575989136588898")
                                     ).applied
+    assert ages()[key] == 0.0  # seen moving now
     replica.clock.advance(1.0)
     moved = ages()
     assert moved.pop(key) == 1.0
