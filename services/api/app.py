@@ -1,18 +1,18 @@
 """The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`.
 
-`/docs` is Swagger UI from the assets the `swagger-ui-bundle` package ships (docs/decisions/0005-offline-docs.md):
+`/docs` is Swagger UI from the assets the `fastapi-offline` package ships (docs/decisions/0005-offline-docs.md):
 it works without Internet access, unlike FastAPI's default page, which loads Swagger UI from a CDN.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from services.api import assignments, health, leader, metrics, plan, workers
 from services.api.context import ApiContext
@@ -21,6 +21,7 @@ from shared.errors import ShardherdError
 DASHBOARD = Path(__file__).parent / "dashboard"
 API_VERSION = "1"
 DOCS_ASSETS = "/docs-assets"
+SWAGGER_UI = files("fastapi_offline") / "static"  # Swagger UI 5 (OpenAPI 3.1), no CDN
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
@@ -48,8 +49,8 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} (docs)",
                                    swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
                                    swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
-                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon-32x32.png")
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
 
     app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
-    app.mount(DOCS_ASSETS, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(SWAGGER_UI)), name="docs-assets")
     return app
