@@ -138,7 +138,7 @@ def run_up(args: argparse.Namespace) -> int:
         say("stopping: coordinators, then agents (checkpoint, give leases back), then emulators ...")
         began = time.monotonic()
         stack.stop()
-    say(f"stopped in {time.monotonic() - began:.1f} s")
+        say(f"stopped in {time.monotonic() - began:.1f} s")
     _report_records(stack, say, directory)
     return 0
 
@@ -181,7 +181,7 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
                 say(f"start-up not complete when stopped: it was waiting for {startup.waiting_for(options.shards)}")
                 return printer
             if time.monotonic() >= limit:
-                raise StackFailed(f"start-up did not complete within {args.startup_timeout:.0f} s: waiting for "
+                raise StackFailed(f"start-up did not complete within {args.startup_timeout:g} s: waiting for "
                                   f"{startup.waiting_for(options.shards)}; logs in {options.run_dir / 'logs'}")
     except BaseException:
         printer.stop()

@@ -122,3 +122,13 @@ def test_no_agents_and_duration_from_the_start(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "no agents: the 8 shards stay unassigned" in result.stdout
     assert elapsed < 6 + 50  # start-up time counts into --duration; the rest is the stop
+
+
+def test_a_start_up_that_does_not_complete_in_time_fails_saying_what_it_waited_for(tmp_path: Path) -> None:
+    result = _shardherd("up", "--no-spark", "--startup-timeout", "0.3", "--duration", "60", "--run-dir",
+                        str(tmp_path / "run"))
+    assert result.returncode == 2, result.stdout
+    assert "start-up did not complete within 0.3 s: waiting for " in result.stderr
+    assert re.search(r"waiting for (the leader to create the leases|every shard to be owned \(\d+ of \d+|a first "
+                     r"checkpoint)", result.stderr), result.stderr
+    assert "stopped in" in result.stdout  # everything it started was stopped
