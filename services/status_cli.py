@@ -146,8 +146,8 @@ def show_status(client: OperatorClient, console: Console, wide: bool = False) ->
     lock = leader["lock"]
     freshness = "stale" if leader["stale"] else "fresh"
     console.print(f"leader: [bold]{lock['owner'] or '-'}[/bold] epoch {lock['epoch'] or '-'}, last good run "
-                  f"{_number(leader['last_success_age_seconds'])} s ago ({freshness}); via "
-                  f"{client.url.removeprefix('http://')}", highlight=False)
+                  f"{_number(leader['last_success_age_seconds'])} s ago ({freshness})", highlight=False)
+    console.print(f"replica: {client.url}", highlight=False)
     workers = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left")
     for column in ("worker", "state", "cpu %", "leases", "KiB/s", "beat s"):
         workers.add_column(column, overflow="fold", no_wrap=column != "worker",

@@ -314,11 +314,13 @@ class LocalStack:
         if self.producer is not None:
             self.producer.stop()
         # Coordinators first: a leader still running would hand leases given back by one agent to another that is
-        # about to stop too. Agents keep processing without a coordinator.
-        self.supervisor.stop(self.supervisor.children(COORDINATOR), 15.0)
+        # about to stop too. Their loops stop at the signal; the agents need not wait for their processes to exit.
+        coordinators = self.supervisor.children(COORDINATOR)
+        self.supervisor.ask_to_stop(coordinators, signal.SIGTERM)
         started = time.monotonic()
         self.supervisor.stop(self.supervisor.children(AGENT), self.options.stop_grace, FLEET_STOP)
         log.info("agents stopped after %.1f s", time.monotonic() - started)
+        self.supervisor.stop(coordinators, 15.0)
         self.emulators.stop()
         self._lock.release()
         self._owner = False

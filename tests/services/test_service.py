@@ -142,7 +142,7 @@ def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
                ).write(tmp_path)
     assert main(["status", "--run-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert f"via {running.url.removeprefix('http://')}" in out
+    assert f"replica: {running.url}" in out
     assert all(shard in out for shard in SHARDS) and all(worker in out for worker in WORKERS)
     assert max(len(line) for line in out.splitlines()) <= 80, out
     assert main(["drain", "worker-alpha", "--run-dir", str(tmp_path)]) == 0

@@ -157,8 +157,8 @@ function drawAlerts(leader, workersBody, leasesBody) {
 function cpuText(worker) {
   if (worker.cpu_ema !== null) return ["CPU " + worker.cpu_ema.toFixed(1) + " %", null];
   if (!("C" in worker.operating_range)) {
-    return ["CPU n/a", "this worker reports no CPU metric: worker metrics are off (disable_worker_metrics) or it " +
-      "found no CPU source; the leader balances it by throughput"];
+    return ["CPU n/a", "no CPU metric reported: worker metrics off (disable_worker_metrics) or no CPU source; " +
+      "balanced by throughput"];
   }
   return ["CPU n/a", "CPU metrics on; the first report comes after worker_metrics_reporter_freq_millis"];
 }
