@@ -14,7 +14,7 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from services.api import assignments, health, leader, metrics, plan, workers
+from services.api import assignments, health, leader, metrics, plan, replicas, workers
 from services.api.context import ApiContext
 from shared.errors import ShardherdError
 
@@ -33,7 +33,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         docs_url=None, redoc_url=None,
     )
     app.state.ctx = ctx
-    for module in (assignments, workers, leader, plan, health, metrics):
+    for module in (assignments, workers, leader, replicas, plan, health, metrics):
         app.include_router(module.router)
 
     @app.exception_handler(ShardherdError)

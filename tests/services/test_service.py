@@ -218,6 +218,7 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     assert 'data-replica="coord-1"' in html and 'data-leader="coord-1"' in html
     assert f'data-failed-runs="{leader["status"]["totals"]["failed_runs"]}"' in html
     assert 'data-last-run="ok"' in html
+    assert 'data-replica-row="coord-1"' in html  # the replica list (this fixture runs one replica)
     assert f'data-moves="{len(leader["status"]["recent_moves"])}"' in html  # moves over time
     assert "UNASSIGNED" in html  # recent moves with their reasons
     assert 'id="problem" class="problem" hidden=""' in html  # no error banner

@@ -265,6 +265,26 @@ function drawShards(leases, rates) {
   }));
 }
 
+function drawReplicas(replicas, leader) {
+  const body = document.querySelector("#replicas tbody");
+  if (!replicas) { body.replaceChildren(el("tr", {}, el("td", {colspan: 4, class: "empty"}, "replica list unavailable"))); return; }
+  const rows = replicas.items.map((replica) => {
+    const role = replica.leading ? badge("leader · epoch " + replica.epoch, "fresh") : badge("follower", "finished");
+    const name = replica.api_url ? el("a", {href: replica.api_url + "/"}, replica.replica_id) : replica.replica_id;
+    const error = replica.last_error ? el("span", {class: "bad", title: replica.last_error},
+      age(Date.now() / 1000 - replica.last_error_at) + " ago: " + replica.last_error) : el("span", {class: "muted"}, "none");
+    return el("tr", {"data-replica-row": replica.replica_id},
+      el("td", {}, name, replica.replica_id === leader.replica_id ? el("span", {class: "muted"}, " (this page)") : null),
+      el("td", {}, role),
+      el("td", {}, replica.silent ? badge("silent " + age(replica.report_age_seconds), "stale") :
+        age(replica.report_age_seconds) + " ago"),
+      el("td", {}, error));
+  });
+  if (replicas.error) rows.push(el("tr", {}, el("td", {colspan: 4, class: "bad"}, replicas.error)));
+  if (!rows.length) rows.push(el("tr", {}, el("td", {colspan: 4, class: "empty"}, "no replica has reported yet")));
+  body.replaceChildren(...rows);
+}
+
 function drawCoordinator(leader) {
   const status = leader.status;
   const runs = status ? status.runs : [];
@@ -361,7 +381,8 @@ function remember(workers, leases) {
 async function refresh() {
   const problem = document.getElementById("problem");
   try {
-    const [workers, leasesBody, leader] = await Promise.all([getJson("/v1/workers"), allLeases(), getJson("/v1/leader")]);
+    const [workers, leasesBody, leader, replicas] = await Promise.all([getJson("/v1/workers"), allLeases(),
+      getJson("/v1/leader"), getJson("/v1/replicas").catch(() => null)]);
     const leases = leasesBody.leases;
     const hotLeases = leases.filter((l) => l.throughput_kbps && l.state !== "finished")
       .sort((a, b) => b.throughput_kbps - a.throughput_kbps).slice(0, HOT_SHARDS);
@@ -372,6 +393,7 @@ async function refresh() {
     drawPlacement(leases, new Set(hotLeases.slice(0, 3).map((l) => l.lease_key)));
     drawShards(leases, recordRates(leases, Date.now()));
     drawCoordinator(leader);
+    drawReplicas(replicas, leader);
     drawMoveChart(leader);
     drawHot(hotLeases);
     drawMoves(leader);
