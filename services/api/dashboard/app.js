@@ -269,7 +269,8 @@ function drawReplicas(replicas, leader) {
   const body = document.querySelector("#replicas tbody");
   if (!replicas) { body.replaceChildren(el("tr", {}, el("td", {colspan: 4, class: "empty"}, "replica list unavailable"))); return; }
   const rows = replicas.items.map((replica) => {
-    const role = replica.leading ? badge("leader · epoch " + replica.epoch, "fresh") : badge("follower", "finished");
+    const said = replica.leading ? "leader · epoch " + replica.epoch : "follower";
+    const role = replica.silent ? badge("last said: " + said, "finished") : badge(said, replica.leading ? "fresh" : "finished");
     const name = replica.api_url ? el("a", {href: replica.api_url + "/"}, replica.replica_id) : replica.replica_id;
     const error = replica.last_error ? el("span", {class: "bad", title: replica.last_error},
       age(Date.now() / 1000 - replica.last_error_at) + " ago: " + replica.last_error) : el("span", {class: "muted"}, "none");
