@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psutil
 from rich.console import Console
 
 from services.local_stack.pipeline import distinct_records
@@ -99,7 +100,7 @@ def run_up(args: argparse.Namespace) -> int:
     that exits during start-up.
     """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    started = time.time()
+    started = psutil.Process().create_time()  # the command's start, imports included
     if args.spark:
         _require_spark()
     settings = load_settings()
