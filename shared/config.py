@@ -23,6 +23,11 @@ from shared.store import TableNames
 
 CONFIG_FILE_ENV = "SHARDHERD_CONFIG_FILE"
 _TABLE_NAME = r"^[A-Za-z0-9_.\-]{3,200}$"
+# Upper bounds of duration settings: a typo such as 99999999999999999999 is a config error, not a stack that
+# silently never assigns a shard. Generous enough for any real deployment.
+MINUTE_MILLIS = 60_000
+HOUR_MILLIS = 60 * MINUTE_MILLIS
+DAY_MILLIS = 24 * HOUR_MILLIS
 
 
 def default_worker_id() -> str:
@@ -54,20 +59,20 @@ class Settings(BaseSettings):
 
     # Liveness and failover.
     liveness_mode: Literal["worker", "lease"] = "worker"
-    failover_time_millis: int = Field(10_000, ge=100)
-    epsilon_millis: int = Field(25, ge=0)
-    heartbeat_interval_millis: int | None = Field(None, ge=10)
-    discovery_interval_millis: int = Field(1_000, ge=10)
-    lease_assignment_interval_millis: int = Field(2_000, ge=10)
-    shard_sync_interval_millis: int = Field(10_000, ge=10)
-    leader_lock_lease_duration_millis: int = Field(6_000, ge=100)
-    leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10)
+    failover_time_millis: int = Field(10_000, ge=100, le=HOUR_MILLIS)
+    epsilon_millis: int = Field(25, ge=0, le=MINUTE_MILLIS)
+    heartbeat_interval_millis: int | None = Field(None, ge=10, le=HOUR_MILLIS)
+    discovery_interval_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
+    lease_assignment_interval_millis: int = Field(2_000, ge=10, le=HOUR_MILLIS)
+    shard_sync_interval_millis: int = Field(10_000, ge=10, le=DAY_MILLIS)
+    leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
+    leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10, le=HOUR_MILLIS)
     leader_failure_threshold: int = Field(3, ge=1)
     # After releasing the lock for failed runs, the replica stays out of the election this long, so another replica
     # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
-    leader_stand_down_millis: int = Field(6_000, ge=0)
+    leader_stand_down_millis: int = Field(6_000, ge=0, le=HOUR_MILLIS)
     graceful_lease_handoff_enabled: bool = True
-    graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0)
+    graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     consistent_reads: bool = False
 
     # Assignment.
@@ -86,10 +91,10 @@ class Settings(BaseSettings):
 
     # Worker metrics.
     disable_worker_metrics: bool = False
-    in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10)
-    worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10)
+    in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
+    worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)
-    stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60)
+    stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60, le=30 * 86_400)
 
     # Operator API (served by every coordinator replica).
     api_host: str = "127.0.0.1"
@@ -100,7 +105,7 @@ class Settings(BaseSettings):
     coordinator_url: str | None = None
     # How long a replica serves one snapshot of the tables to every request, page and scrape (the leader serves
     # its newest run's scans instead, whenever they are this fresh).
-    api_cache_millis: int = Field(5_000, ge=0)
+    api_cache_millis: int = Field(5_000, ge=0, le=HOUR_MILLIS)
 
     # Where a new stream is read from.
     initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"

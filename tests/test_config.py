@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import CONFIG_FILE_ENV, default_worker_id, load_settings
+from shared.config import CONFIG_FILE_ENV, Settings, default_worker_id, load_settings
 from shared.errors import ConfigError
 from shared.store import TableNames
 
@@ -179,6 +179,17 @@ def test_relation_errors_are_reported_together() -> None:
 def test_out_of_range_values_name_the_setting(name: str, value: object) -> None:
     with pytest.raises(ConfigError, match=name):
         load_settings(**{name: value})
+
+
+DURATIONS = [name for name in Settings.model_fields if name.endswith(("_millis", "_seconds"))]
+
+
+@pytest.mark.parametrize("name", DURATIONS)
+def test_every_duration_setting_has_an_upper_bound(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo such as 99999999999999999999 is refused with the setting's name, from env like from arguments."""
+    monkeypatch.setenv(f"SHARDHERD_{name.upper()}", "99999999999999999999")
+    with pytest.raises(ConfigError, match=f"{name}: Input should be less than or equal to"):
+        load_settings()
 
 
 def test_unknown_setting_in_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

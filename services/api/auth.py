@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Request, Security, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from shared.config import Settings
 from shared.errors import ConfigError
@@ -84,17 +85,25 @@ class TokenSource:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "wrong bearer token")
 
 
+# Declares the scheme in the OpenAPI document (components.securitySchemes, and `security` on each operation that
+# checks a token); the check itself is TokenSource.check, which also answers 403 when no token is configured.
+BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearerToken",
+                           description="The API token (api_token / api_token_file). Mutating endpoints always need "
+                                       "it; reads and /metrics only with api_protect_reads.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)]
+
+
 def _tokens(request: Request) -> TokenSource:
     tokens: TokenSource = request.app.state.ctx.tokens
     return tokens
 
 
-def require_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)]) -> None:
+def require_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)], _: Credentials) -> None:
     """Dependency of every mutating endpoint."""
     tokens.check(request.headers.get("authorization"))
 
 
-def require_read_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)]) -> None:
+def require_read_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)], _: Credentials) -> None:
     """Dependency of read endpoints: checks the token only when `api_protect_reads` is set."""
     if tokens.protect_reads:
         tokens.check(request.headers.get("authorization"))

@@ -72,6 +72,9 @@ class LeaseOut(BaseModel):
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(
         description="bytes of record data the current owner handled since it took the lease")] = None
+    checkpoint_age_seconds: Annotated[float | None, Field(
+        description="seconds since the checkpoint last moved, as this replica saw it (counted from the replica's "
+                    "first look at the lease)")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(
