@@ -47,7 +47,7 @@ class Window:
 
     seconds: float = 0.0
     changes: Counter[str] = field(default_factory=Counter)  # owner changes per shard
-    stalled: Counter[str] = field(default_factory=Counter)  # seconds in handoff per shard
+    stalled: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # seconds in handoff per shard
     worst_minute: dict[str, float] = field(default_factory=dict)  # most handoff seconds of any minute, per shard
     paths: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # owners in order, per shard
     # per shard: (seconds since its last owner change or None if none seen, KiB/s the API shows) at every poll

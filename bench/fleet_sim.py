@@ -37,6 +37,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
@@ -51,6 +52,9 @@ from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
 from shared.store import Outcome, TableNames
 from shared.worker import CPU_METRIC, WorkerRecord, WorkerState
+
+if TYPE_CHECKING:
+    from bench.fleet_noise import LiveNoise
 
 PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
 BASE_CPU = 10.0
@@ -191,8 +195,12 @@ class SimWorker:
     def _record(self) -> WorkerRecord:
         throughput = {key: self.fleet.stream.kbps.get(key, 0.0) for key in self.processing} if self.mode == "worker" \
             else {}
+        if self.fleet.noise is not None and self.mode == "worker":  # what the agent's recorder measures
+            throughput = self.fleet.noise.report(self)
+        metrics = not self.fleet.settings.disable_worker_metrics
         return WorkerRecord(
-            self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)}, {CPU_METRIC: (100.0,)},
+            self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)} if metrics else {},
+            {CPU_METRIC: (100.0,)} if metrics else {},
             heartbeat=self.heartbeat, state=WorkerState.DRAINING if self.draining else WorkerState.ACTIVE,
             lease_throughput=throughput)
 
@@ -246,6 +254,8 @@ class SimWorker:
             lease = store.get_lease(key)
             if lease is not None and lease.lease_owner == self.worker_id and lease.checkpoint_owner is None:
                 self.processing[key] = lease.lease_counter
+                if self.fleet.noise is not None:
+                    self.fleet.noise.started(self, key)
         mine = set(owned)
         for key in [k for k in self.processing if k not in mine and k not in self.leaving]:
             self._lost(key, store.get_lease(key))
@@ -265,12 +275,17 @@ class SimWorker:
             self.leaving.add(key)
             self.fleet.events.at(self.fleet.events.now() + HANDOFF_DELAY, lambda: self._hand_over(key))
             return
+        self._stop(key)
+
+    def _stop(self, key: str) -> None:
         self.processing.pop(key, None)
+        if self.fleet.noise is not None:
+            self.fleet.noise.stopped(self, key)
 
     def _hand_over(self, key: str) -> None:
         """Final checkpoint, then complete the handoff (reference 4.3 step 3)."""
         self.leaving.discard(key)
-        self.processing.pop(key, None)
+        self._stop(key)
         if not self.alive:
             return
         store = self.fleet.store
@@ -320,6 +335,8 @@ class Fleet:
     seed: int
     report_seconds: float | None = None
     checkpoint_seconds: float = 0.0
+    overrides: dict[str, object] = field(default_factory=dict)  # settings beyond the defaults
+    noise: LiveNoise | None = None  # the live stack's measurement noise and lag (bench/fleet_noise.py)
     clock: ManualClock = field(default_factory=ManualClock)
     workers: dict[str, SimWorker] = field(default_factory=dict)
 
@@ -330,7 +347,7 @@ class Fleet:
             overrides["lease_assignment_strategy"] = "lease-count"
         if self.variant == VARIANCE_KCL:
             overrides["variance_balancing"] = "kcl"
-        self.settings = load_settings(**overrides)
+        self.settings = load_settings(**overrides, **self.overrides)
         self.timing = Timing.of(self.settings)
         self.moves = MoveCounter()
         self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
@@ -357,6 +374,8 @@ class Fleet:
             for creation in plan.creates:
                 self.store.create_lease(creation.lease)
         self.events.every(SAMPLE_PERIOD, SAMPLE_PERIOD, self._sample)
+        if self.noise is not None:
+            self.noise.attach(self)
 
     def _lead(self) -> bool:
         assert self.loop is not None
