@@ -108,6 +108,7 @@ class VarianceDecider:
         self.draining: list[str] = []
         self.active: list[str] = []
         self.default: set[str] = set()
+        self.stale = {worker.worker_id for worker in snapshot.workers if worker.stale}
         for worker in snapshot.workers:
             self.status[worker.worker_id] = classify(worker)
             if worker.draining:
@@ -274,7 +275,8 @@ class VarianceDecider:
         """Whether the worker may take another lease (`max_throughput_per_host_kbps`, `max_leases_for_worker`)."""
         cfg = self.config
         return (
-            self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
+            wid not in self.stale
+            and self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
             and self.ledger.live_count(wid) < cfg.max_leases_for_worker
         )
 
@@ -375,6 +377,23 @@ class VarianceDecider:
             half = max(half, min(one_lease, avg / 4))
         return half
 
+    def min_gain(self, metric: str) -> float:
+        """How much a balancing move must lower the peak of the workers it involves, in the metric's units.
+
+        The dead-band share of the average, and at least an absolute floor: `rebalance_min_gain_kbps` for the
+        throughput-share metric (converted to its points), `rebalance_min_gain_points` for CPU and the other metrics.
+        A move worth less than the noise of the figures would be undone by the next run's numbers.
+        """
+        cfg = self.config
+        relative = self.averages[metric] * cfg.rebalance_dead_band_percentage / 100.0
+        if self.count_only:
+            return relative
+        if metric == THROUGHPUT_METRIC:
+            floor = 100.0 * cfg.rebalance_min_gain_kbps / self.target_throughput if self.target_throughput > 0 else 0.0
+        else:
+            floor = cfg.rebalance_min_gain_points
+        return max(relative, floor)
+
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
         """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.
 
@@ -411,7 +430,7 @@ class VarianceDecider:
         """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
         ledger = self.ledger
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
-        if not keys:
+        if not keys or donor in self.stale:
             return []
         if ledger.throughput.get(donor, 0.0) <= 0:
             return [min(keys)]
