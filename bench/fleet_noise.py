@@ -9,7 +9,8 @@ a fleet settles in a run or two, while the live stack (`shardherd up`) moved lea
   shard receives a compound-Poisson number of bytes around its mean rate;
 * each worker reads its shards every `delivery_period` seconds (plain agents: about every half second; Spark
   agents: once per micro-batch, committing everything since the last batch) and feeds the agent's real
-  `ThroughputRecorder`, as `agent/shard_worker.py` and `agent/spark/driver.py` do;
+  `ThroughputRecorder` (built from the same settings) with the bytes and their arrival times, as
+  `agent/shard_worker.py` and `agent/spark/driver.py` do;
 * a lease that changes owner is not read between the old owner's stop and the new owner's first read; the new owner
   then reads that backlog in one delivery (the read burst the live bench saw after every move);
 * heartbeats carry the recorder's figures (`compute`), so the leader gets the real windows, EMA and lag.
@@ -96,8 +97,7 @@ class LiveNoise:
         """The worker's recorder, built as the agent builds its own."""
         recorder = self.recorders.get(worker.worker_id)
         if recorder is None:
-            heartbeat = self.fleet.settings.effective_heartbeat_interval_millis / 1000
-            recorder = ThroughputRecorder(self.fleet.clock, heartbeat, self.fleet.settings.worker_metrics_ema_alpha)
+            recorder = ThroughputRecorder.for_settings(self.fleet.clock, self.fleet.settings)
             self.recorders[worker.worker_id] = recorder
             offset = worker.rng.random() * self.model.delivery_period
             self.fleet.events.every(self.fleet.events.now() + offset, self.model.delivery_period,
@@ -106,7 +106,7 @@ class LiveNoise:
 
     def started(self, worker: SimWorker, key: str) -> None:
         """The worker starts reading `key` from where the previous owner stopped."""
-        self.recorder(worker)
+        self.recorder(worker).track(key)
         self.readers[key] = worker.worker_id
         shard = self.shards[key]
         if shard.position is None:
@@ -155,9 +155,10 @@ class LiveNoise:
                 continue
             shard = self.shards[key]
             since = shard.position if shard.position is not None else now
-            size = sum(b for t, b in shard.arrivals if since < t <= now)
+            read = [(t, b) for t, b in shard.arrivals if since < t <= now]
             shard.position = now
-            recorder.record(key, size)
+            if read:
+                recorder.record(key, sum(b for _, b in read), read[0][0], read[-1][0])
         return True
 
 

@@ -275,7 +275,9 @@ class BandBalancer:
         the average (and the lease cannot bounce back: balancing leaves it alone for a while).
         """
         d, metric, peak = self.d, self.metric, self.value(donor)
-        if peak <= self.band.upper:  # only above the band itself, not merely above an operating range inside it
+        # Only far above the band (half a band beyond its ceiling), not merely above an operating range inside it:
+        # a push moves a heavy lease and several light ones, too much to fix a worker just over the edge.
+        if peak <= self.band.upper or peak - self.ceiling(donor) < (self.band.upper - self.band.avg) / 2:
             return False
         receivers = []
         for wid in self._extremes(PROBES, True, donor):

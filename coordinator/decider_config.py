@@ -38,7 +38,7 @@ class DeciderConfig:
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0
     rebalance_min_gain_kbps: float = 0.5
-    rebalance_min_gain_points: float = 3.0
+    rebalance_min_gain_points: float = 2.0
     allow_receiver_above_average: bool = True
     balancing: Balancing = Balancing.BAND
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ class _Term:
     reports: dict[str, _Reports] = field(default_factory=dict)
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
+    kbps: dict[str, float] = field(default_factory=dict)  # lease key -> last throughput figure seen for it
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
@@ -68,6 +70,7 @@ class LoopTiming:
     interval: float
     failover: float
     worker_grace: float
+    receiver_freshness: float
     handoff_timeout: float
     shard_sync_interval: float
     balancing_frequency: int
@@ -78,12 +81,18 @@ class LoopTiming:
         """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
         failover = settings.failover_time_millis / 1000
         grace = failover
+        # A receiver must have shown a heartbeat within half the failover time (a heartbeat is due every third of
+        # it): a worker killed a few seconds ago still counts as alive, but must not be handed leases. In lease mode
+        # worker records change only every reporter interval, so only the liveness grace applies.
+        freshness = failover / 2
         if settings.liveness_mode == "lease":
             grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
+            freshness = grace
         return cls(
             interval=settings.lease_assignment_interval_millis / 1000,
             failover=failover,
             worker_grace=grace,
+            receiver_freshness=freshness,
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
@@ -105,8 +114,10 @@ class LeaderLoop:
         self._timing = LoopTiming.from_settings(settings)
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
-        # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong.
-        self._cooldown_runs = 2 * settings.variance_balancing_frequency
+        # Balancing leaves a lease alone after balancing moved it, for two balancing cycles and at least a
+        # throughput window (a move shows fully in its new owner's figures only after that): no ping-pong.
+        window_runs = math.ceil(settings.lease_throughput_window_millis / settings.lease_assignment_interval_millis)
+        self._cooldown_runs = max(2 * settings.variance_balancing_frequency, window_runs)
         self.history = history or RunHistory()
         self._on_run = on_run
         self._term: _Term | None = None
@@ -172,12 +183,13 @@ class LeaderLoop:
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
+        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
+                       kbps=dict(term.kbps) if term else {})
         views = self._lease_views(shadow, scan.leases, workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else ()) for w in active)
+                                               else (), self._stale(tracker, w.worker_id, now)) for w in active)
         return decide(Snapshot.of(views, workers_seen, lines), self._decider, True)
 
     # ------------------------------------------------------------------ one run
@@ -202,7 +214,8 @@ class LeaderLoop:
         histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
+        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
+                                          self._stale(term.tracker, w.worker_id, now)) for w in active)
         plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
@@ -219,10 +232,16 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced,
         )
 
+    def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
+        """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
+        silent = tracker.workers.silent_for(worker_id, now)
+        return silent is not None and silent > self._timing.receiver_freshness
+
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
                      now: float) -> list[LeaseView]:
         owners = {worker.worker_id: worker for worker in reporters}
         views = []
+        kbps: dict[str, float] = {}
         seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
         for lease in leases:
             verdict = term.tracker.lease(lease, now)
@@ -234,7 +253,9 @@ class LeaderLoop:
                     started_at = first[2]
                 seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
-            throughput = reported_throughput(lease, owners)
+            throughput = reported_throughput(lease, owners, term.kbps)
+            if throughput is not None:
+                kbps[lease.lease_key] = throughput
             moved = term.moved_in_run.get(lease.lease_key)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
@@ -242,6 +263,7 @@ class LeaderLoop:
                                               recently_moved=moved is not None
                                               and term.runs - moved <= self._cooldown_runs))
         term.handoff_seen = seen_handoffs
+        term.kbps = kbps
         return views
 
     # ------------------------------------------------------------------ reports
@@ -355,9 +377,17 @@ def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
     return tuple(sorted(record.metric_stats.items()))
 
 
-def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:
-    """The throughput the lease's actual owner reports in its heartbeat (`worker` mode), else the lease's own value."""
+def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord],
+                        remembered: dict[str, float] | None = None) -> float | None:
+    """A lease's throughput: its actual owner's heartbeat figure, else the lease's own value, else `remembered`.
+
+    `remembered` is the last figure the leader saw for the lease. A new owner reports a lease only once its own
+    figure covers half a measurement window (agent/metrics/throughput.py); until then the previous owner's last
+    figure stands, so a move does not make the lease look idle (the live stack then moved other leases after it).
+    """
     owner = owners.get(lease.actual_owner or "")
     if owner is not None and lease.lease_key in owner.lease_throughput:
         return owner.lease_throughput[lease.lease_key]
-    return lease.throughput_kbps
+    if lease.throughput_kbps is not None or remembered is None:
+        return lease.throughput_kbps
+    return remembered.get(lease.lease_key)

@@ -364,14 +364,19 @@ class VarianceDecider:
             self._requeue(heap, wid)
 
     def half_band(self, metric: str) -> float:
-        """Half the width of the balanced band around the average: the threshold share, at least the absolute floor.
+        """Half the width of the balanced band around the average: the threshold share, at least the absolute floors.
+
+        The floors are `rebalance_min_band_points` and twice the absolute minimum gain (hysteresis): a worker that
+        leaves the band can then shed a lease worth the gain and land inside, nearer the average, where the noise of
+        the next figures does not push it out again. On a stream of a few KiB/s the band is wider than 10 %.
 
         When only lease counts are balanced (no throughput figures: an idle stream), at least one lease (at most a
         quarter of the average): an idle period should not reshuffle an assignment that suits the traffic coming
         back more than it must.
         """
         avg = self.averages[metric]
-        half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
+        half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points,
+                   2.0 * self._gain_floor(metric))
         if self.count_only and self.ledger.leases:
             one_lease = avg * len(self.active) / len(self.ledger.leases)
             half = max(half, min(one_lease, avg / 4))
@@ -384,15 +389,17 @@ class VarianceDecider:
         throughput-share metric (converted to its points), `rebalance_min_gain_points` for CPU and the other metrics.
         A move worth less than the noise of the figures would be undone by the next run's numbers.
         """
+        relative = self.averages[metric] * self.config.rebalance_dead_band_percentage / 100.0
+        return max(relative, self._gain_floor(metric))
+
+    def _gain_floor(self, metric: str) -> float:
+        """The absolute minimum gain in the metric's units (0 when only lease counts are balanced)."""
         cfg = self.config
-        relative = self.averages[metric] * cfg.rebalance_dead_band_percentage / 100.0
         if self.count_only:
-            return relative
+            return 0.0
         if metric == THROUGHPUT_METRIC:
-            floor = 100.0 * cfg.rebalance_min_gain_kbps / self.target_throughput if self.target_throughput > 0 else 0.0
-        else:
-            floor = cfg.rebalance_min_gain_points
-        return max(relative, floor)
+            return 100.0 * cfg.rebalance_min_gain_kbps / self.target_throughput if self.target_throughput > 0 else 0.0
+        return cfg.rebalance_min_gain_points
 
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
         """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.

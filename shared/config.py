@@ -77,7 +77,7 @@ class Settings(BaseSettings):
     rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
     # A balancing move must lower the peak of the workers it involves by at least this much (and by the dead-band).
     rebalance_min_gain_kbps: float = Field(0.5, ge=0)
-    rebalance_min_gain_points: float = Field(3.0, ge=0, le=100)
+    rebalance_min_gain_points: float = Field(2.0, ge=0, le=100)
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"
 

@@ -76,6 +76,7 @@ class SparkAgent(Agent):
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
         """Plan the shard from its lease checkpoint (a finished shard is held but never planned)."""
+        self.throughput.track(lease.lease_key)
         if lease.throughput_kbps is not None:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if not lease.is_finished:
@@ -123,7 +124,7 @@ class SparkAgent(Agent):
                           exc)
                 continue
             if outcome.applied:
-                self.throughput.record(key, item.bytes)
+                self.throughput.record(key, item.bytes, last_arrival=item.last_arrival)
                 self.progress.record(key, item.records, item.bytes, None)  # heartbeat: records since we hold it
                 self.book.checkpointed(item.shard_id, item.checkpoint, item.records >= self.options.caps.max_records,
                                        item.last_arrival)

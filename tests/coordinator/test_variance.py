@@ -181,12 +181,14 @@ def test_reports_that_lag_behind_a_move_are_caught_up_from_the_throughput_histor
 
 
 def test_band_floor_ignores_noise_on_an_idle_fleet() -> None:
-    # avg 10, 10 % band would be +-1; the 2-point floor makes it +-2, so 11.5 / 8.5 is balanced.
+    # avg 10, 10 % band would be +-1; the 2-point floor (and twice the 2-point minimum gain) widens it, so 11.5 / 8.5
+    # is balanced.
     leases = [owned("a", "w1", 1.0), owned("b", "w2", 1.0)]
     workers = [cpu("w1", 11.5), cpu("w2", 8.5)]
     with_floor = decide(Snapshot.of(leases, workers), DeciderConfig(), balance=True)
     assert with_floor.moves == () and "balancing: no metric out of band" in with_floor.notes
-    no_floor = decide(Snapshot.of(leases, workers), DeciderConfig(rebalance_min_band_points=0), balance=True)
+    no_floor = decide(Snapshot.of(leases, workers),
+                      DeciderConfig(rebalance_min_band_points=0, rebalance_min_gain_points=0), balance=True)
     assert any(note.startswith("balancing C: avg 10.00, band [9.00, 11.00]") for note in no_floor.notes)
 
 
