@@ -54,7 +54,7 @@ from shared.store import Outcome, TableNames
 from shared.worker import CPU_METRIC, WorkerRecord, WorkerState
 
 if TYPE_CHECKING:
-    from bench.fleet_noise import LiveNoise
+    from bench.fleet_noise import LiveNoise, NoiseModel
 
 PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
 BASE_CPU = 10.0
@@ -737,10 +737,13 @@ def scenarios(size: Size) -> list[Scenario]:
 
 
 def run_variant(scenario: Scenario, variant: str, mode: str, size: Size, seed: int, zipf: float,
-                report_seconds: float | None) -> Result:
-    """Run one variant of a scenario and measure it from the event on."""
+                report_seconds: float | None, noise: NoiseModel | None = None) -> Result:
+    """Run one variant of a scenario and measure it from the event on (with the live stack's noise if given)."""
+    from bench.fleet_noise import LiveNoise
+
     stream = Stream.zipf(scenario.shards, zipf, random.Random(seed))
-    fleet = Fleet(variant, mode, stream, seed, report_seconds, scenario.checkpoint_seconds)
+    fleet = Fleet(variant, mode, stream, seed, report_seconds, scenario.checkpoint_seconds,
+                  noise=None if noise is None else LiveNoise(noise, seed))
     fleet.calibrate(scenario.workers)
     fleet.add_workers(scenario.workers)
     if scenario.warmup:
@@ -816,9 +819,10 @@ def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, 
 
 
 def run_scenario(scenario: Scenario, size: Size, seed: int, zipf: float,
-                 report_seconds: float | None = None) -> list[Result]:
+                 report_seconds: float | None = None, noise: NoiseModel | None = None) -> list[Result]:
     """Every variant of one scenario, same seed."""
-    return [run_variant(scenario, variant, mode, size, seed, zipf, report_seconds) for variant, mode in scenario.modes]
+    return [run_variant(scenario, variant, mode, size, seed, zipf, report_seconds, noise)
+            for variant, mode in scenario.modes]
 
 
 # ---------------------------------------------------------------------------------------------------------- output
@@ -907,14 +911,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--zipf", type=float, default=0.5, help="Zipf exponent of shard throughput (default 0.5)")
     parser.add_argument("--report-seconds", type=float, default=None,
                         help="worker CPU report period (default: every heartbeat in worker mode, 30 s in lease mode)")
+    parser.add_argument("--noise", choices=("plain", "spark"), default=None,
+                        help="workers measure throughput as the live agents do (bench/fleet_noise.py)")
     args = parser.parse_args(argv)
+    from bench.fleet_noise import PLAIN_DELIVERY, SPARK_DELIVERY, NoiseModel
+
+    noise = None if args.noise is None else NoiseModel(PLAIN_DELIVERY if args.noise == "plain" else SPARK_DELIVERY)
     size = QUICK if args.quick else FULL
     chosen = [s for s in scenarios(size) if not args.scenario or any(s.name.startswith(p) for p in args.scenario)]
     if not chosen:
         parser.error("no scenario matches")
     results: list[Result] = []
     for scenario in chosen:
-        outcome = run_scenario(scenario, size, args.seed, args.zipf, args.report_seconds)
+        outcome = run_scenario(scenario, size, args.seed, args.zipf, args.report_seconds, noise)
         results.extend(outcome)
         print(f"... {scenario.name} done", file=sys.stderr, flush=True)
     print(f"zipf exponent {args.zipf}, seed {args.seed}, warm-up {size.warmup:.0f} s, window {size.observe:.0f} s; "
