@@ -164,6 +164,8 @@ class ShardWorker:
                         if record.approximate_arrival_timestamp is not None]
             self._ctx.throughput.record(self.lease.lease_key, size, min(arrivals, default=None),
                                         max(arrivals, default=None))
+        elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
+            self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
     def _finish(self, processor: RecordProcessor, ended: bool) -> None:
         shard = self.lease.shard

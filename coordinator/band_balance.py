@@ -21,7 +21,7 @@ Every move (a swap or push as a whole) must lower the peak of the workers it inv
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
 measured on live traffic carry noise, and a move worth less than that noise is undone by the next run's numbers (the
 live stack moved a lease every few seconds, bench/churn.py). Leases balancing moved recently stay put (the leader's
-cooldown, as long as a throughput window), workers whose heartbeat is not fresh neither give nor receive, and
+cooldown), workers whose heartbeat is not fresh neither give nor receive, and
 every receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in KCL
 mode. `dampening_percentage` applies to KCL mode only: the leader's catch-up of lagging reports
 (`VarianceDecider`) and the receiver rule above take its place.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import threading
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -57,7 +56,6 @@ class _Term:
     reports: dict[str, _Reports] = field(default_factory=dict)
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
-    kbps: dict[str, float] = field(default_factory=dict)  # lease key -> last throughput figure seen for it
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
@@ -81,15 +79,17 @@ class LoopTiming:
         """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
         failover = settings.failover_time_millis / 1000
         grace = failover
-        # A receiver must have shown a heartbeat within half the failover time (a heartbeat is due every third of
-        # it): a worker killed a few seconds ago still counts as alive, but must not be handed leases. In lease mode
-        # worker records change only every reporter interval, so only the liveness grace applies.
-        freshness = failover / 2
+        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
+        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack. A worker killed a
+        # few seconds ago still counts as alive, but must not be handed leases. In lease mode worker records change
+        # only every reporter interval, so only the liveness grace applies.
+        interval = settings.lease_assignment_interval_millis / 1000
+        freshness = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
         if settings.liveness_mode == "lease":
             grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
             freshness = grace
         return cls(
-            interval=settings.lease_assignment_interval_millis / 1000,
+            interval=interval,
             failover=failover,
             worker_grace=grace,
             receiver_freshness=freshness,
@@ -114,10 +114,10 @@ class LeaderLoop:
         self._timing = LoopTiming.from_settings(settings)
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
-        # Balancing leaves a lease alone after balancing moved it, for two balancing cycles and at least a
-        # throughput window (a move shows fully in its new owner's figures only after that): no ping-pong.
-        window_runs = math.ceil(settings.lease_throughput_window_millis / settings.lease_assignment_interval_millis)
-        self._cooldown_runs = max(2 * settings.variance_balancing_frequency, window_runs)
+        # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong. (A cooldown
+        # as long as a throughput window delayed the correction of overshoots after a scale-out; the agents' arrival
+        # windows and the minimum gain keep a moved lease's figure from bouncing instead.)
+        self._cooldown_runs = 2 * settings.variance_balancing_frequency
         self.history = history or RunHistory()
         self._on_run = on_run
         self._term: _Term | None = None
@@ -183,8 +183,7 @@ class LeaderLoop:
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
-                       kbps=dict(term.kbps) if term else {})
+        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
         views = self._lease_views(shadow, scan.leases, workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
@@ -241,7 +240,6 @@ class LeaderLoop:
                      now: float) -> list[LeaseView]:
         owners = {worker.worker_id: worker for worker in reporters}
         views = []
-        kbps: dict[str, float] = {}
         seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
         for lease in leases:
             verdict = term.tracker.lease(lease, now)
@@ -253,9 +251,7 @@ class LeaderLoop:
                     started_at = first[2]
                 seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
-            throughput = reported_throughput(lease, owners, term.kbps)
-            if throughput is not None:
-                kbps[lease.lease_key] = throughput
+            throughput = reported_throughput(lease, owners)
             moved = term.moved_in_run.get(lease.lease_key)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
@@ -263,7 +259,6 @@ class LeaderLoop:
                                               recently_moved=moved is not None
                                               and term.runs - moved <= self._cooldown_runs))
         term.handoff_seen = seen_handoffs
-        term.kbps = kbps
         return views
 
     # ------------------------------------------------------------------ reports
@@ -377,17 +372,9 @@ def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
     return tuple(sorted(record.metric_stats.items()))
 
 
-def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord],
-                        remembered: dict[str, float] | None = None) -> float | None:
-    """A lease's throughput: its actual owner's heartbeat figure, else the lease's own value, else `remembered`.
-
-    `remembered` is the last figure the leader saw for the lease. A new owner reports a lease only once its own
-    figure covers half a measurement window (agent/metrics/throughput.py); until then the previous owner's last
-    figure stands, so a move does not make the lease look idle (the live stack then moved other leases after it).
-    """
+def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:
+    """The throughput the lease's actual owner reports in its heartbeat (`worker` mode), else the lease's own value."""
     owner = owners.get(lease.actual_owner or "")
     if owner is not None and lease.lease_key in owner.lease_throughput:
         return owner.lease_throughput[lease.lease_key]
-    if lease.throughput_kbps is not None or remembered is None:
-        return lease.throughput_kbps
-    return remembered.get(lease.lease_key)
+    return lease.throughput_kbps

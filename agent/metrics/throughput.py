@@ -11,8 +11,7 @@ KCL, on purpose, each found by the live churn bench (bench/churn.py):
 * The window is long (`lease_throughput_window_millis`, 30 s by default) instead of one renewal interval (3.3 s):
   a few KiB/s of Zipf-keyed, KPL-aggregated records over 3 s vary by tens of percent, more than the balancing band.
 * A lease is reported only once this owner has covered half a window (`compute` answers None before, unless the
-  previous owner's stored figure seeded it): the leader keeps the last mature figure meanwhile, instead of the few
-  seconds a new owner has seen.
+  previous owner's stored figure seeded it), instead of the few seconds a new owner has seen.
 * Seeding from a stored `throughputKBps` makes the stored value the EMA's previous value, so the new owner's value
   carries on from the old owner's (KCL divides the seed by the window in seconds).
 * Once an idle lease's value rounds to 0.0 its EMA is exactly 0.0, not an endless run of ever smaller denormals.
@@ -33,8 +32,9 @@ from shared.rounding import round6
 DEFAULT_ALPHA = 0.5
 _BYTES_PER_KIB = 1024.0
 # A reader further behind than this share of the window counts the missing recent part as quiet rather than unknown,
-# so a shard that stops receiving data decays to 0 instead of keeping its last rate forever.
-_MAX_LAG_SHARE = 0.5
+# so a shard that stops receiving data decays to 0 instead of keeping its last rate forever. Readers that know they
+# are caught up say so (an empty read at no lag records 0 bytes up to now); a stalled Spark batch is not idleness.
+_MAX_LAG_SHARE = 1.0
 MATURE_SHARE = 0.5  # the share of a window a new owner must cover before its figure is reported
 
 

@@ -94,15 +94,22 @@ def test_spark_batches_commit_seconds_of_records_at_once_without_bursts() -> Non
     assert all(figure == pytest.approx(2.0, rel=0.1) for figure in mature)
 
 
-def test_a_reader_far_behind_counts_the_unread_part_as_quiet() -> None:
+def test_a_stalled_reader_keeps_its_rate_and_an_idle_shard_decays() -> None:
     stats, clock = recorder(window=30.0)
     stats.track("s")
     steady(stats, clock, "s", 4.0, 30)
     assert stats.compute("s") == 4.0
-    clock.advance(10.0)  # nothing read for 10 s (less than half a window): the window ends at the last arrival
+    clock.advance(20.0)  # nothing read for 20 s (a stalled Spark batch): the window ends at the last arrival
     assert stats.compute("s") == 4.0
-    clock.advance(20.0)  # 30 s without records: the last 15 s count as quiet
+    clock.advance(25.0)  # 45 s without any read: more than a window behind, the last 15 s count as quiet
     assert stats.compute("s") == pytest.approx(0.5 * 2.0 + 0.5 * 4.0)
+    idle, clock = recorder(window=30.0)
+    idle.track("s")
+    steady(idle, clock, "s", 4.0, 30)
+    assert idle.compute("s") == 4.0
+    clock.advance(15.0)
+    idle.record("s", 0, last_arrival=clock.time())  # an empty read with no lag: quiet up to now
+    assert idle.compute("s") == pytest.approx(0.5 * 2.0 + 0.5 * 4.0)
 
 
 def test_ema_blends_the_new_window_with_the_previous_value() -> None:
