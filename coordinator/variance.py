@@ -271,17 +271,17 @@ class VarianceDecider:
     def _entry(self, wid: str) -> HeapEntry:
         return (-room(self.values[wid], self.averages), self.ledger.live_count(wid), wid)
 
-    def assignable(self, wid: str) -> bool:
-        """Whether the worker may take another lease (`max_throughput_per_host_kbps`, `max_leases_for_worker`)."""
+    def assignable(self, wid: str, stale_ok: bool = False) -> bool:
+        """Whether the worker may take another lease: a fresh heartbeat (unless `stale_ok`), and the max settings."""
         cfg = self.config
         return (
-            wid not in self.stale
+            (stale_ok or wid not in self.stale)
             and self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
             and self.ledger.live_count(wid) < cfg.max_leases_for_worker
         )
 
-    def _queue(self) -> list[HeapEntry]:
-        heap = [self._entry(wid) for wid in self.active if self.assignable(wid)]
+    def _queue(self, stale_ok: bool = False) -> list[HeapEntry]:
+        heap = [self._entry(wid) for wid in self.active if self.assignable(wid, stale_ok)]
         heapq.heapify(heap)
         return heap
 
@@ -523,7 +523,9 @@ class VarianceDecider:
         if self.ledger.unit_weights and self.ledger.leases:
             notes.append("total throughput is 0: every lease weighs 1, so balancing counts leases")
         heap = self._queue()
-        self._assign_priority(heap)
+        # Unowned and expired leases go to a worker with a late heartbeat only if no worker has a fresh one (every
+        # heartbeat delayed on a loaded host): an owner that may be slow beats none. Handoffs never go to one.
+        self._assign_priority(heap if heap or not self.stale else self._queue(stale_ok=True))
         self._drain(heap)
         if balance and self.config.balancing is Balancing.BAND:
             balance_band(self, notes)

@@ -6,7 +6,7 @@ import pytest
 from coordinator.decide import decide
 from coordinator.decider_config import Balancing
 from coordinator.decider_config import DeciderConfig as _DeciderConfig
-from coordinator.moves import MoveReason, UnplacedReason, WorkerStatus
+from coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from coordinator.variance import classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
@@ -324,3 +324,15 @@ def test_recently_moved_leases_are_left_alone_by_balancing_but_not_by_drain() ->
     draining = [cpu("hot", 90, draining=True), cpu("cold", 10)]
     plan = decide(Snapshot.of(cooling, draining), DeciderConfig(), balance=True)
     assert {(m.lease_key, m.reason) for m in plan.moves} == {(k, MoveReason.DRAIN) for k in ("a", "b", "c")}
+
+
+def test_a_worker_with_a_late_heartbeat_gets_unowned_leases_only_if_no_worker_is_fresh() -> None:
+    late = dataclasses.replace(cpu("late", 10.0), stale=True)
+    fresh = plan_for([LeaseView("x")], [late, cpu("fresh", 50.0)])
+    assert [(m.lease_key, m.to_worker) for m in fresh.moves] == [("x", "fresh")]  # though "late" has more room
+    only_late = plan_for([LeaseView("x")], [late])
+    assert [(m.lease_key, m.to_worker) for m in only_late.moves] == [("x", "late")]  # an owner beats none
+
+
+def plan_for(leases: list[LeaseView], workers: list[WorkerView]) -> Plan:
+    return decide(Snapshot.of(leases, workers), DeciderConfig(), balance=True)
