@@ -67,7 +67,7 @@ class Agent:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME)")
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.store = store or open_store(settings, RetryPolicy(clock=self.clock))
+        self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
         source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics)
         self.sampler = MetricsSampler(source, settings.no_of_persisted_metrics_per_worker_metrics,

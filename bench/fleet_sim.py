@@ -43,6 +43,7 @@ from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
+from coordinator.run_summary import RunSummary
 from coordinator.shard_sync import plan_shard_sync
 from coordinator.shards import MAX_HASH_KEY, Shard
 from shared.checkpoint import Checkpoint
@@ -50,8 +51,8 @@ from shared.clock import ManualClock
 from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
-from shared.store import Outcome, TableNames
-from shared.worker import CPU_METRIC, WorkerRecord, WorkerState
+from shared.store import LeaseStore, Outcome, TableNames
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState
 
 if TYPE_CHECKING:
     from bench.fleet_noise import LiveNoise, NoiseModel
@@ -198,11 +199,12 @@ class SimWorker:
         if self.fleet.noise is not None and self.mode == "worker":  # what the agent's recorder measures
             throughput = self.fleet.noise.report(self)
         metrics = not self.fleet.settings.disable_worker_metrics
+        progress = {key: LeaseProgress(1_000, 10**8, 10**11) for key in throughput} if self.fleet.progress else {}
         return WorkerRecord(
             self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)} if metrics else {},
             {CPU_METRIC: (100.0,)} if metrics else {},
             heartbeat=self.heartbeat, state=WorkerState.DRAINING if self.draining else WorkerState.ACTIVE,
-            lease_throughput=throughput)
+            lease_throughput=throughput, lease_progress=progress)
 
     # ---- scheduled actions (each returns False once the worker is gone, which stops its schedule)
     def beat(self) -> bool:
@@ -339,6 +341,10 @@ class Fleet:
     noise: LiveNoise | None = None  # the live stack's measurement noise and lag (bench/fleet_noise.py)
     clock: ManualClock = field(default_factory=ManualClock)
     workers: dict[str, SimWorker] = field(default_factory=dict)
+    # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
+    wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
+    on_run: Callable[[RunSummary], None] | None = None
+    progress: bool = False  # heartbeats carry per-lease progress (lag, records, bytes) as the real agent's do
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
@@ -351,17 +357,20 @@ class Fleet:
         self.timing = Timing.of(self.settings)
         self.moves = MoveCounter()
         self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
-        self.store = CountingStore(self.inner, on_write=self.moves)
+        wrapped = self.wrap_store(self.inner) if self.wrap_store is not None else self.inner
+        self.store = CountingStore(wrapped, on_write=self.moves)
         self.events = EventQueue(self.clock)
         self.rng = random.Random(self.seed)
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
         self.loop: LeaderLoop | None = None
+        self.lock: LeaderLock | None = None
         if self.variant != KCL2:
             lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
                               self.settings.leader_lock_heartbeat_period_millis)
+            self.lock = lock
             self.loop = LeaderLoop(self.store, lock, self.settings, self.clock,
-                                   shard_source=lambda: list(self.stream.shards))
+                                   shard_source=lambda: list(self.stream.shards), on_run=self.on_run)
 
             def tick() -> bool:
                 lock.tick()

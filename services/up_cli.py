@@ -18,7 +18,7 @@ from rich.console import Console
 
 from services.local_stack.pipeline import distinct_records
 from services.local_stack.scenarios import Outcome, Scenarios
-from services.local_stack.stack import LocalStack, StackOptions
+from services.local_stack.stack import PIPELINE_DIR, LocalStack, StackOptions
 from services.local_stack.state import StackState, run_dir
 from services.local_stack.status import StartupTimes, StatusPrinter, tree_memory
 from shared.config import load_settings
@@ -128,6 +128,8 @@ def run_up(args: argparse.Namespace) -> int:
         f"shards after {_seconds(startup.all_assigned)}, first records checkpointed after "
         f"{_seconds(startup.first_checkpoint)} (from process start); memory "
         f"{memory / 2**20:.0f} MiB in {count} processes")
+    if options.spark and startup.first_checkpoint is not None:
+        say(f"first records written as Parquet under {directory / PIPELINE_DIR / 'records'} (one directory per agent)")
     deadline = None if args.duration is None else started + args.duration
     while not stopping.wait(0.2):
         if deadline is not None and time.time() >= deadline:

@@ -1,18 +1,19 @@
 """The driver's book of held shards (Spark-free, thread-safe): what the runner may plan, and when handoffs finish.
 
-The keeper thread (acquire, handoff, loss), the probing thread and the foreachBatch thread all change it; every
+The keeper thread (acquire, handoff, loss), the probing threads and the foreachBatch thread all change it; every
 change is published to the channel as a new numbered snapshot.
 """
 
 from __future__ import annotations
 
 import threading
+import uuid
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from agent.read_spec import StartPosition
-from agent.spark.channel import ShardState, ShardView, Snapshot, write_snapshot
+from agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
 from agent.spark.probe import ProbeResult
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
@@ -21,8 +22,10 @@ from shared.lease import Lease
 class ShardBook:
     """Held shards by shard id, with their lease keys and the snapshot version that started each handoff."""
 
-    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None) -> None:
+    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,
+                 merge_below: int = 0) -> None:
         self._worker = worker_id
+        self._merge_below = merge_below
         self._channel = channel
         self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
         self._views: dict[str, ShardView] = {}
@@ -37,7 +40,8 @@ class ShardBook:
         """Start planning a newly held shard from its lease checkpoint (no records assumed until probed)."""
         with self._guard:
             self._keys[lease.shard] = lease.lease_key
-            self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp)
+            self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp,
+                                                 tenure=uuid.uuid4().hex[:12])
             self._publish()
 
     def handing_off(self, lease_key: str) -> bool:
@@ -46,7 +50,7 @@ class ShardBook:
             shard = self._shard_of(lease_key)
             if shard is None:
                 return False
-            self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, pending=False)
+            self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, segments=())
             self._publish()
             self._handoff_versions[shard] = self._version
             return True
@@ -63,39 +67,57 @@ class ShardBook:
             return shard
 
     # ------------------------------------------------------------------ probing and progress
-    def to_probe(self) -> list[tuple[str, StartPosition]]:
-        """Owned shards not yet known to have records waiting, with the position to probe from."""
+    def to_probe(self, lookahead: int) -> list[tuple[str, StartPosition]]:
+        """Owned shards with fewer than `lookahead` probed records waiting, with the frontier to probe from."""
         with self._guard:
-            return [(shard, view.position) for shard, view in sorted(self._views.items())
-                    if view.state is ShardState.OWNED and not view.pending]
+            return [(shard, view.frontier) for shard, view in sorted(self._views.items())
+                    if view.state is ShardState.OWNED and sum(item.records for item in view.segments) < lookahead]
 
-    def probed(self, shard: str, position: StartPosition, result: ProbeResult) -> bool:
-        """Apply a probe made from `position` (ignored if the shard moved on); True if it shows the shard ended."""
+    def probed(self, shard: str, frontier: StartPosition, result: ProbeResult) -> bool:
+        """Apply a probe made from `frontier` (ignored if the shard moved on); True if the shard ended, all read."""
         with self._guard:
             view = self._views.get(shard)
-            if view is None or view.position != position:
+            if view is None or view.frontier != frontier:
                 return False
-            if result.has_records:
-                self._views[shard] = replace(view, pending=True, next_arrival=result.next_arrival)
+            behind = result.behind_millis if result.behind_millis is not None else view.behind_millis
+            segments = self._appended(view.segments, result.segment)
+            if segments != view.segments or behind != view.behind_millis:
+                self._views[shard] = replace(view, segments=segments, behind_millis=behind)
                 self._publish()
-            return result.ended
+            return result.ended and not segments
 
-    def checkpointed(self, shard: str, checkpoint: Checkpoint, more_likely: bool, last_arrival: float | None) -> None:
-        """A batch's checkpoint was stored: resume after it; if the batch hit its cap, plan again without probing."""
+    def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> None:
+        """A batch's checkpoint was stored: resume after it, forgetting the segments it covered."""
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None or view.tenure != tenure:
+                return
+            left = tuple(item for item in view.segments if item.end > checkpoint)
+            self._views[shard] = replace(view, checkpoint=checkpoint, segments=left)
+            self._publish()
+
+    def lag_millis(self, shard: str, now: float) -> int | None:
+        """How far behind the stream the shard is: age of the first waiting record, else the probe's lag."""
         with self._guard:
             view = self._views.get(shard)
             if view is None:
-                return
-            pending = more_likely and view.state is ShardState.OWNED
-            self._views[shard] = replace(view, checkpoint=checkpoint, pending=pending,
-                                         next_arrival=last_arrival if pending else None)
-            self._publish()
+                return None
+            first = view.next_arrival
+            if first is not None:
+                return max(0, round((now - first) * 1000))
+            return view.behind_millis
 
     # ------------------------------------------------------------------ queries
     def lease_key(self, shard: str) -> str | None:
         """The lease key of a held shard."""
         with self._guard:
             return self._keys.get(shard)
+
+    def holds(self, shard: str, tenure: str) -> bool:
+        """True if the shard is still held under `tenure` (the same hold a plan was made under)."""
+        with self._guard:
+            view = self._views.get(shard)
+            return view is not None and view.tenure == tenure
 
     def held_shards(self) -> set[str]:
         """Shards whose records this driver may still write (owned or finishing a handoff)."""
@@ -121,6 +143,19 @@ class ShardBook:
     def _publish(self) -> None:
         self._version += 1
         write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views)))
+
+    def _appended(self, segments: tuple[Segment, ...], new: Segment | None) -> tuple[Segment, ...]:
+        """Segments with a new one at the end, merged into the last while both together stay under `merge_below`.
+
+        Merging keeps the snapshot small when a slow stream yields a segment of a few records per probe.
+        """
+        if new is None:
+            return segments
+        if segments and segments[-1].records + new.records < self._merge_below:
+            last = segments[-1]
+            return (*segments[:-1], Segment(new.end, last.records + new.records, last.bytes + new.bytes,
+                                            last.first_arrival))
+        return (*segments, new)
 
     def _shard_of(self, lease_key: str) -> str | None:
         for shard, key in self._keys.items():

@@ -1,7 +1,7 @@
 """The local channel between the agent in the driver and the source's runner process: two small JSON files.
 
 The streaming source runs in a Python process the Spark JVM spawns, sharing no memory with the driver's agent. The
-agent publishes a `Snapshot` of its shards (checkpoint, state, whether records wait) by atomically replacing
+agent publishes a `Snapshot` of its shards (checkpoint, state, probed segments waiting) by atomically replacing
 `snapshot.json`; the runner reads it in every `latestOffset` and answers with `ack.json`: the snapshot version it
 planned from and its pid. Since Spark plans batch k+1 only after batch k's foreachBatch returned, an ack of version v
 means every batch planned from an older snapshot has been written and checkpointed.
@@ -37,17 +37,53 @@ class ShardState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class ShardView:
-    """One held shard as the runner sees it: where it resumes and whether records are known to wait there.
+class Segment:
+    """A run of records the driver's probe saw after a shard's checkpoint: its last record and what it holds.
 
-    `next_arrival` is the arrival time (epoch s) of the first waiting record when known.
+    `end` is the last Kinesis record with the sub-sequence of its last user record (so a checkpoint there covers
+    the whole record); `records` counts Kinesis records, `bytes` their data; arrivals are epoch seconds.
+    """
+
+    end: Checkpoint
+    records: int
+    bytes: int
+    first_arrival: float | None = None
+
+    def to_json(self) -> list[Any]:
+        """Compact JSON form."""
+        return [self.end.sequence_number, self.end.sub_sequence_number, self.records, self.bytes, self.first_arrival]
+
+    @classmethod
+    def from_json(cls, value: list[Any]) -> Segment:
+        """Parse the compact form (ValueError/TypeError/IndexError on bad input)."""
+        return cls(Checkpoint(str(value[0]), int(value[1])), int(value[2]), int(value[3]),
+                   None if value[4] is None else float(value[4]))
+
+
+@dataclass(frozen=True, slots=True)
+class ShardView:
+    """One held shard as the runner sees it: where it resumes and the probed segments waiting after that.
+
+    `behind_millis` is the probe's MillisBehindLatest at its frontier (None before the first probe); `tenure`
+    names this hold of the lease (a new one each time the driver acquires it).
     """
 
     checkpoint: Checkpoint
     state: ShardState = ShardState.OWNED
-    pending: bool = False
-    next_arrival: float | None = None
+    segments: tuple[Segment, ...] = ()
     timestamp: float | None = None
+    behind_millis: int | None = None
+    tenure: str = ""
+
+    @property
+    def pending(self) -> bool:
+        """True if records are known to wait after the checkpoint."""
+        return bool(self.segments)
+
+    @property
+    def next_arrival(self) -> float | None:
+        """Arrival time (epoch s) of the first waiting record, when known."""
+        return self.segments[0].first_arrival if self.segments else None
 
     @property
     def position(self) -> StartPosition:
@@ -56,16 +92,26 @@ class ShardView:
             return StartPosition.at_timestamp(self.timestamp)
         return StartPosition.after(self.checkpoint)
 
+    @property
+    def frontier(self) -> StartPosition:
+        """Where the next probe starts: after the last probed segment, else at the checkpoint."""
+        if self.segments:
+            return StartPosition.after(self.segments[-1].end, record_complete=True)
+        return self.position
+
     def to_json(self) -> dict[str, Any]:
         """JSON form for the snapshot file."""
         return {"cp": self.checkpoint.sequence_number, "sub": self.checkpoint.sub_sequence_number,
-                "state": self.state.value, "pending": self.pending, "next": self.next_arrival, "ts": self.timestamp}
+                "state": self.state.value, "segments": [segment.to_json() for segment in self.segments],
+                "ts": self.timestamp, "behind": self.behind_millis, "tenure": self.tenure}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardView:
         """Parse the JSON form (KeyError/ValueError on bad input; `read_snapshot` turns them into ChannelError)."""
+        behind = value.get("behind")
         return cls(Checkpoint(value["cp"], int(value.get("sub", 0))), ShardState(value["state"]),
-                   bool(value["pending"]), value.get("next"), value.get("ts"))
+                   tuple(Segment.from_json(item) for item in value.get("segments", [])), value.get("ts"),
+                   None if behind is None else int(behind), str(value.get("tenure", "")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +171,7 @@ def read_snapshot(directory: Path) -> Snapshot | None:
     try:
         shards = {str(shard): ShardView.from_json(view) for shard, view in value["shards"].items()}
         return Snapshot(int(value["version"]), str(value["worker"]), shards)
-    except (KeyError, TypeError, ValueError, AttributeError, InvalidCheckpoint) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, InvalidCheckpoint) as exc:
         raise ChannelError(f"{directory / SNAPSHOT_FILE} is malformed: {exc}") from exc
 
 

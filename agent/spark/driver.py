@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,8 +22,9 @@ from agent.lease_keeper import LossReason
 from agent.runtime import Agent
 from agent.spark.book import ShardBook
 from agent.spark.channel import ChannelError, read_ack
-from agent.spark.commit import BatchFunction, CheckpointingSink, ShardProgress
-from agent.spark.offsets import Caps
+from agent.spark.commit import BatchFunction, CheckpointingSink
+from agent.spark.kinesis_raw import RawKinesis
+from agent.spark.offsets import Caps, ShardPlan
 from agent.spark.probe import Prober
 from agent.spark.source import ShardherdDataSource, SourceOptions
 from shared.checkpoint import SHARD_END
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPERVISE_SECONDS = 0.1
+PROBE_THREADS = 8
 
 
 class NoRecordProcessor(ShardherdError):
@@ -57,15 +61,17 @@ class SparkAgent(Agent):
     """The driver's agent; `start()`, build the query with `source_options()` and `sink()`, then `supervise()`."""
 
     def __init__(self, settings: Settings, channel: Path | None = None, caps: Caps | None = None,
-                 probe_interval: float = 1.0, min_call_interval: float = 0.2, include_reader: bool = False,
+                 probe_interval: float = 0.5, min_call_interval: float = 0.2, include_reader: bool = False,
                  store: LeaseStore | None = None, clock: Clock | None = None) -> None:
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
-        self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
         self.options = SourceOptions(self.channel, settings.stream_name or "", settings.region,
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
-        self._prober = Prober(self._context.kinesis, settings.stream_name or "")
+        self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
+                              merge_below=self.options.caps.max_records // 8)
+        self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), settings.stream_name or "")
         self._probe_interval = probe_interval
+        self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
         self._stopping = threading.Lock()
@@ -101,38 +107,45 @@ class SparkAgent(Agent):
         """Options for `spark.readStream.format("shardherd").options(**...)`."""
         return self.options.to_options()
 
-    def sink(self, write: BatchFunction) -> CheckpointingSink:
-        """Wrap a foreachBatch function so each batch is checkpointed into the lease table after it was written."""
-        return CheckpointingSink(self, write)
+    def sink(self, write: BatchFunction, checkpoint_location: str) -> CheckpointingSink:
+        """Wrap a foreachBatch function so each batch is checkpointed into the lease table after it was written.
+
+        `checkpoint_location` is the query's: the sink reads each batch's plan from Spark's offset log there.
+        """
+        return CheckpointingSink(self, write, checkpoint_location)
 
     def held_shards(self) -> set[str]:
         """Shards whose rows may be written now."""
         return self.book.held_shards()
 
-    def commit_progress(self, batch_id: int, progress: list[ShardProgress]) -> None:
-        """Checkpoint each shard's last written record, fenced by ownership; a refusal is logged, never raised."""
-        for item in progress:
-            key = self.book.lease_key(item.shard_id)
-            if key is None:
-                log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, item.shard_id,
-                            item.checkpoint)
+    def holds(self, shard: str, tenure: str) -> bool:
+        """True if the shard is still held under the tenure a plan was made under."""
+        return self.book.holds(shard, tenure)
+
+    def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
+        """Checkpoint each written plan's end, fenced by ownership; a refusal is logged, never raised."""
+        for plan in plans:
+            key = self.book.lease_key(plan.shard_id)
+            if key is None or not self.book.holds(plan.shard_id, plan.tenure):
+                log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, plan.shard_id,
+                            plan.end)
                 continue
             try:
-                outcome = self.keeper.checkpoint(key, item.checkpoint)
+                outcome = self.keeper.checkpoint(key, plan.end)
             except StoreUnavailable as exc:
                 log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key,
                           exc)
                 continue
             if outcome.applied:
-                self.throughput.record(key, item.bytes, last_arrival=item.last_arrival)
-                self.progress.record(key, item.records, item.bytes, None)  # heartbeat: records since we hold it
-                self.book.checkpointed(item.shard_id, item.checkpoint, item.records >= self.options.caps.max_records,
-                                       item.last_arrival)
+                self.throughput.record(key, plan.bytes)
+                self.book.checkpointed(plan.shard_id, plan.tenure, plan.end)
+                self.progress.record(key, plan.records, plan.bytes,
+                                     self.book.lag_millis(plan.shard_id, time.time()))
             elif outcome.conflict is Conflict.STALE_CHECKPOINT:
-                log.info("batch %d: %s already checkpointed past %s", batch_id, key, item.checkpoint)
+                log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
             else:
                 log.warning("batch %d: lease %s lost (%s); checkpoint %s not written", batch_id, key,
-                            outcome.conflict.value, item.checkpoint)
+                            outcome.conflict.value, plan.end)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SparkAgent:
@@ -156,7 +169,8 @@ class SparkAgent(Agent):
         if not self._thread.is_alive():
             self.start()
         stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
-        writer = stream.writeStream.foreachBatch(self.sink(write)).option("checkpointLocation", checkpoint_location)
+        sink = self.sink(write, checkpoint_location)
+        writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
         query = writer.start()
         self.supervise(query)
@@ -183,6 +197,7 @@ class SparkAgent(Agent):
             for thread in self._threads:
                 if thread is not current:
                     thread.join(10)
+            self._probe_pool.shutdown(wait=False, cancel_futures=True)
             if self._thread.is_alive():
                 super().stop(drain, drain_timeout)
             self._stopped = True
@@ -193,11 +208,19 @@ class SparkAgent(Agent):
         thread.start()
 
     def _probe_loop(self) -> None:
+        """Probe every owned shard in parallel each interval (a round costs about one GetRecords whatever the count)."""
+        lookahead = 2 * self.options.caps.max_records
+        limit = min(self.options.caps.max_records, 10_000)
         while not self._halt.wait(self._probe_interval):
-            for shard, position in self.book.to_probe():
-                result = self._prober.probe(shard, position)
-                if self.book.probed(shard, position, result):
+            targets = self.book.to_probe(lookahead)
+            results = self._probe_pool.map(lambda target: self._prober.probe(target[0], target[1], limit), targets)
+            now = time.time()
+            for (shard, frontier), result in zip(targets, results, strict=True):
+                if self.book.probed(shard, frontier, result):
                     self._finish_shard(shard)
+                key = self.book.lease_key(shard)
+                if key is not None:
+                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now))
 
     def _finish_shard(self, shard: str) -> None:
         """The shard is closed and everything up to its end is checkpointed: store SHARD_END so children start."""

@@ -1,9 +1,11 @@
-"""Spark offsets of the `shardherd` source: self-describing batch plans, never progress (Spark-free).
+"""Spark offsets of the `shardherd` source: self-describing batch plans with fixed ends, never progress (Spark-free).
 
-A batch's end offset says, per shard, where to start (the lease checkpoint when the batch was planned), how many
-records and bytes to read at most, and, for `availableNow`, the arrival time after which to stop. Reading a plan
-twice gives the same records (replay is deterministic); real progress is computed from the batch's data and kept
-only in the lease table. `number` grows with every plan so that a new plan never equals the last one.
+A batch's end offset says, per shard, where to start (the lease checkpoint when the batch was planned) and the last
+record to read, inclusive: a Kinesis sequence number the driver's probe saw, with the KPL sub-sequence of its last
+user record. Records of a shard never change order or content, so reading a plan again (a re-executed task, a lost
+block, a batch replayed after a crash) gives exactly the same rows, and the checkpoint a written batch earns is
+known from the plan alone. `records` and `bytes` are what the probe counted (Kinesis records, data bytes) between
+the start and the end. `number` grows with every plan so that a new plan never equals the last one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ class InvalidOffset(ShardherdError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Caps:
-    """Admission control per shard per batch: at most `max_records` records and (if set) about `max_bytes` bytes."""
+    """Admission control per shard per batch: at most `max_records` Kinesis records and (if set) `max_bytes` bytes.
+
+    A KPL aggregate counts as one record here; a batch holds whole probed segments, at least one.
+    """
 
     max_records: int = DEFAULT_MAX_RECORDS_PER_SHARD
     max_bytes: int | None = None
@@ -38,19 +43,26 @@ class Caps:
 
 @dataclass(frozen=True, slots=True)
 class ShardPlan:
-    """What one partition reads: a shard from a position, within caps, up to an arrival time (epoch s) if set."""
+    """What one partition reads: a shard from a position through a fixed last record (inclusive).
+
+    `tenure` names the driver's hold of the lease the plan was made under: a plan is read, and its end
+    checkpointed, only while that same hold lasts (never after the lease was lost, even if it came back).
+    """
 
     shard_id: str
     position: StartPosition
-    caps: Caps = field(default_factory=Caps)
-    until: float | None = None
+    end: Checkpoint
+    records: int = 0
+    bytes: int = 0
+    tenure: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form stored in Spark's offset log (sequence numbers stay strings)."""
         checkpoint = self.position.checkpoint
         return {"after": checkpoint.sequence_number, "sub": checkpoint.sub_sequence_number,
-                "ts": self.position.timestamp, "max": self.caps.max_records, "maxBytes": self.caps.max_bytes,
-                "until": self.until}
+                "whole": self.position.record_complete, "ts": self.position.timestamp,
+                "end": self.end.sequence_number, "endSub": self.end.sub_sequence_number,
+                "records": self.records, "bytes": self.bytes, "tenure": self.tenure}
 
     @classmethod
     def from_json(cls, shard_id: str, value: Any) -> ShardPlan:
@@ -60,10 +72,15 @@ class ShardPlan:
         try:
             checkpoint = Checkpoint(value["after"], int(value.get("sub", 0)))
             timestamp = _optional_float(value.get("ts"), "ts")
-            position = (StartPosition.at_timestamp(timestamp) if checkpoint.sentinel is Sentinel.AT_TIMESTAMP
-                        and timestamp is not None else StartPosition.after(checkpoint))
-            caps = Caps(int(value["max"]), None if value.get("maxBytes") is None else int(value["maxBytes"]))
-            return cls(shard_id, position, caps, _optional_float(value.get("until"), "until"))
+            if checkpoint.sentinel is Sentinel.AT_TIMESTAMP and timestamp is not None:
+                position = StartPosition.at_timestamp(timestamp)
+            else:
+                position = StartPosition.after(checkpoint, bool(value.get("whole", False)))
+            end = Checkpoint.at(str(value["end"]), int(value.get("endSub", 0)))
+            if end.sentinel is not None:
+                raise InvalidOffset(f"the end of a plan must be a sequence number, got {end}")
+            return cls(shard_id, position, end, int(value.get("records", 0)), int(value.get("bytes", 0)),
+                       str(value.get("tenure", "")))
         except (KeyError, TypeError, ValueError, InvalidCheckpoint) as exc:
             raise InvalidOffset(f"bad plan for {shard_id}: {value!r}: {exc}") from exc
 

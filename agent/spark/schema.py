@@ -15,28 +15,13 @@
 
 from __future__ import annotations
 
-import os
-from datetime import datetime
-
-from agent.records import Record
-
 COLUMNS = ("shard_id", "sequence_number", "sub_sequence_number", "partition_key", "arrival_timestamp", "data")
 DDL = ("shard_id STRING, sequence_number STRING, sub_sequence_number BIGINT, partition_key STRING, "
        "arrival_timestamp TIMESTAMP, data BINARY")
 READER_DDL = DDL + ", reader_pid INT"
 
-Row = tuple[str, str, int, str, datetime | None, bytes] | tuple[str, str, int, str, datetime | None, bytes, int]
 
 
 def schema_ddl(include_reader: bool) -> str:
     """The schema as a Spark DDL string, with the diagnostic `reader_pid` column if asked."""
     return READER_DDL if include_reader else DDL
-
-
-def row_of(record: Record, include_reader: bool) -> Row:
-    """One output row for a record, in schema order."""
-    base = (record.shard_id, record.sequence_number, record.sub_sequence_number, record.partition_key,
-            record.approximate_arrival_timestamp, record.data)
-    if include_reader:
-        return (*base, os.getpid())
-    return base

@@ -20,20 +20,18 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 from typing_extensions import override
 
-from agent.read_spec import MAX_RECORDS_PER_CALL, ReadLimits, ReadSpec
-from agent.reader import ShardReader
 from agent.spark.channel import Ack, read_snapshot, write_ack
 from agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
 from agent.spark.planning import partitions_to_read, plan_next
-from agent.spark.schema import Row, row_of, schema_ddl
-from shared.aws import make_client
+from agent.spark.schema import schema_ddl
 
 if TYPE_CHECKING:
-    from mypy_boto3_kinesis import KinesisClient
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
+    from agent.spark.kinesis_raw import RawKinesis
+
 FORMAT = "shardherd"
-MAX_EMPTY_RESPONSES = 5  # a read ends after this many empty GetRecords in a row, even if not caught up
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,56 +79,40 @@ class SourceOptions:
 
 
 class ShardPartition(InputPartition):
-    """One shard's read in one batch: a picklable ReadSpec plus the plan's byte cap and arrival limit."""
+    """One shard's read in one batch: the plan (fixed first and last record) and where Kinesis is."""
 
-    def __init__(self, spec: ReadSpec, plan: ShardPlan, include_reader: bool) -> None:
+    def __init__(self, plan: ShardPlan, options: SourceOptions) -> None:
         super().__init__(plan.shard_id)
-        self.spec = spec
         self.plan = plan
-        self.include_reader = include_reader
+        self.stream_name = options.stream_name
+        self.region = options.region
+        self.endpoint_url = options.endpoint_url
+        self.min_call_interval = options.min_call_interval
+        self.include_reader = options.include_reader
 
 
-def partition_for(plan: ShardPlan, options: SourceOptions) -> ShardPartition:
-    """The partition reading `plan` (limits: the plan's record cap, stop when caught up)."""
-    limits = ReadLimits(records_per_call=min(MAX_RECORDS_PER_CALL, plan.caps.max_records + 1),
-                        min_call_interval=options.min_call_interval, idle_backoff=options.min_call_interval,
-                        max_records=plan.caps.max_records, stop_when_caught_up=True)
-    spec = ReadSpec(options.stream_name, plan.shard_id, plan.position, options.region, options.endpoint_url, limits)
-    return ShardPartition(spec, plan, options.include_reader)
-
-
-_clients: dict[tuple[str, str | None], KinesisClient] = {}
+_clients: dict[tuple[str, str | None], RawKinesis] = {}
 _clients_guard = threading.Lock()
 
 
-def _client(region: str, endpoint_url: str | None) -> KinesisClient:
+def _client(region: str, endpoint_url: str | None) -> RawKinesis:
     """One Kinesis client per executor process and endpoint (creating one costs more than a small read)."""
     with _clients_guard:
         client = _clients.get((region, endpoint_url))
         if client is None:
-            client = make_client("kinesis", region, endpoint_url)
+            from agent.spark.kinesis_raw import RawKinesis  # executors only: the runner never loads boto3 or pyarrow
+
+            client = RawKinesis(region, endpoint_url)
             _clients[(region, endpoint_url)] = client
         return client
 
 
-def read_partition(partition: ShardPartition) -> Iterator[Row]:
-    """The rows of one partition: records after the plan's position, within its caps and arrival limit."""
-    spec, plan = partition.spec, partition.plan
-    reader = ShardReader.open(spec, client=_client(spec.region, spec.endpoint_url))
-    size = 0
-    empty = 0
-    for batch in reader.batches():
-        empty = 0 if batch.records else empty + 1
-        for record in batch.records:
-            arrival = record.approximate_arrival_timestamp
-            if plan.until is not None and arrival is not None and arrival.timestamp() > plan.until:
-                return
-            yield row_of(record, partition.include_reader)
-            size += len(record.data)
-            if plan.caps.max_bytes is not None and size >= plan.caps.max_bytes:
-                return
-        if batch.shard_ended or empty >= MAX_EMPTY_RESPONSES:
-            return
+def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of one partition: exactly the records its plan names."""
+    from agent.spark.arrow_read import read_plan
+
+    return read_plan(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plan,
+                     partition.include_reader, partition.min_call_interval)
 
 
 class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -170,9 +152,9 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         """One partition per planned shard still held, each from no earlier than its lease checkpoint."""
         plans = partitions_to_read(BatchOffset.from_json(end), read_snapshot(self._options.channel))
-        return [partition_for(plan, self._options) for plan in plans]
+        return [ShardPartition(plan, self._options) for plan in plans]
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one shard's plan (on an executor)."""
         if not isinstance(partition, ShardPartition):
             raise InvalidOffset(f"unexpected partition {partition!r}")

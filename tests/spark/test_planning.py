@@ -1,17 +1,16 @@
-"""Spark-free parts of the source: offsets as plans, planning and replay rules, the driver's book, summaries."""
+"""Spark-free parts of the source: offsets as plans with fixed ends, planning and replay rules, the driver's book."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from agent.read_spec import StartPosition
 from agent.spark.book import ShardBook
-from agent.spark.channel import ChannelError, ShardState, ShardView, Snapshot, read_ack, read_snapshot
-from agent.spark.commit import BadBatchSummary, progress_from_summary
+from agent.spark.channel import ChannelError, Segment, ShardState, ShardView, Snapshot, read_ack, read_snapshot
+from agent.spark.commit import offset_log_entry
 from agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
 from agent.spark.planning import partitions_to_read, plan_next
 from agent.spark.probe import ProbeResult
@@ -22,14 +21,21 @@ from shared.lease import Lease
 BIG = "4" + "9" * 55  # longer than any int64: must survive as a string
 
 
+def _segments(*ends: str, records: int = 5, arrival: float | None = None) -> tuple[Segment, ...]:
+    return tuple(Segment(Checkpoint(end), records, 10 * records, arrival) for end in ends)
+
+
 def _view(checkpoint: Checkpoint, pending: bool = True, state: ShardState = ShardState.OWNED,
-          arrival: float | None = None) -> ShardView:
-    return ShardView(checkpoint, state, pending, arrival)
+          arrival: float | None = None, tenure: str = "t1") -> ShardView:
+    segments = _segments(str(int(checkpoint.sequence_number) + 10), arrival=arrival) if pending else ()
+    return ShardView(checkpoint, state, segments, tenure=tenure)
 
 
 def test_offsets_round_trip_through_json_with_long_sequence_numbers() -> None:
-    plan = ShardPlan("s-1", StartPosition.after(Checkpoint(BIG, 3)), Caps(7, 1024), until=12.5)
-    offset = BatchOffset(4, {"s-1": plan, "s-0": ShardPlan("s-0", StartPosition.after(TRIM_HORIZON))})
+    plan = ShardPlan("s-1", StartPosition.after(Checkpoint(BIG, 3)), Checkpoint(BIG + "1", 2), 7, 1024, "t")
+    whole = ShardPlan("s-2", StartPosition.after(Checkpoint("5"), record_complete=True), Checkpoint("9"), 1, 1)
+    offset = BatchOffset(4, {"s-1": plan, "s-2": whole,
+                             "s-0": ShardPlan("s-0", StartPosition.after(TRIM_HORIZON), Checkpoint("3"))})
     text = json.dumps(offset.to_json())
     assert BatchOffset.from_json(text) == offset
     assert json.loads(text)["shards"]["s-1"]["after"] == BIG
@@ -37,27 +43,31 @@ def test_offsets_round_trip_through_json_with_long_sequence_numbers() -> None:
 
 @pytest.mark.parametrize("bad", [
     "not json", "[]", '{"n": -1, "shards": {}}', '{"n": true, "shards": {}}',
-    '{"shards": {"s": {"after": "12x", "max": 1}}}', '{"shards": {"s": {"after": "1"}}}',
-    '{"shards": {"s": {"after": "1", "max": 0}}}', '{"shards": {"s": {"after": "1", "max": 1, "until": "nan"}}}',
+    '{"shards": {"s": {"after": "12x", "end": "13"}}}', '{"shards": {"s": {"after": "1"}}}',
+    '{"shards": {"s": {"after": "1", "end": "TRIM_HORIZON"}}}', '{"shards": {"s": {"after": "1", "end": "2x"}}}',
+    '{"shards": {"s": {"after": "1", "end": "2", "ts": "nan"}}}',
 ])
 def test_malformed_offsets_raise_a_typed_error(bad: str) -> None:
     with pytest.raises(InvalidOffset):
         BatchOffset.from_json(bad)
 
 
-def test_plan_takes_positions_from_the_snapshot_and_skips_idle_handing_off_and_later_records() -> None:
-    start = BatchOffset(3, {"gone": ShardPlan("gone", StartPosition.after(Checkpoint("5")))})
+def test_plan_ends_at_a_probed_record_within_the_caps_and_skips_idle_handing_off_and_later_records() -> None:
+    start = BatchOffset(3, {"gone": ShardPlan("gone", StartPosition.after(Checkpoint("5")), Checkpoint("6"))})
     snapshot = Snapshot(9, "w", {
-        "a": _view(Checkpoint("100", 2)),
+        "a": ShardView(Checkpoint("100", 2), segments=_segments("110", "120", "130"), tenure="ta"),
         "idle": _view(Checkpoint("7"), pending=False),
         "moving": _view(Checkpoint("8"), state=ShardState.HANDING_OFF),
         "late": _view(Checkpoint("9"), arrival=50.0),
     })
     end = plan_next(start, snapshot, Caps(10), until=40.0)
     assert end.number == 4 and set(end.shards) == {"a"}
-    assert end.shards["a"].position == StartPosition.after(Checkpoint("100", 2))
-    assert end.shards["a"].caps == Caps(10) and end.shards["a"].until == 40.0
+    plan = end.shards["a"]
+    assert plan.position == StartPosition.after(Checkpoint("100", 2))
+    assert (plan.end, plan.records, plan.bytes, plan.tenure) == (Checkpoint("120"), 10, 100, "ta")  # 2 segments fit
     assert set(plan_next(start, snapshot, Caps(10), until=None).shards) == {"a", "late"}
+    assert plan_next(start, snapshot, Caps(3), None).shards["a"].end == Checkpoint("110")  # at least one segment
+    assert plan_next(start, snapshot, Caps(100, max_bytes=120), None).shards["a"].end == Checkpoint("120")
 
 
 def test_nothing_waiting_returns_start_so_spark_runs_no_batch() -> None:
@@ -66,13 +76,15 @@ def test_nothing_waiting_returns_start_so_spark_runs_no_batch() -> None:
     assert plan_next(start, Snapshot(1, "w", {"a": _view(Checkpoint("1"), pending=False)}), Caps(), None) is start
 
 
-def test_replayed_plan_drops_shards_no_longer_held_and_skips_what_was_checkpointed() -> None:
-    end = BatchOffset(5, {shard: ShardPlan(shard, StartPosition.after(Checkpoint("10"))) for shard in "abc"})
+def test_replayed_plan_drops_shards_no_longer_held_or_held_anew_and_skips_what_was_checkpointed() -> None:
+    end = BatchOffset(5, {shard: ShardPlan(shard, StartPosition.after(Checkpoint("10")), Checkpoint("30"),
+                                           tenure="t1") for shard in "abcde"})
     moving = _view(Checkpoint("10"), state=ShardState.HANDING_OFF)
-    snapshot = Snapshot(2, "w", {"a": _view(Checkpoint("20")), "b": moving})
+    snapshot = Snapshot(2, "w", {"a": _view(Checkpoint("20")), "b": moving, "d": _view(Checkpoint("30")),
+                                 "e": _view(Checkpoint("10"), tenure="t2")})
     plans = {plan.shard_id: plan for plan in partitions_to_read(end, snapshot)}
-    assert set(plans) == {"a", "b"}  # c is gone; b is still finishing its handoff
-    assert plans["a"].position == StartPosition.after(Checkpoint("20"))
+    assert set(plans) == {"a", "b"}  # c is gone, d is done, e was lost and acquired again; b finishes its handoff
+    assert plans["a"].position == StartPosition.after(Checkpoint("20")) and plans["a"].end == Checkpoint("30")
     assert plans["b"].position == StartPosition.after(Checkpoint("10"))
     assert partitions_to_read(end, None) == []
 
@@ -81,44 +93,66 @@ def _lease(key: str, checkpoint: Checkpoint = TRIM_HORIZON) -> Lease:
     return Lease(key, lease_owner="w", checkpoint=checkpoint)
 
 
-def test_book_publishes_snapshots_and_releases_a_handoff_only_after_the_runner_planned_past_it(tmp_path: Path) -> None:
+def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff_after_the_runner(
+        tmp_path: Path) -> None:
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s-1"))
     book.acquired(_lease("s-2", Checkpoint("30")))
-    assert book.to_probe() == [("s-1", StartPosition.after(TRIM_HORIZON)),
-                               ("s-2", StartPosition.after(Checkpoint("30")))]
-    assert not book.probed("s-2", StartPosition.after(Checkpoint("31")), ProbeResult(True, 1.0))  # stale position
-    book.probed("s-2", StartPosition.after(Checkpoint("30")), ProbeResult(True, 1.0))
+    assert book.to_probe(10) == [("s-1", StartPosition.after(TRIM_HORIZON)),
+                                 ("s-2", StartPosition.after(Checkpoint("30")))]
+    found = ProbeResult(Segment(Checkpoint("40", 3), 6, 60, 1.0), behind_millis=0)
+    assert not book.probed("s-2", StartPosition.after(Checkpoint("31")), found)  # stale frontier: ignored
+    book.probed("s-2", StartPosition.after(Checkpoint("30")), found)
     published = read_snapshot(tmp_path)
     assert published is not None and published.shards["s-2"].pending and not published.shards["s-1"].pending
-    assert book.to_probe() == [("s-1", StartPosition.after(TRIM_HORIZON))]
+    assert published.shards["s-2"].segments == (found.segment,)
+    frontier = StartPosition.after(Checkpoint("40", 3), record_complete=True)
+    assert book.to_probe(10) == [("s-1", StartPosition.after(TRIM_HORIZON)), ("s-2", frontier)]
+    assert book.to_probe(6) == [("s-1", StartPosition.after(TRIM_HORIZON))]  # enough waiting: no more probing
+    assert book.lag_millis("s-2", 3.5) == 2500 and book.lag_millis("s-1", 3.5) is None
+
+    tenure = book.snapshot().shards["s-2"].tenure
+    assert book.holds("s-2", tenure) and not book.holds("s-2", "other")
+    book.checkpointed("s-2", "other", Checkpoint("40", 3))  # a plan of another hold: ignored
+    assert book.snapshot().shards["s-2"].pending
+    book.checkpointed("s-2", tenure, Checkpoint("40", 3))
+    assert book.snapshot().shards["s-2"] == ShardView(Checkpoint("40", 3), behind_millis=0, tenure=tenure)
+    assert book.lag_millis("s-2", 3.5) == 0
 
     assert book.handing_off("s-2")
     version = book.snapshot().version
     assert book.handoffs_ready(version - 1) == [] and book.handoffs_ready(version) == ["s-2"]
     assert not book.handing_off("unknown")
-    assert book.probed("s-1", StartPosition.after(TRIM_HORIZON), ProbeResult(False, ended=True))
+    assert book.probed("s-1", StartPosition.after(TRIM_HORIZON), ProbeResult(ended=True))
     assert book.lost("s-2") == "s-2" and book.held_shards() == {"s-1"}
 
 
-def test_book_plans_again_without_probing_only_when_a_batch_hit_its_cap(tmp_path: Path) -> None:
+def test_small_probed_segments_merge_so_the_snapshot_stays_small(tmp_path: Path) -> None:
+    book = ShardBook("w", tmp_path, merge_below=10)
+    book.acquired(_lease("s"))
+    for index, end in enumerate(["11", "12", "13", "14"]):
+        frontier = book.snapshot().shards["s"].frontier
+        book.probed("s", frontier, ProbeResult(Segment(Checkpoint(end), 3, 30, float(index))))
+    segments = book.snapshot().shards["s"].segments
+    assert segments == (Segment(Checkpoint("13"), 9, 90, 0.0), Segment(Checkpoint("14"), 3, 30, 3.0))
+
+
+def test_a_new_hold_of_a_lease_gets_a_new_tenure(tmp_path: Path) -> None:
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s"))
-    book.checkpointed("s", Checkpoint("40"), more_likely=True, last_arrival=5.0)
-    assert book.snapshot().shards["s"] == ShardView(Checkpoint("40"), ShardState.OWNED, True, 5.0)
-    book.checkpointed("s", Checkpoint("50"), more_likely=False, last_arrival=6.0)
-    assert book.snapshot().shards["s"] == ShardView(Checkpoint("50"))
+    first = book.snapshot().shards["s"].tenure
+    book.lost("s")
+    book.acquired(_lease("s"))
+    assert first and book.snapshot().shards["s"].tenure not in {"", first}
 
 
-def test_summary_rows_become_checkpoints_and_bad_rows_are_rejected() -> None:
-    when = datetime(2026, 1, 2, tzinfo=UTC)
-    progress = progress_from_summary([("s", BIG, 4, when, 12, 300), ("t", "9", 0, None, 1, None)])
-    assert progress[0].checkpoint == Checkpoint(BIG, 4) and progress[0].last_arrival == when.timestamp()
-    assert (progress[1].records, progress[1].bytes) == (1, 0)
-    for bad in [("", "1", 0, None, 1, 1), ("s", None, 0, None, 1, 1), ("s", "x1", 0, None, 1, 1),
-                ("s", "1", -1, None, 1, 1)]:
-        with pytest.raises(BadBatchSummary):
-            progress_from_summary([bad])
+def test_offset_log_entries_parse_and_garbage_is_rejected() -> None:
+    offset = BatchOffset(2, {"s": ShardPlan("s", StartPosition.after(Checkpoint("1")), Checkpoint("2"))})
+    text = "v1\n" + json.dumps({"batchWatermarkMs": 0}) + "\n" + json.dumps(offset.to_json()) + "\n"
+    assert offset_log_entry(text) == offset
+    for bad in ["", "v1\n{}", "garbage\n{}\n{}"]:
+        with pytest.raises(InvalidOffset):
+            offset_log_entry(bad)
 
 
 def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None:

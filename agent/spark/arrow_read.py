@@ -1,0 +1,145 @@
+"""Executor reads of one shard plan, as Arrow record batches: exactly the plan's records, whatever the attempt.
+
+A plan fixes its first and last record (agent/spark/offsets.py), so a read goes from the start position through the
+end record (all of its user records) and stops there: a task retried after a lost executor, or a batch replayed
+after a crash, yields the same rows. Records are handed over per GetRecords response as columns: payloads are
+base64-decoded with `binascii` in one pass, arrival times (epoch seconds in the JSON) become a timestamp column in
+one Arrow cast, and KPL aggregates are expanded into their user records.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+from agent.kpl import MAGIC, BrokenAggregate, decode_aggregate, is_aggregate
+from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
+from agent.reader import ShardReadError
+from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
+from agent.spark.offsets import ShardPlan
+from shared.checkpoint import Checkpoint
+
+ARROW_FIELDS = [
+    pa.field("shard_id", pa.string()), pa.field("sequence_number", pa.string()),
+    pa.field("sub_sequence_number", pa.int64()), pa.field("partition_key", pa.string()),
+    pa.field("arrival_timestamp", pa.timestamp("us", tz="UTC")), pa.field("data", pa.binary()),
+]
+ARROW_SCHEMA = pa.schema(ARROW_FIELDS)
+READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
+END_WAIT_SECONDS = 60.0  # how long a read waits for its planned end record to become readable before failing
+
+
+class PlannedEndMissing(ShardReadError):
+    """A read could not reach the record its plan ends at (shard ended before it, or it stayed invisible)."""
+
+
+def arrow_batch(shard_id: str, records: list[dict[str, Any]], include_reader: bool,
+                skip_through: int = -1) -> pa.RecordBatch:
+    """One GetRecords response's user records as an Arrow batch in the source's schema.
+
+    Payloads are decoded in one comprehension; a response without KPL aggregates (the usual case) is turned into
+    columns without any per-record Python beyond that. `skip_through` drops the first record's user records up to
+    that sub-sequence (a read resuming inside an aggregate).
+    """
+    payloads = [binascii.a2b_base64(record["Data"]) for record in records]
+    if skip_through < 0 and not any(payload[:4] == MAGIC for payload in payloads):
+        count = len(records)
+        return _batch(shard_id, [record["SequenceNumber"] for record in records], [0] * count,
+                      [record["PartitionKey"] for record in records],
+                      [record.get("ApproximateArrivalTimestamp") for record in records], payloads, include_reader)
+    columns: tuple[list[Any], ...] = ([], [], [], [], [])
+    for index, (record, payload) in enumerate(zip(records, payloads, strict=True)):
+        _expand(columns, record, payload, skip_through if index == 0 else -1)
+    sequence, sub, key, arrival, data = columns
+    return _batch(shard_id, sequence, sub, key, arrival, data, include_reader)
+
+
+def _expand(columns: tuple[list[Any], ...], record: dict[str, Any], payload: bytes, skip_through: int) -> None:
+    """Append one Kinesis record's user records (sub-sequence above `skip_through`) to the column lists."""
+    sequence, arrival = record["SequenceNumber"], record.get("ApproximateArrivalTimestamp")
+    users = None
+    if is_aggregate(payload):
+        try:
+            users = decode_aggregate(payload)
+        except BrokenAggregate:
+            users = None  # delivered raw, as one record
+    rows = ([(index, user.partition_key, user.data) for index, user in enumerate(users)] if users is not None
+            else [(0, record["PartitionKey"], payload)])
+    for sub, key, data in rows:
+        if sub > skip_through:
+            for column, value in zip(columns, (sequence, sub, key, arrival, data), strict=True):
+                column.append(value)
+
+
+def _batch(shard_id: str, sequence: list[str], sub: list[int], key: list[str], arrival: list[float | None],
+           data: list[bytes], include_reader: bool) -> pa.RecordBatch:
+    count = len(sequence)
+    seconds = pa.array(arrival, pa.float64())
+    micros = pc.cast(pc.round(pc.multiply(seconds, 1_000_000)), pa.int64())
+    columns = [pa.array([shard_id] * count, pa.string()), pa.array(sequence, pa.string()), pa.array(sub, pa.int64()),
+               pa.array(key, pa.string()), micros.cast(pa.timestamp("us", tz="UTC")), pa.array(data, pa.binary())]
+    if include_reader:
+        columns.append(pa.array([os.getpid()] * count, pa.int32()))
+        return pa.RecordBatch.from_arrays(columns, schema=READER_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def within_end(records: list[dict[str, Any]], end: int) -> tuple[list[dict[str, Any]], bool]:
+    """The records at or before sequence `end`, and whether the end was reached (or passed)."""
+    if not records or int(records[-1]["SequenceNumber"]) < end:
+        return records, False
+    for index, record in enumerate(records):
+        if int(record["SequenceNumber"]) >= end:
+            keep = index + 1 if int(record["SequenceNumber"]) == end else index
+            return records[:keep], True
+    return records, True  # pragma: no cover - the last record is >= end
+
+
+def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader: bool = False,
+              min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the plan's records, from its start through its end record; PlannedEndMissing if unreachable."""
+    position: StartPosition = plan.position
+    skip: Checkpoint | None = position.skips_through
+    end = int(plan.end.sequence_number)
+    iterator: str | None = kinesis.get_shard_iterator(stream, plan.shard_id, position.iterator_arguments())
+    remaining = max(1, plan.records)
+    deadline: float | None = None
+    next_call = 0.0
+    while True:
+        if iterator is None:
+            raise PlannedEndMissing(f"{plan.shard_id} ended before its planned end {plan.end}")
+        pause = next_call - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        next_call = time.monotonic() + min_call_interval
+        try:
+            response = kinesis.get_records(iterator, min(MAX_RECORDS_PER_CALL, remaining + 1))
+        except IteratorExpired:
+            iterator = kinesis.get_shard_iterator(stream, plan.shard_id, position.iterator_arguments())
+            skip = position.skips_through
+            continue
+        records, reached = within_end(response.get("Records", []), end)
+        if records:
+            skip_through = (skip.sub_sequence_number if skip is not None
+                            and records[0]["SequenceNumber"] == skip.sequence_number else -1)
+            skip = None
+            remaining = max(1, remaining - len(records))
+            position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
+            deadline = None
+            yield arrow_batch(plan.shard_id, records, include_reader, skip_through)
+        if reached:
+            return
+        iterator = response.get("NextShardIterator")
+        if not records:
+            deadline = deadline or time.monotonic() + END_WAIT_SECONDS
+            if time.monotonic() > deadline:
+                raise PlannedEndMissing(f"{plan.shard_id}: planned end {plan.end} not readable after "
+                                        f"{END_WAIT_SECONDS:.0f} s")
+            if not response.get("MillisBehindLatest"):
+                next_call = max(next_call, time.monotonic() + 0.05)
