@@ -68,8 +68,7 @@ class Agent:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
-        heartbeat = settings.effective_heartbeat_interval_millis / 1000
-        self.throughput = ThroughputRecorder(self.clock, heartbeat, settings.worker_metrics_ema_alpha)
+        self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
         source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics)
         self.sampler = MetricsSampler(source, settings.no_of_persisted_metrics_per_worker_metrics,
                                       metric_name=CPU_METRIC)
@@ -95,6 +94,7 @@ class Agent:
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
         """Start a shard worker for a newly held lease (none for a finished one)."""
+        self.throughput.track(lease.lease_key)
         if lease.throughput_kbps is not None:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if lease.is_finished:

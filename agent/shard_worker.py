@@ -160,7 +160,12 @@ class ShardWorker:
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag)
         if records:
             self.checkpointer.last_delivered = records[-1]
-            self._ctx.throughput.record(self.lease.lease_key, size)
+            arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records
+                        if record.approximate_arrival_timestamp is not None]
+            self._ctx.throughput.record(self.lease.lease_key, size, min(arrivals, default=None),
+                                        max(arrivals, default=None))
+        elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
+            self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
     def _finish(self, processor: RecordProcessor, ended: bool) -> None:
         shard = self.lease.shard

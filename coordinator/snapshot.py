@@ -87,6 +87,10 @@ class LeaseView:
 class WorkerView:
     """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag.
 
+    `stale` is True for a worker the leader still counts as alive (its leases are not expired) whose heartbeat is
+    older than a receiver's may be: it may have died, so it keeps its leases but receives none and gives none by
+    balancing (a handoff to or from a dead worker stalls the shard until the handoff times out).
+
     `throughput_history` is the leader's record of the KiB/s the worker carried at each of its metric reports
     (oldest first, aligned with `metric_stats`): the decider compares its moving average with what the worker
     carries now to add the load its reports do not show yet (reference 2.3 lags a step change by several reports).
@@ -97,6 +101,7 @@ class WorkerView:
     operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     draining: bool = False
     throughput_history: tuple[float, ...] = ()
+    stale: bool = False
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -108,14 +113,16 @@ class WorkerView:
         return not self.metric_stats and not self.operating_range
 
     @classmethod
-    def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = ()) -> WorkerView:
-        """A view of a stored worker record."""
+    def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = (),
+                    stale: bool = False) -> WorkerView:
+        """A view of a stored worker record (and the leader's observations of it)."""
         return cls(
             worker_id=record.worker_id,
             metric_stats=record.metric_stats,
             operating_range=record.operating_range,
             draining=record.is_draining,
             throughput_history=throughput_history,
+            stale=stale,
         )
 
 

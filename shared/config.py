@@ -86,6 +86,9 @@ class Settings(BaseSettings):
     worker_metrics_ema_alpha: float = Field(0.5, gt=0, le=1)
     rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
     rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
+    # A balancing move must lower the peak of the workers it involves by at least this much (and by the dead-band).
+    rebalance_min_gain_kbps: float = Field(0.5, ge=0)
+    rebalance_min_gain_points: float = Field(2.0, ge=0, le=100)
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"
 
@@ -94,6 +97,7 @@ class Settings(BaseSettings):
     in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
     worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)
+    lease_throughput_window_millis: int = Field(30_000, ge=100, le=HOUR_MILLIS)
     stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60, le=30 * 86_400)
 
     # Operator API (served by every coordinator replica).

@@ -59,10 +59,9 @@ FLEET_STOP = signal.SIGUSR1
 DEFAULT_STREAM = "shardherd-local"
 STREAM_TIMEOUT = 60.0
 # Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
-# Every agent of the local stack runs on this one host, so a CPU metric would show the host's load, the same for
-# all of them: they are balanced by the throughput they carry instead (KCL's default-metric fallback).
-LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000,
-                  "disable_worker_metrics": "true"}
+# CPU metrics stay on, as users run them: agents sharing this host measure their own process trees
+# (agent/metrics/cpu_tree.py), not the host's load.
+LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000}
 
 
 class StackFailed(ShardherdError, RuntimeError):
