@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
+from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
 from agent.metrics.select import select_cpu_source
 from agent.metrics.throughput import ThroughputRecorder
@@ -70,7 +73,11 @@ class Agent:
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock))
         heartbeat = settings.effective_heartbeat_interval_millis / 1000
         self.throughput = ThroughputRecorder(self.clock, heartbeat, settings.worker_metrics_ema_alpha)
-        source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics)
+        environ = dict(os.environ)
+        if settings.ecs_metadata_uri:
+            environ[ECS_URI_ENV] = settings.ecs_metadata_uri
+        source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics, environ=environ,
+                                   cgroup_root=Path(settings.cgroup_root))
         self.sampler = MetricsSampler(source, settings.no_of_persisted_metrics_per_worker_metrics,
                                       metric_name=CPU_METRIC)
         self._rng = rng or random.Random()

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
 
     # Worker metrics.
     disable_worker_metrics: bool = False
+    # Where the CPU source looks: the cgroup mount, and the ECS task metadata v4 endpoint (default: the
+    # ECS_CONTAINER_METADATA_URI_V4 variable ECS sets). Tests point each worker at its own fixture.
+    cgroup_root: str = "/sys/fs/cgroup"
+    ecs_metadata_uri: str | None = None
     in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10)
     worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10)
     no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)

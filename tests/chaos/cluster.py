@@ -35,9 +35,14 @@ from shared.retry import RetryPolicy
 from shared.store import TableNames
 from tests.chaos.ledgers import Produced, ProducerLedger
 from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy
+from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
+# The CPU an agent's own fixture reports: a base plus a share per shard it processes (as on a real host, where
+# reading and processing a shard costs CPU), so the leader balances on figures that follow the load.
+CPU_BASE_PERCENT = 15.0
+CPU_PERCENT_PER_LEASE = 20.0
 AgentCommand = Callable[[float], list[str]]
 _apps = itertools.count()
 
@@ -150,6 +155,8 @@ class ChaosCluster:
         self._threads: list[threading.Thread] = []
         self._names = itertools.count(1)
         self._lock = threading.Lock()
+        # CPU metrics on (the users' default): each agent gets its own cgroup tree or ECS metadata endpoint.
+        self.cpu = None if self.settings.disable_worker_metrics else CpuFleet(workdir / "cpu", self.cpu_targets)
 
     # ------------------------------------------------------------------ processes
     def note(self, kind: str, target: str = "", detail: str = "") -> Event:
@@ -181,7 +188,20 @@ class ChaosCluster:
         name = f"agent-{next(self._names)}"
         self.note("start_agent", name, f"skew={skew:+.0f}s" if skew else "")
         env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger")}
+        if self.cpu is not None:
+            env.update(self.cpu.add(name, CPU_BASE_PERCENT).settings())
         return self._spawn(name, self.agent_command(skew), env, skew)
+
+    def cpu_targets(self) -> dict[str, float]:
+        """Each live agent's CPU figure from the latest lease-table sample: base plus a share per shard processed."""
+        with self._lock:
+            latest = self.samples[-1] if self.samples else None
+        held: dict[str, int] = {m.name: 0 for m in self.agents()}
+        for row in (latest.leases.values() if latest else ()):
+            owner = row.checkpoint_owner or row.owner
+            if owner in held and not row.checkpoint.is_shard_end:
+                held[owner] += 1
+        return {name: min(95.0, CPU_BASE_PERCENT + CPU_PERCENT_PER_LEASE * count) for name, count in held.items()}
 
     def agents(self) -> list[Member]:
         """Agents not yet signalled to end."""
@@ -345,4 +365,6 @@ class ChaosCluster:
             member.log.close()
         for thread in self._threads:
             thread.join(10)
+        if self.cpu is not None:
+            self.cpu.close()
         self.store.close()
