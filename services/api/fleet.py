@@ -67,6 +67,8 @@ class Fleet:
     leases: list[LeaseOut]
     malformed_workers: list[MalformedRow]
     malformed_leases: list[MalformedRow]
+    repaired_workers: list[MalformedRow]
+    repaired_leases: list[MalformedRow]
 
 
 def load_fleet(store: LeaseStore, settings: Settings, heartbeats: HeartbeatObserver, grace_seconds: float) -> Fleet:
@@ -83,6 +85,9 @@ def load_fleet(store: LeaseStore, settings: Settings, heartbeats: HeartbeatObser
         workers, leases,
         [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
         [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
+        [MalformedRow(key=w.worker_id, reason="; ".join(w.repairs)) for w in worker_scan.workers if w.repairs],
+        [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
+         if lease.repairs],
     )
 
 

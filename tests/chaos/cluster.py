@@ -111,6 +111,7 @@ class Member:
     started: float = field(default_factory=time.time)
     ended: float | None = None
     how: str = ""  # how it ended: kill, term, close
+    ready: float | None = None  # when the sampler first saw it usable by the leader (heartbeat, and CPU report if on)
 
     @property
     def alive(self) -> bool:
@@ -340,11 +341,28 @@ class ChaosCluster:
             try:
                 leases = {key: LeaseRow.of(lease) for key, lease in self.leases().items()}
                 sample = Sample(time.time(), leases, self.leader())
+                self._note_ready(sample.time)
             except Exception as exc:  # the sampler reads moto directly; a hiccup only costs one sample
                 self.note("sample_failed", detail=str(exc)[:100])
                 continue
             with self._lock:
                 self.samples.append(sample)
+
+    def _note_ready(self, now: float) -> None:
+        """Mark agents the leader can use from now: a heartbeat, plus a CPU report when metrics are on.
+
+        Until then the leader leaves a worker out on purpose (a CPU-reporting worker without its first report has
+        invalid metrics), so the checks count an agent as live from this moment, measured rather than assumed: on
+        a loaded host a fresh process needs anything from 2 to 15 s to import and report.
+        """
+        waiting = [m for m in self.agents() if m.ready is None]
+        if not waiting:
+            return
+        records = {w.worker_id: w for w in self.store.scan_workers().workers}
+        for member in waiting:
+            record = records.get(member.name)
+            if record is not None and (self.cpu is None or record.metric_stats):
+                member.ready = now
 
     def stop_sampler(self) -> None:
         """Stop sampling."""

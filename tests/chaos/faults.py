@@ -37,8 +37,10 @@ class FaultRunner:
         self._skews = 0
 
     def _busiest_agent(self, exclude_skewed: bool = False) -> Member:
-        # Over a long soak every agent may have been replaced by a skewed one: then any agent will do.
-        agents = [m for m in self.cluster.agents() if not (exclude_skewed and m.skew)] or self.cluster.agents()
+        # Over a long soak every agent may have been replaced by a skewed one: then any agent will do. An agent still
+        # starting (not yet usable by the leader) is not a victim while a ready one exists: it holds nothing yet.
+        live = [m for m in self.cluster.agents() if m.ready is not None] or self.cluster.agents()
+        agents = [m for m in live if not (exclude_skewed and m.skew)] or live
         counts = {m.name: 0 for m in agents}
         for lease in self.cluster.leases().values():
             if lease.actual_owner in counts and not lease.is_finished:
