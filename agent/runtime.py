@@ -84,7 +84,7 @@ class Agent:
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
         reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000)
-        self.progress = ProgressBoard()
+        self.progress = ProgressBoard(self.clock)
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         self._context = ShardContext(

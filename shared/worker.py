@@ -22,17 +22,27 @@ FAILED_SAMPLE = -1.0
 
 @dataclass(frozen=True, slots=True)
 class LeaseProgress:
-    """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease."""
+    """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease.
+
+    `failures` counts attempts to process the lease that failed on this worker (processor factory or initialize()
+    raised, shard not found, no start position). `refused` is True once the worker gave the lease back after its
+    attempts ran out; it keeps reporting it for a while so the leader gives the lease to another worker if any.
+    """
 
     millis_behind_latest: int | None = None
     records: int = 0
     bytes: int = 0
+    failures: int = 0
+    refused: bool = False
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
-                   or count_problem(self.bytes))
+                   or count_problem(self.bytes) or count_problem(self.failures))
         if problem is not None:
             raise InvalidRowValue(f"lease progress: {problem}")
+
+
+NO_PROGRESS = LeaseProgress()
 
 
 class WorkerState(enum.Enum):

@@ -83,9 +83,11 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
             int(_read_number(f"{LEASE_PROGRESS}.{key}.lag", lag)) if lag is not None else None,
             int(_read_number(f"{LEASE_PROGRESS}.{key}.records", fields.get("records", {"N": "0"}))),
             int(_read_number(f"{LEASE_PROGRESS}.{key}.bytes", fields.get("bytes", {"N": "0"}))),
+            int(_read_number(f"{LEASE_PROGRESS}.{key}.failures", fields.get("failures", {"N": "0"}))),
         )
+        refused = bool(read_bool(fields, "refused"))
         try:
-            progress[key] = LeaseProgress(*figures)
+            progress[key] = LeaseProgress(*figures, refused=refused)
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
@@ -97,6 +99,10 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
         fields: dict[str, AttributeValue] = {"records": integer(value.records), "bytes": integer(value.bytes)}
         if value.millis_behind_latest is not None:
             fields["lag"] = integer(value.millis_behind_latest)
+        if value.failures:
+            fields["failures"] = integer(value.failures)
+        if value.refused:
+            fields["refused"] = {"BOOL": True}
         entries[key] = {"M": fields}
     return {"M": entries}
 

@@ -23,9 +23,18 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
         "hb": record.heartbeat,
         "worker_state": record.state.value,
         "lease_throughput": json.dumps(dict(record.lease_throughput)),
-        "lease_progress": json.dumps({key: {"lag": value.millis_behind_latest, "records": value.records,
-                                            "bytes": value.bytes} for key, value in record.lease_progress.items()}),
+        "lease_progress": json.dumps({key: _progress_entry(value) for key, value in record.lease_progress.items()}),
     }
+
+
+def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
+    """One lease's progress as stored: lag, records, bytes, plus failures and refused when set."""
+    entry: dict[str, Any] = {"lag": progress.millis_behind_latest, "records": progress.records, "bytes": progress.bytes}
+    if progress.failures:
+        entry["failures"] = progress.failures
+    if progress.refused:
+        entry["refused"] = True
+    return entry
 
 
 def _metric_map(value: object, attribute: str, repairs: list[str]) -> dict[str, tuple[float, ...]]:
@@ -79,11 +88,14 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
         if not isinstance(entry, dict):
             raise ValueError(f"progress of {key!r} is not an object")
         lag, records, size = entry.get("lag"), entry.get("records", 0), entry.get("bytes", 0)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size)) or not (
+        failures, refused = entry.get("failures", 0), entry.get("refused", False)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size, failures)) or not (
                 lag is None or (isinstance(lag, int) and not isinstance(lag, bool))):
             raise ValueError(f"progress of {key!r} must hold integers")
+        if not isinstance(refused, bool):
+            raise ValueError(f"progress of {key!r}: refused must be a boolean")
         try:
-            progress[key] = LeaseProgress(lag, records, size)
+            progress[key] = LeaseProgress(lag, records, size, failures, refused)
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress
