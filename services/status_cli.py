@@ -64,7 +64,7 @@ class OperatorClient:
 def _token(args: argparse.Namespace, settings: Settings) -> str | None:
     path = args.token_file or (None if settings.api_token else settings.api_token_file)
     if path is None:
-        return settings.api_token
+        return settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:

@@ -25,4 +25,4 @@ def open_store(settings: Settings, retry: RetryPolicy | None = None) -> LeaseSto
         )
     from shared.sql.store import SqlLeaseStore
 
-    return SqlLeaseStore(settings.sql_url, settings.table_names, retry=retry)
+    return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry)
