@@ -11,8 +11,8 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
   When no worker can take any of the donor's leases inside the band (few, lumpy leases: a shard that just turned
   hot), the donor trades a lease for a lighter one of the receiver (swap), or, far above the band, hands its lease
   to a worker that sheds enough lighter leases in the same run (push).
-* A worker whose heaviest lease alone would put it above the band may keep that lease plus half a band: shedding
-  everything else would move many shards and still leave it above.
+* A worker whose heaviest lease alone would put it above the band (at the worker's own load per KiB/s) may keep
+  that lease plus half a band: shedding everything else would move many shards and still leave it above.
 * fill: each worker far below the band (a band's width under it: a new or long-idle worker), least loaded first,
   takes from the workers above the average the lease that lands it closest to the average without pushing the
   giver below the band or below the receiver.
@@ -103,17 +103,20 @@ class BandBalancer:
 
         A worker whose heaviest lease alone would put it above that (one shard hotter than a fair share) may keep
         that lease plus half a band: shedding all of its other leases would move many shards and still leave it
-        above the band.
+        above the band. "Alone" is the worker's own value minus what its other leases add at its own rate (the
+        same rate its sheds are priced at); the fleet's line would misjudge a worker that sits off it.
         """
         d = self.d
         edge = min(self.band.upper, d.limits[wid][self.metric])
-        if wid in d.default or d.ledger.throughput.get(wid, 0.0) <= 0:
+        rate = d.drop_rate(wid, self.metric)
+        if wid in d.default or rate is None:
             return edge
         heaviest = self._heaviest.get(wid)
         if heaviest is None:
-            heaviest = self._heaviest[wid] = max(d.ledger.weight[k] for k in d.ledger.held_by[wid])
-        line = d.lines[self.metric]
-        return max(edge, line.base + line.slope * heaviest + (self.band.upper - self.band.avg))
+            held = d.ledger.held_by.get(wid, {})
+            heaviest = self._heaviest[wid] = max((d.ledger.weight[k] for k in held), default=0.0)
+        alone = self.value(wid) - rate * (d.ledger.throughput[wid] - heaviest)
+        return alone + (self.band.upper - self.band.avg) if alone > edge else edge
 
     def margin(self) -> float:
         """How far below the band a worker must be before leases are pulled to it: the dead-band (KCL #1814)."""

@@ -11,6 +11,7 @@ hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses sec
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable
@@ -80,6 +81,7 @@ class LeaderLock:
         self._held: _Held | None = None
         self._observed: _Observed | None = None
         self._next_due = 0.0
+        self._stand_down_until = -math.inf
         self._guard = threading.Lock()
 
     # ------------------------------------------------------------------ queries (any thread)
@@ -116,7 +118,7 @@ class LeaderLock:
             try:
                 if self._held is not None:
                     self._heartbeat()
-                else:
+                elif now >= self._stand_down_until:
                     self._try_acquire()
             except StoreUnavailable as exc:
                 log.warning("leader lock: store unavailable: %s", exc)
@@ -124,11 +126,18 @@ class LeaderLock:
             self._drop("lease ran out without a successful heartbeat")
         return self.is_leader()
 
-    def release(self) -> bool:
-        """Give the lock up at once (SIGTERM, repeated failed runs) so a successor need not wait for expiry."""
+    def release(self, stand_down_seconds: float = 0.0) -> bool:
+        """Give the lock up at once (SIGTERM, repeated failed runs) so a successor need not wait for expiry.
+
+        With `stand_down_seconds`, this replica makes no acquire attempt for that long, so another replica takes
+        the lock instead of this one taking it straight back (a release after failed runs).
+        """
         held = self._held
         if held is None:
             return False
+        if stand_down_seconds > 0:
+            self._stand_down_until = self._clock.monotonic() + stand_down_seconds
+            log.warning("leader lock: %s stays out of the election for %.1f s", self._owner, stand_down_seconds)
         self._drop("released")
         try:
             return self._store.delete_state(self._key, {OWNER: self._owner, VERSION: held.version})

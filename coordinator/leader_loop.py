@@ -8,6 +8,7 @@ cached shard list) belongs to one leader term and is reset when leadership is (r
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Collection
@@ -59,6 +60,8 @@ class _Term:
     runs: int = 0
     shards: list[Shard] | None = None
     shards_listed_at: float | None = None
+    sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
+    sync_attempted_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class LoopTiming:
     shard_sync_interval: float
     balancing_frequency: int
     failure_threshold: int
+    stand_down: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
@@ -88,6 +92,7 @@ class LoopTiming:
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
             failure_threshold=settings.leader_failure_threshold,
+            stand_down=settings.leader_stand_down_millis / 1000,
         )
 
 
@@ -139,11 +144,12 @@ class LeaderLoop:
         except Exception as exc:  # a failed run is recorded, counted, and may release leadership
             log.exception("leader loop: run failed")
             summary = RunSummary(epoch, started_wall, (self._clock.monotonic() - started) * 1000, 0, 0, 0, 0,
-                                 False, None, error=f"{type(exc).__name__}: {exc}")
+                                 False, None, error=_describe(exc))
             self._failures += 1
             if self._failures >= self._timing.failure_threshold:
-                log.error("leader loop: %d consecutive failed runs: releasing leadership", self._failures)
-                self._lock.release()
+                log.error("leader loop: %d consecutive failed runs: releasing leadership for %.1f s",
+                          self._failures, self._timing.stand_down)
+                self._lock.release(self._timing.stand_down)
                 self._term = None
                 self._failures = 0
         else:
@@ -186,6 +192,12 @@ class LeaderLoop:
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
+        """Shard sync, assignment, balancing; each part fails on its own.
+
+        A failing shard sync or balancing pass is reported in the summary while the rest of the run goes on
+        (unowned and expired leases are placed every run); only failing to read the store, to plan the assignment
+        or to write it fails the run.
+        """
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
@@ -193,9 +205,18 @@ class LeaderLoop:
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         tally = WriteTally()
         synced = False
+        sync_error: str | None = None
         if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
-            tally = self._sync_shards(term, leases, fence, now)
             synced = True
+            try:
+                tally = self._sync_shards(term, leases, fence, now)
+            except LeadershipLost:
+                raise
+            except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
+                sync_error = _describe(exc)
+                term.sync_failures += 1
+                log.warning("leader loop: shard sync failed (%d in a row), assigning anyway: %s",
+                            term.sync_failures, sync_error)
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, leases.values(), worker_scan.workers, now)
@@ -203,9 +224,20 @@ class LeaderLoop:
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
-        plan = decide(Snapshot.of(views, workers, term.lines), self._decider, balance)
+        snapshot = Snapshot.of(views, workers, term.lines)
+        balance_error: str | None = None
+        try:
+            plan = decide(snapshot, self._decider, balance)
+        except Exception as exc:
+            if not balance:
+                raise
+            # A bug in balancing must not stop failover: plan the assignment alone and report the balancing error.
+            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
+            balance_error = _describe(exc)
+            plan = decide(snapshot, self._decider, False)
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
+        tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
         for move in plan.moves:
@@ -216,7 +248,7 @@ class LeaderLoop:
             leases=len(leases), active_workers=len(active),
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
-            plan=plan, writes=tally, shard_sync_ran=synced,
+            plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
         )
 
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
@@ -280,6 +312,12 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
+        if term.sync_failures and term.sync_attempted_at is not None:
+            # After a failure: retry after 1, 2, 4, ... intervals (at most the sync interval), not every run, so a
+            # throttled ListShards is not hammered; assignment goes on meanwhile.
+            backoff = min(self._timing.shard_sync_interval,
+                          self._timing.interval * (1 << min(term.sync_failures - 1, 30)))
+            return now - term.sync_attempted_at >= backoff
         if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
             return True
         # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
@@ -295,10 +333,12 @@ class LeaderLoop:
 
     def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence, now: float) -> WriteTally:
         assert self._shards is not None
-        term.shards = self._shards()
-        term.shards_listed_at = now
-        plan = plan_shard_sync(term.shards, leases.values(), self._settings.initial_position_in_stream,
+        term.sync_attempted_at = now
+        shards = self._shards()
+        plan = plan_shard_sync(shards, leases.values(), self._settings.initial_position_in_stream,
                                self._settings.initial_timestamp)
+        # Only a listing the planner accepted replaces the last good one (used to spot children waiting for leases).
+        term.shards, term.shards_listed_at, term.sync_failures = shards, now, 0
         created = deleted = 0
         for creation in plan.creates:
             outcome = self._store.create_lease(creation.lease)
@@ -315,6 +355,29 @@ class LeaderLoop:
         if plan.inconsistent_shard_ids:
             log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
         return WriteTally(created=created, deleted=deleted)
+
+    # ------------------------------------------------------------------ housekeeping
+    def _delete_stale_workers(self, term: _Term, records: list[WorkerRecord], now: float) -> int:
+        """Delete worker rows not updated for `stale_worker_metrics_entry_cleanup_seconds` (KCL: 1 day).
+
+        As in KCL each delete is conditioned on the row still holding what was read (`lut`, and `hb`), so a worker
+        that came back keeps its row. Beyond KCL, the leader must also have watched the row stay unchanged for the
+        grace period this term, so a live worker whose wall clock is far behind is never deleted. Housekeeping is
+        best effort: a failing delete is logged and retried next run, never failing the run.
+        """
+        cutoff = self._clock.time() - self._settings.stale_worker_metrics_entry_cleanup_seconds
+        deleted = 0
+        for record in records:
+            if record.last_update >= cutoff or not term.tracker.worker_silent(record.worker_id, now):
+                continue
+            try:
+                if self._store.delete_worker_if_unchanged(record.worker_id, record.last_update, record.heartbeat):
+                    deleted += 1
+                    log.info("leader loop: deleted the row of worker %s (last update %d)", record.worker_id,
+                             record.last_update)
+            except Exception:
+                log.exception("leader loop: deleting the stale row of worker %s failed", record.worker_id)
+        return deleted
 
     # ------------------------------------------------------------------ writes
     def _write(self, term: _Term, plan: Plan, leases: dict[str, Lease], views: list[LeaseView], fence: Fence,
@@ -351,6 +414,10 @@ class LeaderLoop:
     def _check_fence(outcome: Outcome) -> None:
         if outcome.conflict is Conflict.FENCED:
             raise LeadershipLost()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:

@@ -86,6 +86,8 @@ class Ledger:
             del self.held_by[source][key]
             self.throughput[source] -= weight
             self._guessed[source] = self._guessed.get(source, 0.0) - guessed
+            if not self.held_by[source]:  # exactly 0, not the rounding residue of the subtractions (1e-17 KiB/s)
+                self.throughput[source] = self._guessed[source] = 0.0
             if self.leases[key].expired:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None

@@ -99,6 +99,15 @@ class LivenessTracker:
         silent = self.workers.silent_for(worker_id, now)
         return silent is not None and silent <= self.worker_grace_seconds and self.workers.confirmed(worker_id)
 
+    def worker_silent(self, worker_id: str, now: float) -> bool:
+        """True if the leader has watched the worker's record stay unchanged for longer than the grace period.
+
+        Stronger than `not worker_alive`: a worker a new leader has not yet watched for a whole grace period is
+        neither alive nor silent, so nothing is decided from a record it merely found in the table.
+        """
+        silent = self.workers.silent_for(worker_id, now)
+        return silent is not None and silent > self.worker_grace_seconds
+
     def lease(self, lease: Lease, now: float) -> LeaseLiveness:
         """Whether `lease` has expired: unowned, or its owner (mode `worker`) / counter (mode `lease`) went silent."""
         owner = lease.actual_owner

@@ -18,6 +18,7 @@ class WriteTally:
     lost_races: int = 0
     created: int = 0
     deleted: int = 0
+    workers_deleted: int = 0  # stale worker rows removed (stale_worker_metrics_entry_cleanup_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +37,12 @@ class RunSummary:
     writes: WriteTally = field(default_factory=WriteTally)
     shard_sync_ran: bool = False
     error: str | None = None
+    shard_sync_error: str | None = None  # the run went on without shard sync (leases were still assigned)
+    balancing_error: str | None = None  # the run went on without balancing (leases were still assigned)
 
     @property
     def ok(self) -> bool:
-        """True if the run completed without an exception."""
+        """True if the run completed (placed and wrote its plan), even if shard sync or balancing failed."""
         return self.error is None
 
     def moves_by_reason(self) -> dict[str, int]:

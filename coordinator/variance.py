@@ -142,6 +142,8 @@ class VarianceDecider:
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
+        # Every metric name any worker reports: averages and lines are defined over all of them (see `_averages`).
+        self.metrics = sorted({metric for vals in self.values.values() for metric in vals})
         self.unsettled: set[str] = set()
         self.carried_throughput = self._carried_throughput()
         fleet_now = fleet_seen = 0.0
@@ -169,8 +171,7 @@ class VarianceDecider:
         load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
         unowned leases, so its band sits too high while draining and too low after a crash.
         """
-        means = {metric: 0.0 for metric in self._averages()}  # a metric only draining workers have: 0, as in KCL
-        means.update(self._averages(active_only=True))
+        means = self._averages(active_only=True)  # a metric only draining workers have: 0, as in KCL
         for metric, mean in means.items():
             if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
@@ -250,18 +251,19 @@ class VarianceDecider:
 
         With `active_only`, draining workers' load is left out (band mode adds their leases' share instead).
         """
-        totals: dict[str, float] = {}
-        receivers: dict[str, int] = {}
+        # Every metric any worker reports gets an entry (0 when no non-draining worker reports it), so a lookup by a
+        # worker's metric can never miss: a lone metric name on a draining worker is a normal state (rolling deploy).
+        totals = dict.fromkeys(self.metrics, 0.0)
+        receivers = dict.fromkeys(self.metrics, 0)
         for wid, vals in self.values.items():
             if active_only and wid in self.draining:
                 continue
             for metric, value in vals.items():
-                totals[metric] = totals.get(metric, 0.0) + value
-                receivers.setdefault(metric, 0)
+                totals[metric] += value
         for wid in self.active:
             for metric in self.values[wid]:
                 receivers[metric] += 1
-        return {m: (totals[m] / receivers[m] if receivers[m] else 0.0) for m in sorted(totals)}
+        return {m: (totals[m] / receivers[m] if receivers[m] else 0.0) for m in self.metrics}
 
     # -- the worker queue ------------------------------------------------------------------------------------------
 

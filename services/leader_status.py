@@ -33,7 +33,7 @@ MAX_RECENT_MOVES = 250
 MAX_UNPLACED = 200
 MAX_DETAIL_CHARS = 200
 MAX_STATUS_BYTES = 256_000
-WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted")
+WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted", "workers_deleted")
 
 
 class MalformedLeaderStatus(ShardherdError):
@@ -89,6 +89,10 @@ class RunRecord(_Frozen):
     moves_by_reason: dict[str, int]
     unplaced: int
     writes: dict[str, int]
+    shard_sync_error: Annotated[str | None, Field(description="why this run's shard sync failed (leases were "
+                                                              "still assigned)")] = None
+    balancing_error: Annotated[str | None, Field(description="why this run's balancing failed (leases were "
+                                                             "still assigned)")] = None
 
     @classmethod
     def of(cls, summary: RunSummary) -> RunRecord:
@@ -100,7 +104,8 @@ class RunRecord(_Frozen):
                    balanced=summary.balanced_this_run, shard_sync_ran=summary.shard_sync_ran,
                    moves_by_reason=summary.moves_by_reason(),
                    unplaced=len(plan.spillover) + len(plan.held) if plan else 0,
-                   writes={name: int(getattr(summary.writes, name)) for name in WRITE_FIELDS})
+                   writes={name: int(getattr(summary.writes, name)) for name in WRITE_FIELDS},
+                   shard_sync_error=summary.shard_sync_error, balancing_error=summary.balancing_error)
 
 
 class Totals(_Frozen):
@@ -108,6 +113,8 @@ class Totals(_Frozen):
 
     runs: int = 0
     failed_runs: int = 0
+    shard_sync_failures: int = 0
+    balancing_failures: int = 0
     duration_ms_sum: float = 0.0
     moves_by_reason: dict[str, int] = Field(default_factory=dict)
     writes: dict[str, int] = Field(default_factory=dict)
@@ -121,6 +128,8 @@ class Totals(_Frozen):
         for name, count in run.writes.items():
             writes[name] = writes.get(name, 0) + count
         return Totals(runs=self.runs + 1, failed_runs=self.failed_runs + (0 if run.ok else 1),
+                      shard_sync_failures=self.shard_sync_failures + (run.shard_sync_error is not None),
+                      balancing_failures=self.balancing_failures + (run.balancing_error is not None),
                       duration_ms_sum=self.duration_ms_sum + run.duration_ms, moves_by_reason=reasons, writes=writes)
 
 
@@ -132,6 +141,10 @@ class LeaderStatus(_Frozen):
     leader_id: str
     published_at: float = Field(description="wall-clock seconds since the epoch on the leader")
     last_success_at: Annotated[float | None, Field(description="wall-clock start of the newest successful run")] = None
+    shard_sync_failing_since: Annotated[float | None, Field(
+        description="wall-clock start of the first run of the current streak of failed shard syncs; None while "
+                    "shard sync works")] = None
+    shard_sync_error: Annotated[str | None, Field(description="the newest shard sync error of that streak")] = None
     runs: tuple[RunRecord, ...] = ()
     recent_moves: Annotated[tuple[Decision, ...], Field(description="the last moves over all runs, oldest first")] = ()
     unplaced: Annotated[tuple[Decision, ...], Field(description="leases the newest run could not place")] = ()
@@ -208,6 +221,8 @@ class LeaderWatch:
         self._last_success_at: float | None = None
         self._leader_since: float | None = None
         self._last_success: float | None = None
+        # The current streak of failed shard syncs: (wall-clock start of its first run, monotonic, newest error).
+        self._sync_failing: tuple[float, float, str] | None = None
         self._changes = {"acquired": 0, "lost": 0}
         self._guard = threading.Lock()
 
@@ -217,6 +232,7 @@ class LeaderWatch:
             self._changes["acquired" if leading else "lost"] += 1
             self._leader_since = self._clock.monotonic() if leading else None
             self._last_success = None
+            self._sync_failing = None
 
     def on_run(self, summary: RunSummary) -> None:
         """LeaderLoop hook: record the run and publish the status (store errors propagate; the loop logs them)."""
@@ -234,8 +250,15 @@ class LeaderWatch:
                 self._unplaced = tuple(unplaced[:MAX_UNPLACED])
                 self._last_success_at = record.started_at
                 self._last_success = self._clock.monotonic()
+            if record.shard_sync_error is not None:
+                first = self._sync_failing or (record.started_at, self._clock.monotonic(), "")
+                self._sync_failing = (first[0], first[1], record.shard_sync_error)
+            elif summary.shard_sync_ran and record.ok:
+                self._sync_failing = None
+            since, _, error = self._sync_failing or (None, None, None)
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
-                                  last_success_at=self._last_success_at, runs=tuple(self._runs),
+                                  last_success_at=self._last_success_at, shard_sync_failing_since=since,
+                                  shard_sync_error=error, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
         write_status(self._store, status)
 
@@ -262,6 +285,12 @@ class LeaderWatch:
         """How often this replica gained and lost the lock since it started."""
         with self._guard:
             return dict(self._changes)
+
+    def shard_sync_failing(self) -> tuple[float, str] | None:
+        """On the leader: seconds since shard sync started failing (this term) and the newest error; else None."""
+        with self._guard:
+            failing = self._sync_failing
+        return None if failing is None else (self._clock.monotonic() - failing[1], failing[2])
 
     def seconds_without_progress(self) -> float | None:
         """On the leader: seconds since the last successful run (or since the term began); None if not leading."""

@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100)
     leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10)
     leader_failure_threshold: int = Field(3, ge=1)
+    # After releasing the lock for failed runs, the replica stays out of the election this long, so another replica
+    # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
+    leader_stand_down_millis: int = Field(6_000, ge=0)
     graceful_lease_handoff_enabled: bool = True
     graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0)
     consistent_reads: bool = False
@@ -135,6 +138,12 @@ class Settings(BaseSettings):
             problems.append(
                 "leader_lock_heartbeat_period_millis must be at most half of leader_lock_lease_duration_millis "
                 f"(got {self.leader_lock_heartbeat_period_millis} and {self.leader_lock_lease_duration_millis})"
+            )
+        if 0 < self.leader_stand_down_millis < 2 * self.leader_lock_heartbeat_period_millis:
+            problems.append(
+                f"leader_stand_down_millis ({self.leader_stand_down_millis}) must be 0 or at least two "
+                f"leader_lock_heartbeat_period_millis ({self.leader_lock_heartbeat_period_millis}): other replicas "
+                "try to take the lock once per heartbeat period"
             )
         if self.store_backend == "sql" and not self.sql_url.get_secret_value():
             problems.append("sql_url is required when store_backend is sql")

@@ -1,4 +1,4 @@
-"""/healthz (the process answers) and /readyz (the store answers; on the leader, runs keep succeeding)."""
+"""/healthz (the process answers) and /readyz (the store answers; on the leader, runs and shard syncs succeed)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,12 @@ def healthz() -> HealthOut:
 
 
 @router.get("/readyz", response_model=HealthOut, responses=_UNAVAILABLE,
-            summary="Readiness: the store is reachable and, on the leader, a run succeeded recently")
+            summary="Readiness: the store is reachable and, on the leader, runs and shard syncs succeed")
 def readyz(ctx: Annotated[ApiContext, Depends(context)]) -> HealthOut | JSONResponse:
-    """503 if the store does not answer, or if this replica leads and has had no successful run for k intervals."""
+    """503 if the store does not answer, or if this replica leads and has gone k intervals without a successful run.
+
+    Also 503 on a leader whose shard sync has been failing that long (it still assigns leases; see /v1/leader).
+    """
     try:
         ctx.lock.read()
     except ShardherdError as exc:
@@ -34,6 +37,10 @@ def readyz(ctx: Annotated[ApiContext, Depends(context)]) -> HealthOut | JSONResp
     if stalled is not None and stalled > ctx.stall_limit_seconds:
         return _unavailable(f"leader without a successful run for {stalled:.1f} s "
                             f"(limit {ctx.stall_limit_seconds:.1f} s = {ctx.stall_intervals} intervals)")
+    failing = ctx.watch.shard_sync_failing()
+    if failing is not None and failing[0] > ctx.stall_limit_seconds:
+        return _unavailable(f"shard sync failing for {failing[0]:.1f} s (limit {ctx.stall_limit_seconds:.1f} s; "
+                            f"leases are still assigned): {failing[1]}")
     role = "leader" if stalled is not None else "follower"
     return HealthOut(status="ok", detail=f"store reachable ({role})")
 

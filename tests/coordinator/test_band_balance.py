@@ -446,3 +446,57 @@ def test_a_donor_whose_light_leases_cannot_get_it_in_pushes_a_heavy_one_first() 
     assert all(snapshot_weight(snapshot, m.lease_key) != 10.0 for m in plan.moves)
     lower, upper = band_of(plan)
     assert all(lower <= v <= upper for v in after(plan).values())
+
+
+# -- states the decider meets in a rolling deploy or on a busy host (issue 14) -----------------------------------
+
+
+@pytest.mark.parametrize("balancing", list(Balancing))
+@pytest.mark.parametrize(("active", "drained_metric"), [
+    (WorkerView("new"), "C"),  # rolling deploy: the replacement has not sent its first report yet
+    (WorkerView("new", {"C": (50.0, 50.0)}, {"C": (100.0,)}), "M"),  # any lone metric name
+    (WorkerView("new", {"C": (50.0, 50.0)}, {"C": (100.0,)}), "NO"),
+])
+def test_a_draining_worker_with_a_metric_no_active_worker_reports_is_drained(
+        balancing: Balancing, active: WorkerView, drained_metric: str) -> None:
+    # The draining worker's reports lag its throughput (history 20 KiB/s, now 10): its value is caught up with a
+    # slope for a metric no receiver reports. It used to raise KeyError: 'C'; now its lease simply moves.
+    leases = [owned("a", "new", 10.0), owned("d", "old", 10.0)]
+    old = WorkerView("old", {drained_metric: (50.0, 50.0)}, {drained_metric: (100.0,)}, draining=True,
+                     throughput_history=(20.0, 20.0))
+    plan = decide(Snapshot.of(leases, [active, old]), DeciderConfig(balancing=balancing), balance=True)
+    assert [(m.lease_key, m.to_worker, m.reason) for m in plan.moves] == [("d", "new", MoveReason.DRAIN)]
+    assert drained_metric in plan.averages  # every metric a worker reports has an average (0 with no receiver)
+
+
+@pytest.mark.parametrize("balancing", list(Balancing))
+def test_a_worker_above_the_band_that_holds_no_lease_sheds_nothing_and_does_not_fail(balancing: Balancing) -> None:
+    # A is at CPU 90 for reasons of its own; its two leases expired under it (it heartbeats but stopped renewing),
+    # so priority assignment moves them to B first. 0.1 + 0.2 - 0.1 - 0.2 left A "carrying" 5.6e-17 KiB/s and
+    # `BandBalancer.ceiling` raised `max() arg is an empty sequence` on every balancing run.
+    leases = [owned("a1", "A", 0.1, expired=True), owned("a2", "A", 0.2, expired=True), owned("b", "B", 10.0)]
+    plan = decide(Snapshot.of(leases, [cpu("A", 90.0), cpu("B", 20.0)]), DeciderConfig(balancing=balancing),
+                  balance=True)
+    assert {(m.lease_key, m.to_worker) for m in plan.moves} == {("a1", "B"), ("a2", "B")}
+    summary = {w.worker_id: w for w in plan.workers}["A"]
+    assert (summary.leases_after, summary.throughput_after) == (0, 0.0)
+
+
+def light_lease_gets_it_in() -> Snapshot:
+    # A: CPU 90 on 35 KiB/s (one 30, one 5): 90 / 35 = 2.57 points per KiB/s of its own. B: 50 on 5 KiB/s. Two
+    # reporting workers give no fit, so the line is KCL's proportional one: avg 70 over a mean of 20 KiB/s = 3.5.
+    # With a 20 % threshold the band is [56, 84]. Without the 5, A is at 90 - 5 x 2.57 = 77.1 (inside); B rises
+    # 5 x 3.5 = 17.5 to 67.5 (inside).
+    return fleet({"A": (90.0, [30.0, 5.0]), "B": (50.0, [5.0])})
+
+
+@pytest.mark.parametrize("balancing", list(Balancing))
+def test_a_worker_whose_light_lease_gets_it_into_the_band_sheds_it(balancing: Balancing) -> None:
+    # The fleet line prices A's 30 KiB/s lease at 30 x 3.5 = 105 > 84, so the old ceiling (105 + half a band) let A
+    # keep everything at 90. By A's own rate the 30 alone is 77.1: A can get inside, so its ceiling is the band.
+    config = DeciderConfig(balancing=balancing, rebalance_threshold_percentage=20)
+    plan = decide(light_lease_gets_it_in(), config, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A01", "B")]
+    assert plan.averages["C"] == pytest.approx(70.0)
+    assert after(plan) == pytest.approx({"A": 90.0 - 5 * 90.0 / 35, "B": 67.5})
+    assert all(56.0 <= v <= 84.0 for v in after(plan).values())

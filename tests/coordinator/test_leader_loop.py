@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ class Fleet:
         self.loop = LeaderLoop(store, self.lock, self.settings, self.clock, shard_source=lambda: list(self.shards))
         self.beats: dict[str, int] = {}
         self.alive: set[str] = set()
+        self.cpu: dict[str, tuple[float, dict[str, float]]] = {}  # worker -> (CPU %, lease -> KiB/s) it reports
 
     def join(self, *workers: str) -> None:
         for worker in workers:
@@ -66,7 +68,12 @@ class Fleet:
     def heartbeat(self) -> None:
         for worker in sorted(self.alive):
             self.beats[worker] += 1
-            self.store.upsert_worker(WorkerRecord(worker, int(self.clock.time()), heartbeat=self.beats[worker]))
+            record = WorkerRecord(worker, int(self.clock.time()), heartbeat=self.beats[worker])
+            if worker in self.cpu:
+                value, carried = self.cpu[worker]
+                record = dataclasses.replace(record, metric_stats={"C": (value, value)},
+                                             operating_range={"C": (100.0,)}, lease_throughput=carried)
+            self.store.upsert_worker(record)
 
     def run(self, seconds: float) -> list[Any]:
         """Advance time in leader intervals; workers heartbeat and the lock ticks each step."""
@@ -183,19 +190,18 @@ def test_split_children_get_leases_only_after_parent_reaches_shard_end(loop_stor
     assert owners[children[0].shard_id] == "w1" and owners[children[1].shard_id] == "w1"
 
 
-def test_three_failed_runs_release_leadership(loop_store: LeaseStore) -> None:
+def test_a_failing_shard_source_is_reported_but_neither_fails_runs_nor_releases(loop_store: LeaseStore) -> None:
     fleet = Fleet(loop_store, [])
 
     def broken() -> list[Shard]:
         raise RuntimeError("ListShards keeps failing")
 
     fleet.loop = LeaderLoop(loop_store, fleet.lock, fleet.settings, fleet.clock, shard_source=broken)
-    fleet.lock.tick()
-    for attempt in range(3):
-        summary = fleet.loop.run_once()
-        assert summary is not None and not summary.ok and "ListShards" in (summary.error or "")
-        assert fleet.lock.is_leader() is (attempt < 2)
-    assert loop_store.get_state("Leader") is None
+    fleet.join("w1")
+    summaries = fleet.run(6 * INTERVAL)
+    assert all(s is not None and s.ok for s in summaries)
+    assert all("ListShards" in (s.shard_sync_error or "") for s in summaries if s is not None and s.shard_sync_ran)
+    assert fleet.lock.is_leader() and loop_store.get_state("Leader") is not None
 
 
 def test_lease_mode_expires_by_counter(loop_store: LeaseStore) -> None:
@@ -263,3 +269,21 @@ def test_a_dead_workers_leases_keep_the_throughput_it_last_reported(loop_store: 
     assert {m.reason for m in failover_run.moves} == {MoveReason.EXPIRED}
     w1 = next(w for w in failover_run.workers if w.worker_id == "w1")
     assert (w1.throughput_before, w1.throughput_after) == pytest.approx((2 * 10.0, 2 * 10.0 + 2 * 100.0))
+
+
+def test_band_balancing_hands_off_the_light_lease_that_gets_a_hot_worker_into_the_band(loop_store: LeaseStore) -> None:
+    # Issue 14: w1 at CPU 90 % holds a 30 and a 5 KiB/s lease, w2 at 50 % one of 5; band [56, 84] (threshold 20 %).
+    # Without the 5 w1 is at 77 % by its own rate: band mode hands the 5 to w2 (it used to start no handoff at all).
+    settings = load_settings(application_name="loop-test", rebalance_threshold_percentage=20)
+    fleet = Fleet(loop_store, _even_shards(3), settings)
+    fleet.join("w1")
+    fleet.run(2 * INTERVAL)
+    heavy, light, other = sorted(fleet.owners())
+    assert loop_store.assign(other, "w2", "w1", None).applied  # what a finished handoff leaves
+    fleet.cpu = {"w1": (90.0, {heavy: 30.0, light: 5.0}), "w2": (50.0, {other: 5.0})}
+    fleet.join("w2")
+    summaries = fleet.run(4 * INTERVAL)
+    assert sum(s.writes.handoffs_started for s in summaries if s) == 1
+    moved = loop_store.get_lease(light)
+    assert moved is not None and (moved.lease_owner, moved.checkpoint_owner) == ("w2", "w1")
+    assert fleet.owners()[heavy] == "w1"

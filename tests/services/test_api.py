@@ -8,7 +8,7 @@ from coordinator.moves import MoveReason
 from services.api.assignments import encode_cursor
 from services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
 from shared.store import LeaseStore
-from tests.services.harness import INTERVAL, TOKEN, Replica
+from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 
 
 @pytest.fixture
@@ -175,3 +175,43 @@ def test_malformed_status_is_reported_not_a_500(replica: Replica) -> None:
     explain = replica.client.get("/v1/assignments", params={"explain": "true"})
     assert explain.status_code == 503 and "cannot explain" in explain.json()["detail"]
     assert replica.client.get("/metrics").status_code == 200
+
+
+def test_a_failing_shard_sync_is_reported_while_leases_are_still_failed_over(replica: Replica) -> None:
+    victims = {key for key, owner in replica.owners().items() if owner == "w2"}
+    assert victims
+    replica.shards = replica.shards[1:]  # ListShards returns a listing that does not tile the hash key space
+    replica.leave("w2")
+    follower = Replica(replica.store, replica_id="coord-b", clock=replica.clock)
+    for _ in range(30):
+        replica.step(1)
+        if replica.client.get("/readyz").status_code == 503:
+            break
+    ready = replica.client.get("/readyz")
+    assert ready.status_code == 503 and "shard sync failing" in ready.json()["detail"]
+    assert "hash key space" in ready.json()["detail"]
+    follower.lock.tick()
+    assert follower.client.get("/readyz").status_code == 200  # only the leader's readiness reflects its sync
+    status = follower.client.get("/v1/leader").json()["status"]
+    assert "hash key space" in status["shard_sync_error"] and status["shard_sync_failing_since"] is not None
+    assert all(run["ok"] for run in status["runs"])
+    assert any("hash key space" in (run["shard_sync_error"] or "") for run in status["runs"])
+    assert all(owner == "w1" for key, owner in replica.owners().items() if key in victims)  # failed over anyway
+    metrics = follower.client.get("/metrics", headers=replica.auth()).text
+    assert _sample(metrics, "shardherd_leader_shard_sync_failures_total") >= 2
+    assert _sample(metrics, "shardherd_leader_shard_sync_failing_seconds") > replica.context.stall_limit_seconds
+    assert _sample(metrics, "shardherd_leader_failed_runs_total") == 0
+
+    replica.shards = even_shards(6)  # ListShards answers properly again
+    for _ in range(10):
+        replica.step(1)
+        if replica.client.get("/readyz").status_code == 200:
+            break
+    assert replica.client.get("/readyz").status_code == 200
+    assert replica.client.get("/v1/leader").json()["status"]["shard_sync_failing_since"] is None
+    assert _sample(replica.client.get("/metrics", headers=replica.auth()).text,
+                   "shardherd_leader_shard_sync_failing_seconds") == 0
+
+
+def _sample(text: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
