@@ -39,10 +39,6 @@ from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
-# The CPU an agent's own fixture reports: a base plus a share per shard it processes (as on a real host, where
-# reading and processing a shard costs CPU), so the leader balances on figures that follow the load.
-CPU_BASE_PERCENT = 15.0
-CPU_PERCENT_PER_LEASE = 20.0
 AgentCommand = Callable[[float], list[str]]
 _apps = itertools.count()
 
@@ -157,7 +153,7 @@ class ChaosCluster:
         self._names = itertools.count(1)
         self._lock = threading.Lock()
         # CPU metrics on (the users' default): each agent gets its own cgroup tree or ECS metadata endpoint.
-        self.cpu = None if self.settings.disable_worker_metrics else CpuFleet(workdir / "cpu", self.cpu_targets)
+        self.cpu = None if self.settings.disable_worker_metrics else CpuFleet(workdir / "cpu", self.lease_holders)
 
     # ------------------------------------------------------------------ processes
     def note(self, kind: str, target: str = "", detail: str = "") -> Event:
@@ -190,19 +186,15 @@ class ChaosCluster:
         self.note("start_agent", name, f"skew={skew:+.0f}s" if skew else "")
         env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger")}
         if self.cpu is not None:
-            env.update(self.cpu.add(name, CPU_BASE_PERCENT).settings())
+            env.update(self.cpu.add(name).settings())
         return self._spawn(name, self.agent_command(skew), env, skew)
 
-    def cpu_targets(self) -> dict[str, float]:
-        """Each live agent's CPU figure from the latest lease-table sample: base plus a share per shard processed."""
+    def lease_holders(self) -> list[str | None]:
+        """Who processes each unfinished lease in the latest lease-table sample (what each agent's CPU follows)."""
         with self._lock:
             latest = self.samples[-1] if self.samples else None
-        held: dict[str, int] = {m.name: 0 for m in self.agents()}
-        for row in (latest.leases.values() if latest else ()):
-            owner = row.checkpoint_owner or row.owner
-            if owner in held and not row.checkpoint.is_shard_end:
-                held[owner] += 1
-        return {name: min(95.0, CPU_BASE_PERCENT + CPU_PERCENT_PER_LEASE * count) for name, count in held.items()}
+        rows = latest.leases.values() if latest else ()
+        return [row.checkpoint_owner or row.owner for row in rows if not row.checkpoint.is_shard_end]
 
     def agents(self) -> list[Member]:
         """Agents not yet signalled to end."""

@@ -13,12 +13,17 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 TICK_SECONDS = 0.05
+# The CPU a worker's fixture reports when it follows the load: a base plus a share per shard it processes (as on a
+# real host, where reading and processing a shard costs CPU), so the leader balances on figures that track the load.
+BASE_PERCENT = 15.0
+PERCENT_PER_LEASE = 20.0
 
 
 class DrivenCpu(ABC):
@@ -51,6 +56,10 @@ class DrivenCpu(ABC):
     @abstractmethod
     def settings(self) -> dict[str, str]:
         """The SHARDHERD_* settings pointing an agent at this source."""
+
+    def overrides(self) -> dict[str, str]:
+        """The same settings as `load_settings` arguments, for agents in the test's own process."""
+        return {name.removeprefix("SHARDHERD_").lower(): value for name, value in self.settings().items()}
 
     @abstractmethod
     def tick(self) -> None:
@@ -171,15 +180,16 @@ class EcsMetadata(DrivenCpu):
 class CpuFleet:
     """Every worker's driven CPU source, alternating cgroup trees and ECS endpoints, and the thread driving them.
 
-    `follow` (optional) is called every `follow_period` seconds and returns worker -> percent: the test's rule for
-    each worker's CPU (for instance a base plus a share per lease held), so CPU tracks the load as on real hosts.
+    With `holders` (called every `follow_period` seconds, it lists the worker processing each lease) every worker's
+    CPU follows its load: BASE_PERCENT plus PERCENT_PER_LEASE per lease, at most 95. `set` pins a worker's figure.
     """
 
-    def __init__(self, root: Path, follow: Callable[[], dict[str, float]] | None = None,
+    def __init__(self, root: Path, holders: Callable[[], Iterable[str | None]] | None = None,
                  period: float = TICK_SECONDS, follow_period: float = 0.5) -> None:
         self.root = root
         self.sources: dict[str, DrivenCpu] = {}
-        self._follow = follow
+        self._holders = holders
+        self._pinned: set[str] = set()
         self._period = period
         self._follow_period = follow_period
         self._stop = threading.Event()
@@ -187,7 +197,7 @@ class CpuFleet:
         self._thread = threading.Thread(target=self._drive, name="cpu-fleet", daemon=True)
         self._thread.start()
 
-    def add(self, worker: str, percent: float = 0.0, kind: str | None = None) -> DrivenCpu:
+    def add(self, worker: str, percent: float = BASE_PERCENT, kind: str | None = None) -> DrivenCpu:
         """A new source for `worker` (`cgroup` or `ecs`; by default the two kinds alternate)."""
         with self._guard:
             kind = kind or ("cgroup" if len(self.sources) % 2 == 0 else "ecs")
@@ -202,23 +212,31 @@ class CpuFleet:
         return source
 
     def set(self, worker: str, percent: float) -> None:
-        """Drive `worker`'s CPU to `percent`."""
+        """Drive `worker`'s CPU to `percent` from now on, whatever its load."""
         with self._guard:
             source = self.sources[worker]
+            self._pinned.add(worker)
         source.set_percent(percent)
+
+    def _follow(self) -> None:
+        assert self._holders is not None
+        try:
+            counts = Counter(self._holders())
+        except Exception:  # the holders come from the store; a hiccup keeps the previous figures
+            return
+        with self._guard:
+            following = [(w, s) for w, s in self.sources.items() if w not in self._pinned]
+        for worker, source in following:
+            percent = min(95.0, BASE_PERCENT + PERCENT_PER_LEASE * counts[worker])
+            if source.percent != percent:
+                source.set_percent(percent)
 
     def _drive(self) -> None:
         next_follow = 0.0
         while not self._stop.wait(self._period):
-            if self._follow is not None and time.monotonic() >= next_follow:
+            if self._holders is not None and time.monotonic() >= next_follow:
                 next_follow = time.monotonic() + self._follow_period
-                try:
-                    targets = self._follow()
-                except Exception:  # the rule reads the store; a hiccup keeps the previous figures
-                    targets = {}
-                for worker, percent in targets.items():
-                    if worker in self.sources and self.sources[worker].percent != percent:
-                        self.set(worker, percent)
+                self._follow()
             with self._guard:
                 sources = list(self.sources.values())
             for source in sources:
