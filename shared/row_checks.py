@@ -19,6 +19,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from shared.errors import MalformedRow
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +61,30 @@ def checked_throughput(value: float | None, attribute: str) -> tuple[float | Non
 
 class InvalidRowValue(ValueError):
     """A Lease or WorkerRecord was built with a value no consumer can use (a decoder bug if it came from a row)."""
+
+
+class Repairable(Protocol):
+    """A decoded row that notes what its decoder repaired."""
+
+    @property
+    def repairs(self) -> tuple[str, ...]:
+        """What the decoder dropped or marked failed."""
+        ...
+
+
+RowT = TypeVar("RowT", bound=Repairable)
+
+
+def decoded(table: str, decode: Callable[[], RowT], key: Callable[[RowT], str]) -> RowT:
+    """Run a decoder and report (`report_row`) the row it rejects (MalformedRow, re-raised) or repairs."""
+    try:
+        row = decode()
+    except MalformedRow as exc:
+        report_row(table, exc.key, "rejected", exc.reason)
+        raise
+    for repair in row.repairs:
+        report_row(table, key(row), "repaired", repair)
+    return row
 
 
 _reported: dict[tuple[str, str, str], None] = {}

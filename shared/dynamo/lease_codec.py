@@ -21,7 +21,7 @@ from shared.dynamo.attributes import (
 from shared.dynamo.expressions import AttributeValue, Item
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
-from shared.row_checks import checked_throughput, report_row
+from shared.row_checks import checked_throughput, decoded
 
 LEASE_KEY = "leaseKey"
 LEASE_OWNER = "leaseOwner"
@@ -88,14 +88,7 @@ def decode_lease(item: Item, table: str = "lease") -> Lease:
     A throughput no consumer can use (negative, implausible) is dropped and noted in `repairs`; both cases are
     reported (shared/row_checks.py).
     """
-    try:
-        lease = _decode_lease(item)
-    except MalformedLease as exc:
-        report_row(table, exc.lease_key, "rejected", exc.reason)
-        raise
-    for repair in lease.repairs:
-        report_row(table, lease.lease_key, "repaired", repair)
-    return lease
+    return decoded(table, lambda: _decode_lease(item), lambda lease: lease.lease_key)
 
 
 def _decode_lease(item: Item) -> Lease:

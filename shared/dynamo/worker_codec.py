@@ -16,7 +16,7 @@ from shared.dynamo.attributes import (
 )
 from shared.dynamo.expressions import AttributeValue, Expression, Item
 from shared.errors import MalformedWorker
-from shared.row_checks import InvalidRowValue, checked_throughput, report_row
+from shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
@@ -113,14 +113,7 @@ def decode_worker(item: Item, table: str = "worker") -> WorkerRecord:
     Lease throughputs and progress figures no consumer can use are dropped and noted in `repairs`; both cases are
     reported (shared/row_checks.py).
     """
-    try:
-        record = _decode_worker(item)
-    except MalformedWorker as exc:
-        report_row(table, exc.worker_id, "rejected", exc.reason)
-        raise
-    for repair in record.repairs:
-        report_row(table, record.worker_id, "repaired", repair)
-    return record
+    return decoded(table, lambda: _decode_worker(item), lambda record: record.worker_id)
 
 
 def _decode_worker(item: Item) -> WorkerRecord:

@@ -9,7 +9,7 @@ from shared.checkpoint import Checkpoint, parse_checkpoint
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
 from shared.rounding import round_throughput
-from shared.row_checks import checked_throughput, report_row
+from shared.row_checks import checked_throughput, decoded
 from shared.sql.schema import LEASE_ATTRIBUTES
 from shared.sql.values import (
     read_bytes,
@@ -70,14 +70,7 @@ def decode_lease(row: Mapping[Any, Any], table: str = "lease") -> Lease:
     A throughput no consumer can use (negative, implausible) is dropped and noted in `repairs`; both cases are
     reported (shared/row_checks.py).
     """
-    try:
-        lease = _decode_lease(row)
-    except MalformedLease as exc:
-        report_row(table, exc.lease_key, "rejected", exc.reason)
-        raise
-    for repair in lease.repairs:
-        report_row(table, lease.lease_key, "repaired", repair)
-    return lease
+    return decoded(table, lambda: _decode_lease(row), lambda lease: lease.lease_key)
 
 
 def _decode_lease(row: Mapping[Any, Any]) -> Lease:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shared.errors import MalformedWorker
-from shared.row_checks import InvalidRowValue, checked_throughput, report_row
+from shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shared.sql.values import read_int, read_json, read_optional_str
 from shared.worker import FAILED_SAMPLE, LeaseProgress, WorkerRecord, WorkerState
 
@@ -111,14 +111,7 @@ def decode_worker(row: Mapping[Any, Any], table: str = "worker") -> WorkerRecord
     Values no consumer can use are dropped or marked failed and noted in `repairs`; both cases are reported
     (shared/row_checks.py).
     """
-    try:
-        record = _decode_worker(row)
-    except MalformedWorker as exc:
-        report_row(table, exc.worker_id, "rejected", exc.reason)
-        raise
-    for repair in record.repairs:
-        report_row(table, record.worker_id, "repaired", repair)
-    return record
+    return decoded(table, lambda: _decode_worker(row), lambda record: record.worker_id)
 
 
 def _decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:

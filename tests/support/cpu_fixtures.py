@@ -104,6 +104,39 @@ class CgroupTree(DrivenCpu):
         """Nothing to release: the tree stays in the test's temp folder for inspection."""
 
 
+class JsonServer:
+    """A real HTTP server on 127.0.0.1 answering each GET with `answer(path)` as JSON (404 for None)."""
+
+    def __init__(self, answer: Callable[[str], Any]) -> None:
+        self.requests: list[str] = []
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                served.requests.append(self.path)
+                document = answer(self.path)
+                body = json.dumps(document).encode() if document is not None else b"{}"
+                self.send_response(200 if document is not None else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="json-server", daemon=True)
+        self._thread.start()
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
 class EcsMetadata(DrivenCpu):
     """A real ECS task metadata v4 endpoint on 127.0.0.1 for one container, its stats computed at each request.
 
@@ -118,27 +151,8 @@ class EcsMetadata(DrivenCpu):
         super().__init__(percent)
         self._task_cpus = task_cpus
         self._previous = self._counters()
-        self.requests = 0
-        served = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                served.requests += 1
-                document = served.document(self.path)
-                body = json.dumps(document).encode() if document is not None else b"{}"
-                self.send_response(200 if document is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="ecs-metadata", daemon=True)
-        self._thread.start()
-        self.uri = f"http://127.0.0.1:{self._server.server_address[1]}/v4/{self.DOCKER_ID}"
+        self._server = JsonServer(self.document)
+        self.uri = f"{self._server.base}/v4/{self.DOCKER_ID}"
 
     @property
     def limit_cpus(self) -> float:
@@ -172,9 +186,7 @@ class EcsMetadata(DrivenCpu):
 
     def close(self) -> None:
         """Stop the server."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        self._server.close()
 
 
 class CpuFleet:
