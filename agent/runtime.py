@@ -70,7 +70,7 @@ class Agent:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME)")
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.store = store or open_store(settings, RetryPolicy(clock=self.clock))
+        self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         heartbeat = settings.effective_heartbeat_interval_millis / 1000
         self.throughput = ThroughputRecorder(self.clock, heartbeat, settings.worker_metrics_ema_alpha)
         environ = dict(os.environ)

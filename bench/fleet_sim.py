@@ -42,6 +42,7 @@ from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
+from coordinator.run_summary import RunSummary
 from coordinator.shard_sync import plan_shard_sync
 from coordinator.shards import MAX_HASH_KEY, Shard
 from shared.checkpoint import Checkpoint
@@ -49,8 +50,8 @@ from shared.clock import ManualClock
 from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
-from shared.store import Outcome, TableNames
-from shared.worker import CPU_METRIC, WorkerRecord, WorkerState
+from shared.store import LeaseStore, Outcome, TableNames
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState
 
 PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
 BASE_CPU = 10.0
@@ -191,10 +192,11 @@ class SimWorker:
     def _record(self) -> WorkerRecord:
         throughput = {key: self.fleet.stream.kbps.get(key, 0.0) for key in self.processing} if self.mode == "worker" \
             else {}
+        progress = {key: LeaseProgress(1_000, 10**8, 10**11) for key in throughput} if self.fleet.progress else {}
         return WorkerRecord(
             self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)}, {CPU_METRIC: (100.0,)},
             heartbeat=self.heartbeat, state=WorkerState.DRAINING if self.draining else WorkerState.ACTIVE,
-            lease_throughput=throughput)
+            lease_throughput=throughput, lease_progress=progress)
 
     # ---- scheduled actions (each returns False once the worker is gone, which stops its schedule)
     def beat(self) -> bool:
@@ -322,6 +324,10 @@ class Fleet:
     checkpoint_seconds: float = 0.0
     clock: ManualClock = field(default_factory=ManualClock)
     workers: dict[str, SimWorker] = field(default_factory=dict)
+    # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
+    wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
+    on_run: Callable[[RunSummary], None] | None = None
+    progress: bool = False  # heartbeats carry per-lease progress (lag, records, bytes) as the real agent's do
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
@@ -334,17 +340,20 @@ class Fleet:
         self.timing = Timing.of(self.settings)
         self.moves = MoveCounter()
         self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
-        self.store = CountingStore(self.inner, on_write=self.moves)
+        wrapped = self.wrap_store(self.inner) if self.wrap_store is not None else self.inner
+        self.store = CountingStore(wrapped, on_write=self.moves)
         self.events = EventQueue(self.clock)
         self.rng = random.Random(self.seed)
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
         self.loop: LeaderLoop | None = None
+        self.lock: LeaderLock | None = None
         if self.variant != KCL2:
             lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
                               self.settings.leader_lock_heartbeat_period_millis)
+            self.lock = lock
             self.loop = LeaderLoop(self.store, lock, self.settings, self.clock,
-                                   shard_source=lambda: list(self.stream.shards))
+                                   shard_source=lambda: list(self.stream.shards), on_run=self.on_run)
 
             def tick() -> bool:
                 lock.tick()

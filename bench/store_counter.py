@@ -163,10 +163,10 @@ class CountingStore(LeaseStore):
         return self.inner.delete_worker_if_unchanged(worker_id, last_update, heartbeat)
 
     # ---------------------------------------------------------------- coordinator state
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
         """Counted as `state_get` (the leader lock's reads)."""
         self.counts["state_get"] += 1
-        return self.inner.get_state(key)
+        return self.inner.get_state(key, consistent)
 
     def put_state(self, key: str, attributes: Mapping[str, StateValue],
                   condition: StateCondition | None = None) -> bool:

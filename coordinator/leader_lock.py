@@ -2,10 +2,12 @@
 
 Item `Leader` in the coordinator-state table: `ownerName`, `leaseDuration` (milliseconds, as a string),
 `recordVersionNumber` (a fresh UUID on every acquire and heartbeat), `isReleased` ("1" when released). A KCL 3.x
-coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators) and
-`leaderTerm` (S, a UUID per term) that fences every assignment write. A contender takes over a lock whose
-`recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so clocks of different
-hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see docs/kcl-differences.md).
+coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators),
+`leaderTerm` (S, a UUID per term) that fences every assignment write, and `lastSuccessAt` (N, wall-clock
+milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write). A contender takes
+over a lock whose `recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so
+clocks of different hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see
+docs/kcl-differences.md).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from shared.clock import Clock
 from shared.errors import StoreUnavailable
 from shared.store import Fence, LeaseStore, StateValue
+from shared.store_meter import acting_as
 
 LOCK_KEY = "Leader"
 OWNER = "ownerName"
@@ -28,6 +31,7 @@ VERSION = "recordVersionNumber"
 RELEASED = "isReleased"
 EPOCH = "leaderEpoch"
 TERM = "leaderTerm"
+LAST_SUCCESS = "lastSuccessAt"
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,7 @@ class LockView:
     version: str | None
     lease_duration_millis: int | None
     released: bool
+    last_success_at: float | None = None  # wall-clock seconds of the leader's newest successful run, if it said
 
 
 @dataclass(slots=True)
@@ -67,7 +72,8 @@ class LeaderLock:
 
     def __init__(self, store: LeaseStore, owner: str, clock: Clock, lease_duration_millis: int,
                  heartbeat_period_millis: int, key: str = LOCK_KEY,
-                 on_change: Callable[[bool, int | None], None] | None = None) -> None:
+                 on_change: Callable[[bool, int | None], None] | None = None,
+                 last_success: Callable[[], float | None] | None = None) -> None:
         if heartbeat_period_millis * 2 > lease_duration_millis:
             raise ValueError("the heartbeat period must be at most half of the lease duration")
         self._store = store
@@ -78,6 +84,7 @@ class LeaderLock:
         self._margin = max(0.05, self._duration * 0.05)
         self._key = key
         self._on_change = on_change
+        self._last_success = last_success  # rides along with each heartbeat: freshness without a status write
         self._held: _Held | None = None
         self._observed: _Observed | None = None
         self._next_due = 0.0
@@ -102,9 +109,9 @@ class LeaderLock:
         with self._guard:
             return self._held.epoch if self._held else None
 
-    def read(self) -> LockView:
-        """The lock item as stored (one consistent read)."""
-        return _view(self._store.get_state(self._key))
+    def read(self, consistent: bool = True) -> LockView:
+        """The lock item as stored (one read; eventually consistent views cost half on DynamoDB)."""
+        return _view(self._store.get_state(self._key, consistent))
 
     # ------------------------------------------------------------------ protocol (one thread)
     def tick(self) -> bool:
@@ -112,6 +119,10 @@ class LeaderLock:
 
         Store outages are survived: the holder keeps its term until its lease runs out locally.
         """
+        with acting_as("lock"):
+            return self._tick()
+
+    def _tick(self) -> bool:
         now = self._clock.monotonic()
         if now >= self._next_due:
             self._next_due = now + self._period
@@ -147,7 +158,9 @@ class LeaderLock:
 
     def _try_acquire(self) -> None:
         sent = self._clock.monotonic()
-        item = self._store.get_state(self._key)
+        # An eventually consistent read is enough (and half the price on DynamoDB): every takeover is a put
+        # conditioned on exactly what was read, so a stale read can only make an attempt fail, never succeed wrongly.
+        item = self._store.get_state(self._key, consistent=False)
         if item is None:
             self._write_new(sent, None, {"key": None})
             return
@@ -193,10 +206,11 @@ class LeaderLock:
         assert held is not None
         sent = self._clock.monotonic()
         version = str(uuid.uuid4())
-        ok = self._store.update_state(
-            self._key, {VERSION: version, DURATION: str(int(self._duration * 1000))},
-            condition={OWNER: self._owner, VERSION: held.version},
-        )
+        attributes: dict[str, StateValue] = {VERSION: version, DURATION: str(int(self._duration * 1000))}
+        last_success = self._last_success() if self._last_success is not None else None
+        if last_success is not None:
+            attributes[LAST_SUCCESS] = int(last_success * 1000)
+        ok = self._store.update_state(self._key, attributes, condition={OWNER: self._owner, VERSION: held.version})
         if ok:
             with self._guard:
                 held.version = version
@@ -253,5 +267,7 @@ def _int(value: StateValue | None) -> int | None:
 def _view(item: dict[str, StateValue] | None) -> LockView:
     if item is None:
         return LockView(None, None, None, None, False)
+    last_success = _int(item.get(LAST_SUCCESS))
     return LockView(_text(item.get(OWNER)), _int(item.get(EPOCH)), _text(item.get(VERSION)),
-                    _int(item.get(DURATION)), _text(item.get(RELEASED)) == "1")
+                    _int(item.get(DURATION)), _text(item.get(RELEASED)) == "1",
+                    None if last_success is None else last_success / 1000)

@@ -11,6 +11,7 @@ import copy
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -27,7 +28,8 @@ from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
-from shared.store import Conflict, Fence, LeaseStore, Outcome
+from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
+from shared.store_meter import acting_as
 from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -116,6 +118,8 @@ class LeaderLoop:
         self._on_run = on_run
         self._term: _Term | None = None
         self._failures = 0
+        self._latest: tuple[LeaseScan, WorkerScan, float] | None = None  # the newest run's scans and their time
+        self._latest_guard = threading.Lock()
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
@@ -126,6 +130,10 @@ class LeaderLoop:
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""
+        with acting_as("leader"):
+            return self._run_once()
+
+    def _run_once(self) -> RunSummary | None:
         fence = self._lock.fence()
         epoch = self._lock.epoch()
         if fence is None or epoch is None:
@@ -162,6 +170,17 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
         return summary
 
+    def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
+        """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
+
+        The operator API serves these on the leader replica, so dashboards and scrapes there cost no store reads.
+        """
+        with self._latest_guard:
+            latest = self._latest
+        if latest is None or self._term is None or self._clock.monotonic() - latest[2] > max_age:
+            return None
+        return latest[0], latest[1]
+
     def dry_run(self) -> Plan:
         """What the decider would do now (a balancing run), from the store and, on the leader, its observations.
 
@@ -184,7 +203,7 @@ class LeaderLoop:
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
                                                else ()) for w in active)
-        return decide(Snapshot.of(views, workers_seen, lines), self._decider, True)
+        return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
@@ -224,19 +243,13 @@ class LeaderLoop:
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
-        snapshot = Snapshot.of(views, workers, term.lines)
-        balance_error: str | None = None
-        try:
-            plan = decide(snapshot, self._decider, balance)
-        except Exception as exc:
-            if not balance:
-                raise
-            # A bug in balancing must not stop failover: plan the assignment alone and report the balancing error.
-            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
-            balance_error = _describe(exc)
-            plan = decide(snapshot, self._decider, False)
+        deciding = time.perf_counter()
+        plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
+        decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
         tally = self._write(term, plan, leases, views, fence, tally)
+        with self._latest_guard:  # the tables as this run left them (its own writes applied)
+            self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
@@ -249,7 +262,21 @@ class LeaderLoop:
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
+            decide_ms=decide_ms,
         )
+
+    def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
+        """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
+
+        A bug in balancing must not stop failover; a failure to place leases at all propagates.
+        """
+        try:
+            return decide(snapshot, self._decider, balance), None
+        except Exception as exc:
+            if not balance:
+                raise
+            log.exception("leader loop: balancing failed; placing unowned and expired leases only")
+            return decide(snapshot, self._decider, False), _describe(exc)
 
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
                      now: float) -> list[LeaseView]:
@@ -388,6 +415,8 @@ class LeaderLoop:
             lease = leases[move.lease_key]
             outcome = self._apply(move, lease, move.lease_key in expired, fence)
             self._check_fence(outcome)
+            if outcome.lease is not None:  # applied: the row now; lost: the row that won
+                leases[move.lease_key] = outcome.lease
             if not outcome.applied:
                 lost += 1
                 log.info("leader loop: %s to %s lost its race (%s)", move.lease_key, move.to_worker,

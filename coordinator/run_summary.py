@@ -39,6 +39,7 @@ class RunSummary:
     error: str | None = None
     shard_sync_error: str | None = None  # the run went on without shard sync (leases were still assigned)
     balancing_error: str | None = None  # the run went on without balancing (leases were still assigned)
+    decide_ms: float = 0.0  # this process's CPU time in the decider (the run's time minus store waits, roughly)
 
     @property
     def ok(self) -> bool:

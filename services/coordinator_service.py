@@ -58,11 +58,12 @@ class CoordinatorService:
     def build(cls, settings: Settings, clock: Clock | None = None) -> CoordinatorService:
         """Open the store (creating tables if needed) and construct the lock and the loop."""
         clock = clock or SystemClock()
-        store = open_store(settings, RetryPolicy(clock=clock))
+        store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
-                          settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change)
+                          settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
+                          last_success=watch.last_success_wall)
         loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=watch.on_run)
         return cls(settings, store, lock, loop, clock, watch)
 

@@ -1,10 +1,16 @@
-"""What the leader publishes after each run, so every replica's API can show runs, reasons, freshness and counters.
+"""What the leader publishes about its runs, so every replica's API can show runs, reasons, freshness and counters.
 
-Only the leader has run history in memory; every replica serves the API. After each run the leader writes one
-compact item, `LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs, the
-last moves with their reasons, the leases the newest run could not place (all bounded, so the item stays far below
-DynamoDB's 400 KB limit) and cumulative counters that a new leader continues, so Prometheus counters survive
-failovers. Readers get a typed error for a malformed item.
+Only the leader has run history in memory; every replica serves the API. The leader writes one compact item,
+`LeaderStatus`, into the coordinator-state table: a versioned JSON document with the last runs that changed something,
+the newest moves with their reasons, the leases the newest run could not place and cumulative counters that a new
+leader continues, so Prometheus counters survive failovers. The item is bounded to MAX_STATUS_BYTES (one write unit
+per started KiB on DynamoDB: at most four) and written only when a run changed something (moves, unplaced leases,
+counts, errors), at once after a quiet spell but on average at most once per MIN_PUBLISH_SECONDS while every run
+changes something (a token bucket of PUBLISH_BURST; changes in between go out together; a failure starting or
+ending goes out at once), never once per run;
+freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every write is fenced by the leader's
+epoch: it only replaces an item of its own term, or of the term it read before, so a deposed leader cannot overwrite
+its successor's status. Readers get a typed error for a malformed item.
 """
 
 from __future__ import annotations
@@ -21,18 +27,23 @@ from coordinator.run_summary import RunSummary
 from shared.clock import Clock
 from shared.errors import ShardherdError
 from shared.store import LeaseStore, StateValue
+from shared.store_meter import state_size
 
 log = logging.getLogger(__name__)
 
 STATUS_KEY = "LeaderStatus"
 STATUS_ATTRIBUTE = "status"
 VERSION_ATTRIBUTE = "statusVersion"
+EPOCH_ATTRIBUTE = "statusEpoch"  # the epoch of the leader that wrote the item: the fence of the next write
 FORMAT_VERSION = 1
-MAX_RUNS = 20
-MAX_RECENT_MOVES = 250
-MAX_UNPLACED = 200
+MAX_RUNS = 5
+MAX_RECENT_MOVES = 50
+MAX_UNPLACED = 50
 MAX_DETAIL_CHARS = 200
-MAX_STATUS_BYTES = 256_000
+MIN_KEPT_MOVES = 5  # moves kept before older runs are given up to fit the size bound
+MIN_PUBLISH_SECONDS = 10.0  # a leader that changes something every run writes on average at most this often
+PUBLISH_BURST = 3  # publications allowed back to back after a quiet spell (term start, then the first assignments)
+MAX_STATUS_BYTES = 4096  # the whole item, by DynamoDB's size rules (attribute names and values)
 WRITE_FIELDS = ("handoffs_started", "assigned", "lost_races", "created", "deleted", "workers_deleted")
 
 
@@ -151,18 +162,31 @@ class LeaderStatus(_Frozen):
     totals: Totals = Field(default_factory=Totals)
 
 
+def _item(status: LeaderStatus, text: str) -> dict[str, StateValue]:
+    return {VERSION_ATTRIBUTE: FORMAT_VERSION, EPOCH_ATTRIBUTE: status.epoch, STATUS_ATTRIBUTE: text}
+
+
 def encode(status: LeaderStatus) -> str:
-    """The status as compact JSON, shrunk until it fits MAX_STATUS_BYTES (oldest moves go first, then runs)."""
+    """The status as compact JSON, shrunk until the item fits MAX_STATUS_BYTES.
+
+    The oldest moves go first (down to MIN_KEPT_MOVES), then the oldest runs (the newest stays), then unplaced
+    leases, then the remaining moves.
+    """
     text = status.model_dump_json()
-    while len(text.encode()) > MAX_STATUS_BYTES:
-        if status.recent_moves:
-            status = status.model_copy(update={"recent_moves": status.recent_moves[len(status.recent_moves) // 4 + 1:]})
-        elif status.unplaced:
-            status = status.model_copy(update={"unplaced": status.unplaced[:len(status.unplaced) // 2]})
-        elif status.runs:
-            status = status.model_copy(update={"runs": status.runs[1:]})
+    while state_size(STATUS_KEY, _item(status, text)) > MAX_STATUS_BYTES:
+        moves, runs, unplaced = status.recent_moves, status.runs, status.unplaced
+        if len(moves) > MIN_KEPT_MOVES:
+            update: dict[str, object] = {"recent_moves": moves[max(1, min(len(moves) // 4,
+                                                                          len(moves) - MIN_KEPT_MOVES)):]}
+        elif len(runs) > 1:
+            update = {"runs": runs[1:]}
+        elif unplaced:
+            update = {"unplaced": unplaced[:len(unplaced) // 2]}
+        elif moves:
+            update = {"recent_moves": moves[1:]}
         else:
             break
+        status = status.model_copy(update=update)
         text = status.model_dump_json()
     return text
 
@@ -192,14 +216,33 @@ def decode(item: dict[str, StateValue] | None) -> LeaderStatus | None:
     return status
 
 
-def read_status(store: LeaseStore) -> LeaderStatus | None:
-    """The published status (one consistent read); None before any leader published."""
-    return decode(store.get_state(STATUS_KEY))
+def read_status(store: LeaseStore, consistent: bool = True) -> LeaderStatus | None:
+    """The published status (one read); None before any leader published."""
+    return decode(store.get_state(STATUS_KEY, consistent))
 
 
-def write_status(store: LeaseStore, status: LeaderStatus) -> None:
-    """Replace the published status (unconditionally: only the leader calls this, once per run)."""
-    store.put_state(STATUS_KEY, {VERSION_ATTRIBUTE: FORMAT_VERSION, STATUS_ATTRIBUTE: encode(status)})
+def write_status(store: LeaseStore, status: LeaderStatus, replaces_epoch: int | None) -> bool:
+    """Replace the published status if the stored one was written in `replaces_epoch` (None: none, or unfenced).
+
+    The leader passes its own epoch once it has written in this term, else the epoch it read; False if the item
+    changed meanwhile (a newer leader published), and then nothing was written.
+    """
+    condition: dict[str, StateValue | None] = {EPOCH_ATTRIBUTE: replaces_epoch}  # None: absent (or no item)
+    return store.put_state(STATUS_KEY, _item(status, encode(status)), condition)
+
+
+def _stored_epoch(item: dict[str, StateValue] | None) -> int | None:
+    value = None if item is None else item.get(EPOCH_ATTRIBUTE)
+    return value if isinstance(value, int) else None
+
+
+def _shape(run: RunRecord, summary: RunSummary) -> tuple[object, ...]:
+    """What a run says besides its timing: a run with the same shape as the one before is not news."""
+    moves = tuple((m.lease_key, m.to_worker) for m in summary.plan.moves) if summary.plan else ()
+    # Not the run's own shard_sync_error: sync runs every few runs, so it flaps; the caller adds the failing streak.
+    return (run.ok, run.error, run.balancing_error, run.leases, run.active_workers,
+            run.expired_leases, run.malformed_rows, sorted(run.moves_by_reason.items()), run.unplaced,
+            sorted(run.writes.items()), moves)
 
 
 class LeaderWatch:
@@ -209,7 +252,8 @@ class LeaderWatch:
     leader and when a run last succeeded, so `/readyz` can fail for a stalled leader. It also counts lock changes.
     """
 
-    def __init__(self, store: LeaseStore, leader_id: str, clock: Clock, max_runs: int = MAX_RUNS) -> None:
+    def __init__(self, store: LeaseStore, leader_id: str, clock: Clock, max_runs: int = MAX_RUNS,
+                 min_interval: float = MIN_PUBLISH_SECONDS) -> None:
         self._store = store
         self._leader_id = leader_id
         self._clock = clock
@@ -224,6 +268,14 @@ class LeaderWatch:
         # The current streak of failed shard syncs: (wall-clock start of its first run, monotonic, newest error).
         self._sync_failing: tuple[float, float, str] | None = None
         self._changes = {"acquired": 0, "lost": 0}
+        self._replaces: int | None = None  # the epoch a publish must find stored (see write_status)
+        self._seen: tuple[object, ...] | None = None  # the shape of the newest run (see _shape)
+        self._dirty = False  # a run changed something that is not published yet
+        self._min_interval = min_interval
+        self._tokens = float(PUBLISH_BURST)  # publications allowed now; one more every `min_interval` seconds
+        self._refilled: float | None = None  # monotonic time the tokens were last counted
+        self._health: tuple[object, ...] | None = None  # failures of the newest run (see on_run)
+        self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
         self._guard = threading.Lock()
 
     def on_lock_change(self, leading: bool, epoch: int | None) -> None:
@@ -235,14 +287,18 @@ class LeaderWatch:
             self._sync_failing = None
 
     def on_run(self, summary: RunSummary) -> None:
-        """LeaderLoop hook: record the run and publish the status (store errors propagate; the loop logs them)."""
+        """LeaderLoop hook: record the run; publish the status if the run changed something.
+
+        Store errors propagate (the loop logs them).
+        """
         record = RunRecord.of(summary)
         with self._guard:
             if self._totals is None or self._epoch != summary.epoch:
-                self._continue_from(self._previous())
-                self._epoch = summary.epoch
+                previous, self._replaces = self._previous()
+                self._continue_from(previous)
+                self._epoch, self._seen = summary.epoch, None
+                self._deposed = self._replaces is not None and self._replaces > summary.epoch
             assert self._totals is not None
-            self._runs.append(record)
             self._totals = self._totals.plus(record)
             if record.ok:
                 moves, unplaced = decisions_of(summary)
@@ -256,18 +312,48 @@ class LeaderWatch:
             elif summary.shard_sync_ran and record.ok:
                 self._sync_failing = None
             since, _, error = self._sync_failing or (None, None, None)
+            shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
+            if shape != self._seen:
+                self._seen, self._dirty = shape, True
+                self._runs.append(record)
+            now = self._clock.monotonic()
+            if self._refilled is not None:
+                gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
+                self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
+            self._refilled = now
+            health = (record.ok, record.error, record.balancing_error, since, error)
+            urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
+            self._health = health
+            if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
+                return
+            self._tokens = max(0.0, self._tokens - 1)
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
-        write_status(self._store, status)
+            replaces = self._replaces
+        if write_status(self._store, status, replaces):
+            with self._guard:
+                self._replaces, self._dirty = summary.epoch, False
+            return
+        log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
+        with self._guard:
+            _, self._replaces = self._previous()
+            self._deposed = self._replaces is not None and self._replaces > summary.epoch
 
-    def _previous(self) -> LeaderStatus | None:
+    def last_success_wall(self) -> float | None:
+        """Wall-clock start of the newest successful run of this replica's term (the lock heartbeat publishes it)."""
+        with self._guard:
+            return self._last_success_at if self._leader_since is not None else None
+
+    def _previous(self) -> tuple[LeaderStatus | None, int | None]:
+        """The stored status (None if unreadable) and the epoch that wrote it."""
+        item = self._store.get_state(STATUS_KEY)
         try:
-            return read_status(self._store)
+            return decode(item), _stored_epoch(item)
         except MalformedLeaderStatus as exc:
             log.warning("starting leader status afresh: %s", exc)
-            return None
+            return None, _stored_epoch(item)
 
     def _continue_from(self, previous: LeaderStatus | None) -> None:
         self._runs.clear()

@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     dynamodb_endpoint_url: str | None = None
     kinesis_endpoint_url: str | None = None
     store_backend: Literal["dynamodb", "sql"] = "dynamodb"
+    # When set, every process prices its store calls in DynamoDB capacity units by caller and writes them as JSON
+    # into this directory every few seconds (shared/store_meter.py; bench/stack_cost.py reads them).
+    store_meter_dir: str | None = None
     sql_url: SecretStr = SecretStr("sqlite:///shardherd.db")
     lease_table_name: str | None = Field(None, pattern=_TABLE_NAME)
     billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] = "PAY_PER_REQUEST"
@@ -105,6 +108,9 @@ class Settings(BaseSettings):
     api_token_file: str | None = None
     api_protect_reads: bool = False
     coordinator_url: str | None = None
+    # How long a replica serves one snapshot of the tables to every request, page and scrape (the leader serves
+    # its newest run's scans instead, whenever they are this fresh).
+    api_cache_millis: int = Field(5_000, ge=0)
 
     # Where a new stream is read from.
     initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"

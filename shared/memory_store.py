@@ -252,8 +252,8 @@ class MemoryLeaseStore(LeaseStore):
             return True
 
     # ---------------------------------------------------------------- coordinator state
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
-        """A copy of the item's attributes, or None."""
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
+        """A copy of the item's attributes, or None (always current: memory has no replicas)."""
         with self._db.lock:
             item = self._db.state.get(key)
             return None if item is None else dict(item)

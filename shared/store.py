@@ -216,8 +216,12 @@ class LeaseStore(ABC):
 
     # ---------------------------------------------------------------- coordinator state
     @abstractmethod
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
-        """Read a coordinator-state item (strongly consistent) without its hash key; None if absent."""
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
+        """Read a coordinator-state item without its hash key; None if absent.
+
+        Strongly consistent unless `consistent` is False (half the read cost on DynamoDB; a poll that only needs to
+        notice a change soon, like the assignment version, asks for that).
+        """
 
     @abstractmethod
     def put_state(self, key: str, attributes: Mapping[str, StateValue],

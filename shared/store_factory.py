@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from shared.aws import make_client
 from shared.config import Settings
 from shared.retry import RetryPolicy
 from shared.store import LeaseStore
+from shared.store_meter import StoreMeter
 
 
-def open_store(settings: Settings, retry: RetryPolicy | None = None) -> LeaseStore:
-    """The DynamoDB or SQL store named by `settings.store_backend`, on the application's tables."""
+def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str = "other") -> LeaseStore:
+    """The DynamoDB or SQL store named by `settings.store_backend`, on the application's tables.
+
+    With `store_meter_dir` set the store is wrapped in a StoreMeter whose report (calls outside any `acting_as`
+    block count under `caller`) is written to `<dir>/<caller>-<pid>.json` every few seconds and at close.
+    """
+    store = _open_backend(settings, retry)
+    if settings.store_meter_dir is None:
+        return store
+    path = Path(settings.store_meter_dir) / f"{caller}-{os.getpid()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return StoreMeter(store, consistent_reads=settings.consistent_reads or settings.store_backend == "sql",
+                      default_caller=caller, dump_path=path)
+
+
+def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
     if settings.store_backend == "dynamodb":
         from shared.dynamo.store import DynamoLeaseStore
 

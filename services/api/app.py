@@ -7,10 +7,12 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from services.api import assignments, health, leader, metrics, plan, workers
 from services.api.context import ApiContext
 from shared.errors import ShardherdError
+from shared.store_meter import acting_as
 
 DASHBOARD = Path(__file__).parent / "dashboard"
 API_VERSION = "1"
@@ -36,4 +38,21 @@ def create_app(ctx: ApiContext) -> FastAPI:
         return FileResponse(DASHBOARD / "index.html", headers={"Cache-Control": "no-cache"})
 
     app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
+    app.add_middleware(CallerTag)
     return app
+
+
+class CallerTag:
+    """ASGI middleware: store calls made for a request count under caller `metrics` (scrapes) or `api` (the rest).
+
+    Only a metered store (shared/store_meter.py) looks at the caller; otherwise this costs a context switch of a
+    context variable per request.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request with the caller set."""
+        with acting_as("metrics" if scope.get("path") == "/metrics" else "api"):
+            await self.app(scope, receive, send)

@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, HTTPException, Query, status
 
 from services.api.auth import AUTH_RESPONSES, require_read_token
 from services.api.context import ApiContext, context
-from services.api.fleet import load_fleet
 from services.api.models import AssignmentsPage, ErrorBody, LeaseState
 from services.leader_status import MalformedLeaderStatus, explain, read_status
 
@@ -47,7 +46,7 @@ def list_assignments(
 ) -> AssignmentsPage:
     """One page of leases sorted by key; filters apply before pagination."""
     after = decode_cursor(cursor) if cursor is not None else None
-    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    fleet = ctx.fleet()
     matching = [
         lease for lease in fleet.leases
         if (worker is None or worker in (lease.owner, lease.checkpoint_owner))

@@ -9,7 +9,8 @@ from fastapi import Request
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop, LoopTiming
 from services.api.auth import TokenSource
-from services.api.fleet import HeartbeatObserver
+from services.api.fleet import Fleet, HeartbeatObserver
+from services.api.snapshot import ApiSnapshot, SnapshotCache
 from services.leader_status import LeaderWatch
 from shared.clock import Clock
 from shared.config import Settings
@@ -33,11 +34,23 @@ class ApiContext:
     tokens: TokenSource = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
     timing: LoopTiming = field(init=False)
+    snapshots: SnapshotCache = field(init=False)
 
     def __post_init__(self) -> None:
         self.tokens = TokenSource.from_settings(self.settings)
         self.timing = LoopTiming.from_settings(self.settings)
         self.heartbeats = HeartbeatObserver(self.clock)
+        self.snapshots = SnapshotCache(self.store, self.lock, self.settings, self.heartbeats,
+                                       self.timing.worker_grace, self.clock, self.settings.api_cache_millis / 1000,
+                                       self.loop.latest_scans)
+
+    def snapshot(self) -> ApiSnapshot:
+        """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache)."""
+        return self.snapshots.get()
+
+    def fleet(self) -> Fleet:
+        """Workers and leases as this replica serves them now."""
+        return self.snapshot().fleet
 
     @property
     def stall_limit_seconds(self) -> float:

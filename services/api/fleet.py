@@ -11,7 +11,7 @@ from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, W
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
-from shared.store import LeaseStore
+from shared.store import LeaseScan, WorkerScan
 from shared.worker import CPU_METRIC, WorkerRecord
 
 Version = tuple[object, ...]
@@ -71,10 +71,9 @@ class Fleet:
     repaired_leases: list[MalformedRow]
 
 
-def load_fleet(store: LeaseStore, settings: Settings, heartbeats: HeartbeatObserver, grace_seconds: float) -> Fleet:
-    """Scan workers and leases and judge them; two store scans, nothing written."""
-    worker_scan = store.scan_workers()
-    lease_scan = store.scan_leases()
+def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settings, heartbeats: HeartbeatObserver,
+                grace_seconds: float) -> Fleet:
+    """The fleet as scanned (by the API or by the leader's last run), judged on this replica's clock."""
     records = {worker.worker_id: worker for worker in worker_scan.workers}
     ages = heartbeats.ages(worker_scan.workers)
     expired = {wid for wid, age in ages.items() if age > grace_seconds}
@@ -133,3 +132,4 @@ def _worker_out(record: WorkerRecord, age: float, expired: bool, leases: list[Le
         operating_range={name: list(values) for name, values in record.operating_range.items()},
         throughput_kbps=sum(lease.throughput_kbps or 0.0 for lease in mine), lease_count=len(mine),
     )
+

@@ -6,32 +6,34 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
+from coordinator.leader_lock import LockView
 from services.api.auth import AUTH_RESPONSES, require_read_token
 from services.api.context import ApiContext, context
 from services.api.models import LeaderOut, LockOut
-from services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
+from services.leader_status import LeaderStatus
 
 router = APIRouter(prefix="/v1", tags=["leader"], dependencies=[Depends(require_read_token)])
 
 
-def published_status(ctx: ApiContext) -> tuple[LeaderStatus | None, str | None]:
-    """The leader's published status, or None and the reason it cannot be read."""
-    try:
-        return read_status(ctx.store), None
-    except MalformedLeaderStatus as exc:
-        return None, str(exc)
+def last_success_at(status: LeaderStatus | None, view: LockView) -> float | None:
+    """The newest successful run's wall-clock start: from the lock heartbeat, or the status if that is newer.
+
+    The status is written only when a run changes something; the lock's heartbeat carries the time of every run.
+    """
+    times = [t for t in (view.last_success_at, status.last_success_at if status else None) if t is not None]
+    return max(times, default=None)
 
 
 @router.get("/leader", response_model=LeaderOut, responses=AUTH_RESPONSES,
             summary="The current leader, its epoch, the age of its last successful run, and its last runs")
 def get_leader(ctx: Annotated[ApiContext, Depends(context)]) -> LeaderOut:
-    """The lock item and the leader's published status, as read from the store by this replica."""
-    view = ctx.lock.read()
-    status, problem = published_status(ctx)
-    age = None
-    if status is not None and status.last_success_at is not None:
-        age = round(max(0.0, ctx.clock.time() - status.last_success_at), 3)
-    stale = view.owner is not None and not view.released and (age is None or age > ctx.stall_limit_seconds)
+    """The lock item and the leader's published status, as this replica read them last (see SnapshotCache)."""
+    snapshot = ctx.snapshot()
+    view, status, problem = snapshot.lock, snapshot.status, snapshot.status_problem
+    newest = last_success_at(status, view)
+    age = None if newest is None else round(max(0.0, ctx.clock.time() - newest), 3)
+    limit = ctx.stall_limit_seconds + ctx.snapshots.max_age  # the snapshot itself may be that old
+    stale = view.owner is not None and not view.released and (age is None or age > limit)
     return LeaderOut(
         replica_id=ctx.settings.worker_id, replica_is_leader=ctx.lock.is_leader(),
         lock=LockOut(owner=view.owner, epoch=view.epoch, released=view.released,

@@ -18,8 +18,8 @@ from prometheus_client.registry import Collector
 
 from services.api.auth import AUTH_RESPONSES, require_read_token
 from services.api.context import ApiContext, context
-from services.api.fleet import Fleet, load_fleet
-from services.api.leader import published_status
+from services.api.fleet import Fleet
+from services.api.leader import last_success_at
 from services.leader_status import LeaderStatus
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
@@ -87,7 +87,8 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
     ]
 
 
-def leader_families(status: LeaderStatus | None, readable: bool, now: float) -> list[Metric]:
+def leader_families(status: LeaderStatus | None, readable: bool, now: float,
+                    last_success: float | None) -> list[Metric]:
     """Counters and gauges from the leader's published status (continued across failovers)."""
     families: list[Metric] = [_gauge("shardherd_leader_status_readable", "1 if the published status is readable",
                                      1 if readable else 0)]
@@ -121,10 +122,10 @@ def leader_families(status: LeaderStatus | None, readable: bool, now: float) -> 
     if status.runs:
         families.append(_gauge("shardherd_leader_last_run_duration_seconds", "Duration of the newest leader run",
                                status.runs[-1].duration_ms / 1000))
-    if status.last_success_at is not None:
+    if last_success is not None:
         families.append(_gauge("shardherd_leader_last_success_age_seconds",
                                "Seconds since the newest successful leader run started (wall clocks compared)",
-                               max(0.0, now - status.last_success_at)))
+                               max(0.0, now - last_success)))
     return families
 
 
@@ -154,9 +155,11 @@ class _Families(Collector):
             summary="Prometheus metrics (text format)")
 def metrics(ctx: Annotated[ApiContext, Depends(context)]) -> Response:
     """Fleet gauges, leader counters and this replica's lock changes."""
-    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
-    status, problem = published_status(ctx)
+    snapshot = ctx.snapshot()
+    status = snapshot.status
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*fleet_families(fleet), *leader_families(status, problem is None, ctx.clock.time()),
+    registry.register(_Families([*fleet_families(snapshot.fleet),
+                                 *leader_families(status, snapshot.status_problem is None, ctx.clock.time(),
+                                                  last_success_at(status, snapshot.lock)),
                                  *replica_families(ctx)]))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, HTTPException, Path, status
 
 from services.api.auth import AUTH_RESPONSES, require_read_token, require_token
 from services.api.context import ApiContext, context
-from services.api.fleet import load_fleet
 from services.api.models import DrainOut, ErrorBody, WorkersPage
 
 router = APIRouter(prefix="/v1", tags=["workers"])
@@ -21,7 +20,7 @@ WorkerId = Annotated[str, Path(min_length=1, max_length=256, description="the wo
             summary="Every worker with state, CPU history and EMA, throughput, lease count and heartbeat age")
 def list_workers(ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
     """Every worker record, judged on this replica's clock."""
-    fleet = load_fleet(ctx.store, ctx.settings, ctx.heartbeats, ctx.timing.worker_grace)
+    fleet = ctx.fleet()
     return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers, repaired=fleet.repaired_workers)
 
 

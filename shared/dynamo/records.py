@@ -61,9 +61,9 @@ class WorkerAndStateRecords(DynamoAccess):
             f"DeleteItem worker {worker_id}")
 
     # ---------------------------------------------------------------- coordinator state
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
-        """Read a coordinator-state item (consistent) without its hash key."""
-        item = self._get(self.tables.coordinator_state, state_key(key), True, f"GetItem state {key}")
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
+        """Read a coordinator-state item (consistent unless asked otherwise) without its hash key."""
+        item = self._get(self.tables.coordinator_state, state_key(key), consistent, f"GetItem state {key}")
         return None if item is None else decode_state(item)
 
     def put_state(self, key: str, attributes: Mapping[str, StateValue],

@@ -150,16 +150,32 @@ def _series_map(series: Mapping[str, tuple[float, ...]]) -> AttributeValue:
     return {"M": {metric: {"L": [number(value) for value in values]} for metric, values in series.items()}}
 
 
+def worker_attributes(record: WorkerRecord) -> dict[str, AttributeValue]:
+    """Every worker-owned attribute of the item (never `drainRequested`, never the key)."""
+    return {
+        LAST_UPDATE: integer(record.last_update),
+        METRIC_STATS: _series_map(record.metric_stats),
+        OPERATING_RANGE: _series_map(record.operating_range),
+        HEARTBEAT: integer(record.heartbeat),
+        WORKER_STATE: string(record.state.value),
+        LEASE_THROUGHPUT: {"M": {key: number(value) for key, value in record.lease_throughput.items()}},
+        LEASE_PROGRESS: _progress_map(record.lease_progress),
+    }
+
+
+def encode_worker(record: WorkerRecord) -> dict[str, AttributeValue]:
+    """The whole item as stored (key, worker-owned attributes and the drain flag when set)."""
+    item = {**worker_key(record.worker_id), **worker_attributes(record)}
+    if record.drain_requested:
+        item[DRAIN_REQUESTED] = {"BOOL": True}
+    return item
+
+
 def worker_upsert(record: WorkerRecord) -> Expression:
     """The update that writes every worker-owned attribute (never `drainRequested`), creating the item if needed."""
     expression = Expression()
-    expression.set(LAST_UPDATE, integer(record.last_update))
-    expression.set(METRIC_STATS, _series_map(record.metric_stats))
-    expression.set(OPERATING_RANGE, _series_map(record.operating_range))
-    expression.set(HEARTBEAT, integer(record.heartbeat))
-    expression.set(WORKER_STATE, string(record.state.value))
-    expression.set(LEASE_THROUGHPUT, {"M": {key: number(value) for key, value in record.lease_throughput.items()}})
-    expression.set(LEASE_PROGRESS, _progress_map(record.lease_progress))
+    for name, value in worker_attributes(record).items():
+        expression.set(name, value)
     return expression
 
 

@@ -427,8 +427,8 @@ class SqlLeaseStore(LeaseStore):
         return self._run(write, what)
 
     # ---------------------------------------------------------------- coordinator state
-    def get_state(self, key: str) -> dict[str, StateValue] | None:
-        """Read a coordinator-state item without its key; None if absent."""
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
+        """Read a coordinator-state item without its key; None if absent (SQL reads are always current)."""
         state = self._schema.state
 
         def read() -> dict[str, StateValue] | None:

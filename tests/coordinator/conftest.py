@@ -1,9 +1,11 @@
-"""Session fixtures for coordinator tests: real Kinesis emulator processes (kinesalite, kinesis-local) on 127.0.0.1."""
+"""Fixtures for coordinator tests: real Kinesis emulator processes (kinesalite, kinesis-local) on 127.0.0.1, and
+the stores leader-loop tests run on."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -11,6 +13,8 @@ import pytest
 from botocore.config import Config
 
 from services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
+from shared.store import LeaseStore
+from tests.support.stores import make_store
 
 # One HTTP attempt per call: retries are the lister's job (shared.retry on an injected clock), so tests count exactly.
 _ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=20)
@@ -45,3 +49,16 @@ def kinesis_local() -> Iterator[NodeEmulator]:
 def kinesis(kinesalite: NodeEmulator) -> Any:
     """A boto3 Kinesis client talking HTTP to the session's kinesalite."""
     return kinesis_client(kinesalite.endpoint_url)
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def loop_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
+    """A fresh store for leader-loop tests: SQLite in a temp file, then DynamoDB on the session's moto server."""
+    kwargs: dict[str, Any] = {}
+    if request.param == "dynamodb":
+        kwargs["moto_url"] = request.getfixturevalue("moto_server").endpoint_url
+    else:
+        kwargs["sqlite_path"] = str(tmp_path / "loop.db")
+    store = make_store(request.param, **kwargs)
+    yield store
+    store.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,21 +17,8 @@ from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.store import LeaseStore
 from shared.worker import WorkerRecord
-from tests.support.stores import make_store
 
 INTERVAL = 2.0
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def loop_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
-    kwargs: dict[str, Any] = {}
-    if request.param == "dynamodb":
-        kwargs["moto_url"] = request.getfixturevalue("moto_server").endpoint_url
-    else:
-        kwargs["sqlite_path"] = str(tmp_path / "loop.db")
-    store = make_store(request.param, **kwargs)
-    yield store
-    store.close()
 
 
 def _even_shards(count: int) -> list[Shard]:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -29,22 +27,9 @@ from shared.store import LeaseStore
 from shared.worker import WorkerRecord
 from tests.coordinator.conftest import kinesis_client
 from tests.support.faulty_proxy import Fault, FaultyProxy
-from tests.support.stores import make_store
 
 INTERVAL = 2.0
 _streams = itertools.count()
-
-
-@pytest.fixture(params=["sqlite", "dynamodb"])
-def loop_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LeaseStore]:
-    kwargs: dict[str, Any] = {}
-    if request.param == "dynamodb":
-        kwargs["moto_url"] = request.getfixturevalue("moto_server").endpoint_url
-    else:
-        kwargs["sqlite_path"] = str(tmp_path / "parts.db")
-    store = make_store(request.param, **kwargs)
-    yield store
-    store.close()
 
 
 class Replica:

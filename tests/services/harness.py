@@ -36,11 +36,14 @@ class Replica:
         self.store = store
         self.clock = clock or ManualClock()
         self.shards = even_shards(shards)
+        # Every request reads afresh unless a test asks for the snapshot cache (test_api_snapshot.py does).
+        settings.setdefault("api_cache_millis", 0)
         self.settings = load_settings(application_name="api-test", worker_id=replica_id,
                                       lease_assignment_interval_millis=int(INTERVAL * 1000), **settings)
         self.watch = LeaderWatch(store, replica_id, self.clock)
         self.lock = LeaderLock(store, replica_id, self.clock, self.settings.leader_lock_lease_duration_millis,
-                               self.settings.leader_lock_heartbeat_period_millis, on_change=self.watch.on_lock_change)
+                               self.settings.leader_lock_heartbeat_period_millis, on_change=self.watch.on_lock_change,
+                               last_success=self.watch.last_success_wall)
         self.loop = LeaderLoop(store, self.lock, self.settings, self.clock, shard_source=lambda: list(self.shards),
                                on_run=self.watch.on_run)
         self.context = ApiContext(self.settings, store, self.lock, self.loop, self.watch, self.clock)

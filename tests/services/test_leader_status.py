@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from coordinator.moves import Move, MoveReason, Plan, Unplaced, UnplacedReason
 from coordinator.run_summary import RunSummary, WriteTally
 from services.leader_status import (
-    MAX_RECENT_MOVES,
+    MAX_RUNS,
     MAX_STATUS_BYTES,
     STATUS_KEY,
     LeaderStatus,
@@ -23,6 +24,7 @@ from services.leader_status import (
 )
 from shared.clock import ManualClock
 from shared.store import LeaseStore, StateValue
+from shared.store_meter import StoreMeter, state_size
 from tests.support.stores import make_store
 
 
@@ -45,7 +47,7 @@ def _summary(epoch: int, moves: int, rng: random.Random, id_len: int = 12, error
 
 
 def test_round_trip_and_detail_shortened(sqlite_store: LeaseStore) -> None:
-    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     summary = _summary(3, 4, random.Random(1))
     watch.on_run(summary)
     status = read_status(sqlite_store)
@@ -74,31 +76,62 @@ def test_malformed_items_raise_a_typed_error(item: dict[str, StateValue], proble
         decode(item)
 
 
-def test_the_item_stays_small_with_many_long_moves(sqlite_store: LeaseStore) -> None:
+def test_the_item_stays_within_four_kib_with_many_long_moves(sqlite_store: LeaseStore) -> None:
     rng = random.Random(7)
-    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     summaries = [_summary(1, 100, rng, id_len=250) for _ in range(30)]
     for summary in summaries:
         watch.on_run(summary)
     raw = sqlite_store.get_state(STATUS_KEY)
-    assert raw is not None and isinstance(raw["status"], str)
-    assert len(raw["status"].encode()) <= MAX_STATUS_BYTES
+    assert raw is not None and state_size(STATUS_KEY, raw) <= MAX_STATUS_BYTES
     status = read_status(sqlite_store)
-    assert status is not None and len(status.runs) == 20 and status.totals.runs == 30
-    assert 0 < len(status.recent_moves) < MAX_RECENT_MOVES  # the oldest moves were dropped to fit
+    assert status is not None and 1 <= len(status.runs) <= MAX_RUNS and status.totals.runs == 30
+    assert 0 < len(status.recent_moves) < 100  # the oldest moves were dropped to fit
     newest = summaries[-1].plan
     assert newest is not None
-    assert [m.lease_key for m in status.recent_moves[-100:]] == [m.lease_key for m in newest.moves]
+    kept = [m.lease_key for m in status.recent_moves]
+    assert kept == [m.lease_key for m in newest.moves][-len(kept):]  # the newest moves, in order
     small = LeaderStatus(epoch=1, leader_id="a", published_at=1.0, recent_moves=status.recent_moves[-3:])
     assert LeaderStatus.model_validate_json(encode(small)) == small  # nothing dropped when it fits
 
 
+def test_a_run_that_changes_nothing_is_not_published(sqlite_store: LeaseStore) -> None:
+    clock = ManualClock()
+    meter = StoreMeter(sqlite_store)
+    watch = LeaderWatch(meter, "coord-a", clock)
+    quiet = _summary(1, 0, random.Random(0))
+    watch.on_run(quiet)
+    first = read_status(sqlite_store)
+    for _ in range(10):
+        clock.advance(2)
+        watch.on_run(dataclasses.replace(quiet, started_at=quiet.started_at + clock.monotonic(), duration_ms=3.0))
+    assert read_status(sqlite_store) == first
+    writes = [row for row in meter.rows() if row.operation.startswith("put")]
+    assert sum(row.requests for row in writes) == 1 and sum(row.write_units for row in writes) <= 4
+    watch.on_run(_summary(1, 2, random.Random(1)))  # moves: news
+    status = read_status(sqlite_store)
+    assert status is not None and status.totals.runs == 12 and len(status.recent_moves) == 2
+
+
+def test_a_deposed_leader_cannot_overwrite_its_successors_status(sqlite_store: LeaseStore) -> None:
+    rng = random.Random(5)
+    old = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
+    old.on_run(_summary(1, 1, rng))
+    new = LeaderWatch(sqlite_store, "coord-b", ManualClock(), min_interval=0)
+    new.on_run(_summary(2, 1, rng))
+    old.on_run(_summary(1, 3, rng))  # still believes it leads
+    old.on_run(_summary(1, 4, rng))
+    status = read_status(sqlite_store)
+    assert status is not None and (status.leader_id, status.epoch) == ("coord-b", 2)
+    assert status.totals.runs == 2
+
+
 def test_a_new_leader_continues_the_counters(sqlite_store: LeaseStore) -> None:
     rng = random.Random(3)
-    first = LeaderWatch(sqlite_store, "coord-a", ManualClock())
+    first = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
     first.on_run(_summary(1, 2, rng))
     first.on_run(_summary(1, 1, rng, error="StoreUnavailable: boom"))
-    second = LeaderWatch(sqlite_store, "coord-b", ManualClock())
+    second = LeaderWatch(sqlite_store, "coord-b", ManualClock(), min_interval=0)
     second.on_run(_summary(2, 3, rng))
     status = read_status(sqlite_store)
     assert status is not None and status.leader_id == "coord-b" and status.epoch == 2
@@ -109,7 +142,7 @@ def test_a_new_leader_continues_the_counters(sqlite_store: LeaseStore) -> None:
 
 def test_a_new_leader_starts_afresh_over_a_malformed_item(sqlite_store: LeaseStore) -> None:
     sqlite_store.put_state(STATUS_KEY, {"statusVersion": 1, "status": "garbage"})
-    LeaderWatch(sqlite_store, "coord-a", ManualClock()).on_run(_summary(5, 1, random.Random(0)))
+    LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0).on_run(_summary(5, 1, random.Random(0)))
     status = read_status(sqlite_store)
     assert status is not None and status.totals.runs == 1 and len(status.runs) == 1
 
@@ -130,3 +163,18 @@ def test_seconds_without_progress_on_the_leader(sqlite_store: LeaseStore) -> Non
     watch.on_lock_change(False, 1)
     assert watch.seconds_without_progress() is None
     assert watch.lock_changes() == {"acquired": 1, "lost": 1}
+
+
+def test_a_leader_that_changes_something_every_run_publishes_about_once_per_min_interval(
+        sqlite_store: LeaseStore) -> None:
+    clock = ManualClock()
+    meter = StoreMeter(sqlite_store)
+    watch = LeaderWatch(meter, "coord-a", clock)
+    rng = random.Random(9)
+    for _ in range(30):  # a minute of runs, each moving a lease
+        watch.on_run(_summary(1, 1, rng))
+        clock.advance(2)
+    puts = sum(row.requests for row in meter.rows() if row.operation.startswith("put"))
+    assert 8 <= puts <= 10  # three at once (the burst), then one per MIN_PUBLISH_SECONDS
+    status = read_status(sqlite_store)
+    assert status is not None and status.totals.runs >= 26  # the totals of the runs up to the last publication

@@ -1,0 +1,34 @@
+"""The cost bench meters every caller of a small simulated fleet and prices KCL on the same table, so it cannot rot."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.fleet_cost import exponent, run_size
+from bench.kcl_baseline import RENEW_S, kcl_bill
+from services.leader_status import MAX_STATUS_BYTES
+from shared.checkpoint import Checkpoint
+from shared.lease import Lease
+
+
+def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:
+    result = run_size(8, 3, warmup=20.0, window=30.0)
+    callers = {caller: result.per_minute(caller) for caller in ("leader", "lock", "agent", "api", "metrics")}
+    assert all(usage.requests > 0 for usage in callers.values()), callers
+    assert callers["agent"].write_units >= 3 * 60 / 3.4  # every worker heartbeats about every 3.3 s
+    assert callers["lock"].write_units == pytest.approx(40, rel=0.1)  # a heartbeat every 1.5 s
+    assert result.status_sizes and max(result.status_sizes) <= MAX_STATUS_BYTES
+    assert result.per_minute("status").write_units == 0  # steady state: nothing changed, nothing published
+    kcl = {line.what: line for line in result.kcl}
+    assert kcl["renew every lease"].write_units == pytest.approx(8 * 60 / RENEW_S)
+    assert result.kcl_totals().write_units > result.totals().write_units
+    assert result.runs and all(run.scan_s > 0 for run in result.runs)
+
+
+def test_kcl_reads_grow_with_the_table_and_exponents_fit_power_laws() -> None:
+    def reads(shards: int) -> float:
+        leases = [Lease(lease_key=f"shardId-{i:012d}", checkpoint=Checkpoint.at(10**20 + i)) for i in range(shards)]
+        return sum(line.read_units for line in kcl_bill(leases, ["w1", "w2"], 1.0))
+
+    assert reads(4000) > reads(1000) > 0
+    assert exponent([(10, 3 * 10**1.5), (100, 3 * 100**1.5), (1000, 3 * 1000**1.5)]) == pytest.approx(1.5)

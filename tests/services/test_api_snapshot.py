@@ -1,0 +1,74 @@
+"""The API serves one snapshot per replica for `api_cache_millis`: pages, dashboards and scrapes add no scans."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shared.store import LeaseStore
+from shared.store_meter import StoreMeter, usage_total
+from tests.services.harness import Replica
+from tests.support.stores import make_store
+
+
+@pytest.fixture
+def meter(tmp_path: Path) -> Iterator[StoreMeter]:
+    store: LeaseStore = make_store("sqlite", sqlite_path=str(tmp_path / "snapshot.db"))
+    yield StoreMeter(store)
+    store.close()
+
+
+def _dashboard(replica: Replica) -> list[str]:
+    """One dashboard refresh paging at limit=2, plus a scrape; the lease keys seen."""
+    keys: list[str] = []
+    cursor = None
+    while True:
+        query = "/v1/assignments?limit=2" + (f"&cursor={cursor}" if cursor else "")
+        body = replica.client.get(query).json()
+        keys += [item["lease_key"] for item in body["items"]]
+        cursor = body["next_cursor"]
+        if not cursor:
+            break
+    assert replica.client.get("/v1/workers").status_code == 200
+    assert replica.client.get("/v1/leader").status_code == 200
+    assert replica.client.get("/metrics").status_code == 200
+    return keys
+
+
+def test_the_leader_serves_its_runs_scans_and_a_follower_scans_once_per_max_age(meter: StoreMeter) -> None:
+    leader = Replica(meter, shards=6, api_cache_millis=5_000)
+    follower = Replica(meter, shards=6, replica_id="coord-b", clock=leader.clock, api_cache_millis=5_000)
+    leader.join("w1")
+    leader.join("w2")
+    leader.step(2)
+    owners = leader.owners()
+    assert all(owners.values())
+    meter.reset()
+    for _ in range(3):
+        assert _dashboard(leader) == sorted(owners)
+    rows = meter.rows()
+    assert usage_total(rows, operation="scan").requests == 0  # the newest run's scans, its own writes applied
+    body = leader.client.get("/v1/assignments?limit=100").json()
+    assert {item["lease_key"]: item["owner"] for item in body["items"]} == owners
+    for _ in range(3):
+        assert _dashboard(follower) == sorted(owners)
+    leases = usage_total(meter.rows(), table=meter.tables.leases, operation="scan")
+    assert leases.requests == 1  # one scan for three refreshes of three pages and three scrapes
+    follower.clock.advance(5)
+    _dashboard(follower)
+    assert usage_total(meter.rows(), table=meter.tables.leases, operation="scan").requests == 2
+
+
+def test_store_calls_are_attributed_to_leader_lock_api_and_metrics(meter: StoreMeter) -> None:
+    replica = Replica(meter, shards=4)
+    replica.join("w1")
+    replica.step(2)
+    assert replica.client.get("/v1/workers").status_code == 200
+    assert replica.client.get("/metrics").status_code == 200
+    callers = meter.by_caller()
+    assert {"leader", "lock", "api", "metrics"} <= set(callers)
+    assert callers["leader"].read_units > 0 and callers["leader"].write_units > 0  # scans; assignments
+    assert callers["lock"].write_units > 0  # acquire and heartbeats
+    assert callers["api"].read_units > 0 and callers["metrics"].read_units > 0
