@@ -30,7 +30,7 @@ from shared.config import Settings
 from shared.lease import Lease
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
-from shared.worker import WorkerRecord
+from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
 
@@ -312,11 +312,13 @@ class LeaderLoop:
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
             throughput = reported_throughput(lease, owners)
             moved = term.moved_in_run.get(lease.lease_key)
+            refused_by = frozenset(worker.worker_id for worker in reporters if worker.lease_progress.get(
+                lease.lease_key, NO_PROGRESS).refused)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked,
                                               recently_moved=moved is not None
-                                              and term.runs - moved <= self._cooldown_runs))
+                                              and term.runs - moved <= self._cooldown_runs, refused_by=refused_by))
         term.handoff_seen = seen_handoffs
         return views
 

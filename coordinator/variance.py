@@ -337,8 +337,8 @@ class VarianceDecider:
                 self._spill_reason(lease.key)
                 continue
             chosen = heapq.heappop(heap)
-            if lease.expired and chosen[2] == lease.actual_owner and heap:
-                chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the owner goes back
+            if lease.avoids(chosen[2]) and heap:
+                chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the avoided one goes back
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)

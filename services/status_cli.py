@@ -112,7 +112,7 @@ def _token(args: argparse.Namespace, settings: Settings, stack: StackState | Non
     if path is None and settings.api_token is None and stack is not None:
         path = stack.api_token_file
     if path is None:
-        return settings.api_token
+        return settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:

@@ -92,6 +92,8 @@ class Fleet:
     leases: list[LeaseOut]
     malformed_workers: list[MalformedRow]
     malformed_leases: list[MalformedRow]
+    repaired_workers: list[MalformedRow]
+    repaired_leases: list[MalformedRow]
 
 
 def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settings, heartbeats: HeartbeatObserver,
@@ -110,6 +112,9 @@ def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settin
         workers, leases,
         [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
         [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
+        [MalformedRow(key=w.worker_id, reason="; ".join(w.repairs)) for w in worker_scan.workers if w.repairs],
+        [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
+         if lease.repairs],
     )
 
 

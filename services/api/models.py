@@ -20,7 +20,7 @@ class ErrorBody(BaseModel):
 
 
 class MalformedRow(BaseModel):
-    """A stored row that could not be read (reported, left untouched)."""
+    """A stored row that could not be read (reported, left untouched), or whose unusable values were ignored."""
 
     key: str | None
     reason: str
@@ -51,6 +51,8 @@ class WorkersPage(BaseModel):
 
     items: list[WorkerOut]
     malformed: list[MalformedRow]
+    repaired: list[MalformedRow] = Field(
+        default_factory=list, description="listed workers whose stored values no consumer can use were ignored")
 
 
 class LeaseOut(BaseModel):
@@ -88,6 +90,9 @@ class AssignmentsPage(BaseModel):
     total: int = Field(description="leases matching the filters, over all pages")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
     malformed: list[MalformedRow]
+    repaired: list[MalformedRow] = Field(
+        default_factory=list, description="leases whose stored values no consumer can use were ignored (e.g. a "
+                                          "negative throughputKBps); the leases are listed and assigned as usual")
 
 
 class LockOut(BaseModel):

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +22,7 @@ from agent.metrics.cpu_psutil import PsutilCpu
 from agent.metrics.cpu_tree import ProcessTreeCpu, cgroup_pids, shares_scope
 from agent.metrics.select import select_cpu_source
 from shared.clock import ManualClock
+from tests.support.cpu_fixtures import JsonServer
 
 DOCKER_ID = "c0ffee1234"
 
@@ -231,27 +229,9 @@ class EcsEndpoint:
 
     def __init__(self) -> None:
         self.documents: dict[str, Any] = {}
-        self.requests: list[str] = []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                endpoint.requests.append(self.path)
-                document = endpoint.documents.get(self.path)
-                body = json.dumps(document).encode() if document is not None else b"{}"
-                self.send_response(200 if document is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}/v4/{DOCKER_ID}"
+        self.server = JsonServer(self.documents.get)
+        self.requests = self.server.requests
+        self.uri = f"{self.server.base}/v4/{DOCKER_ID}"
 
     def set_stats(self, pre_total: int, pre_system: int, total: int, system: int, online_cpus: int) -> None:
         self.documents[f"/v4/{DOCKER_ID}/stats"] = {
@@ -286,9 +266,7 @@ class EcsEndpoint:
         self.documents[f"/v4/{DOCKER_ID}/task"] = task
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()
 
 
 @pytest.fixture
