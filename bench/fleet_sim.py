@@ -285,7 +285,7 @@ class SimWorker:
             self.fleet.noise.stopped(self, key)
 
     def _hand_over(self, key: str) -> None:
-        """Final checkpoint, then complete the handoff (reference 4.3 step 3)."""
+        """Final checkpoint, then complete the handoff (KCL 3.x's graceful handoff, step 3: docs/store-semantics.md)."""
         self.leaving.discard(key)
         self._stop(key)
         if not self.alive:

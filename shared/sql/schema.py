@@ -20,7 +20,7 @@ from sqlalchemy.types import TypeEngine
 
 from shared.store import TableNames
 
-# Lease column -> KCL attribute name (reference 1.2); the column names are the attributes in snake case.
+# Lease column -> KCL attribute name (KCL's lease serializer); the column names are the attributes in snake case.
 LEASE_ATTRIBUTES: dict[str, str] = {
     "lease_key": "leaseKey",
     "lease_owner": "leaseOwner",

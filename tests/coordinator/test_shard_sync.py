@@ -86,7 +86,7 @@ class StreamBuilder:
 
 
 def doc_example() -> StreamBuilder:
-    """The reference's tree: 0+1->6, 2+3->7, 6+7->8, 4 open, 5->9,10."""
+    """The tree in the comment of KCL's HierarchicalShardSyncer: 0+1->6, 2+3->7, 6+7->8, 4 open, 5->9,10."""
     stream = StreamBuilder(6)
     assert stream.merge(0, 1) == 6
     assert stream.merge(2, 3) == 7
