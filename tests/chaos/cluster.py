@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
 from shared.aws import make_client
 from shared.checkpoint import Checkpoint
 from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import TableNames
 from tests.chaos.ledgers import Produced, ProducerLedger
 from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy

@@ -15,9 +15,9 @@ from coordinator.shard_sync import (
     SyncPlan,
     plan_shard_sync,
 )
-from coordinator.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
 from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.lease import Lease
+from shared.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
 
 STAMP = datetime(2026, 1, 1, tzinfo=UTC)
 POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
