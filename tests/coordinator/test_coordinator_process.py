@@ -76,7 +76,7 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
         **os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
         "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto_server.endpoint_url,
         "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_STREAM_NAME": stream,
-        "SHARDHERD_APPLICATION_NAME": app, **fast_env(),
+        "SHARDHERD_APPLICATION_NAME": app, **fast_env(api_port=0),
     }
 
     def start(worker_id: str) -> subprocess.Popen[bytes]:

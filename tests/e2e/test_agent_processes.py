@@ -47,7 +47,7 @@ class ProcessStack:
             "SHARDHERD_APPLICATION_NAME": self.app, "SHARDHERD_STREAM_NAME": self.app,
             "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto.endpoint_url,
             "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, LEDGER_ENV: self.ledger,
-            **fast_env(disable_worker_metrics=not metrics),
+            **fast_env(disable_worker_metrics=not metrics, api_port=0),
         }
         settings = load_settings(**{key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
                                     if key.startswith("SHARDHERD_") and key != LEDGER_ENV},

@@ -45,7 +45,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     home = tmp_path_factory.mktemp("service")
     settings = load_settings(
         application_name=unique_app("svc"), store_backend="sql", sql_url=f"sqlite:///{home / 'leases.db'}",
-        worker_id="coord-1", api_host="127.0.0.1", api_token=TOKEN,
+        worker_id="coord-1", api_host="127.0.0.1", api_port=0, api_token=TOKEN,
         # Heartbeats come from the test itself, not an agent: a long failover keeps its worker alive between them.
         **fast_settings(failover_time_millis=120_000, lease_assignment_interval_millis=100),
     )

@@ -21,7 +21,6 @@ FAST_SETTINGS: dict[str, Any] = {
     "graceful_lease_handoff_timeout_millis": 5000,
     "in_memory_worker_metrics_capture_frequency_millis": 200,
     "worker_metrics_reporter_freq_millis": 1000,
-    "api_port": 0,
 }
 
 # Agents in tests poll empty shards often, so records show up within a test's patience.
@@ -34,8 +33,13 @@ def fast_settings(**overrides: Any) -> dict[str, Any]:
 
 
 def fast_env(**overrides: Any) -> dict[str, str]:
-    """The same settings as `SHARDHERD_*` environment variables for a child process (booleans as true/false)."""
-    return {f"SHARDHERD_{name.upper()}": _env_value(value) for name, value in fast_settings(**overrides).items()}
+    """The same settings as `SHARDHERD_*` environment variables for a child process."""
+    return settings_env(fast_settings(**overrides))
+
+
+def settings_env(settings: dict[str, Any]) -> dict[str, str]:
+    """Settings by `Settings` field name as the `SHARDHERD_*` variables `load_settings` reads (booleans true/false)."""
+    return {f"SHARDHERD_{name.upper()}": _env_value(value) for name, value in settings.items() if value is not None}
 
 
 def _env_value(value: Any) -> str:

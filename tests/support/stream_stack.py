@@ -34,7 +34,7 @@ class StreamStack:
             application_name=self.app, stream_name=self.app, store_backend="dynamodb",
             dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=emulator.endpoint_url,
             **fast_settings(failover_time_millis=failover_millis,
-                            graceful_lease_handoff_timeout_millis=handoff_timeout_millis),
+                            graceful_lease_handoff_timeout_millis=handoff_timeout_millis), api_port=0,
             disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
         )
         self.base.update(overrides)
