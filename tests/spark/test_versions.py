@@ -16,7 +16,7 @@ RANGE = re.compile(r"pyspark>=([0-9.]+),<5")
 
 def _range() -> str:
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["spark"]
-    requirement = next(item for item in extra if item.startswith("pyspark"))
+    requirement: str = next(item for item in extra if item.startswith("pyspark"))
     assert RANGE.fullmatch(requirement), requirement
     return requirement
 
