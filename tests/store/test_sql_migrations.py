@@ -8,7 +8,6 @@ tables equal the model (Alembic's compare_metadata finds no difference) and the 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from shared.sql.schema import build_schema
 from shared.sql.store import SqlLeaseStore
 from shared.store import TableNames
 from shared.worker import LeaseProgress, WorkerRecord
-from tests.store.sql_support import SQL_BACKENDS, backend_url
+from tests.store.sql_support import SQL_BACKENDS, backend_url, start_up_together
 from tests.support.stores import unique_app
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -169,25 +168,7 @@ def test_an_empty_database_gets_the_head_schema_and_applications_are_versioned_a
 def test_concurrent_start_ups_migrate_once(url: str, engine: Engine) -> None:
     tables = TableNames.for_application(unique_app("mig"))
     create_unversioned(engine, "ad91e78", tables)
-    errors: list[BaseException] = []
-    start = threading.Barrier(4)
-
-    def start_up() -> None:
-        store = SqlLeaseStore(url, tables)
-        try:
-            start.wait()
-            store.ensure_tables()
-        except BaseException as exc:  # reported by the assertion below
-            errors.append(exc)
-        finally:
-            store.close()
-
-    threads = [threading.Thread(target=start_up) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    assert errors == []
+    assert start_up_together(url, tables) == []
     assert_at_head_with_the_rows(url, engine, tables)
 
 
