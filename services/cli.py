@@ -11,11 +11,12 @@ from shared.errors import ShardherdError
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    from services import agent_service, coordinator_service, demo, status_cli, up_cli
+    from services import agent_service, check_table, coordinator_service, demo, status_cli, up_cli
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
     agent_service.register(sub)
+    check_table.register(sub)
     coordinator_service.register(sub)
     demo.register(sub)
     status_cli.register(sub)

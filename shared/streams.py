@@ -35,6 +35,10 @@ class MalformedLeaseKey(ShardherdError, ValueError):
         self.reason = reason
 
 
+class LeaseOutOfScope(ShardherdError, ValueError):
+    """A lease belongs to a stream (or key format) this application does not read; it is left alone or refused."""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class StreamIdentifier:
     """One stream of a multi-stream application: account, name and creation time (a recreated stream is another)."""
