@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.band_balance import balance_band
 from coordinator.decider_config import Balancing, DeciderConfig
@@ -48,6 +48,7 @@ from coordinator.ledger import Ledger, priority_reason
 from coordinator.load_model import Line, fit_line, proportional
 from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from coordinator.snapshot import Snapshot, WorkerView
+from shared.streams import stream_prefix
 from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
@@ -57,6 +58,9 @@ RECEIVER_PROBES = 8
 UNSETTLED_SHARE = 0.4
 
 HeapEntry = tuple[float, int, str]
+# Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
+# among those the one holding the fewest leases of the lease's stream takes it (a stream is not piled on one worker).
+STREAM_SPREAD_ROOM = 0.1
 
 
 def ema(values: Sequence[float], alpha: float) -> float:
@@ -339,10 +343,30 @@ class VarianceDecider:
             chosen = heapq.heappop(heap)
             if lease.avoids(chosen[2]) and heap:
                 chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the avoided one goes back
+            stream = stream_prefix(lease.key)
+            if stream is not None:
+                chosen = self._spread_stream(heap, chosen, stream, lease.avoids)
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
+
+    def _spread_stream(self, heap: list[HeapEntry], chosen: HeapEntry, stream: str,
+                       avoids: Callable[[str], bool]) -> HeapEntry:
+        """Among receivers about as roomy as `chosen`, the one holding the fewest leases of `stream`.
+
+        The others go back into the heap. Only multi-stream leases come here; single-stream placement is unchanged.
+        """
+        candidates = [chosen]
+        while heap and len(candidates) < RECEIVER_PROBES and -heap[0][0] >= -chosen[0] - STREAM_SPREAD_ROOM:
+            candidates.append(heapq.heappop(heap))
+        held = {entry[2]: sum(1 for key in self.ledger.held_by.get(entry[2], {}) if stream_prefix(key) == stream)
+                for entry in candidates}
+        best = min(candidates, key=lambda entry: (avoids(entry[2]), held[entry[2]], entry))
+        for entry in candidates:
+            if entry is not best:
+                heapq.heappush(heap, entry)
+        return best
 
     def _spill_reason(self, key: str) -> None:
         lease = self.ledger.leases[key]

@@ -112,6 +112,12 @@ def parse_lease_key(lease_key: str, stream_attribute: str | None = None,
     return LeaseAddress(stream, shard_id)
 
 
+def stream_prefix(lease_key: str) -> str | None:
+    """The `account:stream:epoch` part of a multi-stream lease key (None for a key without one); no validation."""
+    prefix, _, _ = lease_key.rpartition(DELIMITER)
+    return prefix or None
+
+
 def lease_address(lease: Lease) -> LeaseAddress:
     """`parse_lease_key` for a decoded lease."""
     return parse_lease_key(lease.lease_key, lease.stream_name, lease.shard_id)
