@@ -34,7 +34,7 @@ from shared.lease import Lease
 from shared.row_checks import report_row
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
-from shared.streams import StreamIdentifier
+from shared.streams import StreamIdentifier, stream_name_of
 from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -249,7 +249,7 @@ class LeaderLoop:
         tally = WriteTally()
         synced = False
         sync_error: str | None = None
-        if self._shards is not None and self._shard_sync_due(term, self._in_scope(term, leases.values()), now):
+        if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
             synced = True
             try:
                 tally, sync_error = self._sync_shards(term, leases, fence, now)
@@ -298,11 +298,14 @@ class LeaderLoop:
         if self._shards is None:
             return list(leases)
         streams = term.streams if self._settings.multi_stream else None
+        pending = set(self._settings.stream_names) - {stream.name for stream in term.streams}
         kept = []
         for lease in leases:
             problem = scope_problem(lease, streams)
             if problem is None:
                 kept.append(lease)
+            elif streams is not None and stream_name_of(lease) in pending:
+                continue  # a configured stream not identified yet (DescribeStreamSummary failed): next run
             else:
                 report_row("lease", lease.lease_key, "left alone", problem)
         return kept

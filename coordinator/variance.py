@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.band_balance import balance_band
@@ -351,6 +352,10 @@ class VarianceDecider:
             self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
 
+    def stream_counts(self, wid: str) -> Counter[str | None]:
+        """How many leases of each stream (`stream_prefix` of the key; None for single-stream keys) `wid` holds."""
+        return Counter(stream_prefix(key) for key in self.ledger.held_by.get(wid, {}))
+
     def _spread_stream(self, heap: list[HeapEntry], chosen: HeapEntry, stream: str,
                        avoids: Callable[[str], bool]) -> HeapEntry:
         """Among receivers about as roomy as `chosen`, the one holding the fewest leases of `stream`.
@@ -360,8 +365,7 @@ class VarianceDecider:
         candidates = [chosen]
         while heap and len(candidates) < RECEIVER_PROBES and -heap[0][0] >= -chosen[0] - STREAM_SPREAD_ROOM:
             candidates.append(heapq.heappop(heap))
-        held = {entry[2]: sum(1 for key in self.ledger.held_by.get(entry[2], {}) if stream_prefix(key) == stream)
-                for entry in candidates}
+        held = {entry[2]: self.stream_counts(entry[2])[stream] for entry in candidates}
         best = min(candidates, key=lambda entry: (avoids(entry[2]), held[entry[2]], entry))
         for entry in candidates:
             if entry is not best:
@@ -463,9 +467,12 @@ class VarianceDecider:
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
         if not keys or donor in self.stale:
             return []
+        # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream
+        # applications: a stream is not left piled on one worker); single-stream keys all tie on this.
+        per_stream = self.stream_counts(donor)
         if ledger.throughput.get(donor, 0.0) <= 0:
-            return [min(keys)]
-        keys.sort(key=lambda k: (-ledger.weight[k], k))
+            return [min(keys, key=lambda k: (-per_stream[stream_prefix(k)], k))]
+        keys.sort(key=lambda k: (-ledger.weight[k], -per_stream[stream_prefix(k)], k))
         chosen: list[str] = []
         remaining = budget
         for key in keys:

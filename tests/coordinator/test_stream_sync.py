@@ -8,7 +8,7 @@ from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.shard_sync import CreateReason, DeleteReason
 from coordinator.snapshot import LeaseView, Snapshot
-from coordinator.stream_sync import children_waiting, plan_streams_sync, scope_problem
+from coordinator.stream_sync import Listings, children_waiting, plan_streams_sync, scope_problem
 from shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.lease import Lease
 from shared.streams import LeaseAddress, MalformedLeaseKey, StreamIdentifier, parse_lease_key, stream_prefix
@@ -96,7 +96,7 @@ def test_resharding_one_stream_creates_children_there_and_leaves_the_other_alone
     a, b = orders.split(0)
     leases = [multi(ORDERS, sid(0), SHARD_END, lease_owner="w1"), multi(ORDERS, sid(1), lease_owner="w2"),
               multi(CLICKS, sid(0), lease_owner="w1"), multi(CLICKS, sid(1), lease_owner="w2")]
-    listings = {ORDERS: list(orders.shards.values()), CLICKS: list(clicks.shards.values())}
+    listings: Listings = {ORDERS: list(orders.shards.values()), CLICKS: list(clicks.shards.values())}
     assert children_waiting(listings, leases)
     plan = plan_streams_sync(listings, leases, _positions).plan
     assert {(c.lease.lease_key, c.reason) for c in plan.creates} == {
@@ -126,7 +126,8 @@ def test_foreign_and_malformed_rows_are_left_out_and_a_bad_listing_fails_only_it
     gone = StreamIdentifier("123456789012", "gone", 1)
     leases = [multi(gone, sid(0)), Lease(lease_key="123456789012:orders:x:" + sid(0)), Lease(lease_key=sid(0))]
     broken = list(StreamBuilder(2).shards.values())[1:]  # leaves a hole in the hash key space
-    planned = plan_streams_sync({ORDERS: list(orders.shards.values()), CLICKS: broken}, leases, _positions)
+    listings: Listings = {ORDERS: list(orders.shards.values()), CLICKS: broken}
+    planned = plan_streams_sync(listings, leases, _positions)
     assert [c.lease.lease_key for c in planned.plan.creates] == [ORDERS.lease_key(sid(0))]
     assert planned.plan.deletes == ()  # nothing outside the listed streams is touched
     assert list(planned.errors) == [CLICKS.serialized] and "hash key space" in planned.errors[CLICKS.serialized]
