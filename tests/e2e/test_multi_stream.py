@@ -42,8 +42,8 @@ class MultiStreamStack:
         self.dynamodb = make_client("dynamodb", "us-east-1", moto.endpoint_url)
         for stream, shards in ((self.orders, 2), (self.clicks, 1)):
             self.kinesis.create_stream(StreamName=stream, ShardCount=shards)
-        for stream in (self.orders, self.clicks):
-            wait_for(lambda s=stream: self._summary(s)["StreamStatus"] == "ACTIVE", 30, f"{stream} ACTIVE")
+        wait_for(lambda: all(self._summary(s)["StreamStatus"] == "ACTIVE" for s in (self.orders, self.clicks)), 30,
+                 "both streams ACTIVE")
         self.ledger = str(ledger)
         streams = [{"name": self.orders}, {"name": self.clicks, "initial_position": "TRIM_HORIZON"}]
         self.env = {
