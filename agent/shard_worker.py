@@ -25,7 +25,7 @@ from agent.records import Record
 from shared.checkpoint import Sentinel
 from shared.clock import Clock
 from shared.lease import Lease
-from shared.streams import LeaseOutOfScope, lease_address
+from shared.streams import stream_to_read
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -65,21 +65,8 @@ class ShardContext:
     stream_timestamps: Mapping[str, datetime | None] = field(default_factory=dict)  # per-stream AT_TIMESTAMP
 
     def stream_of(self, lease: Lease) -> str:
-        """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format.
-
-        A KCL leader in a mixed fleet may hand this agent such a lease: it is refused (given back), never read from
-        the wrong stream.
-        """
-        stream = lease_address(lease).stream  # MalformedLeaseKey for a key of neither format
-        if self.stream_name is not None:
-            if stream is not None:
-                raise LeaseOutOfScope(f"{lease.lease_key} is a multi-stream lease; this agent reads one stream")
-            return self.stream_name
-        if stream is None:
-            raise LeaseOutOfScope(f"{lease.lease_key} is a single-stream lease; this agent reads several streams")
-        if stream.name not in self.stream_names:
-            raise LeaseOutOfScope(f"{lease.lease_key}: stream {stream.name} is not one of this agent's streams")
-        return stream.name
+        """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
+        return stream_to_read(lease, self.stream_name, self.stream_names)
 
 
 def start_position(lease: Lease, initial_timestamp: datetime | None) -> StartPosition:

@@ -130,3 +130,31 @@ def stream_name_of(lease: Lease) -> str | None:
     except MalformedLeaseKey:
         return None
     return None if stream is None else stream.name
+
+
+def stream_to_read(lease: Lease, single_stream: str | None, streams: frozenset[str]) -> str:
+    """The Kinesis stream an agent reads `lease` from; LeaseOutOfScope (or MalformedLeaseKey) if it must not.
+
+    `single_stream` is a single-stream application's stream (None in a multi-stream one, whose stream names are
+    `streams`). A KCL leader in a mixed fleet may hand an agent such a lease: it is refused (given back), never read
+    from the wrong stream.
+    """
+    stream = lease_address(lease).stream
+    if single_stream is not None:
+        if stream is not None:
+            raise LeaseOutOfScope(f"{lease.lease_key} is a multi-stream lease; this agent reads one stream")
+        return single_stream
+    if stream is None:
+        raise LeaseOutOfScope(f"{lease.lease_key} is a single-stream lease; this agent reads several streams")
+    if stream.name not in streams:
+        raise LeaseOutOfScope(f"{lease.lease_key}: stream {stream.name} is not one of this agent's streams")
+    return stream.name
+
+
+def read_target(source_key: str, default_stream: str) -> tuple[str, str]:
+    """(stream name, shard id) of a Spark source key: a multi-stream lease key, or a shard of `default_stream`."""
+    try:
+        address = parse_lease_key(source_key)
+    except MalformedLeaseKey:
+        return default_stream, source_key
+    return (default_stream if address.stream is None else address.stream.name), address.shard_id
