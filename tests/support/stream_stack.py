@@ -28,7 +28,9 @@ class StreamStack:
     """The stream, the coordinator and the settings every worker of one test application shares."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
-                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000, **overrides: Any) -> None:
+                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000,
+                 extra_streams: tuple[str, ...] = (), **overrides: Any) -> None:
+        """`extra_streams` (existing streams) make it a multi-stream application over the app's stream and them."""
         self.app = unique_app(prefix)
         self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
@@ -42,6 +44,8 @@ class StreamStack:
             worker_metrics_reporter_freq_millis=1000, api_port=0,
             disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
         )
+        if extra_streams:
+            self.base.update(stream_name=None, streams=[{"name": name} for name in (self.app, *extra_streams)])
         self.base.update(overrides)
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
