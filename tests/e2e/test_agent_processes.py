@@ -26,7 +26,7 @@ from shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
-from tests.support.stream_stack import wait_for
+from tests.support.stream_stack import kill_processes, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -95,10 +95,7 @@ class ProcessStack:
         return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def close(self) -> None:
-        for process in self.agents.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        kill_processes(self.agents.values())
         self.coordinator.stop()
         if self.cpu is not None:
             self.cpu.close()

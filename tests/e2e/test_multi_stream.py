@@ -27,7 +27,7 @@ from shared.config import load_settings
 from shared.streams import StreamIdentifier, parse_lease_key
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
-from tests.support.stream_stack import wait_for
+from tests.support.stream_stack import kill_processes, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -107,10 +107,7 @@ class MultiStreamStack:
         return {key: item.get("leaseOwner", {}).get("S") for key, item in self.items().items()}
 
     def close(self) -> None:
-        for process in self.agents.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        kill_processes(self.agents.values())
         if self.coordinator is not None:
             self.coordinator.stop()
 
@@ -192,3 +189,12 @@ def test_two_streams_kcl_rows_continued_one_resharded_filtered_by_stream(multi: 
     assert page["items"] and {item["stream"] for item in page["items"]} == {multi.clicks}
     assert {item["lease_key"] for item in page["items"]} == {key for key in multi.items() if
                                                              key.startswith(clicks.serialized + ":")}
+
+    # check-table on the live table agrees with what ran: every lease continues, nothing is refused.
+    done = subprocess.run([sys.executable, "-m", "services.cli", "check-table", "--table", multi.app, "--json",
+                           "--endpoint-url", multi.settings.dynamodb_endpoint_url or ""],
+                          env=multi.env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdicts = {row["row"]: row["verdict"] for row in json.loads(done.stdout)}
+    assert all(verdicts[key] == "continue" for key in multi.items())
+    assert verdicts["agent-1"] == verdicts["agent-2"] == verdicts["Leader"] == "continue"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from services.coordinator_service import CoordinatorService
@@ -12,6 +13,14 @@ from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.config import Settings, load_settings
 from tests.support.stores import unique_app
+
+
+def kill_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process still running (a test's own agent subprocesses) and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
