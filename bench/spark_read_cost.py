@@ -49,7 +49,7 @@ def new_path(stack: StreamStack, raw: RawKinesis, shard: str) -> int:
         response = raw.get_records(iterator, 10_000)
         if not response["Records"]:
             break
-        rows += arrow_batch(shard, response["Records"], False).num_rows
+        rows += arrow_batch(stack.app, shard, response["Records"], False).num_rows
         iterator = response.get("NextShardIterator")
     return rows
 

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.band_balance import balance_band
 from coordinator.decider_config import Balancing, DeciderConfig
@@ -48,6 +49,7 @@ from coordinator.ledger import Ledger, priority_reason
 from coordinator.load_model import Line, fit_line, proportional
 from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from coordinator.snapshot import Snapshot, WorkerView
+from shared.streams import stream_prefix
 from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
@@ -57,6 +59,9 @@ RECEIVER_PROBES = 8
 UNSETTLED_SHARE = 0.4
 
 HeapEntry = tuple[float, int, str]
+# Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
+# among those the one holding the fewest leases of the lease's stream takes it (a stream is not piled on one worker).
+STREAM_SPREAD_ROOM = 0.1
 
 
 def ema(values: Sequence[float], alpha: float) -> float:
@@ -339,10 +344,33 @@ class VarianceDecider:
             chosen = heapq.heappop(heap)
             if lease.avoids(chosen[2]) and heap:
                 chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the avoided one goes back
+            stream = stream_prefix(lease.key)
+            if stream is not None:
+                chosen = self._spread_stream(heap, chosen, stream, lease.avoids)
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
+
+    def stream_counts(self, wid: str) -> Counter[str | None]:
+        """How many leases of each stream (`stream_prefix` of the key; None for single-stream keys) `wid` holds."""
+        return Counter(stream_prefix(key) for key in self.ledger.held_by.get(wid, {}))
+
+    def _spread_stream(self, heap: list[HeapEntry], chosen: HeapEntry, stream: str,
+                       avoids: Callable[[str], bool]) -> HeapEntry:
+        """Among receivers about as roomy as `chosen`, the one holding the fewest leases of `stream`.
+
+        The others go back into the heap. Only multi-stream leases come here; single-stream placement is unchanged.
+        """
+        candidates = [chosen]
+        while heap and len(candidates) < RECEIVER_PROBES and -heap[0][0] >= -chosen[0] - STREAM_SPREAD_ROOM:
+            candidates.append(heapq.heappop(heap))
+        held = {entry[2]: self.stream_counts(entry[2])[stream] for entry in candidates}
+        best = min(candidates, key=lambda entry: (avoids(entry[2]), held[entry[2]], entry))
+        for entry in candidates:
+            if entry is not best:
+                heapq.heappush(heap, entry)
+        return best
 
     def _spill_reason(self, key: str) -> None:
         lease = self.ledger.leases[key]
@@ -439,9 +467,12 @@ class VarianceDecider:
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
         if not keys or donor in self.stale:
             return []
+        # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream
+        # applications: a stream is not left piled on one worker); single-stream keys all tie on this.
+        per_stream = self.stream_counts(donor)
         if ledger.throughput.get(donor, 0.0) <= 0:
-            return [min(keys)]
-        keys.sort(key=lambda k: (-ledger.weight[k], k))
+            return [min(keys, key=lambda k: (-per_stream[stream_prefix(k)], k))]
+        keys.sort(key=lambda k: (-ledger.weight[k], -per_stream[stream_prefix(k)], k))
         chosen: list[str] = []
         remaining = budget
         for key in keys:

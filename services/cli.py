@@ -16,11 +16,12 @@ DEV_COMMANDS = ("services.demo", "services.up_cli")
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered (the development ones where they are installed)."""
-    from services import agent_service, coordinator_service, status_cli
+    from services import agent_service, check_table, coordinator_service, status_cli
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
     agent_service.register(sub)
+    check_table.register(sub)
     coordinator_service.register(sub)
     status_cli.register(sub)
     for name in DEV_COMMANDS:

@@ -27,6 +27,7 @@ from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
+from tests.support.stream_stack import kill_processes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -91,10 +92,7 @@ class ProcessStack:
         return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def close(self) -> None:
-        for process in self.agents.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        kill_processes(self.agents.values())
         self.coordinator.stop()
         if self.cpu is not None:
             self.cpu.close()

@@ -69,8 +69,9 @@ class SparkStack(StreamStack):
     """A StreamStack with Spark drivers' agents in this process, sharing the test session's SparkSession."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, spark: SparkSession, shards: int,
-                 tmp: Path) -> None:
-        super().__init__(moto, emulator, shards, prefix="spark", failover_millis=4000, handoff_timeout_millis=10000)
+                 tmp: Path, extra_streams: tuple[str, ...] = ()) -> None:
+        super().__init__(moto, emulator, shards, prefix="spark", failover_millis=4000, handoff_timeout_millis=10000,
+                         extra_streams=extra_streams)
         self.tmp = tmp
         self.spark = spark
         self.sink = Collector()

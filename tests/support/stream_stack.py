@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +22,21 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def kill_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process still running (a test's own agent subprocesses) and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
 class StreamStack:
     """The stream, the coordinator and the settings every worker of one test application shares."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
-                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000, **overrides: Any) -> None:
+                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000,
+                 extra_streams: tuple[str, ...] = (), **overrides: Any) -> None:
+        """`extra_streams` (existing streams) make it a multi-stream application over the app's stream and them."""
         self.app = unique_app(prefix)
         self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
@@ -37,6 +48,8 @@ class StreamStack:
                             graceful_lease_handoff_timeout_millis=handoff_timeout_millis), api_port=0,
             disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
         )
+        if extra_streams:
+            self.base.update(stream_name=None, streams=[{"name": name} for name in (self.app, *extra_streams)])
         self.base.update(overrides)
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
