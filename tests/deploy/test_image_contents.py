@@ -162,4 +162,4 @@ def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(t
     assert shown.returncode == 0, shown.stderr
     commands = re.search(r"\{([a-z,]+)\}", shown.stdout)
     assert commands is not None, shown.stdout
-    assert set(commands.group(1).split(",")) == {"agent", "coordinator", "status", "drain", "plan"}
+    assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan"}
