@@ -4,7 +4,10 @@ Item `Leader` in the coordinator-state table: `ownerName`, `leaseDuration` (mill
 `recordVersionNumber` (a fresh UUID on every acquire and heartbeat), `isReleased` ("1" when released). A KCL 3.x
 coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators),
 `leaderTerm` (S, a UUID per term) that fences every assignment write, and `lastSuccessAt` (N, wall-clock
-milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write). A contender takes
+milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write). The Java client
+deletes the item on release, so the epoch cannot live only there: every new term first takes the next number from a
+counter item, `LeaderEpoch` (`epoch`, N), with a conditional write, so an epoch never repeats for a table, across
+releases, restarts and KCL holders in between. A contender takes
 over a lock whose `recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so
 clocks of different hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see
 docs/kcl-differences.md).
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 from shared.clock import Clock
 from shared.errors import StoreUnavailable
-from shared.store import Fence, LeaseStore, StateValue
+from shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
 from shared.store_meter import acting_as
 
 LOCK_KEY = "Leader"
@@ -32,6 +35,9 @@ RELEASED = "isReleased"
 EPOCH = "leaderEpoch"
 TERM = "leaderTerm"
 LAST_SUCCESS = "lastSuccessAt"
+EPOCH_COUNTER_SUFFIX = "Epoch"  # the counter item of lock item `Leader` is `LeaderEpoch`
+EPOCH_COUNTER = "epoch"
+_EPOCH_ATTEMPTS = 5
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +191,26 @@ class LeaderLock:
                      item.get(OWNER), sent - seen.first_seen)
             self._write_new(sent, epoch, {VERSION: version})
 
+    def _next_epoch(self, previous_epoch: int | None) -> int:
+        """Take the next epoch from the counter item (never below the lock item's own): each number is used once.
+
+        Taken after the lock item was read and before it is written, so the epochs of successive holders increase;
+        a number taken by an attempt that then loses the lock is simply skipped.
+        """
+        for _ in range(_EPOCH_ATTEMPTS):
+            item = self._store.get_state(self._key + EPOCH_COUNTER_SUFFIX)
+            current = _int(item.get(EPOCH_COUNTER)) if item is not None else None
+            epoch = max(current or 0, previous_epoch or 0) + 1
+            condition: dict[str, StateValue | None] = (
+                {STATE_KEY_ATTRIBUTE: None} if item is None else {EPOCH_COUNTER: current})
+            if self._store.put_state(self._key + EPOCH_COUNTER_SUFFIX, {EPOCH_COUNTER: epoch}, condition):
+                return epoch
+        raise StoreUnavailable(f"the leader epoch counter kept changing under {_EPOCH_ATTEMPTS} attempts")
+
     def _write_new(self, sent: float, previous_epoch: int | None, condition: dict[str, StateValue | None]) -> None:
         term = str(uuid.uuid4())
         version = str(uuid.uuid4())
-        epoch = (previous_epoch or 0) + 1
+        epoch = self._next_epoch(previous_epoch)
         item: dict[str, StateValue] = {
             OWNER: self._owner, DURATION: str(int(self._duration * 1000)), VERSION: version,
             EPOCH: epoch, TERM: term,
