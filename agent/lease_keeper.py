@@ -86,7 +86,6 @@ class KeeperTiming:
     failover: float
     margin: float
     handoff_timeout: float
-    metrics_report: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KeeperTiming:
@@ -98,7 +97,6 @@ class KeeperTiming:
             failover=failover,
             margin=max(0.2, failover * 0.1),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
-            metrics_report=settings.worker_metrics_reporter_freq_millis / 1000,
         )
 
 
@@ -123,7 +121,6 @@ class LeaseKeeper:
         self._last_heartbeat_send: float | None = None
         self._next_heartbeat = 0.0
         self._next_discovery = 0.0
-        self._next_record = 0.0
         self._draining = False
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
 
@@ -188,7 +185,6 @@ class LeaseKeeper:
         """Announce DRAINING in the worker record so the leader moves every lease away gracefully."""
         self._draining = True
         self._next_heartbeat = 0.0
-        self._next_record = 0.0
 
     def release_all(self) -> list[str]:
         """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys."""
@@ -270,8 +266,11 @@ class LeaseKeeper:
         return min(sends) + limit if sends else now + limit
 
     def _liveness(self, now: float) -> None:
-        if self._mode == "worker" or now >= self._next_record:
-            self._write_worker_record(now)
+        # The worker row is written every heartbeat in both modes: in `lease` mode too the leader (and the API)
+        # tell a dead agent from its row within a failover time, where KCL's rule (a row older than two reporter
+        # intervals) kept a killed agent "alive", and receiving leases, for a minute. Metric histories still change
+        # only once per reporter interval (MetricsReporter).
+        self._write_worker_record(now)
         if self._mode == "lease":
             for key, held in self.held_items():
                 self._renew(key, held)
@@ -297,7 +296,6 @@ class LeaseKeeper:
             log.warning("heartbeat failed: %s", exc)
             return
         self._last_heartbeat_send = sent
-        self._next_record = sent + (self._timing.heartbeat if self._mode == "worker" else self._timing.metrics_report)
 
     def _renew(self, key: str, held: HeldLease) -> None:
         sent = self._clock.monotonic()

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
-from coordinator.liveness import LivenessTracker
+from coordinator.liveness import LivenessTracker, WorkerGrace
 from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
@@ -74,8 +74,7 @@ class LoopTiming:
 
     interval: float
     failover: float
-    worker_grace: float
-    receiver_freshness: float
+    grace: WorkerGrace
     handoff_timeout: float
     shard_sync_interval: float
     balancing_frequency: int
@@ -84,23 +83,11 @@ class LoopTiming:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
-        """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
-        failover = settings.failover_time_millis / 1000
-        grace = failover
-        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
-        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack. A worker killed a
-        # few seconds ago still counts as alive, but must not be handed leases. In lease mode worker records change
-        # only every reporter interval, so only the liveness grace applies.
-        interval = settings.lease_assignment_interval_millis / 1000
-        freshness = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
-        if settings.liveness_mode == "lease":
-            grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
-            freshness = grace
+        """Convert the millisecond settings; how long workers stay alive is the rule of liveness.WorkerGrace."""
         return cls(
-            interval=interval,
-            failover=failover,
-            worker_grace=grace,
-            receiver_freshness=freshness,
+            interval=settings.lease_assignment_interval_millis / 1000,
+            failover=settings.failover_time_millis / 1000,
+            grace=WorkerGrace.from_settings(settings),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
@@ -206,7 +193,7 @@ class LeaderLoop:
         term = self._term
         # A private copy: the loop thread keeps using its own observations while the API thread plans.
         tracker = (copy.deepcopy(term.tracker) if term is not None else
-                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace))
+                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace))
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
@@ -220,7 +207,7 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ one run
     def _new_term(self, epoch: int) -> _Term:
-        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
+        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace)
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
@@ -281,8 +268,7 @@ class LeaderLoop:
 
     def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
         """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
-        silent = tracker.workers.silent_for(worker_id, now)
-        return silent is not None and silent > self._timing.receiver_freshness
+        return not tracker.worker_receives(worker_id, now)
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -451,7 +437,8 @@ class LeaderLoop:
             else:
                 assigned += 1
                 if outcome.lease is not None:
-                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, self._clock.monotonic())
+                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, move.to_worker,
+                                          self._clock.monotonic())
         if any(outcome is None or outcome.conflict is Conflict.FENCED for outcome in outcomes):
             raise LeadershipLost()
         return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)

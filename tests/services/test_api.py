@@ -40,11 +40,11 @@ def test_workers_show_state_cpu_and_leases(replica: Replica) -> None:
 def test_worker_that_stops_heartbeating_turns_expired_with_its_leases(replica: Replica) -> None:
     replica.client.get("/v1/workers")  # this replica sees the current heartbeats
     replica.leave("w2")
-    replica.clock.advance(replica.context.timing.worker_grace + 1)
+    replica.clock.advance(replica.context.timing.grace.agent + 1)
     replica.heartbeat()
     workers = {w["worker_id"]: w for w in replica.client.get("/v1/workers").json()["items"]}
     assert workers["w2"]["state"] == "expired"
-    assert workers["w2"]["heartbeat_age_seconds"] > replica.context.timing.worker_grace
+    assert workers["w2"]["heartbeat_age_seconds"] > replica.context.timing.grace.agent
     assert workers["w1"]["state"] == "active"
     expired = replica.client.get("/v1/assignments", params={"state": "expired"}).json()["items"]
     assert {lease["owner"] for lease in expired} == {"w2"}
