@@ -112,7 +112,8 @@ def test_epochs_strictly_increase_across_releases_and_restarts(store: LeaseStore
         epoch = lock.epoch()
         assert epoch is not None
         epochs.append(epoch)
-        assert store.get_state("Leader") is not None and store.get_state("Leader")[EPOCH] == epoch
+        item = store.get_state("Leader")
+        assert item is not None and item[EPOCH] == epoch
         assert lock.release() is True
         assert store.get_state("Leader") is None  # still deleted on release, as the Java lock client does
         clock.advance(PERIOD_MS / 1000)
