@@ -119,6 +119,7 @@ class LeaseKeeper:
         self._guard = threading.RLock()
         self._heartbeat_count = 0
         self._last_heartbeat_send: float | None = None
+        self._last_record: WorkerRecord | None = None  # the last row this keeper wrote
         self._next_heartbeat = 0.0
         self._next_discovery = 0.0
         self._draining = False
@@ -201,6 +202,27 @@ class LeaseKeeper:
                 released.append(key)
             self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
         return released
+
+    def retire(self) -> bool:
+        """Delete this worker's row on a graceful stop, after its leases were handed on or given back.
+
+        A leader, shardherd's or a Java KCL one, treats a worker whose row is fresh as active and may assign it
+        leases (KCL: for 60 s after the last write); without a row nothing is assigned to it. The delete is
+        conditioned on the row still being the one this keeper wrote last, so a process that reuses the worker id
+        and already wrote its own row keeps it. Returns True if the row was deleted.
+        """
+        last = self._last_record
+        if last is None:
+            return False
+        try:
+            deleted = self._store.delete_worker_if_unchanged(self._me, last.last_update, last.heartbeat)
+        except StoreUnavailable as exc:
+            log.warning("deleting the worker row of %s on stop failed (leaders see it expire instead): %s",
+                        self._me, exc)
+            return False
+        if deleted:
+            log.info("worker row of %s deleted on stop", self._me)
+        return deleted
 
     def give_back(self, lease_key: str) -> None:
         """Release a lease this worker cannot process, now or (if the store fails) at the next ticks.
@@ -296,6 +318,7 @@ class LeaseKeeper:
             log.warning("heartbeat failed: %s", exc)
             return
         self._last_heartbeat_send = sent
+        self._last_record = record
 
     def _renew(self, key: str, held: HeldLease) -> None:
         sent = self._clock.monotonic()

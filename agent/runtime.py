@@ -190,7 +190,10 @@ class Agent:
             self._stop.wait(TICK_SECONDS)
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
-        """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest."""
+        """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest.
+
+        Last, the worker's row is deleted (LeaseKeeper.retire), so no leader assigns it leases afterwards.
+        """
         if drain:
             self._drain(drain_timeout)
         with self._guard:
@@ -202,6 +205,7 @@ class Agent:
         self.keeper.release_all()
         self._stop.set()
         self._thread.join(10)
+        self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
 
     def _drain(self, timeout: float | None) -> None:
