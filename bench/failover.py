@@ -4,10 +4,13 @@
 - leader kill -9 -> the next assignment write (a lease given back at the kill gets a new owner; target < 15 s,
   KCL 3.x about 150 s); also the new leader's takeover
 - graceful drain (SIGTERM) -> per shard, time without processing (target < 2 s) and duplicates (target 0)
+- leader and agent kill -9 together (KCL's case of a leader host that also held shards) -> the first assignment
+  write of the dead agent's leases (target < 15 s) and the new leader's takeover
 
 Starts its own moto server and kinesalite on 127.0.0.1, 2 coordinator replicas and N agents through chaos proxies
-(left calm), and a producer. Usage: python -m bench.failover [--trials 5] [--agents 3] [--shards 6] [--short]
-(`--short` uses the CI's seconds-scale timings instead of the defaults).
+(left calm), and a producer.
+Usage: python -m bench.failover [--trials 5] [--agents 3] [--shards 6] [--short] [--together-only]
+(`--short` uses the CI's seconds-scale timings instead of the defaults; `--together-only` runs only the last case).
 """
 
 from __future__ import annotations
@@ -97,6 +100,33 @@ def leader_kill(cluster: ChaosCluster) -> tuple[float, float]:
     return assigned, took_over
 
 
+def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
+    """kill -9 of the leader and the busiest agent at once: (first write moving one of its leases, new leader)."""
+    leader = cluster.leader()
+    coordinator = next(m for m in cluster.coordinators() if m.name == leader)
+    agent = busiest(cluster)
+    keys = cluster.owned_by(agent.name)
+    cluster.kill(agent)
+    killed = cluster.kill(coordinator).time
+    took_over: float | None = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if took_over is None and cluster.leader() not in (None, coordinator.name):
+            took_over = time.time() - killed
+        leases = cluster.leases()
+        if any(leases[key].lease_owner != agent.name for key in keys if key in leases):
+            assigned = time.time() - killed
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("no assignment within 300 s of the leader and agent kill")
+    wait_for(lambda: cluster.leader() not in (None, coordinator.name), 120, "a new leader")
+    took_over = took_over if took_over is not None else assigned
+    cluster.start_coordinator()
+    cluster.start_agent()
+    return assigned, took_over
+
+
 def graceful_drain(cluster: ChaosCluster) -> tuple[list[float], int]:
     victim = busiest(cluster)
     keys = cluster.owned_by(victim.name)
@@ -118,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--shards", type=int, default=6)
     parser.add_argument("--short", action="store_true", help="the CI's seconds-scale timings")
+    parser.add_argument("--together-only", action="store_true",
+                        help="only the leader-and-agent kill (the other cases are skipped)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the processes' logs and ledgers in this directory (default: a temp dir, removed)")
     args = parser.parse_args(argv)
@@ -127,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     takeovers: list[float] = []
     gaps: list[float] = []
     duplicates: list[float] = []
+    together: list[float] = []
+    together_takeovers: list[float] = []
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -144,6 +178,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"leader lock {s.leader_lock_lease_duration_millis}/{s.leader_lock_heartbeat_period_millis} ms",
                   flush=True)
             for trial in range(args.trials):
+                if args.together_only:
+                    settle(cluster)
+                    assigned, took_over = leader_and_agent_kill(cluster)
+                    together.append(assigned)
+                    together_takeovers.append(took_over)
+                    print(f"trial {trial + 1}: leader and agent kill -9 -> new leader {took_over:.2f} s, first "
+                          f"write moving the agent's leases {assigned:.2f} s", flush=True)
+                    continue
                 settle(cluster)
                 kills.append(agent_kill(cluster))
                 print(f"trial {trial + 1}: agent kill -9 -> read elsewhere {kills[-1]:.2f} s", flush=True)
@@ -162,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             cluster.close()
     print("\nfailover report (seconds)")
+    if args.together_only:
+        print(f"  leader and agent kill -9 -> new leader: {summary(together_takeovers)}")
+        print(f"  leader and agent kill -9 -> first write moving the agent's leases (target < 15): "
+              f"{summary(together)}")
+        return 0
     print(f"  agent kill -9 -> all its shards read elsewhere (target < 15): {summary(kills)}")
     print(f"  leader kill -9 -> new leader: {summary(takeovers)}")
     print(f"  leader kill -9 -> next assignment write (target < 15, KCL ~150): {summary(assignments)}")
