@@ -114,7 +114,7 @@ def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
         if took_over is None and cluster.leader() not in (None, coordinator.name):
             took_over = time.time() - killed
         leases = cluster.leases()
-        if any(leases[key].lease_owner != agent.name for key in keys if key in leases):
+        if any(leases[key].actual_owner != agent.name for key in keys if key in leases):
             assigned = time.time() - killed
             break
         time.sleep(0.05)

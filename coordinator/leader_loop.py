@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
-from coordinator.liveness import LivenessTracker, WorkerGrace
+from coordinator.liveness import (
+    LivenessTracker,
+    MalformedSightings,
+    WorkerGrace,
+    decode_sightings,
+    encode_sightings,
+)
 from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
@@ -120,6 +126,9 @@ class LeaderLoop:
         self._failures = 0
         self._latest: tuple[LeaseScan, WorkerScan, float] | None = None  # the newest run's scans and their time
         self._latest_guard = threading.Lock()
+        self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
+        self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
+        lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
@@ -138,6 +147,7 @@ class LeaderLoop:
         epoch = self._lock.epoch()
         if fence is None or epoch is None:
             self._term = None
+            self._watch_while_contending()
             return None
         if self._term is None or self._term.epoch != epoch:
             self._term = self._new_term(epoch)
@@ -169,6 +179,11 @@ class LeaderLoop:
             except Exception:  # publishing is best effort; it must never fail the loop
                 log.exception("leader loop: publishing the run summary failed")
         return summary
+
+    def published_sightings(self) -> str | None:
+        """The worker-row sightings of this leader's newest run, as of now (sent with each lock heartbeat)."""
+        sightings = self._sightings if self._term is not None else {}
+        return encode_sightings(sightings, self._clock.monotonic()) if sightings else None
 
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
         """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
@@ -206,8 +221,36 @@ class LeaderLoop:
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
+    def _watch_while_contending(self) -> None:
+        """While the lock's holder misses heartbeats, watch worker rows as a leader would (one scan per run).
+
+        A replica that then takes the lock over starts from these sightings and from those the old leader
+        published, instead of watching every row for a whole failover time from zero. Costs nothing otherwise.
+        """
+        if not self._lock.looks_abandoned():
+            self._contending = None
+            return
+        if self._contending is None:
+            self._contending = LivenessTracker(self._settings.liveness_mode, self._timing.failover,
+                                               self._timing.grace)
+        try:
+            self._contending.observe((), self._store.scan_workers().workers, self._clock.monotonic())
+        except Exception as exc:  # best effort: a failed scan only means a slower start as leader
+            log.warning("leader loop: watching worker rows while contending failed: %s", exc)
+
     def _new_term(self, epoch: int) -> _Term:
+        """A fresh term; after a takeover it starts from what the old leader published and this replica watched."""
         tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace)
+        self._sightings = {}
+        handover = self._lock.take_handover()
+        if handover is not None:
+            try:
+                tracker.take_over(decode_sightings(handover.observed_rows), handover.published_before)
+            except MalformedSightings as exc:
+                log.warning("leader loop: ignoring the previous leader's sightings: %s", exc)
+        if self._contending is not None:
+            tracker.start_from(self._contending.row_sightings())
+            self._contending = None
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
@@ -222,6 +265,7 @@ class LeaderLoop:
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
         term.tracker.observe(leases.values(), worker_scan.workers, now)
+        self._sightings = term.tracker.row_sightings()
         tally = WriteTally()
         synced = False
         sync_error: str | None = None

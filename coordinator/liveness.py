@@ -9,10 +9,17 @@ so after a leader change nothing expires until the new leader has watched it for
 API: a shardherd agent (its row carries the `hb` counter) rewrites its row every heartbeat interval in both liveness
 modes, so it is gone after one failover time; a Java KCL worker (no `hb`) rewrites its row only every reporter
 interval, so it is gone after KCL's own expiry, two reporter intervals.
+
+A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
+worker row unchanged (`RowSighting`). The successor takes over only after watching that lock item unchanged for the
+lock's lease duration, so the publication is at least that old on its own clock; a row that still has the published
+`hb` and `lut` has therefore been silent for at least the published silence plus that time. A row that changed since
+is judged afresh, so a stale publication can never make a live worker look dead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -95,18 +102,25 @@ class ChangeWatcher:
 
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
-    def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None) -> None:
-        """Record this run's versions; a new key starts at `now` (or `unseen_start`, e.g. long ago for unowned)."""
+    def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None,
+                starts: Mapping[str, float] | None = None) -> None:
+        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given."""
         fresh: dict[str, _Seen] = {}
         for key, version in versions.items():
             previous = self._seen.get(key)
             if previous is None:
-                fresh[key] = _Seen(version, now if unseen_start is None else unseen_start)
+                start = now if unseen_start is None else unseen_start
+                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start)
             elif previous.version != version:
                 fresh[key] = _Seen(version, now, confirmed=True)
             else:
                 fresh[key] = previous
         self._seen = fresh
+
+    def since(self, key: str) -> float | None:
+        """When (observer's monotonic seconds) `key`'s version last changed, or None if it was not observed."""
+        seen = self._seen.get(key)
+        return None if seen is None else seen.changed_at
 
     def silent_for(self, key: str, now: float) -> float | None:
         """Seconds since `key`'s version last changed, or None if it was not observed."""
@@ -140,6 +154,64 @@ def heartbeat_age(watcher: ChangeWatcher, record: WorkerRecord, now: float, wall
     return max(0.0, observed, wall - record.last_update)
 
 
+MAX_SIGHTINGS_BYTES = 2048  # bounds what the lock item grows by (one write unit per started KiB on DynamoDB)
+_SIGHTINGS_FORMAT = 1
+
+
+class MalformedSightings(ValueError):
+    """A published `observedRows` value cannot be read (the new leader then starts from its own observations)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowSighting:
+    """A worker row as a leader last saw it: its `hb` and `lut`, unchanged for at least `silent` seconds."""
+
+    heartbeat: int
+    last_update: int
+    silent: float
+
+
+def encode_sightings(rows: Mapping[str, tuple[int, int, float]], now: float,
+                     max_bytes: int = MAX_SIGHTINGS_BYTES) -> str | None:
+    """The publication of `rows` (worker -> hb, lut, monotonic time the row last changed) as of `now`.
+
+    Compact JSON, workers in id order, cut off before `max_bytes`: a worker left out is merely judged afresh by a
+    successor. None when there is nothing to publish.
+    """
+    entries: list[str] = []
+    size = len('{"v":1,"rows":{}}')
+    for worker in sorted(rows):
+        heartbeat, last_update, changed_at = rows[worker]
+        silent_ms = max(0, int((now - changed_at) * 1000))
+        entry = f"{json.dumps(worker)}:[{heartbeat},{last_update},{silent_ms}]"
+        if size + len(entry.encode()) + 1 > max_bytes:
+            break
+        entries.append(entry)
+        size += len(entry.encode()) + 1
+    if not entries:
+        return None
+    return '{"v":' + str(_SIGHTINGS_FORMAT) + ',"rows":{' + ",".join(entries) + "}}"
+
+
+def decode_sightings(text: str) -> dict[str, RowSighting]:
+    """Read a publication; MalformedSightings if it is not one this version understands."""
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("v") != _SIGHTINGS_FORMAT:
+            raise MalformedSightings(f"unknown sightings format: {text[:80]!r}")
+        result: dict[str, RowSighting] = {}
+        for worker, values in document["rows"].items():
+            heartbeat, last_update, silent_ms = values
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+                raise MalformedSightings(f"sighting of {worker!r} is not three counts: {values!r}")
+            result[str(worker)] = RowSighting(heartbeat, last_update, silent_ms / 1000)
+        return result
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, MalformedSightings):
+            raise
+        raise MalformedSightings(f"unreadable sightings: {exc}") from exc
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseLiveness:
     """One lease's verdict for this run."""
@@ -159,12 +231,45 @@ class LivenessTracker:
     leases: ChangeWatcher = field(default_factory=ChangeWatcher)
     owners: ChangeWatcher = field(default_factory=ChangeWatcher)
     records: dict[str, WorkerRecord] = field(default_factory=dict)  # the rows of the last observation
+    handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see take_over
+
+    def take_over(self, sightings: Mapping[str, RowSighting], published_before: float) -> None:
+        """Start from a predecessor's sightings, published no later than `published_before` (this clock).
+
+        At the next observation a row that still has the sighted `hb` and `lut` counts as unchanged since
+        `published_before - silent`; any other row is judged afresh.
+        """
+        self.start_from({worker: (seen.heartbeat, seen.last_update, published_before - seen.silent)
+                         for worker, seen in sightings.items()})
+
+    def start_from(self, rows: Mapping[str, tuple[int, int, float]]) -> None:
+        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
+
+        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence).
+        """
+        for worker, (heartbeat, last_update, since) in rows.items():
+            known = self.handed_over.get(worker)
+            if known is not None and known[:2] == (heartbeat, last_update):
+                since = min(since, known[2])
+            self.handed_over[worker] = (heartbeat, last_update, since)
+
+    def row_sightings(self) -> dict[str, tuple[int, int, float]]:
+        """Worker -> (hb, lut, when its row last changed) as of the last observation: what a leader publishes."""
+        sightings = {}
+        for worker, record in self.records.items():
+            since = self.workers.since(worker)
+            if since is not None:
+                sightings[worker] = (record.heartbeat, record.last_update, since)
+        return sightings
 
     def observe(self, leases: Iterable[Lease], workers: Iterable[WorkerRecord], now: float) -> None:
         """Record this run's counters and heartbeats."""
         records = list(workers)
         self.records = {w.worker_id: w for w in records}
-        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now)
+        starts = {w.worker_id: self.handed_over[w.worker_id][2] for w in records
+                  if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
+        self.handed_over = {}
+        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
         lease_list = list(leases)
         if self.mode == "lease":
             self.leases.observe({lease.lease_key: lease.lease_counter for lease in lease_list}, now)
