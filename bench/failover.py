@@ -122,8 +122,11 @@ def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
         raise AssertionError("no assignment within 300 s of the leader and agent kill")
     wait_for(lambda: cluster.leader() not in (None, coordinator.name), 120, "a new leader")
     took_over = took_over if took_over is not None else assigned
-    cluster.start_coordinator()
+    standby = cluster.start_coordinator()
     cluster.start_agent()
+    # The next trial's takeover must not include this replica's start-up (seconds under load).
+    wait_for(lambda: b" running (application" in (cluster.workdir / f"{standby.name}.log").read_bytes(), 120,
+             f"{standby.name} running")
     return assigned, took_over
 
 
