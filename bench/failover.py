@@ -19,6 +19,7 @@ import argparse
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from services.emulators.kinesalite import Kinesalite
@@ -73,6 +74,24 @@ def agent_kill(cluster: ChaosCluster) -> float:
     return max(found.values()) - killed
 
 
+def watch_failover(cluster: ChaosCluster, killed_leader: str, killed: float, moved: Callable[[], bool],
+                   what: str) -> tuple[float, float]:
+    """Seconds from `killed` until `moved()` holds, and until another coordinator holds the lock."""
+    took_over: float | None = None
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if took_over is None and cluster.leader() not in (None, killed_leader):
+            took_over = time.time() - killed
+        if moved():
+            assigned = time.time() - killed
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError(f"no assignment within 300 s of the {what}")
+    wait_for(lambda: cluster.leader() not in (None, killed_leader), 120, "a new leader")
+    return assigned, took_over if took_over is not None else assigned
+
+
 def leader_kill(cluster: ChaosCluster) -> tuple[float, float]:
     leader = cluster.leader()
     victim = next(m for m in cluster.coordinators() if m.name == leader)
@@ -82,22 +101,14 @@ def leader_kill(cluster: ChaosCluster) -> tuple[float, float]:
     assert lease.lease_owner is not None
     cluster.store.release(key, lease.lease_owner)
     cluster.note("release", key, "given back at the leader kill")
-    took_over: float | None = None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if took_over is None and cluster.leader() not in (None, victim.name):
-            took_over = time.time() - killed
+
+    def assigned() -> bool:
         current = cluster.store.get_lease(key)
-        if current is not None and current.lease_owner is not None:
-            assigned = time.time() - killed
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("no assignment within 300 s of the leader kill")
-    wait_for(lambda: cluster.leader() not in (None, victim.name), 120, "a new leader")
-    took_over = took_over if took_over is not None else assigned
+        return current is not None and current.lease_owner is not None
+
+    result = watch_failover(cluster, victim.name, killed, assigned, "leader kill")
     cluster.start_coordinator()
-    return assigned, took_over
+    return result
 
 
 def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
@@ -108,26 +119,18 @@ def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
     keys = cluster.owned_by(agent.name)
     cluster.kill(agent)
     killed = cluster.kill(coordinator).time
-    took_over: float | None = None
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if took_over is None and cluster.leader() not in (None, coordinator.name):
-            took_over = time.time() - killed
+
+    def moved() -> bool:
         leases = cluster.leases()
-        if any(leases[key].actual_owner != agent.name for key in keys if key in leases):
-            assigned = time.time() - killed
-            break
-        time.sleep(0.05)
-    else:
-        raise AssertionError("no assignment within 300 s of the leader and agent kill")
-    wait_for(lambda: cluster.leader() not in (None, coordinator.name), 120, "a new leader")
-    took_over = took_over if took_over is not None else assigned
+        return any(leases[key].actual_owner != agent.name for key in keys if key in leases)
+
+    result = watch_failover(cluster, coordinator.name, killed, moved, "leader and agent kill")
     standby = cluster.start_coordinator()
     cluster.start_agent()
     # The next trial's takeover must not include this replica's start-up (seconds under load).
     wait_for(lambda: b" running (application" in (cluster.workdir / f"{standby.name}.log").read_bytes(), 120,
              f"{standby.name} running")
-    return assigned, took_over
+    return result
 
 
 def graceful_drain(cluster: ChaosCluster) -> tuple[list[float], int]:
@@ -162,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     takeovers: list[float] = []
     gaps: list[float] = []
     duplicates: list[float] = []
-    together: list[float] = []
-    together_takeovers: list[float] = []
+    together: list[tuple[float, float]] = []  # (first write moving the agent's leases, new leader)
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -183,11 +185,9 @@ def main(argv: list[str] | None = None) -> int:
             for trial in range(args.trials):
                 if args.together_only:
                     settle(cluster)
-                    assigned, took_over = leader_and_agent_kill(cluster)
-                    together.append(assigned)
-                    together_takeovers.append(took_over)
-                    print(f"trial {trial + 1}: leader and agent kill -9 -> new leader {took_over:.2f} s, first "
-                          f"write moving the agent's leases {assigned:.2f} s", flush=True)
+                    together.append(leader_and_agent_kill(cluster))
+                    print(f"trial {trial + 1}: leader and agent kill -9 -> new leader {together[-1][1]:.2f} s, "
+                          f"first write moving the agent's leases {together[-1][0]:.2f} s", flush=True)
                     continue
                 settle(cluster)
                 kills.append(agent_kill(cluster))
@@ -208,9 +208,9 @@ def main(argv: list[str] | None = None) -> int:
             cluster.close()
     print("\nfailover report (seconds)")
     if args.together_only:
-        print(f"  leader and agent kill -9 -> new leader: {summary(together_takeovers)}")
+        print(f"  leader and agent kill -9 -> new leader: {summary([t for _, t in together])}")
         print(f"  leader and agent kill -9 -> first write moving the agent's leases (target < 15): "
-              f"{summary(together)}")
+              f"{summary([a for a, _ in together])}")
         return 0
     print(f"  agent kill -9 -> all its shards read elsewhere (target < 15): {summary(kills)}")
     print(f"  leader kill -9 -> new leader: {summary(takeovers)}")
