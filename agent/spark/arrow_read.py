@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from agent.kpl import MAGIC, BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import MAGIC, BrokenAggregate, is_aggregate
+from agent.kpl_decoding import decode_aggregate
 from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from agent.reader import ShardReadError
 from agent.spark.kinesis_raw import IteratorExpired, RawKinesis

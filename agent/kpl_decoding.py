@@ -1,0 +1,63 @@
+"""Which KPL aggregate decoder this process uses, chosen once: the protobuf runtime's C one, else pure Python.
+
+`auto` (the default) takes agent/kpl_protobuf.py when `protobuf` is importable and its implementation is upb (C);
+any other runtime (the pure-Python protobuf, or none) falls back to agent/kpl_python.py, which is faster than the
+pure-Python protobuf runtime. `python` forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so
+Spark's Python workers forked from an agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the
+Spark source passes it to every executor with its partitions).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Literal, get_args
+
+from agent import kpl_python
+from agent.kpl import UserRecord
+
+log = logging.getLogger(__name__)
+
+DECODER_ENV = "SHARDHERD_KPL_DECODER"
+Choice = Literal["auto", "python"]
+CHOICES: tuple[str, ...] = get_args(Choice)
+
+_decode: Callable[[bytes], list[UserRecord]] = kpl_python.decode
+_name = "python"
+_choice: str | None = None
+
+
+def decode_aggregate(data: bytes) -> list[UserRecord]:
+    """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
+    return _decode(data)
+
+
+def decoder_name() -> str:
+    """The decoder in use: "protobuf-upb" or "python"."""
+    return _name
+
+
+def use(choice: str) -> str:
+    """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name."""
+    global _decode, _name, _choice
+    if choice not in CHOICES:
+        raise ValueError(f"{DECODER_ENV} must be one of {list(CHOICES)}, got {choice!r}")
+    if choice == _choice:
+        return _name
+    fast = _protobuf_decoder() if choice == "auto" else None
+    _decode, _name = (fast, "protobuf-upb") if fast is not None else (kpl_python.decode, "python")
+    _choice = choice
+    return _name
+
+
+def _protobuf_decoder() -> Callable[[bytes], list[UserRecord]] | None:
+    """The protobuf runtime's decoder if `protobuf` is installed with its C (upb) implementation."""
+    try:
+        from agent import kpl_protobuf
+    except ImportError:
+        return None
+    return kpl_protobuf.decode if kpl_protobuf.implementation() == "upb" else None
+
+
+use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")

@@ -1,0 +1,104 @@
+"""KPL aggregate decoder on the protobuf runtime: its C parser (upb) reads the body, Python only checks and maps.
+
+The AggregatedRecord, Record and Tag messages are described here as a FileDescriptorProto built in code, so neither
+`protoc` nor generated `_pb2` files are needed at install or run time. Field numbers and labels follow the KPL's
+aggregation format (agent/kpl.py lists them). They live in a private descriptor pool, so a user's own copy of the
+KPL schema in the default pool cannot clash with them. The answers (records or BrokenAggregate) are the pure-Python
+decoder's (agent/kpl_python.py); tests/agent/test_kpl_decoders.py checks that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.internal import api_implementation
+from google.protobuf.message import DecodeError
+
+from agent.kpl import BrokenAggregate, UserRecord, aggregate_body
+
+_PACKAGE = "shardherd.kpl"
+_Field = descriptor_pb2.FieldDescriptorProto
+_SCHEMA: dict[str, list[tuple[int, str, int, int, str]]] = {
+    "Tag": [(1, "key", _Field.LABEL_REQUIRED, _Field.TYPE_STRING, ""),
+            (2, "value", _Field.LABEL_OPTIONAL, _Field.TYPE_STRING, "")],
+    "Record": [(1, "partition_key_index", _Field.LABEL_REQUIRED, _Field.TYPE_UINT64, ""),
+               (2, "explicit_hash_key_index", _Field.LABEL_OPTIONAL, _Field.TYPE_UINT64, ""),
+               (3, "data", _Field.LABEL_REQUIRED, _Field.TYPE_BYTES, ""),
+               (4, "tags", _Field.LABEL_REPEATED, _Field.TYPE_MESSAGE, "Tag")],
+    "AggregatedRecord": [(1, "partition_key_table", _Field.LABEL_REPEATED, _Field.TYPE_STRING, ""),
+                         (2, "explicit_hash_key_table", _Field.LABEL_REPEATED, _Field.TYPE_STRING, ""),
+                         (3, "records", _Field.LABEL_REPEATED, _Field.TYPE_MESSAGE, "Record")],
+}
+
+
+def implementation() -> str:
+    """The protobuf runtime's implementation: "upb" (C), "cpp" or "python"."""
+    return str(api_implementation.Type())
+
+
+def _aggregated_record_class() -> Any:
+    """The AggregatedRecord message class, from a file descriptor built in code (proto2: required fields)."""
+    file = descriptor_pb2.FileDescriptorProto(name="shardherd/kpl_aggregation.proto", package=_PACKAGE,
+                                              syntax="proto2")
+    for message_name, fields in _SCHEMA.items():
+        message = file.message_type.add(name=message_name)
+        for number, name, label, kind, type_name in fields:
+            field = message.field.add(name=name, number=number, label=label, type=kind)
+            if type_name:
+                field.type_name = f".{_PACKAGE}.{type_name}"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.AggregatedRecord"))
+
+
+_AggregatedRecord = _aggregated_record_class()
+
+
+def decode(data: bytes) -> list[UserRecord]:
+    """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
+    message = _AggregatedRecord()
+    try:
+        message.ParseFromString(aggregate_body(data))
+    except DecodeError as exc:
+        raise BrokenAggregate(f"protobuf body does not parse: {exc}") from exc
+    records = message.records
+    if not records:
+        raise BrokenAggregate("aggregate holds no records")
+    if not message.IsInitialized():
+        missing = ", ".join(message.FindInitializationErrors())
+        raise BrokenAggregate(f"required fields missing: {missing}")
+    partition_keys = _texts(message.partition_key_table, "partition key")
+    hash_keys = _texts(message.explicit_hash_key_table, "explicit hash key")
+    return [_user_record(record, partition_keys, hash_keys) for record in records]
+
+
+def _user_record(record: Any, partition_keys: list[str], hash_keys: list[str]) -> UserRecord:
+    key_index: int = record.partition_key_index
+    if key_index >= len(partition_keys):
+        raise BrokenAggregate(f"partition_key_index {key_index} is out of range ({len(partition_keys)} keys)")
+    explicit = None
+    if record.HasField("explicit_hash_key_index"):
+        hash_index: int = record.explicit_hash_key_index
+        if hash_index >= len(hash_keys):
+            raise BrokenAggregate(f"explicit_hash_key_index {hash_index} is out of range ({len(hash_keys)} keys)")
+        explicit = hash_keys[hash_index]
+    if not record.tags:
+        return UserRecord(partition_keys[key_index], record.data, explicit)
+    tags = tuple((_text(tag.key, "tag key"), _text(tag.value, "tag value") if tag.HasField("value") else None)
+                 for tag in record.tags)
+    return UserRecord(partition_keys[key_index], record.data, explicit, tags)
+
+
+def _texts(values: Any, what: str) -> list[str]:
+    """The strings of a repeated string field; proto2 parsing hands invalid UTF-8 over as bytes."""
+    texts = list(values)
+    for value in texts:
+        _text(value, what)
+    return texts
+
+
+def _text(value: str | bytes, what: str) -> str:
+    if not isinstance(value, str):
+        raise BrokenAggregate(f"{what} is not valid UTF-8")
+    return value
