@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from shared.errors import ShardherdError
 
+# How a process may decode aggregates (agent/kpl_decoding.py): the fastest installed decoder, or pure Python.
+KPL_DECODERS = ("auto", "python")
 MAGIC = bytes((0xF3, 0x89, 0x9A, 0xC2))
 DIGEST_SIZE = 16
 # The KPL's default AggregationMaxSize; Kinesis itself takes records of up to 1 MiB.

@@ -9,19 +9,13 @@ Spark source passes it to every executor with its partitions).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
-from typing import Literal, get_args
 
 from agent import kpl_python
-from agent.kpl import UserRecord
-
-log = logging.getLogger(__name__)
+from agent.kpl import KPL_DECODERS, UserRecord
 
 DECODER_ENV = "SHARDHERD_KPL_DECODER"
-Choice = Literal["auto", "python"]
-CHOICES: tuple[str, ...] = get_args(Choice)
 
 _decode: Callable[[bytes], list[UserRecord]] = kpl_python.decode
 _name = "python"
@@ -41,8 +35,8 @@ def decoder_name() -> str:
 def use(choice: str) -> str:
     """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name."""
     global _decode, _name, _choice
-    if choice not in CHOICES:
-        raise ValueError(f"{DECODER_ENV} must be one of {list(CHOICES)}, got {choice!r}")
+    if choice not in KPL_DECODERS:
+        raise ValueError(f"{DECODER_ENV} must be one of {list(KPL_DECODERS)}, got {choice!r}")
     if choice == _choice:
         return _name
     fast = _protobuf_decoder() if choice == "auto" else None

@@ -9,6 +9,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent import kpl_decoding
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
@@ -69,6 +70,7 @@ class Agent:
         if settings.stream_name is None:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME)")
         self.settings = settings
+        self.kpl_decoder = kpl_decoding.use(settings.kpl_decoder)
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
@@ -137,6 +139,8 @@ class Agent:
                 source.sample()  # delta-based sources answer 0 on their first call: take that one outside the history
             except Exception as exc:  # the sampler counts later failures; this one only primes the baseline
                 log.warning("priming the CPU source failed: %s", exc)
+        log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
+                 self.settings.kpl_decoder)
         self._sampling.start()
         self._thread.start()
         return self

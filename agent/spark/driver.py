@@ -66,7 +66,8 @@ class SparkAgent(Agent):
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
         self.options = SourceOptions(self.channel, settings.stream_name or "", settings.region,
-                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
+                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
+                                     settings.kpl_decoder)
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), settings.stream_name or "")

@@ -13,12 +13,14 @@ import random
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import get_args
 
 import pytest
 
 from agent import kpl_decoding, kpl_protobuf, kpl_python
 from agent.kpl import (
     DIGEST_SIZE,
+    KPL_DECODERS,
     MAGIC,
     MAX_KINESIS_RECORD_BYTES,
     BrokenAggregate,
@@ -26,6 +28,8 @@ from agent.kpl import (
     encode_aggregate,
     encode_varint,
 )
+from shared.config import Settings, load_settings
+from shared.errors import ConfigError
 
 Decoder = Callable[[bytes], list[UserRecord]]
 Outcome = list[UserRecord] | type[BrokenAggregate]
@@ -210,6 +214,13 @@ def test_decoder_is_chosen_at_import_and_can_be_forced_to_python() -> None:
     assert decoder_in_subprocess("Python").stdout.strip() == "python"
     bad = decoder_in_subprocess("fast")
     assert bad.returncode != 0 and "SHARDHERD_KPL_DECODER must be one of" in bad.stderr
+
+
+def test_the_setting_offers_the_decoders_choices() -> None:
+    assert get_args(Settings.model_fields["kpl_decoder"].annotation) == KPL_DECODERS
+    assert load_settings(stream_name="s", kpl_decoder="python").kpl_decoder == "python"
+    with pytest.raises(ConfigError, match="kpl_decoder"):
+        load_settings(stream_name="s", kpl_decoder="fast")
 
 
 def test_use_switches_the_decoder_in_process() -> None:
