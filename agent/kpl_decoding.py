@@ -17,7 +17,11 @@ from agent.kpl import KPL_DECODERS, UserRecord
 
 DECODER_ENV = "SHARDHERD_KPL_DECODER"
 
-_decode: Callable[[bytes], list[UserRecord]] = kpl_python.decode
+Decoder = Callable[[bytes], list[UserRecord]]
+ColumnDecoder = Callable[[bytes], tuple[list[str], list[bytes]]]
+
+_decode: Decoder = kpl_python.decode
+_decode_columns: ColumnDecoder = kpl_python.decode_columns
 _name = "python"
 _choice: str | None = None
 
@@ -27,6 +31,11 @@ def decode_aggregate(data: bytes) -> list[UserRecord]:
     return _decode(data)
 
 
+def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
+    """The partition keys and payloads of an aggregate's user records, in order; BrokenAggregate as above."""
+    return _decode_columns(data)
+
+
 def decoder_name() -> str:
     """The decoder in use: "protobuf-upb" or "python"."""
     return _name
@@ -34,24 +43,25 @@ def decoder_name() -> str:
 
 def use(choice: str) -> str:
     """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name."""
-    global _decode, _name, _choice
+    global _decode, _decode_columns, _name, _choice
     if choice not in KPL_DECODERS:
         raise ValueError(f"{DECODER_ENV} must be one of {list(KPL_DECODERS)}, got {choice!r}")
     if choice == _choice:
         return _name
-    fast = _protobuf_decoder() if choice == "auto" else None
-    _decode, _name = (fast, "protobuf-upb") if fast is not None else (kpl_python.decode, "python")
+    fast = _protobuf_decoders() if choice == "auto" else None
+    _decode, _decode_columns, _name = ((*fast, "protobuf-upb") if fast is not None
+                                       else (kpl_python.decode, kpl_python.decode_columns, "python"))
     _choice = choice
     return _name
 
 
-def _protobuf_decoder() -> Callable[[bytes], list[UserRecord]] | None:
-    """The protobuf runtime's decoder if `protobuf` is installed with its C (upb) implementation."""
+def _protobuf_decoders() -> tuple[Decoder, ColumnDecoder] | None:
+    """The protobuf runtime's decoders if `protobuf` is installed with its C (upb) implementation."""
     try:
         from agent import kpl_protobuf
     except ImportError:
         return None
-    return kpl_protobuf.decode if kpl_protobuf.implementation() == "upb" else None
+    return (kpl_protobuf.decode, kpl_protobuf.decode_columns) if kpl_protobuf.implementation() == "upb" else None
 
 
 use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")

@@ -43,6 +43,12 @@ def decode(data: bytes) -> list[UserRecord]:
     return [_decode_user_record(raw, partition_keys, hash_keys) for raw in raw_records]
 
 
+def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
+    """The partition keys and payloads of an aggregate's user records, in order; BrokenAggregate as `decode`."""
+    records = decode(data)
+    return [record.partition_key for record in records], [record.data for record in records]
+
+
 def _decode_user_record(raw: bytes, partition_keys: Sequence[str], hash_keys: Sequence[str]) -> UserRecord:
     key_index: int | None = None
     hash_index: int | None = None

@@ -48,9 +48,17 @@ def outcome(decoder: Decoder, data: bytes) -> Outcome:
 
 
 def assert_same(data: bytes) -> Outcome:
-    """Both decoders' answer for `data`, asserting it is one answer."""
+    """Both decoders' answer for `data`, asserting it is one answer (the protobuf column decoder's too)."""
     fast, pure = outcome(kpl_protobuf.decode, data), outcome(kpl_python.decode, data)
     assert fast == pure, data.hex()
+    try:
+        columns: tuple[list[str], list[bytes]] | type[BrokenAggregate] = kpl_protobuf.decode_columns(data)
+    except BrokenAggregate:
+        columns = BrokenAggregate
+    if isinstance(fast, list):
+        assert columns == ([record.partition_key for record in fast], [record.data for record in fast]), data.hex()
+    else:
+        assert columns is BrokenAggregate, data.hex()
     return fast
 
 
