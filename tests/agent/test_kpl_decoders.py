@@ -8,11 +8,13 @@ protobuf's parsing rules; then which decoder a process picks, and how to force t
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -28,8 +30,14 @@ from agent.kpl import (
     encode_aggregate,
     encode_varint,
 )
+from agent.read_spec import StartPosition
+from agent.runtime import Agent
+from agent.spark.offsets import ShardPlan
+from agent.spark.source import ShardPartition, SourceOptions, read_partition
+from shared.checkpoint import Checkpoint
 from shared.config import Settings, load_settings
 from shared.errors import ConfigError
+from shared.memory_store import MemoryLeaseStore
 
 Decoder = Callable[[bytes], list[UserRecord]]
 Outcome = list[UserRecord] | type[BrokenAggregate]
@@ -95,6 +103,14 @@ def corrupt(rng: random.Random, body: bytes) -> bytes:
     else:
         damaged[at : at + 1] = bytes([rng.choice([0x00, 0x08, 0x0A, 0x12, 0x1A, 0x22, 0x7B, 0x7C, 0x80, 0xFF])])
     return bytes(damaged)
+
+
+@pytest.fixture
+def keep_decoder() -> Iterator[None]:
+    """Put this process's decoder choice back after a test that changes it."""
+    before = kpl_decoding.decoder_name()
+    yield
+    kpl_decoding.use("auto" if before == "protobuf-upb" else "python")
 
 
 def test_the_protobuf_decoder_runs_on_the_c_runtime() -> None:
@@ -199,6 +215,11 @@ PROTOBUF_RULES = {
     "non-UTF-8 tag value": (KEY + b"\x1a\x0c\x08\x00\x1a\x01x\x22\x05\x0a\x00\x12\x01\xff", None),
     "non-UTF-8 hash key": (KEY + b"\x12\x01\xff" + RECORD, None),
     "no records": (KEY, None),
+    "partition key index out of range": (KEY + b"\x1a\x05\x08\x01\x1a\x01x", None),
+    "hash key index without hash keys": (KEY + b"\x1a\x07\x08\x00\x10\x00\x1a\x01x", None),
+    "hash key index out of range": (KEY + b"\x12\x01h\x1a\x07\x08\x00\x10\x01\x1a\x01x", None),
+    "hash key index in range": (KEY + b"\x12\x01h" + RECORD + b"\x1a\x07\x08\x00\x10\x00\x1a\x01y",
+                                [UserRecord("a", b"x"), UserRecord("a", b"y", "h")]),
     "last of a repeated scalar wins": (KEY + b"\x0a\x01b\x1a\x0a\x08\x05\x08\x01\x1a\x01x\x1a\x01y",
                                        [UserRecord("b", b"y")]),
 }
@@ -231,15 +252,35 @@ def test_the_setting_offers_the_decoders_choices() -> None:
         load_settings(stream_name="s", kpl_decoder="fast")
 
 
+@pytest.mark.usefixtures("keep_decoder")
 def test_use_switches_the_decoder_in_process() -> None:
-    before = kpl_decoding.decoder_name()
     data = encode_aggregate([UserRecord("k", b"v")])
-    try:
-        assert kpl_decoding.use("python") == "python"
-        assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v")]
-        assert kpl_decoding.use("auto") == "protobuf-upb"
-        assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v")]
-        with pytest.raises(ValueError, match="must be one of"):
-            kpl_decoding.use("c")
-    finally:
-        kpl_decoding.use("auto" if before == "protobuf-upb" else "python")
+    assert kpl_decoding.use("python") == "python"
+    assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v")]
+    assert kpl_decoding.decode_columns(data) == (["k"], [b"v"])
+    assert kpl_decoding.use("auto") == "protobuf-upb"
+    assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v")]
+    assert kpl_decoding.decode_columns(data) == (["k"], [b"v"])
+    with pytest.raises(ValueError, match="must be one of"):
+        kpl_decoding.use("c")
+
+
+@pytest.mark.usefixtures("keep_decoder")
+def test_an_agent_applies_its_kpl_decoder_setting_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    settings = load_settings(stream_name="s", kpl_decoder="python", kinesis_endpoint_url="http://127.0.0.1:9",
+                             disable_worker_metrics=True)
+    agent = Agent(settings, lambda: pytest.fail("no shard is held"), store=MemoryLeaseStore(settings.table_names))
+    assert agent.kpl_decoder == kpl_decoding.decoder_name() == "python"
+    with caplog.at_level(logging.INFO, logger="agent.runtime"):
+        agent.start()
+        agent.stop(drain=False)
+    assert "de-aggregated by the python decoder (kpl_decoder=python)" in caplog.text
+
+
+@pytest.mark.usefixtures("keep_decoder")
+def test_an_executor_read_applies_the_decoder_its_partition_carries(tmp_path: Path) -> None:
+    plan = ShardPlan("shardId-0", StartPosition.after(Checkpoint("1")), Checkpoint("2"))
+    for choice, name in (("python", "python"), ("auto", "protobuf-upb")):
+        options = SourceOptions(tmp_path, "stream", endpoint_url="http://127.0.0.1:9", kpl_decoder=choice)
+        read_partition(ShardPartition(plan, options))  # a lazy iterator: nothing is read until Spark pulls rows
+        assert kpl_decoding.decoder_name() == name
