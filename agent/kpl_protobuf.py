@@ -18,6 +18,9 @@ from google.protobuf.message import DecodeError
 from agent.kpl import BrokenAggregate, UserRecord, aggregate_body
 
 _PACKAGE = "shardherd.kpl"
+# First bytes of Record's optional fields' tags: explicit_hash_key_index (2, varint) and tags (4, length-delimited),
+# in their shortest encoding and as the start of a longer one.
+_OPTIONAL_FIELD_MARKERS = (b"\x10", b"\x90", b"\x22", b"\xa2")
 _Field = descriptor_pb2.FieldDescriptorProto
 _SCHEMA: dict[str, list[tuple[int, str, int, int, str]]] = {
     "Tag": [(1, "key", _Field.LABEL_REQUIRED, _Field.TYPE_STRING, ""),
@@ -57,7 +60,7 @@ _AggregatedRecord = _aggregated_record_class()
 
 def decode(data: bytes) -> list[UserRecord]:
     """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
-    message, partition_keys, hash_keys = _parse(data)
+    message, partition_keys, hash_keys = _parse(aggregate_body(data))
     return [_user_record(record, partition_keys, hash_keys) for record in message.records]
 
 
@@ -65,29 +68,28 @@ def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
     """The partition keys and payloads of an aggregate's user records, in order, after every check `decode` makes.
 
     The Spark read path needs only these two columns; building them straight from the parsed message skips a
-    Python object per user record, which costs more than the C parse itself.
+    Python object per user record, which costs more than the C parse itself. Records can carry an explicit hash key
+    index or tags only if the body holds a first byte of those fields' tags (any varint encoding of a tag starts
+    with its low 7 bits); when it holds none and the aggregate has no explicit hash keys (text payloads, the usual
+    case), those per-record checks cannot fail and are skipped.
     """
-    message, partition_keys, hash_keys = _parse(data)
+    body = aggregate_body(data)
+    message, partition_keys, hash_keys = _parse(body)
     records = message.records
+    if hash_keys or any(marker in body for marker in _OPTIONAL_FIELD_MARKERS):
+        users = [_user_record(record, partition_keys, hash_keys) for record in records]
+        return [user.partition_key for user in users], [user.data for user in users]
     key_indexes = [record.partition_key_index for record in records]
     if max(key_indexes) >= len(partition_keys):
         raise BrokenAggregate(f"partition_key_index {max(key_indexes)} is out of range ({len(partition_keys)} keys)")
-    if hash_keys:  # an absent index reads 0, which is in range: only present ones can be out of range
-        if max(record.explicit_hash_key_index for record in records) >= len(hash_keys):
-            raise BrokenAggregate(f"an explicit_hash_key_index is out of range ({len(hash_keys)} keys)")
-    elif any(record.HasField("explicit_hash_key_index") for record in records):
-        raise BrokenAggregate("a record has an explicit_hash_key_index but the aggregate has no explicit hash keys")
-    for record in records:
-        if record.tags:
-            _tags(record)
     return [partition_keys[index] for index in key_indexes], [record.data for record in records]
 
 
-def _parse(data: bytes) -> tuple[Any, list[str], list[str]]:
+def _parse(body: bytes) -> tuple[Any, list[str], list[str]]:
     """The parsed, complete AggregatedRecord with at least one record, and its checked key tables."""
     message = _AggregatedRecord()
     try:
-        message.ParseFromString(aggregate_body(data))
+        message.ParseFromString(body)
     except DecodeError as exc:
         raise BrokenAggregate(f"protobuf body does not parse: {exc}") from exc
     if not message.records:

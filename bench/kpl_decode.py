@@ -3,7 +3,8 @@
     python -m bench.kpl_decode [--rounds 7] [--seconds 0.5]
 
 Aggregates of 100-byte and 1 KiB user records, 10 per aggregate (bench/spark_read_cost.py's shape) and full ones
-(the KPL's 51,200-byte default), partition keys from a small pool, some explicit hash keys. Each round times both
+(the KPL's 51,200-byte default), partition keys from a small pool; text payloads, and binary ones with some explicit
+hash keys. Each round times both
 decoders back to back (process CPU time): `decode` of each (user record objects) and the protobuf
 decoder's `decode_columns` (partition keys and payloads only, what the Spark read path takes); medians and ratios
 to the pure-Python decoder are printed.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import string
 import time
 from collections.abc import Callable
 
@@ -23,10 +25,17 @@ from agent.kpl import Aggregator, UserRecord
 Decoder = Callable[[bytes], object]
 
 
-def aggregates(size: int, per_aggregate: int | None, rng: random.Random) -> tuple[list[bytes], int]:
-    """Aggregates of `size`-byte records (`per_aggregate` each, or as many as fit) and their user record count."""
-    records = [UserRecord(f"key-{rng.randrange(50)}", rng.randbytes(size), str(rng.getrandbits(128)) if i % 4 == 0
-                          else None) for i in range(2_000)]
+def aggregates(size: int, per_aggregate: int | None, text: bool, rng: random.Random) -> tuple[list[bytes], int]:
+    """Aggregates of `size`-byte records (`per_aggregate` each, or as many as fit) and their user record count.
+
+    Text records are JSON-like ASCII without explicit hash keys (the usual producer); binary ones are random bytes,
+    a quarter with explicit hash keys (the protobuf column decoder then checks every record's optional fields).
+    """
+    alphabet = string.ascii_letters + string.digits + '{}":, '
+    records = [UserRecord(f"key-{rng.randrange(50)}", "".join(rng.choices(alphabet, k=size)).encode())
+               if text else UserRecord(f"key-{rng.randrange(50)}", rng.randbytes(size),
+                                       str(rng.getrandbits(128)) if index % 4 == 0 else None)
+               for index in range(2_000)]
     packer = Aggregator(max_records=per_aggregate) if per_aggregate else Aggregator()
     packed = packer.pack(records)
     return [aggregate.data for aggregate in packed], len(records)
@@ -52,8 +61,9 @@ def main() -> None:
     args = parser.parse_args()
     print(f"protobuf runtime: {kpl_protobuf.implementation()}; median of {args.rounds} rounds, process CPU")
     rng = random.Random(16)
-    for size, per_aggregate in ((100, 10), (100, None), (1024, 10), (1024, None)):
-        data, records = aggregates(size, per_aggregate, rng)
+    for size, per_aggregate, text in ((100, 10, True), (100, None, True), (100, 10, False), (1024, 10, True),
+                                      (1024, None, True), (1024, 10, False)):
+        data, records = aggregates(size, per_aggregate, text, rng)
         assert all(kpl_protobuf.decode(item) == kpl_python.decode(item) for item in data)
         samples: dict[str, list[float]] = {"python": [], "protobuf": [], "columns": []}
         for _ in range(args.rounds):
@@ -61,8 +71,8 @@ def main() -> None:
                                  ("columns", kpl_protobuf.decode_columns)):
                 samples[name].append(cpu_per_record(decode, data, records, args.seconds))
         pure, fast, columns = (statistics.median(samples[name]) for name in ("python", "protobuf", "columns"))
-        shape = f"{records / len(data):.0f} per aggregate"
-        print(f"{size:5d} B records, {shape:>17}: python {pure * 1e6:5.2f} us, protobuf {fast * 1e6:5.2f} us "
+        shape = f"{'text' if text else 'binary'}, {records / len(data):.0f} per aggregate"
+        print(f"{size:5d} B {shape:>25}: python {pure * 1e6:5.2f} us, protobuf {fast * 1e6:5.2f} us "
               f"({pure / fast:.1f}x less CPU), protobuf columns (Spark path) {columns * 1e6:5.2f} us "
               f"({pure / columns:.1f}x) per user record")
 

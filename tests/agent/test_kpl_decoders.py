@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 import random
+import string
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -78,13 +79,18 @@ def random_record(rng: random.Random, keys: list[str]) -> UserRecord:
     hash_key = rng.choice([None, "0", str(2**128 - 1), str(rng.getrandbits(128))])
     tags = tuple((random_text(rng, 4), rng.choice([None, "", random_text(rng, 4)]))
                  for _ in range(rng.choice([0, 0, 1, 3])))
-    data = rng.choice([b"", bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64))), bytes(rng.randint(0, 600))])
+    data = rng.choice([b"", bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 64))), bytes(rng.randint(0, 600)),
+                       "".join(rng.choice(string.ascii_letters + "{}:,") for _ in range(rng.randint(1, 80))).encode()])
     return UserRecord(rng.choice(keys), data, hash_key, tags)
 
 
 def random_aggregate(rng: random.Random) -> list[UserRecord]:
+    """User records with random keys, payloads, hash keys and tags; a third of them text only (no hash keys, tags)."""
     keys = [random_text(rng, 12) for _ in range(rng.randint(1, 5))]
-    return [random_record(rng, keys) for _ in range(rng.randint(1, 40))]
+    records = [random_record(rng, keys) for _ in range(rng.randint(1, 40))]
+    if rng.random() < 1 / 3:
+        return [UserRecord(f"key-{index % 7}", record.data.hex().encode()) for index, record in enumerate(records)]
+    return records
 
 
 def corrupt(rng: random.Random, body: bytes) -> bytes:
@@ -215,6 +221,11 @@ PROTOBUF_RULES = {
     "non-UTF-8 tag value": (KEY + b"\x1a\x0c\x08\x00\x1a\x01x\x22\x05\x0a\x00\x12\x01\xff", None),
     "non-UTF-8 hash key": (KEY + b"\x12\x01\xff" + RECORD, None),
     "no records": (KEY, None),
+    "overlong hash key index tag without hash keys": (KEY + b"\x1a\x08\x08\x00\x90\x00\x00\x1a\x01x", None),
+    "overlong tags tag, tag without key": (KEY + b"\x1a\x0a\x08\x00\x1a\x01x\xa2\x00\x02\x12\x00", None),
+    "overlong tags tag, non-UTF-8 key": (KEY + b"\x1a\x0b\x08\x00\x1a\x01x\xa2\x00\x03\x0a\x01\xff", None),
+    "overlong tags tag, valid tag": (KEY + b"\x1a\x0b\x08\x00\x1a\x01x\xa2\x00\x03\x0a\x01k",
+                                     [UserRecord("a", b"x", None, (("k", None),))]),
     "partition key index out of range": (KEY + b"\x1a\x05\x08\x01\x1a\x01x", None),
     "hash key index without hash keys": (KEY + b"\x1a\x07\x08\x00\x10\x00\x1a\x01x", None),
     "hash key index out of range": (KEY + b"\x12\x01h\x1a\x07\x08\x00\x10\x01\x1a\x01x", None),
