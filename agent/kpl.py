@@ -1,4 +1,4 @@
-"""KPL aggregated records: the wire format (magic, protobuf AggregatedRecord, MD5), decoder, encoder and aggregator.
+"""KPL aggregated records: the wire format (magic, protobuf AggregatedRecord, MD5), its checks, encoder and aggregator.
 
 Layout of an aggregated Kinesis record's data: the 4 magic bytes F3 89 9A C2, a protobuf `AggregatedRecord`, then the
 16-byte MD5 digest of that protobuf body. The protobuf schema (field numbers on the left):

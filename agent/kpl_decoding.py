@@ -1,10 +1,10 @@
 """Which KPL aggregate decoder this process uses, chosen once: the protobuf runtime's C one, else pure Python.
 
 `auto` (the default) takes agent/kpl_protobuf.py when `protobuf` is importable and its implementation is upb (C);
-any other runtime (the pure-Python protobuf, or none) falls back to agent/kpl_python.py, which is faster than the
-pure-Python protobuf runtime. `python` forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so
-Spark's Python workers forked from an agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the
-Spark source passes it to every executor with its partitions).
+any other runtime (the pure-Python protobuf, the old C++ one, or none) falls back to agent/kpl_python.py. `python`
+forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so Spark's Python workers forked from an
+agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the Spark source passes it to every
+executor with its partitions).
 """
 
 from __future__ import annotations
