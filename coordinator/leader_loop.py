@@ -25,11 +25,11 @@ from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from coordinator.shard_sync import plan_shard_sync
-from coordinator.shards import Shard
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
+from shared.shards import Shard
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
 from shared.worker import NO_PROGRESS, WorkerRecord

@@ -1,4 +1,4 @@
-"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (reference section 5), with its weak spots fixed.
+"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (its variance decider), with its weak spots fixed.
 
 Balancing comes in two modes (`variance_balancing`): `band` (default, coordinator/band_balance.py: every worker back
 inside the band in one run with as few moves as the leases allow) and `kcl` (KCL's dampened donor budgets, below).
@@ -15,20 +15,20 @@ the smallest lease, receivers never pushed past the fleet average or their opera
 and KCL's `max_throughput_per_host_kbps` check (before adding a lease).
 
 Differences (each tested in tests/coordinator/test_variance.py, band mode in test_band_balance.py):
-* Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong (5.7 #10).
+* Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong.
 * A total throughput of 0 makes every lease weigh 1 (see `Ledger`), so idle streams balance lease counts instead of
-  collapsing into NaN (5.7 #5, #8, #9); the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
+  collapsing into NaN; the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
   with zero throughput does not absorb every lease; a worker at 0 has infinite room (KCL: 1.0, ranked below busier
   workers); a donor at value 0 has no budget instead of dividing by zero.
 * A receiver that would pass the average is put back and smaller leases (and further receivers) are tried; KCL ends
-  the donor and drops the receiver for the rest of the run (5.7 #2).
+  the donor and drops the receiver for the rest of the run.
 * A balancing move whose effect on the donor/receiver gap is below `rebalance_dead_band_percentage` of the average is
   not made (KCL issue #1814).
-* A lease is moved at most once per run (5.7 #6); donors' values drop in memory as leases leave, in proportion to
-  the throughput they give away (5.5).
+* A lease is moved at most once per run; donors' values drop in memory as leases leave, in proportion to
+  the throughput they give away.
 * Donor leases are walked largest first instead of in random order: deterministic, and the budget moves fewer leases.
 * A donor above its operating range but below the average uses the operating range as its target, so its budget is
-  positive (5.7 #4); the fallback donor (trigger only from below) gives nothing if it is not above the average.
+  positive; the fallback donor (trigger only from below) gives nothing if it is not above the average.
 * An expired lease goes to a worker other than the one it expired under whenever another can take it (an owner that
   heartbeats but stopped renewing is stuck on that lease); only as a last resort is it re-assigned to its own owner (a
   plain assign restarting its failover period). KCL skips it, leaving it expired, unless it has a checkpoint owner.

@@ -13,8 +13,6 @@ from typing import Any
 from coordinator.leader_lock import LeaderLock, LockKeeper
 from coordinator.leader_loop import LeaderLoop, ShardSource
 from coordinator.run_summary import RunSummary
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
 from services.api import ApiContext, ApiServer, create_app
 from services.leader_status import LeaderWatch
 from services.replicas import ReplicaReporter
@@ -22,6 +20,8 @@ from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings, load_settings
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import LeaseStore
 from shared.store_factory import open_store
 

@@ -31,7 +31,7 @@ def write_toml(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Pa
     return path
 
 
-# KCL 3.5.1 defaults (reference section 8) that shardherd keeps, by shardherd setting name.
+# KCL 3.5.1 defaults (`LeaseManagementConfig` and friends) that shardherd keeps, by shardherd setting name.
 KCL_DEFAULTS: dict[str, object] = {
     "failover_time_millis": 10_000,
     "epsilon_millis": 25,

@@ -14,8 +14,6 @@ from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.moves import MoveReason
 from coordinator.run_summary import RunSummary
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.ports import wait_until
 from shared.checkpoint import TRIM_HORIZON
@@ -23,6 +21,8 @@ from shared.clock import ManualClock
 from shared.config import load_settings
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import LeaseStore
 from shared.worker import WorkerRecord
 from tests.coordinator.conftest import kinesis_client

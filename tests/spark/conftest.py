@@ -14,11 +14,10 @@ import pytest
 
 from agent.spark.driver import SparkAgent, register_source
 from agent.spark.offsets import Caps
-from examples.local_stack import local_spark
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from tests.coordinator.conftest import kinesalite  # noqa: F401
-from tests.support.stream_stack import StreamStack
+from tests.support.stream_stack import StreamStack, local_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

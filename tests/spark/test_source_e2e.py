@@ -12,7 +12,7 @@ from agent.spark.channel import read_ack
 from agent.spark.offsets import Caps
 from tests.spark.conftest import SparkStack
 from tests.support.faulty_proxy import Fault, FaultyProxy
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
