@@ -21,7 +21,7 @@ from agent.spark.arrow_read import arrow_batch
 from agent.spark.offsets import Caps
 from agent.spark.probe import last_sub_sequence
 from tests.spark.conftest import SparkStack
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 AGGREGATE = encode_aggregate([UserRecord("k0", b"u0"), UserRecord("k1", b"u1", "7"), UserRecord("k0", b"")])
 BROKEN = MAGIC + AGGREGATE[4:-16] + bytes(16)  # right body, wrong digest
