@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent import kpl_decoding
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
@@ -102,6 +103,7 @@ class Agent:
         if not settings.stream_names:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
         self.settings = settings
+        self.kpl_decoder = kpl_decoding.use(settings.kpl_decoder)
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
@@ -177,6 +179,8 @@ class Agent:
                 source.sample()  # delta-based sources answer 0 on their first call: take that one outside the history
             except Exception as exc:  # the sampler counts later failures; this one only primes the baseline
                 log.warning("priming the CPU source failed: %s", exc)
+        log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
+                 self.settings.kpl_decoder)
         self._sampling.start()
         self._thread.start()
         return self
