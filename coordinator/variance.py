@@ -513,7 +513,7 @@ class VarianceDecider:
             entry = heapq.heappop(heap)
             wid = entry[2]
             set_aside.append(entry)
-            if wid == donor:
+            if wid == donor or self.ledger.leases[key].avoids(wid):  # never back to a worker that gave it back
                 continue
             projected = self.projected(wid, weight)
             if not self._fits(wid, projected, donor, metric, key):
