@@ -40,6 +40,7 @@ FAST_TIMINGS: dict[str, str] = {
     "inMemoryWorkerMetricsCaptureFrequencyMillis": "500",
     "workerMetricsReporterFreqInMillis": "2000",
     "taskBackoffTimeMillis": "200",
+    "skipShardSyncAtWorkerInitializationIfLeasesExist": "true",
 }
 _LOGBACK = """<configuration>
   <appender name="FILE" class="ch.qos.logback.core.FileAppender">

@@ -1,0 +1,67 @@
+"""A mixed fleet in `lease` liveness mode: a Java KCL worker and shardherd agents, a shardherd coordinator leading.
+
+shardherd agents run as users run them (CPU metrics on); the KCL worker reports what KCL reports on this host. The
+fleet must spread the leases over both kinds of worker, and survive `kill -9` of either side without losing a record
+(a killed worker's shards resume from their last checkpoint elsewhere; only its unfinished batch may be read again).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.kcl.harness import InteropStack, timed
+from tests.support.stream_stack import wait_for
+
+pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
+
+RECORDS = 200
+
+
+def holds(stack: InteropStack, worker: str) -> int:
+    """How many leases `worker` owns (settled, not in a handoff)."""
+    return sum(1 for owner in stack.owners().values() if owner == worker)
+
+
+@pytest.mark.parametrize("interop", ["lease"], indirect=True)
+def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropStack) -> None:
+    stack, figures = interop, dict[str, float]()
+    stack.produce(RECORDS, "a")
+    stack.start_coordinator()
+    stack.start_agent("agent-1")
+    wait_for(lambda: holds(stack, "agent-1") == 4 and stack.all_delivered("a-"), 60, "agent-1 reads every shard")
+
+    started = time.monotonic()
+    kcl = stack.start_kcl("kcl-1")
+    wait_for(lambda: holds(stack, "kcl-1") >= 1 or not kcl.running, 60, "the KCL worker receives a lease")
+    assert kcl.running, kcl.log_tail()
+    wait_for(lambda: holds(stack, "kcl-1") == 2 and holds(stack, "agent-1") == 2, 30, "leases spread 2 / 2")
+    timed("kcl join to leases spread", started, figures)
+    stack.produce(RECORDS, "b")
+    wait_for(lambda: stack.all_delivered("b-"), 30, "both kinds of worker read")
+    assert {entry[3] for entry in stack.entries() if entry[5].startswith("b-")} == {"agent-1", "kcl-1"}
+
+    # kill -9 of the shardherd side: the KCL worker takes its shards.
+    stack.kill_agent("agent-1")
+    started = time.monotonic()
+    stack.produce(RECORDS, "c")
+    wait_for(lambda: stack.all_delivered("c-"), 60, "the KCL worker reads the killed agent's shards")
+    timed("agent kill -9 to all read", started, figures)
+    assert holds(stack, "kcl-1") == 4
+
+    # A replacement agent joins; then kill -9 of the KCL side: shardherd takes its shards.
+    stack.start_agent("agent-2")
+    wait_for(lambda: holds(stack, "agent-2") >= 1, 60, "the new agent receives leases")
+    kcl.kill()
+    started = time.monotonic()
+    stack.produce(RECORDS, "d")
+    wait_for(lambda: stack.all_delivered("d-"), 60, "shardherd reads the killed KCL worker's shards")
+    timed("kcl kill -9 to all read", started, figures)
+    assert holds(stack, "agent-2") == 4
+
+    counts = stack.delivered()
+    lost = set(stack.produced) - set(counts)
+    repeated = [data for data, count in counts.items() if count > 1]
+    print(f"mixed fleet, shardherd leading: {figures}; lost {len(lost)}, re-delivered {len(repeated)}")
+    assert not lost
