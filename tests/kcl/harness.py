@@ -117,6 +117,12 @@ class InteropStack:
         return {key: None if "checkpointOwner" in item else item.get("leaseOwner", {}).get("S")
                 for key, item in self.leases().items()}
 
+    def leader(self) -> str | None:
+        """The owner named by the `Leader` lock item in `<app>-CoordinatorState`, None when there is no item."""
+        item = self.dynamodb.get_item(TableName=f"{self.app}-CoordinatorState", Key={"key": {"S": "Leader"}},
+                                      ConsistentRead=True).get("Item")
+        return None if item is None else str(item["ownerName"]["S"])
+
     def checkpoints(self) -> dict[str, str]:
         """The stored checkpoint of each lease."""
         return {key: item["checkpoint"]["S"] for key, item in self.leases().items()}

@@ -23,7 +23,7 @@ RECORDS_PER_PHASE = 400
 def resumed_exactly_after(stack: InteropStack, checkpoints: dict[str, str], prefix: str, reader: str) -> None:
     """Assert that `reader`'s first record of each shard is the first record after the shard's checkpoint."""
     by_shard: dict[str, list[str]] = {}
-    for data, (shard, sequence) in stack.sequence.items():
+    for shard, sequence in stack.sequence.values():
         by_shard.setdefault(shard, []).append(sequence)
     first_read: dict[str, str] = {}
     for shard, sequence, _sub, worker, _time, data in stack.entries():
@@ -50,6 +50,7 @@ def test_kcl_to_shardherd_to_kcl_resumes_at_each_checkpoint(interop: InteropStac
     started = time.monotonic()
     assert kcl.stop() is not None
     timed("kcl graceful stop", started, figures)
+    assert stack.leader() is None  # KCL's leader deletes the lock item when it stops: shardherd need not wait
     after_kcl = stack.checkpoints()
     assert len(after_kcl) == 4 and all(value.isdigit() for value in after_kcl.values()), after_kcl
 
@@ -59,12 +60,14 @@ def test_kcl_to_shardherd_to_kcl_resumes_at_each_checkpoint(interop: InteropStac
     stack.start_coordinator()
     stack.start_agent("agent-1")
     wait_for(lambda: stack.all_delivered("b-"), 60, "shardherd reads the records produced after KCL stopped")
+    assert stack.leader() == "coordinator"
     timed("shardherd start to all read", started, figures)
     resumed_exactly_after(stack, after_kcl, "b-", "agent-1")
     started = time.monotonic()
     assert stack.stop_agent("agent-1") == 0
     stack.stop_coordinator()
     timed("shardherd graceful stop", started, figures)
+    assert stack.leader() is None and set(stack.owners().values()) == {None}  # lock deleted, leases given back
     after_shardherd = stack.checkpoints()
     assert all(int(after_shardherd[key]) > int(after_kcl[key]) for key in after_kcl), (after_kcl, after_shardherd)
 
@@ -76,6 +79,7 @@ def test_kcl_to_shardherd_to_kcl_resumes_at_each_checkpoint(interop: InteropStac
     assert stack.all_delivered("c-"), kcl.log_tail()
     timed("kcl restart to all read", started, figures)
     resumed_exactly_after(stack, after_shardherd, "c-", "kcl-2")
+    assert stack.leader() == "kcl-2"
     kcl.stop()
 
     counts = stack.delivered()

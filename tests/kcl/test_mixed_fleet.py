@@ -19,6 +19,12 @@ pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
 RECORDS = 200
 
 
+def counters_of(stack: InteropStack, worker: str) -> dict[str, str]:
+    """`leaseCounter` of each lease `worker` owns: a new (key, counter) pair after its death is a new assignment."""
+    return {key: item["leaseCounter"]["N"] for key, item in stack.leases().items()
+            if item.get("leaseOwner", {}).get("S") == worker}
+
+
 def holds(stack: InteropStack, worker: str) -> int:
     """How many leases `worker` owns (settled, not in a handoff)."""
     return sum(1 for owner in stack.owners().values() if owner == worker)
@@ -42,11 +48,19 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     wait_for(lambda: stack.all_delivered("b-"), 30, "both kinds of worker read")
     assert {entry[3] for entry in stack.entries() if entry[5].startswith("b-")} == {"agent-1", "kcl-1"}
 
-    # kill -9 of the shardherd side: the KCL worker takes its shards.
+    # kill -9 of the shardherd side: the KCL worker takes its shards, and none is handed back to the dead agent.
+    held_when_killed = counters_of(stack, "agent-1")
     stack.kill_agent("agent-1")
     started = time.monotonic()
     stack.produce(RECORDS, "c")
-    wait_for(lambda: stack.all_delivered("c-"), 60, "the KCL worker reads the killed agent's shards")
+    handed_to_dead: set[str] = set()
+
+    def c_read() -> bool:
+        handed_to_dead.update(set(counters_of(stack, "agent-1").items()) - set(held_when_killed.items()))
+        return stack.all_delivered("c-")
+
+    wait_for(c_read, 60, "the KCL worker reads the killed agent's shards")
+    assert not handed_to_dead, f"leases assigned to the killed agent: {handed_to_dead}"
     timed("agent kill -9 to all read", started, figures)
     assert holds(stack, "kcl-1") == 4
 

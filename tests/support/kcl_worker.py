@@ -9,6 +9,7 @@ to checkpoint and leases are released). Timings are short so a test runs in seco
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -112,10 +113,8 @@ class KclWorker:
             return None
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
         code = process.poll()
         self._end_group()
         return code
@@ -134,10 +133,8 @@ class KclWorker:
     def _end_group(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             process.wait(10)
         if self._output is not None:
             self._output.close()
