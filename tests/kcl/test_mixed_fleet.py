@@ -49,11 +49,11 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     assert {entry[3] for entry in stack.entries() if entry[5].startswith("b-")} == {"agent-1", "kcl-1"}
 
     # kill -9 of the shardherd side: the KCL worker takes its shards, and none is handed back to the dead agent.
-    held_when_killed = counters_of(stack, "agent-1")
     stack.kill_agent("agent-1")
+    held_when_killed = counters_of(stack, "agent-1")  # read after the kill: no renewal can follow it
     started = time.monotonic()
     stack.produce(RECORDS, "c")
-    handed_to_dead: set[str] = set()
+    handed_to_dead: set[tuple[str, str]] = set()
 
     def c_read() -> bool:
         handed_to_dead.update(set(counters_of(stack, "agent-1").items()) - set(held_when_killed.items()))
