@@ -7,12 +7,15 @@ of worker append to the same ledger file, one line per delivered record, so a te
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,28 @@ class InteropStack:
             for data, entry in zip(batch, response["Records"], strict=True):
                 self.sequence[data] = (entry["ShardId"], entry["SequenceNumber"])
         self.produced.extend(payloads)
+
+    @contextlib.contextmanager
+    def steady_load(self, prefix: str, per_second: int = 100) -> Iterator[None]:
+        """Produce about `per_second` records a second (`<prefix><batch>-<i>`) until the block ends.
+
+        KCL balances a fleet by each lease's throughput: on an idle stream every figure is 0 and it never moves a lease.
+        """
+        stop = threading.Event()
+
+        def run() -> None:
+            batch = 0
+            while not stop.wait(0.5):
+                self.produce(per_second // 2, f"{prefix}{batch}")
+                batch += 1
+
+        thread = threading.Thread(target=run, name="steady-load", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(10)
 
     def entries(self) -> list[tuple[str, str, int, str, float, str]]:
         """Every ledger line so far: (shard, sequence, sub-sequence, worker, time, data)."""
