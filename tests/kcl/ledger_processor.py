@@ -1,7 +1,8 @@
 """An amazon_kclpy record processor that the Java MultiLangDaemon runs, one process per shard.
 
-It appends every record to the ledger file named by SHARDHERD_TEST_LEDGER, in the line format of
-tests/support/file_ledger.py (`shard sequence sub worker time data`, flushed and fsynced), then checkpoints after the
+It appends every record to the ledger file named by SHARDHERD_TEST_LEDGER with tests/support/file_ledger.py (the
+same lines shardherd's test agents write; the daemon's environment puts the repository on PYTHONPATH), then
+checkpoints after the
 batch's last record, so a crash can only repeat the batch that was being written. It checkpoints again when KCL asks
 it to shut down (graceful stop or lease handoff) and at the end of a shard.
 """
@@ -9,13 +10,13 @@ it to shut down (graceful stop or lease handoff) and at the end of a shard.
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
 from amazon_kclpy import kcl
 from amazon_kclpy.v3 import processor
 
-LEDGER_ENV = "SHARDHERD_TEST_LEDGER"
+from tests.support.file_ledger import LEDGER_ENV, append_to_ledger
+
 WORKER_ENV = "KCL_TEST_WORKER_ID"
 
 
@@ -34,13 +35,8 @@ class LedgerProcessor(processor.RecordProcessorBase):  # type: ignore[misc]
         records = process_records_input.records
         if not records:
             return
-        now = f"{time.time():.3f}"
-        lines = "".join(f"{self.shard_id} {r.sequence_number} {r.sub_sequence_number or 0} {self.worker} {now} "
-                        f"{r.binary_data.decode()}\n" for r in records)
-        with open(self.path, "a", encoding="utf-8") as ledger:
-            ledger.write(lines)
-            ledger.flush()
-            os.fsync(ledger.fileno())
+        append_to_ledger(self.path, self.worker, [
+            (self.shard_id, r.sequence_number, r.sub_sequence_number or 0, r.binary_data) for r in records])
         last = records[-1]
         process_records_input.checkpointer.checkpoint(last.sequence_number, last.sub_sequence_number)
 

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.kcl.harness import InteropStack, first_sequence_after, timed
+from tests.support.kcl_worker import KclWorker
 from tests.support.stream_stack import wait_for
 
 pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -36,17 +37,23 @@ def resumed_exactly_after(stack: InteropStack, checkpoints: dict[str, str], pref
             f"{checkpoints[shard]})")
 
 
+def kcl_reads(stack: InteropStack, worker: str, prefix: str, figures: dict[str, float], label: str) -> KclWorker:
+    """Start a KCL worker and wait until it has read every record starting with `prefix`; time it as `label`."""
+    started = time.monotonic()
+    kcl = stack.start_kcl(worker)
+    wait_for(lambda: stack.all_delivered(prefix) or not kcl.running, 120, f"{worker} reads the {prefix} records")
+    assert stack.all_delivered(prefix), kcl.log_tail()
+    timed(label, started, figures)
+    return kcl
+
+
 @pytest.mark.parametrize("interop", ["worker"], indirect=True)
 def test_kcl_to_shardherd_to_kcl_resumes_at_each_checkpoint(interop: InteropStack) -> None:
     stack, figures = interop, dict[str, float]()
 
     # Phase 1: the Java KCL worker creates the tables and leases and reads the first records.
     stack.produce(RECORDS_PER_PHASE, "a")
-    started = time.monotonic()
-    kcl = stack.start_kcl("kcl-1")
-    wait_for(lambda: stack.all_delivered("a-") or not kcl.running, 120, "KCL reads the first records")
-    assert stack.all_delivered("a-"), kcl.log_tail()
-    timed("kcl start to all read", started, figures)
+    kcl = kcl_reads(stack, "kcl-1", "a-", figures, "kcl start to all read")
     started = time.monotonic()
     assert kcl.stop() is not None
     timed("kcl graceful stop", started, figures)
@@ -73,11 +80,7 @@ def test_kcl_to_shardherd_to_kcl_resumes_at_each_checkpoint(interop: InteropStac
 
     # Phase 3: KCL again, from shardherd's checkpoints, reading every attribute shardherd wrote.
     stack.produce(RECORDS_PER_PHASE, "c")
-    started = time.monotonic()
-    kcl = stack.start_kcl("kcl-2")
-    wait_for(lambda: stack.all_delivered("c-") or not kcl.running, 90, "KCL reads the records shardherd left")
-    assert stack.all_delivered("c-"), kcl.log_tail()
-    timed("kcl restart to all read", started, figures)
+    kcl = kcl_reads(stack, "kcl-2", "c-", figures, "kcl restart to all read")
     resumed_exactly_after(stack, after_shardherd, "c-", "kcl-2")
     assert stack.leader() == "kcl-2"
     kcl.stop()

@@ -20,9 +20,11 @@ from typing import IO
 
 import amazon_kclpy
 
-from tests.kcl.ledger_processor import LEDGER_ENV, WORKER_ENV
+from tests.kcl.ledger_processor import WORKER_ENV
+from tests.support.file_ledger import LEDGER_ENV
 
-PROCESSOR = Path(__file__).resolve().parent.parent / "kcl" / "ledger_processor.py"
+REPOSITORY = Path(__file__).resolve().parents[2]
+PROCESSOR = REPOSITORY / "tests" / "kcl" / "ledger_processor.py"
 JARS_DIR = Path(amazon_kclpy.__file__).resolve().parent / "jars"
 DAEMON_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
 JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
@@ -100,7 +102,7 @@ class KclWorker:
             [java, *JVM_OPTIONS, "-cp", classpath, DAEMON_CLASS, "--properties-file", str(self.properties),
              "--log-configuration", str(self.dir / "logback.xml")],
             env={**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
-                 LEDGER_ENV: str(self.ledger), WORKER_ENV: self.worker_id},
+                 LEDGER_ENV: str(self.ledger), WORKER_ENV: self.worker_id, "PYTHONPATH": str(REPOSITORY)},
             cwd=self.dir, stdin=subprocess.DEVNULL, stdout=self._output, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
