@@ -7,7 +7,8 @@ persist, no summary job, no cached block whose loss could let a checkpoint pass 
 
 Order per batch: note which planned shards are held under the plan's tenure -> drop rows of the others -> the
 user's write -> one fenced checkpoint per shard still held under that tenure. A lost lease turns that shard's
-checkpoint into a logged no-op; the query keeps running for the other shards.
+checkpoint into a logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and
+reaches Spark as a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from agent.spark.offsets import BatchOffset, InvalidOffset, ShardPlan
+from agent.spark.write_errors import BatchWriteFailed, is_interruption, summary
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -76,5 +78,13 @@ class CheckpointingSink:
             gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
             log.warning("batch %d: not writing rows of shards no longer held: %s", batch_id, gone)
             df = df.filter(F.col("shard_id").isin([plan.shard_id for plan in held]))
-        self._write(df, batch_id)
+        try:
+            self._write(df, batch_id)
+        except Exception as exc:
+            # Spark gets a short copy (write_errors explains why); the whole error stays in this log.
+            if is_interruption(exc):
+                log.info("batch %d: the write was interrupted (the query is stopping); not checkpointed", batch_id)
+            else:
+                log.error("batch %d: the write failed; not checkpointed", batch_id, exc_info=exc)
+            raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
         self._committer.commit_progress(batch_id, held)
