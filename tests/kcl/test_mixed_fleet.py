@@ -44,6 +44,7 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     assert kcl.running, kcl.log_tail()
     wait_for(lambda: holds(stack, "kcl-1") == 2 and holds(stack, "agent-1") == 2, 30, "leases spread 2 / 2")
     timed("kcl join to leases spread", started, figures)
+    assert stack.leader() == "coordinator"  # the KCL worker never takes the lock from a live coordinator
     stack.produce(RECORDS, "b")
     wait_for(lambda: stack.all_delivered("b-"), 30, "both kinds of worker read")
     assert {entry[3] for entry in stack.entries() if entry[5].startswith("b-")} == {"agent-1", "kcl-1"}
