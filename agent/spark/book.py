@@ -30,6 +30,7 @@ class ShardBook:
         self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
         self._views: dict[str, ShardView] = {}
         self._keys: dict[str, str] = {}
+        self._parts: dict[str, tuple[Segment, ...]] = {}  # each shard's probed segments before merging
         self._handoff_versions: dict[str, int] = {}
         self._version = 0
         self._guard = threading.Lock()
@@ -40,6 +41,7 @@ class ShardBook:
         """Start planning a newly held shard from its lease checkpoint (no records assumed until probed)."""
         with self._guard:
             self._keys[lease.shard] = lease.lease_key
+            self._parts[lease.shard] = ()
             self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp,
                                                  tenure=uuid.uuid4().hex[:12])
             self._publish()
@@ -51,6 +53,7 @@ class ShardBook:
             if shard is None:
                 return False
             self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, segments=())
+            self._parts[shard] = ()
             self._publish()
             self._handoff_versions[shard] = self._version
             return True
@@ -61,7 +64,7 @@ class ShardBook:
             shard = self._shard_of(lease_key)
             if shard is None:
                 return None
-            del self._views[shard], self._keys[shard]
+            del self._views[shard], self._keys[shard], self._parts[shard]
             self._handoff_versions.pop(shard, None)
             self._publish()
             return shard
@@ -80,6 +83,8 @@ class ShardBook:
             if view is None or view.frontier != frontier:
                 return False
             behind = result.behind_millis if result.behind_millis is not None else view.behind_millis
+            if result.segment is not None:
+                self._parts[shard] = (*self._parts[shard], result.segment)
             segments = self._appended(view.segments, result.segment)
             if segments != view.segments or behind != view.behind_millis:
                 self._views[shard] = replace(view, segments=segments, behind_millis=behind)
@@ -87,12 +92,20 @@ class ShardBook:
             return result.ended and not segments
 
     def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> None:
-        """A batch's checkpoint was stored: resume after it, forgetting the segments it covered."""
+        """A batch's checkpoint was stored: resume after it, forgetting the records it covered.
+
+        A plan ends at a probed segment's end, but the probe may since have merged newer records into that segment;
+        the waiting segments are rebuilt from the unmerged ones after the checkpoint, so nothing counts twice.
+        """
         with self._guard:
             view = self._views.get(shard)
             if view is None or view.tenure != tenure:
                 return
-            left = tuple(item for item in view.segments if item.end > checkpoint)
+            parts = tuple(item for item in self._parts[shard] if item.end > checkpoint)
+            self._parts[shard] = parts
+            left: tuple[Segment, ...] = ()
+            for part in parts:
+                left = self._appended(left, part)
             self._views[shard] = replace(view, checkpoint=checkpoint, segments=left)
             self._publish()
 
