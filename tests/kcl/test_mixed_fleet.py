@@ -82,13 +82,15 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     assert not lost
 
 
-@pytest.mark.xfail(strict=True, reason=(
+# Not strict: KCL's leader sometimes sheds one lease to the agent when its own throughput figure passes its band
+# (seen once in a loaded full-suite run), but it does not spread the fleet.
+@pytest.mark.xfail(strict=False, reason=(
     "mixed metric kinds (issue 18, shardherd side fixed on branch h18a): KCL's leader averages each metric over the "
     "workers that report it, so its own throughput-default worker (T) and a CPU-reporting shardherd agent (C) each "
-    "sit at their metric's average and the agent never receives a lease"))
+    "sit at their metric's average and the leases are not spread"))
 @pytest.mark.parametrize("interop", ["lease"], indirect=True)
-def test_kcl_led_mixed_fleet_gives_shardherd_agents_leases(interop: InteropStack) -> None:
-    """A shardherd agent joins a fleet whose leader is a KCL worker; KCL's leader must hand it leases.
+def test_kcl_led_mixed_fleet_spreads_leases_to_shardherd_agents(interop: InteropStack) -> None:
+    """A shardherd agent joins a fleet whose leader is a KCL worker; KCL's leader must spread the leases.
 
     kill -9 of the KCL leader is not run here: KCL 3.1's lock lease is 120 s (not configurable before 3.2), so a
     shardherd coordinator takes the lock from a dead KCL leader only after two minutes.
@@ -109,8 +111,9 @@ def test_kcl_led_mixed_fleet_gives_shardherd_agents_leases(interop: InteropStack
         started = time.monotonic()
         stack.start_coordinator()
         stack.start_agent("agent-1")
-        wait_for(lambda: holds(stack, "agent-1") >= 1, 30, "KCL's leader hands the shardherd agent a lease")
-        timed("agent join to first lease", started, figures)
+        wait_for(lambda: holds(stack, "agent-1") == 2 and holds(stack, "kcl-1") == 2, 30,
+                 "KCL's leader spreads the leases 2 / 2")
+        timed("agent join to leases spread", started, figures)
         assert stack.leader() == "kcl-1"  # a live KCL leader keeps the lock
 
         # kill -9 of the shardherd agent: KCL's leader gives its shards back to the KCL worker.
