@@ -66,8 +66,8 @@ class Agent:
     def __init__(self, settings: Settings, factory: ProcessorFactory, clock: Clock | None = None,
                  store: LeaseStore | None = None, kinesis: KinesisClient | None = None,
                  limits: ReadLimits | None = None, rng: random.Random | None = None) -> None:
-        if settings.stream_name is None:
-            raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME)")
+        if not settings.stream_names:
+            raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
         self.settings = settings
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
@@ -89,9 +89,11 @@ class Agent:
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
-            stream_name=settings.stream_name, factory=factory, throughput=self.throughput, progress=self.progress,
+            stream_name=settings.stream_name, stream_names=frozenset(settings.stream_names), factory=factory,
+            throughput=self.throughput, progress=self.progress,
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
+            stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
         )
         self.workers: dict[str, ShardWorker] = {}
         self._guard = threading.Lock()

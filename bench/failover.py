@@ -21,9 +21,10 @@ from pathlib import Path
 from services.emulators.kinesalite import Kinesalite
 from services.emulators.moto_server import MotoServer
 from tests.chaos.analysis import summary
-from tests.chaos.cluster import ChaosCluster, Member, wait_for
+from tests.chaos.cluster import ChaosCluster, Member
 from tests.chaos.ledgers import read_deliveries
 from tests.chaos.scenario import SHORT_INTERVALS
+from tests.support.waiting import wait_for
 
 
 def busiest(cluster: ChaosCluster) -> Member:

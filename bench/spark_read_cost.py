@@ -19,12 +19,12 @@ from agent.kpl import UserRecord, encode_aggregate
 from agent.records import DeaggregationCounters, records_from_kinesis
 from agent.spark.arrow_read import arrow_batch
 from agent.spark.kinesis_raw import RawKinesis
-from examples.local_stack import LocalStack
+from tests.support.stream_stack import StreamStack, local_stream_stack
 
 PER_AGGREGATE = 10
 
 
-def old_path(stack: LocalStack, shard: str) -> int:
+def old_path(stack: StreamStack, shard: str) -> int:
     client = stack.kinesis
     iterator = client.get_shard_iterator(StreamName=stack.app, ShardId=shard,
                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
@@ -42,14 +42,14 @@ def old_path(stack: LocalStack, shard: str) -> int:
     return rows
 
 
-def new_path(stack: LocalStack, raw: RawKinesis, shard: str) -> int:
+def new_path(stack: StreamStack, raw: RawKinesis, shard: str) -> int:
     iterator: str | None = raw.get_shard_iterator(stack.app, shard, {"ShardIteratorType": "TRIM_HORIZON"})
     rows = 0
     while iterator:
         response = raw.get_records(iterator, 10_000)
         if not response["Records"]:
             break
-        rows += arrow_batch(shard, response["Records"], False).num_rows
+        rows += arrow_batch(stack.app, shard, response["Records"], False).num_rows
         iterator = response.get("NextShardIterator")
     return rows
 
@@ -71,7 +71,7 @@ def main() -> None:
     parser.add_argument("--kpl", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    with LocalStack(f"bench-read-{int(time.time())}", 1) as stack:
+    with local_stream_stack("bench-read", 1) as stack:
         shard = stack.kinesis.list_shards(StreamName=stack.app)["Shards"][0]["ShardId"]
         payload = b"x" * args.size
         for start in range(0, args.records, 500 * (PER_AGGREGATE if args.kpl else 1)):

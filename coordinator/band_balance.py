@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator.moves import MoveReason
+from shared.streams import stream_prefix
 
 if TYPE_CHECKING:
     from coordinator.variance import VarianceDecider
@@ -226,9 +227,11 @@ class BandBalancer:
                 landing.append((key, after, weight))
             else:
                 beyond.append((key, after, weight))
-        landing.sort(key=lambda c: (abs(c[1] - target), c[0]))
-        short.sort(key=lambda c: (c[1], c[0]))  # the biggest step towards the band first
-        beyond.sort(key=lambda c: (-c[1], c[0]))  # the smallest overshoot first
+        # Ties go to a lease of the stream the donor holds most of (multi-stream: spread each stream's shards).
+        crowd = d.stream_counts(donor)
+        landing.sort(key=lambda c: (abs(c[1] - target), -crowd[stream_prefix(c[0])], c[0]))
+        short.sort(key=lambda c: (c[1], -crowd[stream_prefix(c[0])], c[0]))  # the biggest step towards the band first
+        beyond.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
         ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
         return [key for key, _, _ in ordered]
 

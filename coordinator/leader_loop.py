@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
@@ -24,19 +25,26 @@ from coordinator.liveness import LivenessTracker
 from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
-from coordinator.shard_sync import plan_shard_sync
-from coordinator.shards import Shard
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from coordinator.stream_sync import Listings, StreamListings, children_waiting, plan_streams_sync, scope_problem
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
+from shared.row_checks import report_row
+from shared.shards import Shard
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
+from shared.streams import StreamIdentifier, stream_name_of
 from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
 
-ShardSource = Callable[[], list[Shard]]
+# A single-stream application's source lists its stream; a multi-stream one's lists each configured stream.
+ShardSource = Callable[[], list[Shard] | StreamListings]
+
+
+class ShardSyncFailed(Exception):
+    """No stream could be synced this pass (each one's reason in the message)."""
 
 
 class LeadershipLost(Exception):
@@ -62,7 +70,9 @@ class _Term:
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     runs: int = 0
-    shards: list[Shard] | None = None
+    shards: Listings | None = None
+    # Multi-stream: the streams identified so far this term (leases of other streams are never assigned).
+    streams: frozenset[StreamIdentifier] = frozenset()
     shards_listed_at: float | None = None
     sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
     sync_attempted_at: float | None = None
@@ -210,8 +220,9 @@ class LeaderLoop:
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
-        views = self._lease_views(shadow, scan.leases, workers, now)
+        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
+                       streams=term.streams if term else frozenset())
+        views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
@@ -241,7 +252,7 @@ class LeaderLoop:
         if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
             synced = True
             try:
-                tally = self._sync_shards(term, leases, fence, now)
+                tally, sync_error = self._sync_shards(term, leases, fence, now)
             except LeadershipLost:
                 raise
             except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
@@ -251,7 +262,7 @@ class LeaderLoop:
                             term.sync_failures, sync_error)
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
-        views = self._lease_views(term, leases.values(), worker_scan.workers, now)
+        views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
@@ -278,6 +289,26 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
             decide_ms=decide_ms,
         )
+
+    def _in_scope(self, term: _Term, leases: Collection[Lease]) -> list[Lease]:
+        """The leases this application processes; the others (another stream's, a malformed key) are left alone.
+
+        Without a shard source (no stream configured) every lease counts. Each left-alone row is reported once.
+        """
+        if self._shards is None:
+            return list(leases)
+        streams = term.streams if self._settings.multi_stream else None
+        pending = set(self._settings.stream_names) - {stream.name for stream in term.streams}
+        kept = []
+        for lease in leases:
+            problem = scope_problem(lease, streams)
+            if problem is None:
+                kept.append(lease)
+            elif streams is not None and stream_name_of(lease) in pending:
+                continue  # a configured stream not identified yet (DescribeStreamSummary failed): next run
+            else:
+                report_row("lease", lease.lease_key, "left alone", problem)
+        return kept
 
     def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
         """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
@@ -367,24 +398,28 @@ class LeaderLoop:
         if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
             return True
         # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
-        present = {lease.lease_key for lease in leases}
-        children: dict[str, list[str]] = {}
-        for shard in term.shards or []:
-            for parent in shard.parent_ids:
-                children.setdefault(parent, []).append(shard.shard_id)
-        for lease in leases:
-            if lease.is_finished and not any(child in present for child in children.get(lease.lease_key, [])):
-                return True
-        return False
+        return children_waiting(term.shards or {}, leases)
 
-    def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence, now: float) -> WriteTally:
+    def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence,
+                     now: float) -> tuple[WriteTally, str | None]:
         assert self._shards is not None
         term.sync_attempted_at = now
-        shards = self._shards()
-        plan = plan_shard_sync(shards, leases.values(), self._settings.initial_position_in_stream,
-                               self._settings.initial_timestamp)
-        # Only a listing the planner accepted replaces the last good one (used to spot children waiting for leases).
-        term.shards, term.shards_listed_at, term.sync_failures = shards, now, 0
+        found = self._shards()
+        listings: Listings
+        if isinstance(found, StreamListings):
+            term.streams, listings, errors = found.streams, found.shards, dict(found.errors)
+        else:
+            listings, errors = {None: found}, {}
+        planned = plan_streams_sync(listings, leases.values(), self._position_of)
+        errors.update(planned.errors)
+        if errors and len(errors) >= len(term.streams or {None: None}):
+            raise ShardSyncFailed("; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())))
+        plan = planned.plan
+        # Only listings the planner accepted replace the last good ones (used to spot children waiting for leases).
+        good = {stream: shards for stream, shards in listings.items()
+                if (stream.serialized if stream else "stream") not in errors}
+        term.shards, term.shards_listed_at = {**(term.shards or {}), **good}, now
+        term.sync_failures = 0
         created = deleted = 0
         for creation in plan.creates:
             outcome = self._store.create_lease(creation.lease)
@@ -400,7 +435,13 @@ class LeaderLoop:
                 deleted += 1
         if plan.inconsistent_shard_ids:
             log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
-        return WriteTally(created=created, deleted=deleted)
+        # Some streams synced, others not: the run reports the failures while the synced streams go on.
+        partial = "; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())) or None
+        return WriteTally(created=created, deleted=deleted), partial
+
+    def _position_of(self, stream: StreamIdentifier | None) -> tuple[str, datetime | None]:
+        """Where new leases of `stream` start (its own configured position, else the application's)."""
+        return self._settings.initial_position_for(None if stream is None else stream.name)
 
     # ------------------------------------------------------------------ housekeeping
     def _delete_stale_workers(self, term: _Term, records: list[WorkerRecord], now: float) -> int:

@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 
 from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
 
-# KCL's metric short names (reference 2.1).
+# KCL's metric short names (`WorkerMetricStats`).
 CPU_METRIC = "C"
 MEMORY_METRIC = "M"
 NETWORK_IN_METRIC = "NI"
 NETWORK_OUT_METRIC = "NO"
 THROUGHPUT_METRIC = "T"
 
-# A stored metric value of -1 means "sampling failed for that interval" (reference 2.2).
+# A stored metric value of -1 means "sampling failed for that interval" (as in KCL).
 FAILED_SAMPLE = -1.0
 
 
@@ -89,7 +89,7 @@ class WorkerRecord:
 
     @property
     def uses_default_metric(self) -> bool:
-        """True when the worker reports no metric, so the leader balances it by throughput (reference 2.4)."""
+        """True when the worker reports no metric, so the leader balances it by throughput (KCL's default metric)."""
         return not self.metric_stats and not self.operating_range
 
     @property

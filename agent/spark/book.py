@@ -17,10 +17,20 @@ from agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_
 from agent.spark.probe import ProbeResult
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
+from shared.streams import stream_prefix
+
+
+def source_key(lease: Lease) -> str:
+    """The key the source plans a lease's shard under: its shard id, or its lease key if it names a stream."""
+    return lease.shard if stream_prefix(lease.lease_key) is None else lease.lease_key
 
 
 class ShardBook:
-    """Held shards by shard id, with their lease keys and the snapshot version that started each handoff."""
+    """Held shards by source key, with their lease keys and the snapshot version that started each handoff.
+
+    The source key is the shard id, or in a multi-stream application the lease key (shard ids repeat across streams;
+    `shared.streams.read_target` turns it back into stream and shard).
+    """
 
     def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,
                  merge_below: int = 0) -> None:
@@ -40,10 +50,11 @@ class ShardBook:
     def acquired(self, lease: Lease) -> None:
         """Start planning a newly held shard from its lease checkpoint (no records assumed until probed)."""
         with self._guard:
-            self._keys[lease.shard] = lease.lease_key
-            self._parts[lease.shard] = ()
-            self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp,
-                                                 tenure=uuid.uuid4().hex[:12])
+            source = source_key(lease)
+            self._keys[source] = lease.lease_key
+            self._parts[source] = ()
+            self._views[source] = ShardView(lease.checkpoint, timestamp=self._timestamp,
+                                            tenure=uuid.uuid4().hex[:12])
             self._publish()
 
     def handing_off(self, lease_key: str) -> bool:

@@ -12,6 +12,7 @@ from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
 from shared.store import LeaseScan, WorkerScan
+from shared.streams import stream_name_of
 from shared.worker import CPU_METRIC, WorkerRecord
 
 Version = tuple[object, ...]
@@ -133,7 +134,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
     owner = records.get(lease.actual_owner or "")
     progress = owner.lease_progress.get(lease.lease_key) if owner is not None else None
     return LeaseOut(
-        lease_key=lease.lease_key, stream=lease.stream_name or settings.stream_name, shard_id=lease.shard,
+        lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
         state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
         lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,
