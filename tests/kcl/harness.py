@@ -28,7 +28,7 @@ from shared.config import load_settings
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.kcl_worker import KclWorker
 from tests.support.stores import unique_app
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 # shardherd's timings for the interop tests, matched to tests/support/kcl_worker.py's FAST_TIMINGS (KCL's lease
 # duration there is 3 s).

@@ -14,7 +14,7 @@ import pytest
 
 from tests.kcl.harness import InteropStack, first_sequence_after, timed
 from tests.support.kcl_worker import KclWorker
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tests.kcl.harness import InteropStack, timed
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
 
