@@ -8,6 +8,7 @@ fleet must spread the leases over both kinds of worker, and survive `kill -9` of
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -25,11 +26,29 @@ def counters_of(stack: InteropStack, worker: str) -> dict[str, str]:
             if item.get("leaseOwner", {}).get("S") == worker}
 
 
+def wait_without_assignments_to(stack: InteropStack, dead: str, done: Callable[[], bool], what: str) -> None:
+    """Wait (60 s) for `done` while asserting that no lease is assigned to the killed worker `dead` meanwhile."""
+    held_when_killed = set(counters_of(stack, dead).items())  # read after the kill: no renewal can follow it
+    handed_to_dead: set[tuple[str, str]] = set()
+
+    def check() -> bool:
+        handed_to_dead.update(set(counters_of(stack, dead).items()) - held_when_killed)
+        return done()
+
+    wait_for(check, 60, what)
+    assert not handed_to_dead, f"leases assigned to the killed worker {dead}: {sorted(handed_to_dead)}"
+
+
 def holds(stack: InteropStack, worker: str) -> int:
     """How many leases `worker` owns (settled, not in a handoff)."""
     return sum(1 for owner in stack.owners().values() if owner == worker)
 
 
+# Not strict: it passed in five runs before main's merge of 24 Nov 13:35 and failed in the next one.
+@pytest.mark.xfail(strict=False, reason=(
+    "leases handed to a dead worker (issue 18, fixed on branch h18a): a worker killed with -9 stays eligible for "
+    "leases in lease liveness mode for max(failover, 2 x reporter interval), and balancing moved a lease to the "
+    "killed KCL worker"))
 @pytest.mark.parametrize("interop", ["lease"], indirect=True)
 def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropStack) -> None:
     stack, figures = interop, dict[str, float]()
@@ -51,17 +70,10 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
 
     # kill -9 of the shardherd side: the KCL worker takes its shards, and none is handed back to the dead agent.
     stack.kill_agent("agent-1")
-    held_when_killed = counters_of(stack, "agent-1")  # read after the kill: no renewal can follow it
     started = time.monotonic()
     stack.produce(RECORDS, "c")
-    handed_to_dead: set[tuple[str, str]] = set()
-
-    def c_read() -> bool:
-        handed_to_dead.update(set(counters_of(stack, "agent-1").items()) - set(held_when_killed.items()))
-        return stack.all_delivered("c-")
-
-    wait_for(c_read, 60, "the KCL worker reads the killed agent's shards")
-    assert not handed_to_dead, f"leases assigned to the killed agent: {handed_to_dead}"
+    wait_without_assignments_to(stack, "agent-1", lambda: stack.all_delivered("c-"),
+                                "the KCL worker reads the killed agent's shards")
     timed("agent kill -9 to all read", started, figures)
     assert holds(stack, "kcl-1") == 4
 
@@ -71,9 +83,9 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     kcl.kill()
     started = time.monotonic()
     stack.produce(RECORDS, "d")
-    wait_for(lambda: stack.all_delivered("d-"), 60, "shardherd reads the killed KCL worker's shards")
+    wait_without_assignments_to(stack, "kcl-1", lambda: stack.all_delivered("d-") and holds(stack, "agent-2") == 4,
+                                "the agent reads the killed KCL worker's shards")
     timed("kcl kill -9 to all read", started, figures)
-    assert holds(stack, "agent-2") == 4
 
     counts = stack.delivered()
     lost = set(stack.produced) - set(counts)
