@@ -44,11 +44,11 @@ def holds(stack: InteropStack, worker: str) -> int:
     return sum(1 for owner in stack.owners().values() if owner == worker)
 
 
-# Not strict: it passed in five runs before main's merge of 24 Nov 13:35 and failed in the next one.
+# Not strict: it passed in six of seven runs. The failing run (right after main's merge of 24 Nov) ended with the new
+# agent holding 3 of 4 leases, its log showing one lease handed off to the KCL worker around its kill -9.
 @pytest.mark.xfail(strict=False, reason=(
-    "leases handed to a dead worker (issue 18, fixed on branch h18a): a worker killed with -9 stays eligible for "
-    "leases in lease liveness mode for max(failover, 2 x reporter interval), and balancing moved a lease to the "
-    "killed KCL worker"))
+    "suspected: leases handed to a dead worker (issue 18, fixed on branch h18a): in lease liveness mode a worker "
+    "killed with -9 stays eligible for leases for max(failover, 2 x reporter interval)"))
 @pytest.mark.parametrize("interop", ["lease"], indirect=True)
 def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropStack) -> None:
     stack, figures = interop, dict[str, float]()
