@@ -6,6 +6,8 @@ machine and the emulator's own work do not count).
 old: boto3 GetRecords (botocore parses every record: datetime, base64) -> Record objects (pure-Python KPL decode)
      -> one Python tuple per row (what `read()` yielded before);
 new: `RawKinesis` GetRecords (json.loads only) -> `arrow_batch`: one Arrow record batch per response.
+With `--kpl`, the new path runs twice: with the process's KPL decoder (agent/kpl_decoding.py: the protobuf runtime's
+C decoder when installed) and forced to the pure-Python decoder, so the decoder's share is measured in the same run.
 Each path reads the whole shard from TRIM_HORIZON `--repeat` times; the median is reported.
 """
 
@@ -15,6 +17,7 @@ import argparse
 import statistics
 import time
 
+from agent import kpl_decoding
 from agent.kpl import UserRecord, encode_aggregate
 from agent.records import DeaggregationCounters, records_from_kinesis
 from agent.spark.arrow_read import arrow_batch
@@ -89,7 +92,15 @@ def main() -> None:
               f"median of {args.repeat} reads, client-process CPU only")
         print(f"old (boto3 parse, Record objects, tuples): {old / old_rows * 1e6:6.2f} us/row")
         print(f"new (raw JSON, Arrow columns):             {new / new_rows * 1e6:6.2f} us/row   "
-              f"{old / new:.1f}x less CPU")
+              f"{old / new:.1f}x less CPU   (KPL decoder: {kpl_decoding.decoder_name()})")
+        if args.kpl:
+            chosen = kpl_decoding.decoder_name()
+            kpl_decoding.use("python")
+            pure, pure_rows = cpu(lambda: new_path(stack, raw, shard), args.repeat)
+            kpl_decoding.use("auto")
+            assert pure_rows == new_rows
+            print(f"new, pure-Python KPL decoder:              {pure / pure_rows * 1e6:6.2f} us/row   "
+                  f"{chosen} takes {pure / new:.2f}x less CPU than it on this path")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,13 @@ from datetime import datetime
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
-from coordinator.liveness import LivenessTracker
+from coordinator.liveness import (
+    LivenessTracker,
+    MalformedSightings,
+    WorkerGrace,
+    decode_sightings,
+    encode_sightings,
+)
 from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
@@ -84,8 +90,7 @@ class LoopTiming:
 
     interval: float
     failover: float
-    worker_grace: float
-    receiver_freshness: float
+    grace: WorkerGrace
     handoff_timeout: float
     shard_sync_interval: float
     balancing_frequency: int
@@ -94,23 +99,11 @@ class LoopTiming:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
-        """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
-        failover = settings.failover_time_millis / 1000
-        grace = failover
-        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
-        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack. A worker killed a
-        # few seconds ago still counts as alive, but must not be handed leases. In lease mode worker records change
-        # only every reporter interval, so only the liveness grace applies.
-        interval = settings.lease_assignment_interval_millis / 1000
-        freshness = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
-        if settings.liveness_mode == "lease":
-            grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
-            freshness = grace
+        """Convert the millisecond settings; how long workers stay alive is the rule of liveness.WorkerGrace."""
         return cls(
-            interval=interval,
-            failover=failover,
-            worker_grace=grace,
-            receiver_freshness=freshness,
+            interval=settings.lease_assignment_interval_millis / 1000,
+            failover=settings.failover_time_millis / 1000,
+            grace=WorkerGrace.from_settings(settings),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
@@ -143,13 +136,21 @@ class LeaderLoop:
         self._failures = 0
         self._latest: tuple[LeaseScan, WorkerScan, float] | None = None  # the newest run's scans and their time
         self._latest_guard = threading.Lock()
+        self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
+        self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
+        lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
-        """Run every interval (fixed delay) until `stop` is set."""
+        """Run every interval (fixed delay) until `stop` is set.
+
+        While this replica contends for a lock whose holder misses heartbeats it runs four times as often, so its
+        own watch of the worker rows (see `_watch_while_contending`) starts within half a second.
+        """
         while not stop.is_set():
             self.run_once()
-            stop.wait(self._timing.interval)
+            contending = self._term is None and self._lock.looks_abandoned()
+            stop.wait(self._timing.interval / 4 if contending else self._timing.interval)
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""
@@ -161,6 +162,7 @@ class LeaderLoop:
         epoch = self._lock.epoch()
         if fence is None or epoch is None:
             self._term = None
+            self._watch_while_contending()
             return None
         if self._term is None or self._term.epoch != epoch:
             self._term = self._new_term(epoch)
@@ -193,6 +195,11 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
         return summary
 
+    def published_sightings(self) -> str | None:
+        """The worker-row sightings of this leader's newest run, as of now (sent with each lock heartbeat)."""
+        sightings = self._sightings if self._term is not None else {}
+        return encode_sightings(sightings, self._clock.monotonic()) if sightings else None
+
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
         """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
 
@@ -216,7 +223,7 @@ class LeaderLoop:
         term = self._term
         # A private copy: the loop thread keeps using its own observations while the API thread plans.
         tracker = (copy.deepcopy(term.tracker) if term is not None else
-                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace))
+                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace))
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
@@ -230,8 +237,36 @@ class LeaderLoop:
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
+    def _watch_while_contending(self) -> None:
+        """While the lock's holder misses heartbeats, watch worker rows as a leader would (one scan per run).
+
+        A replica that then takes the lock over starts from these sightings and from those the old leader
+        published, instead of watching every row for a whole failover time from zero. Costs nothing otherwise.
+        """
+        if not self._lock.looks_abandoned():
+            self._contending = None
+            return
+        if self._contending is None:
+            self._contending = LivenessTracker(self._settings.liveness_mode, self._timing.failover,
+                                               self._timing.grace)
+        try:
+            self._contending.observe((), self._store.scan_workers().workers, self._clock.monotonic())
+        except Exception as exc:  # best effort: a failed scan only means a slower start as leader
+            log.warning("leader loop: watching worker rows while contending failed: %s", exc)
+
     def _new_term(self, epoch: int) -> _Term:
-        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
+        """A fresh term; after a takeover it starts from what the old leader published and this replica watched."""
+        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace)
+        self._sightings = {}
+        handover = self._lock.take_handover()
+        if handover is not None:
+            try:
+                tracker.take_over(decode_sightings(handover.observed_rows), handover.published_before)
+            except MalformedSightings as exc:
+                log.warning("leader loop: ignoring the previous leader's sightings: %s", exc)
+        if self._contending is not None:
+            tracker.start_from(self._contending.row_sightings())
+            self._contending = None
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
@@ -246,6 +281,7 @@ class LeaderLoop:
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
         term.tracker.observe(leases.values(), worker_scan.workers, now)
+        self._sightings = term.tracker.row_sightings()
         tally = WriteTally()
         synced = False
         sync_error: str | None = None
@@ -312,8 +348,7 @@ class LeaderLoop:
 
     def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
         """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
-        silent = tracker.workers.silent_for(worker_id, now)
-        return silent is not None and silent > self._timing.receiver_freshness
+        return not tracker.worker_receives(worker_id, now)
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -492,7 +527,8 @@ class LeaderLoop:
             else:
                 assigned += 1
                 if outcome.lease is not None:
-                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, self._clock.monotonic())
+                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, move.to_worker,
+                                          self._clock.monotonic())
         if any(outcome is None or outcome.conflict is Conflict.FENCED for outcome in outcomes):
             raise LeadershipLost()
         return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)

@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     # its newest run's scans instead, whenever they are this fresh).
     api_cache_millis: int = Field(5_000, ge=0, le=HOUR_MILLIS)
 
+    # KPL de-aggregation: auto (the protobuf runtime's C decoder when installed, else pure Python) or python (force
+    # the pure-Python decoder). agent/kpl_decoding.py; Spark executors get it with their partitions.
+    kpl_decoder: Literal["auto", "python"] = "auto"
+
     # Where a new stream is read from.
     initial_position_in_stream: InitialPosition = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
@@ -96,3 +96,18 @@ class WorkerRecord:
     def is_draining(self) -> bool:
         """True if the worker or an operator asked for all of its leases to move away."""
         return self.state is WorkerState.DRAINING or self.drain_requested
+
+
+def common_metric_kinds(reports: Iterable[Mapping[str, object]]) -> frozenset[str]:
+    """The metric kinds every worker reports (pass each worker's `sts` map): the only basis they can be balanced on.
+
+    KCL averages each metric over the workers that report it, so in a fleet mixing kinds (a KCL worker without CPU
+    next to a shardherd agent with CPU) every worker sits at its own metric's average and nothing ever looks out of
+    balance. Balancing only on kinds every worker reports avoids that; when one worker reports none (a KCL
+    "default metric" worker), the common basis is the throughput share, which every worker has.
+    """
+    common: frozenset[str] | None = None
+    for report in reports:
+        kinds = frozenset(report)
+        common = kinds if common is None else common & kinds
+    return common or frozenset()

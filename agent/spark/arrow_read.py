@@ -10,6 +10,7 @@ one Arrow cast, and KPL aggregates are expanded into their user records.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from agent.kpl import MAGIC, BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import MAGIC, BrokenAggregate, is_aggregate
+from agent.kpl_decoding import decode_columns
 from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from agent.reader import ShardReadError
 from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
@@ -65,18 +67,19 @@ def arrow_batch(stream: str, shard_id: str, records: list[dict[str, Any]], inclu
 def _expand(columns: tuple[list[Any], ...], record: dict[str, Any], payload: bytes, skip_through: int) -> None:
     """Append one Kinesis record's user records (sub-sequence above `skip_through`) to the column lists."""
     sequence, arrival = record["SequenceNumber"], record.get("ApproximateArrivalTimestamp")
-    users = None
+    keys: list[str] = [record["PartitionKey"]]
+    payloads = [payload]
     if is_aggregate(payload):
-        try:
-            users = decode_aggregate(payload)
-        except BrokenAggregate:
-            users = None  # delivered raw, as one record
-    rows = ([(index, user.partition_key, user.data) for index, user in enumerate(users)] if users is not None
-            else [(0, record["PartitionKey"], payload)])
-    for sub, key, data in rows:
-        if sub > skip_through:
-            for column, value in zip(columns, (sequence, sub, key, arrival, data), strict=True):
-                column.append(value)
+        with contextlib.suppress(BrokenAggregate):  # a broken aggregate is delivered raw, as one record
+            keys, payloads = decode_columns(payload)
+    first = skip_through + 1
+    count = max(0, len(keys) - first)
+    sequences, subs, key_column, arrivals, data_column = columns
+    sequences.extend([sequence] * count)
+    subs.extend(range(first, first + count))
+    key_column.extend(keys[first:])
+    arrivals.extend([arrival] * count)
+    data_column.extend(payloads[first:])
 
 
 def _batch(where: tuple[str, str], sequence: list[str], sub: list[int], key: list[str],

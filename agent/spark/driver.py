@@ -70,7 +70,8 @@ class SparkAgent(Agent):
         # its own (the option then lists the streams, for the record).
         streams = settings.stream_name or ",".join(settings.stream_names)
         self.options = SourceOptions(self.channel, streams, settings.region,
-                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
+                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
+                                     settings.kpl_decoder)
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)

@@ -15,7 +15,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.kpl import BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import BrokenAggregate, is_aggregate
+from agent.kpl_decoding import decode_aggregate
 from agent.read_spec import StartPosition
 from agent.reader import ShardReadError
 from agent.spark.channel import Segment

@@ -160,6 +160,6 @@ def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(t
     shown = subprocess.run([sys.executable, "-I", "-c", script, str(tmp_path)], capture_output=True, text=True,
                            timeout=60, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    commands = re.search(r"\{([a-z,]+)\}", shown.stdout)
+    commands = re.search(r"\{([a-z,-]+)\}", shown.stdout)
     assert commands is not None, shown.stdout
-    assert set(commands.group(1).split(",")) == {"agent", "coordinator", "status", "drain", "plan"}
+    assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan"}

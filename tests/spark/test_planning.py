@@ -176,10 +176,12 @@ def test_offset_log_entries_parse_and_garbage_is_rejected() -> None:
 
 
 def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None:
-    options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True)
+    options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True, "python")
     assert SourceOptions.parse(options.to_options()) == options
+    assert SourceOptions.parse({"channel": "x", "stream": "s"}).kpl_decoder == "auto"
     for bad in [{}, {"channel": "x"}, {"channel": "x", "stream": "s", "maxRecordsPerShard": "0"},
                 {"channel": "x", "stream": "s", "minCallIntervalMs": "-1"},
+                {"channel": "x", "stream": "s", "kplDecoder": "fast"},
                 {"channel": "x", "stream": "s", "maxBytesPerShard": "lots"}]:
         with pytest.raises(InvalidOffset):
             SourceOptions.parse(bad)
