@@ -44,11 +44,6 @@ def holds(stack: InteropStack, worker: str) -> int:
     return sum(1 for owner in stack.owners().values() if owner == worker)
 
 
-# Not strict: it passed in six of seven runs. The failing run (right after main's merge of 24 Nov) ended with the new
-# agent holding 3 of 4 leases, its log showing one lease handed off to the KCL worker around its kill -9.
-@pytest.mark.xfail(strict=False, reason=(
-    "suspected: leases handed to a dead worker (issue 18, fixed on branch h18a): in lease liveness mode a worker "
-    "killed with -9 stays eligible for leases for max(failover, 2 x reporter interval)"))
 @pytest.mark.parametrize("interop", ["lease"], indirect=True)
 def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropStack) -> None:
     stack, figures = interop, dict[str, float]()
@@ -94,12 +89,6 @@ def test_shardherd_led_mixed_fleet_spreads_and_survives_kill_9(interop: InteropS
     assert not lost
 
 
-# Not strict: KCL's leader sometimes sheds one lease to the agent when its own throughput figure passes its band
-# (seen once in a loaded full-suite run), but it does not spread the fleet.
-@pytest.mark.xfail(strict=False, reason=(
-    "mixed metric kinds (issue 18, shardherd side fixed on branch h18a): KCL's leader averages each metric over the "
-    "workers that report it, so its own throughput-default worker (T) and a CPU-reporting shardherd agent (C) each "
-    "sit at their metric's average and the leases are not spread"))
 @pytest.mark.parametrize("interop", ["lease"], indirect=True)
 def test_kcl_led_mixed_fleet_spreads_leases_to_shardherd_agents(interop: InteropStack) -> None:
     """A shardherd agent joins a fleet whose leader is a KCL worker; KCL's leader must spread the leases.
