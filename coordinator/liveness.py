@@ -28,7 +28,7 @@ from shared.lease import Lease
 from shared.worker import WorkerRecord
 
 # KCL's discovery period is leaseAssignmentIntervalMillis / 2 - 25 ms, and its assignment interval defaults to twice
-# the failover time: a KCL worker finds a lease assigned to it up to about one failover time later (reference 1.4).
+# the failover time: a KCL worker finds a lease assigned to it up to about one failover time later.
 _KCL_DISCOVERY_FAILOVERS = 1.0
 
 

@@ -15,7 +15,7 @@ def on_common_basis(snapshot: Snapshot) -> Snapshot:
 
     Balanced workers are those with valid, non-failing metrics that are not draining (the others are not balanced,
     so they neither set the basis nor change). With no common kind (some worker reports only throughput, as a Java
-    KCL worker without a CPU metric does) every balanced worker is balanced by its throughput share (reference 2.4).
+    KCL worker without a CPU metric does) every balanced worker is balanced by its throughput share, as KCL does.
     A fleet that already shares its kinds comes back unchanged.
     """
     balanced = [worker for worker in snapshot.workers

@@ -30,10 +30,12 @@ log = logging.getLogger("spark_job")
 
 
 def log_counts(df: DataFrame, batch_id: int) -> None:
-    """The default sink: the batch's records and bytes per shard, in the driver's log (one small Spark job)."""
-    per_shard = df.groupBy("shard_id").agg(F.count(F.lit(1)).alias("records"), F.sum(F.length("data")).alias("bytes"))
+    """The default sink: records and bytes per stream and shard of the batch, in the driver's log (one Spark job)."""
+    per_shard = df.groupBy("stream_name", "shard_id").agg(F.count(F.lit(1)).alias("records"),
+                                                          F.sum(F.length("data")).alias("bytes"))
     for row in sorted(per_shard.collect()):
-        log.info("batch %d: %s %d records %d bytes", batch_id, row["shard_id"], row["records"], row["bytes"])
+        log.info("batch %d: %s/%s %d records %d bytes", batch_id, row["stream_name"], row["shard_id"], row["records"],
+                 row["bytes"])
 
 
 def parquet_sink(output: str) -> BatchFunction:

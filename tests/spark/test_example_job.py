@@ -106,10 +106,11 @@ def test_the_default_sink_logs_records_and_bytes_per_shard(spark: SparkSession,
     from datetime import UTC, datetime
 
     at = datetime(2026, 1, 1, tzinfo=UTC)
-    rows = [("shardId-1", "1", 0, "k", at, b"abc"), ("shardId-1", "2", 0, "k", at, b"de"),
-            ("shardId-0", "3", 0, "k", at, b"")]
+    rows = [("shardId-1", "1", 0, "k", at, b"abc", "a"), ("shardId-1", "2", 0, "k", at, b"de", "a"),
+            ("shardId-0", "3", 0, "k", at, b"", "a"), ("shardId-1", "4", 0, "k", at, b"fghi", "b")]
     df = spark.createDataFrame(rows, DDL)
     with caplog.at_level(logging.INFO, logger="spark_job"):
         log_counts(df, 7)
     assert [record.getMessage() for record in caplog.records if record.name == "spark_job"] == [
-        "batch 7: shardId-0 1 records 0 bytes", "batch 7: shardId-1 2 records 5 bytes"]
+        "batch 7: a/shardId-0 1 records 0 bytes", "batch 7: a/shardId-1 2 records 5 bytes",
+        "batch 7: b/shardId-1 1 records 4 bytes"]

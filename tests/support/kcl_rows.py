@@ -34,10 +34,10 @@ def read_raw_worker_row(client: Any, table: str, worker_id: str) -> dict[str, An
 
 
 def kcl_sees_default_metric(item: Mapping[str, Any]) -> bool:
-    """KCL's own test for a "default metric" worker (reference 2.4): `sts` and `opr` both missing or empty."""
+    """KCL's own test for a "default metric" worker: `sts` and `opr` both missing or empty."""
     return not item.get("sts", {}).get("M") and not item.get("opr", {}).get("M")
 
 
 def kcl_sees_active(item: Mapping[str, Any], now_wall: float, reporter_seconds: float = 30.0) -> bool:
-    """KCL's leader treats the worker as active: a `lut` no older than two reporter intervals (reference 2.3)."""
+    """KCL's leader treats the worker as active: a `lut` no older than two reporter intervals."""
     return "lut" in item and now_wall - int(item["lut"]["N"]) <= 2 * reporter_seconds
