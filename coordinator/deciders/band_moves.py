@@ -150,7 +150,8 @@ class BandBalancer:
         cached = self._by_weight.get(wid)
         if cached is None:
             ledger = self.d.ledger
-            held = () if wid in self.d.stale else ledger.held_by.get(wid, {})  # a possibly dead worker gives nothing
+            # A possibly dead worker gives nothing; nor does one whose leases' figures are still changing.
+            held = () if wid in self.d.stale or wid in self.d.settling else ledger.held_by.get(wid, {})
             cached = sorted((ledger.weight[k], k) for k in held if ledger.rebalanceable(k))
             self._by_weight[wid] = cached
         return cached
@@ -166,6 +167,10 @@ class BandBalancer:
             if per_kbps > 0:
                 most = min(most, (bound - value) / per_kbps)
         return most
+
+    def _takes_part(self, wid: str) -> bool:
+        """Whether the worker may receive in this run: assignable, and its figures are not still changing."""
+        return self.d.assignable(wid) and wid not in self.d.settling
 
     def _refused(self, key: str, receiver: str) -> bool:
         """True if the receiver gave this lease back as one it cannot process: balancing never hands it back."""
@@ -249,7 +254,7 @@ class BandBalancer:
                 and (self._swap_one(donor) or self._push_one(donor))):
             return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
-                     for w in self._extremes(PROBES, True, donor) if d.assignable(w)]
+                     for w in self._extremes(PROBES, True, donor) if self._takes_part(w)]
         heaviest = max((most for _, most, _ in receivers), default=-math.inf)
         for key in self._shed_candidates(donor, heaviest):
             weight = d.ledger.weight[key]
@@ -285,7 +290,7 @@ class BandBalancer:
             return False
         receivers = []
         for wid in self._extremes(PROBES, True, donor):
-            if not d.assignable(wid):
+            if not self._takes_part(wid):
                 continue
             weights = [w for w, _ in self._movable(wid)]
             receivers.append((wid, d.rise(wid, metric, 1.0), d.drop_rate(wid, metric) or 0.0, weights,
@@ -318,12 +323,12 @@ class BandBalancer:
         d, metric, value = self.d, self.metric, self.value(donor)
         ceiling, target = self.ceiling(donor), self._target(donor)
         per_kbps, rate = d.rise(donor, metric, 1.0), d.drop_rate(donor, metric)
-        if not d.assignable(donor) or per_kbps <= 0 or rate is None:
+        if not self._takes_part(donor) or per_kbps <= 0 or rate is None:
             return False
         best: tuple[float, str, str, str] | None = None
         for receiver in self._extremes(PROBES, True, donor):
             returns, r_rate = self._movable(receiver), d.drop_rate(receiver, metric)
-            if not d.assignable(receiver) or not returns or r_rate is None:
+            if not self._takes_part(receiver) or not returns or r_rate is None:
                 continue
             r_value, r_ceiling, r_per_kbps = self.value(receiver), self.ceiling(receiver), d.rise(receiver, metric, 1.0)
             for weight, key in self._movable(donor):
@@ -372,7 +377,7 @@ class BandBalancer:
         """The giver's lease that lands the receiver closest to the average (else lifts it most); False if none."""
         d, metric, avg = self.d, self.metric, self.band.avg
         per_kbps = d.rise(receiver, metric, 1.0)
-        if per_kbps <= 0 or not d.assignable(receiver):
+        if per_kbps <= 0 or not self._takes_part(receiver):
             return False
         base = self.value(receiver)
         ideal = (avg - base) / per_kbps

@@ -75,6 +75,8 @@ class FleetState(abc.ABC):
         self.active: list[str] = []
         self.default: set[str] = set()
         self.stale = {worker.worker_id for worker in snapshot.workers if worker.stale}
+        # Workers holding a lease whose figure is still changing: their load cannot be priced yet (band balancing).
+        self.settling = {lease.actual_owner for lease in snapshot.leases if lease.settling and lease.actual_owner}
         for worker in snapshot.workers:
             self.status[worker.worker_id] = classify(worker)
             if worker.draining:

@@ -42,6 +42,22 @@ def after(plan: Plan, metric: str = "C") -> dict[str, float]:
 # -- shed ---------------------------------------------------------------------------------------------------------
 
 
+def test_a_worker_whose_lease_figure_is_still_changing_neither_gives_nor_receives() -> None:
+    # Issue 15: a shard turns hot; its owner's CPU shows it within a report, its figure only once the agents'
+    # throughput windows fill (tens of seconds). Priced by the old figure, the hot shard looked light and went to
+    # another worker, which then had to shed in turn (4.3x the minimum moves). Until the figure settles its owner
+    # waits; the other workers balance as usual.
+    snapshot = donor_above_band()
+    waiting = dataclasses.replace(snapshot, leases=tuple(
+        dataclasses.replace(lease, settling=lease.key == "A05") for lease in snapshot.leases))
+    assert decide(waiting, BAND, balance=True).moves == ()
+    assert [m.lease_key for m in decide(snapshot, BAND, balance=True).moves] == ["A00"]
+    # B's lease settling keeps B from receiving: A00 goes to C instead.
+    b_waits = dataclasses.replace(snapshot, leases=tuple(
+        dataclasses.replace(lease, settling=lease.key == "B00") for lease in snapshot.leases))
+    assert [(m.lease_key, m.to_worker) for m in decide(b_waits, BAND, balance=True).moves] == [("A00", "C")]
+
+
 def donor_above_band() -> Snapshot:
     # A carries 600 KiB/s (CPU 60): A00 = 80 KiB/s plus 26 x 20; B, C, D carry 9 x 50 = 450 (CPU 45).
     # Throughput spread (std 65 < 0.2 x mean 487.5) is too small for a fit: slope = 48.75 / 487.5 = 0.1 both modes.
