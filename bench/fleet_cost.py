@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 from fastapi.testclient import TestClient
 
-from bench.fleet_sim import VARIANCE, Fleet, Stream
+from bench.fleet.model import VARIANCE, Fleet
+from bench.fleet.world import Stream
 from bench.kcl_baseline import KclLine, kcl_bill
 from coordinator.run_summary import RunSummary
 from services.api import ApiContext, create_app

@@ -6,21 +6,10 @@ import random
 
 import pytest
 
-from bench.fleet_sim import (
-    KCL2,
-    LEASE_COUNT,
-    QUICK,
-    VARIANCE,
-    VARIANCE_KCL,
-    Fleet,
-    Result,
-    Stream,
-    greedy_moves,
-    minimum_moves,
-    run_scenario,
-    scenarios,
-    within_bound,
-)
+from bench.fleet.measures import greedy_moves, minimum_moves, within_bound
+from bench.fleet.model import KCL2, LEASE_COUNT, VARIANCE, VARIANCE_KCL, Fleet
+from bench.fleet.scenarios import QUICK, Result, run_scenario, scenarios
+from bench.fleet.world import Stream
 from bench.kcl2_taker import Kcl2Taker
 from bench.store_counter import WRITE_KINDS, CountingStore
 from shared.clock import ManualClock
