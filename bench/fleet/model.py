@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.fleet.noise import LiveNoise
-from bench.fleet.worker import BASE_CPU, SimWorker, Timing
+from bench.fleet.worker import BASE_CPU, AgentWorker, Kcl2Worker, SimWorker, Timing
 from bench.fleet.world import EventQueue, Stream
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import CountingStore
@@ -133,22 +133,18 @@ class Fleet:
         added = []
         for _ in range(count):
             wid = f"w{len(self.workers):04d}"
-            worker = SimWorker(wid, self.mode, self, random.Random(self.rng.random()))
-            self.workers[wid] = worker
+            rng = random.Random(self.rng.random())
             start = now + self.rng.random()
-            t = self.timing
+            worker: SimWorker
             if self.variant == KCL2:
-                worker.taker = Kcl2Taker(wid, self.store, self.clock, t.failover, random.Random(self.rng.random()),
-                                         max_leases_for_worker=self.settings.max_leases_for_worker)
-                self.events.every(start, taker_interval_seconds(t.failover, t.epsilon), worker.take)
-                self.events.every(start + t.heartbeat, t.heartbeat, worker.renew)
+                t = self.timing
+                taker = Kcl2Taker(wid, self.store, self.clock, t.failover, random.Random(self.rng.random()),
+                                  max_leases_for_worker=self.settings.max_leases_for_worker)
+                worker = Kcl2Worker(wid, self, rng, taker, taker_interval_seconds(t.failover, t.epsilon))
             else:
-                self.events.every(start, t.discovery, worker.discover)
-                if self.mode == "worker":
-                    self.events.every(start, t.heartbeat, worker.beat)
-                else:
-                    self.events.every(start, t.heartbeat, worker.renew)
-                    self.events.every(start, self.report_seconds or t.reporter, worker.report)
+                worker = AgentWorker(wid, self, rng)
+            self.workers[wid] = worker
+            worker.start(start)
             if self.checkpoint_seconds > 0:
                 self.events.every(start + self.checkpoint_seconds, self.checkpoint_seconds, worker.checkpoint_all)
             added.append(wid)

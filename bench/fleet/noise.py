@@ -108,16 +108,6 @@ class LiveNoise:
         if recorder is not None:
             recorder.drop(key)
 
-    def report(self, worker: SimWorker) -> dict[str, float]:
-        """The per-lease KiB/s the worker's heartbeat carries (leases without a figure yet are left out)."""
-        recorder = self.recorder(worker)
-        figures = {}
-        for key in worker.processing:
-            value = recorder.compute(key)
-            if value is not None:
-                figures[key] = value
-        return figures
-
     def _produce(self) -> bool:
         now = self.fleet.clock.time()
         m = self.model

@@ -99,12 +99,7 @@ def _scale_out(count: int) -> Event:
 def _scale_in(count: int) -> Event:
     def apply(fleet: Fleet) -> None:
         for wid in fleet.live()[-count:]:
-            worker = fleet.workers[wid]
-            if fleet.variant == KCL2:  # KCL 2.x has no drain: the worker checkpoints and stops
-                worker.checkpoint_all()
-                worker.crash()
-            else:
-                worker.draining = True
+            fleet.workers[wid].scale_in()
 
     return apply
 
