@@ -2,19 +2,19 @@
 lock against simulated workers on an in-memory store, compared with the `lease-count` strategy and a KCL 2.x taker
 model in the same process.
 
-Time is a ManualClock moved by an event queue (nothing sleeps). Workers are modelled as the agent behaves:
-* discovery every `discovery_interval` (GSI query of their own keys, a GetItem per new key; a lease still in a
-  handoff towards them is ignored until the old owner completes it);
-* mode `worker`: a heartbeat (worker record with hb+1, per-lease throughput and the CPU history) every heartbeat
-  interval; mode `lease`: every held lease renewed every `failover/3 - epsilon` with its throughput, and the worker
-  record (CPU history) written every reporter interval, as KCL 3.x workers do;
-* CPU sampled every second as `base + carried KiB/s / capacity` (+ seeded noise, clamped to 100), averaged into one
-  `sts` value per report (worker mode: every heartbeat, as agent/metrics/sampler.py does; lease mode: every
-  reporter interval);
-* a lease handed off to another worker is checkpointed and its handoff completed after `handoff_delay`;
-* crash = every scheduled action of the worker stops; graceful scale-in = the worker reports DRAINING and exits once
-  it holds nothing (KCL 2.x has no drain: its workers just stop after a final checkpoint).
-KCL 2.x workers renew like lease mode and run `bench.kcl2_taker.Kcl2Taker` every `(failover + epsilon) x 2`.
+Time is a ManualClock moved by an event queue (nothing sleeps). shardherd workers run the agent's own components
+(bench/fleet/worker.py): the LeaseKeeper (discovery through the owner index, a lease still in a handoff towards them
+ignored until the old owner completes it; mode `worker`: one heartbeat row per heartbeat interval; mode `lease`: the
+row and a renewal of every held lease per heartbeat interval; DRAINING announced at once on a graceful scale-in, the
+row deleted once nothing is held), and the MetricsSampler and MetricsReporter, with:
+* CPU sampled every second from a model, `base + carried KiB/s / capacity` (+ seeded noise, clamped to 100), closed
+  into one `sts` value per report period (default: every heartbeat in worker mode, the reporter interval in lease
+  mode; `--report-seconds` sets it, the agent's own default is `worker_metrics_reporter_freq_millis`);
+* per-lease throughput reported exactly, or as the agent's ThroughputRecorder measures it under `--noise`;
+* a lease under handoff checkpointed and handed over `HANDOFF_DELAY` after the request;
+* crash = every scheduled action of the worker stops.
+KCL 2.x workers (a model, bench/fleet/worker.py) renew every held lease each heartbeat, run
+`bench.kcl2_taker.Kcl2Taker` every `(failover + epsilon) x 2`, and on scale-in checkpoint and stop (no drain).
 
 Figures per scenario and variant (definitions in `Result`, `minimum_moves` and `within_bound`): lease moves (changes
 of the actual owner to another worker, counted exactly from the applied writes) against the minimum, leader runs and

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent.metrics.throughput import ThroughputRecorder
+from shared.lease import Lease
 
 if TYPE_CHECKING:
     from bench.fleet.model import Fleet
@@ -92,9 +93,14 @@ class LiveNoise:
                                     lambda: self._deliver(worker))
         return recorder
 
-    def started(self, worker: SimWorker, key: str) -> None:
-        """The worker starts reading `key` from where the previous owner stopped."""
-        self.recorder(worker).track(key)
+    def started(self, worker: SimWorker, lease: Lease) -> None:
+        """The worker starts reading the lease from where the previous owner stopped; its recorder tracks the lease,
+        seeded with the stored throughput if there is one, as agent/runtime.py's `lease_acquired` does."""
+        key = lease.lease_key
+        recorder = self.recorder(worker)
+        recorder.track(key)
+        if lease.throughput_kbps is not None:
+            recorder.seed(key, lease.throughput_kbps)
         self.readers[key] = worker.worker_id
         shard = self.shards[key]
         if shard.position is None:

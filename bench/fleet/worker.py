@@ -164,7 +164,7 @@ class AgentWorker(SimWorker):
         """Start processing the lease (and, under noise, reading it)."""
         self.processing[lease.lease_key] = lease.lease_counter
         if self.fleet.noise is not None:
-            self.fleet.noise.started(self, lease.lease_key)
+            self.fleet.noise.started(self, lease)
 
     def handoff_requested(self, lease: Lease) -> None:
         """Stop reading; the final checkpoint and the transfer follow after HANDOFF_DELAY."""
