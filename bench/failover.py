@@ -137,13 +137,16 @@ def leader_and_agent_kill(cluster: ChaosCluster) -> tuple[float, float]:
 def graceful_drain(cluster: ChaosCluster) -> tuple[list[float], int]:
     victim = busiest(cluster)
     keys = cluster.owned_by(victim.name)
+    began = time.time()  # the ledgers' clock
     cluster.terminate(victim)
     victim.process.wait(120)
     mine = [d for d in read_deliveries(cluster.workdir) if d.worker == victim.name and d.shard in keys]
     last = {key: max(d.time for d in mine if d.shard == key) for key in keys}
     found = first_elsewhere(cluster, keys, victim.name, last, 60)
+    # A duplicate of the drain is a record of the victim's that another worker delivered again after the drain
+    # began; records the victim itself re-read after an earlier kill or take are that event's, not the drain's.
     theirs = {(d.shard, d.data) for d in read_deliveries(cluster.workdir)
-              if d.worker != victim.name and d.shard in keys}
+              if d.worker != victim.name and d.shard in keys and d.time >= began}
     duplicates = sum(1 for d in mine if (d.shard, d.data) in theirs)
     cluster.start_agent()
     return [found[key] - last[key] for key in keys], duplicates
