@@ -27,7 +27,7 @@ from shared.errors import MalformedLease, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import retry_deadline
 from shared.store import Conflict, LeaseStore, Outcome
-from shared.worker import LeaseProgress, WorkerRecord, WorkerState
+from shared.worker import LeaseProgress, WorkerRecord, WorkerState, troubled
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ class LeaseKeeper:
             held = self._held.get(lease_key)
         if held is None:
             return Outcome.lost(Conflict.OWNERSHIP, None)
-        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending)
+        progress = self._progress([lease_key]).get(lease_key) if self._progress else None
+        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress)
         if outcome.applied and outcome.lease is not None:
             with self._guard:
                 if lease_key in self._held:
@@ -310,7 +311,7 @@ class LeaseKeeper:
         record = WorkerRecord(
             worker_id=self._me, last_update=int(self._clock.time()), metric_stats=sts, operating_range=opr,
             heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
-            lease_throughput=throughput, lease_progress=self._progress(held) if self._progress else {},
+            lease_throughput=throughput, lease_progress=troubled(self._progress(held)) if self._progress else {},
         )
         try:
             self._store.upsert_worker(record)

@@ -52,7 +52,7 @@ from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
 from shared.shards import MAX_HASH_KEY, Shard
 from shared.store import LeaseStore, Outcome, TableNames
-from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState, troubled
 
 if TYPE_CHECKING:
     from bench.fleet_noise import LiveNoise, NoiseModel
@@ -155,6 +155,8 @@ class Timing:
 
 
 _sequence = itertools.count(10**9)
+# What a simulated agent reports of every lease it processes: 1 s behind, large totals (the widest figures).
+SIM_PROGRESS = LeaseProgress(1_000, 10**8, 10**11)
 
 
 class SimWorker:
@@ -199,7 +201,7 @@ class SimWorker:
         if self.fleet.noise is not None and self.mode == "worker":  # what the agent's recorder measures
             throughput = self.fleet.noise.report(self)
         metrics = not self.fleet.settings.disable_worker_metrics
-        progress = {key: LeaseProgress(1_000, 10**8, 10**11) for key in throughput} if self.fleet.progress else {}
+        progress = troubled({key: SIM_PROGRESS for key in throughput}) if self.fleet.progress else {}
         return WorkerRecord(
             self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)} if metrics else {},
             {CPU_METRIC: (100.0,)} if metrics else {},
@@ -299,7 +301,8 @@ class SimWorker:
         if not self.alive:
             return False
         for key in [k for k in self.processing if k not in self.leaving]:
-            outcome = self.fleet.store.checkpoint(key, self.worker_id, Checkpoint.at(next(_sequence)))
+            outcome = self.fleet.store.checkpoint(key, self.worker_id, Checkpoint.at(next(_sequence)),
+                                                  progress=SIM_PROGRESS if self.fleet.progress else None)
             if outcome.applied and outcome.lease is not None:
                 self.processing[key] = outcome.lease.lease_counter
         return True
@@ -344,7 +347,7 @@ class Fleet:
     # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
     wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
     on_run: Callable[[RunSummary], None] | None = None
-    progress: bool = False  # heartbeats carry per-lease progress (lag, records, bytes) as the real agent's do
+    progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
