@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     epsilon_millis: int = Field(25, ge=0, le=MINUTE_MILLIS)
     heartbeat_interval_millis: int | None = Field(None, ge=10, le=HOUR_MILLIS)
     discovery_interval_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
+    # Owner-index polling while the coordinator tells the agent of changes (coordinator_url set and answering).
+    discovery_fallback_interval_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     lease_assignment_interval_millis: int = Field(2_000, ge=10, le=HOUR_MILLIS)
     shard_sync_interval_millis: int = Field(10_000, ge=10, le=DAY_MILLIS)
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
