@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
+from coordinator.assignment_feed import HANDS_OFF, NotLeading
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.run_summary import RunSummary
@@ -145,13 +146,15 @@ class Timing:
     failover: float
     epsilon: float
     history: int
+    fallback: float
 
     @classmethod
     def of(cls, settings: Settings) -> Timing:
         """Seconds from the millisecond settings."""
         return cls(settings.effective_heartbeat_interval_millis / 1000, settings.discovery_interval_millis / 1000,
                    settings.worker_metrics_reporter_freq_millis / 1000, settings.failover_time_millis / 1000,
-                   settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics)
+                   settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics,
+                   settings.discovery_fallback_interval_millis / 1000)
 
 
 _sequence = itertools.count(10**9)
@@ -176,6 +179,9 @@ class SimWorker:
         self.history: list[float] = []
         self.samples: list[float] = []
         self.taker: Kcl2Taker | None = None
+        self.told: tuple[str, int] | None = None  # the coordinator feed position last applied (Fleet.channel)
+        self.polled = -math.inf  # when the owner index was last queried
+        self.awaiting = False  # a lease handed to this worker still drains from its previous owner
 
     # ---- load
     def carried(self) -> float:
@@ -251,7 +257,10 @@ class SimWorker:
         if not self.alive:
             return False
         store = self.fleet.store
-        owned = store.list_owned_keys(self.worker_id)
+        owned = self._owned()
+        if owned is None:
+            return True
+        self.awaiting = False
         for key in owned:
             if key in self.processing:
                 continue
@@ -260,10 +269,33 @@ class SimWorker:
                 self.processing[key] = lease.lease_counter
                 if self.fleet.noise is not None:
                     self.fleet.noise.started(self, key)
+            elif lease is not None and lease.lease_owner == self.worker_id:
+                self.awaiting = True
         mine = set(owned)
         for key in [k for k in self.processing if k not in mine and k not in self.leaving]:
             self._lost(key, store.get_lease(key))
         return True
+
+    def _owned(self) -> list[str] | None:
+        """What the agent's keeper discovers from: the coordinator's answer, else the owner index; None: nothing due.
+
+        With `Fleet.channel` the agent long-polls the leader (agent/assignment_watch.py): a changed feed position is
+        applied without a store read, and the index is queried only every fallback interval or while a lease handed
+        to this worker drains (agent/lease_keeper.py). Each discovery tick stands for an answer within a second.
+        """
+        now = self.fleet.events.now()
+        if self.fleet.channel and self.fleet.loop is not None:
+            try:
+                position = self.fleet.loop.feed.position(self.worker_id)
+            except NotLeading:
+                position = None
+            if position is not None and (position.feed, position.version) != self.told:
+                self.told = (position.feed, position.version)
+                return [key for key, relation in position.leases.items() if relation != HANDS_OFF]
+            if position is not None and not self.awaiting and now - self.polled < self.fleet.timing.fallback:
+                return None
+        self.polled = now
+        return self.fleet.store.list_owned_keys(self.worker_id)
 
     def take(self) -> bool:
         """KCL 2.x: one taker pass; taken leases start being processed (and renewed) at once."""
@@ -348,6 +380,7 @@ class Fleet:
     wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
     on_run: Callable[[RunSummary], None] | None = None
     progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
+    channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
