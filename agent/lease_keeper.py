@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from coordinator.assignment_feed import HANDS_OFF
 from shared.checkpoint import Checkpoint
 from shared.clock import Clock
 from shared.config import Settings
@@ -27,7 +28,7 @@ from shared.errors import MalformedLease, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import retry_deadline
 from shared.store import Conflict, LeaseStore, Outcome
-from shared.worker import LeaseProgress, WorkerRecord, WorkerState
+from shared.worker import LeaseProgress, WorkerRecord, WorkerState, troubled
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,7 @@ class KeeperTiming:
     failover: float
     margin: float
     handoff_timeout: float
+    discovery_fallback: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KeeperTiming:
@@ -97,6 +99,7 @@ class KeeperTiming:
             failover=failover,
             margin=max(0.2, failover * 0.1),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
+            discovery_fallback=settings.discovery_fallback_interval_millis / 1000,
         )
 
 
@@ -124,6 +127,9 @@ class LeaseKeeper:
         self._next_discovery = 0.0
         self._draining = False
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
+        self._channel: Callable[[], bool] | None = None  # True while the coordinator tells us of changes
+        self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
+        self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
 
     # ------------------------------------------------------------------ queries
     @property
@@ -150,7 +156,8 @@ class LeaseKeeper:
             held = self._held.get(lease_key)
         if held is None:
             return Outcome.lost(Conflict.OWNERSHIP, None)
-        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending)
+        progress = self._progress([lease_key]).get(lease_key) if self._progress else None
+        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress)
         if outcome.applied and outcome.lease is not None:
             with self._guard:
                 if lease_key in self._held:
@@ -257,6 +264,31 @@ class LeaseKeeper:
         with self._guard:
             return list(self._held.items())
 
+    # ------------------------------------------------------------------ the coordinator channel
+    def attach_channel(self, healthy: Callable[[], bool]) -> None:
+        """Learn of assignment changes from the coordinator (agent/assignment_watch.py) while `healthy()` holds.
+
+        The owner index is then queried only every `discovery_fallback_interval_millis`, and every second again
+        while a lease handed to this worker waits for its previous owner, or once the channel fails.
+        """
+        self._channel = healthy
+
+    def tell(self, leases: Mapping[str, str]) -> None:
+        """The coordinator's view of this worker's leases (key -> relation) changed: apply it at the next tick."""
+        with self._guard:
+            self._told = dict(leases)
+        self.discover_soon()
+
+    def discover_soon(self) -> None:
+        """Run discovery at the next tick (the channel answered, or stopped answering)."""
+        self._next_discovery = 0.0
+
+    def _discovery_period(self) -> float:
+        channel = self._channel
+        if channel is None or self._awaiting or not channel():
+            return self._timing.discovery
+        return self._timing.discovery_fallback
+
     # ------------------------------------------------------------------ the protocol
     def tick(self) -> None:
         """Do whatever is due: liveness writes, self-fencing, discovery, handoff completion.
@@ -271,8 +303,8 @@ class LeaseKeeper:
                 self._liveness(now)
             self._fence(self._clock.monotonic())
             if now >= self._next_discovery and self.is_live():
-                self._next_discovery = now + self._timing.discovery
                 self._discover()
+                self._next_discovery = now + self._discovery_period()
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -310,7 +342,7 @@ class LeaseKeeper:
         record = WorkerRecord(
             worker_id=self._me, last_update=int(self._clock.time()), metric_stats=sts, operating_range=opr,
             heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
-            lease_throughput=throughput, lease_progress=self._progress(held) if self._progress else {},
+            lease_throughput=throughput, lease_progress=troubled(self._progress(held)) if self._progress else {},
         )
         try:
             self._store.upsert_worker(record)
@@ -366,33 +398,41 @@ class LeaseKeeper:
                 self._lose(key, LossReason.SELF_FENCED)
 
     def _discover(self) -> None:
-        try:
-            owned = set(self._store.list_owned_keys(self._me))
-        except StoreUnavailable as exc:
-            log.warning("discovery failed: %s", exc)
-            return
+        with self._guard:
+            told, self._told = self._told, None
+        if told is not None:  # the coordinator's view: what the owner index would list (lease owner is us)
+            owned = {key for key, relation in told.items() if relation != HANDS_OFF}
+        else:
+            try:
+                owned = set(self._store.list_owned_keys(self._me))
+            except StoreUnavailable as exc:
+                log.warning("discovery failed: %s", exc)
+                return
         held = self.held()
-        for key in sorted(owned - held.keys()):
-            self._consider_new(key)
+        self._awaiting = {key for key in sorted(owned - held.keys()) if self._consider_new(key)}
         for key in sorted(held.keys() - owned):
             self._recheck(key)
 
-    def _consider_new(self, key: str) -> None:
+    def _consider_new(self, key: str) -> bool:
+        """Start holding `key` if the store confirms it is ours; True if it is ours but still being handed over."""
         if self._draining:
-            return
+            return False
         try:
             lease = self._store.get_lease(key)
         except StoreUnavailable as exc:
             log.warning("reading discovered lease %s failed: %s", key, exc)
-            return
+            return False
         except MalformedLease:  # reported by the decoder; not taken, so the row stays as it is
-            return
-        if lease is None or lease.lease_owner != self._me or lease.checkpoint_owner is not None:
-            return  # stale index entry, or still draining from its previous owner
+            return False
+        if lease is None or lease.lease_owner != self._me:
+            return False  # stale index entry (or view)
+        if lease.checkpoint_owner is not None:
+            return True  # still draining from its previous owner: look again at the next discovery
         with self._guard:
             self._held[key] = HeldLease(lease, HeldState.PROCESSING, self._clock.monotonic())
         log.info("acquired %s at %s", key, lease.checkpoint)
         self._listener.lease_acquired(lease)
+        return False
 
     def _recheck(self, key: str) -> None:
         """A held lease no longer shows under our owner in the index: read it to learn why."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent import kpl_decoding
+from agent.assignment_watch import AssignmentWatch
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
@@ -132,6 +133,9 @@ class Agent:
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
         )
+        self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
+        if self.watch is not None:
+            self.keeper.attach_channel(self.watch.healthy)
         self.workers: dict[str, ShardWorker] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
@@ -183,6 +187,8 @@ class Agent:
                  self.settings.kpl_decoder)
         self._sampling.start()
         self._thread.start()
+        if self.watch is not None:
+            self.watch.start()
         return self
 
     def _run(self) -> None:
@@ -211,6 +217,8 @@ class Agent:
         self.keeper.release_all()
         self._stop.set()
         self._thread.join(10)
+        if self.watch is not None:
+            self.watch.stop()
         self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
 

@@ -154,8 +154,12 @@ class RunTimer:
 
 
 def run_size(shards: int, workers: int, warmup: float, window: float, seed: int = 7,
-             dashboard: bool = True) -> CostResult:
-    """Simulate one fleet size and meter it over `window` seconds after `warmup`."""
+             dashboard: bool = True, channel: bool = True) -> CostResult:
+    """Simulate one fleet size and meter it over `window` seconds after `warmup`.
+
+    With `channel` the agents long-poll the leader for assignment changes, as agents with `coordinator_url` (set by
+    the Helm chart) do; without it they query the owner index every discovery interval.
+    """
     holder: dict[str, object] = {}
 
     def wrap(inner: LeaseStore) -> LeaseStore:
@@ -174,7 +178,7 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
 
     stream = Stream.zipf(shards, 0.5, random.Random(seed))
     fleet = Fleet(VARIANCE, "worker", stream, seed, checkpoint_seconds=CHECKPOINT_S, wrap_store=wrap, on_run=on_run,
-                  progress=True)
+                  progress=True, channel=channel)
     meter = holder["meter"]
     assert isinstance(meter, StoreMeter) and fleet.loop is not None and fleet.lock is not None
     watch = LeaderWatch(fleet.store, "coordinator-a", fleet.clock)
@@ -327,16 +331,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="virtual seconds metered")
     parser.add_argument("--no-grid", action="store_true", help="skip the growth grid")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--poll-discovery", action="store_true",
+                        help="agents without coordinator_url: the owner index every discovery interval")
     args = parser.parse_args(argv)
     print(f"store latency model: {LATENCY.describe()}")
     for text in args.sizes.split(","):
         shards, workers = _size(text)
-        result = run_size(shards, workers, args.warmup, args.window, args.seed)
+        result = run_size(shards, workers, args.warmup, args.window, args.seed, channel=not args.poll_discovery)
         print(report(result), flush=True)
         print(file=sys.stderr, flush=True)
     if not args.no_grid:
-        by_shards = [run_size(n, 50, args.warmup, args.window, args.seed) for n in (250, 500, 1000, 2000)]
-        by_workers = [run_size(1000, w, args.warmup, args.window, args.seed) for w in (25, 50, 100, 200)]
+        channel = not args.poll_discovery
+        by_shards = [run_size(n, 50, args.warmup, args.window, args.seed, channel=channel)
+                     for n in (250, 500, 1000, 2000)]
+        by_workers = [run_size(1000, w, args.warmup, args.window, args.seed, channel=channel)
+                      for w in (25, 50, 100, 200)]
         print(growth(by_shards, by_workers))
     return 0
 

@@ -70,13 +70,15 @@ def kcl_bill(leases: Sequence[Lease], worker_ids: Sequence[str],
              checkpoints_per_shard_minute: float) -> list[KclLine]:
     """KCL 3.x's steady-state requests and units per minute for this lease table and these workers.
 
-    `leases` are priced as KCL stores them (spread over `worker_ids`, throughput written by every renewal), with
+    `leases` are priced as KCL stores them (spread over `worker_ids`, throughput written by every renewal, without
+    shardherd's progress attributes), with
     the same worker ids as the simulated shardherd fleet so item sizes compare like for like.
     """
     per_minute = 60.0
     workers = len(worker_ids)
     owned = [lease.with_changes(lease_owner=worker_ids[index % workers], checkpoint_owner=None,
-                                throughput_kbps=lease.throughput_kbps or 123.456)
+                                throughput_kbps=lease.throughput_kbps or 123.456, millis_behind_latest=None,
+                                records_processed=None, bytes_processed=None)
              for index, lease in enumerate(leases)]
     sizes = [lease_size(lease) for lease in owned]
     renewal_units = sum(write_units(size) for size in sizes)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
 from shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
-from shared.worker import WorkerRecord
+from shared.worker import LeaseProgress, WorkerRecord
 
 # Worker records with a 10-value CPU history are about 0.3-1 KiB; a 1 MiB scan page holds well over this many.
 WORKER_PAGE_ITEMS = 1000
@@ -113,9 +113,11 @@ class CountingStore(LeaseStore):
         return self._wrote("handoff_complete", self.inner.complete_handoff(lease_key, checkpoint_owner))
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Counted as `checkpoint`."""
-        return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state))
+        return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state,
+                                                               progress))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """Counted as `release`."""

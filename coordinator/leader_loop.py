@@ -19,6 +19,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from coordinator.assignment_feed import AssignmentFeed
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
@@ -154,6 +155,7 @@ class LeaderLoop:
         self._latest_guard = threading.Lock()
         self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
         self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
+        self.feed = AssignmentFeed()  # what agents long-poll for (coordinator/assignment_feed.py)
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
@@ -167,6 +169,7 @@ class LeaderLoop:
             self.run_once()
             contending = self._term is None and self._lock.looks_abandoned()
             stop.wait(self._timing.interval / 4 if contending else self._timing.interval)
+        self.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""
@@ -178,6 +181,7 @@ class LeaderLoop:
         epoch = self._lock.epoch()
         if fence is None or epoch is None:
             self._term = None
+            self.feed.stand_down()
             self._watch_while_contending()
             return None
         if self._term is None or self._term.epoch != epoch:
@@ -189,6 +193,7 @@ class LeaderLoop:
         except LeadershipLost:
             log.warning("leader loop: lock lost during the run; stopping writes")
             self._term = None
+            self.feed.stand_down()
             return None
         except Exception as exc:  # a failed run is recorded, counted, and may release leadership
             log.exception("leader loop: run failed")
@@ -200,6 +205,7 @@ class LeaderLoop:
                           self._failures, self._timing.stand_down)
                 self._lock.release(self._timing.stand_down)
                 self._term = None
+                self.feed.stand_down()
                 self._failures = 0
         else:
             self._failures = 0
@@ -328,6 +334,7 @@ class LeaderLoop:
         tally = self._write(term, plan, leases, views, fence, tally)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
+        self.feed.observe(term.epoch, leases.values())
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}

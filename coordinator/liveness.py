@@ -60,7 +60,7 @@ class WorkerGrace:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerGrace:
-        """Agents heartbeat every `failover/3`; KCL workers report every `worker_metrics_reporter_freq_millis`."""
+        """Agents heartbeat every heartbeat interval; KCL workers every `worker_metrics_reporter_freq_millis`."""
         failover = settings.failover_time_millis / 1000
         interval = settings.lease_assignment_interval_millis / 1000
         # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the

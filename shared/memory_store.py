@@ -28,7 +28,7 @@ from shared.store import (
     TableNames,
     WorkerScan,
 )
-from shared.worker import WorkerRecord
+from shared.worker import LeaseProgress, WorkerRecord, lease_progress_fields
 
 # A lease write's condition: None when it holds, else the conflict to report.
 Check = Callable[[Lease], Conflict | None]
@@ -163,7 +163,8 @@ class MemoryLeaseStore(LeaseStore):
         return self._write(lease_key, check, change)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Record progress for the actual owner; STALE_CHECKPOINT if it (or the pending one) would regress."""
 
         def check(lease: Lease) -> Conflict | None:
@@ -174,9 +175,10 @@ class MemoryLeaseStore(LeaseStore):
             return None
 
         def change(lease: Lease) -> Lease:
-            return replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
-                           pending_checkpoint=pending, pending_checkpoint_state=pending_state if pending else None,
-                           lease_counter=lease.lease_counter + 1)
+            written = replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
+                              pending_checkpoint=pending, pending_checkpoint_state=pending_state if pending else None,
+                              lease_counter=lease.lease_counter + 1)
+            return written if progress is None else written.with_changes(**lease_progress_fields(progress))
 
         return self._write(lease_key, check, change)
 

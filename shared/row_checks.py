@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
 from shared.errors import MalformedRow
@@ -57,6 +57,18 @@ def checked_throughput(value: float | None, attribute: str) -> tuple[float | Non
     if problem is None:
         return value, ()
     return None, (f"{attribute} {problem}: ignored",)
+
+
+def checked_counts(values: Mapping[str, int | None]) -> tuple[dict[str, int | None], tuple[str, ...]]:
+    """Stored counts (attribute -> value) as decoders hand them out: each value, or None with a repair if negative."""
+    kept: dict[str, int | None] = {}
+    repairs: list[str] = []
+    for attribute, value in values.items():
+        problem = count_problem(value, allow_none=True)
+        kept[attribute] = None if problem else value
+        if problem:
+            repairs.append(f"{attribute} {problem}: ignored")
+    return kept, tuple(repairs)
 
 
 class InvalidRowValue(ValueError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from shared.checkpoint import Checkpoint
 from shared.errors import MalformedLease, MalformedWorker
 from shared.lease import Lease
-from shared.worker import WorkerRecord
+from shared.worker import LeaseProgress, WorkerRecord
 
 # Values a coordinator-state item may hold (the lock client's strings, epochs as integers, opaque bytes).
 StateValue = str | int | bytes
@@ -168,11 +168,13 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Record progress; monotonic (STALE_CHECKPOINT if it would go backwards or past SHARD_END).
 
         Allowed for the lease owner when no handoff is running, or for the checkpoint owner during one. Resets
-        `ownerSwitchesSinceCheckpoint`, clears (or sets) the pending checkpoint, counter+1.
+        `ownerSwitchesSinceCheckpoint`, clears (or sets) the pending checkpoint, counter+1. `progress` (lag, records,
+        bytes; failures and refusals are the worker row's) is stored on the lease in the same write when given.
         """
 
     @abstractmethod

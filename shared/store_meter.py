@@ -32,7 +32,7 @@ from shared.dynamo.state_codec import encode_state
 from shared.dynamo.worker_codec import encode_worker
 from shared.lease import Lease
 from shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
-from shared.worker import WorkerRecord
+from shared.worker import LeaseProgress, WorkerRecord
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
@@ -362,9 +362,10 @@ class StoreMeter(LeaseStore):
         return self._lease_write("handoff_complete", lease_key, outcome, before_owner=owner, owner_known=True)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Conditional UpdateItem (owner unchanged)."""
-        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state)
+        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state, progress)
         owner = outcome.lease.lease_owner if outcome.lease is not None else None
         return self._lease_write("checkpoint", lease_key, outcome, before_owner=owner, owner_known=True)
 

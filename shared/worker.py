@@ -45,6 +45,21 @@ class LeaseProgress:
 NO_PROGRESS = LeaseProgress()
 
 
+def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
+    """The entries a worker row carries: leases this worker failed on or refused, which the leader must see soon.
+
+    Lag, records and bytes go onto the lease with each checkpoint instead, so the heartbeat row stays under one write
+    unit (1 KiB) however many leases the worker holds without trouble.
+    """
+    return {key: value for key, value in progress.items() if value.failures or value.refused}
+
+
+def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:
+    """The Lease fields (and SQL lease columns) a checkpoint sets from the owner's progress."""
+    return {"millis_behind_latest": progress.millis_behind_latest, "records_processed": progress.records,
+            "bytes_processed": progress.bytes}
+
+
 class WorkerState(enum.Enum):
     """What the worker says about itself."""
 

@@ -65,10 +65,13 @@ def test_unbounded_throughput_per_host_like_kcl() -> None:
     assert math.isinf(load_settings().max_throughput_per_host_kbps)
 
 
-def test_renew_interval_is_kcl_formula() -> None:
+def test_renew_interval_is_kcl_formula_in_lease_mode_and_longer_for_worker_heartbeats() -> None:
     settings = load_settings()
-    assert settings.effective_heartbeat_interval_millis == 10_000 // 3 - 25 == 3_308
-    assert load_settings(failover_time_millis=30_000).effective_heartbeat_interval_millis == 9_975
+    assert settings.liveness_mode == "worker"
+    assert settings.effective_heartbeat_interval_millis == 10_000 * 2 // 5 - 25 == 3_975
+    assert load_settings(liveness_mode="lease").effective_heartbeat_interval_millis == 10_000 // 3 - 25 == 3_308
+    assert load_settings(failover_time_millis=30_000, liveness_mode="lease").effective_heartbeat_interval_millis \
+        == 9_975
     assert load_settings(heartbeat_interval_millis=500).effective_heartbeat_interval_millis == 500
 
 

@@ -66,7 +66,8 @@ class Fleet:
     # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
     wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
     on_run: Callable[[RunSummary], None] | None = None
-    progress: bool = False  # heartbeats carry per-lease progress (lag, records, bytes) as the real agent's do
+    progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
+    channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode

@@ -24,6 +24,7 @@ from agent.lease_keeper import LeaseKeeper, LossReason
 from agent.metrics.sampler import MetricsSampler
 from agent.runtime import MetricsReporter
 from bench.kcl2_taker import Kcl2Taker
+from coordinator.assignment_feed import NotLeading
 from shared.checkpoint import Checkpoint
 from shared.config import Settings
 from shared.lease import Lease
@@ -38,7 +39,7 @@ HANDOFF_DELAY = 1.0
 # The keeper loop ticks this long after each of the keeper's intervals: the virtual clock is a float moved by
 # differences, so a tick at exactly the due time could land a rounding error early and wait a whole period.
 TICK_LAG = 1e-6
-PROGRESS = LeaseProgress(1_000, 10**8, 10**11)  # what a heartbeat reports per lease when `Fleet.progress` is on
+PROGRESS = LeaseProgress(1_000, 10**8, 10**11)  # what an agent reports per lease when `Fleet.progress` is on
 
 _sequence = itertools.count(10**9)
 
@@ -138,6 +139,9 @@ class AgentWorker(SimWorker):
         self.keeper = LeaseKeeper(fleet.store, settings, fleet.clock, self, metrics=self.reporter,
                                   throughput=self._throughput, progress=self._progress if fleet.progress else None)
         self._beats = 0  # generation of the heartbeat tick chain (a drain restarts it)
+        self._told: tuple[str, int] | None = None  # the leader's feed position last passed to the keeper
+        if fleet.channel:
+            self.keeper.attach_channel(self._channel_answers)
 
     # ---- what the agent's threads would do
     def sample_cpu(self) -> None:
@@ -199,9 +203,35 @@ class AgentWorker(SimWorker):
 
         self.fleet.events.every(first, self.fleet.timing.heartbeat + TICK_LAG, beat)
 
+    def _channel_answers(self) -> bool:
+        """Whether the agent's long-poll gets answers: while the simulated coordinator leads."""
+        loop = self.fleet.loop
+        try:
+            return loop is not None and bool(loop.feed.position(self.worker_id).feed)
+        except NotLeading:
+            return False
+
+    def _listen(self) -> None:
+        """What agent/assignment_watch.py passes on: the leader's view of this worker's leases once it changed.
+
+        Each keeper tick stands for an answer that arrived since the previous one (real answers come at once).
+        """
+        loop = self.fleet.loop
+        if loop is None:
+            return
+        try:
+            position = loop.feed.position(self.worker_id)
+        except NotLeading:
+            return
+        if (position.feed, position.version) != self._told:
+            self._told = (position.feed, position.version)
+            self.keeper.tell(position.leases)
+
     def _tick(self) -> bool:
         if not self.alive:
             return False
+        if self.fleet.channel:
+            self._listen()
         self.keeper.tick()
         self._exit_if_drained()
         return self.alive

@@ -14,7 +14,7 @@ from shared.config import Settings
 from shared.lease import Lease
 from shared.store import LeaseScan, WorkerScan
 from shared.streams import stream_name_of
-from shared.worker import CPU_METRIC, WorkerRecord
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 
 
 class HeartbeatObserver:
@@ -106,9 +106,16 @@ def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[st
     return "handoff" if lease.in_handoff else "owned"
 
 
+def _progress(lease: Lease, owner: WorkerRecord | None) -> LeaseProgress | None:
+    """The owner's progress as of its last checkpoint (on the lease), else what an older agent's row reports."""
+    if lease.records_processed is not None:
+        return LeaseProgress(lease.millis_behind_latest, lease.records_processed, lease.bytes_processed or 0)
+    return owner.lease_progress.get(lease.lease_key) if owner is not None else None
+
+
 def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseOut:
     owner = records.get(lease.actual_owner or "")
-    progress = owner.lease_progress.get(lease.lease_key) if owner is not None else None
+    progress = _progress(lease, owner)
     return LeaseOut(
         lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,

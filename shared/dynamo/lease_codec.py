@@ -18,10 +18,11 @@ from shared.dynamo.attributes import (
     string,
     string_set,
 )
-from shared.dynamo.expressions import AttributeValue, Item
+from shared.dynamo.expressions import AttributeValue, Expression, Item
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
-from shared.row_checks import checked_throughput, decoded
+from shared.row_checks import checked_counts, checked_throughput, decoded
+from shared.worker import LeaseProgress, lease_progress_fields
 
 LEASE_KEY = "leaseKey"
 LEASE_OWNER = "leaseOwner"
@@ -41,6 +42,12 @@ CHECKPOINT_OWNER = "checkpointOwner"
 ENTITY_TYPE = "entityType"
 STREAM_NAME = "streamName"
 SHARD_ID = "shardId"
+# shardherd's progress attributes, written with each checkpoint (Lease.millis_behind_latest etc.).
+MILLIS_BEHIND_LATEST = "millisBehindLatest"
+RECORDS_PROCESSED = "recordsProcessed"
+BYTES_PROCESSED = "bytesProcessed"
+PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
+                       "bytes_processed": BYTES_PROCESSED}
 
 LEASE_ENTITY = "LEASE"
 
@@ -117,11 +124,24 @@ def _decode_lease(item: Item) -> Lease:
             "stream_name": read_string(item, STREAM_NAME),
             "shard_id": read_string(item, SHARD_ID),
         }
-        fields["throughput_kbps"], fields["repairs"] = checked_throughput(read_float(item, THROUGHPUT_KBPS),
-                                                                          THROUGHPUT_KBPS)
+        fields["throughput_kbps"], throughput_repairs = checked_throughput(read_float(item, THROUGHPUT_KBPS),
+                                                                           THROUGHPUT_KBPS)
+        progress, progress_repairs = checked_counts({name: read_int(item, name)
+                                                     for name in PROGRESS_ATTRIBUTES.values()})
+        fields.update({field: progress[name] for field, name in PROGRESS_ATTRIBUTES.items()})
+        fields["repairs"] = throughput_repairs + progress_repairs
     except (AttributeTypeError, InvalidCheckpoint) as exc:
         raise MalformedLease(key, str(exc)) from None
     return Lease(lease_key=key, **fields)
+
+
+def set_progress(update: Expression, progress: LeaseProgress) -> None:
+    """Add the owner's progress to a checkpoint update (an unknown lag removes the stored one)."""
+    for field, value in lease_progress_fields(progress).items():
+        if value is None:
+            update.remove(PROGRESS_ATTRIBUTES[field])
+        else:
+            update.set(PROGRESS_ATTRIBUTES[field], integer(value))
 
 
 def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
@@ -144,6 +164,9 @@ def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
         item[CHILD_SHARD_IDS] = string_set(lease.child_shard_ids)
     if lease.throughput_kbps is not None:
         item[THROUGHPUT_KBPS] = rounded_micro(lease.throughput_kbps)
+    for field, name in PROGRESS_ATTRIBUTES.items():
+        if (figure := getattr(lease, field)) is not None:
+            item[name] = integer(figure)
     optional_strings = {
         LEASE_OWNER: lease.lease_owner,
         STARTING_HASH_KEY: lease.starting_hash_key,

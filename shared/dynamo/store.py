@@ -27,6 +27,7 @@ from shared.store import (
     Outcome,
     TableNames,
 )
+from shared.worker import LeaseProgress
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -264,7 +265,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         return self._write(lease_key, expression, "complete_handoff")
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Monotonic checkpoint: read, check, then a write conditioned on the exact stored checkpoint and owners."""
         if pending_state is not None and pending is None:
             raise ValueError("pending_state needs a pending checkpoint")
@@ -279,8 +281,10 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
             if attempt == CHECKPOINT_ATTEMPTS:
                 break
-            outcome = self._write(lease_key, self._checkpoint_update(current, checkpoint, pending, pending_state),
-                                  "checkpoint")
+            update = self._checkpoint_update(current, checkpoint, pending, pending_state)
+            if progress is not None:
+                lc.set_progress(update, progress)
+            outcome = self._write(lease_key, update, "checkpoint")
             if outcome.applied:
                 return outcome
             current = outcome.lease

@@ -9,16 +9,18 @@ from shared.checkpoint import Checkpoint, parse_checkpoint
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
 from shared.rounding import round_throughput
-from shared.row_checks import checked_throughput, decoded
-from shared.sql.schema import LEASE_ATTRIBUTES
+from shared.row_checks import checked_counts, checked_throughput, decoded
+from shared.sql.schema import LEASE_ATTRIBUTES, PROGRESS_COLUMNS
 from shared.sql.values import (
     read_bytes,
     read_int,
     read_number,
+    read_optional_int,
     read_optional_str,
     read_string_set,
     write_string_set,
 )
+from shared.worker import LeaseProgress, lease_progress_fields
 
 LEASE_ENTITY = "LEASE"
 
@@ -47,12 +49,18 @@ def lease_values(lease: Lease) -> dict[str, Any]:
         "entity_type": LEASE_ENTITY,
         "stream_name": lease.stream_name,
         "shard_id": lease.shard_id,
+        "millis_behind_latest": lease.millis_behind_latest,
+        "records_processed": lease.records_processed,
+        "bytes_processed": lease.bytes_processed,
     }
 
 
-def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None,
-                      pending_state: bytes | None) -> dict[str, Any]:
-    """Column values a checkpoint write sets: the pending columns are replaced as a group (None clears them)."""
+def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None, pending_state: bytes | None,
+                      progress: LeaseProgress | None = None) -> dict[str, Any]:
+    """Column values a checkpoint write sets: the pending columns are replaced as a group (None clears them).
+
+    The owner's progress columns are set too when `progress` is given.
+    """
     values: dict[str, Any] = {
         "checkpoint": checkpoint.sequence_number,
         "checkpoint_sub_sequence_number": checkpoint.sub_sequence_number,
@@ -61,6 +69,8 @@ def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None,
         "pending_checkpoint_sub_sequence_number": pending.sub_sequence_number if pending else None,
         "pending_checkpoint_state": pending_state if pending else None,
     }
+    if progress is not None:
+        values.update(lease_progress_fields(progress))
     return values
 
 
@@ -93,6 +103,8 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         raise MalformedLease(key, str(exc)) from exc
     throughput, repairs = checked_throughput(column("throughput_kbps", read_number),
                                              LEASE_ATTRIBUTES["throughput_kbps"])
+    progress, progress_repairs = checked_counts({LEASE_ATTRIBUTES[name]: column(name, read_optional_int)
+                                                 for name in PROGRESS_COLUMNS})
     return Lease(
         lease_key=key,
         lease_owner=column("lease_owner", read_optional_str),
@@ -109,5 +121,8 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         checkpoint_owner=column("checkpoint_owner", read_optional_str),
         stream_name=column("stream_name", read_optional_str),
         shard_id=column("shard_id", read_optional_str),
-        repairs=repairs,
+        millis_behind_latest=progress[LEASE_ATTRIBUTES["millis_behind_latest"]],
+        records_processed=progress[LEASE_ATTRIBUTES["records_processed"]],
+        bytes_processed=progress[LEASE_ATTRIBUTES["bytes_processed"]],
+        repairs=repairs + progress_repairs,
     )

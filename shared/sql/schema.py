@@ -40,7 +40,13 @@ LEASE_ATTRIBUTES: dict[str, str] = {
     "entity_type": "entityType",
     "stream_name": "streamName",
     "shard_id": "shardId",
+    "millis_behind_latest": "millisBehindLatest",
+    "records_processed": "recordsProcessed",
+    "bytes_processed": "bytesProcessed",
 }
+
+# The owner's progress as of its last checkpoint (shardherd's columns, added by migration 0003).
+PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed")
 
 _LEASE_TYPES: dict[str, TypeEngine[Any]] = {
     "lease_counter": BigInteger(),
@@ -49,6 +55,7 @@ _LEASE_TYPES: dict[str, TypeEngine[Any]] = {
     "pending_checkpoint_sub_sequence_number": BigInteger(),
     "pending_checkpoint_state": LargeBinary(),
     "throughput_kbps": Float(),
+    **{name: BigInteger() for name in PROGRESS_COLUMNS},
 }
 
 # PostgreSQL's identifier limit; SQLite has none.

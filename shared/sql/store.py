@@ -51,7 +51,7 @@ from shared.store import (
     TableNames,
     WorkerScan,
 )
-from shared.worker import WorkerRecord
+from shared.worker import LeaseProgress, WorkerRecord
 
 T = TypeVar("T")
 
@@ -293,18 +293,19 @@ class SqlLeaseStore(LeaseStore):
         return self._update("handoff completion", lease_key, [c.checkpoint_owner == checkpoint_owner], values)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None) -> Outcome:
+                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
         """Read, check owner and monotonicity in Python, write conditioned on the exact row read; repeat if moved."""
         what = f"checkpoint of lease {lease_key!r}"
         for _ in range(CHECKPOINT_ATTEMPTS):
-            outcome = self._run(lambda: self._checkpoint_once(lease_key, worker, checkpoint, pending, pending_state),
-                                what)
+            outcome = self._run(lambda: self._checkpoint_once(lease_key, worker, checkpoint, pending, pending_state,
+                                                              progress), what)
             if outcome is not None:
                 return outcome
         raise StoreUnavailable(f"{what}: the stored checkpoint moved {CHECKPOINT_ATTEMPTS} times while writing")
 
     def _checkpoint_once(self, lease_key: str, worker: str, checkpoint: Checkpoint, pending: Checkpoint | None,
-                         pending_state: bytes | None) -> Outcome | None:
+                         pending_state: bytes | None, progress: LeaseProgress | None) -> Outcome | None:
         """One read-check-write round; None when the row changed between the read and the write."""
         c = self._schema.leases.c
         with self._writing() as conn:
@@ -324,7 +325,7 @@ class SqlLeaseStore(LeaseStore):
                 _matches(c.lease_owner, current.lease_owner),
                 _matches(c.checkpoint_owner, current.checkpoint_owner),
             ]
-            values = checkpoint_values(checkpoint, pending, pending_state)
+            values = checkpoint_values(checkpoint, pending, pending_state, progress)
             values["lease_counter"] = self._bump()
             statement = update(self._schema.leases).where(*conditions).values(values).returning(*c)
             written = conn.execute(statement).mappings().first()

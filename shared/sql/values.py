@@ -15,6 +15,11 @@ def read_int(value: object, default: int | None = None) -> int:
     return value
 
 
+def read_optional_int(value: object) -> int | None:
+    """An integer column that may be NULL."""
+    return None if value is None else read_int(value)
+
+
 def read_optional_str(value: object) -> str | None:
     """A text column that may be NULL."""
     if value is not None and not isinstance(value, str):

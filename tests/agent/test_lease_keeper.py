@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from agent.lease_keeper import LeaseKeeper, LossReason
+from coordinator.assignment_feed import OWNS, AssignmentFeed
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.checkpoint import TRIM_HORIZON, Checkpoint
@@ -186,3 +187,74 @@ def test_agent_cut_off_from_the_store_fences_itself_before_failover(moto_server:
                 fenced_at = clock.monotonic()
         assert events.lost == [(KEY, LossReason.SELF_FENCED)]
         assert fenced_at is not None and fenced_at - last_ok < 10.0  # before the 10 s failover could expire it
+
+
+class Channel:
+    """The coordinator channel as the keeper sees it: a switchable health flag and the leader's feed."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.up = True
+        self.feed = AssignmentFeed()
+
+    def healthy(self) -> bool:
+        return self.up
+
+    def tell(self, keeper: LeaseKeeper) -> None:
+        """What the leader's next run sends the keeper's waiting request (epoch 1)."""
+        self.feed.observe(1, self.store.scan_leases().leases)
+        keeper.tell(self.feed.position(keeper.worker_id).leases)
+
+
+def test_with_the_coordinator_channel_up_the_index_is_polled_rarely_and_handoffs_are_still_fast(
+        store: LeaseStore) -> None:
+    clock = ManualClock()
+    channel = Channel(store)
+    old, old_events = _keeper(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    for keeper in (old, new):
+        keeper.attach_channel(channel.healthy)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    _step(clock, 1, old, new)  # first discovery of both; the next store poll is 30 s away
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 10, old, new)
+    assert old_events.acquired == []  # nobody polls the index every second any more
+    channel.tell(old)
+    _step(clock, 0.5, old, new)
+    assert old_events.acquired == [KEY]
+
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    channel.tell(old)
+    channel.tell(new)
+    _step(clock, 0.5, old, new)
+    assert old_events.handoffs == [KEY] and new_events.acquired == []
+    _step(clock, 5, old, new)  # the receiver looks every second while the lease waits for its previous owner
+    old.finish_handoff(KEY)
+    _step(clock, 1, old, new)
+    assert new_events.acquired == [KEY]  # without any word from the coordinator
+
+
+def test_when_the_channel_fails_the_keeper_polls_the_index_every_second_again(store: LeaseStore) -> None:
+    clock = ManualClock()
+    channel = Channel(store)
+    keeper, events = _keeper(store, "w1", clock)
+    keeper.attach_channel(channel.healthy)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    _step(clock, 1, keeper)
+    channel.up = False
+    keeper.discover_soon()  # what the watch does when its request fails
+    _step(clock, 0.5, keeper)
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 1.5, keeper)
+    assert events.acquired == [KEY]
+
+
+def test_a_wrong_view_from_the_coordinator_never_gives_a_lease_away(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keeper, events = _keeper(store, "w1", clock)
+    keeper.attach_channel(lambda: True)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w2", None, None)
+    keeper.tell({KEY: OWNS})  # stale or wrong: the store says w2
+    _step(clock, 1, keeper)
+    assert events.acquired == [] and keeper.held() == {}

@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shared.lease import Lease
 from shared.store import Conflict, LeaseStore
+from shared.worker import LeaseProgress
 from tests.store.conftest import Leases, expect_applied
 
 KEY = "shardId-000000000000"
@@ -28,6 +30,29 @@ def test_owner_checkpoint_is_stored_bumps_counter_and_resets_switches(store: Lea
     assert after.lease_counter == moved.lease_counter + 1
     assert after.lease_owner == OWNER
     assert store.get_lease(KEY) == after
+
+
+def test_checkpoint_carries_the_owners_progress_and_later_writes_keep_it(store: LeaseStore, leases: Leases) -> None:
+    leases.owned(OWNER)
+    first = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), progress=LeaseProgress(1_500, 7, 2**40)))
+    assert (first.millis_behind_latest, first.records_processed, first.bytes_processed) == (1_500, 7, 2**40)
+    assert store.get_lease(KEY) == first
+    # Without progress a checkpoint leaves the stored figures as they are; an unknown lag removes the stored one.
+    kept = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("11")))
+    assert (kept.millis_behind_latest, kept.records_processed, kept.bytes_processed) == (1_500, 7, 2**40)
+    cleared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("12"), progress=LeaseProgress(None, 9, 80)))
+    assert (cleared.millis_behind_latest, cleared.records_processed, cleared.bytes_processed) == (None, 9, 80)
+    moved = expect_applied(store.assign(KEY, "worker-b", OWNER, None))
+    assert (moved.records_processed, store.get_lease(KEY)) == (9, moved)
+    refused = store.checkpoint(KEY, OWNER, Checkpoint.at("13"), progress=LeaseProgress(0, 99, 99))
+    assert not refused.applied and expect_lease(store).records_processed == 9
+
+
+def expect_lease(store: LeaseStore) -> Lease:
+    """The stored lease KEY (it must exist)."""
+    lease = store.get_lease(KEY)
+    assert lease is not None
+    return lease
 
 
 @pytest.mark.parametrize("initial", [TRIM_HORIZON, LATEST, AT_TIMESTAMP])

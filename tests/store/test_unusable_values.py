@@ -19,13 +19,15 @@ from sqlalchemy import create_engine, insert, update
 from agent.metrics.throughput import ThroughputRecorder
 from coordinator.snapshot import LeaseView
 from shared.aws import make_client
+from shared.checkpoint import Checkpoint
 from shared.clock import ManualClock
 from shared.lease import Lease
 from shared.row_checks import MAX_THROUGHPUT_KBPS, InvalidRowValue
-from shared.sql.schema import build_schema
+from shared.sql.schema import LEASE_ATTRIBUTES, build_schema
 from shared.store import LeaseStore
 from shared.worker import LeaseProgress, WorkerRecord
 from tests.services.harness import Replica
+from tests.store.conftest import expect_applied
 from tests.support.stores import make_store
 
 BACKENDS = ("dynamodb", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres))
@@ -41,15 +43,20 @@ class Planted:
 
     def set_lease_throughput(self, key: str, value: float) -> None:
         """Overwrite a lease's stored throughput with `value`, bypassing the codec."""
+        self.set_lease_number(key, "throughput_kbps", value)
+
+    def set_lease_number(self, key: str, column: str, value: float) -> None:
+        """Overwrite a numeric lease attribute (named by its SQL column) with `value`, bypassing the codec."""
         if self.backend == "dynamodb":
             make_client("dynamodb", "us-east-1", self.url).update_item(
                 TableName=self.store.tables.leases, Key={"leaseKey": {"S": key}},
-                UpdateExpression="SET throughputKBps = :v", ExpressionAttributeValues={":v": {"N": repr(value)}})
+                UpdateExpression="SET #a = :v", ExpressionAttributeNames={"#a": LEASE_ATTRIBUTES[column]},
+                ExpressionAttributeValues={":v": {"N": repr(value)}})
             return
         leases = build_schema(self.store.tables).leases
         engine = create_engine(self.url)
         with engine.begin() as conn:
-            conn.execute(update(leases).where(leases.c.lease_key == key).values(throughput_kbps=value))
+            conn.execute(update(leases).where(leases.c.lease_key == key).values({column: value}))
         engine.dispose()
 
     def put_worker(self, worker: str, lut: int, throughput: dict[str, float], progress: dict[str, Any]) -> None:
@@ -153,6 +160,18 @@ def test_a_lease_with_an_unusable_throughput_is_planned_and_reported(planted: Pl
     assert [row["key"] for row in page["repaired"]] == [key]
     assert key in {item["lease_key"] for item in page["items"]}
     assert _metric(replica.client.get("/metrics").text, "shardherd_repaired_rows", "leases") == 1.0
+
+
+def test_a_lease_with_negative_progress_figures_is_read_without_them_and_reported(planted: Planted) -> None:
+    key = "shardId-000000000009"
+    planted.store.create_lease(Lease(key))
+    expect_applied(planted.store.assign(key, "w-1", None, None))
+    expect_applied(planted.store.checkpoint(key, "w-1", Checkpoint.at("5"), progress=LeaseProgress(700, 3, 4)))
+    planted.set_lease_number(key, "records_processed", -3)
+    lease = planted.store.get_lease(key)
+    assert lease is not None and lease.checkpoint == Checkpoint.at("5")
+    assert (lease.millis_behind_latest, lease.records_processed, lease.bytes_processed) == (700, None, 4)
+    assert lease.repairs == ("recordsProcessed -3 is not an integer >= 0: ignored",)
 
 
 def test_a_worker_row_with_negative_lease_figures_is_planned_and_reported(planted: Planted) -> None:

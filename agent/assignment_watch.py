@@ -1,0 +1,130 @@
+"""The agent's side of the coordinator channel: long-poll the leader replica for changes to this worker's leases.
+
+While the coordinator answers, the lease keeper applies each answer (coordinator/assignment_feed.py) and queries the
+owner index only every `discovery_fallback_interval_millis`; when no replica answers (coordinator down, replicas
+that do not lead), it is told so and queries every `discovery_interval_millis` as before. Processing never depends
+on this channel: it only decides how soon the keeper looks, and the keeper reads every lease it starts from the
+store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from coordinator.assignment_feed import FeedPosition
+from shared.clock import Clock
+from shared.config import Settings
+
+log = logging.getLogger(__name__)
+
+WAIT_SECONDS = 20.0  # how long one request may wait at the coordinator
+SLACK_SECONDS = 5.0  # network time on top of the wait before a request counts as failed
+RETRY_SECONDS = (0.05, 0.05, 1.0, 2.0, 5.0)  # after failures in a row (a 409 may reach the leader on a retry)
+
+
+class Told(Protocol):
+    """What the watch tells (the lease keeper)."""
+
+    def tell(self, leases: dict[str, str]) -> None:
+        """The coordinator's view of this worker's leases changed."""
+
+    def discover_soon(self) -> None:
+        """The channel stopped answering: look in the store now."""
+
+
+class AssignmentWatch:
+    """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
+
+    def __init__(self, settings: Settings, keeper: Told, clock: Clock, client: httpx.Client | None = None) -> None:
+        if not settings.coordinator_url:
+            raise ValueError("the assignment watch needs coordinator_url")
+        self._url = f"{settings.coordinator_url.rstrip('/')}/v1/workers/{settings.worker_id}/assignments/changes"
+        self._token = _token(settings)
+        self._keeper = keeper
+        self._clock = clock
+        self._client = client or _client()
+        self._healthy_until = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="assignment-watch", daemon=True)
+
+    def healthy(self) -> bool:
+        """True while a request answered within the last wait plus slack."""
+        return self._clock.monotonic() < self._healthy_until
+
+    def start(self) -> AssignmentWatch:
+        """Start long-polling."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop after the current request (the client is closed, so a waiting request ends at once)."""
+        self._stop.set()
+        self._client.close()
+        self._thread.join(WAIT_SECONDS + SLACK_SECONDS)
+
+    def _run(self) -> None:
+        feed: str | None = None
+        version = 0
+        failures = 0
+        while not self._stop.is_set():
+            answer = self._ask(feed, version)
+            if answer is not None:
+                failures = 0
+                self._healthy_until = self._clock.monotonic() + WAIT_SECONDS + SLACK_SECONDS
+                if (answer.feed, answer.version) != (feed, version):
+                    self._keeper.tell(answer.leases)
+                feed, version = answer.feed, answer.version
+                continue
+            if self.healthy():
+                self._healthy_until = 0.0
+                self._keeper.discover_soon()
+            if failures >= 1:  # a new connection, which a Service may route to another replica
+                self._client.close()
+                self._client = _client()
+            self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
+            failures += 1
+
+    def _ask(self, feed: str | None, version: int) -> FeedPosition | None:
+        params: dict[str, str | int | float] = {"after": version, "wait": WAIT_SECONDS}
+        if feed is not None:
+            params["feed"] = feed
+        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        try:
+            response = self._client.get(self._url, params=params, headers=headers,
+                                        timeout=WAIT_SECONDS + SLACK_SECONDS)
+        except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the client was closed by stop()
+            if not self._stop.is_set():
+                log.debug("assignment watch: %s", exc)
+            return None
+        if response.status_code != 200:
+            log.debug("assignment watch: HTTP %d from %s", response.status_code, self._url)
+            return None
+        try:
+            body = response.json()
+            answer = FeedPosition(str(body["feed"]), int(body["version"]),
+                                  {str(key): str(value) for key, value in dict(body["leases"]).items()})
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("assignment watch: unreadable answer: %s", exc)
+            return None
+        return answer
+
+
+def _client() -> httpx.Client:
+    return httpx.Client(trust_env=False)
+
+
+def _token(settings: Settings) -> str | None:
+    """The API token agents send (reads may be protected): `api_token`, else the content of `api_token_file`."""
+    if settings.api_token is not None:
+        return settings.api_token.get_secret_value()
+    if settings.api_token_file:
+        try:
+            return Path(settings.api_token_file).read_text().strip() or None
+        except OSError as exc:
+            log.warning("assignment watch: cannot read api_token_file: %s", exc)
+    return None

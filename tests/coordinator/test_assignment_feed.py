@@ -1,0 +1,57 @@
+"""The leader's assignment feed: versions move only for workers whose leases changed; long-polls wake or time out."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from coordinator.assignment_feed import HANDS_OFF, OWNS, RECEIVES, AssignmentFeed, NotLeading, relations
+from shared.lease import Lease
+
+
+def test_relations_name_owners_receivers_and_handing_off_workers() -> None:
+    leases = [Lease("a", lease_owner="w1"), Lease("b", lease_owner="w2", checkpoint_owner="w1"), Lease("c")]
+    assert relations(leases) == {"w1": {"a": OWNS, "b": HANDS_OFF}, "w2": {"b": RECEIVES}}
+
+
+def test_only_workers_whose_leases_changed_move_and_a_new_term_is_a_new_feed() -> None:
+    feed = AssignmentFeed()
+    with pytest.raises(NotLeading):
+        feed.position("w1")
+    feed.observe(3, [Lease("a", lease_owner="w1"), Lease("b", lease_owner="w2")])
+    first = {worker: feed.position(worker) for worker in ("w1", "w2")}
+    feed.observe(3, [Lease("a", lease_owner="w1", lease_counter=9), Lease("b", lease_owner="w1")])
+    assert feed.position("w1").version == first["w1"].version + 1
+    assert feed.position("w1").leases == {"a": OWNS, "b": OWNS}
+    assert feed.position("w2").version == first["w2"].version + 1 and feed.position("w2").leases == {}
+    feed.observe(3, [Lease("a", lease_owner="w1", lease_counter=10), Lease("b", lease_owner="w1")])
+    assert feed.position("w1").version == first["w1"].version + 1  # a counter or checkpoint is no change
+    feed.observe(4, [Lease("a", lease_owner="w1")])
+    assert feed.position("w1").feed != first["w1"].feed
+    feed.stand_down()
+    with pytest.raises(NotLeading):
+        feed.position("w1")
+
+
+def test_a_waiting_request_wakes_on_a_change_from_another_thread_and_times_out_otherwise() -> None:
+    feed = AssignmentFeed()
+    feed.observe(1, [Lease("a", lease_owner="w1")])
+    start = feed.position("w1")
+
+    async def scenario() -> None:
+        quiet = await feed.wait("w1", start.feed, start.version, 0.2)
+        assert quiet == start
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.1, lambda: threading.Thread(
+            target=feed.observe, args=(1, [Lease("a", lease_owner="w1"), Lease("b", lease_owner="w1")])).start())
+        moved = await asyncio.wait_for(feed.wait("w1", start.feed, start.version, 30), 5)
+        assert moved.version == start.version + 1 and moved.leases == {"a": OWNS, "b": OWNS}
+        stale = await feed.wait("w1", "another-feed", 99, 30)  # another term's position: answered at once
+        assert stale.feed == start.feed
+        loop.call_later(0.1, feed.stand_down)
+        with pytest.raises(NotLeading):
+            await asyncio.wait_for(feed.wait("w1", moved.feed, moved.version, 30), 5)
+
+    asyncio.run(scenario())

@@ -1,0 +1,79 @@
+"""Agent processes that learn of assignment changes from the coordinator's long-poll, on moto server and kinesalite.
+
+The coordinator runs its real operator API on 127.0.0.1; each agent is a `shardherd agent` process with
+`coordinator_url` set and its store calls metered (SHARDHERD_STORE_METER_DIR), so the test counts the owner-index
+queries the agents really sent. While the coordinator answers, leases reach a new agent and move between agents with
+no per-second index polling; with the coordinator gone, the agents keep processing and poll the index again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.emulators.kinesalite import NodeEmulator
+from services.emulators.moto_server import MotoServer
+from tests.e2e.test_agent_processes import ProcessStack
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+# With the coordinator answering, agents query the index only every fallback interval (set long here).
+FALLBACK_MILLIS = 60_000
+
+
+class ChannelStack(ProcessStack):
+    """ProcessStack whose agents long-poll the in-process coordinator and meter their store calls."""
+
+    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, tmp: Path) -> None:
+        super().__init__(moto, kinesalite, tmp / "ledger.txt", metrics=False)
+        assert self.coordinator.api is not None
+        self.meters = tmp / "meters"
+        self.meters.mkdir()
+        self.env.update({"SHARDHERD_COORDINATOR_URL": self.coordinator.api.url,
+                         "SHARDHERD_DISCOVERY_FALLBACK_INTERVAL_MILLIS": str(FALLBACK_MILLIS),
+                         "SHARDHERD_STORE_METER_DIR": str(self.meters)})
+
+    def index_queries(self) -> int:
+        """Owner-index queries all agent processes sent so far (their meters are dumped every 2 s)."""
+        total = 0
+        for path in self.meters.glob("agent-*.json"):
+            rows = json.loads(path.read_text(encoding="utf-8"))
+            total += sum(row["requests"] for row in rows if row["operation"] == "query")
+        return total
+
+
+@pytest.fixture
+def channel(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[ChannelStack]:
+    stack = ChannelStack(moto_server, kinesalite, tmp_path)
+    yield stack
+    stack.close()
+
+
+def test_agents_follow_the_coordinator_without_polling_and_keep_working_without_it(channel: ChannelStack) -> None:
+    channel.start_agent("agent-1")
+    wait_for(lambda: set(channel.owners().values()) == {"agent-1"}, 60, "agent-1 to hold every lease")
+    channel.start_agent("agent-2")
+    started = time.monotonic()
+    wait_for(lambda: "agent-2" in channel.owners().values(), 60, "a lease to move to agent-2")
+    channel.produce(300, "with-coordinator")
+    wait_for(channel.all_delivered, 60, "records delivered")
+    time.sleep(2.5)  # the agents' meters are dumped every 2 s
+    elapsed = time.monotonic() - started
+    queries = channel.index_queries()
+    # Polling every 0.3 s (discovery_interval_millis) would be about 2 x 3.3 queries per second; the channel leaves
+    # the first discovery per agent and the receivers' 1-per-interval looks while a handoff drains.
+    assert queries < elapsed, (queries, elapsed)
+    assert sum(channel.delivered().values()) >= len(channel.produced)
+
+    channel.coordinator.stop()
+    before = channel.index_queries()
+    channel.produce(300, "without-coordinator")
+    wait_for(channel.all_delivered, 60, "records delivered with the coordinator down")
+    time.sleep(5)
+    assert channel.index_queries() - before >= 2 * 5  # back to polling the index (every 0.3 s) per agent
+    assert set(channel.owners().values()) == {"agent-1", "agent-2"}
