@@ -5,9 +5,11 @@ shard's first and last record, and every read of the plan gives the same rows, s
 earns is the plan's end: known without looking at the data, so the user's write is the batch's only Spark job (no
 persist, no summary job, no cached block whose loss could let a checkpoint pass records never written).
 
-Order per batch: note which planned shards are held under the plan's tenure -> drop rows of the others -> the
-user's write -> one fenced checkpoint per shard still held under that tenure. A lost lease turns that shard's
-checkpoint into a logged no-op; the query keeps running for the other shards.
+Order per batch: mark the planned shards held under the plan's tenure and not handing off as being written -> drop
+rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure -> unmark,
+which completes the handoffs that waited for this write. A handoff requested before the write started excludes the
+shard from it, so it completes at once, never waiting for a batch. A lost lease turns that shard's checkpoint into a
+logged no-op; the query keeps running for the other shards.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ BatchFunction = Callable[["DataFrame", int], None]
 class ProgressCommitter(Protocol):
     """The driver side the sink reports to (the Spark agent)."""
 
-    def holds(self, shard: str, tenure: str) -> bool:
-        """True if the shard is still held under the tenure a plan was made under."""
+    def begin_write(self, plans: list[ShardPlan]) -> list[ShardPlan]:
+        """The plans whose rows may be written (held under the plan's tenure, not handing off), now in flight."""
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
         """Checkpoint each written plan's end, fenced by ownership; never raises for a lost lease."""
+
+    def end_write(self, plans: list[ShardPlan]) -> None:
+        """The write of `plans` ended (checkpointed or failed): handoffs waiting for it complete now."""
 
 
 def offset_log_entry(text: str) -> BatchOffset:
@@ -71,10 +76,13 @@ class CheckpointingSink:
         from pyspark.sql import functions as F  # noqa: N812
 
         end = logged_end_offset(df.sparkSession, self._location, batch_id)
-        held = [plan for plan in end.shards.values() if self._committer.holds(plan.shard_id, plan.tenure)]
-        if len(held) < len(end.shards):
-            gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
-            log.warning("batch %d: not writing rows of shards no longer held: %s", batch_id, gone)
-            df = df.filter(F.col("shard_id").isin([plan.shard_id for plan in held]))
-        self._write(df, batch_id)
-        self._committer.commit_progress(batch_id, held)
+        held = self._committer.begin_write(list(end.shards.values()))
+        try:
+            if len(held) < len(end.shards):
+                gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
+                log.info("batch %d: not writing rows of shards no longer held or handing off: %s", batch_id, gone)
+                df = df.filter(F.col("shard_id").isin([plan.shard_id for plan in held]))
+            self._write(df, batch_id)
+            self._committer.commit_progress(batch_id, held)
+        finally:
+            self._committer.end_write(held)

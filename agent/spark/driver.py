@@ -21,7 +21,6 @@ from agent.consumer import RecordProcessor
 from agent.lease_keeper import LossReason
 from agent.runtime import Agent
 from agent.spark.book import ShardBook
-from agent.spark.channel import ChannelError, read_ack
 from agent.spark.commit import BatchFunction, CheckpointingSink
 from agent.spark.kinesis_raw import RawKinesis
 from agent.spark.offsets import Caps, ShardPlan
@@ -88,10 +87,13 @@ class SparkAgent(Agent):
             self.book.acquired(lease)
 
     def handoff_requested(self, lease: Lease) -> None:
-        """Stop planning the shard; the supervisor completes the transfer once in-flight batches checkpointed."""
-        query = self._query
-        if not self.book.handing_off(lease.lease_key) or query is None or not query.isActive:
-            self.keeper.finish_handoff(lease.lease_key)  # nothing planned or running: nothing to wait for
+        """Stop planning and writing the shard; transfer it now, or right after the sink write in flight checkpointed.
+
+        No wait for a batch boundary or the runner: a batch planned with the shard but not yet writing drops its rows
+        (the next owner reads them from our checkpoint), so the gap is at most the write in flight.
+        """
+        if not self.book.handing_off(lease.lease_key):
+            self.keeper.finish_handoff(lease.lease_key)
 
     def lease_lost(self, lease_key: str, reason: LossReason) -> None:
         """Stop planning the shard at once; its rows in a running batch are not written, its checkpoint refused."""
@@ -117,9 +119,14 @@ class SparkAgent(Agent):
         """Shards whose rows may be written now."""
         return self.book.held_shards()
 
-    def holds(self, shard: str, tenure: str) -> bool:
-        """True if the shard is still held under the tenure a plan was made under."""
-        return self.book.holds(shard, tenure)
+    def begin_write(self, plans: list[ShardPlan]) -> list[ShardPlan]:
+        """The plans whose rows the sink may write (held under their tenure, not handing off), marked in flight."""
+        return self.book.begin_write(plans)
+
+    def end_write(self, plans: list[ShardPlan]) -> None:
+        """The sink's write of `plans` ended: complete the handoffs that waited for it."""
+        for key in self.book.end_write(plans):
+            self.keeper.finish_handoff(key)
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
         """Checkpoint each written plan's end, fenced by ownership; a refusal is logged, never raised."""
@@ -257,15 +264,3 @@ class SparkAgent(Agent):
                 threading.Thread(target=self.stop, kwargs={"drain": False}, name="spark-agent-stop",
                                  daemon=True).start()
                 return
-            self._finish_handoffs()
-
-    def _finish_handoffs(self) -> None:
-        try:
-            ack = read_ack(self.channel)
-        except ChannelError as exc:
-            log.warning("%s", exc)
-            return
-        if ack is None:
-            return
-        for key in self.book.handoffs_ready(ack.version):
-            self.keeper.finish_handoff(key)
