@@ -73,6 +73,7 @@ class SparkAgent(Agent):
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
+        self._probe_soon = threading.Event()  # a newly held shard is probed at once, so the next batch reads it
         self._stopping = threading.Lock()
         self._stopped = False
         self._threads: list[threading.Thread] = []
@@ -85,6 +86,7 @@ class SparkAgent(Agent):
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if not lease.is_finished:
             self.book.acquired(lease)
+            self._probe_soon.set()
 
     def handoff_requested(self, lease: Lease) -> None:
         """Stop planning and writing the shard; transfer it now, or right after the sink write in flight checkpointed.
@@ -197,6 +199,7 @@ class SparkAgent(Agent):
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
+            self._probe_soon.set()
             if query is not None and query.isActive:
                 query.stop()
             current = threading.current_thread()
@@ -214,10 +217,17 @@ class SparkAgent(Agent):
         thread.start()
 
     def _probe_loop(self) -> None:
-        """Probe every owned shard in parallel each interval (a round costs about one GetRecords whatever the count)."""
+        """Probe every owned shard in parallel each interval, and at once when a shard is acquired.
+
+        A round costs about one GetRecords whatever the shard count.
+        """
         lookahead = 2 * self.options.caps.max_records
         limit = min(self.options.caps.max_records, 10_000)
-        while not self._halt.wait(self._probe_interval):
+        while True:
+            self._probe_soon.wait(self._probe_interval)
+            self._probe_soon.clear()
+            if self._halt.is_set():
+                return
             targets = self.book.to_probe(lookahead)
             results = self._probe_pool.map(lambda target: self._prober.probe(target[0], target[1], limit), targets)
             now = time.time()
