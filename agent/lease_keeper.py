@@ -23,7 +23,7 @@ from typing import Protocol
 from shared.checkpoint import Checkpoint
 from shared.clock import Clock
 from shared.config import Settings
-from shared.errors import StoreUnavailable
+from shared.errors import MalformedLease, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import retry_deadline
 from shared.store import Conflict, LeaseStore, Outcome
@@ -43,7 +43,7 @@ class LossReason(enum.Enum):
     DELETED = "deleted"  # the lease row is gone (shard sync cleaned it up)
     SELF_FENCED = "self_fenced"  # liveness writes failed for too long: stopped before anyone could take over
     HANDED_OFF = "handed_off"  # graceful handoff completed: the next owner continues from our checkpoint
-    RELEASED = "released"  # given back on drain
+    RELEASED = "released"  # given back on drain, or because this worker could not process it
 
 
 class LeaseListener(Protocol):
@@ -125,6 +125,7 @@ class LeaseKeeper:
         self._next_discovery = 0.0
         self._next_record = 0.0
         self._draining = False
+        self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
 
     # ------------------------------------------------------------------ queries
     @property
@@ -205,6 +206,34 @@ class LeaseKeeper:
             self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
         return released
 
+    def give_back(self, lease_key: str) -> None:
+        """Release a lease this worker cannot process, now or (if the store fails) at the next ticks.
+
+        Until the release lands the lease stays held, so it is not processed twice; a lease taken meanwhile by the
+        leader (or under handoff) simply ends here.
+        """
+        with self._guard:
+            if lease_key not in self._held:
+                return
+            self._giving_back.add(lease_key)
+        self._release_given_back()
+
+    def _release_given_back(self) -> None:
+        with self._guard:  # claimed under the guard: the keeper thread and a shard thread never both release
+            keys, self._giving_back = sorted(self._giving_back), set()
+        for key in keys:
+            try:
+                outcome = self._store.release(key, self._me)
+            except StoreUnavailable as exc:
+                log.warning("giving back %s failed (retried at the next tick): %s", key, exc)
+                with self._guard:
+                    if key in self._held:
+                        self._giving_back.add(key)
+                continue
+            if outcome.applied:
+                log.error("lease %s given back: this worker cannot process it", key)
+            self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+
     def held_items(self) -> list[tuple[str, HeldLease]]:
         """A snapshot of the held leases with their local state."""
         with self._guard:
@@ -227,6 +256,8 @@ class LeaseKeeper:
                 self._next_discovery = now + self._timing.discovery
                 self._discover()
             self._progress_handoffs(self._clock.monotonic())
+            if self._giving_back:
+                self._release_given_back()
         self._fence(self._clock.monotonic())
 
     def _fencing_deadline(self, now: float) -> float:
@@ -333,6 +364,8 @@ class LeaseKeeper:
         except StoreUnavailable as exc:
             log.warning("reading discovered lease %s failed: %s", key, exc)
             return
+        except MalformedLease:  # reported by the decoder; not taken, so the row stays as it is
+            return
         if lease is None or lease.lease_owner != self._me or lease.checkpoint_owner is not None:
             return  # stale index entry, or still draining from its previous owner
         with self._guard:
@@ -346,6 +379,9 @@ class LeaseKeeper:
             lease = self._store.get_lease(key)
         except StoreUnavailable as exc:
             log.warning("re-reading %s failed: %s", key, exc)
+            return
+        except MalformedLease:  # unreadable now: stop processing it; the row is reported and left as it is
+            self._lose(key, LossReason.TAKEN)
             return
         if lease is None:
             self._lose(key, LossReason.DELETED)
@@ -387,6 +423,7 @@ class LeaseKeeper:
     def _lose(self, key: str, reason: LossReason) -> None:
         with self._guard:
             held = self._held.pop(key, None)
+            self._giving_back.discard(key)
         if held is not None:
             log.info("lease %s ended on this worker: %s", key, reason.value)
             self._listener.lease_lost(key, reason)

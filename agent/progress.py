@@ -1,18 +1,30 @@
-"""Per-lease progress the agent reports with its heartbeat: lag behind the stream tip, records and bytes handled."""
+"""Per-lease progress the agent reports with its heartbeat: lag behind the stream tip, records and bytes handled.
+
+It also carries failed processing attempts, and the leases this worker gave back because it could not process them
+(reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another worker while one exists).
+"""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 
+from shared.clock import Clock, SystemClock
 from shared.worker import LeaseProgress
+
+# How long a given-back lease stays reported as refused by this worker.
+REFUSAL_SECONDS = 300.0
 
 
 class ProgressBoard:
     """Thread-safe totals per lease since this worker started holding it; shard threads write, the keeper reads."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None, refusal_seconds: float = REFUSAL_SECONDS) -> None:
+        self._clock = clock or SystemClock()
+        self._refusal = refusal_seconds
         self._progress: dict[str, LeaseProgress] = {}
+        self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
         self._guard = threading.Lock()
 
     def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None) -> None:
@@ -20,14 +32,33 @@ class ProgressBoard:
         with self._guard:
             before = self._progress.get(lease_key, LeaseProgress())
             lag = millis_behind_latest if millis_behind_latest is not None else before.millis_behind_latest
-            self._progress[lease_key] = LeaseProgress(lag, before.records + records, before.bytes + byte_count)
+            self._refused.pop(lease_key, None)  # it is being processed again after all
+            self._progress[lease_key] = replace(before, millis_behind_latest=lag, records=before.records + records,
+                                                bytes=before.bytes + byte_count)
+
+    def fail(self, lease_key: str) -> int:
+        """Count one failed attempt to process the lease; returns the attempts failed since it was taken."""
+        with self._guard:
+            before = self._progress.get(lease_key, LeaseProgress())
+            self._progress[lease_key] = replace(before, failures=before.failures + 1)
+            return before.failures + 1
+
+    def refuse(self, lease_key: str) -> None:
+        """The worker gives the lease back: keep reporting it as refused for a while."""
+        with self._guard:
+            before = self._progress.pop(lease_key, LeaseProgress())
+            self._refused[lease_key] = (replace(before, refused=True), self._clock.monotonic() + self._refusal)
 
     def drop(self, lease_key: str) -> None:
-        """Forget a lease this worker no longer holds."""
+        """Forget a lease this worker no longer holds (a refusal is kept until it expires)."""
         with self._guard:
             self._progress.pop(lease_key, None)
 
     def snapshot(self, lease_keys: Iterable[str]) -> dict[str, LeaseProgress]:
-        """The progress of the given leases (those with any report)."""
+        """The progress of the given leases (those with any report), plus the leases refused lately."""
+        now = self._clock.monotonic()
         with self._guard:
-            return {key: self._progress[key] for key in lease_keys if key in self._progress}
+            self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
+            wanted = {key: self._progress[key] for key in lease_keys if key in self._progress}
+            refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
+            return {**refused, **wanted}

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
+from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
 from agent.metrics.select import select_cpu_source
 from agent.metrics.throughput import ThroughputRecorder
@@ -68,16 +71,19 @@ class Agent:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
-        heartbeat = settings.effective_heartbeat_interval_millis / 1000
-        self.throughput = ThroughputRecorder(self.clock, heartbeat, settings.worker_metrics_ema_alpha)
-        source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics)
+        self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
+        environ = dict(os.environ)
+        if settings.ecs_metadata_uri:
+            environ[ECS_URI_ENV] = settings.ecs_metadata_uri
+        source = select_cpu_source(self.clock, disabled=settings.disable_worker_metrics, environ=environ,
+                                   cgroup_root=Path(settings.cgroup_root))
         self.sampler = MetricsSampler(source, settings.no_of_persisted_metrics_per_worker_metrics,
                                       metric_name=CPU_METRIC)
         self._rng = rng or random.Random()
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
         reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000)
-        self.progress = ProgressBoard()
+        self.progress = ProgressBoard(self.clock)
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         self._context = ShardContext(
@@ -95,6 +101,7 @@ class Agent:
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
         """Start a shard worker for a newly held lease (none for a finished one)."""
+        self.throughput.track(lease.lease_key)
         if lease.throughput_kbps is not None:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if lease.is_finished:

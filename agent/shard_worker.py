@@ -1,4 +1,10 @@
-"""One thread per owned shard: read with ShardReader, hand batches to the processor, follow the lease's fate."""
+"""One thread per owned shard: read with ShardReader, hand batches to the processor, follow the lease's fate.
+
+A shard this worker cannot process (the processor factory or `initialize()` raises, the shard is not found, there is
+no start position, reading fails unexpectedly) is retried with exponential backoff; after `attempts` failures the
+lease is given back (released, logged, and reported as refused in the worker record so the leader gives it to another
+worker if there is one). It is never held without being processed.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +58,8 @@ class ShardContext:
     limits: ReadLimits
     initial_timestamp: datetime | None
     retry_delay: float = 1.0
+    attempts: int = 3  # failed attempts at a shard before its lease is given back
+    max_backoff: float = 30.0
 
 
 def start_position(lease: Lease, initial_timestamp: datetime | None) -> StartPosition:
@@ -90,22 +98,52 @@ class ShardWorker:
 
     def _run(self) -> None:
         key = self.lease.lease_key
-        processor = self._ctx.factory()
+        while True:
+            failure = self._attempt()
+            if failure is None or self._stop is not None:
+                break
+            failed = self._ctx.progress.fail(key)
+            if failed >= self._ctx.attempts:
+                log.error("%s: %d attempts failed (last: %s); giving the lease back", key, failed, failure)
+                self._ctx.progress.refuse(key)
+                self._ctx.keeper.give_back(key)
+                break
+            delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failed - 1))
+            log.error("%s: attempt %d of %d failed (%s); retrying in %.1f s", key, failed, self._ctx.attempts,
+                      failure, delay)
+            self._pause(delay)
+        self._ctx.throughput.drop(key)
+        self._ctx.progress.drop(key)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait before the next attempt, in short steps so a stop request ends the wait."""
+        until = self._ctx.clock.monotonic() + seconds
+        while self._stop is None and (left := until - self._ctx.clock.monotonic()) > 0:
+            self._ctx.clock.sleep(min(0.1, left))
+
+    def _attempt(self) -> str | None:
+        """One go at the shard from its latest checkpoint: None once it ended, stopped or was lost; else why not."""
+        lease = self._ctx.keeper.held().get(self.lease.lease_key)
+        if lease is None:
+            return None  # lost meanwhile
+        self.lease = lease
         try:
-            position = start_position(self.lease, self._ctx.initial_timestamp)
-        except ValueError as exc:
-            log.error("%s", exc)
-            return
-        processor.initialize(self.lease.shard, self.lease.checkpoint)
+            processor = self._ctx.factory()
+            position = start_position(lease, self._ctx.initial_timestamp)
+            processor.initialize(lease.shard, lease.checkpoint)
+        except Exception as exc:  # any failure of user code or configuration is retried, then the lease given back
+            return f"{type(exc).__name__}: {exc}"
         try:
             ended = self._loop(processor, position)
         except LeaseLost:
             ended = False
             with self._guard:
                 self._stop = Stop.LOST
+        except Exception as exc:  # shard not found, an unexpected read or processor error
+            self._finish(processor, False, Stop.SHUTDOWN)  # let it checkpoint what it completed
+            return f"{type(exc).__name__}: {exc}"
         self._finish(processor, ended)
-        self._ctx.throughput.drop(key)
-        self._ctx.progress.drop(key)
+        return None
 
     def _loop(self, processor: RecordProcessor, position: StartPosition) -> bool:
         """Read and process until stopped; True when the shard ended."""
@@ -127,9 +165,8 @@ class ShardWorker:
                     position = batch.next_position
                     if batch.shard_ended:
                         return True
-            except ShardNotFound as exc:
-                log.error("%s: %s; stopping this shard", self.lease.lease_key, exc)
-                return False
+            except ShardNotFound:
+                raise
             except ShardReadError as exc:
                 log.warning("%s: read failed, reopening from %s: %s", self.lease.lease_key, position, exc)
                 self._ctx.clock.sleep(self._ctx.retry_delay)
@@ -160,11 +197,17 @@ class ShardWorker:
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag)
         if records:
             self.checkpointer.last_delivered = records[-1]
-            self._ctx.throughput.record(self.lease.lease_key, size)
+            arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records
+                        if record.approximate_arrival_timestamp is not None]
+            self._ctx.throughput.record(self.lease.lease_key, size, min(arrivals, default=None),
+                                        max(arrivals, default=None))
+        elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
+            self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
-    def _finish(self, processor: RecordProcessor, ended: bool) -> None:
+    def _finish(self, processor: RecordProcessor, ended: bool, stop: Stop | None = None) -> None:
+        """Tell the processor how its shard ends (`stop` overrides the stop requested, for a failed attempt)."""
         shard = self.lease.shard
-        stop = self._stop
+        stop = stop or self._stop
         try:
             if stop is Stop.LOST:
                 processor.lease_lost(shard)
@@ -176,5 +219,5 @@ class ShardWorker:
             processor.lease_lost(shard)
         except Exception:
             log.exception("%s: processor failed while finishing", self.lease.lease_key)
-        if stop is Stop.HANDOFF:
+        if stop is Stop.HANDOFF and self._stop is Stop.HANDOFF:
             self._ctx.keeper.finish_handoff(self.lease.lease_key)

@@ -37,6 +37,7 @@ import statistics
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import READ_KINDS, WRITE_KINDS, CountingStore
@@ -52,6 +53,9 @@ from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
 from shared.store import LeaseStore, Outcome, TableNames
 from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState
+
+if TYPE_CHECKING:
+    from bench.fleet_noise import LiveNoise, NoiseModel
 
 PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
 BASE_CPU = 10.0
@@ -192,9 +196,13 @@ class SimWorker:
     def _record(self) -> WorkerRecord:
         throughput = {key: self.fleet.stream.kbps.get(key, 0.0) for key in self.processing} if self.mode == "worker" \
             else {}
+        if self.fleet.noise is not None and self.mode == "worker":  # what the agent's recorder measures
+            throughput = self.fleet.noise.report(self)
+        metrics = not self.fleet.settings.disable_worker_metrics
         progress = {key: LeaseProgress(1_000, 10**8, 10**11) for key in throughput} if self.fleet.progress else {}
         return WorkerRecord(
-            self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)}, {CPU_METRIC: (100.0,)},
+            self.worker_id, int(self.fleet.clock.time()), {CPU_METRIC: tuple(self.history)} if metrics else {},
+            {CPU_METRIC: (100.0,)} if metrics else {},
             heartbeat=self.heartbeat, state=WorkerState.DRAINING if self.draining else WorkerState.ACTIVE,
             lease_throughput=throughput, lease_progress=progress)
 
@@ -248,6 +256,8 @@ class SimWorker:
             lease = store.get_lease(key)
             if lease is not None and lease.lease_owner == self.worker_id and lease.checkpoint_owner is None:
                 self.processing[key] = lease.lease_counter
+                if self.fleet.noise is not None:
+                    self.fleet.noise.started(self, key)
         mine = set(owned)
         for key in [k for k in self.processing if k not in mine and k not in self.leaving]:
             self._lost(key, store.get_lease(key))
@@ -267,12 +277,17 @@ class SimWorker:
             self.leaving.add(key)
             self.fleet.events.at(self.fleet.events.now() + HANDOFF_DELAY, lambda: self._hand_over(key))
             return
+        self._stop(key)
+
+    def _stop(self, key: str) -> None:
         self.processing.pop(key, None)
+        if self.fleet.noise is not None:
+            self.fleet.noise.stopped(self, key)
 
     def _hand_over(self, key: str) -> None:
         """Final checkpoint, then complete the handoff (reference 4.3 step 3)."""
         self.leaving.discard(key)
-        self.processing.pop(key, None)
+        self._stop(key)
         if not self.alive:
             return
         store = self.fleet.store
@@ -322,6 +337,8 @@ class Fleet:
     seed: int
     report_seconds: float | None = None
     checkpoint_seconds: float = 0.0
+    overrides: dict[str, object] = field(default_factory=dict)  # settings beyond the defaults
+    noise: LiveNoise | None = None  # the live stack's measurement noise and lag (bench/fleet_noise.py)
     clock: ManualClock = field(default_factory=ManualClock)
     workers: dict[str, SimWorker] = field(default_factory=dict)
     # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
@@ -336,7 +353,7 @@ class Fleet:
             overrides["lease_assignment_strategy"] = "lease-count"
         if self.variant == VARIANCE_KCL:
             overrides["variance_balancing"] = "kcl"
-        self.settings = load_settings(**overrides)
+        self.settings = load_settings(**overrides, **self.overrides)
         self.timing = Timing.of(self.settings)
         self.moves = MoveCounter()
         self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
@@ -366,6 +383,8 @@ class Fleet:
             for creation in plan.creates:
                 self.store.create_lease(creation.lease)
         self.events.every(SAMPLE_PERIOD, SAMPLE_PERIOD, self._sample)
+        if self.noise is not None:
+            self.noise.attach(self)
 
     def _lead(self) -> bool:
         assert self.loop is not None
@@ -727,10 +746,13 @@ def scenarios(size: Size) -> list[Scenario]:
 
 
 def run_variant(scenario: Scenario, variant: str, mode: str, size: Size, seed: int, zipf: float,
-                report_seconds: float | None) -> Result:
-    """Run one variant of a scenario and measure it from the event on."""
+                report_seconds: float | None, noise: NoiseModel | None = None) -> Result:
+    """Run one variant of a scenario and measure it from the event on (with the live stack's noise if given)."""
+    from bench.fleet_noise import LiveNoise
+
     stream = Stream.zipf(scenario.shards, zipf, random.Random(seed))
-    fleet = Fleet(variant, mode, stream, seed, report_seconds, scenario.checkpoint_seconds)
+    fleet = Fleet(variant, mode, stream, seed, report_seconds, scenario.checkpoint_seconds,
+                  noise=None if noise is None else LiveNoise(noise, seed))
     fleet.calibrate(scenario.workers)
     fleet.add_workers(scenario.workers)
     if scenario.warmup:
@@ -806,9 +828,10 @@ def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, 
 
 
 def run_scenario(scenario: Scenario, size: Size, seed: int, zipf: float,
-                 report_seconds: float | None = None) -> list[Result]:
+                 report_seconds: float | None = None, noise: NoiseModel | None = None) -> list[Result]:
     """Every variant of one scenario, same seed."""
-    return [run_variant(scenario, variant, mode, size, seed, zipf, report_seconds) for variant, mode in scenario.modes]
+    return [run_variant(scenario, variant, mode, size, seed, zipf, report_seconds, noise)
+            for variant, mode in scenario.modes]
 
 
 # ---------------------------------------------------------------------------------------------------------- output
@@ -897,14 +920,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--zipf", type=float, default=0.5, help="Zipf exponent of shard throughput (default 0.5)")
     parser.add_argument("--report-seconds", type=float, default=None,
                         help="worker CPU report period (default: every heartbeat in worker mode, 30 s in lease mode)")
+    parser.add_argument("--noise", choices=("plain", "spark"), default=None,
+                        help="workers measure throughput as the live agents do (bench/fleet_noise.py)")
     args = parser.parse_args(argv)
+    from bench.fleet_noise import PLAIN_DELIVERY, SPARK_DELIVERY, NoiseModel
+
+    noise = None if args.noise is None else NoiseModel(PLAIN_DELIVERY if args.noise == "plain" else SPARK_DELIVERY)
     size = QUICK if args.quick else FULL
     chosen = [s for s in scenarios(size) if not args.scenario or any(s.name.startswith(p) for p in args.scenario)]
     if not chosen:
         parser.error("no scenario matches")
     results: list[Result] = []
     for scenario in chosen:
-        outcome = run_scenario(scenario, size, args.seed, args.zipf, args.report_seconds)
+        outcome = run_scenario(scenario, size, args.seed, args.zipf, args.report_seconds, noise)
         results.extend(outcome)
         print(f"... {scenario.name} done", file=sys.stderr, flush=True)
     print(f"zipf exponent {args.zipf}, seed {args.seed}, warm-up {size.warmup:.0f} s, window {size.observe:.0f} s; "

@@ -17,9 +17,13 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
   takes from the workers above the average the lease that lands it closest to the average without pushing the
   giver below the band or below the receiver.
 
-Moves below `rebalance_dead_band_percentage` are not made, leases balancing moved recently stay put (the leader's
-cooldown), and every receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating
-range, as in KCL mode. `dampening_percentage` applies to KCL mode only: the leader's catch-up of lagging reports
+Every move (a swap or push as a whole) must lower the peak of the workers it involves by at least the decider's
+`min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
+measured on live traffic carry noise, and a move worth less than that noise is undone by the next run's numbers (the
+live stack moved a lease every few seconds, bench/churn.py). Leases balancing moved recently stay put (the leader's
+cooldown), workers whose heartbeat is not fresh neither give nor receive, and
+every receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in KCL
+mode. `dampening_percentage` applies to KCL mode only: the leader's catch-up of lagging reports
 (`VarianceDecider`) and the receiver rule above take its place.
 """
 
@@ -82,6 +86,7 @@ class BandBalancer:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
+        self.min_gain = decider.min_gain(band.metric)
         self.holders = [wid for wid in decider.active if self.metric in decider.values[wid]]
         self._holding = set(self.holders)
         # Lazy heaps of (value, worker) and (-value, worker): entries go stale when a move changes a value and are
@@ -92,6 +97,7 @@ class BandBalancer:
         heapq.heapify(self._high)
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight, per worker
         self._heaviest: dict[str, float] = {}  # heaviest lease held, per worker
+        self._shed_from: dict[str, float] = {}  # each donor's value before it started shedding in this run
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def value(self, wid: str) -> float:
@@ -146,7 +152,8 @@ class BandBalancer:
         cached = self._by_weight.get(wid)
         if cached is None:
             ledger = self.d.ledger
-            cached = sorted((ledger.weight[k], k) for k in ledger.held_by.get(wid, {}) if ledger.rebalanceable(k))
+            held = () if wid in self.d.stale else ledger.held_by.get(wid, {})  # a possibly dead worker gives nothing
+            cached = sorted((ledger.weight[k], k) for k in held if ledger.rebalanceable(k))
             self._by_weight[wid] = cached
         return cached
 
@@ -195,6 +202,7 @@ class BandBalancer:
         over = [w for w in self.holders if self.value(w) > self.ceiling(w)]
         over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
         for donor in over:
+            self._shed_from[donor] = self.value(donor)
             for _ in range(MAX_MOVES_PER_WORKER):
                 if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor):
                     break
@@ -227,9 +235,9 @@ class BandBalancer:
     def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf) -> bool:
         """One move (or trade, if `trades`) that brings the donor towards its ceiling; False if there is none.
 
-        Receivers end below the donor's value and below `cap` (a push's original peak).
+        Receivers end at least `min_gain` below the donor's value and `cap` (a push's original peak).
         """
-        d, giver_before = self.d, min(self.value(donor), cap)
+        d, giver_before, ceiling = self.d, min(self.value(donor), cap), self.ceiling(donor)
         rate = d.drop_rate(donor, self.metric)
         # If its light leases together cannot bring it into the band (it holds several hot shards), trading or
         # pushing a heavy one first saves moving every light one and then the heavy one anyway.
@@ -241,9 +249,12 @@ class BandBalancer:
         heaviest = max((most for _, most, _ in receivers), default=-math.inf)
         for key in self._shed_candidates(donor, heaviest):
             weight = d.ledger.weight[key]
+            after = self.value(donor) - (rate * weight if rate is not None else d.drop(donor, self.metric, key))
+            if after <= ceiling and self._shed_from.get(donor, giver_before) - after < self.min_gain:
+                continue  # the donor's last move, and all its moves together barely change it: within the noise
             for receiver, most, per_kbps in receivers:
                 landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
-                if weight > most or landed >= giver_before:
+                if weight > most or landed > giver_before - self.min_gain:
                     continue
                 if rate is None or self._worth(rate * weight + per_kbps * weight):
                     self._move(key, donor, receiver, landed, "above the band: shed")
@@ -264,7 +275,9 @@ class BandBalancer:
         the average (and the lease cannot bounce back: balancing leaves it alone for a while).
         """
         d, metric, peak = self.d, self.metric, self.value(donor)
-        if peak <= self.band.upper:  # only above the band itself, not merely above an operating range inside it
+        # Only far above the band (half a band beyond its ceiling), not merely above an operating range inside it:
+        # a push moves a heavy lease and several light ones, too much to fix a worker just over the edge.
+        if peak <= self.band.upper or peak - self.ceiling(donor) < (self.band.upper - self.band.avg) / 2:
             return False
         receivers = []
         for wid in self._extremes(PROBES, True, donor):
@@ -272,9 +285,12 @@ class BandBalancer:
                 continue
             weights = [w for w, _ in self._movable(wid)]
             receivers.append((wid, d.rise(wid, metric, 1.0), d.drop_rate(wid, metric) or 0.0, weights,
-                              list(itertools.accumulate(weights)), min(self.ceiling(wid), peak)))
+                              list(itertools.accumulate(weights)), min(self.ceiling(wid), peak - self.min_gain)))
+        donor_rate = d.drop_rate(donor, metric)
         for key in self._shed_candidates(donor, math.inf):
             weight = d.ledger.weight[key]
+            if donor_rate is not None and donor_rate * weight < self.min_gain:
+                continue
             for receiver, per_kbps, rate, weights, totals, bound in receivers:
                 landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
                 if landed <= bound or landed > d.limits[receiver][metric]:
@@ -317,7 +333,8 @@ class BandBalancer:
                         continue
                     d_after = given + back_weight * per_kbps
                     r_after = r_value + r_per_kbps * weight - r_rate * back_weight
-                    if not (self.band.lower <= d_after <= ceiling and r_after <= r_ceiling and r_after < value):
+                    if not (self.band.lower <= d_after <= ceiling and r_after <= r_ceiling
+                            and max(d_after, r_after) <= value - self.min_gain):
                         continue
                     score = abs(d_after - target) + abs(r_after - self.band.avg)
                     if best is None or score < best[0]:
@@ -375,7 +392,7 @@ class BandBalancer:
                 near.reverse()
             for weight, key in [*near, *movable[max(0, upto - 1):upto]]:
                 landed = base + per_kbps * weight
-                if landed >= giver_value or not self._worth((rate + per_kbps) * weight):
+                if landed > giver_value - self.min_gain or not self._worth((rate + per_kbps) * weight):
                     continue
                 if landed >= self.band.lower:
                     self._move(key, giver, receiver, landed, "below the band: fill")

@@ -37,6 +37,8 @@ class DeciderConfig:
     worker_metrics_ema_alpha: float = 0.5
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0
+    rebalance_min_gain_kbps: float = 0.5
+    rebalance_min_gain_points: float = 2.0
     allow_receiver_above_average: bool = True
     balancing: Balancing = Balancing.BAND
 
@@ -60,6 +62,10 @@ class DeciderConfig:
             )
         if not 0 <= self.rebalance_min_band_points <= 100:
             problems.append(f"rebalance_min_band_points must be in [0, 100], got {self.rebalance_min_band_points}")
+        if not 0 <= self.rebalance_min_gain_kbps < math.inf:
+            problems.append(f"rebalance_min_gain_kbps must be finite and >= 0, got {self.rebalance_min_gain_kbps}")
+        if not 0 <= self.rebalance_min_gain_points <= 100:
+            problems.append(f"rebalance_min_gain_points must be in [0, 100], got {self.rebalance_min_gain_points}")
         if problems:
             raise ConfigError("invalid decider configuration: " + "; ".join(problems))
 
@@ -76,6 +82,8 @@ class DeciderConfig:
             worker_metrics_ema_alpha=settings.worker_metrics_ema_alpha,
             rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
             rebalance_min_band_points=settings.rebalance_min_band_points,
+            rebalance_min_gain_kbps=settings.rebalance_min_gain_kbps,
+            rebalance_min_gain_points=settings.rebalance_min_gain_points,
             allow_receiver_above_average=settings.allow_receiver_above_average,
             balancing=Balancing(settings.variance_balancing),
         )

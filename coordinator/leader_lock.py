@@ -35,6 +35,8 @@ LAST_SUCCESS = "lastSuccessAt"
 
 log = logging.getLogger(__name__)
 
+GIVEN_UP = "released"
+
 
 @dataclass(frozen=True, slots=True)
 class LockView:
@@ -149,7 +151,7 @@ class LeaderLock:
         if stand_down_seconds > 0:
             self._stand_down_until = self._clock.monotonic() + stand_down_seconds
             log.warning("leader lock: %s stays out of the election for %.1f s", self._owner, stand_down_seconds)
-        self._drop("released")
+        self._drop(GIVEN_UP)
         try:
             return self._store.delete_state(self._key, {OWNER: self._owner, VERSION: held.version})
         except StoreUnavailable as exc:
@@ -222,7 +224,8 @@ class LeaderLock:
         with self._guard:
             held, self._held = self._held, None
         if held is not None:
-            log.warning("leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
+            level = logging.INFO if why == GIVEN_UP else logging.WARNING  # giving it up on stop is no trouble
+            log.log(level, "leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
             if self._on_change:
                 self._on_change(False, held.epoch)
 

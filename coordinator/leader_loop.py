@@ -30,7 +30,7 @@ from shared.config import Settings
 from shared.lease import Lease
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
-from shared.worker import WorkerRecord
+from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class LoopTiming:
     interval: float
     failover: float
     worker_grace: float
+    receiver_freshness: float
     handoff_timeout: float
     shard_sync_interval: float
     balancing_frequency: int
@@ -84,12 +85,20 @@ class LoopTiming:
         """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
         failover = settings.failover_time_millis / 1000
         grace = failover
+        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
+        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack. A worker killed a
+        # few seconds ago still counts as alive, but must not be handed leases. In lease mode worker records change
+        # only every reporter interval, so only the liveness grace applies.
+        interval = settings.lease_assignment_interval_millis / 1000
+        freshness = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
         if settings.liveness_mode == "lease":
             grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
+            freshness = grace
         return cls(
-            interval=settings.lease_assignment_interval_millis / 1000,
+            interval=interval,
             failover=failover,
             worker_grace=grace,
+            receiver_freshness=freshness,
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
@@ -112,7 +121,9 @@ class LeaderLoop:
         self._timing = LoopTiming.from_settings(settings)
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
-        # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong.
+        # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong. (A cooldown
+        # as long as a throughput window delayed the correction of overshoots after a scale-out; the agents' arrival
+        # windows and the minimum gain keep a moved lease's figure from bouncing instead.)
         self._cooldown_runs = 2 * settings.variance_balancing_frequency
         self.history = history or RunHistory()
         self._on_run = on_run
@@ -202,7 +213,7 @@ class LeaderLoop:
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else ()) for w in active)
+                                               else (), self._stale(tracker, w.worker_id, now)) for w in active)
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
@@ -242,7 +253,8 @@ class LeaderLoop:
         histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ())) for w in active)
+        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
+                                          self._stale(term.tracker, w.worker_id, now)) for w in active)
         deciding = time.perf_counter()
         plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
         decide_ms = (time.perf_counter() - deciding) * 1000
@@ -264,6 +276,11 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
             decide_ms=decide_ms,
         )
+
+    def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
+        """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
+        silent = tracker.workers.silent_for(worker_id, now)
+        return silent is not None and silent > self._timing.receiver_freshness
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -295,11 +312,13 @@ class LeaderLoop:
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
             throughput = reported_throughput(lease, owners)
             moved = term.moved_in_run.get(lease.lease_key)
+            refused_by = frozenset(worker.worker_id for worker in reporters if worker.lease_progress.get(
+                lease.lease_key, NO_PROGRESS).refused)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked,
                                               recently_moved=moved is not None
-                                              and term.runs - moved <= self._cooldown_runs))
+                                              and term.runs - moved <= self._cooldown_runs, refused_by=refused_by))
         term.handoff_seen = seen_handoffs
         return views
 

@@ -69,8 +69,8 @@ class LeaseCountDecider:
             return False
         chosen = heapq.heappop(self.heap)
         lease = self.ledger.leases[key]
-        if lease.expired and chosen[2] == lease.actual_owner and self.heap:
-            chosen = heapq.heapreplace(self.heap, chosen)  # not back to the owner it expired under, if avoidable
+        if lease.avoids(chosen[2]) and self.heap:
+            chosen = heapq.heapreplace(self.heap, chosen)  # not to an owner it expired under or a refuser
         _, load, wid = chosen
         self._give(key, wid, reason, f"least loaded: {load} leases, quota {self.quota[wid]}")
         return True

@@ -25,7 +25,8 @@ class LeaseView:
     monotonic clock), used for oldest-first priority ordering. `handoff_blocked` is True while a graceful handoff of
     this lease is still within its timeout; such a lease is never moved unless it is also expired (KCL 4.2 step 9).
     `recently_moved` is True for a lease that changed owner in the last few leader runs: balancing leaves it alone
-    (no ping-pong), while drain and expiry may still move it.
+    (no ping-pong), while drain and expiry may still move it. `refused_by` names workers that gave the lease back
+    because they could not process it (their records report failed attempts): it goes elsewhere when it can.
     """
 
     key: str
@@ -37,6 +38,7 @@ class LeaseView:
     silent_ms: int = 0
     handoff_blocked: bool = False
     recently_moved: bool = False
+    refused_by: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -54,6 +56,10 @@ class LeaseView:
         """The worker really processing the shard: checkpoint owner during a handoff, else the lease owner."""
         return self.checkpoint_owner if self.checkpoint_owner is not None else self.lease_owner
 
+    def avoids(self, worker: str) -> bool:
+        """True if `worker` should get this lease only when no other can: it expired under it, or it gave it back."""
+        return (self.expired and worker == self.actual_owner) or worker in self.refused_by
+
     @property
     def needs_owner(self) -> bool:
         """True for leases priority assignment must place: unassigned or expired."""
@@ -67,7 +73,7 @@ class LeaseView:
     @classmethod
     def from_lease(
         cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
-        recently_moved: bool = False,
+        recently_moved: bool = False, refused_by: frozenset[str] = frozenset(),
     ) -> LeaseView:
         """A view of a stored lease plus the leader's observations of it."""
         return cls(
@@ -80,12 +86,17 @@ class LeaseView:
             silent_ms=silent_ms,
             handoff_blocked=handoff_blocked,
             recently_moved=recently_moved,
+            refused_by=refused_by,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerView:
     """What the decider needs of one active worker: metric history (`sts`), operating range (`opr`), drain flag.
+
+    `stale` is True for a worker the leader still counts as alive (its leases are not expired) whose heartbeat is
+    older than a receiver's may be: it may have died, so it keeps its leases but receives none and gives none by
+    balancing (a handoff to or from a dead worker stalls the shard until the handoff times out).
 
     `throughput_history` is the leader's record of the KiB/s the worker carried at each of its metric reports
     (oldest first, aligned with `metric_stats`): the decider compares its moving average with what the worker
@@ -97,6 +108,7 @@ class WorkerView:
     operating_range: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     draining: bool = False
     throughput_history: tuple[float, ...] = ()
+    stale: bool = False
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -108,14 +120,16 @@ class WorkerView:
         return not self.metric_stats and not self.operating_range
 
     @classmethod
-    def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = ()) -> WorkerView:
-        """A view of a stored worker record."""
+    def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = (),
+                    stale: bool = False) -> WorkerView:
+        """A view of a stored worker record (and the leader's observations of it)."""
         return cls(
             worker_id=record.worker_id,
             metric_stats=record.metric_stats,
             operating_range=record.operating_range,
             draining=record.is_draining,
             throughput_history=throughput_history,
+            stale=stale,
         )
 
 

@@ -108,6 +108,7 @@ class VarianceDecider:
         self.draining: list[str] = []
         self.active: list[str] = []
         self.default: set[str] = set()
+        self.stale = {worker.worker_id for worker in snapshot.workers if worker.stale}
         for worker in snapshot.workers:
             self.status[worker.worker_id] = classify(worker)
             if worker.draining:
@@ -270,16 +271,17 @@ class VarianceDecider:
     def _entry(self, wid: str) -> HeapEntry:
         return (-room(self.values[wid], self.averages), self.ledger.live_count(wid), wid)
 
-    def assignable(self, wid: str) -> bool:
-        """Whether the worker may take another lease (`max_throughput_per_host_kbps`, `max_leases_for_worker`)."""
+    def assignable(self, wid: str, stale_ok: bool = False) -> bool:
+        """Whether the worker may take another lease: a fresh heartbeat (unless `stale_ok`), and the max settings."""
         cfg = self.config
         return (
-            self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
+            (stale_ok or wid not in self.stale)
+            and self.ledger.throughput.get(wid, 0.0) <= cfg.max_throughput_per_host_kbps
             and self.ledger.live_count(wid) < cfg.max_leases_for_worker
         )
 
-    def _queue(self) -> list[HeapEntry]:
-        heap = [self._entry(wid) for wid in self.active if self.assignable(wid)]
+    def _queue(self, stale_ok: bool = False) -> list[HeapEntry]:
+        heap = [self._entry(wid) for wid in self.active if self.assignable(wid, stale_ok)]
         heapq.heapify(heap)
         return heap
 
@@ -335,8 +337,8 @@ class VarianceDecider:
                 self._spill_reason(lease.key)
                 continue
             chosen = heapq.heappop(heap)
-            if lease.expired and chosen[2] == lease.actual_owner and heap:
-                chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the owner goes back
+            if lease.avoids(chosen[2]) and heap:
+                chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the avoided one goes back
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)
@@ -362,18 +364,42 @@ class VarianceDecider:
             self._requeue(heap, wid)
 
     def half_band(self, metric: str) -> float:
-        """Half the width of the balanced band around the average: the threshold share, at least the absolute floor.
+        """Half the width of the balanced band around the average: the threshold share, at least the absolute floors.
+
+        The floors are `rebalance_min_band_points` and twice the absolute minimum gain (hysteresis): a worker that
+        leaves the band can then shed a lease worth the gain and land inside, nearer the average, where the noise of
+        the next figures does not push it out again. On a stream of a few KiB/s the band is wider than 10 %.
 
         When only lease counts are balanced (no throughput figures: an idle stream), at least one lease (at most a
         quarter of the average): an idle period should not reshuffle an assignment that suits the traffic coming
         back more than it must.
         """
         avg = self.averages[metric]
-        half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points)
+        half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points,
+                   2.0 * self._gain_floor(metric))
         if self.count_only and self.ledger.leases:
             one_lease = avg * len(self.active) / len(self.ledger.leases)
             half = max(half, min(one_lease, avg / 4))
         return half
+
+    def min_gain(self, metric: str) -> float:
+        """How much a balancing move must lower the peak of the workers it involves, in the metric's units.
+
+        The dead-band share of the average, and at least an absolute floor: `rebalance_min_gain_kbps` for the
+        throughput-share metric (converted to its points), `rebalance_min_gain_points` for CPU and the other metrics.
+        A move worth less than the noise of the figures would be undone by the next run's numbers.
+        """
+        relative = self.averages[metric] * self.config.rebalance_dead_band_percentage / 100.0
+        return max(relative, self._gain_floor(metric))
+
+    def _gain_floor(self, metric: str) -> float:
+        """The absolute minimum gain in the metric's units (0 when only lease counts are balanced)."""
+        cfg = self.config
+        if self.count_only:
+            return 0.0
+        if metric == THROUGHPUT_METRIC:
+            return 100.0 * cfg.rebalance_min_gain_kbps / self.target_throughput if self.target_throughput > 0 else 0.0
+        return cfg.rebalance_min_gain_points
 
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
         """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.
@@ -411,7 +437,7 @@ class VarianceDecider:
         """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
         ledger = self.ledger
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
-        if not keys:
+        if not keys or donor in self.stale:
             return []
         if ledger.throughput.get(donor, 0.0) <= 0:
             return [min(keys)]
@@ -497,7 +523,9 @@ class VarianceDecider:
         if self.ledger.unit_weights and self.ledger.leases:
             notes.append("total throughput is 0: every lease weighs 1, so balancing counts leases")
         heap = self._queue()
-        self._assign_priority(heap)
+        # Unowned and expired leases go to a worker with a late heartbeat only if no worker has a fresh one (every
+        # heartbeat delayed on a loaded host): an owner that may be slow beats none. Handoffs never go to one.
+        self._assign_priority(heap if heap or not self.stale else self._queue(stale_ok=True))
         self._drain(heap)
         if balance and self.config.balancing is Balancing.BAND:
             balance_band(self, notes)

@@ -53,15 +53,17 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     directory = run_dir(args.run_dir)
-    state = StackState.read(directory)
     out = directory / PIPELINE_DIR
-    if args.counts:
+    if args.counts:  # only the Parquet is needed: works after the stack stopped
+        if not (out / "records").is_dir():
+            raise SystemExit(f"no pipeline output under {out / 'records'} (did `shardherd up` run Spark agents there?)")
         spark = local_spark("shardherd-counts")
         try:
             print_counts(spark, out)
         finally:
             spark.stop()
         return 0
+    state = StackState.read(directory)
     if state.kinesis_endpoint_url or state.dynamodb_endpoint_url:  # emulators accept any credentials
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")

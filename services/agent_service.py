@@ -7,6 +7,7 @@ import importlib
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -17,6 +18,8 @@ from shared.config import load_settings
 from shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
+
+SIGNAL_POLL_SECONDS = 0.2
 
 
 def load_processor(spec: str) -> ProcessorFactory:
@@ -43,22 +46,51 @@ def register(sub: Any) -> None:
     parser.set_defaults(run=run)
 
 
+class StopSignals:
+    """How the process was asked to stop; the first signal decides.
+
+    SIGTERM/SIGINT: drain (the leader hands the leases to the other workers first). SIGUSR1: the whole fleet stops,
+    nobody can take the leases: checkpoint and give them back at once (no wait, no warning).
+    """
+
+    def __init__(self, on_drain: Callable[[], None] | None = None) -> None:
+        self.stopping = threading.Event()
+        self.drain = True
+        self._on_drain = on_drain
+
+    def install(self) -> StopSignals:
+        """Install the handlers (main thread only)."""
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+        return self
+
+    def wait(self) -> None:
+        """Block until a stop signal came.
+
+        Waits in slices: a signal delivered to another thread does not wake a main thread blocked without a timeout,
+        so its handler would run only when something else woke that thread.
+        """
+        while not self.stopping.wait(SIGNAL_POLL_SECONDS):
+            pass
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping.is_set():
+            return  # e.g. the parent-death watcher's SIGTERM after the stack's SIGUSR1
+        self.drain = signum != signal.SIGUSR1
+        log.info("signal %d: %s", signum, "draining" if self.drain else "stopping with the fleet, no drain")
+        if self.drain and self._on_drain is not None:
+            self._on_drain()
+        self.stopping.set()
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT, then drain: leases move to other workers with their checkpoints."""
+    """Run until SIGTERM/SIGINT (drain: leases move to other workers with their checkpoints) or SIGUSR1 (no drain)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     factory = load_processor(args.processor)
     agent = Agent(load_settings(), factory)
-
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: draining", signum)
-        agent.keeper.begin_drain()
-        stopping.set()
-
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
+    signals = StopSignals(agent.keeper.begin_drain).install()
     agent.start()
     log.info("agent %s running on stream %s", agent.settings.worker_id, agent.settings.stream_name)
-    stopping.wait()
-    agent.stop(drain=True, drain_timeout=args.drain_timeout)
+    signals.wait()
+    agent.stop(drain=signals.drain, drain_timeout=args.drain_timeout)
     return 0

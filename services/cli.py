@@ -24,13 +24,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; ShardherdError becomes a one-line message and exit code 2."""
+    """Run one subcommand; ShardherdError, and any AWS (or emulator) error, becomes one message and exit code 2."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.run(args)
     except ShardherdError as exc:
         print(f"shardherd: {exc}", file=sys.stderr)
+        return 2
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        print(f"shardherd: AWS refused {exc.operation_name}: {error.get('Code')}: {error.get('Message')}",
+              file=sys.stderr)
+        return 2
+    except BotoCoreError as exc:
+        print(f"shardherd: AWS: {exc}", file=sys.stderr)
         return 2
     return code
 

@@ -12,10 +12,12 @@ from typing import Any
 
 from coordinator.leader_lock import LeaderLock, LockKeeper
 from coordinator.leader_loop import LeaderLoop, ShardSource
+from coordinator.run_summary import RunSummary
 from coordinator.shard_lister import list_shards
 from coordinator.shards import Shard
 from services.api import ApiContext, ApiServer, create_app
 from services.leader_status import LeaderWatch
+from services.replicas import ReplicaReporter
 from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings, load_settings
@@ -50,6 +52,7 @@ class CoordinatorService:
     loop: LeaderLoop
     clock: Clock
     watch: LeaderWatch
+    replicas: ReplicaReporter
     api: ApiServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -64,18 +67,27 @@ class CoordinatorService:
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
                           settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
                           last_success=watch.last_success_wall)
-        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=watch.on_run)
-        return cls(settings, store, lock, loop, clock, watch)
+        replicas = ReplicaReporter(store, settings.worker_id, clock, lambda: (lock.is_leader(), lock.epoch()))
+
+        def on_run(summary: RunSummary) -> None:
+            replicas.note_run(summary)
+            watch.on_run(summary)
+
+        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run)
+        return cls(settings, store, lock, loop, clock, watch, replicas)
 
     def start(self) -> None:
         """Start the operator API (on api_host:api_port; `api.port` is the bound one), the lock keeper and the loop."""
         context = ApiContext(self.settings, self.store, self.lock, self.loop, self.watch, self.clock)
         self.api = ApiServer(create_app(context), self.settings.api_host, self.settings.api_port).start()
+        self.replicas.set_api_url(self.api.url)
         keeper = LockKeeper(self.lock, self.settings.leader_lock_heartbeat_period_millis / 1000 / 3, self.clock)
         runner = threading.Thread(target=self.loop.run_forever, args=(self._stop,), name="leader-loop", daemon=True)
-        self._threads = [keeper, runner]
+        reporter = threading.Thread(target=self.replicas.run, args=(self._stop,), name="replica-report", daemon=True)
+        self._threads = [keeper, runner, reporter]
         keeper.start()
         runner.start()
+        reporter.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop, release the lock so a successor takes over immediately, close the store."""
@@ -94,8 +106,12 @@ class CoordinatorService:
         self._stop.set()
 
     def wait(self) -> None:
-        """Block until stop() is called (e.g. by the SIGTERM handler)."""
-        self._stop.wait()
+        """Block until stop() is called (e.g. by the SIGTERM handler).
+
+        Waits in slices so the handler of a signal delivered to another thread runs at once in the main thread.
+        """
+        while not self._stop.wait(0.2):
+            pass
 
 
 def register(sub: Any) -> None:

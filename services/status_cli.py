@@ -3,47 +3,81 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from services.local_stack.state import StackNotRunning, StackState, run_dir
 from shared.config import Settings, load_settings
 from shared.errors import ShardherdError
 
+NARROW = 80
+
 
 class ApiError(ShardherdError):
-    """The coordinator API could not be reached or answered with an error."""
+    """The coordinator API could not be reached or answered with an error (`status` None: not reached)."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class OperatorClient:
-    """A small client of the operator API; every failure is an ApiError with the server's reason."""
+    """A small client of the operator API over one or more replicas; every failure is an ApiError with the reason.
 
-    def __init__(self, url: str, token: str | None, timeout: float = 10.0) -> None:
+    A replica that cannot be reached or answers 5xx is skipped for the next one (every replica serves the same API
+    from the same store); the one that answered is tried first next time. 4xx answers are final.
+    """
+
+    def __init__(self, url: str | Sequence[str], token: str | None, timeout: float = 10.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self.urls = [item.rstrip("/") for item in ([url] if isinstance(url, str) else url)]
+        if not self.urls:
+            raise ApiError("no coordinator API URL to try")
+        self._http = httpx.Client(headers=headers, timeout=timeout)
+
+    @property
+    def url(self) -> str:
+        """The replica tried first (the last one that answered)."""
+        return self.urls[0]
 
     def close(self) -> None:
         """Close the connection pool."""
         self._http.close()
 
     def call(self, method: str, path: str, **params: Any) -> Any:
-        """One request; the decoded JSON body."""
+        """One request, failing over between replicas; the decoded JSON body."""
+        problems: list[str] = []
+        for url in list(self.urls):
+            try:
+                body = self._call(url, method, path, params)
+            except ApiError as exc:
+                if exc.status is not None and exc.status < 500:
+                    raise
+                problems.append(str(exc))
+                continue
+            self.urls.remove(url)
+            self.urls.insert(0, url)
+            return body
+        raise ApiError("; ".join(problems))
+
+    def _call(self, url: str, method: str, path: str, params: dict[str, Any]) -> Any:
         try:
-            response = self._http.request(method, path, params=params or None)
+            response = self._http.request(method, url + path, params=params or None)
         except httpx.HTTPError as exc:
-            raise ApiError(f"cannot reach the coordinator at {self.url}: {exc}") from exc
+            raise ApiError(f"cannot reach the coordinator at {url}: {exc}") from exc
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
             except ValueError:
                 detail = response.text
-            raise ApiError(f"{method} {path}: HTTP {response.status_code}: {detail}")
+            raise ApiError(f"{method} {path}: HTTP {response.status_code}: {detail}", response.status_code)
         return response.json()
 
     def leases(self) -> list[dict[str, Any]]:
@@ -61,10 +95,24 @@ class OperatorClient:
                 return items
 
 
-def _token(args: argparse.Namespace, settings: Settings) -> str | None:
+def _stack(args: argparse.Namespace) -> StackState | None:
+    """The local stack in --run-dir (or the default run dir when no --url was given), if one runs there."""
+    if args.url and not args.run_dir:
+        return None
+    try:
+        return StackState.read(run_dir(args.run_dir))
+    except StackNotRunning:
+        if args.run_dir:
+            raise
+        return None
+
+
+def _token(args: argparse.Namespace, settings: Settings, stack: StackState | None) -> str | None:
     path = args.token_file or (None if settings.api_token else settings.api_token_file)
+    if path is None and settings.api_token is None and stack is not None:
+        path = stack.api_token_file
     if path is None:
-        return settings.api_token
+        return settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:
@@ -72,38 +120,60 @@ def _token(args: argparse.Namespace, settings: Settings) -> str | None:
 
 
 def client_for(args: argparse.Namespace) -> OperatorClient:
-    """A client for `--url` (else `coordinator_url`, else this host's api_port) with the configured token."""
+    """A client of the replicas to ask, with the token to send.
+
+    Replicas: every `--url` (repeated or comma-separated), else those of the stack in the run dir, else
+    `coordinator_url`, else this host's api_port. Token: --token-file, else the configured one, else the run dir's.
+    """
     settings = load_settings()
-    url = args.url or settings.coordinator_url or f"http://127.0.0.1:{settings.api_port}"
-    return OperatorClient(url, _token(args, settings), args.timeout)
+    stack = _stack(args)
+    if args.url:
+        urls = [url for item in args.url for url in item.split(",") if url]
+    elif stack is not None:
+        urls = stack.api_urls()
+    else:
+        urls = [settings.coordinator_url or f"http://127.0.0.1:{settings.api_port}"]
+    return OperatorClient(urls, _token(args, settings, stack), args.timeout)
 
 
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def show_status(client: OperatorClient, console: Console) -> None:
-    """Print the leader line, the workers table and the leases table."""
+def show_status(client: OperatorClient, console: Console, wide: bool = False) -> None:
+    """Print the leader line, the workers table and the leases table (80 columns unless `wide`)."""
     leader = client.call("GET", "/v1/leader")
     lock = leader["lock"]
     freshness = "stale" if leader["stale"] else "fresh"
-    console.print(f"leader: [bold]{lock['owner'] or '-'}[/bold] epoch {lock['epoch'] or '-'} "
-                  f"(last good run {_number(leader['last_success_age_seconds'])} s ago, {freshness})",
-                  highlight=False)
-    workers = Table(title="workers")
-    for column in ("worker", "state", "cpu ema %", "leases", "KiB/s", "heartbeat age s"):
-        workers.add_column(column, overflow="fold")
+    console.print(f"leader: [bold]{lock['owner'] or '-'}[/bold] epoch {lock['epoch'] or '-'}, last good run "
+                  f"{_number(leader['last_success_age_seconds'])} s ago ({freshness})", highlight=False)
+    console.print(f"replica: {client.url}", highlight=False)
+    workers = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left")
+    for column in ("worker", "state", "cpu %", "leases", "KiB/s", "beat s"):
+        workers.add_column(column, overflow="fold", no_wrap=column != "worker",
+                           justify="left" if column in ("worker", "state") else "right")
     for worker in client.call("GET", "/v1/workers")["items"]:
-        workers.add_row(worker["worker_id"], worker["state"], _number(worker["cpu_ema"]), str(worker["lease_count"]),
+        state = worker["state"] + (" (drain)" if worker["drain_requested"] and worker["state"] != "draining" else "")
+        workers.add_row(worker["worker_id"], state, _number(worker["cpu_ema"]), str(worker["lease_count"]),
                         _number(worker["throughput_kbps"]), _number(worker["heartbeat_age_seconds"]))
     console.print(workers)
-    leases = Table(title="leases")
-    for column in ("lease", "owner", "checkpoint owner", "state", "KiB/s", "checkpoint"):
-        leases.add_column(column, overflow="fold")
+    leases = Table(title="leases", box=box.SIMPLE_HEAD, title_justify="left")
+    columns = ["shard", "owner", "state", "KiB/s", "lag ms", "records"] + (["checkpoint"] if wide else [])
+    for column in columns:
+        leases.add_column(column, overflow="fold", no_wrap=column not in ("owner", "checkpoint"),
+                          justify="left" if column in ("shard", "owner", "state", "checkpoint") else "right")
     for lease in client.leases():
-        leases.add_row(lease["lease_key"], lease["owner"] or "-", lease["checkpoint_owner"] or "-", lease["state"],
-                       _number(lease["throughput_kbps"]), lease["checkpoint"])
+        owner = lease["checkpoint_owner"] or lease["owner"] or "-"
+        if lease["checkpoint_owner"]:
+            owner += f" > {lease['owner']}"
+        row = [lease["lease_key"], owner, lease["state"], _number(lease["throughput_kbps"]),
+               _text(lease["millis_behind_latest"]), _text(lease["records_processed"])]
+        leases.add_row(*row, *([lease["checkpoint"]] if wide else []))
     console.print(leases)
+
+
+def _text(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 def show_plan(client: OperatorClient, console: Console) -> None:
@@ -127,8 +197,14 @@ def show_plan(client: OperatorClient, console: Console) -> None:
 
 
 def _connection_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", help="coordinator API base URL (default: coordinator_url, else 127.0.0.1:api_port)")
-    parser.add_argument("--token-file", help="file holding the API token (default: api_token / api_token_file)")
+    parser.add_argument("--url", action="append",
+                        help="a coordinator replica's API base URL; repeat (or comma-separate) to fail over between "
+                             "replicas (default: the replicas of the stack in the run dir, else coordinator_url, "
+                             "else 127.0.0.1:api_port)")
+    parser.add_argument("--run-dir", help="find the replicas and the token of the `shardherd up` stack there "
+                                          "(default .shardherd/up, when a stack runs there)")
+    parser.add_argument("--token-file", help="file holding the API token (default: api_token / api_token_file, "
+                                             "else the run dir's token)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
 
 
@@ -136,7 +212,8 @@ def register(sub: Any) -> None:
     """Add the `status`, `drain` and `plan` subcommands."""
     status = sub.add_parser("status", help="show the leader, workers and leases (from the coordinator API)")
     _connection_args(status)
-    status.set_defaults(run=lambda args: _run(args, show_status))
+    status.add_argument("--wide", action="store_true", help="add checkpoints; do not keep to 80 columns")
+    status.set_defaults(run=lambda args: _run(args, lambda client, console: show_status(client, console, args.wide)))
     drain = sub.add_parser("drain", help="ask the leader to move every lease off a worker")
     drain.add_argument("worker", help="the worker id")
     drain.add_argument("--undo", action="store_true", help="clear the drain flag instead")
@@ -149,8 +226,11 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, show: Callable[[OperatorClient, Console], None]) -> int:
     client = client_for(args)
+    console = Console()
+    if not getattr(args, "wide", False):
+        console = Console(width=min(console.width, NARROW))
     try:
-        show(client, Console())
+        show(client, console)
     finally:
         client.close()
     return 0

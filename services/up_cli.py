@@ -8,8 +8,11 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -17,13 +20,18 @@ import psutil
 from rich.console import Console
 
 from services.local_stack.pipeline import distinct_records
+from services.local_stack.processor import distinct_keys
+from services.local_stack.producer import ProducerStats
 from services.local_stack.scenarios import Outcome, Scenarios
-from services.local_stack.stack import PIPELINE_DIR, LocalStack, StackOptions
+from services.local_stack.stack import LocalStack, StackFailed, StackOptions
 from services.local_stack.state import StackState, run_dir
 from services.local_stack.status import StartupTimes, StatusPrinter, tree_memory
-from shared.config import load_settings
+from services.local_stack.supervisor import log_tail
+from shared.config import Settings, load_settings
 from shared.errors import ConfigError
 from shared.store_factory import open_store
+
+Say = Callable[[str], None]
 
 
 class SparkUnavailable(ConfigError):
@@ -51,8 +59,12 @@ def register(sub: Any) -> None:
                     help="start no emulators: real AWS through the standard boto3 credential chain")
     up.add_argument("--create-stream", action="store_true", help="create the stream on real AWS if it is missing")
     up.add_argument("--api-port", type=int, default=None,
-                    help="coordinator-N serves its API on this port + N - 1 (default: api_port, 8080; 0: free ports)")
-    up.add_argument("--duration", type=float, default=None, help="stop by itself after this many seconds")
+                    help="coordinator-N serves its API on this port + N - 1 (default: SHARDHERD_API_PORT if set, "
+                         "else free ports)")
+    up.add_argument("--duration", type=float, default=None,
+                    help="stop by itself this many seconds after the command started")
+    up.add_argument("--startup-timeout", type=float, default=180.0,
+                    help="fail if every shard is not owned and checkpointed this many seconds after start-up")
     up.add_argument("--interval", type=float, default=2.0, help="status refresh period in seconds")
     up.add_argument("--run-dir", help="state file, control socket and logs (default .shardherd/up)")
     up.set_defaults(run=run_up)
@@ -81,19 +93,25 @@ def register(sub: Any) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    """Start the stack, print the dashboard URL and a live status, stop cleanly on Ctrl-C/SIGTERM or --duration."""
+    """Start the stack, print the dashboard URLs and a live status, stop cleanly on Ctrl-C/SIGTERM or --duration.
+
+    `--duration` counts from the command's start. Start-up (every shard owned, a first checkpoint) must complete
+    within `--startup-timeout` s, else `up` stops everything and fails saying what it was waiting for; so does a child
+    that exits during start-up.
+    """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    started = psutil.Process().create_time()  # the command's start, imports included
     if args.spark:
         _require_spark()
-    started = psutil.Process().create_time()
     settings = load_settings()
-    if args.duration is not None and args.duration <= 0:
-        raise ConfigError(f"--duration must be positive (got {args.duration})")
+    for name in ("duration", "startup_timeout"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive (got {value})")
     directory = run_dir(args.run_dir)
     options = StackOptions(run_dir=directory, shards=args.shards, agents=args.agents, coordinators=args.coordinators,
                            rate=args.rate, aggregated_fraction=args.aggregated, seed=args.seed,
-                           use_aws=args.aws, create_stream=args.create_stream,
-                           api_port=settings.api_port if args.api_port is None else args.api_port,
+                           use_aws=args.aws, create_stream=args.create_stream, api_port=_api_port(args, settings),
                            spark=args.spark, spark_master=args.spark_master,
                            spark_driver_memory=args.spark_driver_memory)
     stopping = threading.Event()
@@ -108,47 +126,111 @@ def run_up(args: argparse.Namespace) -> int:
     def say(text: str) -> None:
         console.print(text, highlight=False, soft_wrap=True)
 
+    deadline = None if args.duration is None else started + args.duration
     stack = LocalStack(options, settings)
     stack.start()
-    state = stack.state()
+    try:
+        printer = _report_start(stack, say, console, args, started, stopping, deadline)
+        while not stopping.wait(0.2):
+            if deadline is not None and time.time() >= deadline:
+                break
+        printer.stop()
+    finally:
+        say("stopping: coordinators, then agents (checkpoint, give leases back), then emulators ...")
+        began = time.monotonic()
+        stack.stop()
+        say(f"stopped in {time.monotonic() - began:.1f} s")
+    _report_records(stack, say, directory)
+    return 0
+
+
+def _api_port(args: argparse.Namespace, settings: Settings) -> int:
+    """--api-port, else a configured SHARDHERD_API_PORT, else 0: free ports (8080 may belong to someone else)."""
+    if args.api_port is not None:
+        return int(args.api_port)
+    return settings.api_port if "api_port" in settings.model_fields_set else 0
+
+
+def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.Namespace, started: float,
+                  stopping: threading.Event, deadline: float | None) -> StatusPrinter:
+    """Print where everything is, start the live status, and wait (bounded) for start-up to complete."""
+    options, state = stack.options, stack.state()
     kind = "Spark agents (example pipeline)" if options.spark else "plain agents"
     say(f"shardherd up: stream {state.stream_name} ({options.shards} shards), "
         f"{options.coordinators} coordinators, {options.agents} {kind}"
         f"; DynamoDB {state.dynamodb_endpoint_url or 'AWS'}, Kinesis {state.kinesis_endpoint_url or 'AWS'}")
-    say(f"dashboard: {state.dashboard_url}   run dir: {directory}   (Ctrl-C stops everything)")
-    say(f"try: shardherd scenario --run-dir {directory} kill-agent")
+    say(f"dashboard: {'  '.join(url + '/' for url in state.api_urls())}   (every replica serves it)")
+    say(f"run dir: {options.run_dir}   (Ctrl-C stops everything)")
+    say(f"try: {follow_up_command()} scenario --run-dir {options.run_dir} kill-agent")
+    printer = StatusPrinter(stack, console, args.interval, started).start()
+    if options.agents == 0:
+        say(f"no agents: the {options.shards} shards stay unassigned until `scenario add-agent`")
+        return printer
     startup = StartupTimes()
     store = open_store(stack.child_settings())
-    threading.Thread(target=startup.watch, args=(store, options.shards, started), daemon=True).start()
-    printer = StatusPrinter(stack, console, args.interval, started).start()
-    while not startup.done.wait(0.2) and not stopping.is_set():
-        pass
+    watcher = threading.Thread(target=startup.watch, args=(store, options.shards, started), daemon=True)
+    watcher.start()
+    limit = time.monotonic() + args.startup_timeout
+    try:
+        while not startup.done.wait(0.2):
+            crashed = stack.crashed()
+            if crashed:
+                child = crashed[0]
+                raise StackFailed(f"{child.name} exited during start-up (code {child.process.returncode}); its log "
+                                  f"{child.log_path} ends with:\n{log_tail(child.log_path).rstrip()}")
+            if stopping.is_set() or (deadline is not None and time.time() >= deadline):
+                say(f"start-up not complete when stopped: it was waiting for {startup.waiting_for(options.shards)}")
+                return printer
+            if time.monotonic() >= limit:
+                raise StackFailed(f"start-up did not complete within {args.startup_timeout:g} s: waiting for "
+                                  f"{startup.waiting_for(options.shards)}; logs in {options.run_dir / 'logs'}")
+    except BaseException:
+        printer.stop()
+        raise
+    finally:
+        startup.cancelled.set()
+        watcher.join(5)
+        store.close()
     memory, count = tree_memory(os.getpid())
     say(f"startup: first lease assigned after {_seconds(startup.first_assignment)}, all {options.shards} "
         f"shards after {_seconds(startup.all_assigned)}, first records checkpointed after "
         f"{_seconds(startup.first_checkpoint)} (from process start); memory "
         f"{memory / 2**20:.0f} MiB in {count} processes")
     if options.spark and startup.first_checkpoint is not None:
-        say(f"first records written as Parquet under {directory / PIPELINE_DIR / 'records'} (one directory per agent)")
-    deadline = None if args.duration is None else started + args.duration
-    while not stopping.wait(0.2):
-        if deadline is not None and time.time() >= deadline:
-            break
-    printer.stop()
-    say("stopping: agents drain, then coordinators, then emulators ...")
-    began = time.monotonic()
-    store.close()
-    stack.stop()
-    produced = stack.producer.stats if stack.producer else None
-    say(f"stopped in {time.monotonic() - began:.1f} s; produced "
-        f"{produced.user_records if produced else 0} records "
-        f"({produced.aggregated_user_records if produced else 0} in KPL aggregates)")
+        say(f"first records written as Parquet under {options.pipeline_dir / 'records'} (one directory per agent)")
+    return printer
+
+
+def _report_records(stack: LocalStack, say: Say, directory: Path) -> None:
+    """Produced against processed (distinct records per shard, from the agents' durable output)."""
+    options, producer = stack.options, stack.producer
+    produced = producer.stats if producer else ProducerStats()
     if options.spark:
-        counted = distinct_records(options.pipeline_dir / "records")
-        say(f"pipeline: {sum(counted.values())} distinct records over {len(counted)} shards in Parquet under "
-            f"{options.pipeline_dir / 'records'} (per-shard counts: python -m examples.shard_counts --counts "
-            f"--run-dir {directory})")
-    return 0
+        processed = distinct_records(options.pipeline_dir / "records")
+        where = f"in Parquet under {options.pipeline_dir / 'records'}"
+    else:
+        processed = distinct_keys(options.plain_records_dir)
+        where = f"(record keys under {options.plain_records_dir})"
+    say(f"produced {produced.user_records} records ({produced.aggregated_user_records} in KPL aggregates); "
+        f"processed {sum(processed.values())} distinct records over {len(processed)} shards {where}")
+    behind = {shard: count - processed.get(shard, 0) for shard, count in sorted(produced.by_shard.items())
+              if count != processed.get(shard, 0)}
+    if behind:
+        say("not processed when stopped (still in the stream): " +
+            ", ".join(f"{shard} {count}" for shard, count in behind.items()))
+    if options.spark:
+        say(f"per-shard counts and bytes: {sys.executable} -m examples.shard_counts --counts --run-dir {directory}")
+
+
+def follow_up_command() -> str:
+    """How to run `shardherd` again from this shell: its name if PATH finds this one, else its path."""
+    invoked = Path(sys.argv[0])
+    if invoked.name == "shardherd":
+        found = shutil.which("shardherd")
+        if found is not None and Path(found).resolve() == invoked.resolve():
+            return "shardherd"
+        return str(invoked)
+    return f"{sys.executable} -m services.cli"
 
 
 def _require_spark() -> None:

@@ -3,6 +3,10 @@
 Names follow KCL's configuration names in snake case, with KCL's defaults, except where shardherd deliberately
 differs (documented in docs/kcl-differences.md): the leader interval and leader-lock timings are much shorter so a
 dead worker's or leader's shards move in seconds, not minutes.
+
+Secrets (`api_token`, `sql_url`, which may carry a database password) are `SecretStr`: their repr and every error
+message show `**********`, and code reads them with `.get_secret_value()` only where they are used. Other URL
+settings must not carry a password at all (rejected without echoing it).
 """
 
 from __future__ import annotations
@@ -14,15 +18,22 @@ import tomllib
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shared.errors import ConfigError
 from shared.store import TableNames
 
 CONFIG_FILE_ENV = "SHARDHERD_CONFIG_FILE"
+MIN_TOKEN_LENGTH = 16
 _TABLE_NAME = r"^[A-Za-z0-9_.\-]{3,200}$"
+# Upper bounds of duration settings: a typo such as 99999999999999999999 is a config error, not a stack that
+# silently never assigns a shard. Generous enough for any real deployment.
+MINUTE_MILLIS = 60_000
+HOUR_MILLIS = 60 * MINUTE_MILLIS
+DAY_MILLIS = 24 * HOUR_MILLIS
 
 
 def default_worker_id() -> str:
@@ -45,7 +56,7 @@ class Settings(BaseSettings):
     # When set, every process prices its store calls in DynamoDB capacity units by caller and writes them as JSON
     # into this directory every few seconds (shared/store_meter.py; bench/stack_cost.py reads them).
     store_meter_dir: str | None = None
-    sql_url: str = "sqlite:///shardherd.db"
+    sql_url: SecretStr = SecretStr("sqlite:///shardherd.db")
     lease_table_name: str | None = Field(None, pattern=_TABLE_NAME)
     billing_mode: Literal["PAY_PER_REQUEST", "PROVISIONED"] = "PAY_PER_REQUEST"
     initial_lease_table_read_capacity: int = Field(10, ge=1)
@@ -54,20 +65,20 @@ class Settings(BaseSettings):
 
     # Liveness and failover.
     liveness_mode: Literal["worker", "lease"] = "worker"
-    failover_time_millis: int = Field(10_000, ge=100)
-    epsilon_millis: int = Field(25, ge=0)
-    heartbeat_interval_millis: int | None = Field(None, ge=10)
-    discovery_interval_millis: int = Field(1_000, ge=10)
-    lease_assignment_interval_millis: int = Field(2_000, ge=10)
-    shard_sync_interval_millis: int = Field(10_000, ge=10)
-    leader_lock_lease_duration_millis: int = Field(6_000, ge=100)
-    leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10)
+    failover_time_millis: int = Field(10_000, ge=100, le=HOUR_MILLIS)
+    epsilon_millis: int = Field(25, ge=0, le=MINUTE_MILLIS)
+    heartbeat_interval_millis: int | None = Field(None, ge=10, le=HOUR_MILLIS)
+    discovery_interval_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
+    lease_assignment_interval_millis: int = Field(2_000, ge=10, le=HOUR_MILLIS)
+    shard_sync_interval_millis: int = Field(10_000, ge=10, le=DAY_MILLIS)
+    leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
+    leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10, le=HOUR_MILLIS)
     leader_failure_threshold: int = Field(3, ge=1)
     # After releasing the lock for failed runs, the replica stays out of the election this long, so another replica
     # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
-    leader_stand_down_millis: int = Field(6_000, ge=0)
+    leader_stand_down_millis: int = Field(6_000, ge=0, le=HOUR_MILLIS)
     graceful_lease_handoff_enabled: bool = True
-    graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0)
+    graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     consistent_reads: bool = False
 
     # Assignment.
@@ -81,30 +92,52 @@ class Settings(BaseSettings):
     worker_metrics_ema_alpha: float = Field(0.5, gt=0, le=1)
     rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
     rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
+    # A balancing move must lower the peak of the workers it involves by at least this much (and by the dead-band).
+    rebalance_min_gain_kbps: float = Field(0.5, ge=0)
+    rebalance_min_gain_points: float = Field(2.0, ge=0, le=100)
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"
 
     # Worker metrics.
     disable_worker_metrics: bool = False
-    in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10)
-    worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10)
+    # Where the CPU source looks: the cgroup mount, and the ECS task metadata v4 endpoint (default: the
+    # ECS_CONTAINER_METADATA_URI_V4 variable ECS sets). Tests point each worker at its own fixture.
+    cgroup_root: str = "/sys/fs/cgroup"
+    ecs_metadata_uri: str | None = None
+    in_memory_worker_metrics_capture_frequency_millis: int = Field(1_000, ge=10, le=HOUR_MILLIS)
+    worker_metrics_reporter_freq_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     no_of_persisted_metrics_per_worker_metrics: int = Field(10, ge=1, le=100)
-    stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60)
+    lease_throughput_window_millis: int = Field(30_000, ge=100, le=HOUR_MILLIS)
+    stale_worker_metrics_entry_cleanup_seconds: int = Field(86_400, ge=60, le=30 * 86_400)
 
     # Operator API (served by every coordinator replica).
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=0, le=65535)
-    api_token: str | None = Field(None, min_length=16)
+    api_token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
     api_token_file: str | None = None
     api_protect_reads: bool = False
     coordinator_url: str | None = None
     # How long a replica serves one snapshot of the tables to every request, page and scrape (the leader serves
     # its newest run's scans instead, whenever they are this fresh).
-    api_cache_millis: int = Field(5_000, ge=0)
+    api_cache_millis: int = Field(5_000, ge=0, le=HOUR_MILLIS)
 
     # Where a new stream is read from.
     initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None
+
+    @field_validator("api_token")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"must have at least {MIN_TOKEN_LENGTH} characters")
+        return value
+
+    @field_validator("dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri")
+    @classmethod
+    def _no_password_in_url(cls, value: str | None) -> str | None:
+        if value is not None and urlsplit(value).password is not None:
+            raise ValueError("must not carry a password (it would show in logs); use the service's own credentials")
+        return value
 
     @model_validator(mode="after")
     def _check_relations(self) -> Settings:
@@ -127,7 +160,7 @@ class Settings(BaseSettings):
                 f"leader_lock_heartbeat_period_millis ({self.leader_lock_heartbeat_period_millis}): other replicas "
                 "try to take the lock once per heartbeat period"
             )
-        if self.store_backend == "sql" and not self.sql_url:
+        if self.store_backend == "sql" and not self.sql_url.get_secret_value():
             problems.append("sql_url is required when store_backend is sql")
         if problems:
             raise ValueError("; ".join(problems))
@@ -186,13 +219,24 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return section
 
 
+SECRET_SETTINGS = frozenset({"api_token", "sql_url"})
+URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri"})
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Build Settings from arguments, env and file; every invalid value is reported in one ConfigError."""
+    """Build Settings from arguments, env and file; every invalid value is reported in one ConfigError.
+
+    The message shows each bad value except secrets and URLs (which may hold a password): those are named only. The
+    pydantic error is not chained, so a traceback does not print the values either.
+    """
     try:
         return Settings(**overrides)
     except ValidationError as exc:
         lines = []
         for error in exc.errors():
             where = ".".join(str(part) for part in error["loc"]) or "settings"
-            lines.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
-        raise ConfigError("invalid shardherd configuration:\n  " + "\n  ".join(lines)) from exc
+            hidden = {str(part) for part in error["loc"]} & (SECRET_SETTINGS | URL_SETTINGS)
+            shown = "value hidden" if hidden or where == "settings" else f"got {error.get('input')!r}"
+            lines.append(f"{where}: {error['msg']} ({shown})")
+        message = "invalid shardherd configuration:\n  " + "\n  ".join(lines)
+    raise ConfigError(message)

@@ -11,22 +11,29 @@ class InvalidCheckpoint(ShardherdError, ValueError):
     """A checkpoint value is neither a known sentinel nor a decimal sequence number (with a valid sub-sequence)."""
 
 
-class MalformedLease(ShardherdError):
+class MalformedRow(ShardherdError):
+    """A stored row cannot be read; it is reported with its key (None if unreadable) and left untouched."""
+
+    def __init__(self, what: str, key: str | None, reason: str) -> None:
+        super().__init__(f"malformed {what} {key!r}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class MalformedLease(MalformedRow):
     """A stored lease row cannot be read; it is reported with its key and left untouched in the store."""
 
     def __init__(self, lease_key: str | None, reason: str) -> None:
-        super().__init__(f"malformed lease {lease_key!r}: {reason}")
+        super().__init__("lease", lease_key, reason)
         self.lease_key = lease_key
-        self.reason = reason
 
 
-class MalformedWorker(ShardherdError):
+class MalformedWorker(MalformedRow):
     """A stored worker record cannot be read; it is reported with its id and left untouched in the store."""
 
     def __init__(self, worker_id: str | None, reason: str) -> None:
-        super().__init__(f"malformed worker record {worker_id!r}: {reason}")
+        super().__init__("worker record", worker_id, reason)
         self.worker_id = worker_id
-        self.reason = reason
 
 
 class StoreUnavailable(ShardherdError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shared.row_checks import InvalidRowValue, throughput_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,6 +15,9 @@ class Lease:
     Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see
     `shared.dynamo.lease_codec`).
     During a graceful handoff `lease_owner` is the *next* owner and `checkpoint_owner` the one still processing.
+    `repairs` says what a decoder had to drop from the stored row (see shared/row_checks.py); it is never stored.
+    Construction enforces what every consumer assumes: a non-empty key, a throughput that is None or a plausible
+    finite number >= 0 (InvalidRowValue otherwise).
     """
 
     lease_key: str
@@ -31,6 +35,13 @@ class Lease:
     checkpoint_owner: str | None = None
     stream_name: str | None = None
     shard_id: str | None = None
+    repairs: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.lease_key:
+            raise InvalidRowValue("a lease needs a non-empty key")
+        if self.throughput_kbps is not None and (problem := throughput_problem(self.throughput_kbps)) is not None:
+            raise InvalidRowValue(f"lease {self.lease_key!r}: throughput {problem}")
 
     @property
     def actual_owner(self) -> str | None:

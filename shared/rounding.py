@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from decimal import ROUND_HALF_UP, Decimal
+
+from shared.row_checks import throughput_problem
 
 _SIX_DECIMALS = Decimal("0.000001")
 
@@ -14,7 +15,8 @@ def round6(value: float) -> float:
 
 
 def round_throughput(value: float) -> float:
-    """Throughput rounded as KCL stores it; ValueError for NaN, infinities and non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"throughput must be a finite number, got {value!r}")
+    """Throughput rounded as KCL stores it; ValueError for anything no reader could use (shared/row_checks.py)."""
+    problem = throughput_problem(value)
+    if problem is not None:
+        raise ValueError(f"throughput must be a finite number >= 0: {problem}")
     return round6(value)

@@ -131,7 +131,11 @@ class LeaseStore(ABC):
     # ---------------------------------------------------------------- lease writes
     @abstractmethod
     def create_lease(self, lease: Lease) -> Outcome:
-        """Insert a lease if no lease with that key exists (ALREADY_EXISTS otherwise); counter starts at 0."""
+        """Insert a lease if no lease with that key exists; counter starts at 0.
+
+        Otherwise ALREADY_EXISTS with the current row, or None if it is unreadable (an unreadable row is never
+        overwritten).
+        """
 
     @abstractmethod
     def renew(self, lease_key: str, owner: str, expected_counter: int, throughput_kbps: float | None = None,

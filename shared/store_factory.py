@@ -43,4 +43,4 @@ def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
         )
     from shared.sql.store import SqlLeaseStore
 
-    return SqlLeaseStore(settings.sql_url, settings.table_names, retry=retry)
+    return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry)

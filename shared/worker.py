@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
 
 # KCL's metric short names (reference 2.1).
 CPU_METRIC = "C"
@@ -19,11 +22,27 @@ FAILED_SAMPLE = -1.0
 
 @dataclass(frozen=True, slots=True)
 class LeaseProgress:
-    """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease."""
+    """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease.
+
+    `failures` counts attempts to process the lease that failed on this worker (processor factory or initialize()
+    raised, shard not found, no start position). `refused` is True once the worker gave the lease back after its
+    attempts ran out; it keeps reporting it for a while so the leader gives the lease to another worker if any.
+    """
 
     millis_behind_latest: int | None = None
     records: int = 0
     bytes: int = 0
+    failures: int = 0
+    refused: bool = False
+
+    def __post_init__(self) -> None:
+        problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
+                   or count_problem(self.bytes) or count_problem(self.failures))
+        if problem is not None:
+            raise InvalidRowValue(f"lease progress: {problem}")
+
+
+NO_PROGRESS = LeaseProgress()
 
 
 class WorkerState(enum.Enum):
@@ -41,7 +60,9 @@ class WorkerRecord:
     `opr` (metric -> [max utilisation %]). shardherd adds `hb` (a heartbeat counter the leader watches change on its
     own clock, so clocks are never compared across hosts), `workerState`, `leaseThroughput` (lease key -> KiB/s, used in
     `worker` liveness mode where leases are not renewed), `leaseProgress` (lease key -> lag, records, bytes; for
-    operators) and `drainRequested` (set by operators, never by the worker).
+    operators) and `drainRequested` (set by operators, never by the worker). `repairs` says what a decoder had to drop
+    or mark failed in the stored row (see shared/row_checks.py); it is never stored. Construction enforces what every
+    consumer assumes: a non-empty id, finite metric values, usable lease throughputs (InvalidRowValue otherwise).
     """
 
     worker_id: str
@@ -53,6 +74,18 @@ class WorkerRecord:
     lease_throughput: Mapping[str, float] = field(default_factory=dict)
     drain_requested: bool = False
     lease_progress: Mapping[str, LeaseProgress] = field(default_factory=dict)
+    repairs: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.worker_id:
+            raise InvalidRowValue("a worker record needs a non-empty id")
+        for name, series in (("metric", self.metric_stats), ("operating range", self.operating_range)):
+            for metric, values in series.items():
+                if not all(math.isfinite(value) for value in values):
+                    raise InvalidRowValue(f"worker {self.worker_id!r}: {name} {metric} has a non-finite value")
+        for key, kbps in self.lease_throughput.items():
+            if (problem := throughput_problem(kbps)) is not None:
+                raise InvalidRowValue(f"worker {self.worker_id!r}: throughput of {key!r} {problem}")
 
     @property
     def uses_default_metric(self) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import CONFIG_FILE_ENV, default_worker_id, load_settings
+from shared.config import CONFIG_FILE_ENV, Settings, default_worker_id, load_settings
 from shared.errors import ConfigError
 from shared.store import TableNames
 
@@ -181,6 +181,17 @@ def test_out_of_range_values_name_the_setting(name: str, value: object) -> None:
         load_settings(**{name: value})
 
 
+DURATIONS = [name for name in Settings.model_fields if name.endswith(("_millis", "_seconds"))]
+
+
+@pytest.mark.parametrize("name", DURATIONS)
+def test_every_duration_setting_has_an_upper_bound(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo such as 99999999999999999999 is refused with the setting's name, from env like from arguments."""
+    monkeypatch.setenv(f"SHARDHERD_{name.upper()}", "99999999999999999999")
+    with pytest.raises(ConfigError, match=f"{name}: Input should be less than or equal to"):
+        load_settings()
+
+
 def test_unknown_setting_in_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_toml(tmp_path, "[shardherd]\nfailover_millis = 5000\n", monkeypatch)
     with pytest.raises(ConfigError, match="failover_millis"):
@@ -204,3 +215,45 @@ def test_shardherd_key_that_is_not_a_table_is_an_error(tmp_path: Path, monkeypat
     write_toml(tmp_path, 'shardherd = "yes"\n', monkeypatch)
     with pytest.raises(ConfigError, match="must be a table"):
         load_settings()
+
+
+def _failure_text(caught: pytest.ExceptionInfo[ConfigError]) -> str:
+    """Everything a user could see of the error: its message, its chained causes and the printed traceback."""
+    return caught.getrepr(chain=True, style="long").__str__() + str(caught.value)
+
+
+def test_a_bad_secret_is_named_but_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "hunter2" + "-secret"  # built at run time, so the test's own source in a traceback does not hold it
+    monkeypatch.setenv("SHARDHERD_API_TOKEN", secret)  # too short: 14 characters
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    assert "api_token" in str(caught.value) and "at least 16 characters" in str(caught.value)
+    assert secret not in _failure_text(caught)
+    assert caught.value.__cause__ is None and caught.value.__context__ is None  # no pydantic error with inputs
+
+
+@pytest.mark.parametrize("name", ["dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url"])
+def test_urls_with_a_password_are_refused_without_echoing_it(name: str) -> None:
+    password = "pa55" + "word-xyz"
+    with pytest.raises(ConfigError) as caught:
+        load_settings(**{name: f"http://admin:{password}@127.0.0.1:4566"})
+    assert name in str(caught.value) and "password" in str(caught.value)
+    assert password not in _failure_text(caught)
+
+
+def test_a_relation_error_never_dumps_the_settings_with_their_secrets() -> None:
+    token, password = "a-long-enough-" + "secret-token", "db-" + "pa55word"
+    with pytest.raises(ConfigError) as caught:
+        load_settings(initial_position_in_stream="AT_TIMESTAMP", api_token=token,
+                      sql_url=f"postgresql+psycopg://app:{password}@127.0.0.1/leases")
+    assert "initial_timestamp" in str(caught.value)
+    assert token not in _failure_text(caught) and password not in _failure_text(caught)
+
+
+def test_secrets_are_secret_str_and_never_printed() -> None:
+    settings = load_settings(api_token="a-long-enough-secret-token",
+                             sql_url="postgresql+psycopg://app:db-pa55word@127.0.0.1/leases")
+    for shown in (repr(settings), str(settings), settings.model_dump_json()):
+        assert "a-long-enough-secret-token" not in shown and "db-pa55word" not in shown
+    assert settings.api_token is not None and settings.api_token.get_secret_value() == "a-long-enough-secret-token"
+    assert settings.sql_url.get_secret_value().endswith("@127.0.0.1/leases")

@@ -82,6 +82,7 @@ class SparkAgent(Agent):
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
         """Plan the shard from its lease checkpoint (a finished shard is held but never planned)."""
+        self.throughput.track(lease.lease_key)
         if lease.throughput_kbps is not None:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if not lease.is_finished:

@@ -1,21 +1,29 @@
-"""The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`."""
+"""The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`.
+
+`/docs` is Swagger UI from the assets the `fastapi-offline` package ships (docs/decisions/0005-offline-docs.md):
+it works without Internet access, unlike FastAPI's default page, which loads Swagger UI from a CDN.
+"""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.api import assignments, health, leader, metrics, plan, workers
+from services.api import assignments, health, leader, metrics, plan, replicas, workers
 from services.api.context import ApiContext
 from shared.errors import ShardherdError
 from shared.store_meter import acting_as
 
 DASHBOARD = Path(__file__).parent / "dashboard"
 API_VERSION = "1"
+DOCS_ASSETS = "/docs-assets"
+SWAGGER_UI = files("fastapi_offline") / "static"  # Swagger UI 5 (OpenAPI 3.1), no CDN
 
 
 def create_app(ctx: ApiContext) -> FastAPI:
@@ -24,9 +32,10 @@ def create_app(ctx: ApiContext) -> FastAPI:
         title="shardherd operator API", version=API_VERSION,
         description="Leases, workers, the leader and its decisions; drain and dry-run planning. Every coordinator "
                     "replica serves it; mutating endpoints need `Authorization: Bearer <token>`.",
+        docs_url=None, redoc_url=None,
     )
     app.state.ctx = ctx
-    for module in (assignments, workers, leader, plan, health, metrics):
+    for module in (assignments, workers, leader, replicas, plan, health, metrics):
         app.include_router(module.router)
 
     @app.exception_handler(ShardherdError)
@@ -37,7 +46,15 @@ def create_app(ctx: ApiContext) -> FastAPI:
     def dashboard() -> FileResponse:
         return FileResponse(DASHBOARD / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} (docs)",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png")
+
     app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=str(SWAGGER_UI)), name="docs-assets")
     app.add_middleware(CallerTag)
     return app
 

@@ -62,4 +62,5 @@ def list_assignments(
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {exc}") from exc
         page = [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
     next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None
-    return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases)
+    return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases,
+                           repaired=fleet.repaired_leases)

@@ -9,7 +9,7 @@ from fastapi import Request
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop, LoopTiming
 from services.api.auth import TokenSource
-from services.api.fleet import Fleet, HeartbeatObserver
+from services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver
 from services.api.snapshot import ApiSnapshot, SnapshotCache
 from services.leader_status import LeaderWatch
 from shared.clock import Clock
@@ -33,6 +33,7 @@ class ApiContext:
     stall_intervals: int = STALL_INTERVALS
     tokens: TokenSource = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
+    checkpoints: CheckpointAges = field(init=False)
     timing: LoopTiming = field(init=False)
     snapshots: SnapshotCache = field(init=False)
 
@@ -40,9 +41,10 @@ class ApiContext:
         self.tokens = TokenSource.from_settings(self.settings)
         self.timing = LoopTiming.from_settings(self.settings)
         self.heartbeats = HeartbeatObserver(self.clock)
+        self.checkpoints = CheckpointAges(self.clock)
         self.snapshots = SnapshotCache(self.store, self.lock, self.settings, self.heartbeats,
                                        self.timing.worker_grace, self.clock, self.settings.api_cache_millis / 1000,
-                                       self.loop.latest_scans)
+                                       self.loop.latest_scans, self.checkpoints)
 
     def snapshot(self) -> ApiSnapshot:
         """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache)."""

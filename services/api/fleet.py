@@ -59,6 +59,31 @@ class HeartbeatObserver:
         return ages
 
 
+class CheckpointAges:
+    """Seconds since each lease's checkpoint last moved, on this replica's monotonic clock.
+
+    The store keeps no checkpoint time, so the replica notes when it first sees each checkpoint value: the age counts
+    from the replica's first look at a lease (a replica just started shows small ages until a checkpoint moves).
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._seen: dict[str, tuple[str, float]] = {}
+        self._guard = threading.Lock()
+
+    def ages(self, leases: list[Lease]) -> dict[str, float]:
+        """Lease key -> seconds its checkpoint has stayed as it is; leases no longer listed are forgotten."""
+        now = self._clock.monotonic()
+        with self._guard:
+            seen: dict[str, tuple[str, float]] = {}
+            for lease in leases:
+                value = str(lease.checkpoint)
+                before = self._seen.get(lease.lease_key)
+                seen[lease.lease_key] = before if before is not None and before[0] == value else (value, now)
+            self._seen = seen
+        return {key: round(now - since, 3) for key, (_, since) in seen.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Fleet:
     """Workers and leases (sorted by id and key) and the rows that could not be read."""
@@ -67,21 +92,29 @@ class Fleet:
     leases: list[LeaseOut]
     malformed_workers: list[MalformedRow]
     malformed_leases: list[MalformedRow]
+    repaired_workers: list[MalformedRow]
+    repaired_leases: list[MalformedRow]
 
 
 def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settings, heartbeats: HeartbeatObserver,
-                grace_seconds: float) -> Fleet:
+                grace_seconds: float, checkpoints: CheckpointAges | None = None) -> Fleet:
     """The fleet as scanned (by the API or by the leader's last run), judged on this replica's clock."""
     records = {worker.worker_id: worker for worker in worker_scan.workers}
     ages = heartbeats.ages(worker_scan.workers)
     expired = {wid for wid, age in ages.items() if age > grace_seconds}
     leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
+    if checkpoints is not None:
+        held = checkpoints.ages(lease_scan.leases)
+        leases = [lease.model_copy(update={"checkpoint_age_seconds": held.get(lease.lease_key)}) for lease in leases]
     leases.sort(key=lambda item: item.lease_key)
     workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings) for wid in sorted(records)]
     return Fleet(
         workers, leases,
         [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
         [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
+        [MalformedRow(key=w.worker_id, reason="; ".join(w.repairs)) for w in worker_scan.workers if w.repairs],
+        [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
+         if lease.repairs],
     )
 
 

@@ -74,12 +74,16 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
     malformed = GaugeMetricFamily("shardherd_malformed_rows", "Stored rows that cannot be read", labels=["table"])
     malformed.add_metric(["leases"], len(fleet.malformed_leases))
     malformed.add_metric(["workers"], len(fleet.malformed_workers))
+    repaired = GaugeMetricFamily("shardherd_repaired_rows", "Stored rows read with unusable values ignored",
+                                 labels=["table"])
+    repaired.add_metric(["leases"], len(fleet.repaired_leases))
+    repaired.add_metric(["workers"], len(fleet.repaired_workers))
     return [
         _gauge("shardherd_total_leases", "Lease rows in the lease table", len(fleet.leases)),
         _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
         _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
                sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
-        by_state, lease_tp, lag, records, size, per_worker, cpu, worker_tp, age, workers, malformed,
+        by_state, lease_tp, lag, records, size, per_worker, cpu, worker_tp, age, workers, malformed, repaired,
     ]
 
 

@@ -20,7 +20,7 @@ class ErrorBody(BaseModel):
 
 
 class MalformedRow(BaseModel):
-    """A stored row that could not be read (reported, left untouched)."""
+    """A stored row that could not be read (reported, left untouched), or whose unusable values were ignored."""
 
     key: str | None
     reason: str
@@ -51,6 +51,8 @@ class WorkersPage(BaseModel):
 
     items: list[WorkerOut]
     malformed: list[MalformedRow]
+    repaired: list[MalformedRow] = Field(
+        default_factory=list, description="listed workers whose stored values no consumer can use were ignored")
 
 
 class LeaseOut(BaseModel):
@@ -72,6 +74,9 @@ class LeaseOut(BaseModel):
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(
         description="bytes of record data the current owner handled since it took the lease")] = None
+    checkpoint_age_seconds: Annotated[float | None, Field(
+        description="seconds since the checkpoint last moved, as this replica saw it (counted from the replica's "
+                    "first look at the lease)")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(
@@ -85,6 +90,9 @@ class AssignmentsPage(BaseModel):
     total: int = Field(description="leases matching the filters, over all pages")
     next_cursor: str | None = Field(description="pass as `cursor` for the next page; null on the last page")
     malformed: list[MalformedRow]
+    repaired: list[MalformedRow] = Field(
+        default_factory=list, description="leases whose stored values no consumer can use were ignored (e.g. a "
+                                          "negative throughputKBps); the leases are listed and assigned as usual")
 
 
 class LockOut(BaseModel):

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.leader_lock import LeaderLock, LockView
-from services.api.fleet import Fleet, HeartbeatObserver, judge_fleet
+from services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver, judge_fleet
 from services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
 from shared.clock import Clock
 from shared.config import Settings
@@ -37,7 +37,7 @@ class SnapshotCache:
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, heartbeats: HeartbeatObserver,
                  grace_seconds: float, clock: Clock, max_age: float,
-                 leader_scans: Callable[[float], Scans | None]) -> None:
+                 leader_scans: Callable[[float], Scans | None], checkpoints: CheckpointAges | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -46,6 +46,7 @@ class SnapshotCache:
         self._clock = clock
         self.max_age = max_age
         self._leader_scans = leader_scans
+        self._checkpoints = checkpoints
         self._snapshot: ApiSnapshot | None = None
         self._taken = 0.0
         self._guard = threading.Lock()
@@ -60,7 +61,7 @@ class SnapshotCache:
             if scans is None:
                 worker_scan = self._store.scan_workers()
                 scans = (self._store.scan_leases(), worker_scan)
-            fleet = judge_fleet(*scans, self._settings, self._heartbeats, self._grace)
+            fleet = judge_fleet(*scans, self._settings, self._heartbeats, self._grace, self._checkpoints)
             try:  # views for operators: eventually consistent reads (half price) are fresh enough
                 status, problem = read_status(self._store, consistent=False), None
             except MalformedLeaderStatus as exc:

@@ -21,7 +21,7 @@ WorkerId = Annotated[str, Path(min_length=1, max_length=256, description="the wo
 def list_workers(ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
     """Every worker record, judged on this replica's clock."""
     fleet = ctx.fleet()
-    return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers)
+    return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers, repaired=fleet.repaired_workers)
 
 
 def _set_drain(ctx: ApiContext, worker_id: str, requested: bool) -> DrainOut:

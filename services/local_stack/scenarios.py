@@ -139,18 +139,13 @@ class Scenarios:
     def drain(self, worker: str) -> list[Outcome]:
         """Ask the leader to move every lease off `worker`; report when each resumes elsewhere."""
         held = sorted(key for key, lease in self._leases().items() if _processor(lease) == worker)
-        last_error: ApiError | None = None
-        for url in self.state.api_urls():
-            client = OperatorClient(url, self.state.api_token())
-            try:
-                client.call("POST", f"/v1/workers/{quote(worker, safe='')}/drain")
-                break
-            except ApiError as exc:
-                last_error = exc
-            finally:
-                client.close()
-        else:
-            raise ScenarioFailed(f"drain of {worker} failed: {last_error}")
+        client = OperatorClient(self.state.api_urls(), self.state.api_token())
+        try:
+            client.call("POST", f"/v1/workers/{quote(worker, safe='')}/drain")
+        except ApiError as exc:
+            raise ScenarioFailed(f"drain of {worker} failed: {exc}") from exc
+        finally:
+            client.close()
         started = time.monotonic()
         self.say(f"drain requested for {worker}; it holds {len(held)} leases: {', '.join(held) or 'none'}")
         return self._follow(held, lambda lease: _resumed(lease, {worker}), "resumed", started)

@@ -4,7 +4,8 @@
 
 Settings come from SHARDHERD_* variables (the stack sets the worker id, stream and endpoints). The driver appends
 Parquet to `<out>/records/<worker id>` and keeps Spark's checkpoint in `<out>/checkpoint/<worker id>` (plans only:
-progress lives in the lease table). SIGTERM (or SIGINT) drains: the query keeps running while the leader hands the
+progress lives in the lease table). SIGUSR1 (the whole stack stops) gives the leases back without waiting for a
+handoff. SIGTERM (or SIGINT) drains: the query keeps running while the leader hands the
 agent's leases on, each after its last batch was written and checkpointed; then the query and Spark stop, exit 0.
 A query that fails drains the leases too (the agent's supervisor does it) and the process exits 1.
 """
@@ -13,18 +14,17 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from agent.spark.driver import SparkAgent
 from agent.spark.offsets import Caps
 from agent.spark.session import local_spark
+from services.agent_service import StopSignals
 from services.local_stack.pipeline import records_dir, write_records
 from shared.config import Settings, load_settings
 
@@ -48,8 +48,10 @@ class DriverOptions:
 
 
 def run_driver(settings: Settings, options: DriverOptions, stopping: threading.Event,
-               after: Callable[[SparkSession], None] | None = None) -> int:
-    """Run the pipeline until `stopping` is set (drain, exit code 0) or the query ends by itself (exit code 1).
+               after: Callable[[SparkSession], None] | None = None, drain: Callable[[], bool] = lambda: True) -> int:
+    """Run the pipeline until `stopping` is set (exit code 0) or the query ends by itself (exit code 1).
+
+    On `stopping` the agent drains if `drain()` says so, else it gives its leases back at once (the fleet stops).
 
     `after` gets the session once the agent has drained, before Spark stops (the example prints counts with it).
     """
@@ -73,9 +75,10 @@ def run_driver(settings: Settings, options: DriverOptions, stopping: threading.E
             if not stopping.is_set():
                 code = 1
                 log.error("the query ended by itself (%s)", agent.stopped_because or query.exception())
-        log.info("stopping: draining %d leases while the query runs", len(agent.keeper.held()))
+        if drain():
+            log.info("stopping: draining %d leases while the query runs", len(agent.keeper.held()))
     finally:
-        agent.stop(drain=True, drain_timeout=options.drain_timeout)
+        agent.stop(drain=drain(), drain_timeout=options.drain_timeout)
         if spark is not None:
             try:
                 if after is not None:
@@ -99,17 +102,10 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    stopping = threading.Event()
-
-    def _terminate(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: draining", signum)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _terminate)
-    signal.signal(signal.SIGINT, _terminate)
+    signals = StopSignals().install()
     options = DriverOptions(args.out, args.master, args.driver_memory, args.max_records, args.trigger,
                             drain_timeout=args.drain_timeout)
-    return run_driver(load_settings(), options, stopping)
+    return run_driver(load_settings(), options, signals.stopping, drain=lambda: signals.drain)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 Agents are local Spark drivers running the example pipeline (`services.local_stack.spark_agent`, Parquet under
 `<run dir>/shard-counts`) unless `spark=False`, which runs plain agents with a counting processor.
 
-Stop order on Ctrl-C/SIGTERM: the producer, then all agents (they drain: checkpoints written, leases given back),
-then the coordinators (leadership released), then the emulators. Every child also stops itself if this process dies.
+Stop order on Ctrl-C/SIGTERM: the producer, then the coordinators (leadership released, so no leader reassigns
+leases while agents stop), then all agents (checkpoints written, leases given back at once: there is nobody to drain
+to), then the emulators. Every child also stops itself if this process dies.
 """
 
 from __future__ import annotations
@@ -20,11 +21,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
+import psutil
+from botocore.exceptions import BotoCoreError, ClientError
+
+from services.emulators.ports import LOOPBACK, free_port, wait_until
 from services.local_stack.control import ControlServer
 from services.local_stack.emulators import Emulators, Endpoints
+from services.local_stack.processor import RECORDS_DIR_ENV
 from services.local_stack.producer import Producer, ZipfKeys
-from services.local_stack.state import CONTROL_SOCKET, TOKEN_FILE, ProcessEntry, StackState
+from services.local_stack.state import (
+    CONTROL_SOCKET,
+    LOG_DIR,
+    STATE_FILE,
+    TOKEN_FILE,
+    ProcessEntry,
+    RunDirLock,
+    StackState,
+    rotate,
+)
 from services.local_stack.supervisor import Child, Supervisor, log_tail
 from shared.aws import make_client
 from shared.config import Settings, load_settings
@@ -37,13 +51,17 @@ AGENT, COORDINATOR = "agent", "coordinator"
 PLAIN_PROCESSOR = "services.local_stack.processor:CountingProcessor"
 SPARK_AGENT = "services.local_stack.spark_agent"
 PIPELINE_DIR = "shard-counts"
+PLAIN_RECORDS_DIR = "plain-records"
+API_TIMEOUT = 30.0
+# SIGTERM makes an agent drain: the leader hands its leases to the others first (one agent leaving a running fleet).
+# When the whole stack stops there is nobody to hand them to: SIGUSR1 has it checkpoint and give them back at once.
+FLEET_STOP = signal.SIGUSR1
 DEFAULT_STREAM = "shardherd-local"
 STREAM_TIMEOUT = 60.0
 # Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
-# Every agent of the local stack runs on this one host, so a CPU metric would show the host's load, the same for
-# all of them: they are balanced by the throughput they carry instead (KCL's default-metric fallback).
-LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000,
-                  "disable_worker_metrics": "true"}
+# CPU metrics stay on, as users run them: agents sharing this host measure their own process trees
+# (agent/metrics/cpu_tree.py), not the host's load.
+LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000}
 
 
 class StackFailed(ShardherdError, RuntimeError):
@@ -77,6 +95,11 @@ class StackOptions:
         """Where Spark agents write the example pipeline's Parquet, checkpoints and channels."""
         return self.run_dir / PIPELINE_DIR
 
+    @property
+    def plain_records_dir(self) -> Path:
+        """Where plain agents keep the keys of the records they processed (see services.local_stack.processor)."""
+        return self.run_dir / PLAIN_RECORDS_DIR
+
 
 class LocalStack:
     """Starts and stops everything; serves the control socket scenario commands use."""
@@ -87,9 +110,9 @@ class LocalStack:
         self.options = options
         self.settings = settings
         self.stream = settings.stream_name or DEFAULT_STREAM
-        options.run_dir.mkdir(parents=True, exist_ok=True)
-        (options.run_dir / "logs").mkdir(exist_ok=True)
-        self.supervisor = Supervisor(options.run_dir / "logs")
+        self.supervisor = Supervisor(options.run_dir / LOG_DIR)
+        self._lock = RunDirLock(options.run_dir)
+        self._owner = False
         self.emulators = Emulators(settings, self.supervisor, options.use_aws)
         self.endpoints = Endpoints(settings.dynamodb_endpoint_url, settings.kinesis_endpoint_url)
         self.producer: Producer | None = None
@@ -100,7 +123,14 @@ class LocalStack:
 
     # ------------------------------------------------------------------ start
     def start(self) -> None:
-        """Bring everything up; on failure, stop what was started and raise StackFailed."""
+        """Own the run directory, bring everything up; on failure, stop what was started and raise.
+
+        RunDirInUse if another `shardherd up` owns the directory: nothing of its stack is touched.
+        """
+        self._lock.acquire()
+        self._owner = True
+        for directory in (self.options.run_dir / LOG_DIR, self.options.pipeline_dir, self.options.plain_records_dir):
+            rotate(directory)
         try:
             self._start()
         except BaseException:
@@ -130,6 +160,11 @@ class LocalStack:
         for coordinator in self.supervisor.children(COORDINATOR):
             _wait_for_api(coordinator)
 
+    def crashed(self) -> list[Child]:
+        """Children that exited without being asked to (not marked as reported: the status printer does that)."""
+        return [child for child in self.supervisor.children(alive_only=False)
+                if not child.alive and not child.expected_exit]
+
     def _child_env(self) -> dict[str, str]:
         env = {**os.environ, "SHARDHERD_STREAM_NAME": self.stream,
                "SHARDHERD_APPLICATION_NAME": self.settings.application_name}
@@ -143,6 +178,7 @@ class LocalStack:
             env["SHARDHERD_DYNAMODB_ENDPOINT_URL"] = self.endpoints.dynamodb
         if self.endpoints.kinesis is not None:
             env["SHARDHERD_KINESIS_ENDPOINT_URL"] = self.endpoints.kinesis
+        env[RECORDS_DIR_ENV] = str(self.options.plain_records_dir)
         if self.emulators.moto is not None or self.emulators.kinesalite is not None:
             env.setdefault("AWS_ACCESS_KEY_ID", "local")
             env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
@@ -163,15 +199,30 @@ class LocalStack:
                              kinesis_endpoint_url=self.endpoints.kinesis)
 
     def _ensure_stream(self, kinesis: Any) -> None:
-        """Create the stream when missing (always on emulators; with --create-stream on real AWS), wait ACTIVE."""
+        """Create the stream when missing (always on emulators; with --create-stream on real AWS), wait ACTIVE.
+
+        Errors of Kinesis (or its emulator) become one StackFailed line naming the call, the code and the reason.
+        """
+        endpoint = self.endpoints.kinesis
+        where = f"Kinesis at {endpoint}" if endpoint else f"Kinesis ({self.settings.region})"
+        try:
+            self._create_stream(kinesis)
+            wait_until(lambda: kinesis.describe_stream_summary(StreamName=self.stream)["StreamDescriptionSummary"][
+                "StreamStatus"] in ("ACTIVE", "UPDATING"), STREAM_TIMEOUT, f"stream {self.stream}", lambda: True)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            raise StackFailed(f"{where} refused {exc.operation_name} of stream {self.stream} "
+                              f"({self.options.shards} shards): {error.get('Code')}: {error.get('Message')}") from None
+        except BotoCoreError as exc:
+            raise StackFailed(f"{where}: {exc}") from None
+
+    def _create_stream(self, kinesis: Any) -> None:
         try:
             kinesis.describe_stream_summary(StreamName=self.stream)
         except kinesis.exceptions.ResourceNotFoundException as exc:
             if self.emulators.kinesalite is None and not self.options.create_stream:
                 raise StackFailed(f"stream {self.stream} does not exist; create it or pass --create-stream") from exc
             kinesis.create_stream(StreamName=self.stream, ShardCount=self.options.shards)
-        wait_until(lambda: kinesis.describe_stream_summary(StreamName=self.stream)["StreamDescriptionSummary"][
-            "StreamStatus"] in ("ACTIVE", "UPDATING"), STREAM_TIMEOUT, f"stream {self.stream}", lambda: True)
 
     def _next_name(self, role: str) -> str:
         self._serial[role] += 1
@@ -248,23 +299,46 @@ class LocalStack:
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
-        """Stop in order: producer, agents (drain), coordinators, emulators; remove the state file and socket."""
-        (self.options.run_dir / "state.json").unlink(missing_ok=True)
+        """Stop in order: producer, coordinators, agents, emulators; remove the state file and socket; unlock.
+
+        Agents get FLEET_STOP: with every agent stopping there is nobody to hand leases to, so each checkpoints and
+        gives its leases back at once instead of waiting for a handoff that cannot come.
+        """
+        if not self._owner:
+            return
+        (self.options.run_dir / STATE_FILE).unlink(missing_ok=True)
         if self.control is not None:
             self.control.stop()
             self.control = None
         if self.producer is not None:
             self.producer.stop()
+        # Coordinators first: a leader still running would hand leases given back by one agent to another that is
+        # about to stop too. Their loops stop at the signal; the agents need not wait for their processes to exit.
+        coordinators = self.supervisor.children(COORDINATOR)
+        self.supervisor.ask_to_stop(coordinators, signal.SIGTERM)
         started = time.monotonic()
-        self.supervisor.stop(self.supervisor.children(AGENT), self.options.stop_grace)
+        self.supervisor.stop(self.supervisor.children(AGENT), self.options.stop_grace, FLEET_STOP)
         log.info("agents stopped after %.1f s", time.monotonic() - started)
-        self.supervisor.stop(self.supervisor.children(COORDINATOR), 15.0)
+        self.supervisor.stop(coordinators, 15.0)
         self.emulators.stop()
+        self._lock.release()
+        self._owner = False
+
+
+def _listening(child: Child) -> bool:
+    """True once `child` itself listens on its port (another program answering on that port does not count)."""
+    try:
+        connections = psutil.Process(child.pid).net_connections(kind="tcp")
+    except psutil.Error:
+        return False
+    return any(conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == child.port
+               for conn in connections)
 
 
 def _wait_for_api(coordinator: Child) -> None:
-    """Wait until the replica's API port accepts connections; StackFailed with its log if it dies first."""
+    """Wait until the replica listens on its API port; StackFailed with its log if it dies or times out first."""
     try:
-        wait_until(lambda: port_open(coordinator.port or 0), 30, f"{coordinator.name} API", lambda: coordinator.alive)
+        wait_until(lambda: _listening(coordinator), API_TIMEOUT, f"{coordinator.name} API on port {coordinator.port}",
+                   lambda: coordinator.alive)
     except RuntimeError as exc:
-        raise StackFailed(f"{exc}; its log ends with:\n{log_tail(coordinator.log_path)}") from exc
+        raise StackFailed(f"{exc}; its log ends with:\n{log_tail(coordinator.log_path).rstrip()}") from exc

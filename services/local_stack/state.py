@@ -7,8 +7,11 @@ directory (`--run-dir` or SHARDHERD_RUN_DIR override it).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,10 +22,65 @@ DEFAULT_RUN_DIR = Path(".shardherd") / "up"
 STATE_FILE = "state.json"
 CONTROL_SOCKET = "control.sock"
 TOKEN_FILE = "api-token"
+LOCK_FILE = "lock"
+LOG_DIR = "logs"
 
 
 class StackNotRunning(ShardherdError):
     """No running stack was found in the run directory."""
+
+
+class RunDirInUse(ShardherdError):
+    """Another `shardherd up` owns the run directory."""
+
+
+class RunDirLock:
+    """Exclusive ownership of a run directory: an flock on `<dir>/lock`, which holds the owner's pid.
+
+    The kernel drops the lock when its owner dies (even by SIGKILL), so a lock left by a dead process is taken over
+    without guessing from pids; the pid in the file only names the owner in the refusal. Children do not inherit it.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / LOCK_FILE
+        self._descriptor: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock; RunDirInUse naming the owner's pid if another live process holds it."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(descriptor, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(descriptor)
+            raise RunDirInUse(f"{self.path.parent} is in use by another `shardherd up` (pid {owner}); stop it, "
+                              "or pass another --run-dir") from None
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        self._descriptor = descriptor
+        return self
+
+    def release(self) -> None:
+        """Give the directory up (idempotent); the file stays, empty of meaning once unlocked."""
+        descriptor, self._descriptor = self._descriptor, None
+        if descriptor is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(descriptor, 0)
+            os.close(descriptor)
+
+
+def rotate(path: Path) -> Path:
+    """A fresh, empty directory `path` for this run; the previous run's moves to `<path>.previous` (older ones go).
+
+    Logs and outputs of one run never mix with another's, and the last run's stay readable after a restart.
+    """
+    previous = path.with_name(path.name + ".previous")
+    if path.is_dir() and any(path.iterdir()):
+        shutil.rmtree(previous, ignore_errors=True)
+        path.rename(previous)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def run_dir(explicit: str | None) -> Path:

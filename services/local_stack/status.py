@@ -56,18 +56,18 @@ class Snapshot:
 
 
 def read_snapshot(urls: list[str], timeout: float = 3.0) -> Snapshot | None:
-    """The view from the first replica that answers, or None if none does."""
-    for url in urls:
-        client = OperatorClient(url, None, timeout)
-        try:
-            leader = client.call("GET", "/v1/leader")["lock"]
-            workers = client.call("GET", "/v1/workers")["items"]
-            return Snapshot(leader["owner"], leader["epoch"], workers, client.leases())
-        except ApiError:
-            continue
-        finally:
-            client.close()
-    return None
+    """The view from the replicas (failing over between them), or None if none answers."""
+    if not urls:
+        return None
+    client = OperatorClient(urls, None, timeout)
+    try:
+        leader = client.call("GET", "/v1/leader")["lock"]
+        workers = client.call("GET", "/v1/workers")["items"]
+        return Snapshot(leader["owner"], leader["epoch"], workers, client.leases())
+    except ApiError:
+        return None
+    finally:
+        client.close()
 
 
 @dataclass
@@ -75,31 +75,83 @@ class StartupTimes:
     """Seconds from process start to the first owned lease, every shard owned, and the first checkpoint.
 
     The first checkpoint means records went all the way: read, processed (for Spark agents: written as Parquet) and
-    their position stored in the lease table.
+    their position stored in the lease table. `waiting_for()` says what is still missing, for a start-up that does not
+    complete in time.
     """
 
     first_assignment: float | None = None
     all_assigned: float | None = None
     first_checkpoint: float | None = None
+    owned: int = 0
+    leases: int = 0
     done: threading.Event = field(default_factory=threading.Event)
+    cancelled: threading.Event = field(default_factory=threading.Event)
 
-    def watch(self, store: LeaseStore, shards: int, started: float, timeout: float = 120.0) -> None:
-        """Poll the lease table every 100 ms until `shards` leases are owned and one has a checkpoint (or timeout)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and (self.all_assigned is None or self.first_checkpoint is None):
+    @property
+    def complete(self) -> bool:
+        """Every shard owned and a first checkpoint written."""
+        return self.all_assigned is not None and self.first_checkpoint is not None
+
+    def waiting_for(self, shards: int) -> str:
+        """What start-up still waits for, in words."""
+        if self.leases == 0:
+            return f"the leader to create the leases of the {shards} shards (no lease in the table yet)"
+        if self.all_assigned is None:
+            return f"every shard to be owned ({self.owned} of {self.leases} leases owned)"
+        return "a first checkpoint (records read, processed and their position stored)"
+
+    def watch(self, store: LeaseStore, shards: int, started: float) -> None:
+        """Poll the lease table every 100 ms until `shards` leases are owned and one has a checkpoint (or cancel)."""
+        while not self.complete and not self.cancelled.is_set():
             try:
                 leases = [lease for lease in store.scan_leases().leases if not lease.is_finished]
             except Exception:  # tables may not answer for the first moments
                 leases = []
-            owned = sum(1 for lease in leases if lease.actual_owner)
-            if owned and self.first_assignment is None:
+            self.owned, self.leases = sum(1 for lease in leases if lease.actual_owner), len(leases)
+            if self.owned and self.first_assignment is None:
                 self.first_assignment = time.time() - started
-            if owned >= shards and owned == len(leases) and self.all_assigned is None:
+            if self.owned >= shards and self.owned == len(leases) and self.all_assigned is None:
                 self.all_assigned = time.time() - started
             if self.first_checkpoint is None and any(lease.checkpoint.sequence_value is not None for lease in leases):
                 self.first_checkpoint = time.time() - started
-            time.sleep(0.1)
+            self.cancelled.wait(0.1)
         self.done.set()
+
+
+class ShardTally:
+    """Records processed per shard since the stack started, across moves.
+
+    Owners report records handled since they took a lease (the count restarts with every new owner, and with the same
+    owner taking it again). The tally keeps each (lease, owner) pair's last report and banks it when the count
+    restarts, so a move does not make the total drop. What an owner processed after its last report before a move is
+    not seen: the total is a lower bound, exact again at the next report of a steady owner.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[str, str], int] = {}
+        self._banked: Counter[str] = Counter()
+        self._guard = threading.Lock()
+
+    def update(self, leases: list[dict[str, Any]]) -> None:
+        """Take one read of the leases (as the operator API lists them)."""
+        with self._guard:
+            for lease in leases:
+                holder, value = lease["checkpoint_owner"] or lease["owner"], lease["records_processed"]
+                if holder is None or value is None:
+                    continue
+                key = (lease["lease_key"], holder)
+                last = self._last.get(key, 0)
+                if value < last:
+                    self._banked[lease["lease_key"]] += last
+                self._last[key] = value
+
+    def totals(self) -> dict[str, int]:
+        """Lease key -> records processed since the start."""
+        with self._guard:
+            totals = Counter(self._banked)
+            for (lease_key, _), value in self._last.items():
+                totals[lease_key] += value
+        return dict(totals)
 
 
 class StatusPrinter:
@@ -111,6 +163,7 @@ class StatusPrinter:
         self._interval = interval
         self._started = started
         self._leader: str | None = None
+        self.tally = ShardTally()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status", daemon=True)
 
@@ -139,6 +192,8 @@ class StatusPrinter:
                                 f"log: {child.log_path}", highlight=False)
             self._stack.write_state()
         snapshot = read_snapshot([c.api_url for c in self._stack.supervisor.children("coordinator") if c.api_url])
+        if snapshot is not None:
+            self.tally.update(snapshot.leases)
         if snapshot is not None and snapshot.leader != self._leader:
             self._console.print(f"* leader is now {snapshot.leader or 'nobody'} (epoch {snapshot.epoch})",
                                 highlight=False)
@@ -153,9 +208,9 @@ class StatusPrinter:
                f"produced {produced} records"
         if snapshot is None:
             return head + " | coordinator API not answering yet"
-        processed = sum(lease["records_processed"] or 0 for lease in snapshot.leases)
+        processed = sum(self.tally.totals().values())
         return (f"{head} | leader {snapshot.leader or '-'} | {snapshot.owned}/{len(snapshot.unfinished)} shards "
-                f"owned | {processed} records processed by current owners")
+                f"owned | {processed} records processed since start")
 
     def _line(self, snapshot: Snapshot | None) -> str:
         if snapshot is None:
@@ -170,11 +225,12 @@ class StatusPrinter:
                       caption=self._summary(snapshot))
         for column in ("shard", "owner", "state", "records", "lag ms", "KiB/s"):
             table.add_column(column, justify="left" if column in ("shard", "owner", "state") else "right")
+        totals = self.tally.totals()
         for lease in snapshot.leases if snapshot else []:
             owner = lease["checkpoint_owner"] or lease["owner"] or "-"
             if lease["checkpoint_owner"]:
                 owner += f" → {lease['owner']}"
-            table.add_row(lease["shard_id"], owner, lease["state"], _text(lease["records_processed"]),
+            table.add_row(lease["shard_id"], owner, lease["state"], _text(totals.get(lease["lease_key"])),
                           _text(lease["millis_behind_latest"]), _text(lease["throughput_kbps"]))
         return table
 

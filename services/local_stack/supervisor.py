@@ -116,18 +116,22 @@ class Supervisor:
                 child.reported = True
         return found
 
-    def stop(self, children: Sequence[Child], grace: float) -> None:
-        """SIGTERM every child and close its stdin; SIGKILL the group of any still there after `grace` s.
+    def ask_to_stop(self, children: Sequence[Child], sig: signal.Signals) -> None:
+        """Ask children to stop (their exits are expected): send `sig` and close their stdin."""
+        for child in children:
+            child.expected_exit = True
+            if child.alive:
+                child.process.send_signal(sig)
+            if child.process.stdin is not None and not child.process.stdin.closed:
+                child.process.stdin.close()
+
+    def stop(self, children: Sequence[Child], grace: float, sig: signal.Signals = signal.SIGTERM) -> None:
+        """Send `sig` to every child and close its stdin; SIGKILL the group of any still there after `grace` s.
 
         Processes a child started (seen before the SIGTERM) that outlive it are killed once it has exited.
         """
         started = {child.pid: _descendants(child) for child in children}
-        for child in children:
-            child.expected_exit = True
-            if child.alive:
-                child.process.send_signal(signal.SIGTERM)
-            if child.process.stdin is not None:
-                child.process.stdin.close()
+        self.ask_to_stop(children, sig)
         deadline = time.monotonic() + grace
         for child in children:
             try:

@@ -21,6 +21,7 @@ from shared.dynamo.attributes import (
 from shared.dynamo.expressions import AttributeValue, Item
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
+from shared.row_checks import checked_throughput, decoded
 
 LEASE_KEY = "leaseKey"
 LEASE_OWNER = "leaseOwner"
@@ -81,8 +82,16 @@ def decode_checkpoint(item: Item, sequence_attribute: str, sub_attribute: str) -
     return parse_checkpoint(sequence, sub)
 
 
-def decode_lease(item: Item) -> Lease:
-    """Read a lease item; MalformedLease (with the key when there is one) if any attribute is unreadable."""
+def decode_lease(item: Item, table: str = "lease") -> Lease:
+    """Read a lease item; MalformedLease (with the key when there is one) if any attribute is unreadable.
+
+    A throughput no consumer can use (negative, implausible) is dropped and noted in `repairs`; both cases are
+    reported (shared/row_checks.py).
+    """
+    return decoded(table, lambda: _decode_lease(item), lambda lease: lease.lease_key)
+
+
+def _decode_lease(item: Item) -> Lease:
     key = item_key(item)
     try:
         if key is None:
@@ -104,11 +113,12 @@ def decode_lease(item: Item) -> Lease:
             "child_shard_ids": read_string_set(item, CHILD_SHARD_IDS),
             "starting_hash_key": read_string(item, STARTING_HASH_KEY),
             "ending_hash_key": read_string(item, ENDING_HASH_KEY),
-            "throughput_kbps": read_float(item, THROUGHPUT_KBPS),
             "checkpoint_owner": read_string(item, CHECKPOINT_OWNER),
             "stream_name": read_string(item, STREAM_NAME),
             "shard_id": read_string(item, SHARD_ID),
         }
+        fields["throughput_kbps"], fields["repairs"] = checked_throughput(read_float(item, THROUGHPUT_KBPS),
+                                                                          THROUGHPUT_KBPS)
     except (AttributeTypeError, InvalidCheckpoint) as exc:
         raise MalformedLease(key, str(exc)) from None
     return Lease(lease_key=key, **fields)

@@ -33,7 +33,7 @@ class WorkerAndStateRecords(DynamoAccess):
     def get_worker(self, worker_id: str) -> WorkerRecord | None:
         """Read one worker record (consistent); MalformedWorker if unreadable."""
         item = self._get(self.tables.worker_metrics, worker_key(worker_id), True, f"GetItem worker {worker_id}")
-        return None if item is None else decode_worker(item)
+        return None if item is None else decode_worker(item, self.tables.worker_metrics)
 
     def scan_workers(self) -> WorkerScan:
         """Every worker record via a paginated Scan; unreadable ones are reported."""
@@ -41,7 +41,7 @@ class WorkerAndStateRecords(DynamoAccess):
         malformed: list[MalformedWorker] = []
         for item in self._scan(self.tables.worker_metrics, 1000, f"Scan {self.tables.worker_metrics}"):
             try:
-                workers.append(decode_worker(item))
+                workers.append(decode_worker(item, self.tables.worker_metrics))
             except MalformedWorker as exc:
                 malformed.append(exc)
         return WorkerScan(workers, malformed)

@@ -16,6 +16,7 @@ from shared.dynamo.tables import Capacity, TableManager
 from shared.errors import MalformedLease, StoreError
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.rounding import round_throughput
 from shared.store import (
     LEASE_OWNER_INDEX,
     STATE_KEY_ATTRIBUTE,
@@ -82,7 +83,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
     def _lease_from(self, item: Item | None) -> Lease | None:
         if item is None or not lc.is_lease_item(item):
             return None
-        return lc.decode_lease(item)
+        return lc.decode_lease(item, self.tables.leases)
 
     def _read_lease(self, lease_key: str, consistent: bool = True) -> Lease | None:
         return self._lease_from(self._get(self.tables.leases, lc.key_of(lease_key), consistent,
@@ -121,7 +122,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                 else:
                     response = self._call(lambda: self._client.update_item(ReturnValues="ALL_NEW", **params),
                                           f"UpdateItem {what} {lease_key}", attempts)
-                return Outcome.ok(lc.decode_lease(response["Attributes"]))
+                return Outcome.ok(lc.decode_lease(response["Attributes"], self.tables.leases))
             before = self._read_lease(lease_key) if delete else None
             transaction = [self._fence_check(fence), {"Delete" if delete else "Update": params}]
             request: dict[str, Any] = {"TransactItems": transaction}
@@ -157,7 +158,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             if not lc.is_lease_item(item):
                 continue
             try:
-                leases.append(lc.decode_lease(item))
+                leases.append(lc.decode_lease(item, self.tables.leases))
             except MalformedLease as exc:
                 malformed.append(exc)
         return LeaseScan(leases, malformed)
@@ -181,7 +182,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
 
     # ---------------------------------------------------------------- lease writes
     def create_lease(self, lease: Lease) -> Outcome:
-        """PutItem if no row has the key; ALREADY_EXISTS (with the current row) otherwise."""
+        """PutItem if no row has the key; ALREADY_EXISTS (with the current row, None if unreadable) otherwise."""
         item = {**lc.encode_lease(lease), lc.ENTITY_TYPE: string(lc.LEASE_ENTITY)}
         expression = Expression().require_absent(lc.LEASE_KEY)
         try:
@@ -189,8 +190,12 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                 TableName=self.tables.leases, Item=item, ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 **expression.params(update=False)), f"PutItem create {lease.lease_key}")
         except ConditionFailed as lost:
-            return Outcome.lost(Conflict.ALREADY_EXISTS, self._current(lease.lease_key, lost.item))
-        return Outcome.ok(lc.decode_lease(item))
+            try:
+                current = self._current(lease.lease_key, lost.item)
+            except MalformedLease:  # reported by the decoder; the row stays as it is
+                current = None
+            return Outcome.lost(Conflict.ALREADY_EXISTS, current)
+        return Outcome.ok(lc.decode_lease(item, self.tables.leases))
 
     def renew(self, lease_key: str, owner: str, expected_counter: int, throughput_kbps: float | None = None,
               during_handoff: bool = False) -> Outcome:
@@ -202,7 +207,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             expression.require_string(lc.LEASE_OWNER, owner).require_absent(lc.CHECKPOINT_OWNER)
         expression.require_equal(lc.LEASE_COUNTER, integer(expected_counter))
         expression.set(lc.LEASE_COUNTER, integer(expected_counter + 1))
-        stored_throughput = None if throughput_kbps is None else rounded_micro(throughput_kbps)
+        stored_throughput = None if throughput_kbps is None else rounded_micro(round_throughput(throughput_kbps))
         if stored_throughput is not None:
             expression.set(lc.THROUGHPUT_KBPS, stored_throughput)
 

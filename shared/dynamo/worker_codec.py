@@ -16,6 +16,7 @@ from shared.dynamo.attributes import (
 )
 from shared.dynamo.expressions import AttributeValue, Expression, Item
 from shared.errors import MalformedWorker
+from shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
@@ -58,18 +59,37 @@ def _read_series_map(item: Item, name: str) -> dict[str, tuple[float, ...]]:
     return series
 
 
-def _read_progress(item: Item) -> dict[str, LeaseProgress]:
+def _read_throughput(item: Item, repairs: list[str]) -> dict[str, float]:
+    """`leaseThroughput`, without (and noting in `repairs`) entries no consumer can use."""
+    throughput: dict[str, float] = {}
+    for key, value in _read_map(item, LEASE_THROUGHPUT).items():
+        name = f"{LEASE_THROUGHPUT}.{key}"
+        kbps, repaired = checked_throughput(_read_number(name, value), name)
+        repairs.extend(repaired)
+        if kbps is not None:
+            throughput[key] = kbps
+    return throughput
+
+
+def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
+    """`leaseProgress`, without (and noting in `repairs`) entries holding negative figures."""
     progress: dict[str, LeaseProgress] = {}
     for key, value in _read_map(item, LEASE_PROGRESS).items():
         if not isinstance(value, dict) or not isinstance(value.get("M"), dict):
             raise AttributeTypeError(f"{LEASE_PROGRESS}.{key} must be of type M")
         fields = value["M"]
         lag = fields.get("lag")
-        progress[key] = LeaseProgress(
-            millis_behind_latest=int(_read_number(f"{LEASE_PROGRESS}.{key}.lag", lag)) if lag is not None else None,
-            records=int(_read_number(f"{LEASE_PROGRESS}.{key}.records", fields.get("records", {"N": "0"}))),
-            bytes=int(_read_number(f"{LEASE_PROGRESS}.{key}.bytes", fields.get("bytes", {"N": "0"}))),
+        figures = (
+            int(_read_number(f"{LEASE_PROGRESS}.{key}.lag", lag)) if lag is not None else None,
+            int(_read_number(f"{LEASE_PROGRESS}.{key}.records", fields.get("records", {"N": "0"}))),
+            int(_read_number(f"{LEASE_PROGRESS}.{key}.bytes", fields.get("bytes", {"N": "0"}))),
+            int(_read_number(f"{LEASE_PROGRESS}.{key}.failures", fields.get("failures", {"N": "0"}))),
         )
+        refused = bool(read_bool(fields, "refused"))
+        try:
+            progress[key] = LeaseProgress(*figures, refused=refused)
+        except InvalidRowValue as exc:
+            repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
 
 
@@ -79,13 +99,26 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
         fields: dict[str, AttributeValue] = {"records": integer(value.records), "bytes": integer(value.bytes)}
         if value.millis_behind_latest is not None:
             fields["lag"] = integer(value.millis_behind_latest)
+        if value.failures:
+            fields["failures"] = integer(value.failures)
+        if value.refused:
+            fields["refused"] = {"BOOL": True}
         entries[key] = {"M": fields}
     return {"M": entries}
 
 
-def decode_worker(item: Item) -> WorkerRecord:
-    """Read a worker item; MalformedWorker (with the id when there is one) if any attribute is unreadable."""
+def decode_worker(item: Item, table: str = "worker") -> WorkerRecord:
+    """Read a worker item; MalformedWorker (with the id when there is one) if any attribute is unreadable.
+
+    Lease throughputs and progress figures no consumer can use are dropped and noted in `repairs`; both cases are
+    reported (shared/row_checks.py).
+    """
+    return decoded(table, lambda: _decode_worker(item), lambda record: record.worker_id)
+
+
+def _decode_worker(item: Item) -> WorkerRecord:
     worker_id: str | None = None
+    repairs: list[str] = []
     try:
         worker_id = read_string(item, WORKER_ID)
         if worker_id is None:
@@ -97,8 +130,6 @@ def decode_worker(item: Item) -> WorkerRecord:
         if state_text not in WorkerState.__members__:
             allowed = list(WorkerState.__members__)
             raise AttributeTypeError(f"{WORKER_STATE} {state_text[:40]!r} is not one of {allowed}")
-        throughput = {key: _read_number(f"{LEASE_THROUGHPUT}.{key}", value)
-                      for key, value in _read_map(item, LEASE_THROUGHPUT).items()}
         return WorkerRecord(
             worker_id=worker_id,
             last_update=last_update,
@@ -106,9 +137,10 @@ def decode_worker(item: Item) -> WorkerRecord:
             operating_range=_read_series_map(item, OPERATING_RANGE),
             heartbeat=read_int(item, HEARTBEAT) or 0,
             state=WorkerState(state_text),
-            lease_throughput=throughput,
+            lease_throughput=_read_throughput(item, repairs),
             drain_requested=bool(read_bool(item, DRAIN_REQUESTED)),
-            lease_progress=_read_progress(item),
+            lease_progress=_read_progress(item, repairs),
+            repairs=tuple(repairs),
         )
     except AttributeTypeError as exc:
         raise MalformedWorker(worker_id, str(exc)) from None

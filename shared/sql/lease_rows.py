@@ -9,6 +9,7 @@ from shared.checkpoint import Checkpoint, parse_checkpoint
 from shared.errors import InvalidCheckpoint, MalformedLease
 from shared.lease import Lease
 from shared.rounding import round_throughput
+from shared.row_checks import checked_throughput, decoded
 from shared.sql.schema import LEASE_ATTRIBUTES
 from shared.sql.values import (
     read_bytes,
@@ -63,8 +64,16 @@ def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None,
     return values
 
 
-def decode_lease(row: Mapping[Any, Any]) -> Lease:
-    """The lease a row holds; MalformedLease (with the key and the offending attribute) if any column is unreadable."""
+def decode_lease(row: Mapping[Any, Any], table: str = "lease") -> Lease:
+    """The lease a row holds; MalformedLease (with the key and the offending attribute) if any column is unreadable.
+
+    A throughput no consumer can use (negative, implausible) is dropped and noted in `repairs`; both cases are
+    reported (shared/row_checks.py).
+    """
+    return decoded(table, lambda: _decode_lease(row), lambda lease: lease.lease_key)
+
+
+def _decode_lease(row: Mapping[Any, Any]) -> Lease:
     key = row["lease_key"]
     if not isinstance(key, str) or not key:
         raise MalformedLease(None, f"leaseKey is missing or not a string: {key!r}")
@@ -82,6 +91,8 @@ def decode_lease(row: Mapping[Any, Any]) -> Lease:
             pending = parse_checkpoint(row["pending_checkpoint"], row["pending_checkpoint_sub_sequence_number"])
     except InvalidCheckpoint as exc:
         raise MalformedLease(key, str(exc)) from exc
+    throughput, repairs = checked_throughput(column("throughput_kbps", read_number),
+                                             LEASE_ATTRIBUTES["throughput_kbps"])
     return Lease(
         lease_key=key,
         lease_owner=column("lease_owner", read_optional_str),
@@ -94,8 +105,9 @@ def decode_lease(row: Mapping[Any, Any]) -> Lease:
         child_shard_ids=column("child_shard_ids", read_string_set),
         starting_hash_key=column("starting_hash_key", read_optional_str),
         ending_hash_key=column("ending_hash_key", read_optional_str),
-        throughput_kbps=column("throughput_kbps", read_number),
+        throughput_kbps=throughput,
         checkpoint_owner=column("checkpoint_owner", read_optional_str),
         stream_name=column("stream_name", read_optional_str),
         shard_id=column("shard_id", read_optional_str),
+        repairs=repairs,
     )

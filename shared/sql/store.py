@@ -116,7 +116,7 @@ class SqlLeaseStore(LeaseStore):
 
     def _read_lease(self, conn: Connection, lease_key: str) -> Lease | None:
         row = self._lease_row(conn, lease_key)
-        return None if row is None else decode_lease(row)
+        return None if row is None else decode_lease(row, self.tables.leases)
 
     def _state_item(self, conn: Connection, key: str) -> dict[str, StateValue] | None:
         """A coordinator-state item, locked for the rest of the transaction (FOR UPDATE on PostgreSQL)."""
@@ -135,7 +135,7 @@ class SqlLeaseStore(LeaseStore):
                     return Outcome.lost(Conflict.FENCED, self._read_lease(conn, lease_key))
                 row = conn.execute(statement.returning(*self._schema.leases.c)).mappings().first()
                 if row is not None:
-                    return Outcome.ok(decode_lease(row))
+                    return Outcome.ok(decode_lease(row, self.tables.leases))
                 current = self._read_lease(conn, lease_key)
                 return Outcome.lost(Conflict.NOT_FOUND if current is None else conflict, current)
 
@@ -199,7 +199,7 @@ class SqlLeaseStore(LeaseStore):
             rows = self._run(page, f"scanning leases after {last_key!r}")
             for row in rows:
                 try:
-                    result.leases.append(decode_lease(row))
+                    result.leases.append(decode_lease(row, self.tables.leases))
                 except MalformedLease as bad:
                     result.malformed.append(bad)
             if len(rows) < page_size:
@@ -219,7 +219,7 @@ class SqlLeaseStore(LeaseStore):
 
     # ---------------------------------------------------------------- lease writes
     def create_lease(self, lease: Lease) -> Outcome:
-        """Insert the lease unless its key exists (ALREADY_EXISTS with the current row)."""
+        """Insert the lease unless its key exists (ALREADY_EXISTS with the current row, None if unreadable)."""
         leases = self._schema.leases
         statement = (insert_for(self._write_engine, leases).values(lease_values(lease))
                      .on_conflict_do_nothing(index_elements=[leases.c.lease_key]).returning(*leases.c))
@@ -228,8 +228,12 @@ class SqlLeaseStore(LeaseStore):
             with self._writing() as conn:
                 row = conn.execute(statement).mappings().first()
                 if row is not None:
-                    return Outcome.ok(decode_lease(row))
-                return Outcome.lost(Conflict.ALREADY_EXISTS, self._read_lease(conn, lease.lease_key))
+                    return Outcome.ok(decode_lease(row, self.tables.leases))
+                try:
+                    current = self._read_lease(conn, lease.lease_key)
+                except MalformedLease:  # reported by the decoder; the row stays as it is
+                    current = None
+                return Outcome.lost(Conflict.ALREADY_EXISTS, current)
 
         return self._run(attempt, f"creating lease {lease.lease_key!r}")
 
@@ -302,7 +306,7 @@ class SqlLeaseStore(LeaseStore):
             row = self._lease_row(conn, lease_key)
             if row is None:
                 return Outcome.lost(Conflict.NOT_FOUND, None)
-            current = decode_lease(row)
+            current = decode_lease(row, self.tables.leases)
             if current.actual_owner != worker:
                 return Outcome.lost(Conflict.OWNERSHIP, current)
             if checkpoint.regresses_from(current.checkpoint) or (pending and pending.regresses_from(checkpoint)):
@@ -319,7 +323,7 @@ class SqlLeaseStore(LeaseStore):
             values["lease_counter"] = self._bump()
             statement = update(self._schema.leases).where(*conditions).values(values).returning(*c)
             written = conn.execute(statement).mappings().first()
-            return None if written is None else Outcome.ok(decode_lease(written))
+            return None if written is None else Outcome.ok(decode_lease(written, self.tables.leases))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """The owner drops the lease (no handoff running): leaseOwner removed, counter+1."""
@@ -382,7 +386,7 @@ class SqlLeaseStore(LeaseStore):
         def read() -> WorkerRecord | None:
             with self._reading() as conn:
                 row = conn.execute(select(workers).where(workers.c.wid == worker_id)).mappings().first()
-            return None if row is None else decode_worker(row)
+            return None if row is None else decode_worker(row, self.tables.worker_metrics)
 
         return self._run(read, f"reading worker record {worker_id!r}")
 
@@ -397,7 +401,7 @@ class SqlLeaseStore(LeaseStore):
         result = WorkerScan([], [])
         for row in self._run(read, "scanning worker records"):
             try:
-                result.workers.append(decode_worker(row))
+                result.workers.append(decode_worker(row, self.tables.worker_metrics))
             except MalformedWorker as bad:
                 result.malformed.append(bad)
         return result

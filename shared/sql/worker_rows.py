@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from shared.errors import MalformedWorker
+from shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shared.sql.values import read_int, read_json, read_optional_str
-from shared.worker import LeaseProgress, WorkerRecord, WorkerState
+from shared.worker import FAILED_SAMPLE, LeaseProgress, WorkerRecord, WorkerState
 
 
 def worker_values(record: WorkerRecord) -> dict[str, Any]:
@@ -21,13 +23,26 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
         "hb": record.heartbeat,
         "worker_state": record.state.value,
         "lease_throughput": json.dumps(dict(record.lease_throughput)),
-        "lease_progress": json.dumps({key: {"lag": value.millis_behind_latest, "records": value.records,
-                                            "bytes": value.bytes} for key, value in record.lease_progress.items()}),
+        "lease_progress": json.dumps({key: _progress_entry(value) for key, value in record.lease_progress.items()}),
     }
 
 
-def _metric_map(value: object) -> dict[str, tuple[float, ...]]:
-    """Map metric -> list of numbers, from JSON text (NULL = no metrics)."""
+def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
+    """One lease's progress as stored: lag, records, bytes, plus failures and refused when set."""
+    entry: dict[str, Any] = {"lag": progress.millis_behind_latest, "records": progress.records, "bytes": progress.bytes}
+    if progress.failures:
+        entry["failures"] = progress.failures
+    if progress.refused:
+        entry["refused"] = True
+    return entry
+
+
+def _metric_map(value: object, attribute: str, repairs: list[str]) -> dict[str, tuple[float, ...]]:
+    """Map metric -> list of numbers, from JSON text (NULL = no metrics).
+
+    JSON text may hold NaN or Infinity, which DynamoDB cannot: such a sample counts as failed (-1), as the decider
+    reads a sampling failure, and is noted in `repairs`.
+    """
     parsed = read_json(value)
     if parsed is None:
         return {}
@@ -37,22 +52,32 @@ def _metric_map(value: object) -> dict[str, tuple[float, ...]]:
     for metric, samples in parsed.items():
         if not isinstance(samples, list) or not all(_is_number(sample) for sample in samples):
             raise ValueError(f"metric {metric!r} is not a list of numbers")
-        result[metric] = tuple(float(sample) for sample in samples)
+        values = tuple(float(sample) for sample in samples)
+        if not all(math.isfinite(sample) for sample in values):
+            repairs.append(f"{attribute}.{metric} has non-finite samples: counted as failed (-1)")
+            values = tuple(sample if math.isfinite(sample) else FAILED_SAMPLE for sample in values)
+        result[metric] = values
     return result
 
 
-def _throughput_map(value: object) -> dict[str, float]:
-    """Map lease key -> KiB/s, from JSON text (NULL = none reported)."""
+def _throughput_map(value: object, repairs: list[str]) -> dict[str, float]:
+    """Map lease key -> KiB/s, from JSON text (NULL = none reported), without unusable entries (noted in `repairs`)."""
     parsed = read_json(value)
     if parsed is None:
         return {}
     if not isinstance(parsed, dict) or not all(_is_number(kbps) for kbps in parsed.values()):
         raise ValueError("expected a JSON object of lease key -> number")
-    return {lease_key: float(kbps) for lease_key, kbps in parsed.items()}
+    throughput: dict[str, float] = {}
+    for lease_key, kbps in parsed.items():
+        checked, repaired = checked_throughput(float(kbps), f"leaseThroughput.{lease_key}")
+        repairs.extend(repaired)
+        if checked is not None:
+            throughput[lease_key] = checked
+    return throughput
 
 
-def _progress_map(value: object) -> dict[str, LeaseProgress]:
-    """Map lease key -> {lag, records, bytes}, from JSON text (NULL = none reported)."""
+def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]:
+    """Map lease key -> {lag, records, bytes}, from JSON text (NULL = none reported), without negative figures."""
     parsed = read_json(value)
     if parsed is None:
         return {}
@@ -63,10 +88,16 @@ def _progress_map(value: object) -> dict[str, LeaseProgress]:
         if not isinstance(entry, dict):
             raise ValueError(f"progress of {key!r} is not an object")
         lag, records, size = entry.get("lag"), entry.get("records", 0), entry.get("bytes", 0)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size)) or not (
+        failures, refused = entry.get("failures", 0), entry.get("refused", False)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size, failures)) or not (
                 lag is None or (isinstance(lag, int) and not isinstance(lag, bool))):
             raise ValueError(f"progress of {key!r} must hold integers")
-        progress[key] = LeaseProgress(lag, records, size)
+        if not isinstance(refused, bool):
+            raise ValueError(f"progress of {key!r}: refused must be a boolean")
+        try:
+            progress[key] = LeaseProgress(lag, records, size, failures, refused)
+        except InvalidRowValue as exc:
+            repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress
 
 
@@ -74,27 +105,36 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
-    """The record a row holds; MalformedWorker naming the worker and the attribute if a column is unreadable."""
+def decode_worker(row: Mapping[Any, Any], table: str = "worker") -> WorkerRecord:
+    """The record a row holds; MalformedWorker naming the worker and the attribute if a column is unreadable.
+
+    Values no consumer can use are dropped or marked failed and noted in `repairs`; both cases are reported
+    (shared/row_checks.py).
+    """
+    return decoded(table, lambda: _decode_worker(row), lambda record: record.worker_id)
+
+
+def _decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
     worker_id = row["wid"]
     if not isinstance(worker_id, str) or not worker_id:
         raise MalformedWorker(None, f"wid is missing or not a string: {worker_id!r}")
     attribute = "lut"
+    repairs: list[str] = []
     try:
         last_update = read_int(row["lut"])
         attribute = "sts"
-        metric_stats = _metric_map(row["sts"])
+        metric_stats = _metric_map(row["sts"], "sts", repairs)
         attribute = "opr"
-        operating_range = _metric_map(row["opr"])
+        operating_range = _metric_map(row["opr"], "opr", repairs)
         attribute = "hb"
         heartbeat = read_int(row["hb"], 0)
         attribute = "workerState"
         state_text = read_optional_str(row["worker_state"])
         state = WorkerState(state_text) if state_text is not None else WorkerState.ACTIVE
         attribute = "leaseThroughput"
-        lease_throughput = _throughput_map(row["lease_throughput"])
+        lease_throughput = _throughput_map(row["lease_throughput"], repairs)
         attribute = "leaseProgress"
-        lease_progress = _progress_map(row["lease_progress"])
+        lease_progress = _progress_map(row["lease_progress"], repairs)
     except ValueError as exc:
         raise MalformedWorker(worker_id, f"{attribute}: {exc}") from exc
     return WorkerRecord(
@@ -107,4 +147,5 @@ def decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
         lease_throughput=lease_throughput,
         drain_requested=bool(row["drain_requested"]),
         lease_progress=lease_progress,
+        repairs=tuple(repairs),
     )

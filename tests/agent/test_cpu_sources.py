@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import threading
+import contextlib
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from agent.metrics import InvalidMetricInput, MetricSourceError
@@ -16,8 +19,10 @@ from agent.metrics.cpu_cgroup import CgroupV1Cpu, CgroupV2Cpu, count_cpus
 from agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
 from agent.metrics.cpu_proc import ProcStatCpu
 from agent.metrics.cpu_psutil import PsutilCpu
+from agent.metrics.cpu_tree import ProcessTreeCpu, cgroup_pids, shares_scope
 from agent.metrics.select import select_cpu_source
 from shared.clock import ManualClock
+from tests.support.cpu_fixtures import JsonServer
 
 DOCKER_ID = "c0ffee1234"
 
@@ -224,27 +229,9 @@ class EcsEndpoint:
 
     def __init__(self) -> None:
         self.documents: dict[str, Any] = {}
-        self.requests: list[str] = []
-        endpoint = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                endpoint.requests.append(self.path)
-                document = endpoint.documents.get(self.path)
-                body = json.dumps(document).encode() if document is not None else b"{}"
-                self.send_response(200 if document is not None else 404)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}/v4/{DOCKER_ID}"
+        self.server = JsonServer(self.documents.get)
+        self.requests = self.server.requests
+        self.uri = f"{self.server.base}/v4/{DOCKER_ID}"
 
     def set_stats(self, pre_total: int, pre_system: int, total: int, system: int, online_cpus: int) -> None:
         self.documents[f"/v4/{DOCKER_ID}/stats"] = {
@@ -279,9 +266,7 @@ class EcsEndpoint:
         self.documents[f"/v4/{DOCKER_ID}/task"] = task
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
+        self.server.close()
 
 
 @pytest.fixture
@@ -395,7 +380,9 @@ def select(tmp_path: Path, environ: dict[str, str], proc: bool = True) -> object
     stat = tmp_path / "proc-stat"
     if proc:
         proc_file(stat, "cpu  1 0 1 1 0 0 0 0 0 0")
-    return select_cpu_source(ManualClock(), environ=environ, cgroup_root=tmp_path / "cg", proc_stat_path=stat)
+    # A host (or container) where this test process is the only one: every source measures it alone.
+    return select_cpu_source(ManualClock(), environ=environ, cgroup_root=tmp_path / "cg", proc_stat_path=stat,
+                             visible_pids=lambda: [os.getpid()])
 
 
 def test_selection_prefers_ecs_v4(tmp_path: Path) -> None:
@@ -418,3 +405,66 @@ def test_selection_order_without_ecs(tmp_path: Path) -> None:
 def test_disabled_metrics_select_nothing(tmp_path: Path) -> None:
     v2_tree(tmp_path, 0, "max 100000", "0-1")
     assert select_cpu_source(ManualClock(), disabled=True, environ={}, cgroup_root=tmp_path) is None
+
+
+# --- agents sharing a host: their own process tree --------------------------------------------------------------
+
+
+@pytest.fixture
+def stranger() -> Iterator[int]:
+    """A live process that is not this test's ancestor or descendant (a grandchild whose parent has exited)."""
+    spawner = subprocess.run(
+        [sys.executable, "-c", "import subprocess; p = subprocess.Popen(['sleep', '300'], "
+         "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); print(p.pid)"],
+        check=True, capture_output=True, text=True)
+    pid = int(spawner.stdout)
+    yield pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 9)
+
+
+def test_a_cgroup_with_another_agents_process_is_not_this_agents(tmp_path: Path, stranger: int) -> None:
+    v2_tree(tmp_path, 0, "max 100000", "0-1")
+    write(tmp_path / "cgroup.procs", f"{os.getppid()}\n")  # an ancestor (what started the agent) is fine
+    write(tmp_path / "agents" / "a" / "cgroup.procs", f"{os.getpid()}\n")
+    assert cgroup_pids(tmp_path) == {os.getppid(), os.getpid()}
+    assert isinstance(select_cpu_source(ManualClock(), environ={}, cgroup_root=tmp_path), CgroupV2Cpu)
+    write(tmp_path / "agents" / "b" / "cgroup.procs", f"{stranger}\n")
+    assert shares_scope(cgroup_pids(tmp_path))
+    assert isinstance(select_cpu_source(ManualClock(), environ={}, cgroup_root=tmp_path), ProcessTreeCpu)
+
+
+def test_host_wide_sources_give_way_to_the_process_tree_on_a_shared_host(tmp_path: Path, stranger: int) -> None:
+    stat = tmp_path / "proc-stat"
+    proc_file(stat, "cpu  1 0 1 1 0 0 0 0 0 0")
+    source = select_cpu_source(ManualClock(), environ={}, cgroup_root=tmp_path / "none", proc_stat_path=stat,
+                               visible_pids=lambda: [os.getpid(), stranger])
+    assert isinstance(source, ProcessTreeCpu)
+
+
+def test_process_tree_counts_this_process_and_its_children_not_others(stranger: int) -> None:
+    clock = ManualClock()
+    source = ProcessTreeCpu(clock, cpus=1)
+    assert source.sample() == 0.0
+    # A child burns 0.4 s of CPU and then sleeps; the stranger sleeps; 1 virtual second passes.
+    child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.4\n"
+                              "while time.process_time() < end: pass\ntime.sleep(60)"])
+    try:
+        waited = 0.0
+        while waited < 30.0 and _cpu_seconds(child.pid) < 0.4:
+            time.sleep(0.05)
+            waited += 0.05
+        clock.advance(1.0)
+        value = source.sample()
+    finally:
+        child.kill()
+        child.wait()
+    # At least the child's 0.4 CPU seconds in 1 s on 1 CPU (plus what this test process used meanwhile).
+    assert 40.0 <= value <= 100.0
+    clock.advance(1.0)
+    assert source.sample() < 40.0  # the child is gone; nothing of the stranger counts
+
+
+def _cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)

@@ -1,4 +1,5 @@
-"""Per-lease throughput: KiB/s over the renew window, EMA alpha 0.5, seeding, idle decay, drops, thread safety."""
+"""Per-lease throughput: KiB/s of the data arriving in the shard over a window of arrival times, EMA alpha 0.5,
+maturity of a new owner's figure, read bursts (handoff backlog, Spark batches), seeding, idle decay, thread safety."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 from agent.metrics import InvalidMetricInput
 from agent.metrics.throughput import ThroughputRecorder
 from shared.clock import ManualClock
+from shared.config import load_settings
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
+KIB = 1024
 
 
 def recorder(window: float = 60.0) -> tuple[ThroughputRecorder, ManualClock]:
@@ -20,75 +23,124 @@ def recorder(window: float = 60.0) -> tuple[ThroughputRecorder, ManualClock]:
     return ThroughputRecorder(clock, window_seconds=window), clock
 
 
+def steady(stats: ThroughputRecorder, clock: ManualClock, key: str, kib_per_second: float, seconds: int) -> None:
+    """Records arriving at a steady rate, each second's read right after it (arrival times = that second)."""
+    for _ in range(seconds):
+        clock.advance(1.0)
+        stats.record(key, int(kib_per_second * KIB), clock.time() - 1.0, clock.time())
+
+
 def test_kcl_anchor_five_mib_in_a_minute() -> None:
-    stats, _ = recorder()
+    stats, clock = recorder()
+    stats.track("shardId-000")
+    clock.advance(60.0)
     for _ in range(5):
-        stats.record("shardId-000", MIB)
-    # 5 x 1024 KiB / 60 s = 85.3333... KiB/s, first value as is, 6 decimals.
+        stats.record("shardId-000", MIB, clock.time() - 60.0, clock.time())
+    # 5 x 1024 KiB arrived over the last 60 s = 85.3333... KiB/s, first value as is, 6 decimals.
     assert stats.compute("shardId-000") == 85.333333
     assert stats.compute("shardId-000") == 85.333333  # reading again changes nothing
 
 
 def test_kcl_anchor_a_thousand_gib() -> None:
-    stats, _ = recorder()
+    stats, clock = recorder()
+    stats.track("s")
+    clock.advance(60.0)
     for _ in range(1000):
-        stats.record("s", GIB)
+        stats.record("s", GIB, clock.time() - 60.0, clock.time())
     # 1000 x 1048576 KiB / 60 s = 17 476 266.666... KiB/s.
     assert stats.compute("s") == 17_476_266.666667
 
 
-def test_unknown_lease_is_none_and_expired_stats_give_zero() -> None:
-    stats, clock = recorder()
-    assert stats.compute("never") is None
-    stats.record("s", MIB)
-    clock.advance(60.0)  # the delivery is now exactly one window old
-    assert stats.compute("s") == 0.0
+def test_for_settings_uses_the_configured_window() -> None:
+    settings = load_settings(lease_throughput_window_millis=12_000, worker_metrics_ema_alpha=0.25)
+    assert ThroughputRecorder.for_settings(ManualClock(), settings).window_seconds == 12.0
+
+
+def test_a_new_owner_reports_nothing_before_half_a_window_unless_seeded() -> None:
+    stats, clock = recorder(window=30.0)
+    stats.track("s")
+    steady(stats, clock, "s", 2.0, 14)
+    assert stats.compute("s") is None  # 14 s covered: the leader keeps the previous owner's figure meanwhile
+    steady(stats, clock, "s", 2.0, 1)
+    assert stats.compute("s") == 2.0
+    seeded, clock = recorder(window=30.0)
+    seeded.seed("s", 3.0)
+    steady(seeded, clock, "s", 2.0, 5)
+    assert seeded.compute("s") == 3.0  # the stored figure, unchanged until this owner's own figure is mature
+
+
+def test_a_handoff_backlog_read_in_one_burst_is_no_spike() -> None:
+    # The shard receives 1 KiB/s. The new owner starts 5 s after the old one stopped and reads the 5 s backlog in
+    # one delivery: by arrival time the shard still received 1 KiB/s, and that is what is reported.
+    stats, clock = recorder(window=30.0)
+    stats.track("s")
+    stats.record("s", 5 * KIB, clock.time() - 5.0, clock.time())
+    steady(stats, clock, "s", 1.0, 20)
+    assert stats.compute("s") == pytest.approx(1.0, abs=1e-6)
+    # Counted by delivery time (KCL), the same reads make 25 KiB in 20 s: 1.25 KiB/s, 25 % too much.
+
+
+def test_spark_batches_commit_seconds_of_records_at_once_without_bursts() -> None:
+    # A batch every 5 s commits everything that arrived since the last one (only its last arrival is known).
+    stats, clock = recorder(window=30.0)
+    stats.track("s")
+    figures = []
+    for _ in range(12):
+        clock.advance(5.0)
+        stats.record("s", 10 * KIB, last_arrival=clock.time() - 0.5)
+        figures.append(stats.compute("s"))
+    mature = [figure for figure in figures if figure is not None]
+    assert len(mature) >= 8
+    assert all(figure == pytest.approx(2.0, rel=0.1) for figure in mature)
+
+
+def test_a_stalled_reader_keeps_its_rate_and_an_idle_shard_decays() -> None:
+    stats, clock = recorder(window=30.0)
+    stats.track("s")
+    steady(stats, clock, "s", 4.0, 30)
+    assert stats.compute("s") == 4.0
+    clock.advance(20.0)  # nothing read for 20 s (a stalled Spark batch): the window ends at the last arrival
+    assert stats.compute("s") == 4.0
+    clock.advance(25.0)  # 45 s without any read: more than a window behind, the last 15 s count as quiet
+    assert stats.compute("s") == pytest.approx(0.5 * 2.0 + 0.5 * 4.0)
+    idle, clock = recorder(window=30.0)
+    idle.track("s")
+    steady(idle, clock, "s", 4.0, 30)
+    assert idle.compute("s") == 4.0
+    clock.advance(15.0)
+    idle.record("s", 0, last_arrival=clock.time())  # an empty read with no lag: quiet up to now
+    assert idle.compute("s") == pytest.approx(0.5 * 2.0 + 0.5 * 4.0)
 
 
 def test_ema_blends_the_new_window_with_the_previous_value() -> None:
-    stats, clock = recorder()
-    stats.record("s", 5 * MIB)
-    assert stats.compute("s") == 85.333333
-    clock.advance(30.0)
-    stats.record("s", 10 * MIB)
-    # Both deliveries are within the last 60 s: 15 MiB -> 256 KiB/s; EMA 0.5 x 256 + 0.5 x 85.333333 = 170.6666665.
-    assert stats.compute("s") == 170.666667
-    clock.advance(31.0)
-    # Only the 10 MiB delivery is left: 170.666667 KiB/s raw; EMA 0.5 x 170.666667 + 0.5 x 170.666667.
-    assert stats.compute("s") == 170.666667
+    stats, clock = recorder(window=30.0)
+    stats.track("s")
+    steady(stats, clock, "s", 2.0, 30)
+    assert stats.compute("s") == 2.0
+    steady(stats, clock, "s", 6.0, 15)
+    # The last 30 s hold 15 s at 2 and 15 s at 6 KiB/s: 4 KiB/s raw; EMA 0.5 x 4 + 0.5 x 2 = 3.
+    assert stats.compute("s") == 3.0
 
 
 def test_idle_lease_decays_to_exactly_zero() -> None:
     stats, clock = recorder()
-    stats.record("s", 5 * MIB)
+    stats.track("s")
+    steady(stats, clock, "s", 85.0, 60)
     values = [stats.compute("s")]
     for _ in range(40):
         clock.advance(60.0)
         values.append(stats.compute("s"))
-    assert values[1] == pytest.approx(42.6666665, abs=1e-6)  # halved
+    assert values[0] == 85.0
     assert values[-1] == 0.0
     positive = [value for value in values if value]
     assert all(value is not None and value >= 1e-6 for value in positive)  # no denormal tail
-    # 85.33 halves below 5e-7 (which rounds to 0) after log2(85.33 / 5e-7) = 27.3 halvings.
-    assert 27 <= len(positive) <= 29
 
 
 def test_seed_carries_the_previous_owners_value_on() -> None:
     stats, clock = recorder(window=4.0)
     stats.seed("s", 100.0)
-    # The new owner reads at the same rate: 100 KiB per second for the 4 s window.
-    for _ in range(4):
-        stats.record("s", 100 * 1024)
-        clock.advance(1.0)
-    # Deliveries at t = 0, 1, 2, 3; at t = 4 the first is exactly one window old: 300 KiB / 4 s = 75 KiB/s raw.
-    assert stats.compute("s") == 87.5  # 0.5 x 75 + 0.5 x 100: the stored value is the EMA's first value
-
-
-def test_seed_without_new_data_halves_and_is_not_divided_by_the_window() -> None:
-    stats, _ = recorder(window=3.308)
-    stats.seed("s", 100.0)
-    # KCL would start from 100 / 3.308 = 30.23; here the stored value is the previous EMA value: 0.5 x 0 + 0.5 x 100.
-    assert stats.compute("s") == 50.0
+    steady(stats, clock, "s", 50.0, 4)
+    assert stats.compute("s") == 75.0  # 0.5 x 50 + 0.5 x 100: the stored value is the EMA's first value
 
 
 def test_drop_forgets_the_lease() -> None:
@@ -119,19 +171,22 @@ def test_bad_input_is_a_typed_error() -> None:
 
 
 def test_concurrent_recording_loses_nothing() -> None:
-    stats, _ = recorder(window=1.0)
+    stats, clock = recorder(window=2.0)
+    for key in ("s0", "s1"):
+        stats.track(key)
+    clock.advance(2.0)
     barrier = threading.Barrier(8)
 
     def deliver(lease_key: str) -> None:
         barrier.wait()
         for _ in range(2000):
-            stats.record(lease_key, 1024)
+            stats.record(lease_key, 1024, clock.time() - 2.0, clock.time())
 
     threads = [threading.Thread(target=deliver, args=(f"s{i % 2}",)) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    # 4 threads x 2000 x 1 KiB per lease in a 1 s window -> 8000 KiB/s.
-    assert stats.compute("s0") == 8000.0
-    assert stats.compute("s1") == 8000.0
+    # 4 threads x 2000 x 1 KiB per lease arriving over the 2 s window -> 4000 KiB/s.
+    assert stats.compute("s0") == 4000.0
+    assert stats.compute("s1") == 4000.0

@@ -17,7 +17,7 @@ from tests.chaos.cluster import ChaosCluster, Event, Sample
 from tests.chaos.ledgers import CheckpointMark, Delivery, Produced, read_checkpoints, read_deliveries
 
 FENCING = "partitioned agents stop by their fencing deadline"
-STARTUP_SECONDS = 3.0  # a fresh agent process needs this long to import, heartbeat and be seen
+STARTUP_SECONDS = 3.0  # start-up assumed for an agent whose readiness was not observed (hand-made run data)
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,12 @@ class Lifetime:
     ended: float | None
     how: str
     skew: float = 0.0
+    ready: float | None = None  # observed: first heartbeat (and CPU report) the leader could use
+
+    @property
+    def ready_at(self) -> float:
+        """When the worker became usable: observed, or start plus STARTUP_SECONDS when not observed."""
+        return self.ready if self.ready is not None else self.started + STARTUP_SECONDS
 
 
 @dataclass
@@ -61,7 +67,7 @@ class RunData:
     @classmethod
     def collect(cls, cluster: ChaosCluster, timing: Timing) -> RunData:
         """Read a finished cluster's ledgers and logs, undoing each agent's wall-clock skew."""
-        lifetimes = {m.name: Lifetime(m.started, m.ended, m.how, m.skew) for m in cluster.members.values()}
+        lifetimes = {m.name: Lifetime(m.started, m.ended, m.how, m.skew, m.ready) for m in cluster.members.values()}
 
         def skew(worker: str) -> float:
             return lifetimes[worker].skew if worker in lifetimes else 0.0
@@ -160,10 +166,10 @@ def _partitions(events: list[Event]) -> dict[str, list[tuple[float, float]]]:
 
 
 def live_agents(data: RunData, at: float) -> list[str]:
-    """Agents running (past start-up), not signalled to end and not partitioned at `at`."""
+    """Agents running (usable by the leader), not signalled to end and not partitioned at `at`."""
     cut = _partitions(data.events)
     return [name for name, life in data.lifetimes.items()
-            if name.startswith("agent-") and life.started + STARTUP_SECONDS <= at
+            if name.startswith("agent-") and life.ready_at <= at
             and (life.ended is None or at < life.ended)
             and not any(start <= at <= end for start, end in cut.get(name, []))]
 

@@ -35,6 +35,7 @@ from shared.retry import RetryPolicy
 from shared.store import TableNames
 from tests.chaos.ledgers import Produced, ProducerLedger
 from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy
+from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
@@ -106,6 +107,7 @@ class Member:
     started: float = field(default_factory=time.time)
     ended: float | None = None
     how: str = ""  # how it ended: kill, term, close
+    ready: float | None = None  # when the sampler first saw it usable by the leader (heartbeat, and CPU report if on)
 
     @property
     def alive(self) -> bool:
@@ -150,6 +152,8 @@ class ChaosCluster:
         self._threads: list[threading.Thread] = []
         self._names = itertools.count(1)
         self._lock = threading.Lock()
+        # CPU metrics on (the users' default): each agent gets its own cgroup tree or ECS metadata endpoint.
+        self.cpu = None if self.settings.disable_worker_metrics else CpuFleet(workdir / "cpu", self.lease_holders)
 
     # ------------------------------------------------------------------ processes
     def note(self, kind: str, target: str = "", detail: str = "") -> Event:
@@ -181,7 +185,16 @@ class ChaosCluster:
         name = f"agent-{next(self._names)}"
         self.note("start_agent", name, f"skew={skew:+.0f}s" if skew else "")
         env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger")}
+        if self.cpu is not None:
+            env.update(self.cpu.add(name).settings())
         return self._spawn(name, self.agent_command(skew), env, skew)
+
+    def lease_holders(self) -> list[str | None]:
+        """Who processes each unfinished lease in the latest lease-table sample (what each agent's CPU follows)."""
+        with self._lock:
+            latest = self.samples[-1] if self.samples else None
+        rows = latest.leases.values() if latest else ()
+        return [row.checkpoint_owner or row.owner for row in rows if not row.checkpoint.is_shard_end]
 
     def agents(self) -> list[Member]:
         """Agents not yet signalled to end."""
@@ -320,11 +333,28 @@ class ChaosCluster:
             try:
                 leases = {key: LeaseRow.of(lease) for key, lease in self.leases().items()}
                 sample = Sample(time.time(), leases, self.leader())
+                self._note_ready(sample.time)
             except Exception as exc:  # the sampler reads moto directly; a hiccup only costs one sample
                 self.note("sample_failed", detail=str(exc)[:100])
                 continue
             with self._lock:
                 self.samples.append(sample)
+
+    def _note_ready(self, now: float) -> None:
+        """Mark agents the leader can use from now: a heartbeat, plus a CPU report when metrics are on.
+
+        Until then the leader leaves a worker out on purpose (a CPU-reporting worker without its first report has
+        invalid metrics), so the checks count an agent as live from this moment, measured rather than assumed: on
+        a loaded host a fresh process needs anything from 2 to 15 s to import and report.
+        """
+        waiting = [m for m in self.agents() if m.ready is None]
+        if not waiting:
+            return
+        records = {w.worker_id: w for w in self.store.scan_workers().workers}
+        for member in waiting:
+            record = records.get(member.name)
+            if record is not None and (self.cpu is None or record.metric_stats):
+                member.ready = now
 
     def stop_sampler(self) -> None:
         """Stop sampling."""
@@ -345,4 +375,6 @@ class ChaosCluster:
             member.log.close()
         for thread in self._threads:
             thread.join(10)
+        if self.cpu is not None:
+            self.cpu.close()
         self.store.close()

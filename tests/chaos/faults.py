@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from tests.chaos.cluster import ChaosCluster, Member
 from tests.support.chaos_proxy import CALM, Chaos
 
-FAULT_KINDS = ("agent_kill", "throttle", "split", "agent_term", "partition", "leader_kill", "merge", "skew")
+FAULT_KINDS = ("agent_kill", "throttle", "split", "agent_term", "partition", "leader_kill", "merge", "skew",
+               "rolling_deploy")
 BURST = Chaos(latency=0.02, throttle_rate=0.5, error_rate=0.1, drop_rate=0.05)
 
 
@@ -36,8 +37,10 @@ class FaultRunner:
         self._skews = 0
 
     def _busiest_agent(self, exclude_skewed: bool = False) -> Member:
-        # Over a long soak every agent may have been replaced by a skewed one: then any agent will do.
-        agents = [m for m in self.cluster.agents() if not (exclude_skewed and m.skew)] or self.cluster.agents()
+        # Over a long soak every agent may have been replaced by a skewed one: then any agent will do. An agent still
+        # starting (not yet usable by the leader) is not a victim while a ready one exists: it holds nothing yet.
+        live = [m for m in self.cluster.agents() if m.ready is not None] or self.cluster.agents()
+        agents = [m for m in live if not (exclude_skewed and m.skew)] or live
         counts = {m.name: 0 for m in agents}
         for lease in self.cluster.leases().values():
             if lease.actual_owner in counts and not lease.is_finished:
@@ -59,6 +62,14 @@ class FaultRunner:
         elif kind == "agent_term":
             cluster.terminate(self._busiest_agent())
             cluster.start_agent()
+        elif kind == "rolling_deploy":
+            # A deploy replaces a pod: the replacement starts, and the old one is told to stop before the new one
+            # has sent its first heartbeat (let alone a CPU report), so the old one drains into a fleet where the
+            # newcomer reports no metric yet.
+            old = self._busiest_agent()
+            new = cluster.start_agent()
+            cluster.note("rolling_deploy", f"{old.name}->{new.name}")
+            cluster.terminate(old)
         elif kind == "leader_kill":
             leader = cluster.leader()
             victims = [m for m in cluster.coordinators() if m.name == leader]

@@ -272,3 +272,27 @@ def test_band_balancing_hands_off_the_light_lease_that_gets_a_hot_worker_into_th
     moved = loop_store.get_lease(light)
     assert moved is not None and (moved.lease_owner, moved.checkpoint_owner) == ("w2", "w1")
     assert fleet.owners()[heavy] == "w1"
+
+
+def test_a_worker_silent_for_half_the_failover_time_receives_no_lease(loop_store: LeaseStore) -> None:
+    # Issue 15: 7 s after kill -9 of an agent (failover 10 s) the leader started a handoff *to* it, stalling the
+    # shard until the handoff timed out. w3 is killed; 8 s later w1 drains: both leases go to w2 only. w3 still
+    # counts as alive (its own leases are not expired yet) but a receiver must have shown a heartbeat within a
+    # heartbeat period and 1.5 leader intervals (6.3 s here).
+    fleet = Fleet(loop_store, _even_shards(6))
+    fleet.join("w1", "w2", "w3")
+    fleet.run(2 * INTERVAL)
+    assert fleet.counts() == {"w1": 2, "w2": 2, "w3": 2}
+    fleet.alive.discard("w3")  # kill -9: its last heartbeat was in the last step
+    fleet.run(3 * INTERVAL)
+    drained = sorted(key for key, owner in fleet.owners().items() if owner == "w1")
+    assert loop_store.set_drain_requested("w1", True)
+    summaries = fleet.run(INTERVAL)
+    plan = summaries[0].plan if summaries[0] is not None else None
+    assert plan is not None and {m.lease_key for m in plan.moves} == set(drained)
+    assert {m.to_worker for m in plan.moves} == {"w2"}
+    assert summaries[0] is not None and summaries[0].expired_leases == 0  # w3's own leases are not expired yet
+    assert [key for key, owner in fleet.owners().items() if owner == "w3"] != []
+    # Once w3 has been silent for the failover time its leases expire and go to w2 as well (w1 still drains).
+    fleet.run(3 * INTERVAL)
+    assert set(fleet.owners().values()) == {"w2"}

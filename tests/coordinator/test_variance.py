@@ -6,7 +6,7 @@ import pytest
 from coordinator.decide import decide
 from coordinator.decider_config import Balancing
 from coordinator.decider_config import DeciderConfig as _DeciderConfig
-from coordinator.moves import MoveReason, UnplacedReason, WorkerStatus
+from coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from coordinator.variance import classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
@@ -181,12 +181,14 @@ def test_reports_that_lag_behind_a_move_are_caught_up_from_the_throughput_histor
 
 
 def test_band_floor_ignores_noise_on_an_idle_fleet() -> None:
-    # avg 10, 10 % band would be +-1; the 2-point floor makes it +-2, so 11.5 / 8.5 is balanced.
+    # avg 10, 10 % band would be +-1; the 2-point floor (and twice the 2-point minimum gain) widens it, so 11.5 / 8.5
+    # is balanced.
     leases = [owned("a", "w1", 1.0), owned("b", "w2", 1.0)]
     workers = [cpu("w1", 11.5), cpu("w2", 8.5)]
     with_floor = decide(Snapshot.of(leases, workers), DeciderConfig(), balance=True)
     assert with_floor.moves == () and "balancing: no metric out of band" in with_floor.notes
-    no_floor = decide(Snapshot.of(leases, workers), DeciderConfig(rebalance_min_band_points=0), balance=True)
+    no_floor = decide(Snapshot.of(leases, workers),
+                      DeciderConfig(rebalance_min_band_points=0, rebalance_min_gain_points=0), balance=True)
     assert any(note.startswith("balancing C: avg 10.00, band [9.00, 11.00]") for note in no_floor.notes)
 
 
@@ -322,3 +324,15 @@ def test_recently_moved_leases_are_left_alone_by_balancing_but_not_by_drain() ->
     draining = [cpu("hot", 90, draining=True), cpu("cold", 10)]
     plan = decide(Snapshot.of(cooling, draining), DeciderConfig(), balance=True)
     assert {(m.lease_key, m.reason) for m in plan.moves} == {(k, MoveReason.DRAIN) for k in ("a", "b", "c")}
+
+
+def test_a_worker_with_a_late_heartbeat_gets_unowned_leases_only_if_no_worker_is_fresh() -> None:
+    late = dataclasses.replace(cpu("late", 10.0), stale=True)
+    fresh = plan_for([LeaseView("x")], [late, cpu("fresh", 50.0)])
+    assert [(m.lease_key, m.to_worker) for m in fresh.moves] == [("x", "fresh")]  # though "late" has more room
+    only_late = plan_for([LeaseView("x")], [late])
+    assert [(m.lease_key, m.to_worker) for m in only_late.moves] == [("x", "late")]  # an owner beats none
+
+
+def plan_for(leases: list[LeaseView], workers: list[WorkerView]) -> Plan:
+    return decide(Snapshot.of(leases, workers), DeciderConfig(), balance=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import pytest
+from pydantic import SecretStr
 
 from shared.config import Settings
 from tests.deploy.rendering import (
@@ -157,6 +158,8 @@ def test_rendered_config_is_accepted_by_settings(path: Path | None) -> None:
     expected = {**helm.Chart.load(CHART).values["config"], **((values or {}).get("config") or {})}
     for name, value in expected.items():
         actual = getattr(settings, name)
+        if isinstance(actual, SecretStr):
+            actual = actual.get_secret_value()
         if name == "initial_timestamp":
             actual = actual.isoformat().replace("+00:00", "Z")
         assert actual == value, name

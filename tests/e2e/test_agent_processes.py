@@ -1,4 +1,8 @@
-"""Agent processes (`shardherd agent`) killed and restarted against a coordinator, on moto server and kinesalite."""
+"""Agent processes (`shardherd agent`) killed and restarted against a coordinator, on moto server and kinesalite.
+
+CPU metrics are on, as users run them (each agent process reads its own driven cgroup tree or ECS metadata endpoint,
+tests/support/cpu_fixtures.py), except in the SIGTERM test, which keeps one run with metrics off.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.config import load_settings
+from shared.worker import CPU_METRIC
+from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
 from tests.support.stream_stack import wait_for
@@ -28,7 +34,7 @@ pytestmark = pytest.mark.slow
 class ProcessStack:
     """An in-process coordinator plus agent subprocesses writing one ledger file."""
 
-    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, ledger: Path) -> None:
+    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, ledger: Path, metrics: bool = True) -> None:
         self.app = unique_app("proc-e2e")
         self.ledger = str(ledger)
         self.kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
@@ -42,8 +48,10 @@ class ProcessStack:
             "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
             "SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "300", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300",
             "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
-            "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_DISABLE_WORKER_METRICS": "true",
-            "SHARDHERD_API_PORT": "0", LEDGER_ENV: self.ledger,
+            "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_API_PORT": "0", LEDGER_ENV: self.ledger,
+            "SHARDHERD_DISABLE_WORKER_METRICS": "false" if metrics else "true",
+            "SHARDHERD_IN_MEMORY_WORKER_METRICS_CAPTURE_FREQUENCY_MILLIS": "200",
+            "SHARDHERD_WORKER_METRICS_REPORTER_FREQ_MILLIS": "1000",
         }
         settings = load_settings(**{key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
                                     if key.startswith("SHARDHERD_") and key != LEDGER_ENV},
@@ -52,12 +60,15 @@ class ProcessStack:
         self.coordinator.start()
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self.produced: list[str] = []
+        self.cpu = CpuFleet(ledger.parent / "cpu", holders=lambda: self.owners().values()) if metrics else None
 
     def start_agent(self, worker: str) -> subprocess.Popen[bytes]:
+        cpu = self.cpu.add(worker).settings() if self.cpu is not None else {}
         process = subprocess.Popen(
             [sys.executable, "-m", "services.cli", "agent", "--processor",
              "tests.support.file_ledger:FileLedgerProcessor"],
-            env={**self.env, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env={**self.env, **cpu, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL)
         self.agents[worker] = process
         return process
 
@@ -79,17 +90,30 @@ class ProcessStack:
         return {lease.lease_key: None if lease.checkpoint_owner else lease.lease_owner
                 for lease in self.coordinator.store.scan_leases().leases}
 
+    def cpu_reported(self, worker: str) -> tuple[float, ...]:
+        record = self.coordinator.store.get_worker(worker)
+        return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
+
     def close(self) -> None:
         for process in self.agents.values():
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
         self.coordinator.stop()
+        if self.cpu is not None:
+            self.cpu.close()
 
 
 @pytest.fixture
 def procs(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[ProcessStack]:
     stack = ProcessStack(moto_server, kinesalite, tmp_path / "ledger.txt")
+    yield stack
+    stack.close()
+
+
+@pytest.fixture
+def procs_metrics_off(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[ProcessStack]:
+    stack = ProcessStack(moto_server, kinesalite, tmp_path / "ledger.txt", metrics=False)
     yield stack
     stack.close()
 
@@ -102,6 +126,9 @@ def test_killed_agent_shards_resume_elsewhere_from_the_last_checkpoint(procs: Pr
     procs.start_agent("agent-2")
     wait_for(lambda: "agent-2" in procs.owners().values(), 30, "agent-2 gets a lease")
 
+    # Each process reports the CPU its own fixture shows: 15 % plus 20 % per lease it processes.
+    wait_for(lambda: len(procs.cpu_reported("agent-2")) >= 2, 30, "agent-2's CPU reports")
+    assert procs.cpu_reported("agent-1") and max(procs.cpu_reported("agent-1")) > 30.0
     victim = procs.agents["agent-1"]
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
@@ -119,7 +146,8 @@ def test_killed_agent_shards_resume_elsewhere_from_the_last_checkpoint(procs: Pr
     assert all(data.startswith("a-") for data in duplicates)
 
 
-def test_sigterm_drains_and_a_restart_resumes_without_duplicates(procs: ProcessStack) -> None:
+def test_sigterm_drains_and_a_restart_resumes_without_duplicates(procs_metrics_off: ProcessStack) -> None:
+    procs = procs_metrics_off  # the one run with worker metrics off (balanced by throughput)
     first = procs.start_agent("agent-1")
     wait_for(lambda: len(procs.owners()) == 3 and set(procs.owners().values()) == {"agent-1"}, 30, "agent-1 owns all")
     procs.produce(300, "a")
@@ -133,3 +161,4 @@ def test_sigterm_drains_and_a_restart_resumes_without_duplicates(procs: ProcessS
     counts = procs.delivered()
     assert set(counts) == set(procs.produced)
     assert max(counts.values()) == 1  # resumed exactly from the checkpoints
+    assert procs.cpu_reported("agent-2") == ()  # metrics off: no CPU history, balanced by throughput

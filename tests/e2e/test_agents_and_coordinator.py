@@ -1,12 +1,14 @@
 """Coordinator and agents in one process on real emulators (moto server DynamoDB, kinesalite), short intervals.
 
 Checks the data path end to end: every record delivered, in order per shard, graceful moves without duplicates,
-drain on stop, and a split followed (parents finished before children start, nothing lost).
+drain on stop, and a split followed (parents finished before children start, nothing lost). CPU metrics are on, as
+users run them: each agent reads its own driven cgroup tree or ECS metadata endpoint (tests/support/cpu_fixtures.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,8 @@ from agent.read_spec import ReadLimits
 from agent.runtime import Agent
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
+from shared.worker import CPU_METRIC
+from tests.support.cpu_fixtures import CpuFleet
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stream_stack import StreamStack, wait_for
 
@@ -25,15 +29,27 @@ FAST_READS = ReadLimits(min_call_interval=0.05, idle_backoff=0.1)
 class Stack(StreamStack):
     """A coordinator and any number of in-process agents sharing one application on the session's emulators."""
 
-    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, shards: int) -> None:
-        super().__init__(moto, kinesalite, shards)
+    def __init__(self, moto: MotoServer, kinesalite: NodeEmulator, shards: int, cpu_root: Path) -> None:
+        # Failover 4 s: with every agent sampling and reporting CPU the suite stays stable on a loaded 2-core host.
+        super().__init__(moto, kinesalite, shards, failover_millis=4000, disable_worker_metrics=False,
+                         in_memory_worker_metrics_capture_frequency_millis=200)
         self.ledger = Ledger()
         self.agents: dict[str, Agent] = {}
+        self.cpu = CpuFleet(cpu_root, holders=lambda: self.owners().values())
 
-    def add_agent(self, worker: str) -> Agent:
-        agent = Agent(self.settings(worker), lambda: LedgerProcessor(self.ledger, worker), limits=FAST_READS)
+    def add_agent(self, worker: str, cpu_percent: float | None = None) -> Agent:
+        """Start an agent whose CPU follows its leases, or stays at `cpu_percent` when given."""
+        source = self.cpu.add(worker)
+        if cpu_percent is not None:
+            self.cpu.set(worker, cpu_percent)
+        agent = Agent(self.settings(worker, **source.overrides()), lambda: LedgerProcessor(self.ledger, worker),
+                      limits=FAST_READS)
         self.agents[worker] = agent.start()
         return agent
+
+    def cpu_reported(self, worker: str) -> tuple[float, ...]:
+        record = self.coordinator.store.get_worker(worker)
+        return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def all_delivered(self) -> bool:
         return set(self.ledger.payloads()) >= set(self.produced)
@@ -41,12 +57,13 @@ class Stack(StreamStack):
     def close(self) -> None:
         for agent in self.agents.values():
             agent.stop(drain=False)
+        self.cpu.close()
         super().close()
 
 
 @pytest.fixture
-def stack(moto_server: MotoServer, kinesalite: NodeEmulator) -> Iterator[Stack]:
-    created = Stack(moto_server, kinesalite, shards=4)
+def stack(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[Stack]:
+    created = Stack(moto_server, kinesalite, shards=4, cpu_root=tmp_path / "cpu")
     yield created
     created.close()
 
@@ -135,3 +152,17 @@ def test_merge_under_load_finishes_both_parents_before_the_child(stack: Stack) -
     payloads = stack.ledger.payloads()
     assert len(payloads) == len(set(payloads)) == 600
     _assert_in_order(stack.ledger)
+
+
+def test_the_cpu_figures_agents_report_drive_the_balance(stack: Stack) -> None:
+    stack.add_agent("agent-1", cpu_percent=85.0)
+    wait_for(lambda: len(stack.owners()) == 4 and set(stack.owners().values()) == {"agent-1"}, 30, "agent-1 owns 4")
+    wait_for(lambda: len(stack.cpu_reported("agent-1")) >= 2, 15, "agent-1's CPU reports")
+    assert all(abs(value - 85.0) < 10 for value in stack.cpu_reported("agent-1")[1:])  # its own fixture's figure
+    stack.add_agent("agent-2", cpu_percent=10.0)
+    stack.produce(200, "a")
+    wait_for(lambda: "agent-2" in stack.owners().values(), 30, "the hot agent sheds leases to the idle one")
+    wait_for(stack.all_delivered, 30, "records delivered")
+    assert stack.cpu_reported("agent-2") and all(value < 20 for value in stack.cpu_reported("agent-2")[1:])
+    payloads = stack.ledger.payloads()
+    assert len(payloads) == len(set(payloads)) == 200

@@ -7,6 +7,7 @@ import pytest
 from coordinator.moves import MoveReason
 from services.api.assignments import encode_cursor
 from services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
+from shared.checkpoint import Checkpoint
 from shared.store import LeaseStore
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 
@@ -175,6 +176,25 @@ def test_malformed_status_is_reported_not_a_500(replica: Replica) -> None:
     explain = replica.client.get("/v1/assignments", params={"explain": "true"})
     assert explain.status_code == 503 and "cannot explain" in explain.json()["detail"]
     assert replica.client.get("/metrics").status_code == 200
+
+
+def test_checkpoint_age_counts_from_the_last_move_this_replica_saw(replica: Replica) -> None:
+    def ages() -> dict[str, float]:
+        items = replica.client.get("/v1/assignments").json()["items"]
+        return {lease["lease_key"]: lease["checkpoint_age_seconds"] for lease in items}
+
+    assert set(ages().values()) == {0.0}  # first look
+    replica.clock.advance(7.5)
+    assert set(ages().values()) == {7.5}
+    key, owner = sorted(replica.owners().items())[0]
+    assert owner is not None
+    assert replica.store.checkpoint(key, owner, Checkpoint("49590338271490256608559692538361571095921575989136588898")
+                                    ).applied
+    assert ages()[key] == 0.0  # seen moving now
+    replica.clock.advance(1.0)
+    moved = ages()
+    assert moved.pop(key) == 1.0
+    assert set(moved.values()) == {8.5}
 
 
 def test_a_failing_shard_sync_is_reported_while_leases_are_still_failed_over(replica: Replica) -> None:

@@ -44,7 +44,8 @@ def test_mutations_need_the_right_token(sqlite_store: LeaseStore, monkeypatch: p
     assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
     assert replica.client.post("/v1/workers/w1/drain", headers={"Authorization": "Basic abc"}).status_code == 401
     wrong = replica.client.post("/v1/workers/w1/drain", headers={"Authorization": "Bearer " + TOKEN[:-1] + "X"})
-    assert wrong.status_code == 403 and wrong.json()["detail"] == "wrong bearer token"
+    assert wrong.status_code == 401 and wrong.json()["detail"] == "wrong bearer token"
+    assert TOKEN not in wrong.text
     record = sqlite_store.get_worker("w1")
     assert record is not None and not record.drain_requested
     assert replica.client.post("/v1/workers/w1/drain", headers=replica.auth()).status_code == 200
@@ -84,7 +85,7 @@ def test_token_file_is_read_and_rotated(sqlite_store: LeaseStore, tmp_path: Path
     secret.write_text(rotated)
     stat = secret.stat()
     os.utime(secret, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
-    assert replica.client.post("/v1/workers/w1/undrain", headers=replica.auth()).status_code == 403
+    assert replica.client.post("/v1/workers/w1/undrain", headers=replica.auth()).status_code == 401
     good = replica.client.post("/v1/workers/w1/undrain", headers={"Authorization": f"Bearer {rotated}"})
     assert good.status_code == 200
 
@@ -96,3 +97,30 @@ def test_bad_token_file_fails_at_start(sqlite_store: LeaseStore, tmp_path: Path,
         secret.write_text(content)
     with pytest.raises(ConfigError, match="api_token_file"):
         Replica(sqlite_store, api_token_file=str(secret))
+
+
+READS = ("/v1/workers", "/v1/assignments", "/v1/leader", "/metrics")
+
+
+def test_open_reads_accept_no_token_and_the_right_one_but_reject_a_wrong_one(sqlite_store: LeaseStore) -> None:
+    replica = _seeded(sqlite_store, api_token=TOKEN)
+    for path in READS:
+        assert replica.client.get(path).status_code == 200, path
+        assert replica.client.get(path, headers=replica.auth()).status_code == 200, path
+        wrong = replica.client.get(path, headers={"Authorization": "Bearer hunter2-secret-but-wrong"})
+        assert wrong.status_code == 401, path
+        assert wrong.headers["www-authenticate"].startswith("Bearer"), path
+        assert "hunter2" not in wrong.text and TOKEN not in wrong.text
+        assert replica.client.get(path, headers={"Authorization": "Basic abc"}).status_code == 401, path
+
+
+def test_open_reads_without_a_configured_token_ignore_a_sent_one(sqlite_store: LeaseStore) -> None:
+    replica = _seeded(sqlite_store)
+    assert replica.client.get("/v1/workers", headers={"Authorization": "Bearer anything-at-all-123"}).status_code == 200
+
+
+def test_no_response_carries_the_token(sqlite_store: LeaseStore) -> None:
+    replica = _seeded(sqlite_store, api_token=TOKEN)
+    for path in (*READS, "/healthz", "/readyz", "/openapi.json"):
+        response = replica.client.get(path, headers=replica.auth())
+        assert TOKEN not in response.text, path

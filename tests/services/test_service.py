@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -14,12 +15,13 @@ import pytest
 
 from services.cli import main
 from services.coordinator_service import CoordinatorService
+from services.local_stack.state import ProcessEntry, StackState
 from shared.checkpoint import TRIM_HORIZON
 from shared.config import load_settings
 from shared.lease import new_lease
 from shared.store import LeaseStore
 from shared.store_factory import open_store
-from shared.worker import CPU_METRIC, WorkerRecord
+from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 from tests.services.harness import TOKEN
 from tests.support.stores import unique_app
 
@@ -64,9 +66,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         beat = next(beats)
         for index, (worker, cpu) in enumerate(WORKERS.items()):
             throughput = {SHARDS[index]: 512.0 * (index + 1)}
+            progress = {shard: LeaseProgress(250 * (number + 1) + index, 40 * (number + 1), 4000 * (number + 1))
+                        for number, shard in enumerate(SHARDS)}  # only the owner's entry is shown
             seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
                                               operating_range={CPU_METRIC: (100.0,)}, heartbeat=beat,
-                                              lease_throughput=throughput))
+                                              lease_throughput=throughput, lease_progress=progress))
         return True
 
     heartbeat()
@@ -127,6 +131,46 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
     assert "cannot reach the coordinator" in capsys.readouterr().err
 
 
+def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
+        running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead replica listed first (as after `scenario kill-leader`) is skipped; drain --undo needs no token flag."""
+    monkeypatch.setenv("COLUMNS", "200")
+    dead = "http://127.0.0.1:1"
+    StackState(os.getpid(), "app", "stream", "us-east-1", None, None, dead + "/", str(tmp_path / "control.sock"),
+               str(running.token_file), [ProcessEntry("coordinator-1", "coordinator", 1, dead, 1),
+                                         ProcessEntry("coordinator-2", "coordinator", 2, running.url, 2)]
+               ).write(tmp_path)
+    assert main(["status", "--run-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"replica: {running.url}" in out
+    assert all(shard in out for shard in SHARDS) and all(worker in out for worker in WORKERS)
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    assert main(["drain", "worker-alpha", "--run-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "drain requested for worker-alpha"
+    assert main(["drain", "worker-alpha", "--undo", "--run-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == "drain cleared for worker-alpha"
+    record = running.store.get_worker("worker-alpha")
+    assert record is not None and not record.drain_requested
+    assert main(["status", "--url", dead, "--url", running.url]) == 0  # a list of URLs works the same way
+    assert main(["status", "--run-dir", str(tmp_path / "nothing")]) == 2
+    assert "no running stack" in capsys.readouterr().err
+
+
+def test_openapi_declares_the_bearer_scheme_and_docs_need_no_internet(running: Running) -> None:
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"]["bearerToken"] == {
+            "type": "http", "scheme": "bearer", "description": schema["components"]["securitySchemes"][
+                "bearerToken"]["description"]}
+        assert schema["paths"]["/v1/workers/{worker_id}/drain"]["post"]["security"] == [{"bearerToken": []}]
+        page = client.get("/docs")
+        assert page.status_code == 200
+        assert "/docs-assets/swagger-ui-bundle.js" in page.text and "https://" not in page.text
+        script = client.get("/docs-assets/swagger-ui-bundle.js")
+        assert script.status_code == 200 and len(script.content) > 500_000
+        assert client.get("/docs-assets/swagger-ui.css").status_code == 200
+
+
 def _chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
@@ -134,28 +178,64 @@ def _chromium() -> str:
     return path
 
 
-def _headless(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _headless(binary: str, profile: Path, *args: str, budget: int = 4000) -> subprocess.CompletedProcess[str]:
     command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-               "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--virtual-time-budget=4000", *args]
+               "--disable-dev-shm-usage", f"--user-data-dir={profile}", f"--virtual-time-budget={budget}", *args]
     return subprocess.run(command, capture_output=True, text=True, timeout=90, check=False)
 
 
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
 def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path) -> None:
+    """Every panel is drawn with the API's values (the DOM Chromium renders), and the screenshot is taken."""
     binary = _chromium()
     dom = _headless(binary, tmp_path / "profile-dom", "--dump-dom", running.url + "/")
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
-    for worker in WORKERS:
-        assert f'data-worker="{worker}"' in html, worker
-    for shard in SHARDS:
-        assert f'data-lease="{shard}"' in html, shard
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        workers = client.get("/v1/workers").json()["items"]
+        leases = client.get("/v1/assignments").json()["items"]
+        leader = client.get("/v1/leader").json()
+    for worker in workers:  # cards with CPU, a history sparkline and a drain button each
+        assert f'data-worker="{worker["worker_id"]}"' in html, worker
+        assert f'data-cpu="{worker["cpu_ema"]:.1f}"' in html, worker
+        assert f'data-drain="{worker["worker_id"]}"' in html
+    assert html.count('class="spark tp"') == len(workers) and html.count('class="spark lag"') == len(workers)
+    for lease in leases:  # placement chips and per-shard rows: lag, records, KiB/s, checkpoint age
+        assert f'data-lease="{lease["lease_key"]}"' in html, lease
+        row = html[html.index(f'data-shard="{lease["lease_key"]}"'):]
+        row = row[:row.index("</tr>")]
+        assert f'data-lag="{lease["millis_behind_latest"]}"' in row, row
+        assert f'data-records="{lease["records_processed"]}"' in row, row
+        assert lease["millis_behind_latest"] is not None and lease["records_processed"] is not None
+        assert "data-checkpoint-age=" in row and 'data-checkpoint-age=""' not in row
     assert "leader <b>coord-1</b>" in html
+    assert 'data-replica="coord-1"' in html and 'data-leader="coord-1"' in html
+    assert f'data-failed-runs="{leader["status"]["totals"]["failed_runs"]}"' in html
+    assert 'data-last-run="ok"' in html
+    assert 'data-replica-row="coord-1"' in html  # the replica list (this fixture runs one replica)
+    assert f'data-moves="{len(leader["status"]["recent_moves"])}"' in html  # moves over time
     assert "UNASSIGNED" in html  # recent moves with their reasons
     assert 'id="problem" class="problem" hidden=""' in html  # no error banner
+    assert "data-alert" not in html  # no failed runs, no rejected rows
     shot = tmp_path / "dashboard.png"
-    taken = _headless(binary, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,1000",
+    taken = _headless(binary, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,1800",
                       "--hide-scrollbars", running.url + "/")
     assert taken.returncode == 0, taken.stderr[-2000:]
-    assert shot.stat().st_size > 10_000
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _png_size(shot) == (1400, 1800)
+    assert shot.stat().st_size > 60_000  # a drawn page, not a blank one (a blank 1400x1800 PNG is a few KiB)
+    keep = os.environ.get("SHARDHERD_SCREENSHOT_DIR")
+    if keep:
+        shutil.copy(shot, Path(keep) / "dashboard.png")
+
+
+def test_docs_page_renders_offline_in_headless_chromium(running: Running, tmp_path: Path) -> None:
+    dom = _headless(_chromium(), tmp_path / "profile-docs", "--dump-dom", running.url + "/docs", budget=15000)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert "/v1/workers/{worker_id}/drain" in dom.stdout  # Swagger UI drew the operations from local assets
+    assert "opblock" in dom.stdout and "Unable to render" not in dom.stdout

@@ -1,0 +1,314 @@
+"""Live lease churn: run the real local stack, warm up, then count owner changes and handoff stalls per shard.
+
+Usage: python -m bench.churn [--spark] [--runs 3] [--warmup 60] [--window 180] [--scenario hot-shard|add-agent]
+       [--set NAME=VALUE ...]
+
+Each run starts `shardherd up` (plain agents unless `--spark`; `--api-port 0`; a run directory under `--run-root`),
+waits `--warmup` seconds, then polls `GET /v1/assignments` every `--poll` seconds for `--window` seconds: an owner
+change is a new `owner` of a lease (a graceful handoff counts once, when it starts); a shard stalls while its lease
+has a `checkpoint_owner` (a handoff under way). The leader's published recent moves give each move's reason.
+
+With `--scenario`, the action (`hot-shard` on the busiest shard, or `add-agent`) happens right after the warm-up; the
+bench then reports how many balancing runs moved leases in the `--settle` seconds after it, and the owner changes in
+the window that follows (the issue's target: balanced within 3 balancing runs, then 0 further moves).
+
+`--set NAME=VALUE` passes a setting to every process of the stack (`SHARDHERD_NAME=VALUE`), e.g.
+`--set disable_worker_metrics=true`. Prints one line per run and the median and maximum over runs (the machine is
+shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from services.local_stack.control import request
+from services.local_stack.state import StackNotRunning, StackState
+from services.status_cli import ApiError, OperatorClient
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 240.0
+
+
+@dataclass
+class Window:
+    """What one polling window saw."""
+
+    seconds: float = 0.0
+    changes: Counter[str] = field(default_factory=Counter)  # owner changes per shard
+    stalled: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # seconds in handoff per shard
+    worst_minute: dict[str, float] = field(default_factory=dict)  # most handoff seconds of any minute, per shard
+    paths: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # owners in order, per shard
+    # per shard: (seconds since its last owner change or None if none seen, KiB/s the API shows) at every poll
+    rates: dict[str, list[tuple[float | None, float]]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def moves(self) -> int:
+        """Owner changes over all shards."""
+        return sum(self.changes.values())
+
+    def per_ten_minutes(self) -> float:
+        """Owner changes scaled to ten minutes."""
+        return self.moves * 600.0 / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class RunFigures:
+    """One run's figures."""
+
+    window: Window
+    reasons: Counter[str]
+    details: list[str]
+    balancing_runs: int | None = None  # scenario: balancing runs with moves during the settle period
+    settle_moves: int | None = None
+
+
+def _poll(urls: list[str], token: str | None) -> dict[str, dict[str, Any]] | None:
+    for url in urls:
+        client = OperatorClient(url, token, timeout=3.0)
+        try:
+            return {lease["lease_key"]: lease for lease in client.leases() if lease["state"] != "finished"}
+        except ApiError:
+            continue
+        finally:
+            client.close()
+    return None
+
+
+def _leader_status(urls: list[str], token: str | None) -> dict[str, Any] | None:
+    for url in urls:
+        client = OperatorClient(url, token, timeout=3.0)
+        try:
+            status: dict[str, Any] | None = client.call("GET", "/v1/leader")["status"]
+            return status
+        except ApiError:
+            continue
+        finally:
+            client.close()
+    return None
+
+
+def watch(state: StackState, seconds: float, poll: float) -> Window:
+    """Poll the assignments for `seconds`: owner changes, and handoff seconds per shard (worst minute too)."""
+    urls, token = state.api_urls(), state.api_token()
+    window = Window()
+    owners: dict[str, str | None] = {}
+    changed_at: dict[str, float] = {}
+    minute: dict[tuple[str, int], float] = defaultdict(float)
+    started = last = time.monotonic()
+    while time.monotonic() - started < seconds:
+        time.sleep(max(0.0, poll - (time.monotonic() - last)))
+        now = time.monotonic()
+        step, last = now - last, now
+        leases = _poll(urls, token)
+        if leases is None:
+            continue
+        for key, lease in leases.items():
+            owner = lease["owner"]
+            if key in owners and owner != owners[key] and owner is not None:
+                window.changes[key] += 1
+                window.paths[key].append(owner)
+                changed_at[key] = now
+            elif key not in owners:
+                window.paths[key].append(str(owner))
+            owners[key] = owner
+            if lease["throughput_kbps"] is not None:
+                since = now - changed_at[key] if key in changed_at else None
+                window.rates[key].append((since, float(lease["throughput_kbps"])))
+            if lease["checkpoint_owner"] is not None:
+                window.stalled[key] += step
+                minute[(key, int((now - started) // 60))] += step
+    window.seconds = time.monotonic() - started
+    for (key, _), stalled in minute.items():
+        window.worst_minute[key] = max(window.worst_minute.get(key, 0.0), stalled)
+    return window
+
+
+SETTLED_AFTER = 20.0  # seconds after an owner change from which a shard's reported rate counts as settled
+
+
+def noise_lines(window: Window) -> list[str]:
+    """Per shard: median KiB/s and spread of settled reports, and how far reports in the 10 s after a move stray."""
+    lines = []
+    for key in sorted(window.rates):
+        settled = [rate for since, rate in window.rates[key] if since is None or since >= SETTLED_AFTER]
+        fresh = [rate for since, rate in window.rates[key] if since is not None and since < 10.0]
+        if len(settled) < 3:
+            continue
+        median, mean = statistics.median(settled), statistics.fmean(settled)
+        spread = statistics.pstdev(settled) / mean if mean else 0.0
+        after = ""
+        if fresh and median:
+            ratios = [rate / median for rate in fresh]
+            after = f"; in the 10 s after a move {min(ratios):.2f}-{max(ratios):.2f} x that median"
+        lines.append(f"  {key}: settled {median:.2f} KiB/s median, sd/mean {spread:.2f}, range "
+                     f"{min(settled):.2f}-{max(settled):.2f}{after}")
+    return lines
+
+
+def moves_since(status: dict[str, Any] | None, since_wall: float) -> list[dict[str, Any]]:
+    """The leader's published moves of runs that started at or after `since_wall` (wall clock)."""
+    if status is None:
+        return []
+    return [move for move in status["recent_moves"] if move["run_started_at"] >= since_wall]
+
+
+class StackRun:
+    """One `shardherd up` process in its own run directory; stopped (and waited for) on exit."""
+
+    def __init__(self, run_dir: Path, spark: bool, settings: dict[str, str], extra: Sequence[str]) -> None:
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **{f"SHARDHERD_{name.upper()}": value for name, value in settings.items()}}
+        args = [sys.executable, "-m", "services.cli", "up", "--api-port", "0", "--run-dir", str(run_dir),
+                "--interval", "10", "--spark" if spark else "--no-spark", *extra]
+        self._log = open(run_dir / "up.out", "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+
+    def wait_ready(self, shards: int) -> StackState:
+        """The stack's state once every shard has an owner; RuntimeError if it exits or takes too long."""
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"shardherd up exited with {self.process.returncode}; see {self.run_dir}/up.out")
+            try:
+                state = StackState.read(self.run_dir)
+            except StackNotRunning:
+                time.sleep(1)
+                continue
+            leases = _poll(state.api_urls(), state.api_token())
+            if leases and len(leases) >= shards and all(lease["owner"] for lease in leases.values()):
+                return state
+            time.sleep(1)
+        raise RuntimeError(f"the stack in {self.run_dir} did not assign every shard within {START_TIMEOUT:.0f} s")
+
+    def stop(self) -> None:
+        """SIGTERM the stack (it stops its children in order) and wait; SIGKILL its group after 90 s."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self._log.close()
+
+
+def _busiest_shard(state: StackState) -> str:
+    leases = _poll(state.api_urls(), state.api_token()) or {}
+    return max(leases, key=lambda key: (leases[key]["throughput_kbps"] or 0.0, key))
+
+
+def one_run(args: argparse.Namespace, index: int) -> RunFigures:
+    """Start the stack, warm up, (act,) watch, stop; the figures of this run."""
+    run_dir = Path(args.run_root).resolve() / f"run-{int(time.time())}-{index}"
+    settings = dict(item.split("=", 1) for item in args.set)
+    extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
+             "--seed", str(args.seed + index), "--duration", str(args.warmup + args.settle + args.window + 600)]
+    stack = StackRun(run_dir, args.spark, settings, extra)
+    try:
+        state = stack.wait_ready(args.shards)
+        time.sleep(args.warmup)
+        balancing_runs = settle_moves = None
+        acted = time.time()
+        if args.scenario == "hot-shard":
+            shard = _busiest_shard(state)
+            request(state.control_socket, "hot-shard", shard=shard, rate=args.hot_rate)
+            print(f"  hot-shard: {shard} +{args.hot_rate:.0f} records/s", flush=True)
+        elif args.scenario == "add-agent":
+            print(f"  add-agent: {request(state.control_socket, 'add-agent')['name']}", flush=True)
+            state = StackState.read(run_dir)
+        if args.scenario:
+            time.sleep(args.settle)
+            settled = moves_since(_leader_status(state.api_urls(), state.api_token()), acted)
+            balancing = [m for m in settled if m["reason"].startswith("BALANCE")]
+            balancing_runs = len({m["run_started_at"] for m in balancing})
+            settle_moves = len(settled)
+        began = time.time()
+        window = watch(state, args.window, args.poll)
+        moved = moves_since(_leader_status(state.api_urls(), state.api_token()), began)
+        reasons = Counter(move["reason"] for move in moved)
+        details = [f"{m['lease_key']}: {m['from_owner']} -> {m['to_worker']} {m['reason']}: {m['detail']}"
+                   for m in moved[: args.details]]
+        return RunFigures(window, reasons, details, balancing_runs, settle_moves)
+    finally:
+        stack.stop()
+
+
+def _summary(name: str, values: Sequence[float]) -> str:
+    return f"{name} median {statistics.median(values):.1f} max {max(values):.1f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spark", action="store_true", help="Spark agents (default: plain agents)")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--warmup", type=float, default=60.0, help="seconds after every shard has an owner")
+    parser.add_argument("--window", type=float, default=180.0, help="seconds of counting")
+    parser.add_argument("--poll", type=float, default=1.0, help="seconds between polls of /v1/assignments")
+    parser.add_argument("--scenario", choices=("hot-shard", "add-agent"), default=None)
+    parser.add_argument("--settle", type=float, default=60.0, help="seconds the fleet gets after a scenario")
+    parser.add_argument("--hot-rate", type=float, default=400.0, help="extra records/s for hot-shard")
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--agents", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--details", type=int, default=12, help="moves to print with their reasons")
+    parser.add_argument("--noise", action="store_true", help="print the spread of each shard's reported KiB/s")
+    parser.add_argument("--run-root", default=".shardherd/churn")
+    parser.add_argument("--json", help="append each run's figures to this file (JSON lines)")
+    args = parser.parse_args(argv)
+    kind = "Spark" if args.spark else "plain"
+    print(f"churn: {kind} agents, {args.shards} shards, {args.agents} agents, {args.rate:.0f} records/s; warm-up "
+          f"{args.warmup:.0f} s, window {args.window:.0f} s{'; ' + args.scenario if args.scenario else ''}"
+          f"{'; ' + ' '.join(args.set) if args.set else ''}", flush=True)
+    figures: list[RunFigures] = []
+    for index in range(args.runs):
+        result = one_run(args, index)
+        figures.append(result)
+        w = result.window
+        worst = max(w.worst_minute.values(), default=0.0)
+        scenario = "" if result.balancing_runs is None else \
+            f"; after {args.scenario}: {result.settle_moves} moves in {result.balancing_runs} balancing runs"
+        print(f"run {index + 1}: {w.moves} owner changes in {w.seconds:.0f} s ({w.per_ten_minutes():.0f} per 10 min);"
+              f" handoff seconds {sum(w.stalled.values()):.1f}, worst shard-minute {worst:.1f} s; reasons "
+              f"{dict(result.reasons) or '-'}{scenario}", flush=True)
+        for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
+            print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: "
+                  f"{' -> '.join(w.paths[key])}")
+        for line in result.details:
+            print(f"  move {line}")
+        if args.noise:
+            print("  reported throughput per shard (GET /v1/assignments at every poll):")
+            print("\n".join(noise_lines(w)))
+        if args.json:
+            with open(args.json, "a", encoding="utf-8") as out:
+                out.write(json.dumps({"kind": kind, "settings": args.set, "scenario": args.scenario,
+                                      "moves": w.moves, "seconds": w.seconds, "per_10_min": w.per_ten_minutes(),
+                                      "handoff_seconds": sum(w.stalled.values()), "worst_minute": worst,
+                                      "reasons": dict(result.reasons), "balancing_runs": result.balancing_runs,
+                                      "settle_moves": result.settle_moves}) + "\n")
+    if len(figures) > 1:
+        print(f"over {len(figures)} runs: " + "; ".join([
+            _summary("owner changes", [f.window.moves for f in figures]),
+            _summary("per 10 min", [f.window.per_ten_minutes() for f in figures]),
+            _summary("worst shard-minute in handoff (s)",
+                     [max(f.window.worst_minute.values(), default=0.0) for f in figures])]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""GET /v1/replicas: every coordinator replica as it last reported itself, with its API URL and last error."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from services.api.auth import AUTH_RESPONSES, require_read_token
+from services.api.context import ApiContext, context
+from services.replicas import REPORT_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
+
+router = APIRouter(prefix="/v1", tags=["replicas"], dependencies=[Depends(require_read_token)])
+
+# A replica that missed this many reports is shown as silent (it may be gone; entries age out after 5 minutes).
+SILENT_REPORTS = 3
+
+
+class ReplicaOut(ReplicaEntry):
+    """A replica's report, judged by the replica answering."""
+
+    report_age_seconds: float = Field(description="this replica's wall clock minus the report time")
+    silent: bool = Field(description=f"no report for {SILENT_REPORTS} report periods ({REPORT_SECONDS:.0f} s each)")
+
+
+class ReplicasPage(BaseModel):
+    """Every replica that reported in the last minutes, sorted by id."""
+
+    items: list[ReplicaOut]
+    error: Annotated[str | None, Field(description="why the stored list could not be read")] = None
+
+
+@router.get("/replicas", response_model=ReplicasPage, responses=AUTH_RESPONSES,
+            summary="Every coordinator replica: API URL, leading or following, last report, last error")
+def list_replicas(ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
+    """The replica list every replica keeps fresh in the coordinator-state table."""
+    try:
+        entries, _ = read_replicas(ctx.store)
+    except MalformedReplicas as exc:
+        return ReplicasPage(items=[], error=str(exc))
+    now = ctx.clock.time()
+    return ReplicasPage(items=[
+        ReplicaOut(**entry.model_dump(), report_age_seconds=round(max(0.0, now - entry.reported_at), 3),
+                   silent=now - entry.reported_at > SILENT_REPORTS * REPORT_SECONDS) for entry in entries])

@@ -1,0 +1,130 @@
+"""Which coordinator replicas exist: each replica reports itself into one shared coordinator-state item.
+
+Only the leader has run history; an operator also needs to see the followers (is the standby alive? where is its
+API?) and what went wrong on each. Every replica rewrites its own entry of the item `CoordinatorReplicas` every few
+seconds: id, API URL, start time, last report, whether it leads (and in which epoch), and the last error it met
+(a failed leader run or a failed lock tick, with its time). Writes are optimistic (the item's version must be the one
+read), so concurrent replicas never lose each other's entries; a conflict is retried at the next report. Entries not
+refreshed for FORGET_SECONDS are dropped; the item is bounded by MAX_REPLICAS entries.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Annotated
+
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+
+from coordinator.run_summary import RunSummary
+from shared.clock import Clock
+from shared.errors import ShardherdError
+from shared.store import LeaseStore
+
+log = logging.getLogger(__name__)
+
+REPLICAS_KEY = "CoordinatorReplicas"
+ENTRIES_ATTRIBUTE = "replicas"
+VERSION_ATTRIBUTE = "replicasVersion"
+REPORT_SECONDS = 5.0
+FORGET_SECONDS = 300.0
+MAX_REPLICAS = 32
+MAX_ERROR_CHARS = 300
+
+
+class ReplicaEntry(BaseModel):
+    """One replica as it last reported itself."""
+
+    replica_id: str
+    api_url: str | None
+    started_at: float = Field(description="wall-clock seconds since the epoch on the replica")
+    reported_at: float = Field(description="its last report, wall-clock seconds on the replica")
+    leading: bool
+    epoch: Annotated[int | None, Field(description="the epoch it leads in (null when following)")] = None
+    last_error: Annotated[str | None, Field(description="the last failed leader run or lock tick on it")] = None
+    last_error_at: float | None = None
+
+
+_ENTRIES = TypeAdapter(list[ReplicaEntry])
+LeaderProbe = Callable[[], tuple[bool, int | None]]  # (leading now, epoch)
+
+
+class MalformedReplicas(ShardherdError):
+    """The stored replica list cannot be read."""
+
+
+def read_replicas(store: LeaseStore) -> tuple[list[ReplicaEntry], int | None]:
+    """The entries (sorted by id) and the item's version (None before any replica reported)."""
+    item = store.get_state(REPLICAS_KEY)
+    if item is None:
+        return [], None
+    version, raw = item.get(VERSION_ATTRIBUTE), item.get(ENTRIES_ATTRIBUTE)
+    if not isinstance(version, int) or not isinstance(raw, str):
+        raise MalformedReplicas(f"{REPLICAS_KEY}: needs an integer {VERSION_ATTRIBUTE} and a JSON {ENTRIES_ATTRIBUTE}")
+    try:
+        entries = _ENTRIES.validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]["msg"]
+        raise MalformedReplicas(f"{REPLICAS_KEY}: {exc.error_count()} problems, first: {first}") from exc
+    return sorted(entries, key=lambda entry: entry.replica_id), version
+
+
+class ReplicaReporter:
+    """Keeps this replica's entry fresh; `note_error` records what went wrong for operators to see."""
+
+    def __init__(self, store: LeaseStore, replica_id: str, clock: Clock, is_leader: LeaderProbe) -> None:
+        self._store = store
+        self._clock = clock
+        self._is_leader = is_leader
+        self._entry = ReplicaEntry(replica_id=replica_id, api_url=None, started_at=clock.time(),
+                                   reported_at=clock.time(), leading=False)
+        self._guard = threading.Lock()
+
+    def set_api_url(self, url: str) -> None:
+        """Where this replica serves the API (known once the server is bound)."""
+        with self._guard:
+            self._entry = self._entry.model_copy(update={"api_url": url})
+
+    def note_run(self, summary: RunSummary) -> None:
+        """LeaderLoop hook: remember a failed run's error."""
+        if summary.error is not None:
+            self.note_error(f"leader run (epoch {summary.epoch}) failed: {summary.error}")
+
+    def note_error(self, error: str) -> None:
+        """Remember the newest error (shortened) with its time."""
+        with self._guard:
+            self._entry = self._entry.model_copy(update={"last_error": error[:MAX_ERROR_CHARS],
+                                                         "last_error_at": self._clock.time()})
+
+    def report(self) -> bool:
+        """Write this replica's entry (dropping stale ones); False on a write conflict or malformed item."""
+        leading, epoch = self._is_leader()
+        now = self._clock.time()
+        with self._guard:
+            self._entry = self._entry.model_copy(update={"reported_at": now, "leading": leading, "epoch": epoch})
+            mine = self._entry
+        try:
+            entries, version = read_replicas(self._store)
+        except MalformedReplicas as exc:
+            log.warning("replacing the replica list: %s", exc)
+            self._store.delete_state(REPLICAS_KEY)
+            entries, version = [], None
+        others = [entry for entry in entries
+                  if entry.replica_id != mine.replica_id and now - entry.reported_at <= FORGET_SECONDS]
+        others.sort(key=lambda entry: entry.reported_at, reverse=True)
+        kept = sorted([mine, *others[:MAX_REPLICAS - 1]], key=lambda entry: entry.replica_id)
+        return self._store.put_state(
+            REPLICAS_KEY, {VERSION_ATTRIBUTE: (version or 0) + 1, ENTRIES_ATTRIBUTE: _ENTRIES.dump_json(kept).decode()},
+            condition={VERSION_ATTRIBUTE: version})
+
+    def run(self, stop: threading.Event, period: float = REPORT_SECONDS) -> None:
+        """Report every `period` s until `stop` is set (store trouble is logged, never fatal)."""
+        while not stop.is_set():
+            try:
+                if not self.report():
+                    log.info("replica list changed under us; reporting again in %.0f s", period)
+            except ShardherdError as exc:
+                log.warning("could not report this replica: %s", exc)
+            stop.wait(period)
+

@@ -1,0 +1,52 @@
+"""The replica list: every replica reports itself, optimistic writes keep concurrent reports, stale ones age out."""
+
+from __future__ import annotations
+
+from coordinator.run_summary import RunSummary
+from services.replicas import FORGET_SECONDS, REPLICAS_KEY, ReplicaReporter, read_replicas
+from shared.clock import ManualClock
+from shared.store import LeaseStore
+from tests.services.harness import Replica
+
+
+def _reporter(store: LeaseStore, name: str, clock: ManualClock, leading: bool = False) -> ReplicaReporter:
+    reporter = ReplicaReporter(store, name, clock, lambda: (leading, 3 if leading else None))
+    reporter.set_api_url(f"http://127.0.0.1:1/{name}")
+    return reporter
+
+
+def test_replicas_report_concurrently_and_stale_ones_age_out(store: LeaseStore) -> None:
+    clock = ManualClock()
+    leader, standby = _reporter(store, "coord-a", clock, leading=True), _reporter(store, "coord-b", clock)
+    assert leader.report() and standby.report()
+    entries, version = read_replicas(store)
+    assert [(entry.replica_id, entry.leading, entry.epoch) for entry in entries] == [
+        ("coord-a", True, 3), ("coord-b", False, None)]
+    assert version == 2 and entries[1].api_url == "http://127.0.0.1:1/coord-b"
+
+    store.put_state(REPLICAS_KEY, {"replicasVersion": 7, "replicas": "[]"})  # someone wrote in between
+    leader.note_run(RunSummary(epoch=3, started_at=clock.time(), duration_ms=5.0, leases=0, active_workers=0,
+                               expired_leases=0, malformed_rows=0, balanced_this_run=False, plan=None,
+                               error="StoreUnavailable: throttled"))
+    assert leader.report()  # read-modify-write from the newest version
+    entries, version = read_replicas(store)
+    assert version == 8 and [entry.replica_id for entry in entries] == ["coord-a"]
+    assert entries[0].last_error == "leader run (epoch 3) failed: StoreUnavailable: throttled"
+
+    assert standby.report()
+    clock.advance(FORGET_SECONDS + 1)
+    assert leader.report()
+    assert [entry.replica_id for entry in read_replicas(store)[0]] == ["coord-a"]  # coord-b fell silent long ago
+
+
+def test_api_lists_replicas_with_age_and_silence(store: LeaseStore) -> None:
+    replica = Replica(store)
+    reporter = ReplicaReporter(store, "coord-z", replica.clock, lambda: (False, None))
+    assert reporter.report()
+    replica.clock.advance(20)
+    body = replica.client.get("/v1/replicas").json()
+    assert body["error"] is None
+    [entry] = body["items"]
+    assert entry["replica_id"] == "coord-z" and entry["report_age_seconds"] == 20.0 and entry["silent"] is True
+    store.put_state(REPLICAS_KEY, {"replicasVersion": "x", "replicas": "{"})
+    assert "CoordinatorReplicas" in replica.client.get("/v1/replicas").json()["error"]
