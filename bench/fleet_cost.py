@@ -9,12 +9,14 @@ at limit=1000) with a /metrics scrape every 15 s. The KCL 3.x bill comes from be
 same lease items and worker ids.
 
 The leader's run time is split into phases: `scan` and `write` from the requests the run made under a stated store
-latency model (LATENCY, sequential calls as the leader makes them), `decide` the decider's CPU time on this machine
-as the leader loop measures it (RunSummary.decide_ms; the machine is shared, so it is noisy). Growth with shards and
-with workers is fitted as a power law over a small grid and printed as exponents.
+latency model (LATENCY: calls one after another as the leader makes them, except the run's assignment writes, which
+go out on `leader_write_threads` parallel lanes and so cost the busiest lane's time), `decide` the decider's CPU time
+on this machine as the leader loop measures it (RunSummary.decide_ms; the machine is shared, so it is noisy). Growth
+with shards and with workers is fitted as a power law over a small grid and printed as exponents.
 
     python -m bench.fleet_cost                       # 8x3, 1000x50, 10000x1000 and the growth grid
     python -m bench.fleet_cost --sizes 1000x50 --no-grid
+    SHARDHERD_LEADER_WRITE_THREADS=1 python -m bench.fleet_cost ...   # the leader writing one at a time
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class LatencyModel:
         """One line for the report."""
         return (f"GetItem/UpdateItem/PutItem {self.item * 1000:.0f} ms, TransactWriteItems "
                 f"{self.transaction * 1000:.0f} ms, Scan/Query page {self.page * 1000:.0f} ms + 1 ms per 16 KiB read; "
-                f"calls one after another, as the leader makes them")
+                f"calls one after another as the leader makes them, assignment writes on parallel lanes")
 
 
 LATENCY = LatencyModel()
@@ -112,9 +114,10 @@ class CostResult:
 class RunTimer:
     """Prices each leader run's requests with the latency model, from the meter's counts between runs."""
 
-    def __init__(self, meter: StoreMeter, model: LatencyModel) -> None:
+    def __init__(self, meter: StoreMeter, model: LatencyModel, lanes: int) -> None:
         self._meter = meter
         self._model = model
+        self._lanes = lanes  # the leader's write threads (Settings.leader_write_threads)
         self._seen: dict[tuple[str, str], tuple[int, float]] = {}
         self.runs: list[RunCost] = []
 
@@ -136,7 +139,10 @@ class RunTimer:
                 scan += new * self._model.page + kib * self._model.page_per_kib
             elif row.table == INDEX_TABLE:
                 continue  # index writes are part of the table write
-            elif row.operation in ("assign", "handoff_start", "evict", "delete"):
+            elif row.operation in ("assign", "handoff_start"):  # the run's assignments: the busiest lane's time
+                write += math.ceil(new / self._lanes) * (self._model.transaction + self._model.item)  # + re-read
+                writes += new
+            elif row.operation in ("evict", "delete"):
                 write += new * self._model.transaction + new * self._model.item  # + the backend's re-read
                 writes += new
             else:
@@ -171,7 +177,7 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     assert isinstance(meter, StoreMeter) and fleet.loop is not None and fleet.lock is not None
     watch = LeaderWatch(fleet.store, "coordinator-a", fleet.clock)
     holder["watch"] = watch
-    timer = RunTimer(meter, LATENCY)
+    timer = RunTimer(meter, LATENCY, fleet.settings.leader_write_threads)
     fleet.calibrate(workers)
     fleet.add_workers(workers)
     if dashboard:
@@ -187,7 +193,7 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
         counted = len(decide_seconds)
     first = max(timer.runs, key=lambda run: run.total_s, default=None)
     meter.reset()
-    timer = RunTimer(meter, LATENCY)
+    timer = RunTimer(meter, LATENCY, fleet.settings.leader_write_threads)
     counted = len(decide_seconds)
     start = fleet.events.now()
     step = fleet.settings.lease_assignment_interval_millis / 1000

@@ -39,11 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         config.plan = FaultPlan(partition_seconds=25.0, burst_seconds=6.0)
     if args.metrics_off:
         config.overrides = {**config.overrides, **METRICS_OFF}
-    with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        report = run_soak(moto.endpoint_url, kinesis.endpoint_url, workdir, config,
-                          log=lambda line: print(line, flush=True))
+        with MotoServer() as moto, Kinesalite(shard_limit=500, log_path=workdir / "kinesalite.log") as kinesis:
+            report = run_soak(moto.endpoint_url, kinesis.endpoint_url, workdir, config,
+                              log=lambda line: print(line, flush=True))
     print(format_report(report))
     return 0 if report.ok else 1
 

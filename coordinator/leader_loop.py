@@ -7,12 +7,14 @@ cached shard list) belongs to one leader term and is reset when leadership is (r
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from coordinator.decide import decide
@@ -426,12 +428,17 @@ class LeaderLoop:
     # ------------------------------------------------------------------ writes
     def _write(self, term: _Term, plan: Plan, leases: dict[str, Lease], views: list[LeaseView], fence: Fence,
                tally: WriteTally) -> WriteTally:
+        """Apply the plan's moves, up to `leader_write_threads` fenced writes at once; tally them in plan order.
+
+        Every write stays conditional and fenced. Once one finds the fence lost, writes not yet started are skipped
+        and LeadershipLost is raised after those in flight return (they fail on the same fence).
+        """
         expired = {view.key for view in views if view.expired}
+        outcomes = self._outcomes(plan.moves, leases, expired, fence)
         handoffs = assigned = lost = 0
-        for move in plan.moves:
-            lease = leases[move.lease_key]
-            outcome = self._apply(move, lease, move.lease_key in expired, fence)
-            self._check_fence(outcome)
+        for move, outcome in zip(plan.moves, outcomes, strict=True):
+            if outcome is None or outcome.conflict is Conflict.FENCED:
+                continue
             if outcome.lease is not None:  # applied: the row now; lost: the row that won
                 leases[move.lease_key] = outcome.lease
             if not outcome.applied:
@@ -445,7 +452,39 @@ class LeaderLoop:
                 assigned += 1
                 if outcome.lease is not None:
                     term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, self._clock.monotonic())
+        if any(outcome is None or outcome.conflict is Conflict.FENCED for outcome in outcomes):
+            raise LeadershipLost()
         return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)
+
+    def _outcomes(self, moves: Sequence[Move], leases: dict[str, Lease], expired: set[str],
+                  fence: Fence) -> list[Outcome | None]:
+        """Each move's outcome, in order; None for a move skipped because the fence was lost or a write failed.
+
+        A store error is raised (the first in plan order) after the writes in flight return, as one write at a time
+        raised it before the writes after it.
+        """
+        stop = threading.Event()
+
+        def write(move: Move) -> Outcome | None:
+            if stop.is_set():
+                return None
+            try:
+                outcome = self._apply(move, leases[move.lease_key], move.lease_key in expired, fence)
+            except BaseException:
+                stop.set()
+                raise
+            if outcome.conflict is Conflict.FENCED:
+                stop.set()
+            return outcome
+
+        threads = min(self._settings.leader_write_threads, len(moves))
+        if threads <= 1:
+            return [write(move) for move in moves]
+        with ThreadPoolExecutor(threads, thread_name_prefix="leader-write") as pool:
+            # Each task runs in a copy of this context, so the store meter still attributes it to the leader.
+            futures: list[Future[Outcome | None]] = [
+                pool.submit(contextvars.copy_context().run, write, move) for move in moves]
+            return [future.result() for future in futures]
 
     def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence) -> Outcome:
         graceful = (self._graceful and not expired and not lease.is_finished and lease.checkpoint_owner is None

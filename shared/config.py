@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
     leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10, le=HOUR_MILLIS)
     leader_failure_threshold: int = Field(3, ge=1)
+    # Fenced assignment writes the leader has in flight at once: each waits on one store round trip, so a cold start
+    # placing 10,000 leases takes minutes one at a time. 8 keeps within the SQL backend's default pool (10) and the
+    # lock item's transaction-conflict retries on DynamoDB; 1 writes one after another.
+    leader_write_threads: int = Field(8, ge=1, le=64)
     # After releasing the lock for failed runs, the replica stays out of the election this long, so another replica
     # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
     leader_stand_down_millis: int = Field(6_000, ge=0, le=HOUR_MILLIS)

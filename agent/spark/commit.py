@@ -9,7 +9,8 @@ Order per batch: mark the planned shards held under the plan's tenure and not ha
 rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure -> unmark,
 which completes the handoffs that waited for this write. A handoff requested before the write started excludes the
 shard from it, so it completes at once, never waiting for a batch. A lost lease turns that shard's checkpoint into a
-logged no-op; the query keeps running for the other shards.
+logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and reaches Spark as
+a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from agent.spark.offsets import BatchOffset, InvalidOffset, ShardPlan
+from agent.spark.write_errors import BatchWriteFailed, is_interruption, summary
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,6 +85,15 @@ class CheckpointingSink:
                 log.info("batch %d: not writing rows of shards no longer held or handing off: %s", batch_id, gone)
                 df = df.filter(F.col("shard_id").isin([plan.shard_id for plan in held]))
             self._write(df, batch_id)
+        except Exception as exc:
+            # Spark gets a short copy (write_errors explains why); the whole error stays in this log.
+            if is_interruption(exc):
+                log.info("batch %d: the write was interrupted (the query is stopping); not checkpointed", batch_id)
+            else:
+                log.error("batch %d: the write failed; not checkpointed", batch_id, exc_info=exc)
+            self._committer.end_write(held)
+            raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
+        try:
             self._committer.commit_progress(batch_id, held)
         finally:
             self._committer.end_write(held)

@@ -57,8 +57,10 @@ class NodeEmulator:
         reshard_ms: int = 50,
         shard_limit: int = 100,
         node_modules: Path = NODE_MODULES,
+        log_path: Path | None = None,
     ) -> None:
         self.port = port or free_port()
+        self.log_path = log_path  # keep the emulator's output there (else a temporary file, gone after stop())
         self.node_modules = node_modules
         self.reshard_ms = reshard_ms  # how long CreateStream, DeleteStream, split and merge stay in a transient state
         self.shard_limit = shard_limit  # open shards allowed per account
@@ -99,7 +101,8 @@ class NodeEmulator:
         package_dir = self.node_modules / self.package
         if not (package_dir / "package.json").is_file():
             raise EmulatorNotInstalled(f"{self.package} is not installed in {self.node_modules}: run `{INSTALL_HINT}`")
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
+        # closed by stop()
+        self._log = tempfile.TemporaryFile() if self.log_path is None else open(self.log_path, "w+b")  # noqa: SIM115
         self._process = subprocess.Popen(
             [node, "-e", _PRELUDE + self._script(package_dir)],
             stdin=subprocess.PIPE,
