@@ -1,4 +1,4 @@
-"""KPL aggregated records: the wire format (magic, protobuf AggregatedRecord, MD5), decoder, encoder and aggregator.
+"""KPL aggregated records: the wire format (magic, protobuf AggregatedRecord, MD5), its checks, encoder and aggregator.
 
 Layout of an aggregated Kinesis record's data: the 4 magic bytes F3 89 9A C2, a protobuf `AggregatedRecord`, then the
 16-byte MD5 digest of that protobuf body. The protobuf schema (field numbers on the left):
@@ -9,8 +9,9 @@ Layout of an aggregated Kinesis record's data: the 4 magic bytes F3 89 9A C2, a 
                       3 required bytes data, 4 repeated Tag tags
     Tag:              1 required string key, 2 optional string value
 
-The protobuf wire format is decoded and encoded here directly (varints and length-delimited fields), so there is no
-protobuf dependency. Unknown fields are skipped, as protobuf readers do.
+Encoding is done here directly (varints and length-delimited fields: the producer side needs no protobuf runtime).
+Decoding lives in agent/kpl_decoding.py, which picks the protobuf runtime's C decoder (agent/kpl_protobuf.py) or the
+pure-Python one (agent/kpl_python.py).
 """
 
 from __future__ import annotations
@@ -21,14 +22,15 @@ from dataclasses import dataclass
 
 from shared.errors import ShardherdError
 
+# How a process may decode aggregates (agent/kpl_decoding.py): the fastest installed decoder, or pure Python.
+KPL_DECODERS = ("auto", "python")
 MAGIC = bytes((0xF3, 0x89, 0x9A, 0xC2))
 DIGEST_SIZE = 16
 # The KPL's default AggregationMaxSize; Kinesis itself takes records of up to 1 MiB.
 DEFAULT_MAX_AGGREGATE_BYTES = 51_200
 MAX_KINESIS_RECORD_BYTES = 1_048_576
 
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
-_MAX_VARINT_BYTES = 10
+_VARINT, _LENGTH_DELIMITED = 0, 2
 
 
 class BrokenAggregate(ShardherdError, ValueError):
@@ -50,122 +52,14 @@ def is_aggregate(data: bytes) -> bool:
     return len(data) >= len(MAGIC) + DIGEST_SIZE and data.startswith(MAGIC)
 
 
-def decode_aggregate(data: bytes) -> list[UserRecord]:
-    """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
+def aggregate_body(data: bytes) -> bytes:
+    """The protobuf body of an aggregate, after checking its magic bytes and MD5 digest (BrokenAggregate if wrong)."""
     if not is_aggregate(data):
         raise BrokenAggregate("data does not start with the KPL magic bytes or is shorter than magic plus digest")
     body = data[len(MAGIC) : -DIGEST_SIZE]
     if hashlib.md5(body, usedforsecurity=False).digest() != data[-DIGEST_SIZE:]:
         raise BrokenAggregate("MD5 digest does not match the protobuf body")
-    partition_keys: list[str] = []
-    hash_keys: list[str] = []
-    raw_records: list[bytes] = []
-    for number, value in _fields(body):
-        if number == 1:
-            partition_keys.append(_text(value, "partition key"))
-        elif number == 2:
-            hash_keys.append(_text(value, "explicit hash key"))
-        elif number == 3:
-            raw_records.append(_bytes(value, "record"))
-    if not raw_records:
-        raise BrokenAggregate("aggregate holds no records")
-    return [_decode_user_record(raw, partition_keys, hash_keys) for raw in raw_records]
-
-
-def _decode_user_record(raw: bytes, partition_keys: Sequence[str], hash_keys: Sequence[str]) -> UserRecord:
-    key_index: int | None = None
-    hash_index: int | None = None
-    data: bytes | None = None
-    tags: list[tuple[str, str | None]] = []
-    for number, value in _fields(raw):
-        if number == 1:
-            key_index = _int(value, "partition_key_index")
-        elif number == 2:
-            hash_index = _int(value, "explicit_hash_key_index")
-        elif number == 3:
-            data = _bytes(value, "data")
-        elif number == 4:
-            tags.append(_decode_tag(_bytes(value, "tag")))
-    if key_index is None or data is None:
-        raise BrokenAggregate("a record lacks its required partition_key_index or data")
-    if key_index >= len(partition_keys):
-        raise BrokenAggregate(f"partition_key_index {key_index} is out of range ({len(partition_keys)} keys)")
-    if hash_index is not None and hash_index >= len(hash_keys):
-        raise BrokenAggregate(f"explicit_hash_key_index {hash_index} is out of range ({len(hash_keys)} keys)")
-    explicit = hash_keys[hash_index] if hash_index is not None else None
-    return UserRecord(partition_keys[key_index], data, explicit, tuple(tags))
-
-
-def _decode_tag(raw: bytes) -> tuple[str, str | None]:
-    key: str | None = None
-    value: str | None = None
-    for number, field_value in _fields(raw):
-        if number == 1:
-            key = _text(field_value, "tag key")
-        elif number == 2:
-            value = _text(field_value, "tag value")
-    if key is None:
-        raise BrokenAggregate("a tag lacks its required key")
-    return key, value
-
-
-def _fields(buffer: bytes) -> Iterable[tuple[int, int | bytes]]:
-    """(field number, value) pairs of one protobuf message: ints for varints and fixed fields, bytes otherwise."""
-    position = 0
-    end = len(buffer)
-    while position < end:
-        key, position = _read_varint(buffer, position)
-        number, wire_type = key >> 3, key & 7
-        if number == 0:
-            raise BrokenAggregate("protobuf field number 0")
-        value: int | bytes
-        if wire_type == _VARINT:
-            value, position = _read_varint(buffer, position)
-        elif wire_type == _LENGTH_DELIMITED:
-            length, position = _read_varint(buffer, position)
-            if position + length > end:
-                raise BrokenAggregate(f"field {number} claims {length} bytes, only {end - position} left")
-            value, position = buffer[position : position + length], position + length
-        elif wire_type in (_FIXED64, _FIXED32):
-            size = 8 if wire_type == _FIXED64 else 4
-            if position + size > end:
-                raise BrokenAggregate(f"fixed-size field {number} is truncated")
-            value, position = int.from_bytes(buffer[position : position + size], "little"), position + size
-        else:
-            raise BrokenAggregate(f"unsupported protobuf wire type {wire_type} (field {number})")
-        yield number, value
-
-
-def _read_varint(buffer: bytes, position: int) -> tuple[int, int]:
-    result = 0
-    for shift_index in range(_MAX_VARINT_BYTES):
-        if position >= len(buffer):
-            raise BrokenAggregate("protobuf varint is truncated")
-        byte = buffer[position]
-        position += 1
-        result |= (byte & 0x7F) << (7 * shift_index)
-        if not byte & 0x80:
-            return result, position
-    raise BrokenAggregate("protobuf varint is longer than 10 bytes")
-
-
-def _int(value: int | bytes, what: str) -> int:
-    if not isinstance(value, int):
-        raise BrokenAggregate(f"{what} has the wrong wire type")
-    return value
-
-
-def _bytes(value: int | bytes, what: str) -> bytes:
-    if not isinstance(value, bytes):
-        raise BrokenAggregate(f"{what} has the wrong wire type")
-    return value
-
-
-def _text(value: int | bytes, what: str) -> str:
-    try:
-        return _bytes(value, what).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BrokenAggregate(f"{what} is not valid UTF-8") from exc
+    return body
 
 
 def encode_varint(value: int) -> bytes:

@@ -86,7 +86,6 @@ class KeeperTiming:
     failover: float
     margin: float
     handoff_timeout: float
-    metrics_report: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> KeeperTiming:
@@ -98,7 +97,6 @@ class KeeperTiming:
             failover=failover,
             margin=max(0.2, failover * 0.1),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
-            metrics_report=settings.worker_metrics_reporter_freq_millis / 1000,
         )
 
 
@@ -121,9 +119,9 @@ class LeaseKeeper:
         self._guard = threading.RLock()
         self._heartbeat_count = 0
         self._last_heartbeat_send: float | None = None
+        self._last_record: WorkerRecord | None = None  # the last row this keeper wrote
         self._next_heartbeat = 0.0
         self._next_discovery = 0.0
-        self._next_record = 0.0
         self._draining = False
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
 
@@ -188,7 +186,6 @@ class LeaseKeeper:
         """Announce DRAINING in the worker record so the leader moves every lease away gracefully."""
         self._draining = True
         self._next_heartbeat = 0.0
-        self._next_record = 0.0
 
     def release_all(self) -> list[str]:
         """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys."""
@@ -205,6 +202,27 @@ class LeaseKeeper:
                 released.append(key)
             self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
         return released
+
+    def retire(self) -> bool:
+        """Delete this worker's row on a graceful stop, after its leases were handed on or given back.
+
+        A leader, shardherd's or a Java KCL one, treats a worker whose row is fresh as active and may assign it
+        leases (KCL: for 60 s after the last write); without a row nothing is assigned to it. The delete is
+        conditioned on the row still being the one this keeper wrote last, so a process that reuses the worker id
+        and already wrote its own row keeps it. Returns True if the row was deleted.
+        """
+        last = self._last_record
+        if last is None:
+            return False
+        try:
+            deleted = self._store.delete_worker_if_unchanged(self._me, last.last_update, last.heartbeat)
+        except StoreUnavailable as exc:
+            log.warning("deleting the worker row of %s on stop failed (leaders see it expire instead): %s",
+                        self._me, exc)
+            return False
+        if deleted:
+            log.info("worker row of %s deleted on stop", self._me)
+        return deleted
 
     def give_back(self, lease_key: str) -> None:
         """Release a lease this worker cannot process, now or (if the store fails) at the next ticks.
@@ -270,8 +288,11 @@ class LeaseKeeper:
         return min(sends) + limit if sends else now + limit
 
     def _liveness(self, now: float) -> None:
-        if self._mode == "worker" or now >= self._next_record:
-            self._write_worker_record(now)
+        # The worker row is written every heartbeat in both modes: in `lease` mode too the leader (and the API)
+        # tell a dead agent from its row within a failover time, where KCL's rule (a row older than two reporter
+        # intervals) kept a killed agent "alive", and receiving leases, for a minute. Metric histories still change
+        # only once per reporter interval (MetricsReporter).
+        self._write_worker_record(now)
         if self._mode == "lease":
             for key, held in self.held_items():
                 self._renew(key, held)
@@ -297,7 +318,7 @@ class LeaseKeeper:
             log.warning("heartbeat failed: %s", exc)
             return
         self._last_heartbeat_send = sent
-        self._next_record = sent + (self._timing.heartbeat if self._mode == "worker" else self._timing.metrics_report)
+        self._last_record = record
 
     def _renew(self, key: str, held: HeldLease) -> None:
         sent = self._clock.monotonic()

@@ -21,13 +21,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
 from agent.records import DeaggregationCounters, Record, records_from_kinesis
-from coordinator.shard_lister import list_shards
 from shared.aws import make_client
 from shared.checkpoint import Checkpoint
 from shared.clock import Clock, SystemClock
 from shared.dynamo.errors import error_code, is_transient
 from shared.errors import ShardherdError
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

@@ -6,9 +6,11 @@ import logging
 import os
 import random
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent import kpl_decoding
 from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from agent.metrics.cpu_ecs import ECS_URI_ENV
 from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
@@ -17,15 +19,18 @@ from agent.metrics.throughput import ThroughputRecorder
 from agent.progress import ProgressBoard
 from agent.read_spec import ReadLimits
 from agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
+from coordinator.moves import WorkerStatus
+from coordinator.snapshot import WorkerView
+from coordinator.variance import classify
 from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings
-from shared.errors import ConfigError
+from shared.errors import ConfigError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
 from shared.store import LeaseStore
 from shared.store_factory import open_store
-from shared.worker import CPU_METRIC
+from shared.worker import CPU_METRIC, WorkerRecord, common_metric_kinds
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -41,15 +46,24 @@ class MetricsReporter:
     Until its first report a worker with a CPU source sends its operating range without a history: the leader then
     leaves it out (KCL's invalid-metrics rule) rather than taking it for a metric-less worker, which would have it
     balanced by throughput first and by CPU a few seconds later (and the switch made leases ping-pong).
+
+    With `fleet` (lease mode, where Java KCL workers may share the tables) the reporter also reads the other workers'
+    rows once per period and reports only the metric kinds every live one reports (shared.worker.common_metric_kinds):
+    next to a KCL worker without a CPU metric it reports none, so a KCL leader balances it by throughput share like
+    that worker instead of averaging its CPU alone (where it never looks out of balance and never gets a lease).
     """
 
-    def __init__(self, sampler: MetricsSampler, clock: Clock, period: float) -> None:
+    def __init__(self, sampler: MetricsSampler, clock: Clock, period: float,
+                 fleet: Callable[[], Iterable[WorkerRecord]] | None = None, me: str = "") -> None:
         self._sampler = sampler
         self._clock = clock
         self._period = period
+        self._fleet = fleet
+        self._me = me
         self._next = clock.monotonic() + min(2.0, period)  # KCL: first report after two capture periods
         self._last = WorkerMetrics() if sampler.source is None else WorkerMetrics(
             {}, {CPU_METRIC: (MAX_UTILISATION_PERCENT,)})
+        self._others: frozenset[str] | None = None  # kinds every other live worker reports; None: no other worker
 
     def __call__(self) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
         """The metric maps for the next worker record."""
@@ -57,7 +71,27 @@ class MetricsReporter:
         if now >= self._next:
             self._next = now + self._period
             self._last = self._sampler.report()
-        return dict(self._last.metric_stats), dict(self._last.operating_range)
+            self._others = self._fleet_kinds(self._others)
+        kinds = self._others
+        sts, opr = self._last.metric_stats, self._last.operating_range
+        if kinds is None:
+            return dict(sts), dict(opr)
+        return ({m: h for m, h in sts.items() if m in kinds}, {m: r for m, r in opr.items() if m in kinds})
+
+    def _fleet_kinds(self, previous: frozenset[str] | None) -> frozenset[str] | None:
+        """The kinds the other live, balanced workers all report (KCL's view: `lut` within two reporter periods)."""
+        if self._fleet is None:
+            return None
+        try:
+            rows = list(self._fleet())
+        except StoreUnavailable as exc:
+            log.warning("reading the other workers' metric kinds failed (kept the last answer): %s", exc)
+            return previous
+        cutoff = self._clock.time() - 2 * self._period
+        others = [row.metric_stats for row in rows
+                  if row.worker_id != self._me and row.last_update >= cutoff and not row.is_draining
+                  and classify(WorkerView.from_record(row)) is WorkerStatus.ACTIVE]
+        return common_metric_kinds(others) if others else None
 
 
 class Agent:
@@ -66,9 +100,10 @@ class Agent:
     def __init__(self, settings: Settings, factory: ProcessorFactory, clock: Clock | None = None,
                  store: LeaseStore | None = None, kinesis: KinesisClient | None = None,
                  limits: ReadLimits | None = None, rng: random.Random | None = None) -> None:
-        if settings.stream_name is None:
-            raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME)")
+        if not settings.stream_names:
+            raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
         self.settings = settings
+        self.kpl_decoder = kpl_decoding.use(settings.kpl_decoder)
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
@@ -82,21 +117,28 @@ class Agent:
         self._rng = rng or random.Random()
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
-        reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000)
+        reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000,
+                                   fleet=self._fleet_rows if settings.liveness_mode == "lease" else None,
+                                   me=settings.worker_id)
         self.progress = ProgressBoard(self.clock)
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
-            stream_name=settings.stream_name, factory=factory, throughput=self.throughput, progress=self.progress,
+            stream_name=settings.stream_name, stream_names=frozenset(settings.stream_names), factory=factory,
+            throughput=self.throughput, progress=self.progress,
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
+            stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
         )
         self.workers: dict[str, ShardWorker] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+
+    def _fleet_rows(self) -> list[WorkerRecord]:
+        return self.store.scan_workers().workers
 
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
@@ -137,6 +179,8 @@ class Agent:
                 source.sample()  # delta-based sources answer 0 on their first call: take that one outside the history
             except Exception as exc:  # the sampler counts later failures; this one only primes the baseline
                 log.warning("priming the CPU source failed: %s", exc)
+        log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
+                 self.settings.kpl_decoder)
         self._sampling.start()
         self._thread.start()
         return self
@@ -152,7 +196,10 @@ class Agent:
             self._stop.wait(TICK_SECONDS)
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
-        """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest."""
+        """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest.
+
+        Last, the worker's row is deleted (LeaseKeeper.retire), so no leader assigns it leases afterwards.
+        """
         if drain:
             self._drain(drain_timeout)
         with self._guard:
@@ -164,6 +211,7 @@ class Agent:
         self.keeper.release_all()
         self._stop.set()
         self._thread.join(10)
+        self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
 
     def _drain(self, timeout: float | None) -> None:

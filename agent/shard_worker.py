@@ -11,8 +11,8 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from agent.records import Record
 from shared.checkpoint import Sentinel
 from shared.clock import Clock
 from shared.lease import Lease
+from shared.streams import stream_to_read
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -50,7 +51,7 @@ class ShardContext:
 
     keeper: LeaseKeeper
     kinesis: KinesisClient
-    stream_name: str
+    stream_name: str | None  # a single-stream application's stream; None in a multi-stream application
     factory: ProcessorFactory
     throughput: ThroughputRecorder
     progress: ProgressBoard
@@ -60,6 +61,12 @@ class ShardContext:
     retry_delay: float = 1.0
     attempts: int = 3  # failed attempts at a shard before its lease is given back
     max_backoff: float = 30.0
+    stream_names: frozenset[str] = frozenset()  # the streams of a multi-stream application
+    stream_timestamps: Mapping[str, datetime | None] = field(default_factory=dict)  # per-stream AT_TIMESTAMP
+
+    def stream_of(self, lease: Lease) -> str:
+        """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
+        return stream_to_read(lease, self.stream_name, self.stream_names)
 
 
 def start_position(lease: Lease, initial_timestamp: datetime | None) -> StartPosition:
@@ -128,13 +135,14 @@ class ShardWorker:
             return None  # lost meanwhile
         self.lease = lease
         try:
+            stream = self._ctx.stream_of(lease)
             processor = self._ctx.factory()
-            position = start_position(lease, self._ctx.initial_timestamp)
+            position = start_position(lease, self._ctx.stream_timestamps.get(stream, self._ctx.initial_timestamp))
             processor.initialize(lease.shard, lease.checkpoint)
         except Exception as exc:  # any failure of user code or configuration is retried, then the lease given back
             return f"{type(exc).__name__}: {exc}"
         try:
-            ended = self._loop(processor, position)
+            ended = self._loop(processor, stream, position)
         except LeaseLost:
             ended = False
             with self._guard:
@@ -145,12 +153,12 @@ class ShardWorker:
         self._finish(processor, ended)
         return None
 
-    def _loop(self, processor: RecordProcessor, position: StartPosition) -> bool:
+    def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition) -> bool:
         """Read and process until stopped; True when the shard ended."""
         while self._stop is None:
             if position.at_shard_end:
                 return True
-            reader = ShardReader(self._ctx.kinesis, self._ctx.stream_name, self.lease.shard, position,
+            reader = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position,
                                  self._ctx.limits, self._ctx.clock)
             with self._guard:
                 if self._stop is not None:

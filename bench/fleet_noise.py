@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agent.metrics.throughput import ThroughputRecorder
-from coordinator.shards import MAX_HASH_KEY, Shard
+from shared.shards import MAX_HASH_KEY, Shard
 
 if TYPE_CHECKING:
     from bench.fleet_sim import Fleet, SimWorker, Stream

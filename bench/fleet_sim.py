@@ -45,12 +45,12 @@ from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.run_summary import RunSummary
 from coordinator.shard_sync import plan_shard_sync
-from coordinator.shards import MAX_HASH_KEY, Shard
 from shared.checkpoint import Checkpoint
 from shared.clock import ManualClock
 from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
+from shared.shards import MAX_HASH_KEY, Shard
 from shared.store import LeaseStore, Outcome, TableNames
 from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord, WorkerState
 
@@ -285,7 +285,7 @@ class SimWorker:
             self.fleet.noise.stopped(self, key)
 
     def _hand_over(self, key: str) -> None:
-        """Final checkpoint, then complete the handoff (reference 4.3 step 3)."""
+        """Final checkpoint, then complete the handoff (KCL 3.x's graceful handoff, step 3: docs/store-semantics.md)."""
         self.leaving.discard(key)
         self._stop(key)
         if not self.alive:

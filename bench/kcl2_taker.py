@@ -1,4 +1,4 @@
-"""A model of KCL 2.x's lease taker (reference section 11), for comparison with the leader-based assignment.
+"""A model of KCL 2.x's lease taker (`DynamoDBLeaseTaker`), for comparison with the leader-based assignment.
 
 Every worker runs `take_leases()` on its own schedule (`(failover + epsilon) x 2`, fixed delay): a full scan, expiry
 judged from counters it watched change on its own clock, a lease-count target of `ceil(leases / visible workers)`,

@@ -31,8 +31,8 @@ from typing import Any
 from agent.kpl import UserRecord, encode_aggregate
 from agent.spark.driver import SparkAgent
 from agent.spark.offsets import Caps
-from examples.local_stack import LocalStack, local_spark
 from shared.aws import make_client
+from tests.support.stream_stack import local_spark, local_stream_stack
 
 QUANTILES = [index / 100 for index in range(101)]
 PER_AGGREGATE = 100
@@ -170,7 +170,7 @@ def main() -> None:
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",")]
     context = mp.get_context("spawn")
-    with LocalStack(f"bench-spark-{int(time.time())}", args.shards) as stack:
+    with local_stream_stack("bench-spark", args.shards, failover_millis=4000) as stack:
         endpoint = stack.base["kinesis_endpoint_url"]
         started = time.monotonic()
         spark = local_spark("shardherd-bench")
@@ -201,7 +201,7 @@ def main() -> None:
         query_start = time.time()
         query = agent.run_query(spark, spark_sink(spark_tally, first_write), f"/tmp/{stack.app}-checkpoint",
                                 processing_time=args.trigger)
-        stack.produce(100, args.size)  # warm-up records: the steps start once the first batch was written
+        stack.produce(100, "warm-up")  # warm-up records: the steps start once the first batch was written
         while not first_write and query.isActive and time.time() < query_start + 300:
             time.sleep(0.1)
         begin = time.time() + 1.0

@@ -6,6 +6,8 @@ machine and the emulator's own work do not count).
 old: boto3 GetRecords (botocore parses every record: datetime, base64) -> Record objects (pure-Python KPL decode)
      -> one Python tuple per row (what `read()` yielded before);
 new: `RawKinesis` GetRecords (json.loads only) -> `arrow_batch`: one Arrow record batch per response.
+With `--kpl`, the new path runs twice: with the process's KPL decoder (agent/kpl_decoding.py: the protobuf runtime's
+C decoder when installed) and forced to the pure-Python decoder, so the decoder's share is measured in the same run.
 Each path reads the whole shard from TRIM_HORIZON `--repeat` times; the median is reported.
 """
 
@@ -15,16 +17,17 @@ import argparse
 import statistics
 import time
 
+from agent import kpl_decoding
 from agent.kpl import UserRecord, encode_aggregate
 from agent.records import DeaggregationCounters, records_from_kinesis
 from agent.spark.arrow_read import arrow_batch
 from agent.spark.kinesis_raw import RawKinesis
-from examples.local_stack import LocalStack
+from tests.support.stream_stack import StreamStack, local_stream_stack
 
 PER_AGGREGATE = 10
 
 
-def old_path(stack: LocalStack, shard: str) -> int:
+def old_path(stack: StreamStack, shard: str) -> int:
     client = stack.kinesis
     iterator = client.get_shard_iterator(StreamName=stack.app, ShardId=shard,
                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
@@ -42,14 +45,14 @@ def old_path(stack: LocalStack, shard: str) -> int:
     return rows
 
 
-def new_path(stack: LocalStack, raw: RawKinesis, shard: str) -> int:
+def new_path(stack: StreamStack, raw: RawKinesis, shard: str) -> int:
     iterator: str | None = raw.get_shard_iterator(stack.app, shard, {"ShardIteratorType": "TRIM_HORIZON"})
     rows = 0
     while iterator:
         response = raw.get_records(iterator, 10_000)
         if not response["Records"]:
             break
-        rows += arrow_batch(shard, response["Records"], False).num_rows
+        rows += arrow_batch(stack.app, shard, response["Records"], False).num_rows
         iterator = response.get("NextShardIterator")
     return rows
 
@@ -71,7 +74,7 @@ def main() -> None:
     parser.add_argument("--kpl", action="store_true")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    with LocalStack(f"bench-read-{int(time.time())}", 1) as stack:
+    with local_stream_stack("bench-read", 1) as stack:
         shard = stack.kinesis.list_shards(StreamName=stack.app)["Shards"][0]["ShardId"]
         payload = b"x" * args.size
         for start in range(0, args.records, 500 * (PER_AGGREGATE if args.kpl else 1)):
@@ -89,7 +92,15 @@ def main() -> None:
               f"median of {args.repeat} reads, client-process CPU only")
         print(f"old (boto3 parse, Record objects, tuples): {old / old_rows * 1e6:6.2f} us/row")
         print(f"new (raw JSON, Arrow columns):             {new / new_rows * 1e6:6.2f} us/row   "
-              f"{old / new:.1f}x less CPU")
+              f"{old / new:.1f}x less CPU   (KPL decoder: {kpl_decoding.decoder_name()})")
+        if args.kpl:
+            chosen = kpl_decoding.decoder_name()
+            kpl_decoding.use("python")
+            pure, pure_rows = cpu(lambda: new_path(stack, raw, shard), args.repeat)
+            kpl_decoding.use("auto")
+            assert pure_rows == new_rows
+            print(f"new, pure-Python KPL decoder:              {pure / pure_rows * 1e6:6.2f} us/row   "
+                  f"{chosen} takes {pure / new:.2f}x less CPU than it on this path")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from coordinator.moves import MoveReason
+from shared.streams import stream_prefix
 
 if TYPE_CHECKING:
     from coordinator.variance import VarianceDecider
@@ -169,6 +170,10 @@ class BandBalancer:
                 most = min(most, (bound - value) / per_kbps)
         return most
 
+    def _refused(self, key: str, receiver: str) -> bool:
+        """True if the receiver gave this lease back as one it cannot process: balancing never hands it back."""
+        return self.d.ledger.leases[key].avoids(receiver)
+
     def _worth(self, change: float) -> bool:
         """False if a move changes the gap between giver and receiver by less than the dead-band (KCL #1814)."""
         avg = self.band.avg
@@ -226,9 +231,11 @@ class BandBalancer:
                 landing.append((key, after, weight))
             else:
                 beyond.append((key, after, weight))
-        landing.sort(key=lambda c: (abs(c[1] - target), c[0]))
-        short.sort(key=lambda c: (c[1], c[0]))  # the biggest step towards the band first
-        beyond.sort(key=lambda c: (-c[1], c[0]))  # the smallest overshoot first
+        # Ties go to a lease of the stream the donor holds most of (multi-stream: spread each stream's shards).
+        crowd = d.stream_counts(donor)
+        landing.sort(key=lambda c: (abs(c[1] - target), -crowd[stream_prefix(c[0])], c[0]))
+        short.sort(key=lambda c: (c[1], -crowd[stream_prefix(c[0])], c[0]))  # the biggest step towards the band first
+        beyond.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
         ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
         return [key for key, _, _ in ordered]
 
@@ -254,7 +261,7 @@ class BandBalancer:
                 continue  # the donor's last move, and all its moves together barely change it: within the noise
             for receiver, most, per_kbps in receivers:
                 landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
-                if weight > most or landed > giver_before - self.min_gain:
+                if weight > most or landed > giver_before - self.min_gain or self._refused(key, receiver):
                     continue
                 if rate is None or self._worth(rate * weight + per_kbps * weight):
                     self._move(key, donor, receiver, landed, "above the band: shed")
@@ -293,7 +300,7 @@ class BandBalancer:
                 continue
             for receiver, per_kbps, rate, weights, totals, bound in receivers:
                 landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
-                if landed <= bound or landed > d.limits[receiver][metric]:
+                if landed <= bound or landed > d.limits[receiver][metric] or self._refused(key, receiver):
                     continue  # it fits (a plain move was refused for another reason), or it breaks the range
                 lighter = bisect.bisect_left(weights, weight)
                 if not lighter or rate * totals[lighter - 1] < landed - min(bound, self.band.avg):
@@ -329,7 +336,7 @@ class BandBalancer:
                 ideal = (target - given) / per_kbps
                 at = bisect.bisect_left(returns, (ideal, ""))
                 for back_weight, back in returns[max(0, at - 2):at + 2]:
-                    if back_weight >= weight:
+                    if back_weight >= weight or self._refused(key, receiver) or self._refused(back, donor):
                         continue
                     d_after = given + back_weight * per_kbps
                     r_after = r_value + r_per_kbps * weight - r_rate * back_weight
@@ -392,7 +399,8 @@ class BandBalancer:
                 near.reverse()
             for weight, key in [*near, *movable[max(0, upto - 1):upto]]:
                 landed = base + per_kbps * weight
-                if landed > giver_value - self.min_gain or not self._worth((rate + per_kbps) * weight):
+                if (landed > giver_value - self.min_gain or not self._worth((rate + per_kbps) * weight)
+                        or self._refused(key, receiver)):
                     continue
                 if landed >= self.band.lower:
                     self._move(key, giver, receiver, landed, "below the band: fill")

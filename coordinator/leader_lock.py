@@ -3,8 +3,13 @@
 Item `Leader` in the coordinator-state table: `ownerName`, `leaseDuration` (milliseconds, as a string),
 `recordVersionNumber` (a fresh UUID on every acquire and heartbeat), `isReleased` ("1" when released). A KCL 3.x
 coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators),
-`leaderTerm` (S, a UUID per term) that fences every assignment write, and `lastSuccessAt` (N, wall-clock
-milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write). A contender takes
+`leaderTerm` (S, a UUID per term) that fences every assignment write, `lastSuccessAt` (N, wall-clock
+milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write) and `observedRows`
+(S, the leader's worker-row sightings, see coordinator/liveness.py, also sent with each heartbeat) from which a
+successor that takes the lock over starts. The Java client
+deletes the item on release, so the epoch cannot live only there: every new term first takes the next number from a
+counter item, `LeaderEpoch` (`epoch`, N), with a conditional write, so an epoch never repeats for a table, across
+releases, restarts and KCL holders in between. A contender takes
 over a lock whose `recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so
 clocks of different hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see
 docs/kcl-differences.md).
@@ -21,7 +26,7 @@ from dataclasses import dataclass
 
 from shared.clock import Clock
 from shared.errors import StoreUnavailable
-from shared.store import Fence, LeaseStore, StateValue
+from shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
 from shared.store_meter import acting_as
 
 LOCK_KEY = "Leader"
@@ -32,6 +37,10 @@ RELEASED = "isReleased"
 EPOCH = "leaderEpoch"
 TERM = "leaderTerm"
 LAST_SUCCESS = "lastSuccessAt"
+OBSERVED = "observedRows"
+EPOCH_COUNTER_SUFFIX = "Epoch"  # the counter item of lock item `Leader` is `LeaderEpoch`
+EPOCH_COUNTER = "epoch"
+_EPOCH_ATTEMPTS = 5
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,20 @@ class _Observed:
     version: str
     first_seen: float
     duration: float
+    read_at: float  # monotonic seconds when the first read of this version returned (it was written before then)
+    observed_rows: str | None
+    repeated: bool = False  # a later poll found the same version: the holder missed at least one heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """What the previous holder published with its last heartbeat (`observedRows`), written before `published_before`.
+
+    `published_before` is on this process's monotonic clock: when this contender first read that lock version.
+    """
+
+    observed_rows: str
+    published_before: float
 
 
 class LeaderLock:
@@ -92,6 +115,8 @@ class LeaderLock:
         self._next_due = 0.0
         self._stand_down_until = -math.inf
         self._guard = threading.Lock()
+        self._observations: Callable[[], str | None] | None = None
+        self._handover: Handover | None = None
 
     # ------------------------------------------------------------------ queries (any thread)
     def is_leader(self) -> bool:
@@ -114,6 +139,24 @@ class LeaderLock:
     def read(self, consistent: bool = True) -> LockView:
         """The lock item as stored (one read; eventually consistent views cost half on DynamoDB)."""
         return _view(self._store.get_state(self._key, consistent))
+
+    def publish_with_heartbeat(self, observations: Callable[[], str | None]) -> None:
+        """Send `observations()` as `observedRows` with every heartbeat (the leader's liveness sightings)."""
+        self._observations = observations
+
+    def looks_abandoned(self) -> bool:
+        """True while this process does not hold the lock and its holder has missed a heartbeat (a takeover may come).
+
+        A contender then starts watching worker rows itself, so that as a new leader it need not start from zero.
+        """
+        seen = self._observed
+        return self._held is None and seen is not None and seen.repeated
+
+    def take_handover(self) -> Handover | None:
+        """What the holder this process took the lock over from published, once (None after a plain acquire)."""
+        with self._guard:
+            handover, self._handover = self._handover, None
+        return handover
 
     # ------------------------------------------------------------------ protocol (one thread)
     def tick(self) -> bool:
@@ -163,6 +206,7 @@ class LeaderLock:
         # An eventually consistent read is enough (and half the price on DynamoDB): every takeover is a put
         # conditioned on exactly what was read, so a stale read can only make an attempt fail, never succeed wrongly.
         item = self._store.get_state(self._key, consistent=False)
+        read_at = self._clock.monotonic()
         if item is None:
             self._write_new(sent, None, {"key": None})
             return
@@ -178,17 +222,37 @@ class LeaderLock:
         seen = self._observed
         if seen is None or seen.version != version:
             duration = _int(item.get(DURATION))
-            self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration)
+            self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration, read_at,
+                                       _text(item.get(OBSERVED)))
             return
+        seen.repeated = True
         if sent - seen.first_seen > seen.duration:
             log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
                      item.get(OWNER), sent - seen.first_seen)
-            self._write_new(sent, epoch, {VERSION: version})
+            handover = None if seen.observed_rows is None else Handover(seen.observed_rows, seen.read_at)
+            self._write_new(sent, epoch, {VERSION: version}, handover)
 
-    def _write_new(self, sent: float, previous_epoch: int | None, condition: dict[str, StateValue | None]) -> None:
+    def _next_epoch(self, previous_epoch: int | None) -> int:
+        """Take the next epoch from the counter item (never below the lock item's own): each number is used once.
+
+        Taken after the lock item was read and before it is written, so the epochs of successive holders increase;
+        a number taken by an attempt that then loses the lock is simply skipped.
+        """
+        for _ in range(_EPOCH_ATTEMPTS):
+            item = self._store.get_state(self._key + EPOCH_COUNTER_SUFFIX)
+            current = _int(item.get(EPOCH_COUNTER)) if item is not None else None
+            epoch = max(current or 0, previous_epoch or 0) + 1
+            condition: dict[str, StateValue | None] = (
+                {STATE_KEY_ATTRIBUTE: None} if item is None else {EPOCH_COUNTER: current})
+            if self._store.put_state(self._key + EPOCH_COUNTER_SUFFIX, {EPOCH_COUNTER: epoch}, condition):
+                return epoch
+        raise StoreUnavailable(f"the leader epoch counter kept changing under {_EPOCH_ATTEMPTS} attempts")
+
+    def _write_new(self, sent: float, previous_epoch: int | None, condition: dict[str, StateValue | None],
+                   handover: Handover | None = None) -> None:
         term = str(uuid.uuid4())
         version = str(uuid.uuid4())
-        epoch = (previous_epoch or 0) + 1
+        epoch = self._next_epoch(previous_epoch)
         item: dict[str, StateValue] = {
             OWNER: self._owner, DURATION: str(int(self._duration * 1000)), VERSION: version,
             EPOCH: epoch, TERM: term,
@@ -196,6 +260,7 @@ class LeaderLock:
         if self._store.put_state(self._key, item, condition):
             with self._guard:
                 self._held = _Held(term, epoch, version, sent + self._duration - self._margin)
+                self._handover = handover
             self._observed = None
             log.info("leader lock: %s became leader, epoch %d", self._owner, epoch)
             if self._on_change:
@@ -212,7 +277,13 @@ class LeaderLock:
         last_success = self._last_success() if self._last_success is not None else None
         if last_success is not None:
             attributes[LAST_SUCCESS] = int(last_success * 1000)
-        ok = self._store.update_state(self._key, attributes, condition={OWNER: self._owner, VERSION: held.version})
+        observed = self._observations() if self._observations is not None else None
+        # Sightings are relative to this heartbeat's time: an older value must never stay under a newer version.
+        remove = [OBSERVED] if observed is None else []
+        if observed is not None:
+            attributes[OBSERVED] = observed
+        ok = self._store.update_state(self._key, attributes, remove=remove,
+                                      condition={OWNER: self._owner, VERSION: held.version})
         if ok:
             with self._guard:
                 held.version = version

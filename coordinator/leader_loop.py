@@ -16,27 +16,41 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig
 from coordinator.leader_lock import LeaderLock
-from coordinator.liveness import LivenessTracker
+from coordinator.liveness import (
+    LivenessTracker,
+    MalformedSightings,
+    WorkerGrace,
+    decode_sightings,
+    encode_sightings,
+)
 from coordinator.load_model import Line
 from coordinator.moves import Move, Plan
 from coordinator.run_summary import RunHistory, RunSummary, WriteTally
-from coordinator.shard_sync import plan_shard_sync
-from coordinator.shards import Shard
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from coordinator.stream_sync import Listings, StreamListings, children_waiting, plan_streams_sync, scope_problem
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
+from shared.row_checks import report_row
+from shared.shards import Shard
 from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shared.store_meter import acting_as
+from shared.streams import StreamIdentifier, stream_name_of
 from shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
 
-ShardSource = Callable[[], list[Shard]]
+# A single-stream application's source lists its stream; a multi-stream one's lists each configured stream.
+ShardSource = Callable[[], list[Shard] | StreamListings]
+
+
+class ShardSyncFailed(Exception):
+    """No stream could be synced this pass (each one's reason in the message)."""
 
 
 class LeadershipLost(Exception):
@@ -62,7 +76,9 @@ class _Term:
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     runs: int = 0
-    shards: list[Shard] | None = None
+    shards: Listings | None = None
+    # Multi-stream: the streams identified so far this term (leases of other streams are never assigned).
+    streams: frozenset[StreamIdentifier] = frozenset()
     shards_listed_at: float | None = None
     sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
     sync_attempted_at: float | None = None
@@ -74,8 +90,7 @@ class LoopTiming:
 
     interval: float
     failover: float
-    worker_grace: float
-    receiver_freshness: float
+    grace: WorkerGrace
     handoff_timeout: float
     shard_sync_interval: float
     balancing_frequency: int
@@ -84,23 +99,11 @@ class LoopTiming:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
-        """Convert the millisecond settings; KCL-only workers (lease mode) report metrics every reporter interval."""
-        failover = settings.failover_time_millis / 1000
-        grace = failover
-        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
-        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack. A worker killed a
-        # few seconds ago still counts as alive, but must not be handed leases. In lease mode worker records change
-        # only every reporter interval, so only the liveness grace applies.
-        interval = settings.lease_assignment_interval_millis / 1000
-        freshness = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
-        if settings.liveness_mode == "lease":
-            grace = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
-            freshness = grace
+        """Convert the millisecond settings; how long workers stay alive is the rule of liveness.WorkerGrace."""
         return cls(
-            interval=interval,
-            failover=failover,
-            worker_grace=grace,
-            receiver_freshness=freshness,
+            interval=settings.lease_assignment_interval_millis / 1000,
+            failover=settings.failover_time_millis / 1000,
+            grace=WorkerGrace.from_settings(settings),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             shard_sync_interval=settings.shard_sync_interval_millis / 1000,
             balancing_frequency=settings.variance_balancing_frequency,
@@ -133,13 +136,21 @@ class LeaderLoop:
         self._failures = 0
         self._latest: tuple[LeaseScan, WorkerScan, float] | None = None  # the newest run's scans and their time
         self._latest_guard = threading.Lock()
+        self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
+        self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
+        lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
-        """Run every interval (fixed delay) until `stop` is set."""
+        """Run every interval (fixed delay) until `stop` is set.
+
+        While this replica contends for a lock whose holder misses heartbeats it runs four times as often, so its
+        own watch of the worker rows (see `_watch_while_contending`) starts within half a second.
+        """
         while not stop.is_set():
             self.run_once()
-            stop.wait(self._timing.interval)
+            contending = self._term is None and self._lock.looks_abandoned()
+            stop.wait(self._timing.interval / 4 if contending else self._timing.interval)
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""
@@ -151,6 +162,7 @@ class LeaderLoop:
         epoch = self._lock.epoch()
         if fence is None or epoch is None:
             self._term = None
+            self._watch_while_contending()
             return None
         if self._term is None or self._term.epoch != epoch:
             self._term = self._new_term(epoch)
@@ -183,6 +195,11 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
         return summary
 
+    def published_sightings(self) -> str | None:
+        """The worker-row sightings of this leader's newest run, as of now (sent with each lock heartbeat)."""
+        sightings = self._sightings if self._term is not None else {}
+        return encode_sightings(sightings, self._clock.monotonic()) if sightings else None
+
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
         """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
 
@@ -206,12 +223,13 @@ class LeaderLoop:
         term = self._term
         # A private copy: the loop thread keeps using its own observations while the API thread plans.
         tracker = (copy.deepcopy(term.tracker) if term is not None else
-                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace))
+                   LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace))
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {})
-        views = self._lease_views(shadow, scan.leases, workers, now)
+        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
+                       streams=term.streams if term else frozenset())
+        views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
@@ -219,8 +237,36 @@ class LeaderLoop:
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
+    def _watch_while_contending(self) -> None:
+        """While the lock's holder misses heartbeats, watch worker rows as a leader would (one scan per run).
+
+        A replica that then takes the lock over starts from these sightings and from those the old leader
+        published, instead of watching every row for a whole failover time from zero. Costs nothing otherwise.
+        """
+        if not self._lock.looks_abandoned():
+            self._contending = None
+            return
+        if self._contending is None:
+            self._contending = LivenessTracker(self._settings.liveness_mode, self._timing.failover,
+                                               self._timing.grace)
+        try:
+            self._contending.observe((), self._store.scan_workers().workers, self._clock.monotonic())
+        except Exception as exc:  # best effort: a failed scan only means a slower start as leader
+            log.warning("leader loop: watching worker rows while contending failed: %s", exc)
+
     def _new_term(self, epoch: int) -> _Term:
-        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.worker_grace)
+        """A fresh term; after a takeover it starts from what the old leader published and this replica watched."""
+        tracker = LivenessTracker(self._settings.liveness_mode, self._timing.failover, self._timing.grace)
+        self._sightings = {}
+        handover = self._lock.take_handover()
+        if handover is not None:
+            try:
+                tracker.take_over(decode_sightings(handover.observed_rows), handover.published_before)
+            except MalformedSightings as exc:
+                log.warning("leader loop: ignoring the previous leader's sightings: %s", exc)
+        if self._contending is not None:
+            tracker.start_from(self._contending.row_sightings())
+            self._contending = None
         return _Term(epoch, tracker)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
@@ -235,13 +281,14 @@ class LeaderLoop:
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
         term.tracker.observe(leases.values(), worker_scan.workers, now)
+        self._sightings = term.tracker.row_sightings()
         tally = WriteTally()
         synced = False
         sync_error: str | None = None
         if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
             synced = True
             try:
-                tally = self._sync_shards(term, leases, fence, now)
+                tally, sync_error = self._sync_shards(term, leases, fence, now)
             except LeadershipLost:
                 raise
             except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
@@ -251,7 +298,7 @@ class LeaderLoop:
                             term.sync_failures, sync_error)
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
-        views = self._lease_views(term, leases.values(), worker_scan.workers, now)
+        views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
         balance = term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
@@ -279,10 +326,29 @@ class LeaderLoop:
             decide_ms=decide_ms,
         )
 
+    def _in_scope(self, term: _Term, leases: Collection[Lease]) -> list[Lease]:
+        """The leases this application processes; the others (another stream's, a malformed key) are left alone.
+
+        Without a shard source (no stream configured) every lease counts. Each left-alone row is reported once.
+        """
+        if self._shards is None:
+            return list(leases)
+        streams = term.streams if self._settings.multi_stream else None
+        pending = set(self._settings.stream_names) - {stream.name for stream in term.streams}
+        kept = []
+        for lease in leases:
+            problem = scope_problem(lease, streams)
+            if problem is None:
+                kept.append(lease)
+            elif streams is not None and stream_name_of(lease) in pending:
+                continue  # a configured stream not identified yet (DescribeStreamSummary failed): next run
+            else:
+                report_row("lease", lease.lease_key, "left alone", problem)
+        return kept
+
     def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
         """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
-        silent = tracker.workers.silent_for(worker_id, now)
-        return silent is not None and silent > self._timing.receiver_freshness
+        return not tracker.worker_receives(worker_id, now)
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -367,24 +433,28 @@ class LeaderLoop:
         if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
             return True
         # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
-        present = {lease.lease_key for lease in leases}
-        children: dict[str, list[str]] = {}
-        for shard in term.shards or []:
-            for parent in shard.parent_ids:
-                children.setdefault(parent, []).append(shard.shard_id)
-        for lease in leases:
-            if lease.is_finished and not any(child in present for child in children.get(lease.lease_key, [])):
-                return True
-        return False
+        return children_waiting(term.shards or {}, leases)
 
-    def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence, now: float) -> WriteTally:
+    def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence,
+                     now: float) -> tuple[WriteTally, str | None]:
         assert self._shards is not None
         term.sync_attempted_at = now
-        shards = self._shards()
-        plan = plan_shard_sync(shards, leases.values(), self._settings.initial_position_in_stream,
-                               self._settings.initial_timestamp)
-        # Only a listing the planner accepted replaces the last good one (used to spot children waiting for leases).
-        term.shards, term.shards_listed_at, term.sync_failures = shards, now, 0
+        found = self._shards()
+        listings: Listings
+        if isinstance(found, StreamListings):
+            term.streams, listings, errors = found.streams, found.shards, dict(found.errors)
+        else:
+            listings, errors = {None: found}, {}
+        planned = plan_streams_sync(listings, leases.values(), self._position_of)
+        errors.update(planned.errors)
+        if errors and len(errors) >= len(term.streams or {None: None}):
+            raise ShardSyncFailed("; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())))
+        plan = planned.plan
+        # Only listings the planner accepted replace the last good ones (used to spot children waiting for leases).
+        good = {stream: shards for stream, shards in listings.items()
+                if (stream.serialized if stream else "stream") not in errors}
+        term.shards, term.shards_listed_at = {**(term.shards or {}), **good}, now
+        term.sync_failures = 0
         created = deleted = 0
         for creation in plan.creates:
             outcome = self._store.create_lease(creation.lease)
@@ -400,7 +470,13 @@ class LeaderLoop:
                 deleted += 1
         if plan.inconsistent_shard_ids:
             log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
-        return WriteTally(created=created, deleted=deleted)
+        # Some streams synced, others not: the run reports the failures while the synced streams go on.
+        partial = "; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())) or None
+        return WriteTally(created=created, deleted=deleted), partial
+
+    def _position_of(self, stream: StreamIdentifier | None) -> tuple[str, datetime | None]:
+        """Where new leases of `stream` start (its own configured position, else the application's)."""
+        return self._settings.initial_position_for(None if stream is None else stream.name)
 
     # ------------------------------------------------------------------ housekeeping
     def _delete_stale_workers(self, term: _Term, records: list[WorkerRecord], now: float) -> int:
@@ -451,7 +527,8 @@ class LeaderLoop:
             else:
                 assigned += 1
                 if outcome.lease is not None:
-                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, self._clock.monotonic())
+                    term.tracker.assigned(move.lease_key, outcome.lease.lease_counter, move.to_worker,
+                                          self._clock.monotonic())
         if any(outcome is None or outcome.conflict is Conflict.FENCED for outcome in outcomes):
             raise LeadershipLost()
         return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)

@@ -1,4 +1,4 @@
-"""Strategy `lease-count`: every worker holds floor(n/w) or floor(n/w)+1 leases (KCL LEASE_COUNT_BASED, reference 5.6).
+"""Strategy `lease-count`: every worker holds floor(n/w) or floor(n/w)+1 leases (KCL's LEASE_COUNT_BASED).
 
 Quotas use the Event Hubs processor's expected/max arithmetic: with n leases and w non-draining workers, every worker
 is expected to hold `base = n // w` and exactly `n % w` of them may hold `base + 1`. Which workers get the `+1`

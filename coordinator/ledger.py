@@ -13,9 +13,9 @@ MIN_TOTAL_KBPS = 1e-6
 class Ledger:
     """Who holds what during one decider pass; every change goes through `move`, so no lease moves twice.
 
-    Lease weights are throughput in KiB/s; a lease without a figure gets the mean of those that have one (KCL 4.2
-    step 3). If the total is 0 (idle stream, new application) every lease weighs 1, so throughput-based logic turns
-    into lease counting instead of dividing by zero (KCL reference 5.7 #8 and #9).
+    Lease weights are throughput in KiB/s; a lease without a figure gets the mean of those that have one (as KCL
+    does). If the total is 0 (idle stream, new application) every lease weighs 1, so throughput-based logic turns into
+    lease counting instead of dividing by zero (where KCL 3.x's decider gets NaN rooms).
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -99,7 +99,7 @@ class Ledger:
         return move
 
     def priority_leases(self) -> list[LeaseView]:
-        """Unassigned leases first, then expired ones longest-silent first (KCL 5.2 step 1), ties largest first.
+        """Unassigned leases first, then expired ones longest-silent first (KCL's order), ties largest first.
 
         Placing equal-priority leases largest first (greedy LPT) spreads a cold start evenly in one run.
         """

@@ -4,15 +4,89 @@ Nothing here compares clocks of different machines. The leader remembers, per le
 `worker`), the last value of a counter it saw and when (its monotonic time) that value last changed. Something whose
 value has not changed for the failover time is expired. A newly seen owned lease or worker counts as freshly renewed,
 so after a leader change nothing expires until the new leader has watched it for a failover period (as in KCL).
+
+`WorkerGrace` is the one rule for how long a worker's row may stay unchanged, used by the leader and by the operator
+API: a shardherd agent (its row carries the `hb` counter) rewrites its row every heartbeat interval in both liveness
+modes, so it is gone after one failover time; a Java KCL worker (no `hb`) rewrites its row only every reporter
+interval, so it is gone after KCL's own expiry, two reporter intervals.
+
+A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
+worker row unchanged (`RowSighting`). The successor takes over only after watching that lock item unchanged for the
+lock's lease duration, so the publication is at least that old on its own clock; a row that still has the published
+`hb` and `lut` has therefore been silent for at least the published silence plus that time. A row that changed since
+is judged afresh, so a stale publication can never make a live worker look dead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from shared.config import Settings
 from shared.lease import Lease
 from shared.worker import WorkerRecord
+
+# KCL's discovery period is leaseAssignmentIntervalMillis / 2 - 25 ms, and its assignment interval defaults to twice
+# the failover time: a KCL worker finds a lease assigned to it up to about one failover time later.
+_KCL_DISCOVERY_FAILOVERS = 1.0
+
+
+def worker_version(record: WorkerRecord) -> Hashable:
+    """What is watched for change in a worker row: heartbeat, last update, metrics (all a KCL worker refreshes)."""
+    return (record.heartbeat, record.last_update, tuple(record.metric_stats.items()))
+
+
+def is_agent_row(record: WorkerRecord | None) -> bool:
+    """True for a shardherd agent's row (it carries the `hb` counter); a KCL worker's row has none."""
+    return record is not None and record.heartbeat > 0
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerGrace:
+    """How long a worker's row may stay unchanged before the worker counts as gone, per kind of worker.
+
+    `receiver_*` is the stricter age up to which a live worker may still receive leases (it may have died a few
+    seconds ago). `*_discovery` is how long a worker may take to find a lease newly assigned to it (lease mode: the
+    lease's counter gets that much longer than a failover time to change for the first time).
+    """
+
+    agent: float
+    kcl: float
+    agent_receiver: float
+    kcl_receiver: float
+    agent_discovery: float
+    kcl_discovery: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerGrace:
+        """Agents heartbeat every `failover/3`; KCL workers report every `worker_metrics_reporter_freq_millis`."""
+        failover = settings.failover_time_millis / 1000
+        interval = settings.lease_assignment_interval_millis / 1000
+        # A receiver must have shown a heartbeat within one heartbeat period plus 1.5 leader intervals (when the
+        # leader sees it), at most the failover time: 6.3 s by default, 4.8 s on the local stack.
+        receiver = min(failover, settings.effective_heartbeat_interval_millis / 1000 + 1.5 * interval)
+        kcl = max(failover, 2 * settings.worker_metrics_reporter_freq_millis / 1000)
+        return cls(agent=failover, kcl=kcl, agent_receiver=receiver, kcl_receiver=kcl,
+                   agent_discovery=settings.discovery_interval_millis / 1000,
+                   kcl_discovery=_KCL_DISCOVERY_FAILOVERS * failover)
+
+    @classmethod
+    def uniform(cls, seconds: float) -> WorkerGrace:
+        """The same grace for every worker (tests and tools that know no better)."""
+        return cls(seconds, seconds, seconds, seconds, 0.0, 0.0)
+
+    def of(self, record: WorkerRecord | None) -> float:
+        """Seconds the row may stay unchanged before the worker counts as gone."""
+        return self.agent if is_agent_row(record) else self.kcl
+
+    def receiver(self, record: WorkerRecord | None) -> float:
+        """Seconds the row may stay unchanged while the worker may still receive leases."""
+        return self.agent_receiver if is_agent_row(record) else self.kcl_receiver
+
+    def discovery(self, record: WorkerRecord | None) -> float:
+        """Seconds the worker may need to find a lease just assigned to it and renew it for the first time."""
+        return self.agent_discovery if is_agent_row(record) else self.kcl_discovery
 
 
 @dataclass(slots=True)
@@ -28,18 +102,25 @@ class ChangeWatcher:
 
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
-    def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None) -> None:
-        """Record this run's versions; a new key starts at `now` (or `unseen_start`, e.g. long ago for unowned)."""
+    def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None,
+                starts: Mapping[str, float] | None = None) -> None:
+        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given."""
         fresh: dict[str, _Seen] = {}
         for key, version in versions.items():
             previous = self._seen.get(key)
             if previous is None:
-                fresh[key] = _Seen(version, now if unseen_start is None else unseen_start)
+                start = now if unseen_start is None else unseen_start
+                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start)
             elif previous.version != version:
                 fresh[key] = _Seen(version, now, confirmed=True)
             else:
                 fresh[key] = previous
         self._seen = fresh
+
+    def since(self, key: str) -> float | None:
+        """When (observer's monotonic seconds) `key`'s version last changed, or None if it was not observed."""
+        seen = self._seen.get(key)
+        return None if seen is None else seen.changed_at
 
     def silent_for(self, key: str, now: float) -> float | None:
         """Seconds since `key`'s version last changed, or None if it was not observed."""
@@ -52,8 +133,83 @@ class ChangeWatcher:
         return seen is not None and seen.confirmed
 
     def set_changed(self, key: str, version: Hashable, now: float) -> None:
-        """Record a change the leader caused itself (e.g. its own assignment), so the new owner gets a full period."""
+        """Record a change the leader caused itself (e.g. its own assignment), so the new owner gets a full period.
+
+        `now` may lie ahead of the clock: the key then counts as changed until then (an allowance for discovery).
+        """
         self._seen[key] = _Seen(version, now)
+
+
+def heartbeat_age(watcher: ChangeWatcher, record: WorkerRecord, now: float, wall: float) -> float:
+    """Seconds since the worker's row last changed, as the leader and the API report it.
+
+    Once the row was seen changing, only the observer's monotonic clock counts. Before that (an observer that just
+    started) the age is at least what the row's own `lut` says on the wall clock, so a long-dead row does not look
+    fresh; this only ever makes a worker look older, never alive, so the leader's verdicts do not depend on it.
+    """
+    silent = watcher.silent_for(record.worker_id, now)
+    observed = 0.0 if silent is None else silent
+    if watcher.confirmed(record.worker_id):
+        return max(0.0, observed)
+    return max(0.0, observed, wall - record.last_update)
+
+
+MAX_SIGHTINGS_BYTES = 2048  # bounds what the lock item grows by (one write unit per started KiB on DynamoDB)
+_SIGHTINGS_FORMAT = 1
+
+
+class MalformedSightings(ValueError):
+    """A published `observedRows` value cannot be read (the new leader then starts from its own observations)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowSighting:
+    """A worker row as a leader last saw it: its `hb` and `lut`, unchanged for at least `silent` seconds."""
+
+    heartbeat: int
+    last_update: int
+    silent: float
+
+
+def encode_sightings(rows: Mapping[str, tuple[int, int, float]], now: float,
+                     max_bytes: int = MAX_SIGHTINGS_BYTES) -> str | None:
+    """The publication of `rows` (worker -> hb, lut, monotonic time the row last changed) as of `now`.
+
+    Compact JSON, workers in id order, cut off before `max_bytes`: a worker left out is merely judged afresh by a
+    successor. None when there is nothing to publish.
+    """
+    entries: list[str] = []
+    size = len('{"v":1,"rows":{}}')
+    for worker in sorted(rows):
+        heartbeat, last_update, changed_at = rows[worker]
+        silent_ms = max(0, int((now - changed_at) * 1000))
+        entry = f"{json.dumps(worker)}:[{heartbeat},{last_update},{silent_ms}]"
+        if size + len(entry.encode()) + 1 > max_bytes:
+            break
+        entries.append(entry)
+        size += len(entry.encode()) + 1
+    if not entries:
+        return None
+    return '{"v":' + str(_SIGHTINGS_FORMAT) + ',"rows":{' + ",".join(entries) + "}}"
+
+
+def decode_sightings(text: str) -> dict[str, RowSighting]:
+    """Read a publication; MalformedSightings if it is not one this version understands."""
+    try:
+        document = json.loads(text)
+        if not isinstance(document, dict) or document.get("v") != _SIGHTINGS_FORMAT:
+            raise MalformedSightings(f"unknown sightings format: {text[:80]!r}")
+        result: dict[str, RowSighting] = {}
+        for worker, values in document["rows"].items():
+            heartbeat, last_update, silent_ms = values
+            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+                raise MalformedSightings(f"sighting of {worker!r} is not three counts: {values!r}")
+            result[str(worker)] = RowSighting(heartbeat, last_update, silent_ms / 1000)
+        return result
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        if isinstance(exc, MalformedSightings):
+            raise
+        raise MalformedSightings(f"unreadable sightings: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,16 +226,50 @@ class LivenessTracker:
 
     mode: str
     failover_seconds: float
-    worker_grace_seconds: float
+    grace: WorkerGrace
     workers: ChangeWatcher = field(default_factory=ChangeWatcher)
     leases: ChangeWatcher = field(default_factory=ChangeWatcher)
     owners: ChangeWatcher = field(default_factory=ChangeWatcher)
+    records: dict[str, WorkerRecord] = field(default_factory=dict)  # the rows of the last observation
+    handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see take_over
+
+    def take_over(self, sightings: Mapping[str, RowSighting], published_before: float) -> None:
+        """Start from a predecessor's sightings, published no later than `published_before` (this clock).
+
+        At the next observation a row that still has the sighted `hb` and `lut` counts as unchanged since
+        `published_before - silent`; any other row is judged afresh.
+        """
+        self.start_from({worker: (seen.heartbeat, seen.last_update, published_before - seen.silent)
+                         for worker, seen in sightings.items()})
+
+    def start_from(self, rows: Mapping[str, tuple[int, int, float]]) -> None:
+        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
+
+        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence).
+        """
+        for worker, (heartbeat, last_update, since) in rows.items():
+            known = self.handed_over.get(worker)
+            if known is not None and known[:2] == (heartbeat, last_update):
+                since = min(since, known[2])
+            self.handed_over[worker] = (heartbeat, last_update, since)
+
+    def row_sightings(self) -> dict[str, tuple[int, int, float]]:
+        """Worker -> (hb, lut, when its row last changed) as of the last observation: what a leader publishes."""
+        sightings = {}
+        for worker, record in self.records.items():
+            since = self.workers.since(worker)
+            if since is not None:
+                sightings[worker] = (record.heartbeat, record.last_update, since)
+        return sightings
 
     def observe(self, leases: Iterable[Lease], workers: Iterable[WorkerRecord], now: float) -> None:
         """Record this run's counters and heartbeats."""
         records = list(workers)
-        self.workers.observe({w.worker_id: (w.heartbeat, w.last_update, tuple(w.metric_stats.items()))
-                              for w in records}, now)
+        self.records = {w.worker_id: w for w in records}
+        starts = {w.worker_id: self.handed_over[w.worker_id][2] for w in records
+                  if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
+        self.handed_over = {}
+        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
         lease_list = list(leases)
         if self.mode == "lease":
             self.leases.observe({lease.lease_key: lease.lease_counter for lease in lease_list}, now)
@@ -97,7 +287,13 @@ class LivenessTracker:
         just like a live one until it fails to change, and leases must not be handed to it in the meantime.
         """
         silent = self.workers.silent_for(worker_id, now)
-        return silent is not None and silent <= self.worker_grace_seconds and self.workers.confirmed(worker_id)
+        return (silent is not None and silent <= self.grace.of(self.records.get(worker_id))
+                and self.workers.confirmed(worker_id))
+
+    def worker_receives(self, worker_id: str, now: float) -> bool:
+        """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace)."""
+        silent = self.workers.silent_for(worker_id, now)
+        return silent is not None and silent <= self.grace.receiver(self.records.get(worker_id))
 
     def worker_silent(self, worker_id: str, now: float) -> bool:
         """True if the leader has watched the worker's record stay unchanged for longer than the grace period.
@@ -106,7 +302,7 @@ class LivenessTracker:
         neither alive nor silent, so nothing is decided from a record it merely found in the table.
         """
         silent = self.workers.silent_for(worker_id, now)
-        return silent is not None and silent > self.worker_grace_seconds
+        return silent is not None and silent > self.grace.of(self.records.get(worker_id))
 
     def lease(self, lease: Lease, now: float) -> LeaseLiveness:
         """Whether `lease` has expired: unowned, or its owner (mode `worker`) / counter (mode `lease`) went silent."""
@@ -121,9 +317,15 @@ class LivenessTracker:
                 silent = self.owners.silent_for(owner, now)
         if silent is None:
             return LeaseLiveness(False, 0.0)
-        return LeaseLiveness(silent > self.failover_seconds, silent)
+        return LeaseLiveness(silent > self.failover_seconds, max(0.0, silent))
 
-    def assigned(self, lease_key: str, counter: int, now: float) -> None:
-        """The leader just gave `lease_key` a new owner at `counter`: the owner gets a full failover period."""
+    def assigned(self, lease_key: str, counter: int, owner: str, now: float) -> None:
+        """The leader just gave `lease_key` to `owner` at `counter`.
+
+        In lease mode the owner gets a full failover period after it can have found the lease: its discovery
+        allowance (WorkerGrace.discovery) plus the failover time to show its first renewal. A Java KCL worker finds
+        a lease up to about one failover time after it was assigned; one failover time alone made the leader take
+        such leases back before their new owner had a chance to renew them.
+        """
         if self.mode == "lease":
-            self.leases.set_changed(lease_key, counter, now)
+            self.leases.set_changed(lease_key, counter, now + self.grace.discovery(self.records.get(owner)))

@@ -1,7 +1,7 @@
 """Shard sync planner: which leases to create and delete for one stream, from its shards and its lease table.
 
 Pure (no I/O), so the leader loop, the fleet simulator and the tests drive the same code. The semantics are KCL 3.x's
-hierarchical shard sync (reference section 9), with one difference: in KCL the worker that finishes a parent creates
+hierarchical shard sync (HierarchicalShardSyncer), with one difference: in KCL the worker that finishes a parent creates
 the child leases in its shutdown task, while in shardherd the leader's shard sync creates them, from the parent leases'
 SHARD_END checkpoints. A pass makes four decisions:
 
@@ -24,7 +24,7 @@ SHARD_END checkpoints. A pass makes four decisions:
    step 1 gives them one when their parents finish. On an empty table this yields one lease per open shard under
    LATEST and one lease per root (the shards whose ancestors have left the stream) under TRIM_HORIZON / AT_TIMESTAMP,
    which is what KCL's empty-table ListShards with ShardFilter AT_LATEST / AT_TRIM_HORIZON returns; the planner
-   computes it from the full list because emulators ignore ShardFilter. The reference's doc example, leases (4,5,7):
+   computes it from the full list because emulators ignore ShardFilter. The example in KCL's comments, leases (4,5,7):
    LATEST creates (6), TRIM_HORIZON and AT_TIMESTAMP create (0,1).
 3. Garbage (`SHARD_GONE`): a lease whose shard is no longer in the stream is deleted, whatever its checkpoint. A lease
    whose shard is in the stream is never deleted unless it is at SHARD_END.
@@ -45,10 +45,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from coordinator.shards import MAX_HASH_KEY, Shard, ShardListError
 from shared.checkpoint import AT_TIMESTAMP, INITIAL_SENTINELS, TRIM_HORIZON, Checkpoint, Sentinel
 from shared.errors import ShardherdError
 from shared.lease import Lease, new_lease
+from shared.shards import MAX_HASH_KEY, Shard, ShardListError
 
 # Initial positions that read a shard from its start (TRIM_HORIZON, or from the timestamp on); a lease still holding
 # one of them has not started processing.

@@ -23,7 +23,7 @@ class LeaseView:
 
     `expired` and `silent_ms` are the leader's own observations (how long it has seen no renewal or heartbeat on its
     monotonic clock), used for oldest-first priority ordering. `handoff_blocked` is True while a graceful handoff of
-    this lease is still within its timeout; such a lease is never moved unless it is also expired (KCL 4.2 step 9).
+    this lease is still within its timeout; such a lease is never moved unless it is also expired (as in KCL).
     `recently_moved` is True for a lease that changed owner in the last few leader runs: balancing leaves it alone
     (no ping-pong), while drain and expiry may still move it. `refused_by` names workers that gave the lease back
     because they could not process it (their records report failed attempts): it goes elsewhere when it can.
@@ -100,7 +100,7 @@ class WorkerView:
 
     `throughput_history` is the leader's record of the KiB/s the worker carried at each of its metric reports
     (oldest first, aligned with `metric_stats`): the decider compares its moving average with what the worker
-    carries now to add the load its reports do not show yet (reference 2.3 lags a step change by several reports).
+    carries now to add the load its reports do not show yet (an averaged history lags a step change).
     """
 
     worker_id: str
@@ -116,7 +116,7 @@ class WorkerView:
 
     @property
     def uses_default_metric(self) -> bool:
-        """True when the worker reports no metric and is balanced by throughput share (reference 2.4)."""
+        """True when the worker reports no metric and is balanced by throughput share (KCL's default-metric workers)."""
         return not self.metric_stats and not self.operating_range
 
     @classmethod

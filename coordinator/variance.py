@@ -1,4 +1,4 @@
-"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (reference section 5), with its weak spots fixed.
+"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (its variance decider), with its weak spots fixed.
 
 Balancing comes in two modes (`variance_balancing`): `band` (default, coordinator/band_balance.py: every worker back
 inside the band in one run with as few moves as the leases allow) and `kcl` (KCL's dampened donor budgets, below).
@@ -15,20 +15,20 @@ the smallest lease, receivers never pushed past the fleet average or their opera
 and KCL's `max_throughput_per_host_kbps` check (before adding a lease).
 
 Differences (each tested in tests/coordinator/test_variance.py, band mode in test_band_balance.py):
-* Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong (5.7 #10).
+* Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong.
 * A total throughput of 0 makes every lease weigh 1 (see `Ledger`), so idle streams balance lease counts instead of
-  collapsing into NaN (5.7 #5, #8, #9); the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
+  collapsing into NaN; the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
   with zero throughput does not absorb every lease; a worker at 0 has infinite room (KCL: 1.0, ranked below busier
   workers); a donor at value 0 has no budget instead of dividing by zero.
 * A receiver that would pass the average is put back and smaller leases (and further receivers) are tried; KCL ends
-  the donor and drops the receiver for the rest of the run (5.7 #2).
+  the donor and drops the receiver for the rest of the run.
 * A balancing move whose effect on the donor/receiver gap is below `rebalance_dead_band_percentage` of the average is
   not made (KCL issue #1814).
-* A lease is moved at most once per run (5.7 #6); donors' values drop in memory as leases leave, in proportion to
-  the throughput they give away (5.5).
+* A lease is moved at most once per run; donors' values drop in memory as leases leave, in proportion to
+  the throughput they give away.
 * Donor leases are walked largest first instead of in random order: deterministic, and the budget moves fewer leases.
 * A donor above its operating range but below the average uses the operating range as its target, so its budget is
-  positive (5.7 #4); the fallback donor (trigger only from below) gives nothing if it is not above the average.
+  positive; the fallback donor (trigger only from below) gives nothing if it is not above the average.
 * An expired lease goes to a worker other than the one it expired under whenever another can take it (an owner that
   heartbeats but stopped renewing is stuck on that lease); only as a last resort is it re-assigned to its own owner (a
   plain assign restarting its failover period). KCL skips it, leaving it expired, unless it has a checkpoint owner.
@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 
 from coordinator.band_balance import balance_band
 from coordinator.decider_config import Balancing, DeciderConfig
@@ -48,6 +49,7 @@ from coordinator.ledger import Ledger, priority_reason
 from coordinator.load_model import Line, fit_line, proportional
 from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from coordinator.snapshot import Snapshot, WorkerView
+from shared.streams import stream_prefix
 from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
@@ -57,6 +59,9 @@ RECEIVER_PROBES = 8
 UNSETTLED_SHARE = 0.4
 
 HeapEntry = tuple[float, int, str]
+# Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
+# among those the one holding the fewest leases of the lease's stream takes it (a stream is not piled on one worker).
+STREAM_SPREAD_ROOM = 0.1
 
 
 def ema(values: Sequence[float], alpha: float) -> float:
@@ -339,10 +344,33 @@ class VarianceDecider:
             chosen = heapq.heappop(heap)
             if lease.avoids(chosen[2]) and heap:
                 chosen = heapq.heapreplace(heap, chosen)  # the next best worker; the avoided one goes back
+            stream = stream_prefix(lease.key)
+            if stream is not None:
+                chosen = self._spread_stream(heap, chosen, stream, lease.avoids)
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
+
+    def stream_counts(self, wid: str) -> Counter[str | None]:
+        """How many leases of each stream (`stream_prefix` of the key; None for single-stream keys) `wid` holds."""
+        return Counter(stream_prefix(key) for key in self.ledger.held_by.get(wid, {}))
+
+    def _spread_stream(self, heap: list[HeapEntry], chosen: HeapEntry, stream: str,
+                       avoids: Callable[[str], bool]) -> HeapEntry:
+        """Among receivers about as roomy as `chosen`, the one holding the fewest leases of `stream`.
+
+        The others go back into the heap. Only multi-stream leases come here; single-stream placement is unchanged.
+        """
+        candidates = [chosen]
+        while heap and len(candidates) < RECEIVER_PROBES and -heap[0][0] >= -chosen[0] - STREAM_SPREAD_ROOM:
+            candidates.append(heapq.heappop(heap))
+        held = {entry[2]: self.stream_counts(entry[2])[stream] for entry in candidates}
+        best = min(candidates, key=lambda entry: (avoids(entry[2]), held[entry[2]], entry))
+        for entry in candidates:
+            if entry is not best:
+                heapq.heappush(heap, entry)
+        return best
 
     def _spill_reason(self, key: str) -> None:
         lease = self.ledger.leases[key]
@@ -439,9 +467,12 @@ class VarianceDecider:
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
         if not keys or donor in self.stale:
             return []
+        # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream
+        # applications: a stream is not left piled on one worker); single-stream keys all tie on this.
+        per_stream = self.stream_counts(donor)
         if ledger.throughput.get(donor, 0.0) <= 0:
-            return [min(keys)]
-        keys.sort(key=lambda k: (-ledger.weight[k], k))
+            return [min(keys, key=lambda k: (-per_stream[stream_prefix(k)], k))]
+        keys.sort(key=lambda k: (-ledger.weight[k], -per_stream[stream_prefix(k)], k))
         chosen: list[str] = []
         remaining = budget
         for key in keys:
@@ -482,7 +513,7 @@ class VarianceDecider:
             entry = heapq.heappop(heap)
             wid = entry[2]
             set_aside.append(entry)
-            if wid == donor:
+            if wid == donor or self.ledger.leases[key].avoids(wid):  # never back to a worker that gave it back
                 continue
             projected = self.projected(wid, weight)
             if not self._fits(wid, projected, donor, metric, key):

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     agent = Agent(load_settings(), factory)
     signals = StopSignals(agent.keeper.begin_drain).install()
     agent.start()
-    log.info("agent %s running on stream %s", agent.settings.worker_id, agent.settings.stream_name)
+    log.info("agent %s running on stream(s) %s", agent.settings.worker_id, ", ".join(agent.settings.stream_names))
     signals.wait()
     agent.stop(drain=signals.drain, drain_timeout=args.drain_timeout)
     return 0

@@ -3,23 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 
 from shared.errors import ShardherdError
 
+# Development tooling: in the package, not in the images (.dockerignore), so registered only where it is installed.
+DEV_COMMANDS = ("services.demo", "services.up_cli")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
-    from services import agent_service, coordinator_service, demo, status_cli, up_cli
+    """The argument parser with every subcommand registered (the development ones where they are installed)."""
+    from services import agent_service, check_table, coordinator_service, status_cli
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
     agent_service.register(sub)
+    check_table.register(sub)
     coordinator_service.register(sub)
-    demo.register(sub)
     status_cli.register(sub)
-    up_cli.register(sub)
+    for name in DEV_COMMANDS:
+        if importlib.util.find_spec(name) is not None:
+            importlib.import_module(name).register(sub)
     return parser
 
 

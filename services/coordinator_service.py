@@ -13,8 +13,7 @@ from typing import Any
 from coordinator.leader_lock import LeaderLock, LockKeeper
 from coordinator.leader_loop import LeaderLoop, ShardSource
 from coordinator.run_summary import RunSummary
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
+from coordinator.stream_source import MultiStreamSource
 from services.api import ApiContext, ApiServer, create_app
 from services.leader_status import LeaderWatch
 from services.replicas import ReplicaReporter
@@ -22,6 +21,8 @@ from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings, load_settings
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import LeaseStore
 from shared.store_factory import open_store
 
@@ -29,12 +30,14 @@ log = logging.getLogger(__name__)
 
 
 def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None:
-    """A ListShards-backed shard source for the configured stream, or None when no stream is configured."""
+    """A ListShards-backed shard source for the configured stream(s), or None when no stream is configured."""
     stream = settings.stream_name
-    if stream is None:
+    if stream is None and not settings.streams:
         return None
     client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
     retry = RetryPolicy(clock=clock)
+    if stream is None:
+        return MultiStreamSource(client, settings.streams, retry)
 
     def source() -> list[Shard]:
         return list_shards(client, stream, retry)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -13,9 +14,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from services.local_stack.state import StackNotRunning, StackState, run_dir
 from shared.config import Settings, load_settings
 from shared.errors import ShardherdError
+
+if TYPE_CHECKING:
+    from services.local_stack.state import StackState
 
 NARROW = 80
 
@@ -96,9 +99,18 @@ class OperatorClient:
 
 
 def _stack(args: argparse.Namespace) -> StackState | None:
-    """The local stack in --run-dir (or the default run dir when no --url was given), if one runs there."""
+    """The local stack in --run-dir (or the default run dir when no --url was given), if one runs there.
+
+    The local stack is development tooling, absent from the images: there only --run-dir asks for it.
+    """
     if args.url and not args.run_dir:
         return None
+    if importlib.util.find_spec("services.local_stack") is None:
+        if args.run_dir:
+            raise ApiError("--run-dir needs the local stack (`shardherd up`), which this installation does not include")
+        return None
+    from services.local_stack.state import StackNotRunning, StackState, run_dir
+
     try:
         return StackState.read(run_dir(args.run_dir))
     except StackNotRunning:

@@ -25,7 +25,7 @@ from services.local_stack.producer import ProducerStats
 from services.local_stack.scenarios import Outcome, Scenarios
 from services.local_stack.stack import LocalStack, StackFailed, StackOptions
 from services.local_stack.state import StackState, run_dir
-from services.local_stack.status import StartupTimes, StatusPrinter, tree_memory
+from services.local_stack.status import StartupTimes, StatusPrinter, agents_memory, tree_memory
 from services.local_stack.supervisor import log_tail
 from shared.config import Settings, load_settings
 from shared.errors import ConfigError
@@ -195,7 +195,7 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
     say(f"startup: first lease assigned after {_seconds(startup.first_assignment)}, all {options.shards} "
         f"shards after {_seconds(startup.all_assigned)}, first records checkpointed after "
         f"{_seconds(startup.first_checkpoint)} (from process start); memory "
-        f"{memory / 2**20:.0f} MiB in {count} processes")
+        f"{memory / 2**20:.0f} MiB in {count} processes, {agents_memory(stack)}")
     if options.spark and startup.first_checkpoint is not None:
         say(f"first records written as Parquet under {options.pipeline_dir / 'records'} (one directory per agent)")
     return printer

@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shared.errors import ConfigError
 from shared.store import TableNames
+from shared.streams import ACCOUNT_PATTERN, STREAM_NAME_PATTERN
 
 CONFIG_FILE_ENV = "SHARDHERD_CONFIG_FILE"
 MIN_TOKEN_LENGTH = 16
@@ -34,6 +35,27 @@ _TABLE_NAME = r"^[A-Za-z0-9_.\-]{3,200}$"
 MINUTE_MILLIS = 60_000
 HOUR_MILLIS = 60 * MINUTE_MILLIS
 DAY_MILLIS = 24 * HOUR_MILLIS
+
+
+InitialPosition = Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"]
+
+
+class StreamSpec(BaseModel):
+    """One stream of a multi-stream application (KCL 3.x's multi-stream mode: lease keys carry the stream).
+
+    `account_id` and `creation_epoch` make up KCL's stream identifier `account:name:creationEpoch`; left out, the
+    coordinator reads them from DescribeStreamSummary (the ARN's account, the creation timestamp in seconds), which
+    is what KCL derives for a stream given by ARN. Set them to continue a KCL table written with other values.
+    The initial position defaults to the application's `initial_position_in_stream` / `initial_timestamp`.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=f"^{STREAM_NAME_PATTERN}$")
+    account_id: str | None = Field(None, pattern=f"^{ACCOUNT_PATTERN}$")
+    creation_epoch: int | None = Field(None, ge=0)
+    initial_position: InitialPosition | None = None
+    initial_timestamp: datetime | None = None
 
 
 def default_worker_id() -> str:
@@ -48,7 +70,10 @@ class Settings(BaseSettings):
 
     # Where things live.
     application_name: str = Field("shardherd", pattern=_TABLE_NAME)
-    stream_name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.\-]{1,128}$")
+    stream_name: str | None = Field(None, pattern=f"^{STREAM_NAME_PATTERN}$")
+    # Multi-stream applications: several streams, lease keys `account:stream:creationEpoch:shardId` (exclusive
+    # with stream_name, which keeps single-stream keys). Env: SHARDHERD_STREAMS as a JSON list of objects.
+    streams: tuple[StreamSpec, ...] = ()
     region: str = "us-east-1"
     dynamodb_endpoint_url: str | None = None
     kinesis_endpoint_url: str | None = None
@@ -125,8 +150,12 @@ class Settings(BaseSettings):
     # its newest run's scans instead, whenever they are this fresh).
     api_cache_millis: int = Field(5_000, ge=0, le=HOUR_MILLIS)
 
+    # KPL de-aggregation: auto (the protobuf runtime's C decoder when installed, else pure Python) or python (force
+    # the pure-Python decoder). agent/kpl_decoding.py; Spark executors get it with their partitions.
+    kpl_decoder: Literal["auto", "python"] = "auto"
+
     # Where a new stream is read from.
-    initial_position_in_stream: Literal["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"] = "TRIM_HORIZON"
+    initial_position_in_stream: InitialPosition = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None
 
     @field_validator("api_token")
@@ -148,6 +177,7 @@ class Settings(BaseSettings):
         problems: list[str] = []
         if self.initial_position_in_stream == "AT_TIMESTAMP" and self.initial_timestamp is None:
             problems.append("initial_timestamp is required when initial_position_in_stream is AT_TIMESTAMP")
+        problems.extend(self._stream_problems())
         if self.effective_heartbeat_interval_millis >= self.failover_time_millis:
             problems.append(
                 f"heartbeat_interval_millis ({self.effective_heartbeat_interval_millis}) must be shorter than "
@@ -169,6 +199,38 @@ class Settings(BaseSettings):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _stream_problems(self) -> list[str]:
+        problems = []
+        if self.streams and self.stream_name is not None:
+            problems.append("stream_name and streams are exclusive (one stream, or a multi-stream application)")
+        names = [spec.name for spec in self.streams]
+        if len(set(names)) != len(names):
+            problems.append(f"streams names each stream once, got {names}")
+        for spec in self.streams:
+            if self.initial_position_for(spec.name)[0] == "AT_TIMESTAMP" and not self.initial_position_for(
+                    spec.name)[1]:
+                problems.append(f"stream {spec.name}: AT_TIMESTAMP needs an initial_timestamp")
+        return problems
+
+    @property
+    def multi_stream(self) -> bool:
+        """True for a multi-stream application (`streams` set): lease keys carry the stream identifier."""
+        return bool(self.streams)
+
+    @property
+    def stream_names(self) -> tuple[str, ...]:
+        """Every stream the application reads: the `streams` names, or `stream_name` alone."""
+        if self.streams:
+            return tuple(spec.name for spec in self.streams)
+        return (self.stream_name,) if self.stream_name is not None else ()
+
+    def initial_position_for(self, stream: str | None) -> tuple[InitialPosition, datetime | None]:
+        """Where a new lease of `stream` starts: the stream's own position if it sets one, else the application's."""
+        for spec in self.streams:
+            if spec.name == stream and spec.initial_position is not None:
+                return spec.initial_position, spec.initial_timestamp or self.initial_timestamp
+        return self.initial_position_in_stream, self.initial_timestamp
 
     @property
     def effective_heartbeat_interval_millis(self) -> int:

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
 
-# KCL's metric short names (reference 2.1).
+# KCL's metric short names (`WorkerMetricStats`).
 CPU_METRIC = "C"
 MEMORY_METRIC = "M"
 NETWORK_IN_METRIC = "NI"
 NETWORK_OUT_METRIC = "NO"
 THROUGHPUT_METRIC = "T"
 
-# A stored metric value of -1 means "sampling failed for that interval" (reference 2.2).
+# A stored metric value of -1 means "sampling failed for that interval" (as in KCL).
 FAILED_SAMPLE = -1.0
 
 
@@ -89,10 +89,25 @@ class WorkerRecord:
 
     @property
     def uses_default_metric(self) -> bool:
-        """True when the worker reports no metric, so the leader balances it by throughput (reference 2.4)."""
+        """True when the worker reports no metric, so the leader balances it by throughput (KCL's default metric)."""
         return not self.metric_stats and not self.operating_range
 
     @property
     def is_draining(self) -> bool:
         """True if the worker or an operator asked for all of its leases to move away."""
         return self.state is WorkerState.DRAINING or self.drain_requested
+
+
+def common_metric_kinds(reports: Iterable[Mapping[str, object]]) -> frozenset[str]:
+    """The metric kinds every worker reports (pass each worker's `sts` map): the only basis they can be balanced on.
+
+    KCL averages each metric over the workers that report it, so in a fleet mixing kinds (a KCL worker without CPU
+    next to a shardherd agent with CPU) every worker sits at its own metric's average and nothing ever looks out of
+    balance. Balancing only on kinds every worker reports avoids that; when one worker reports none (a KCL
+    "default metric" worker), the common basis is the throughput share, which every worker has.
+    """
+    common: frozenset[str] | None = None
+    for report in reports:
+        kinds = frozenset(report)
+        common = kinds if common is None else common & kinds
+    return common or frozenset()

@@ -31,7 +31,7 @@ def write_toml(tmp_path: Path, text: str, monkeypatch: pytest.MonkeyPatch) -> Pa
     return path
 
 
-# KCL 3.5.1 defaults (reference section 8) that shardherd keeps, by shardherd setting name.
+# KCL 3.5.1 defaults (`LeaseManagementConfig` and friends) that shardherd keeps, by shardherd setting name.
 KCL_DEFAULTS: dict[str, object] = {
     "failover_time_millis": 10_000,
     "epsilon_millis": 25,
@@ -152,6 +152,11 @@ def test_one_error_names_every_bad_setting(monkeypatch: pytest.MonkeyPatch, tmp_
          "failover_time_millis"),
         ({"leader_lock_heartbeat_period_millis": 5_000, "leader_lock_lease_duration_millis": 8_000},
          "leader_lock_heartbeat_period_millis"),
+        ({"stream_name": "a", "streams": [{"name": "b"}]}, "exclusive"),
+        ({"streams": [{"name": "a"}, {"name": "a"}]}, "each stream once"),
+        ({"streams": [{"name": "a", "initial_position": "AT_TIMESTAMP"}]}, "stream a: AT_TIMESTAMP"),
+        ({"streams": [{"name": "a", "account_id": "acct"}]}, "account_id"),
+        ({"streams": [{"name": "a", "shard": 1}]}, "shard"),
     ],
 )
 def test_inconsistent_settings_are_rejected(overrides: dict[str, object], named: str) -> None:
@@ -257,3 +262,24 @@ def test_secrets_are_secret_str_and_never_printed() -> None:
         assert "a-long-enough-secret-token" not in shown and "db-pa55word" not in shown
     assert settings.api_token is not None and settings.api_token.get_secret_value() == "a-long-enough-secret-token"
     assert settings.sql_url.get_secret_value().endswith("@127.0.0.1/leases")
+
+
+def test_multi_stream_settings_from_toml_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_toml(tmp_path, '[shardherd]\ninitial_position_in_stream = "LATEST"\n[[shardherd.streams]]\nname = "orders"\n'
+               '[[shardherd.streams]]\nname = "clicks"\ncreation_epoch = 1700000000\n'
+               'initial_position = "AT_TIMESTAMP"\ninitial_timestamp = 2026-01-01T00:00:00Z\n', monkeypatch)
+    settings = load_settings()
+    assert settings.multi_stream and settings.stream_names == ("orders", "clicks")
+    assert settings.initial_position_for("orders") == ("LATEST", None)
+    position, timestamp = settings.initial_position_for("clicks")
+    assert position == "AT_TIMESTAMP" and timestamp is not None and timestamp.year == 2026
+    assert settings.streams[1].creation_epoch == 1700000000 and settings.streams[0].account_id is None
+    monkeypatch.setenv("SHARDHERD_STREAMS", '[{"name": "payments", "account_id": "123456789012"}]')
+    from_env = load_settings()
+    assert from_env.stream_names == ("payments",) and from_env.streams[0].account_id == "123456789012"
+
+
+def test_single_stream_settings_stay_single_stream() -> None:
+    settings = load_settings(stream_name="orders")
+    assert not settings.multi_stream and settings.stream_names == ("orders",) and settings.streams == ()
+    assert load_settings().stream_names == ()

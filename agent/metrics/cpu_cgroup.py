@@ -1,4 +1,4 @@
-"""Container CPU utilisation from cgroup v1 and v2 files, as a share of the container's CPU limit (reference 7).
+"""Container CPU utilisation from cgroup v1 and v2 files, as a share of the container's CPU limit (as KCL's).
 
 Both versions measure `(CPU seconds used / seconds elapsed) / CPUs allowed x 100`, capped at 100. Unlike KCL, the
 elapsed time comes from the injected clock's monotonic time (KCL uses the millisecond wall clock, which can jump), the

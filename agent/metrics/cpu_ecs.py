@@ -1,4 +1,4 @@
-"""Container CPU utilisation from the ECS task metadata endpoint v4, as a share of the container's limit (reference 7).
+"""Container CPU utilisation from the ECS task metadata endpoint v4, as a share of the container's limit, as KCL's.
 
 `/stats` gives Docker's `cpu_stats` and `precpu_stats` (the previous read): the container used
 `cpu delta / system delta x online_cpus` cores. Its limit is its share of the task's CPUs: task `Limits.CPU` (vCPUs,

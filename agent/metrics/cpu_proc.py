@@ -1,4 +1,4 @@
-"""Host CPU utilisation from the first line of /proc/stat (KCL's Linux CPU metric, reference 7)."""
+"""Host CPU utilisation from the first line of /proc/stat (KCL's Linux CPU metric)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CPU samples turned into KCL's WorkerMetricStats history (`sts`) and operating range (`opr`), reference 2.2.
+"""CPU samples turned into KCL's WorkerMetricStats history (`sts`) and operating range (`opr`).
 
 `sample()` is called every capture period (1 s by default) and keeps raw samples in a bounded queue of 300;
 `report()` is called with each worker heartbeat: it drains the queue, appends the average (rounded to 6 decimals) to

@@ -1,6 +1,6 @@
 """Choose this worker's CPU source in the order of what the host offers (ECS, cgroup v2, cgroup v1, /proc, psutil).
 
-Unlike KCL (reference 7), any host gets a CPU metric, not only EKS, ECS and EC2, and no cloud endpoint is probed: the
+Unlike KCL's selector, any host gets a CPU metric, not only EKS, ECS and EC2, and no cloud endpoint is probed: the
 choice looks only at the environment and local files. Disabled metrics give None, so the worker reports empty maps and
 the leader balances it by throughput.
 

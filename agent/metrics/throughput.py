@@ -1,4 +1,4 @@
-"""Per-lease throughput in KiB/s of the data arriving in the shard (KCL's LeaseStatsRecorder, reference 6).
+"""Per-lease throughput in KiB/s of the data arriving in the shard (KCL's LeaseStatsRecorder).
 
 Each delivery is recorded with the arrival times of its records (Kinesis' ApproximateArrivalTimestamp, wall-clock
 seconds) when the reader knows them, else with the clock's wall time. `compute` turns the bytes whose arrival falls in

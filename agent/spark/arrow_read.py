@@ -10,6 +10,7 @@ one Arrow cast, and KPL aggregates are expanded into their user records.
 from __future__ import annotations
 
 import binascii
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -18,17 +19,20 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from agent.kpl import MAGIC, BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import MAGIC, BrokenAggregate, is_aggregate
+from agent.kpl_decoding import decode_columns
 from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from agent.reader import ShardReadError
 from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from agent.spark.offsets import ShardPlan
 from shared.checkpoint import Checkpoint
+from shared.streams import read_target
 
 ARROW_FIELDS = [
     pa.field("shard_id", pa.string()), pa.field("sequence_number", pa.string()),
     pa.field("sub_sequence_number", pa.int64()), pa.field("partition_key", pa.string()),
     pa.field("arrival_timestamp", pa.timestamp("us", tz="UTC")), pa.field("data", pa.binary()),
+    pa.field("stream_name", pa.string()),
 ]
 ARROW_SCHEMA = pa.schema(ARROW_FIELDS)
 READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
@@ -39,7 +43,7 @@ class PlannedEndMissing(ShardReadError):
     """A read could not reach the record its plan ends at (shard ended before it, or it stayed invisible)."""
 
 
-def arrow_batch(shard_id: str, records: list[dict[str, Any]], include_reader: bool,
+def arrow_batch(stream: str, shard_id: str, records: list[dict[str, Any]], include_reader: bool,
                 skip_through: int = -1) -> pa.RecordBatch:
     """One GetRecords response's user records as an Arrow batch in the source's schema.
 
@@ -50,40 +54,43 @@ def arrow_batch(shard_id: str, records: list[dict[str, Any]], include_reader: bo
     payloads = [binascii.a2b_base64(record["Data"]) for record in records]
     if skip_through < 0 and not any(payload[:4] == MAGIC for payload in payloads):
         count = len(records)
-        return _batch(shard_id, [record["SequenceNumber"] for record in records], [0] * count,
+        return _batch((stream, shard_id), [record["SequenceNumber"] for record in records], [0] * count,
                       [record["PartitionKey"] for record in records],
                       [record.get("ApproximateArrivalTimestamp") for record in records], payloads, include_reader)
     columns: tuple[list[Any], ...] = ([], [], [], [], [])
     for index, (record, payload) in enumerate(zip(records, payloads, strict=True)):
         _expand(columns, record, payload, skip_through if index == 0 else -1)
     sequence, sub, key, arrival, data = columns
-    return _batch(shard_id, sequence, sub, key, arrival, data, include_reader)
+    return _batch((stream, shard_id), sequence, sub, key, arrival, data, include_reader)
 
 
 def _expand(columns: tuple[list[Any], ...], record: dict[str, Any], payload: bytes, skip_through: int) -> None:
     """Append one Kinesis record's user records (sub-sequence above `skip_through`) to the column lists."""
     sequence, arrival = record["SequenceNumber"], record.get("ApproximateArrivalTimestamp")
-    users = None
+    keys: list[str] = [record["PartitionKey"]]
+    payloads = [payload]
     if is_aggregate(payload):
-        try:
-            users = decode_aggregate(payload)
-        except BrokenAggregate:
-            users = None  # delivered raw, as one record
-    rows = ([(index, user.partition_key, user.data) for index, user in enumerate(users)] if users is not None
-            else [(0, record["PartitionKey"], payload)])
-    for sub, key, data in rows:
-        if sub > skip_through:
-            for column, value in zip(columns, (sequence, sub, key, arrival, data), strict=True):
-                column.append(value)
+        with contextlib.suppress(BrokenAggregate):  # a broken aggregate is delivered raw, as one record
+            keys, payloads = decode_columns(payload)
+    first = skip_through + 1
+    count = max(0, len(keys) - first)
+    sequences, subs, key_column, arrivals, data_column = columns
+    sequences.extend([sequence] * count)
+    subs.extend(range(first, first + count))
+    key_column.extend(keys[first:])
+    arrivals.extend([arrival] * count)
+    data_column.extend(payloads[first:])
 
 
-def _batch(shard_id: str, sequence: list[str], sub: list[int], key: list[str], arrival: list[float | None],
-           data: list[bytes], include_reader: bool) -> pa.RecordBatch:
+def _batch(where: tuple[str, str], sequence: list[str], sub: list[int], key: list[str],
+           arrival: list[float | None], data: list[bytes], include_reader: bool) -> pa.RecordBatch:
+    stream, shard_id = where
     count = len(sequence)
     seconds = pa.array(arrival, pa.float64())
     micros = pc.cast(pc.round(pc.multiply(seconds, 1_000_000)), pa.int64())
     columns = [pa.array([shard_id] * count, pa.string()), pa.array(sequence, pa.string()), pa.array(sub, pa.int64()),
-               pa.array(key, pa.string()), micros.cast(pa.timestamp("us", tz="UTC")), pa.array(data, pa.binary())]
+               pa.array(key, pa.string()), micros.cast(pa.timestamp("us", tz="UTC")), pa.array(data, pa.binary()),
+               pa.array([stream] * count, pa.string())]
     if include_reader:
         columns.append(pa.array([os.getpid()] * count, pa.int32()))
         return pa.RecordBatch.from_arrays(columns, schema=READER_SCHEMA)
@@ -103,11 +110,15 @@ def within_end(records: list[dict[str, Any]], end: int) -> tuple[list[dict[str, 
 
 def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader: bool = False,
               min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the plan's records, from its start through its end record; PlannedEndMissing if unreachable."""
+    """Arrow batches of the plan's records, from its start through its end record; PlannedEndMissing if unreachable.
+
+    `stream` is the stream of a single-stream application; a multi-stream plan names its stream in its key.
+    """
+    stream, shard = read_target(plan.shard_id, stream)
     position: StartPosition = plan.position
     skip: Checkpoint | None = position.skips_through
     end = int(plan.end.sequence_number)
-    iterator: str | None = kinesis.get_shard_iterator(stream, plan.shard_id, position.iterator_arguments())
+    iterator: str | None = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
     remaining = max(1, plan.records)
     deadline: float | None = None
     next_call = 0.0
@@ -121,7 +132,7 @@ def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader:
         try:
             response = kinesis.get_records(iterator, min(MAX_RECORDS_PER_CALL, remaining + 1))
         except IteratorExpired:
-            iterator = kinesis.get_shard_iterator(stream, plan.shard_id, position.iterator_arguments())
+            iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
             skip = position.skips_through
             continue
         records, reached = within_end(response.get("Records", []), end)
@@ -132,7 +143,7 @@ def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader:
             remaining = max(1, remaining - len(records))
             position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
             deadline = None
-            yield arrow_batch(plan.shard_id, records, include_reader, skip_through)
+            yield arrow_batch(stream, shard, records, include_reader, skip_through)
         if reached:
             return
         iterator = response.get("NextShardIterator")

@@ -19,10 +19,20 @@ from agent.spark.offsets import ShardPlan
 from agent.spark.probe import ProbeResult
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
+from shared.streams import stream_prefix
+
+
+def source_key(lease: Lease) -> str:
+    """The key the source plans a lease's shard under: its shard id, or its lease key if it names a stream."""
+    return lease.shard if stream_prefix(lease.lease_key) is None else lease.lease_key
 
 
 class ShardBook:
-    """Held shards by shard id, with their lease keys and the snapshot version that started each handoff."""
+    """Held shards by source key, with their lease keys and the snapshot version that started each handoff.
+
+    The source key is the shard id, or in a multi-stream application the lease key (shard ids repeat across streams;
+    `shared.streams.read_target` turns it back into stream and shard).
+    """
 
     def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,
                  merge_below: int = 0) -> None:
@@ -32,6 +42,7 @@ class ShardBook:
         self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
         self._views: dict[str, ShardView] = {}
         self._keys: dict[str, str] = {}
+        self._parts: dict[str, tuple[Segment, ...]] = {}  # each shard's probed segments before merging
         self._writing: dict[str, int] = {}  # shard -> sink writes in flight that will checkpoint it
         self._version = 0
         self._guard = threading.Lock()
@@ -41,9 +52,11 @@ class ShardBook:
     def acquired(self, lease: Lease) -> None:
         """Start planning a newly held shard from its lease checkpoint (no records assumed until probed)."""
         with self._guard:
-            self._keys[lease.shard] = lease.lease_key
-            self._views[lease.shard] = ShardView(lease.checkpoint, timestamp=self._timestamp,
-                                                 tenure=uuid.uuid4().hex[:12])
+            source = source_key(lease)
+            self._keys[source] = lease.lease_key
+            self._parts[source] = ()
+            self._views[source] = ShardView(lease.checkpoint, timestamp=self._timestamp,
+                                            tenure=uuid.uuid4().hex[:12])
             self._publish()
 
     def handing_off(self, lease_key: str) -> bool:
@@ -56,6 +69,7 @@ class ShardBook:
             if shard is None:
                 return False
             self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, segments=())
+            self._parts[shard] = ()
             self._publish()
             return self._writing.get(shard, 0) > 0
 
@@ -65,7 +79,7 @@ class ShardBook:
             shard = self._shard_of(lease_key)
             if shard is None:
                 return None
-            del self._views[shard], self._keys[shard]
+            del self._views[shard], self._keys[shard], self._parts[shard]
             self._publish()
             return shard
 
@@ -83,6 +97,8 @@ class ShardBook:
             if view is None or view.frontier != frontier:
                 return False
             behind = result.behind_millis if result.behind_millis is not None else view.behind_millis
+            if result.segment is not None:
+                self._parts[shard] = (*self._parts[shard], result.segment)
             segments = self._appended(view.segments, result.segment)
             if segments != view.segments or behind != view.behind_millis:
                 self._views[shard] = replace(view, segments=segments, behind_millis=behind)
@@ -90,12 +106,20 @@ class ShardBook:
             return result.ended and not segments
 
     def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> None:
-        """A batch's checkpoint was stored: resume after it, forgetting the segments it covered."""
+        """A batch's checkpoint was stored: resume after it, forgetting the records it covered.
+
+        A plan ends at a probed segment's end, but the probe may since have merged newer records into that segment;
+        the waiting segments are rebuilt from the unmerged ones after the checkpoint, so nothing counts twice.
+        """
         with self._guard:
             view = self._views.get(shard)
             if view is None or view.tenure != tenure:
                 return
-            left = tuple(item for item in view.segments if item.end > checkpoint)
+            parts = tuple(item for item in self._parts[shard] if item.end > checkpoint)
+            self._parts[shard] = parts
+            left: tuple[Segment, ...] = ()
+            for part in parts:
+                left = self._appended(left, part)
             self._views[shard] = replace(view, checkpoint=checkpoint, segments=left)
             self._publish()
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent.spark.offsets import BatchOffset, InvalidOffset, ShardPlan
 from agent.spark.write_errors import BatchWriteFailed, is_interruption, summary
+from shared.streams import read_target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -83,7 +84,12 @@ class CheckpointingSink:
             if len(held) < len(end.shards):
                 gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
                 log.info("batch %d: not writing rows of shards no longer held or handing off: %s", batch_id, gone)
-                df = df.filter(F.col("shard_id").isin([plan.shard_id for plan in held]))
+                targets = [read_target(plan.shard_id, "") for plan in held]
+                if all(stream == "" for stream, _ in targets):  # single-stream: shard ids are unique
+                    df = df.filter(F.col("shard_id").isin([shard for _, shard in targets]))
+                else:
+                    df = df.filter(F.concat_ws("/", "stream_name", "shard_id").isin(
+                        [f"{stream}/{shard}" for stream, shard in targets]))
             self._write(df, batch_id)
         except Exception as exc:
             # Spark gets a short copy (write_errors explains why); the whole error stays in this log.

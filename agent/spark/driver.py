@@ -32,6 +32,7 @@ from shared.config import Settings
 from shared.errors import ShardherdError, StoreUnavailable
 from shared.lease import Lease
 from shared.store import Conflict, LeaseStore
+from shared.streams import LeaseOutOfScope, MalformedLeaseKey, stream_to_read
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,11 +65,15 @@ class SparkAgent(Agent):
                  store: LeaseStore | None = None, clock: Clock | None = None) -> None:
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
-        self.options = SourceOptions(self.channel, settings.stream_name or "", settings.region,
-                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader)
+        # The source's stream option names a single-stream application's stream; a multi-stream source key names
+        # its own (the option then lists the streams, for the record).
+        streams = settings.stream_name or ",".join(settings.stream_names)
+        self.options = SourceOptions(self.channel, streams, settings.region,
+                                     settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
+                                     settings.kpl_decoder)
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
-        self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), settings.stream_name or "")
+        self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
         self._probe_interval = probe_interval
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._query: StreamingQuery | None = None
@@ -81,7 +86,17 @@ class SparkAgent(Agent):
 
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
-        """Plan the shard from its lease checkpoint (a finished shard is held but never planned)."""
+        """Plan the shard from its lease checkpoint (a finished shard is held but never planned).
+
+        A lease of a stream this application does not read is given back at once and reported as refused.
+        """
+        try:
+            stream_to_read(lease, self.settings.stream_name, frozenset(self.settings.stream_names))
+        except (LeaseOutOfScope, MalformedLeaseKey) as exc:
+            log.error("%s; giving the lease back", exc)
+            self.progress.refuse(lease.lease_key)
+            self.keeper.give_back(lease.lease_key)
+            return
         self.throughput.track(lease.lease_key)
         if lease.throughput_kbps is not None:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)

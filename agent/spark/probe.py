@@ -15,12 +15,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.kpl import BrokenAggregate, decode_aggregate, is_aggregate
+from agent.kpl import BrokenAggregate, is_aggregate
+from agent.kpl_decoding import decode_aggregate
 from agent.read_spec import StartPosition
 from agent.reader import ShardReadError
 from agent.spark.channel import Segment
 from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shared.checkpoint import Checkpoint
+from shared.streams import read_target
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +93,8 @@ class Prober:
         kept = self._iterators.get(shard_id)
         skip = None
         if kept is None or kept[0] != frontier:
-            iterator: str | None = self._kinesis.get_shard_iterator(self._stream, shard_id,
-                                                                   frontier.iterator_arguments())
+            stream, shard = read_target(shard_id, self._stream)  # a multi-stream source key names its stream
+            iterator: str | None = self._kinesis.get_shard_iterator(stream, shard, frontier.iterator_arguments())
             skip = frontier.skips_through
         else:
             iterator = kept[1]

@@ -20,6 +20,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 from typing_extensions import override
 
+from agent.kpl import KPL_DECODERS
 from agent.spark.channel import Ack, read_snapshot, write_ack
 from agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
 from agent.spark.planning import partitions_to_read, plan_next
@@ -45,6 +46,7 @@ class SourceOptions:
     caps: Caps = field(default_factory=Caps)
     min_call_interval: float = 0.2
     include_reader: bool = False
+    kpl_decoder: str = "auto"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -61,16 +63,19 @@ class SourceOptions:
             raise InvalidOffset(f"bad numeric option: {exc}") from exc
         if not interval >= 0:
             raise InvalidOffset(f"minCallIntervalMs must be >= 0, got {lower['mincallintervalms']}")
+        decoder = lower.get("kpldecoder", "auto").lower()
+        if decoder not in KPL_DECODERS:
+            raise InvalidOffset(f"kplDecoder must be one of {list(KPL_DECODERS)}, got {decoder!r}")
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
-                   lower.get("includereader", "false").lower() == "true")
+                   lower.get("includereader", "false").lower() == "true", decoder)
 
     def to_options(self) -> dict[str, str]:
         """The options map to pass to `spark.readStream.format("shardherd").options(...)`."""
         options = {"channel": str(self.channel), "stream": self.stream_name, "region": self.region,
                    "maxRecordsPerShard": str(self.caps.max_records),
                    "minCallIntervalMs": str(round(self.min_call_interval * 1000)),
-                   "includeReader": str(self.include_reader).lower()}
+                   "includeReader": str(self.include_reader).lower(), "kplDecoder": self.kpl_decoder}
         if self.endpoint_url:
             options["endpoint"] = self.endpoint_url
         if self.caps.max_bytes is not None:
@@ -89,6 +94,7 @@ class ShardPartition(InputPartition):
         self.endpoint_url = options.endpoint_url
         self.min_call_interval = options.min_call_interval
         self.include_reader = options.include_reader
+        self.kpl_decoder = options.kpl_decoder
 
 
 _clients: dict[tuple[str, str | None], RawKinesis] = {}
@@ -109,8 +115,10 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition: exactly the records its plan names."""
+    from agent.kpl_decoding import use
     from agent.spark.arrow_read import read_plan
 
+    use(partition.kpl_decoder)  # the driver's choice, in whichever executor process reads the partition
     return read_plan(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plan,
                      partition.include_reader, partition.min_call_interval)
 

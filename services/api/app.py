@@ -1,6 +1,6 @@
 """The FastAPI application of one coordinator replica: /v1 routes, probes, metrics and the dashboard at `/`.
 
-`/docs` is Swagger UI from the assets the `fastapi-offline` package ships (docs/decisions/0005-offline-docs.md):
+`/docs` is Swagger UI from the assets the `fastapi-offline` package ships (docs/decisions/0006-offline-docs.md):
 it works without Internet access, unlike FastAPI's default page, which loads Swagger UI from a CDN.
 """
 

@@ -43,7 +43,7 @@ class ApiContext:
         self.heartbeats = HeartbeatObserver(self.clock)
         self.checkpoints = CheckpointAges(self.clock)
         self.snapshots = SnapshotCache(self.store, self.lock, self.settings, self.heartbeats,
-                                       self.timing.worker_grace, self.clock, self.settings.api_cache_millis / 1000,
+                                       self.timing.grace, self.clock, self.settings.api_cache_millis / 1000,
                                        self.loop.latest_scans, self.checkpoints)
 
     def snapshot(self) -> ApiSnapshot:

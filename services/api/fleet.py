@@ -6,57 +6,31 @@ import threading
 from dataclasses import dataclass
 
 from coordinator.leader_loop import reported_throughput
+from coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
 from coordinator.variance import ema
 from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
 from shared.clock import Clock
 from shared.config import Settings
 from shared.lease import Lease
 from shared.store import LeaseScan, WorkerScan
+from shared.streams import stream_name_of
 from shared.worker import CPU_METRIC, WorkerRecord
-
-Version = tuple[object, ...]
-
-
-def _version(worker: WorkerRecord) -> Version:
-    """What the leader watches change: heartbeat, last update and metrics (KCL-only workers only refresh these)."""
-    return (worker.heartbeat, worker.last_update, tuple(worker.metric_stats.items()))
-
-
-@dataclass(slots=True)
-class _Sighting:
-    version: Version
-    since: float  # monotonic seconds when this replica first saw this version
-    changed: bool  # True once this replica has seen the version change at least once
 
 
 class HeartbeatObserver:
-    """Heartbeat ages on this replica's monotonic clock, as the leader judges them (wall clocks are not compared)."""
+    """Heartbeat ages on this replica's monotonic clock, by the leader's own rule (coordinator.liveness)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._seen: dict[str, _Sighting] = {}
+        self._watcher = ChangeWatcher()
         self._guard = threading.Lock()
 
     def ages(self, workers: list[WorkerRecord]) -> dict[str, float]:
         """Seconds since each worker's record last changed; workers no longer listed are forgotten."""
         now, wall = self._clock.monotonic(), self._clock.time()
-        ages: dict[str, float] = {}
         with self._guard:
-            seen: dict[str, _Sighting] = {}
-            for worker in workers:
-                sighting = self._seen.get(worker.worker_id)
-                version = _version(worker)
-                if sighting is None:
-                    sighting = _Sighting(version, now, False)
-                elif sighting.version != version:
-                    sighting = _Sighting(version, now, True)
-                seen[worker.worker_id] = sighting
-                age = now - sighting.since
-                if not sighting.changed:  # no change seen yet: fall back to the worker's own last-update time
-                    age = max(age, wall - worker.last_update)
-                ages[worker.worker_id] = max(0.0, age)
-            self._seen = seen
-        return ages
+            self._watcher.observe({worker.worker_id: worker_version(worker) for worker in workers}, now)
+            return {worker.worker_id: heartbeat_age(self._watcher, worker, now, wall) for worker in workers}
 
 
 class CheckpointAges:
@@ -97,11 +71,14 @@ class Fleet:
 
 
 def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settings, heartbeats: HeartbeatObserver,
-                grace_seconds: float, checkpoints: CheckpointAges | None = None) -> Fleet:
-    """The fleet as scanned (by the API or by the leader's last run), judged on this replica's clock."""
+                grace: WorkerGrace, checkpoints: CheckpointAges | None = None) -> Fleet:
+    """The fleet as scanned (by the API or by the leader's last run), judged on this replica's clock.
+
+    A worker is expired once its row is older than the grace the leader gives its kind of worker (WorkerGrace).
+    """
     records = {worker.worker_id: worker for worker in worker_scan.workers}
     ages = heartbeats.ages(worker_scan.workers)
-    expired = {wid for wid, age in ages.items() if age > grace_seconds}
+    expired = {wid for wid, age in ages.items() if age > grace.of(records[wid])}
     leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
     if checkpoints is not None:
         held = checkpoints.ages(lease_scan.leases)
@@ -133,7 +110,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
     owner = records.get(lease.actual_owner or "")
     progress = owner.lease_progress.get(lease.lease_key) if owner is not None else None
     return LeaseOut(
-        lease_key=lease.lease_key, stream=lease.stream_name or settings.stream_name, shard_id=lease.shard,
+        lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
         state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
         lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,

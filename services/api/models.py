@@ -30,7 +30,8 @@ class WorkerOut(BaseModel):
     """One worker as this replica sees it."""
 
     worker_id: str
-    state: WorkerStateName = Field(description="expired: no heartbeat change seen for the failover/grace time")
+    state: WorkerStateName = Field(description="expired: row unchanged for longer than the leader's grace for its kind "
+                                   "of worker (agent: the failover time; KCL worker: two reporter intervals)")
     reported_state: str = Field(description="what the worker says about itself (ACTIVE or DRAINING)")
     drain_requested: bool
     heartbeat: int

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from coordinator.leader_lock import LeaderLock, LockView
+from coordinator.liveness import WorkerGrace
 from services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver, judge_fleet
 from services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
 from shared.clock import Clock
@@ -36,13 +37,13 @@ class SnapshotCache:
     """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old (thread-safe; one refresh at a time)."""
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, heartbeats: HeartbeatObserver,
-                 grace_seconds: float, clock: Clock, max_age: float,
+                 grace: WorkerGrace, clock: Clock, max_age: float,
                  leader_scans: Callable[[float], Scans | None], checkpoints: CheckpointAges | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
         self._heartbeats = heartbeats
-        self._grace = grace_seconds
+        self._grace = grace
         self._clock = clock
         self.max_age = max_age
         self._leader_scans = leader_scans

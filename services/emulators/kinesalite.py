@@ -91,6 +91,10 @@ class NodeEmulator:
         """Extra environment variables for the Node process."""
         return {}
 
+    def _package_dir(self) -> Path:
+        """Where the emulator's npm package is installed (its `package.json` proves the install)."""
+        return self.node_modules / self.package
+
     def start(self) -> Self:
         """Start the emulator and wait until it answers HTTP on its port."""
         if self._process is not None:
@@ -98,7 +102,7 @@ class NodeEmulator:
         node = shutil.which("node")
         if node is None:
             raise EmulatorNotInstalled(f"{self.package} needs Node.js (20 or newer) on PATH, then `{INSTALL_HINT}`")
-        package_dir = self.node_modules / self.package
+        package_dir = self._package_dir()
         if not (package_dir / "package.json").is_file():
             raise EmulatorNotInstalled(f"{self.package} is not installed in {self.node_modules}: run `{INSTALL_HINT}`")
         # closed by stop()

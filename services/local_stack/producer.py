@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.kpl import Aggregator, UserRecord
-from coordinator.shard_lister import list_shards
 from shared.errors import ConfigError, ShardherdError
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
 
 log = logging.getLogger(__name__)
 

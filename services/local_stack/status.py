@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from services.local_stack.stack import LocalStack
+from services.local_stack.stack import AGENT, LocalStack
 from services.status_cli import ApiError, OperatorClient
 from shared.store import LeaseStore
 
@@ -33,6 +33,14 @@ def tree_memory(pid: int) -> tuple[int, int]:
         except psutil.NoSuchProcess:
             continue
     return total, count
+
+
+def agents_memory(stack: LocalStack) -> str:
+    """Each running agent's resident memory (its process tree: with Spark, the JVM and Python workers too)."""
+    sizes = sorted((tree_memory(child.pid)[0] for child in stack.supervisor.children(AGENT)), reverse=True)
+    if not sizes:
+        return "no agents"
+    return f"agents {sum(sizes) / 2**20:.0f} MiB ({', '.join(f'{size / 2**20:.0f}' for size in sizes)})"
 
 
 @dataclass
@@ -204,8 +212,8 @@ class StatusPrinter:
         memory, count = tree_memory(os.getpid())
         producer = self._stack.producer
         produced = producer.stats.user_records if producer else 0
-        head = f"up {time.time() - self._started:.0f} s | {memory / 2**20:.0f} MiB in {count} processes | " \
-               f"produced {produced} records"
+        head = f"up {time.time() - self._started:.0f} s | {memory / 2**20:.0f} MiB in {count} processes, " \
+               f"{agents_memory(self._stack)} | produced {produced} records"
         if snapshot is None:
             return head + " | coordinator API not answering yet"
         processed = sum(self.tally.totals().values())

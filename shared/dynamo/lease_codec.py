@@ -1,4 +1,4 @@
-"""Lease <-> DynamoDB item in KCL 3.x's exact attribute names and types (reference section 1.2)."""
+"""Lease <-> DynamoDB item in KCL 3.x's exact attribute names and types (KCL's `DynamoDBLeaseSerializer`)."""
 
 from __future__ import annotations
 

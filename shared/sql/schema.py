@@ -20,7 +20,7 @@ from sqlalchemy.types import TypeEngine
 
 from shared.store import TableNames
 
-# Lease column -> KCL attribute name (reference 1.2); the column names are the attributes in snake case.
+# Lease column -> KCL attribute name (KCL's lease serializer); the column names are the attributes in snake case.
 LEASE_ATTRIBUTES: dict[str, str] = {
     "lease_key": "leaseKey",
     "lease_owner": "leaseOwner",
@@ -102,8 +102,9 @@ def build_schema(tables: TableNames) -> SqlSchema:
     return SqlSchema(metadata, leases, workers, state, owner_index)
 
 
-def overlong_identifiers(schema: SqlSchema) -> list[str]:
-    """Table and index names PostgreSQL cannot hold (longer than 63 characters)."""
+def overlong_identifiers(schema: SqlSchema, *others: str) -> list[str]:
+    """Table and index names (the schema's and `others`) PostgreSQL cannot hold (longer than 63 characters)."""
     names = [table.name for table in (schema.leases, schema.workers, schema.state)]
     names.append(str(schema.owner_index.name))
+    names.extend(others)
     return [name for name in names if len(name) > POSTGRES_MAX_IDENTIFIER]

@@ -34,6 +34,7 @@ from shared.retry import RetryPolicy
 from shared.rounding import round_throughput
 from shared.sql.engine import insert_for, is_transient, make_engines
 from shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
+from shared.sql.migrate import upgrade, version_table
 from shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
 from shared.sql.state_documents import decode_document, encode_document
 from shared.sql.values import write_string_set
@@ -83,7 +84,7 @@ class SqlLeaseStore(LeaseStore):
         self._schema = build_schema(tables)
         self._read_engine, self._write_engine = make_engines(url, pool_size)
         self._postgres = self._read_engine.dialect.name == "postgresql"
-        if self._postgres and (overlong := overlong_identifiers(self._schema)):
+        if self._postgres and (overlong := overlong_identifiers(self._schema, version_table(tables))):
             self._read_engine.dispose()
             raise ConfigError(f"PostgreSQL names are limited to {POSTGRES_MAX_IDENTIFIER} characters; "
                               f"use a shorter application name than {tables.leases!r} (too long: {overlong})")
@@ -155,16 +156,20 @@ class SqlLeaseStore(LeaseStore):
 
     # ---------------------------------------------------------------- schema
     def ensure_tables(self) -> None:
-        """Create missing tables and the owner index (also on a table that predates it); safe to call concurrently."""
+        """Create the tables or migrate them to this release's schema (shared/sql/migrate.py).
 
-        def create() -> None:
+        Safe to call concurrently: one caller migrates while the others wait on the DDL lock (PostgreSQL's advisory
+        lock, SQLite's write lock), then find the head revision. UnknownSchemaRevision if a newer release migrated
+        them.
+        """
+
+        def migrate() -> None:
             with self._writing() as conn:
                 if self._postgres:
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _DDL_LOCK_KEY})
-                self._schema.metadata.create_all(conn, checkfirst=True)
-                self._schema.owner_index.create(conn, checkfirst=True)
+                upgrade(conn, self.tables)
 
-        self._run(create, f"creating tables {self.tables}")
+        self._run(migrate, f"migrating tables {self.tables}")
 
     def close(self) -> None:
         """Close every pooled connection."""

@@ -16,11 +16,11 @@ from agent.kpl import (
     Aggregator,
     BrokenAggregate,
     UserRecord,
-    decode_aggregate,
     encode_aggregate,
     encode_varint,
     is_aggregate,
 )
+from agent.kpl_decoding import decode_aggregate
 from agent.records import DeaggregationCounters, records_from_kinesis
 from shared.checkpoint import Checkpoint
 

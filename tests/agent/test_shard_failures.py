@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from agent.read_spec import ReadLimits
 from agent.runtime import Agent
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.checkpoint import Checkpoint
+from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
-from tests.support.stream_stack import StreamStack, wait_for
+from tests.support.stream_stack import StreamStack
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST_READS = ReadLimits(min_call_interval=0.05, idle_backoff=0.1)
 BAD_SHARD = "shardId-000000000001"
 
 

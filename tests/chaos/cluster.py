@@ -25,18 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
 from shared.aws import make_client
 from shared.checkpoint import Checkpoint
 from shared.config import Settings, load_settings
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import TableNames
 from tests.chaos.ledgers import Produced, ProducerLedger
 from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.file_ledger import LEDGER_ENV
+from tests.support.waiting import wait_for
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
 AgentCommand = Callable[[float], list[str]]
@@ -50,15 +51,6 @@ def plain_agent_command(skew_seconds: float) -> list[str]:
         return [sys.executable, "-m", "tests.chaos.skewed", str(skew_seconds), *tail]
     return [sys.executable, "-m", "services.cli", *tail]
 
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, period: float = 0.1) -> float:
-    """Poll until `condition()`; seconds it took, or AssertionError naming `what` after `timeout`."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(period)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,20 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.chaos.analysis import Report, RunData, Timing, analyse
-from tests.chaos.cluster import AgentCommand, ChaosCluster, plain_agent_command, wait_for
+from tests.chaos.cluster import AgentCommand, ChaosCluster, plain_agent_command
 from tests.chaos.faults import FAULT_KINDS, FaultPlan, FaultRunner
 from tests.chaos.ledgers import read_deliveries
+from tests.support.fast_settings import fast_env
+from tests.support.waiting import wait_for
 
-# Seconds-scale settings for CI: failover 3 s, leader runs and discovery every 0.3 s, CPU metrics on (the default
-# users run; each agent reads its own driven fixture) sampled every 0.2 s and reported every second.
-SHORT_INTERVALS = {
-    "SHARDHERD_FAILOVER_TIME_MILLIS": "3000", "SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "300",
-    "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_SHARD_SYNC_INTERVAL_MILLIS": "1000",
-    "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000", "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400",
-    "SHARDHERD_GRACEFUL_LEASE_HANDOFF_TIMEOUT_MILLIS": "5000",
-    "SHARDHERD_IN_MEMORY_WORKER_METRICS_CAPTURE_FREQUENCY_MILLIS": "200",
-    "SHARDHERD_WORKER_METRICS_REPORTER_FREQ_MILLIS": "1000",
-}
+# The tests' short intervals with failover 3 s (a fleet of agent processes under faults on a loaded host) and CPU
+# metrics on (the default users run; each agent reads its own driven fixture).
+SHORT_INTERVALS = fast_env(failover_time_millis=3000)
 METRICS_OFF = {"SHARDHERD_DISABLE_WORKER_METRICS": "true"}
 
 

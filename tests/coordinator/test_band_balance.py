@@ -502,3 +502,31 @@ def test_a_worker_whose_light_lease_gets_it_into_the_band_sheds_it(balancing: Ba
     assert plan.averages["C"] == pytest.approx(70.0)
     assert after(plan) == pytest.approx({"A": 90.0 - 5 * 90.0 / 35, "B": 67.5})
     assert all(56.0 <= v <= 84.0 for v in after(plan).values())
+
+
+def refused(snapshot: Snapshot, keys: dict[str, frozenset[str]]) -> Snapshot:
+    """The snapshot with each lease in `keys` marked as given back by those workers (they cannot process it)."""
+    leases = [dataclasses.replace(lease, refused_by=keys.get(lease.key, frozenset())) for lease in snapshot.leases]
+    return Snapshot.of(leases, list(snapshot.workers))
+
+
+def test_balancing_never_hands_a_lease_back_to_a_worker_that_gave_it_back() -> None:
+    # As in the shed test, A00 is the lease that lands A in the band and B would take it; B refused it (say its
+    # config lacks the initial timestamp the lease starts from), so C takes it instead, in both balancing modes.
+    snapshot = refused(donor_above_band(), {"A00": frozenset({"B"})})
+    band = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in band.moves] == [("A00", "C")]
+    refused_by_all = refused(donor_above_band(), {f"A{i:02d}": frozenset({"B", "C", "D"}) for i in range(27)})
+    assert not decide(refused_by_all, BAND, balance=True).moves
+    assert not decide(refused_by_all, KCL, balance=True).moves
+    kcl = decide(refused(donor_above_band(), {f"A{i:02d}": frozenset({"B"}) for i in range(27)}), KCL, balance=True)
+    assert kcl.moves and "B" not in {m.to_worker for m in kcl.moves}
+
+
+def test_a_swap_never_hands_either_lease_to_a_worker_that_gave_it_back() -> None:
+    snapshot = fleet({"A": (55.0, [300.0, 250.0]), "B": (45.0, [200.0, 150.0, 100.0]),
+                      "C": (45.0, [200.0, 150.0, 100.0]), "D": (45.0, [200.0, 150.0, 100.0])})
+    plan = decide(refused(snapshot, {"A01": frozenset({"B"}), "C00": frozenset({"A"})}), BAND, balance=True)
+    assert ("A01", "B") not in {(m.lease_key, m.to_worker) for m in plan.moves}
+    assert ("C00", "A") not in {(m.lease_key, m.to_worker) for m in plan.moves}
+    assert plan.moves  # another trade still brings A into the band

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,18 +18,12 @@ from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.store import LeaseStore
 from shared.worker import WorkerRecord
+from tests.support.fast_settings import fast_env
 from tests.support.stores import make_store, unique_app
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-
-def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if condition():
-            return time.monotonic() - start
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 class Heartbeats:
@@ -59,7 +53,7 @@ def stream(kinesalite: NodeEmulator) -> str:
     client = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
     name = unique_app("proc-stream")
     client.create_stream(StreamName=name, ShardCount=4)
-    _wait_for(lambda: client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
+    wait_for(lambda: client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
               == "ACTIVE", 30, "stream ACTIVE")
     return name
 
@@ -82,9 +76,7 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
         **os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
         "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto_server.endpoint_url,
         "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_STREAM_NAME": stream,
-        "SHARDHERD_APPLICATION_NAME": app, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
-        "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
-        "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_API_PORT": "0",
+        "SHARDHERD_APPLICATION_NAME": app, **fast_env(api_port=0),
     }
 
     def start(worker_id: str) -> subprocess.Popen[bytes]:
@@ -105,20 +97,20 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
     try:
         beats.alive.add("w1")
         first = start("coord-1")
-        _wait_for(lambda: leader() == "coord-1", 30, "coord-1 to lead")
-        _wait_for(lambda: len(owners()) == 4 and set(owners().values()) == {"w1"}, 30, "4 leases owned by w1")
+        wait_for(lambda: leader() == "coord-1", 30, "coord-1 to lead")
+        wait_for(lambda: len(owners()) == 4 and set(owners().values()) == {"w1"}, 30, "4 leases owned by w1")
         second = start("coord-2")
         time.sleep(1.0)
         assert leader() == "coord-1"  # a live leader is never taken over
 
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        took = _wait_for(lambda: leader() == "coord-2", 30, "coord-2 to take over")
+        took = wait_for(lambda: leader() == "coord-2", 30, "coord-2 to take over")
         assert took < 2.0 + 2 * 0.4 + 2.0  # lease duration + two heartbeat periods + process slack
 
         # The new leader really assigns: w1 dies, w2 appears; after the failover time w2 owns everything.
         beats.alive = {"w2"}
-        _wait_for(lambda: set(owners().values()) == {"w2"}, 30, "leases to move to w2")
+        wait_for(lambda: set(owners().values()) == {"w2"}, 30, "leases to move to w2")
 
         second.send_signal(signal.SIGTERM)
         assert second.wait(15) == 0

@@ -99,7 +99,42 @@ def test_release_lets_a_successor_in_at_once(store: LeaseStore) -> None:
     assert store.get_state("Leader") is None  # the Java client deletes the item on release
     clock.advance(PERIOD_MS / 1000)
     assert contender.tick() is True
-    assert contender.epoch() == 1  # the item was deleted, so the count restarts; the term UUID still differs
+    assert contender.epoch() == 2  # the item was deleted, but the epoch counter item was not: no epoch repeats
+
+
+def test_epochs_strictly_increase_across_releases_and_restarts(store: LeaseStore) -> None:
+    clock = ManualClock()
+    epochs = []
+    for round_ in range(4):
+        # A fresh LeaderLock each round: a coordinator process restarted with nothing in memory.
+        lock = _lock(store, f"coord-{round_ % 2}", clock)
+        assert lock.tick() is True
+        epoch = lock.epoch()
+        assert epoch is not None
+        epochs.append(epoch)
+        item = store.get_state("Leader")
+        assert item is not None and item[EPOCH] == epoch
+        assert lock.release() is True
+        assert store.get_state("Leader") is None  # still deleted on release, as the Java lock client does
+        clock.advance(PERIOD_MS / 1000)
+    assert epochs == [1, 2, 3, 4]
+
+
+def test_epoch_continues_above_a_lock_item_written_before_the_counter_existed(store: LeaseStore) -> None:
+    clock = ManualClock()
+    # A lock item left by an older shardherd (epoch 7 in the item, no counter item), now released.
+    assert store.put_state("Leader", {OWNER: "old", DURATION: "6000", VERSION: "v-old", RELEASED: "1", EPOCH: 7})
+    lock = _lock(store, "coord-a", clock)
+    assert lock.tick() is True
+    assert lock.epoch() == 8
+    lock.release()
+    # A KCL worker takes the lock in between and deletes it on release: its item carries no epoch at all.
+    assert store.put_state("Leader", {OWNER: "kcl-worker", DURATION: "120000", VERSION: "v-kcl"})
+    assert store.delete_state("Leader", {OWNER: "kcl-worker"})
+    clock.advance(PERIOD_MS / 1000)
+    again = _lock(store, "coord-b", clock)
+    assert again.tick() is True
+    assert again.epoch() == 9
 
 
 def test_java_lock_client_items_are_respected_and_taken_over(store: LeaseStore) -> None:

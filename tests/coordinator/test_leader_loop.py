@@ -10,11 +10,11 @@ import pytest
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.moves import MoveReason
-from coordinator.shards import MAX_HASH_KEY, Shard
 from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.clock import ManualClock
 from shared.config import Settings, load_settings
 from shared.lease import Lease
+from shared.shards import MAX_HASH_KEY, Shard
 from shared.store import LeaseStore
 from shared.worker import WorkerRecord
 

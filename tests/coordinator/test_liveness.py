@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coordinator.liveness import LivenessTracker
+from coordinator.liveness import LivenessTracker, WorkerGrace
 from shared.lease import Lease
 from shared.worker import WorkerRecord
 
@@ -10,7 +10,7 @@ FAILOVER = 10.0
 
 
 def _tracker(mode: str) -> LivenessTracker:
-    return LivenessTracker(mode=mode, failover_seconds=FAILOVER, worker_grace_seconds=FAILOVER)
+    return LivenessTracker(mode=mode, failover_seconds=FAILOVER, grace=WorkerGrace.uniform(FAILOVER))
 
 
 def _worker(worker_id: str, heartbeat: int, lut: int) -> WorkerRecord:
@@ -73,7 +73,7 @@ def test_leader_assignment_restarts_the_clock_in_lease_mode() -> None:
     tracker = _tracker("lease")
     lease = Lease("s-0", lease_owner="a", lease_counter=1)
     tracker.observe([lease], [], 0.0)
-    tracker.assigned("s-0", 2, 15.0)
+    tracker.assigned("s-0", 2, "b", 15.0)
     moved = Lease("s-0", lease_owner="b", lease_counter=2)
     tracker.observe([moved], [], 20.0)
     assert tracker.lease(moved, 24.0).expired is False

@@ -1,6 +1,6 @@
 """A leader run is not all-or-nothing: a failing shard sync (real ListShards on kinesalite through a fault proxy, a
-deleted stream, a listing that does not tile, a foreign lease key) is reported while dead workers' leases are still
-failed over, run after run, and the leader keeps its lock."""
+deleted stream, a listing that does not tile) is reported while dead workers' leases are still failed over, run after
+run, and the leader keeps its lock. A foreign lease row (another stream's, a malformed key) is left alone."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.moves import MoveReason
 from coordinator.run_summary import RunSummary
-from coordinator.shard_lister import list_shards
-from coordinator.shards import Shard
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.ports import wait_until
 from shared.checkpoint import TRIM_HORIZON
@@ -23,6 +21,8 @@ from shared.clock import ManualClock
 from shared.config import load_settings
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.shard_lister import list_shards
+from shared.shards import Shard
 from shared.store import LeaseStore
 from shared.worker import WorkerRecord
 from tests.coordinator.conftest import kinesis_client
@@ -97,15 +97,8 @@ def _gap(replica: Replica, proxy: FaultyProxy) -> str:
     return "hash key space"
 
 
-def _foreign_lease(replica: Replica, proxy: FaultyProxy) -> str:
-    # A multi-stream lease key (a KCL multi-stream application sharing the table): the planner refuses the table.
-    foreign = Lease(lease_key="123456789012:other:1700000000:shardId-000000000000", checkpoint=TRIM_HORIZON)
-    assert replica.store.create_lease(foreign).applied
-    return "multi-stream lease"
-
-
-@pytest.mark.parametrize("breaks", [_throttled, _denied, _deleted, _gap, _foreign_lease],
-                         ids=["throttled", "access-denied", "stream-deleted", "no-tiling", "multi-stream-key"])
+@pytest.mark.parametrize("breaks", [_throttled, _denied, _deleted, _gap],
+                         ids=["throttled", "access-denied", "stream-deleted", "no-tiling"])
 def test_a_failing_shard_sync_does_not_stop_failover(loop_store: LeaseStore, kinesalite: NodeEmulator,
                                                      breaks: Callable[[Replica, FaultyProxy], str]) -> None:
     with FaultyProxy(kinesalite.endpoint_url) as proxy:
@@ -142,3 +135,22 @@ def test_shard_sync_retries_with_backoff_and_recovers(loop_store: LeaseStore, ki
                           "injected AccessDeniedException"] * 2 + [None]
     assert [b - a for a, b in itertools.pairwise(attempts[:3])] == [1, 2]  # retried after 1, then 2 intervals
     assert all(s.ok for s in runs) and list(replica.owners().values()) == ["w1", "w1"]
+
+
+def test_foreign_lease_rows_are_left_alone_while_the_stream_syncs(loop_store: LeaseStore,
+                                                                  kinesalite: NodeEmulator) -> None:
+    # A KCL multi-stream application's lease and a malformed key share the table of a single-stream application:
+    # shard sync goes on, and neither row is assigned, changed or deleted.
+    foreign = Lease(lease_key="123456789012:other:1700000000:shardId-000000000000", checkpoint=TRIM_HORIZON,
+                    stream_name="123456789012:other:1700000000", shard_id="shardId-000000000000")
+    broken = Lease(lease_key="123456789012:other:soon:shardId-000000000001", checkpoint=TRIM_HORIZON)
+    with FaultyProxy(kinesalite.endpoint_url) as proxy:
+        replica = Replica(loop_store, kinesalite, proxy)
+        created = [replica.store.create_lease(lease) for lease in (foreign, broken)]
+        assert all(outcome.applied for outcome in created)
+        runs = replica.run(4, alive=("w1", "w2"))
+    assert all(s.ok and s.shard_sync_error is None for s in runs)
+    owners = replica.owners()
+    assert owners.pop(foreign.lease_key) is None and owners.pop(broken.lease_key) is None
+    assert len(owners) == 4 and set(owners.values()) == {"w1", "w2"}
+    assert [replica.store.get_lease(lease.lease_key) for lease in (foreign, broken)] == [o.lease for o in created]

@@ -15,9 +15,7 @@ from typing import Any
 
 import pytest
 
-from coordinator.shard_lister import ShardListingError, StreamNotFound, list_shards
 from coordinator.shard_sync import CreateReason, plan_shard_sync
-from coordinator.shards import MAX_HASH_KEY, Shard
 from services.emulators.kinesalite import EmulatorNotInstalled, Kinesalite, KinesisLocal, NodeEmulator
 from services.emulators.ports import LOOPBACK, free_port, wait_until
 from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
@@ -25,6 +23,8 @@ from shared.clock import ManualClock
 from shared.errors import ShardherdError, StoreUnavailable
 from shared.lease import Lease
 from shared.retry import RetryPolicy
+from shared.shard_lister import ShardListingError, StreamNotFound, list_shards
+from shared.shards import MAX_HASH_KEY, Shard
 from tests.coordinator.conftest import kinesis_client
 from tests.support.faulty_proxy import DROPPED, Fault, FaultyProxy
 

@@ -15,9 +15,9 @@ from coordinator.shard_sync import (
     SyncPlan,
     plan_shard_sync,
 )
-from coordinator.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
 from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
 from shared.lease import Lease
+from shared.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
 
 STAMP = datetime(2026, 1, 1, tzinfo=UTC)
 POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")
@@ -86,7 +86,7 @@ class StreamBuilder:
 
 
 def doc_example() -> StreamBuilder:
-    """The reference's tree: 0+1->6, 2+3->7, 6+7->8, 4 open, 5->9,10."""
+    """The tree in the comment of KCL's HierarchicalShardSyncer: 0+1->6, 2+3->7, 6+7->8, 4 open, 5->9,10."""
     stream = StreamBuilder(6)
     assert stream.merge(0, 1) == 6
     assert stream.merge(2, 3) == 7

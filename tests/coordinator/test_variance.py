@@ -73,7 +73,7 @@ def test_room(values: dict[str, float], averages: dict[str, float], expected: fl
 
 
 def test_kcl_example_budget_admits_only_smallest_lease() -> None:
-    # Reference 5.4 #1: avg (90+50)/2 = 70, band [63, 77]. Budget 1000 * (90-70)/90 * 0.8 = 177.8: 400, 300, 200 do
+    # KCL example 1: avg (90+50)/2 = 70, band [63, 77]. Budget 1000 * (90-70)/90 * 0.8 = 177.8: 400, 300, 200 do
     # not fit (177.8 - x <= 0), 100 does. T = 250 * 4 / 2 = 500, receiver 50 + 100 * 70/500 = 64 <= 70.
     leases = [owned(f"l{t}", "yield", float(t)) for t in (100, 200, 300, 400)]
     plan = decide(Snapshot.of(leases, [cpu("yield", 90, 80), cpu("take", 50, 80)]), KCL_TESTS, balance=True)
@@ -87,7 +87,7 @@ def test_kcl_example_budget_admits_only_smallest_lease() -> None:
 
 
 def test_kcl_example_receiver_fills_up_to_average() -> None:
-    # Reference 5.4 #2. Throughputs: 1000 + 7 x 10 known, mean 1070/8 = 133.75 given to the unassigned lease.
+    # KCL example 2. Throughputs: 1000 + 7 x 10 known, mean 1070/8 = 133.75 given to the unassigned lease.
     # T = 133.75 * 9 / 2 = 601.875. Priority: take (room 0.4) gets T1: 50 + 133.75 * 70/601.875 = 65.556.
     # Budget 1070 * 20/90 * 0.8 = 190.2: the 1000 lease does not fit, all seven 10s do. Each adds 700/601.875 = 1.163:
     # 66.72, 67.88, 69.04 accepted, 70.21 > 70 rejected -> 3 balancing moves.
@@ -105,7 +105,7 @@ def test_kcl_example_receiver_fills_up_to_average() -> None:
 
 
 def _hot_worker_inside_band() -> Snapshot:
-    # Reference 5.4 #3 with threshold 20: avg (59+41)/2 = 50, band [40, 60]; "hot" is inside it but above its
+    # KCL example 3 with threshold 20: avg (59+41)/2 = 50, band [40, 60]; "hot" is inside it but above its
     # operating range 50, so it donates: 1001 * 9/59 * 0.8 = 122.2 -> only the 1 KiB/s lease fits.
     leases = [owned("small", "hot", 1.0), owned("big", "hot", 1000.0)]
     return Snapshot.of(leases, [cpu("hot", 59, 50), cpu("take", 41)])
@@ -145,7 +145,7 @@ def test_no_balancing_on_non_balancing_run() -> None:
 def test_receiver_rejecting_big_lease_still_takes_small_one() -> None:
     # avg (140+40)/2 = 90. Donor budget 150 * 50/140 * 1.0 = 53.6: 100 does not fit, 45 does (8.6 left), 5 does.
     # T = 50 * 3 / 2 = 75. take + 45 -> 40 + 45 * 90/75 = 94 > 90: rejected. KCL would end the donor here and drop
-    # the receiver (5.7 #2); shardherd tries the 5 KiB/s lease: 40 + 6 = 46 <= 90.
+    # the receiver; shardherd tries the 5 KiB/s lease: 40 + 6 = 46 <= 90.
     leases = [owned("filler", "hot", 100.0), owned("big", "hot", 45.0), owned("small", "hot", 5.0)]
     config = DeciderConfig(dampening_percentage=100, allow_receiver_above_average=False)
     plan = decide(Snapshot.of(leases, [cpu("hot", 140, 200), cpu("take", 40)]), config, balance=True)
@@ -194,7 +194,7 @@ def test_band_floor_ignores_noise_on_an_idle_fleet() -> None:
 
 def test_equal_workers_share_leases_deterministically() -> None:
     # Three identical metric-less workers, nine unassigned leases, no throughput anywhere. KCL's NaN rooms and heap
-    # ties give everything to two workers (5.7 #9, #10); here every lease weighs 1 and ties break on lease count.
+    # ties give everything to two workers; here every lease weighs 1 and ties break on lease count.
     leases = [LeaseView(f"l{i}") for i in range(9)]
     plan = decide(Snapshot.of(leases, [default("a"), default("b"), default("c")]), DeciderConfig(), balance=True)
     assert counts(plan) == {"a": 3, "b": 3, "c": 3}
@@ -306,7 +306,7 @@ def test_expired_lease_returns_to_its_owner_when_no_other_worker_exists() -> Non
 
 
 def test_throughput_cap_closes_worker_after_crossing() -> None:
-    # KCL semantics kept: the cap is checked before adding, so the first lease may cross it (5.7 #12).
+    # KCL semantics kept: the cap is checked before adding, so the first lease may cross it.
     leases = [LeaseView(f"l{i}", throughput_kbps=60.0) for i in range(3)]
     plan = decide(Snapshot.of(leases, [cpu("w", 10)]), DeciderConfig(max_throughput_per_host_kbps=100), balance=False)
     assert len(plan.moves) == 2 and len(plan.spillover) == 1

@@ -24,9 +24,11 @@ from shared.aws import make_client
 from shared.config import load_settings
 from shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
+from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
-from tests.support.stream_stack import wait_for
+from tests.support.stream_stack import kill_processes
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +47,8 @@ class ProcessStack:
             **os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
             "SHARDHERD_APPLICATION_NAME": self.app, "SHARDHERD_STREAM_NAME": self.app,
             "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto.endpoint_url,
-            "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_FAILOVER_TIME_MILLIS": "2000",
-            "SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "300", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300",
-            "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
-            "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_API_PORT": "0", LEDGER_ENV: self.ledger,
-            "SHARDHERD_DISABLE_WORKER_METRICS": "false" if metrics else "true",
-            "SHARDHERD_IN_MEMORY_WORKER_METRICS_CAPTURE_FREQUENCY_MILLIS": "200",
-            "SHARDHERD_WORKER_METRICS_REPORTER_FREQ_MILLIS": "1000",
+            "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, LEDGER_ENV: self.ledger,
+            **fast_env(disable_worker_metrics=not metrics, api_port=0),
         }
         settings = load_settings(**{key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
                                     if key.startswith("SHARDHERD_") and key != LEDGER_ENV},
@@ -95,10 +92,7 @@ class ProcessStack:
         return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def close(self) -> None:
-        for process in self.agents.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(10)
+        kill_processes(self.agents.values())
         self.coordinator.stop()
         if self.cpu is not None:
             self.cpu.close()

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.read_spec import ReadLimits
 from agent.runtime import Agent
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
+from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
-from tests.support.stream_stack import StreamStack, wait_for
+from tests.support.stream_stack import StreamStack
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST_READS = ReadLimits(min_call_interval=0.05, idle_backoff=0.1)
 
 
 class Stack(StreamStack):

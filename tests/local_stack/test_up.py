@@ -7,8 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,13 +20,12 @@ from services.local_stack.scenarios import Scenarios
 from services.local_stack.stack import PIPELINE_DIR
 from services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
 from services.local_stack.status import Snapshot
+from tests.support.fast_settings import fast_env
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-FAST = {"SHARDHERD_FAILOVER_TIME_MILLIS": "2000", "SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "300",
-        "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "300", "SHARDHERD_LEADER_LOCK_LEASE_DURATION_MILLIS": "2000",
-        "SHARDHERD_LEADER_LOCK_HEARTBEAT_PERIOD_MILLIS": "400", "SHARDHERD_SHARD_SYNC_INTERVAL_MILLIS": "1000",
-        "SHARDHERD_DISABLE_WORKER_METRICS": "true"}
+FAST = fast_env(disable_worker_metrics=True)
 
 
 @dataclass(frozen=True)
@@ -46,14 +44,6 @@ PLAIN = Mode("--no-spark", 30, 25, 15, {})
 # One local[1] driver reads four shards in one micro-batch, a few seconds each on a busy machine.
 SPARK = Mode("--spark", 100, 40, 40, {"SHARDHERD_FAILOVER_TIME_MILLIS": "4000"})
 
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def running(process: psutil.Process) -> bool:
@@ -136,6 +126,9 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text
+    memory = re.search(r"startup: .* MiB in \d+ processes, agents (\d+) MiB \((\d+), (\d+)\)", text)
+    assert memory is not None, text  # two agents, each with its own figure (with Spark: JVM and workers included)
+    assert int(memory[1]) >= int(memory[2]) >= int(memory[3]) > 20
     assert "stopped in" in text
     if mode is SPARK:  # the pipeline's Parquet: the survivor wrote records of the shards it took over
         moved = {outcome.subject for outcome in outcomes}

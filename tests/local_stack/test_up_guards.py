@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from services.local_stack.state import CONTROL_SOCKET, STATE_FILE, StackState
-from tests.local_stack.test_up import FAST, read_state, wait_for
+from tests.local_stack.test_up import FAST, read_state
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -9,11 +9,11 @@ from fastapi.testclient import TestClient
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.run_summary import RunSummary
-from coordinator.shards import MAX_HASH_KEY, Shard
 from services.api import ApiContext, create_app
 from services.leader_status import LeaderWatch
 from shared.clock import ManualClock
 from shared.config import load_settings
+from shared.shards import MAX_HASH_KEY, Shard
 from shared.store import LeaseStore
 from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 

@@ -9,6 +9,7 @@ from services.api.assignments import encode_cursor
 from services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
 from shared.checkpoint import Checkpoint
 from shared.store import LeaseStore
+from shared.worker import WorkerRecord
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 
 
@@ -40,11 +41,11 @@ def test_workers_show_state_cpu_and_leases(replica: Replica) -> None:
 def test_worker_that_stops_heartbeating_turns_expired_with_its_leases(replica: Replica) -> None:
     replica.client.get("/v1/workers")  # this replica sees the current heartbeats
     replica.leave("w2")
-    replica.clock.advance(replica.context.timing.worker_grace + 1)
+    replica.clock.advance(replica.context.timing.grace.agent + 1)
     replica.heartbeat()
     workers = {w["worker_id"]: w for w in replica.client.get("/v1/workers").json()["items"]}
     assert workers["w2"]["state"] == "expired"
-    assert workers["w2"]["heartbeat_age_seconds"] > replica.context.timing.worker_grace
+    assert workers["w2"]["heartbeat_age_seconds"] > replica.context.timing.grace.agent
     assert workers["w1"]["state"] == "active"
     expired = replica.client.get("/v1/assignments", params={"state": "expired"}).json()["items"]
     assert {lease["owner"] for lease in expired} == {"w2"}
@@ -235,3 +236,27 @@ def test_a_failing_shard_sync_is_reported_while_leases_are_still_failed_over(rep
 
 def _sample(text: str, name: str) -> float:
     return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_api_and_leader_judge_agents_and_kcl_workers_by_one_rule(store: LeaseStore) -> None:
+    # Issue 20: the API had its own grace. In lease mode a KCL worker (row without `hb`, rewritten every 30 s) is
+    # alive for two reporter intervals, a shardherd agent (row with `hb`, every heartbeat) for the failover time:
+    # the leader and the API now say the same about both.
+    replica = Replica(store, shards=4, liveness_mode="lease")
+    replica.join("agent-a")
+
+    def states() -> dict[str, str]:
+        return {w["worker_id"]: w["state"] for w in replica.client.get("/v1/workers").json()["items"]}
+
+    for step in range(20):  # 40 s: the KCL row changes twice (every 30 s), the agent's every step
+        if step % 15 == 0:
+            store.upsert_worker(WorkerRecord("kcl-b", int(replica.clock.time())))
+        states()
+        replica.step()
+    replica.leave("agent-a")  # kill -9
+    summaries = []
+    for _ in range(7):  # 14 s: longer than the failover time, shorter than the KCL row's 60 s
+        states()
+        summaries += replica.step()
+    assert states() == {"agent-a": "expired", "kcl-b": "active"}
+    assert summaries[-1] is not None and summaries[-1].active_workers == 1

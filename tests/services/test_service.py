@@ -6,7 +6,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,19 +23,13 @@ from shared.store import LeaseStore
 from shared.store_factory import open_store
 from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 from tests.services.harness import TOKEN
+from tests.support.fast_settings import fast_settings
 from tests.support.stores import unique_app
+from tests.support.waiting import wait_for
 
 SHARDS = [f"shardId-{i:012d}" for i in range(6)]
 WORKERS = {"worker-alpha": 35.0, "worker-beta": 80.0}
 
-
-def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @dataclass
@@ -51,9 +45,9 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     home = tmp_path_factory.mktemp("service")
     settings = load_settings(
         application_name=unique_app("svc"), store_backend="sql", sql_url=f"sqlite:///{home / 'leases.db'}",
-        worker_id="coord-1", api_host="127.0.0.1", api_port=0, api_token=TOKEN, failover_time_millis=120_000,
-        lease_assignment_interval_millis=100, leader_lock_lease_duration_millis=2_000,
-        leader_lock_heartbeat_period_millis=400,
+        worker_id="coord-1", api_host="127.0.0.1", api_port=0, api_token=TOKEN,
+        # Heartbeats come from the test itself, not an agent: a long failover keeps its worker alive between them.
+        **fast_settings(failover_time_millis=120_000, lease_assignment_interval_millis=100),
     )
     seeder = open_store(settings)
     seeder.ensure_tables()
@@ -80,7 +74,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     token_file = home / "token"
     token_file.write_text(TOKEN + "\n")
     running = Running(service, seeder, service.api.url, token_file)
-    _wait_for(lambda: heartbeat() and all(lease.lease_owner for lease in seeder.scan_leases().leases), 20,
+    wait_for(lambda: heartbeat() and all(lease.lease_owner for lease in seeder.scan_leases().leases), 20,
               "all leases assigned")
     try:
         yield running
@@ -92,7 +86,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 def test_real_server_serves_probes_and_api(running: Running) -> None:
     with httpx.Client(base_url=running.url, timeout=10) as client:
         assert client.get("/healthz").json()["status"] == "ok"
-        _wait_for(lambda: client.get("/v1/leader").json()["status"] is not None, 10, "a published status")
+        wait_for(lambda: client.get("/v1/leader").json()["status"] is not None, 10, "a published status")
         ready = client.get("/readyz")
         assert ready.status_code == 200 and ready.json()["detail"] == "store reachable (leader)"
         leader = client.get("/v1/leader").json()

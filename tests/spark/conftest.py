@@ -14,11 +14,10 @@ import pytest
 
 from agent.spark.driver import SparkAgent, register_source
 from agent.spark.offsets import Caps
-from examples.local_stack import local_spark
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from tests.coordinator.conftest import kinesalite  # noqa: F401
-from tests.support.stream_stack import StreamStack
+from tests.support.stream_stack import StreamStack, local_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,8 +69,9 @@ class SparkStack(StreamStack):
     """A StreamStack with Spark drivers' agents in this process, sharing the test session's SparkSession."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, spark: SparkSession, shards: int,
-                 tmp: Path) -> None:
-        super().__init__(moto, emulator, shards, prefix="spark", failover_millis=4000, handoff_timeout_millis=10000)
+                 tmp: Path, extra_streams: tuple[str, ...] = ()) -> None:
+        super().__init__(moto, emulator, shards, prefix="spark", failover_millis=4000, handoff_timeout_millis=10000,
+                         extra_streams=extra_streams)
         self.tmp = tmp
         self.spark = spark
         self.sink = Collector()

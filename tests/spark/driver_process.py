@@ -27,8 +27,8 @@ from typing import IO, TYPE_CHECKING
 from agent.spark.commit import BatchFunction
 from agent.spark.driver import SparkAgent
 from agent.spark.offsets import Caps
-from examples.local_stack import local_spark
 from shared.config import load_settings
+from tests.support.stream_stack import local_spark
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

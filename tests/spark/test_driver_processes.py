@@ -32,7 +32,8 @@ from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.errors import StoreUnavailable
 from tests.spark.driver_process import Row, busy_marker, read_rows
-from tests.support.stream_stack import StreamStack, wait_for
+from tests.support.stream_stack import StreamStack
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from agent.spark.book import ShardBook
 from agent.spark.channel import ChannelError, Segment, ShardState, ShardView, Snapshot, read_ack, read_snapshot
 from agent.spark.commit import offset_log_entry
 from agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
-from agent.spark.planning import partitions_to_read, plan_next
+from agent.spark.planning import partitions_to_read, plan_next, shard_plan
 from agent.spark.probe import ProbeResult
 from agent.spark.source import SourceOptions
 from shared.checkpoint import TRIM_HORIZON, Checkpoint
@@ -143,6 +143,26 @@ def test_small_probed_segments_merge_so_the_snapshot_stays_small(tmp_path: Path)
     assert segments == (Segment(Checkpoint("13"), 9, 90, 0.0), Segment(Checkpoint("14"), 3, 30, 3.0))
 
 
+def test_records_probed_while_a_batch_runs_count_once_after_its_checkpoint(tmp_path: Path) -> None:
+    # A probe merges new records into the segment a running batch planned through; its checkpoint must leave only
+    # the new records waiting (counted twice before: throughput, records processed and lag were inflated).
+    book = ShardBook("w", tmp_path, merge_below=100)
+    book.acquired(_lease("s"))
+    tenure = book.snapshot().shards["s"].tenure
+    book.probed("s", book.snapshot().shards["s"].frontier, ProbeResult(Segment(Checkpoint("11"), 3, 30, 1.0)))
+    planned = shard_plan("s", book.snapshot().shards["s"], Caps(1000), until=None)
+    assert planned is not None and (planned.end, planned.records, planned.bytes) == (Checkpoint("11"), 3, 30)
+    book.probed("s", book.snapshot().shards["s"].frontier, ProbeResult(Segment(Checkpoint("12"), 2, 20, 2.0)))
+    book.probed("s", book.snapshot().shards["s"].frontier, ProbeResult(Segment(Checkpoint("13"), 4, 40, 3.0)))
+    assert book.snapshot().shards["s"].segments == (Segment(Checkpoint("13"), 9, 90, 1.0),)  # one merged segment
+
+    book.checkpointed("s", tenure, planned.end)
+    assert book.snapshot().shards["s"].segments == (Segment(Checkpoint("13"), 6, 60, 2.0),)
+    assert book.lag_millis("s", 5.0) == 3000  # the oldest record still waiting arrived at 2.0
+    book.checkpointed("s", tenure, Checkpoint("13"))
+    assert book.snapshot().shards["s"].segments == ()
+
+
 def test_a_new_hold_of_a_lease_gets_a_new_tenure(tmp_path: Path) -> None:
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s"))
@@ -162,10 +182,12 @@ def test_offset_log_entries_parse_and_garbage_is_rejected() -> None:
 
 
 def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None:
-    options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True)
+    options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True, "python")
     assert SourceOptions.parse(options.to_options()) == options
+    assert SourceOptions.parse({"channel": "x", "stream": "s"}).kpl_decoder == "auto"
     for bad in [{}, {"channel": "x"}, {"channel": "x", "stream": "s", "maxRecordsPerShard": "0"},
                 {"channel": "x", "stream": "s", "minCallIntervalMs": "-1"},
+                {"channel": "x", "stream": "s", "kplDecoder": "fast"},
                 {"channel": "x", "stream": "s", "maxBytesPerShard": "lots"}]:
         with pytest.raises(InvalidOffset):
             SourceOptions.parse(bad)

@@ -24,7 +24,7 @@ from shared.aws import make_client
 from shared.checkpoint import TRIM_HORIZON, Checkpoint
 from tests.spark.conftest import SparkStack
 from tests.support.stores import unique_app
-from tests.support.stream_stack import wait_for
+from tests.support.waiting import wait_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

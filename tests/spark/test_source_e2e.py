@@ -6,18 +6,23 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from agent.spark.channel import read_ack
 from agent.spark.offsets import Caps
+from services.emulators.kinesalite import NodeEmulator
+from services.emulators.moto_server import MotoServer
+from shared.aws import make_client
 from tests.spark.conftest import SparkStack
 from tests.support.faulty_proxy import Fault, FaultyProxy
-from tests.support.stream_stack import wait_for
+from tests.support.stores import unique_app
+from tests.support.waiting import wait_for
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -234,3 +239,37 @@ def test_a_handoff_waits_only_for_the_write_that_holds_the_shard_not_for_the_bat
     assert max(counts.values()) == 1  # every handoff checkpointed what was written: no duplicates
     late = [row for row in stack.sink.rows if row[5].startswith(b"after-")]
     assert {row[0] for row in late if row[2] in moved} == {"driver-2"}
+
+
+def test_a_multi_stream_driver_reads_both_streams_and_rows_carry_the_stream(
+        moto_server: MotoServer, kinesalite: NodeEmulator, spark: SparkSession, tmp_path: Path) -> None:
+    other = unique_app("spark-other")
+    kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+    kinesis.create_stream(StreamName=other, ShardCount=2)
+    wait_for(lambda: kinesis.describe_stream_summary(StreamName=other)["StreamDescriptionSummary"][
+        "StreamStatus"] == "ACTIVE", 30, "second stream ACTIVE")
+    stack = SparkStack(moto_server, kinesalite, spark, 2, tmp_path, extra_streams=(other,))
+    try:
+        rows: list[tuple[str, str, bytes]] = []
+
+        def write(df: DataFrame, batch_id: int) -> None:
+            selected = df.select("stream_name", "shard_id", "data").collect()
+            rows.extend((row[0], row[1], bytes(row[2])) for row in selected)
+
+        driver = stack.agent("driver-1")
+        wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns both streams' 4 shards")
+        stack.produce(100, "a")  # the application's first stream
+        kinesis.put_records(StreamName=other, Records=[{"Data": f"o-{i}".encode(), "PartitionKey": f"k{i}"}
+                                                       for i in range(100)])
+        expected = set(stack.produced) | {f"o-{i}".encode() for i in range(100)}
+        driver.run_query(stack.spark, write, str(tmp_path / "cp-multi"), processing_time="300 milliseconds")
+        wait_for(lambda: {data for *_, data in rows} >= expected, 90, "both streams' records written")
+        assert len(rows) == len(expected)  # each once, though shard ids repeat across the streams
+        assert {stream for stream, _, data in rows if data.startswith(b"o-")} == {other}
+        assert {stream for stream, _, data in rows if data.startswith(b"a-")} == {stack.app}
+        assert len({(stream, shard) for stream, shard, _ in rows}) == 4
+        wait_for(lambda: all(value not in ("TRIM_HORIZON",) for value in stack.checkpoints().values()), 30,
+                 "every lease checkpointed")
+        assert all(key.count(":") == 3 for key in stack.checkpoints())  # KCL multi-stream keys
+    finally:
+        stack.close()

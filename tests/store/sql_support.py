@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +36,29 @@ def open_store(url: str, app: str | None = None, retry: RetryPolicy | None = Non
         yield store
     finally:
         store.close()
+
+
+def start_up_together(url: str, tables: TableNames, count: int = 4) -> list[BaseException]:
+    """`count` stores calling `ensure_tables` at the same moment from their own threads; what they raised."""
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(count)
+
+    def start_up() -> None:
+        store = SqlLeaseStore(url, tables)
+        try:
+            barrier.wait(timeout=30)
+            store.ensure_tables()
+        except BaseException as exc:  # reported to the caller
+            errors.append(exc)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=start_up) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return errors
 
 
 @contextmanager

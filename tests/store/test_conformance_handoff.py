@@ -1,4 +1,4 @@
-"""Conformance: the graceful handoff protocol (KCL 3.x reference 4.3) from start to completion or leader timeout."""
+"""Conformance: the graceful handoff protocol (KCL 3.x's) from start to completion or leader timeout."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from tests.support.stores import unique_app
 
 LONG_SEQUENCE = "9" * 128 + "7"  # 129 digits, beyond any 64-bit or double representation
 
-# A lease as KCL 3.x (before 3.5: no entityType) stores it, attribute types as in reference 1.2.
+# A lease as KCL 3.x (before 3.5: no entityType) stores it, attribute types as KCL's serializer writes them.
 KCL_ITEM: dict[str, Any] = {
     "leaseKey": {"S": "shardId-000000000042"},
     "leaseOwner": {"S": "worker-a"},

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from shared.lease import Lease
 from shared.sql.store import SqlLeaseStore
 from shared.store import StateValue, TableNames
 from shared.worker import WorkerRecord
-from tests.store.sql_support import SQL_BACKENDS, backend_url, open_store, raw_access
+from tests.store.sql_support import SQL_BACKENDS, backend_url, open_store, raw_access, start_up_together
 from tests.support.stores import unique_app
 
 
@@ -63,25 +62,7 @@ def test_ensure_tables_adds_the_owner_index_to_an_existing_table(url: str) -> No
 
 def test_concurrent_ensure_tables_all_succeed(url: str) -> None:
     app = unique_app("together")
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(4)
-
-    def create() -> None:
-        store = SqlLeaseStore(url, TableNames.for_application(app))
-        try:
-            barrier.wait(timeout=30)
-            store.ensure_tables()
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            store.close()
-
-    threads = [threading.Thread(target=create) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
+    assert start_up_together(url, TableNames.for_application(app)) == []
     with open_store(url, app) as store:
         assert store.scan_leases().leases == []
 

@@ -22,13 +22,20 @@ class FileLedgerProcessor(RecordProcessor):
                         millis_behind_latest: int | None) -> None:
         if not records:
             return
-        lines = "".join(f"{r.shard_id} {r.sequence_number} {r.sub_sequence_number} {self.worker} {time.time():.3f} "
-                        f"{r.data.decode()}\n" for r in records)
-        with open(self.path, "a", encoding="utf-8") as ledger:
-            ledger.write(lines)
-            ledger.flush()
-            os.fsync(ledger.fileno())
+        append_to_ledger(self.path, self.worker,
+                         [(r.shard_id, r.sequence_number, r.sub_sequence_number, r.data) for r in records])
         checkpointer.checkpoint(records[-1])
+
+
+def append_to_ledger(path: str, worker: str, records: list[tuple[str, str, int, bytes]]) -> None:
+    """Append (shard, sequence, sub-sequence, data) records as ledger lines, flushed and fsynced before returning."""
+    now = f"{time.time():.3f}"
+    lines = "".join(f"{shard} {sequence} {sub} {worker} {now} {data.decode()}\n"
+                    for shard, sequence, sub, data in records)
+    with open(path, "a", encoding="utf-8") as ledger:
+        ledger.write(lines)
+        ledger.flush()
+        os.fsync(ledger.fileno())
 
 
 def read_ledger(path: str) -> list[tuple[str, str, int, str, float, str]]:

@@ -2,33 +2,41 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+import os
+import subprocess
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
+from agent.spark.session import local_spark as spark_session
 from services.coordinator_service import CoordinatorService
-from services.emulators.kinesalite import NodeEmulator
+from services.emulators.kinesalite import Kinesalite, NodeEmulator
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.config import Settings, load_settings
+from tests.support.fast_settings import fast_settings
 from tests.support.stores import unique_app
+from tests.support.waiting import wait_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll `condition` every 0.1 s; AssertionError naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+def kill_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every process still running (a test's own agent subprocesses) and reap it."""
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
 
 
 class StreamStack:
     """The stream, the coordinator and the settings every worker of one test application shares."""
 
     def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
-                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000, **overrides: Any) -> None:
+                 failover_millis: int = 2000, handoff_timeout_millis: int = 5000,
+                 extra_streams: tuple[str, ...] = (), **overrides: Any) -> None:
+        """`extra_streams` (existing streams) make it a multi-stream application over the app's stream and them."""
         self.app = unique_app(prefix)
         self.kinesis = make_client("kinesis", "us-east-1", emulator.endpoint_url)
         self.kinesis.create_stream(StreamName=self.app, ShardCount=shards)
@@ -36,12 +44,12 @@ class StreamStack:
         self.base: dict[str, Any] = dict(
             application_name=self.app, stream_name=self.app, store_backend="dynamodb",
             dynamodb_endpoint_url=moto.endpoint_url, kinesis_endpoint_url=emulator.endpoint_url,
-            failover_time_millis=failover_millis, discovery_interval_millis=300, lease_assignment_interval_millis=300,
-            shard_sync_interval_millis=1000, leader_lock_lease_duration_millis=2000,
-            leader_lock_heartbeat_period_millis=400, graceful_lease_handoff_timeout_millis=handoff_timeout_millis,
-            worker_metrics_reporter_freq_millis=1000, api_port=0,
+            **fast_settings(failover_time_millis=failover_millis,
+                            graceful_lease_handoff_timeout_millis=handoff_timeout_millis), api_port=0,
             disable_worker_metrics=True,  # workers share one host here: its CPU says nothing about their load
         )
+        if extra_streams:
+            self.base.update(stream_name=None, streams=[{"name": name} for name in (self.app, *extra_streams)])
         self.base.update(overrides)
         self.coordinator = CoordinatorService.build(self.settings("coordinator"))
         self.coordinator.start()
@@ -78,6 +86,32 @@ class StreamStack:
         """The stored checkpoint of every lease."""
         return {lease.lease_key: str(lease.checkpoint) for lease in self.coordinator.store.scan_leases().leases}
 
+    def wait_owned(self, worker: str, timeout: float = 60) -> None:
+        """Block until `worker` owns every lease of the stream."""
+        shards = len(self.kinesis.list_shards(StreamName=self.app)["Shards"])
+        wait_for(lambda: list(self.owners().values()) == [worker] * shards, timeout, f"{worker} to own every lease")
+
     def close(self) -> None:
         """Stop the coordinator (workers are the subclass's business)."""
         self.coordinator.stop()
+
+
+@contextmanager
+def local_stream_stack(prefix: str, shards: int, **overrides: Any) -> Iterator[StreamStack]:
+    """A StreamStack on its own moto server and kinesalite, for scripts outside a test session (bench/)."""
+    with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite:
+        stack = StreamStack(moto, kinesalite, shards, prefix, **overrides)
+        try:
+            yield stack
+        finally:
+            stack.close()
+
+
+def local_spark(app: str, master: str = "local[2]") -> SparkSession:
+    """The local SparkSession of `agent/spark/session.py`, with the any-credentials the emulators accept.
+
+    The Python workers Spark starts inherit this environment, so the data source reads the emulators too.
+    """
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    return spark_session(app, master)

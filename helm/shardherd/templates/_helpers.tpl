@@ -77,10 +77,29 @@ unchanged.
 {{- define "shardherd.toml" -}}
 [shardherd]
 {{- range $key, $value := . }}
-{{- if kindIs "float64" $value }}
-{{ $key }} = {{ if eq $value (float64 (int64 $value)) }}{{ int64 $value }}{{ else }}{{ $value }}{{ end }}
+{{- if and (kindIs "slice" $value) (gt (len $value) 0) (kindIs "map" (first $value)) }}
 {{- else if not (kindIs "invalid" $value) }}
-{{ $key }} = {{ toJson $value }}
+{{ $key }} = {{ include "shardherd.tomlValue" $value }}
 {{- end }}
 {{- end }}
+{{- /* Lists of tables (e.g. `streams`) come last, as [[shardherd.<key>]] sections, so no plain key follows them. */}}
+{{- range $key, $value := . }}
+{{- if and (kindIs "slice" $value) (gt (len $value) 0) (kindIs "map" (first $value)) }}
+{{- range $item := $value }}
+
+[[shardherd.{{ $key }}]]
+{{- range $field, $fieldValue := $item }}
+{{- if not (kindIs "invalid" $fieldValue) }}
+{{ $field }} = {{ include "shardherd.tomlValue" $fieldValue }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* One TOML value: whole floats as integers (Helm holds every number as a float), anything else as JSON. */}}
+{{- define "shardherd.tomlValue" -}}
+{{- if kindIs "float64" . }}{{ if eq . (float64 (int64 .)) }}{{ int64 . }}{{ else }}{{ . }}{{ end }}
+{{- else }}{{ toJson . }}{{ end }}
 {{- end }}

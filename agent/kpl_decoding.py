@@ -1,0 +1,67 @@
+"""Which KPL aggregate decoder this process uses, chosen once: the protobuf runtime's C one, else pure Python.
+
+`auto` (the default) takes agent/kpl_protobuf.py when `protobuf` is importable and its implementation is upb (C);
+any other runtime (the pure-Python protobuf, the old C++ one, or none) falls back to agent/kpl_python.py. `python`
+forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so Spark's Python workers forked from an
+agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the Spark source passes it to every
+executor with its partitions).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from agent import kpl_python
+from agent.kpl import KPL_DECODERS, UserRecord
+
+DECODER_ENV = "SHARDHERD_KPL_DECODER"
+
+Decoder = Callable[[bytes], list[UserRecord]]
+ColumnDecoder = Callable[[bytes], tuple[list[str], list[bytes]]]
+
+_decode: Decoder = kpl_python.decode
+_decode_columns: ColumnDecoder = kpl_python.decode_columns
+_name = "python"
+_choice: str | None = None
+
+
+def decode_aggregate(data: bytes) -> list[UserRecord]:
+    """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
+    return _decode(data)
+
+
+def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
+    """The partition keys and payloads of an aggregate's user records, in order; BrokenAggregate as above."""
+    return _decode_columns(data)
+
+
+def decoder_name() -> str:
+    """The decoder in use: "protobuf-upb" or "python"."""
+    return _name
+
+
+def use(choice: str) -> str:
+    """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name."""
+    global _decode, _decode_columns, _name, _choice
+    if choice not in KPL_DECODERS:
+        raise ValueError(f"{DECODER_ENV} must be one of {list(KPL_DECODERS)}, got {choice!r}")
+    if choice == _choice:
+        return _name
+    fast = _protobuf_decoders() if choice == "auto" else None
+    _decode, _decode_columns, _name = ((*fast, "protobuf-upb") if fast is not None
+                                       else (kpl_python.decode, kpl_python.decode_columns, "python"))
+    _choice = choice
+    return _name
+
+
+def _protobuf_decoders() -> tuple[Decoder, ColumnDecoder] | None:
+    """The protobuf runtime's decoders if `protobuf` is installed with its C (upb) implementation."""
+    try:
+        from agent import kpl_protobuf
+    except ImportError:
+        return None
+    return (kpl_protobuf.decode, kpl_protobuf.decode_columns) if kpl_protobuf.implementation() == "upb" else None
+
+
+use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")

@@ -1,0 +1,22 @@
+"""Worker records carry per-lease progress (lag, records, bytes) as a JSON column `lease_progress`.
+
+Databases created by shardherd between this column's arrival and the first migration already have it; it is added
+only where missing.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from shared.store import TableNames
+
+revision = "0002"
+down_revision = "0001"
+
+
+def upgrade(tables: TableNames) -> None:
+    """Add `lease_progress` (JSON text: lease key -> {"lag", "records", "bytes"}) to the worker table."""
+    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.worker_metrics)}
+    if "lease_progress" not in columns:
+        op.add_column(tables.worker_metrics, sa.Column("lease_progress", sa.Text()))

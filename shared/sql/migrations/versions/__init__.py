@@ -1,0 +1,1 @@
+"""The revisions, oldest first: each file changes one application's tables from its predecessor's schema."""

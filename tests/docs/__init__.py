@@ -1,0 +1,1 @@
+"""Tests of the documentation: citations and code snippets."""
