@@ -134,6 +134,14 @@ class ShardBook:
                 return max(0, round((now - first) * 1000))
             return view.behind_millis
 
+    def records_behind(self, shard: str) -> int | None:
+        """Records waiting after the checkpoint, where known: the probe reached the stream's tip (else None)."""
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None or view.behind_millis != 0:
+                return None
+            return sum(item.records for item in view.segments)
+
     # ------------------------------------------------------------------ queries
     def lease_key(self, shard: str) -> str | None:
         """The lease key of a held shard."""

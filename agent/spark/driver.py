@@ -163,8 +163,8 @@ class SparkAgent(Agent):
             if outcome.applied:
                 self.throughput.record(key, plan.bytes)
                 self.book.checkpointed(plan.shard_id, plan.tenure, plan.end)
-                self.progress.record(key, plan.records, plan.bytes,
-                                     self.book.lag_millis(plan.shard_id, time.time()))
+                self.progress.record(key, plan.records, plan.bytes, self.book.lag_millis(plan.shard_id, time.time()),
+                                     self.book.records_behind(plan.shard_id))
             elif outcome.conflict is Conflict.STALE_CHECKPOINT:
                 log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
             else:
@@ -185,18 +185,23 @@ class SparkAgent(Agent):
 
     def run_query(self, spark: SparkSession, write: BatchFunction, checkpoint_location: str,
                   processing_time: str = "1 second", available_now: bool = False) -> StreamingQuery:
-        """The one call: register the source, start the agent and the query with the checkpointing sink, supervise.
+        """The one call: register the source, start the query with the checkpointing sink and the agent, supervise.
 
-        `available_now` reads what arrived before the start, then the query finishes.
+        A continuous query starts first (it plans nothing until the agent holds shards): a driver takes leases only
+        once it can read them, so a shard handed to a starting driver is not idle while its JVM sets the query up
+        (seconds, more under load). `available_now` reads what arrived before the start, then the query finishes;
+        its agent starts first, as such a query ends at its first empty plan.
         """
         register_source(spark)
-        if not self._thread.is_alive():
+        if available_now and not self._thread.is_alive():
             self.start()
         stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
         query = writer.start()
+        if not self._thread.is_alive():
+            self.start()
         self.supervise(query)
         return query
 
@@ -252,7 +257,7 @@ class SparkAgent(Agent):
                     self._finish_shard(shard)
                 key = self.book.lease_key(shard)
                 if key is not None:
-                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now))
+                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:
         """The shard is closed and everything up to its end is checkpointed: store SHARD_END so children start."""

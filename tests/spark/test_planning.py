@@ -110,6 +110,8 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.to_probe(10) == [("s-1", StartPosition.after(TRIM_HORIZON)), ("s-2", frontier)]
     assert book.to_probe(6) == [("s-1", StartPosition.after(TRIM_HORIZON))]  # enough waiting: no more probing
     assert book.lag_millis("s-2", 3.5) == 2500 and book.lag_millis("s-1", 3.5) is None
+    assert book.records_behind("s-2") == 6  # probed up to the tip: exactly what waits
+    assert book.records_behind("s-1") is None and book.records_behind("unknown") is None  # not known
 
     tenure = book.snapshot().shards["s-2"].tenure
     assert book.holds("s-2", tenure) and not book.holds("s-2", "other")
@@ -117,7 +119,11 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.snapshot().shards["s-2"].pending
     book.checkpointed("s-2", tenure, Checkpoint("40", 3))
     assert book.snapshot().shards["s-2"] == ShardView(Checkpoint("40", 3), behind_millis=0, tenure=tenure)
-    assert book.lag_millis("s-2", 3.5) == 0
+    assert book.lag_millis("s-2", 3.5) == 0 and book.records_behind("s-2") == 0
+    behind = ProbeResult(Segment(Checkpoint("45"), 4, 40, 2.0), behind_millis=900)
+    book.probed("s-2", book.snapshot().shards["s-2"].frontier, behind)
+    assert book.records_behind("s-2") is None  # more waits beyond the probe than it saw
+    book.checkpointed("s-2", tenure, Checkpoint("45"))
 
     plan = ShardPlan("s-2", StartPosition.after(Checkpoint("40", 3)), Checkpoint("50"), tenure=tenure)
     assert book.begin_write([plan, ShardPlan("s-2", plan.position, plan.end, tenure="other")]) == [plan]

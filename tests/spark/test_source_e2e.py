@@ -61,12 +61,13 @@ def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from
     assert max(max(counter.values()) for counter in per_batch.values()) <= 40  # admission control per shard
     assert len(per_batch) >= 400 // 4 // 40  # so several batches were needed
 
-    def lag_reported() -> bool:  # per-shard lag in the heartbeat, as plain agents report it
+    def lag_reported() -> bool:  # per-shard lag in the heartbeat, as plain agents report it; caught up: 0 behind
         record = first.store.get_worker("driver-1")
         progress = record.lease_progress if record is not None else {}
-        return len(progress) == 4 and all(item.millis_behind_latest is not None for item in progress.values())
+        return len(progress) == 4 and all(item.millis_behind_latest is not None and item.records_behind == 0
+                                          for item in progress.values())
 
-    wait_for(lag_reported, 30, "per-shard lag in driver-1's heartbeat")
+    wait_for(lag_reported, 30, "per-shard lag and records behind in driver-1's heartbeat")
 
     query.stop()  # the query ends -> the agent drains: leases given back with their checkpoints
     wait_for(lambda: set(stack.owners().values()) == {None}, 30, "driver-1 drained")
