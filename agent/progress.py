@@ -27,14 +27,18 @@ class ProgressBoard:
         self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
         self._guard = threading.Lock()
 
-    def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None) -> None:
-        """Add one delivered batch (an empty batch still updates the lag)."""
+    def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
+               records_behind: int | None = None) -> None:
+        """Add one delivered batch (an empty batch still updates the lag).
+
+        `records_behind` replaces the last count (None: not known now, so no stale count is reported).
+        """
         with self._guard:
             before = self._progress.get(lease_key, LeaseProgress())
             lag = millis_behind_latest if millis_behind_latest is not None else before.millis_behind_latest
             self._refused.pop(lease_key, None)  # it is being processed again after all
             self._progress[lease_key] = replace(before, millis_behind_latest=lag, records=before.records + records,
-                                                bytes=before.bytes + byte_count)
+                                                bytes=before.bytes + byte_count, records_behind=records_behind)
 
     def fail(self, lease_key: str) -> int:
         """Count one failed attempt to process the lease; returns the attempts failed since it was taken."""

@@ -202,7 +202,8 @@ class ShardWorker:
                 if self._stop is not None:
                     return
         size = sum(len(record.data) for record in records)
-        self._ctx.progress.record(self.lease.lease_key, len(records), size, lag)
+        # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
+        self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
         if records:
             self.checkpointer.last_delivered = records[-1]
             arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records

@@ -27,6 +27,8 @@ class LeaseProgress:
     `failures` counts attempts to process the lease that failed on this worker (processor factory or initialize()
     raised, shard not found, no start position). `refused` is True once the worker gave the lease back after its
     attempts ran out; it keeps reporting it for a while so the leader gives the lease to another worker if any.
+    `records_behind` is how many records wait after the owner's position, where the owner knows it exactly (it read
+    up to the stream's tip), else None.
     """
 
     millis_behind_latest: int | None = None
@@ -34,10 +36,12 @@ class LeaseProgress:
     bytes: int = 0
     failures: int = 0
     refused: bool = False
+    records_behind: int | None = None
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
-                   or count_problem(self.bytes) or count_problem(self.failures))
+                   or count_problem(self.bytes) or count_problem(self.failures)
+                   or count_problem(self.records_behind, allow_none=True))
         if problem is not None:
             raise InvalidRowValue(f"lease progress: {problem}")
 

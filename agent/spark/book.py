@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from agent.read_spec import StartPosition
 from agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
+from agent.spark.offsets import ShardPlan
 from agent.spark.probe import ProbeResult
 from shared.checkpoint import Checkpoint
 from shared.lease import Lease
@@ -41,7 +43,7 @@ class ShardBook:
         self._views: dict[str, ShardView] = {}
         self._keys: dict[str, str] = {}
         self._parts: dict[str, tuple[Segment, ...]] = {}  # each shard's probed segments before merging
-        self._handoff_versions: dict[str, int] = {}
+        self._writing: dict[str, int] = {}  # shard -> sink writes in flight that will checkpoint it
         self._version = 0
         self._guard = threading.Lock()
         self.publish()
@@ -58,7 +60,10 @@ class ShardBook:
             self._publish()
 
     def handing_off(self, lease_key: str) -> bool:
-        """Stop planning a shard under handoff; False if it is not in the book."""
+        """Stop planning and writing a shard under handoff; True if a sink write in flight still has to checkpoint it.
+
+        False (nothing to wait for: finish the handoff now) also when the shard is not in the book.
+        """
         with self._guard:
             shard = self._shard_of(lease_key)
             if shard is None:
@@ -66,8 +71,7 @@ class ShardBook:
             self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, segments=())
             self._parts[shard] = ()
             self._publish()
-            self._handoff_versions[shard] = self._version
-            return True
+            return self._writing.get(shard, 0) > 0
 
     def lost(self, lease_key: str) -> str | None:
         """Forget a shard no longer held; returns its shard id if it was in the book."""
@@ -76,7 +80,6 @@ class ShardBook:
             if shard is None:
                 return None
             del self._views[shard], self._keys[shard], self._parts[shard]
-            self._handoff_versions.pop(shard, None)
             self._publish()
             return shard
 
@@ -131,6 +134,14 @@ class ShardBook:
                 return max(0, round((now - first) * 1000))
             return view.behind_millis
 
+    def records_behind(self, shard: str) -> int | None:
+        """Records waiting after the checkpoint, where known: the probe reached the stream's tip (else None)."""
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None or view.behind_millis != 0:
+                return None
+            return sum(item.records for item in view.segments)
+
     # ------------------------------------------------------------------ queries
     def lease_key(self, shard: str) -> str | None:
         """The lease key of a held shard."""
@@ -148,11 +159,35 @@ class ShardBook:
         with self._guard:
             return set(self._views)
 
-    def handoffs_ready(self, acked_version: int) -> list[str]:
-        """Lease keys under handoff whose last possible batch is checkpointed (the runner planned past them)."""
+    def begin_write(self, plans: Iterable[ShardPlan]) -> list[ShardPlan]:
+        """The plans a sink write may include (shard owned, not handing off, same tenure), marked as in flight.
+
+        A handoff requested from now on waits for `end_write` of these; one requested before is not written at all,
+        so it completes without waiting for a batch (its rows stay for the next owner).
+        """
         with self._guard:
-            return [self._keys[shard] for shard, version in sorted(self._handoff_versions.items())
-                    if acked_version >= version]
+            allowed = []
+            for plan in plans:
+                view = self._views.get(plan.shard_id)
+                if view is not None and view.tenure == plan.tenure and view.state is ShardState.OWNED:
+                    allowed.append(plan)
+                    self._writing[plan.shard_id] = self._writing.get(plan.shard_id, 0) + 1
+            return allowed
+
+    def end_write(self, plans: Iterable[ShardPlan]) -> list[str]:
+        """A sink write (and its checkpoints) ended: lease keys whose handoff no longer waits for anything."""
+        with self._guard:
+            ready = []
+            for plan in plans:
+                left = self._writing.get(plan.shard_id, 0) - 1
+                if left > 0:
+                    self._writing[plan.shard_id] = left
+                    continue
+                self._writing.pop(plan.shard_id, None)
+                view = self._views.get(plan.shard_id)
+                if view is not None and view.state is ShardState.HANDING_OFF:
+                    ready.append(self._keys[plan.shard_id])
+            return ready
 
     def snapshot(self) -> Snapshot:
         """The current snapshot."""

@@ -3,8 +3,7 @@
 The streaming source runs in a Python process the Spark JVM spawns, sharing no memory with the driver's agent. The
 agent publishes a `Snapshot` of its shards (checkpoint, state, probed segments waiting) by atomically replacing
 `snapshot.json`; the runner reads it in every `latestOffset` and answers with `ack.json`: the snapshot version it
-planned from and its pid. Since Spark plans batch k+1 only after batch k's foreachBatch returned, an ack of version v
-means every batch planned from an older snapshot has been written and checkpointed.
+planned from and its pid (diagnostics and tests: which process plans, and that it saw a given snapshot).
 """
 
 from __future__ import annotations

@@ -5,10 +5,12 @@ shard's first and last record, and every read of the plan gives the same rows, s
 earns is the plan's end: known without looking at the data, so the user's write is the batch's only Spark job (no
 persist, no summary job, no cached block whose loss could let a checkpoint pass records never written).
 
-Order per batch: note which planned shards are held under the plan's tenure -> drop rows of the others -> the
-user's write -> one fenced checkpoint per shard still held under that tenure. A lost lease turns that shard's
-checkpoint into a logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and
-reaches Spark as a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
+Order per batch: mark the planned shards held under the plan's tenure and not handing off as being written -> drop
+rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure -> unmark,
+which completes the handoffs that waited for this write. A handoff requested before the write started excludes the
+shard from it, so it completes at once, never waiting for a batch. A lost lease turns that shard's checkpoint into a
+logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and reaches Spark as
+a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ BatchFunction = Callable[["DataFrame", int], None]
 class ProgressCommitter(Protocol):
     """The driver side the sink reports to (the Spark agent)."""
 
-    def holds(self, shard: str, tenure: str) -> bool:
-        """True if the shard is still held under the tenure a plan was made under."""
+    def begin_write(self, plans: list[ShardPlan]) -> list[ShardPlan]:
+        """The plans whose rows may be written (held under the plan's tenure, not handing off), now in flight."""
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
         """Checkpoint each written plan's end, fenced by ownership; never raises for a lost lease."""
+
+    def end_write(self, plans: list[ShardPlan]) -> None:
+        """The write of `plans` ended (checkpointed or failed): handoffs waiting for it complete now."""
 
 
 def offset_log_entry(text: str) -> BatchOffset:
@@ -74,17 +79,17 @@ class CheckpointingSink:
         from pyspark.sql import functions as F  # noqa: N812
 
         end = logged_end_offset(df.sparkSession, self._location, batch_id)
-        held = [plan for plan in end.shards.values() if self._committer.holds(plan.shard_id, plan.tenure)]
-        if len(held) < len(end.shards):
-            gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
-            log.warning("batch %d: not writing rows of shards no longer held: %s", batch_id, gone)
-            targets = [read_target(plan.shard_id, "") for plan in held]
-            if all(stream == "" for stream, _ in targets):  # single-stream: shard ids are unique
-                df = df.filter(F.col("shard_id").isin([shard for _, shard in targets]))
-            else:
-                df = df.filter(F.concat_ws("/", "stream_name", "shard_id").isin(
-                    [f"{stream}/{shard}" for stream, shard in targets]))
+        held = self._committer.begin_write(list(end.shards.values()))
         try:
+            if len(held) < len(end.shards):
+                gone = sorted(set(end.shards) - {plan.shard_id for plan in held})
+                log.info("batch %d: not writing rows of shards no longer held or handing off: %s", batch_id, gone)
+                targets = [read_target(plan.shard_id, "") for plan in held]
+                if all(stream == "" for stream, _ in targets):  # single-stream: shard ids are unique
+                    df = df.filter(F.col("shard_id").isin([shard for _, shard in targets]))
+                else:
+                    df = df.filter(F.concat_ws("/", "stream_name", "shard_id").isin(
+                        [f"{stream}/{shard}" for stream, shard in targets]))
             self._write(df, batch_id)
         except Exception as exc:
             # Spark gets a short copy (write_errors explains why); the whole error stays in this log.
@@ -92,5 +97,9 @@ class CheckpointingSink:
                 log.info("batch %d: the write was interrupted (the query is stopping); not checkpointed", batch_id)
             else:
                 log.error("batch %d: the write failed; not checkpointed", batch_id, exc_info=exc)
+            self._committer.end_write(held)
             raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
-        self._committer.commit_progress(batch_id, held)
+        try:
+            self._committer.commit_progress(batch_id, held)
+        finally:
+            self._committer.end_write(held)

@@ -21,7 +21,6 @@ from agent.consumer import RecordProcessor
 from agent.lease_keeper import LossReason
 from agent.runtime import Agent
 from agent.spark.book import ShardBook
-from agent.spark.channel import ChannelError, read_ack
 from agent.spark.commit import BatchFunction, CheckpointingSink
 from agent.spark.kinesis_raw import RawKinesis
 from agent.spark.offsets import Caps, ShardPlan
@@ -79,6 +78,7 @@ class SparkAgent(Agent):
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
+        self._probe_soon = threading.Event()  # a newly held shard is probed at once, so the next batch reads it
         self._stopping = threading.Lock()
         self._stopped = False
         self._threads: list[threading.Thread] = []
@@ -102,12 +102,16 @@ class SparkAgent(Agent):
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if not lease.is_finished:
             self.book.acquired(lease)
+            self._probe_soon.set()
 
     def handoff_requested(self, lease: Lease) -> None:
-        """Stop planning the shard; the supervisor completes the transfer once in-flight batches checkpointed."""
-        query = self._query
-        if not self.book.handing_off(lease.lease_key) or query is None or not query.isActive:
-            self.keeper.finish_handoff(lease.lease_key)  # nothing planned or running: nothing to wait for
+        """Stop planning and writing the shard; transfer it now, or right after the sink write in flight checkpointed.
+
+        No wait for a batch boundary or the runner: a batch planned with the shard but not yet writing drops its rows
+        (the next owner reads them from our checkpoint), so the gap is at most the write in flight.
+        """
+        if not self.book.handing_off(lease.lease_key):
+            self.keeper.finish_handoff(lease.lease_key)
 
     def lease_lost(self, lease_key: str, reason: LossReason) -> None:
         """Stop planning the shard at once; its rows in a running batch are not written, its checkpoint refused."""
@@ -133,9 +137,14 @@ class SparkAgent(Agent):
         """Shards whose rows may be written now."""
         return self.book.held_shards()
 
-    def holds(self, shard: str, tenure: str) -> bool:
-        """True if the shard is still held under the tenure a plan was made under."""
-        return self.book.holds(shard, tenure)
+    def begin_write(self, plans: list[ShardPlan]) -> list[ShardPlan]:
+        """The plans whose rows the sink may write (held under their tenure, not handing off), marked in flight."""
+        return self.book.begin_write(plans)
+
+    def end_write(self, plans: list[ShardPlan]) -> None:
+        """The sink's write of `plans` ended: complete the handoffs that waited for it."""
+        for key in self.book.end_write(plans):
+            self.keeper.finish_handoff(key)
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
         """Checkpoint each written plan's end, fenced by ownership; a refusal is logged, never raised."""
@@ -154,8 +163,8 @@ class SparkAgent(Agent):
             if outcome.applied:
                 self.throughput.record(key, plan.bytes)
                 self.book.checkpointed(plan.shard_id, plan.tenure, plan.end)
-                self.progress.record(key, plan.records, plan.bytes,
-                                     self.book.lag_millis(plan.shard_id, time.time()))
+                self.progress.record(key, plan.records, plan.bytes, self.book.lag_millis(plan.shard_id, time.time()),
+                                     self.book.records_behind(plan.shard_id))
             elif outcome.conflict is Conflict.STALE_CHECKPOINT:
                 log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
             else:
@@ -176,18 +185,23 @@ class SparkAgent(Agent):
 
     def run_query(self, spark: SparkSession, write: BatchFunction, checkpoint_location: str,
                   processing_time: str = "1 second", available_now: bool = False) -> StreamingQuery:
-        """The one call: register the source, start the agent and the query with the checkpointing sink, supervise.
+        """The one call: register the source, start the query with the checkpointing sink and the agent, supervise.
 
-        `available_now` reads what arrived before the start, then the query finishes.
+        A continuous query starts first (it plans nothing until the agent holds shards): a driver takes leases only
+        once it can read them, so a shard handed to a starting driver is not idle while its JVM sets the query up
+        (seconds, more under load). `available_now` reads what arrived before the start, then the query finishes;
+        its agent starts first, as such a query ends at its first empty plan.
         """
         register_source(spark)
-        if not self._thread.is_alive():
+        if available_now and not self._thread.is_alive():
             self.start()
         stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
         query = writer.start()
+        if not self._thread.is_alive():
+            self.start()
         self.supervise(query)
         return query
 
@@ -206,6 +220,7 @@ class SparkAgent(Agent):
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
+            self._probe_soon.set()
             if query is not None and query.isActive:
                 query.stop()
             current = threading.current_thread()
@@ -223,10 +238,17 @@ class SparkAgent(Agent):
         thread.start()
 
     def _probe_loop(self) -> None:
-        """Probe every owned shard in parallel each interval (a round costs about one GetRecords whatever the count)."""
+        """Probe every owned shard in parallel each interval, and at once when a shard is acquired.
+
+        A round costs about one GetRecords whatever the shard count.
+        """
         lookahead = 2 * self.options.caps.max_records
         limit = min(self.options.caps.max_records, 10_000)
-        while not self._halt.wait(self._probe_interval):
+        while True:
+            self._probe_soon.wait(self._probe_interval)
+            self._probe_soon.clear()
+            if self._halt.is_set():
+                return
             targets = self.book.to_probe(lookahead)
             results = self._probe_pool.map(lambda target: self._prober.probe(target[0], target[1], limit), targets)
             now = time.time()
@@ -235,7 +257,7 @@ class SparkAgent(Agent):
                     self._finish_shard(shard)
                 key = self.book.lease_key(shard)
                 if key is not None:
-                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now))
+                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:
         """The shard is closed and everything up to its end is checkpointed: store SHARD_END so children start."""
@@ -273,15 +295,3 @@ class SparkAgent(Agent):
                 threading.Thread(target=self.stop, kwargs={"drain": False}, name="spark-agent-stop",
                                  daemon=True).start()
                 return
-            self._finish_handoffs()
-
-    def _finish_handoffs(self) -> None:
-        try:
-            ack = read_ack(self.channel)
-        except ChannelError as exc:
-            log.warning("%s", exc)
-            return
-        if ack is None:
-            return
-        for key in self.book.handoffs_ready(ack.version):
-            self.keeper.finish_handoff(key)

@@ -124,6 +124,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         throughput_kbps=reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
         child_shard_ids=sorted(lease.child_shard_ids), explanation=None,
         millis_behind_latest=progress.millis_behind_latest if progress else None,
+        records_behind=progress.records_behind if progress else None,
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
     )

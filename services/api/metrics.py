@@ -42,6 +42,9 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
                                  labels=["lease"])
     lag = GaugeMetricFamily("shardherd_lease_millis_behind_latest",
                             "MillisBehindLatest per lease as its owner last reported it", labels=["lease"])
+    behind = GaugeMetricFamily("shardherd_lease_records_behind",
+                               "Records waiting after the owner's position, where it knows (read up to the tip)",
+                               labels=["lease"])
     records = GaugeMetricFamily("shardherd_lease_records", "Records the lease's owner handled since taking it",
                                 labels=["lease", "worker"])
     size = GaugeMetricFamily("shardherd_lease_bytes", "Bytes the lease's owner handled since taking it",
@@ -51,6 +54,8 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
             lease_tp.add_metric([lease.lease_key], lease.throughput_kbps)
         if lease.millis_behind_latest is not None:
             lag.add_metric([lease.lease_key], lease.millis_behind_latest)
+        if lease.records_behind is not None:
+            behind.add_metric([lease.lease_key], lease.records_behind)
         holder = lease.checkpoint_owner or lease.owner or ""
         if lease.records_processed is not None:
             records.add_metric([lease.lease_key, holder], lease.records_processed)
@@ -83,7 +88,7 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
         _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
         _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
                sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
-        by_state, lease_tp, lag, records, size, per_worker, cpu, worker_tp, age, workers, malformed, repaired,
+        by_state, lease_tp, lag, behind, records, size, per_worker, cpu, worker_tp, age, workers, malformed, repaired,
     ]
 
 

@@ -71,6 +71,9 @@ class LeaseOut(BaseModel):
     throughput_kbps: float | None
     millis_behind_latest: Annotated[int | None, Field(
         description="MillisBehindLatest as the owner last reported it (null until it reports)")] = None
+    records_behind: Annotated[int | None, Field(
+        description="records waiting after the owner's position, where the owner knows it exactly (it read up to "
+                    "the stream's tip); null when unknown")] = None
     records_processed: Annotated[int | None, Field(
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(

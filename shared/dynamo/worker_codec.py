@@ -86,8 +86,10 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
             int(_read_number(f"{LEASE_PROGRESS}.{key}.failures", fields.get("failures", {"N": "0"}))),
         )
         refused = bool(read_bool(fields, "refused"))
+        behind = fields.get("behind")
+        records_behind = int(_read_number(f"{LEASE_PROGRESS}.{key}.behind", behind)) if behind is not None else None
         try:
-            progress[key] = LeaseProgress(*figures, refused=refused)
+            progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind)
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
@@ -99,6 +101,8 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
         fields: dict[str, AttributeValue] = {"records": integer(value.records), "bytes": integer(value.bytes)}
         if value.millis_behind_latest is not None:
             fields["lag"] = integer(value.millis_behind_latest)
+        if value.records_behind is not None:
+            fields["behind"] = integer(value.records_behind)
         if value.failures:
             fields["failures"] = integer(value.failures)
         if value.refused:

@@ -28,12 +28,14 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
 
 
 def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
-    """One lease's progress as stored: lag, records, bytes, plus failures and refused when set."""
+    """One lease's progress as stored: lag, records, bytes, plus failures, refused and records behind when set."""
     entry: dict[str, Any] = {"lag": progress.millis_behind_latest, "records": progress.records, "bytes": progress.bytes}
     if progress.failures:
         entry["failures"] = progress.failures
     if progress.refused:
         entry["refused"] = True
+    if progress.records_behind is not None:
+        entry["behind"] = progress.records_behind
     return entry
 
 
@@ -88,14 +90,14 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
         if not isinstance(entry, dict):
             raise ValueError(f"progress of {key!r} is not an object")
         lag, records, size = entry.get("lag"), entry.get("records", 0), entry.get("bytes", 0)
-        failures, refused = entry.get("failures", 0), entry.get("refused", False)
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size, failures)) or not (
-                lag is None or (isinstance(lag, int) and not isinstance(lag, bool))):
+        failures, refused, behind = entry.get("failures", 0), entry.get("refused", False), entry.get("behind")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size, failures)) or not all(
+                v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (lag, behind)):
             raise ValueError(f"progress of {key!r} must hold integers")
         if not isinstance(refused, bool):
             raise ValueError(f"progress of {key!r}: refused must be a boolean")
         try:
-            progress[key] = LeaseProgress(lag, records, size, failures, refused)
+            progress[key] = LeaseProgress(lag, records, size, failures, refused, behind)
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress

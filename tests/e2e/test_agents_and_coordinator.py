@@ -88,6 +88,12 @@ def test_records_flow_and_graceful_moves_have_no_duplicates(stack: Stack) -> Non
     assert record is not None and len(record.lease_progress) == 4
     assert all(p.millis_behind_latest is not None and p.bytes >= p.records for p in record.lease_progress.values())
 
+    def caught_up() -> bool:  # reads at the stream's tip: nothing behind, and the agent knows it
+        beat = stack.coordinator.store.get_worker("agent-1")
+        return beat is not None and [p.records_behind for p in beat.lease_progress.values()] == [0] * 4
+
+    wait_for(caught_up, 10, "records behind 0 per lease in the heartbeat")
+
     stack.add_agent("agent-2")  # balancing hands two leases over gracefully, with their checkpoints
     wait_for(lambda: list(stack.owners().values()).count("agent-2") == 2, 30, "agent-2 owns 2 leases")
     stack.produce(400, "b")

@@ -40,7 +40,8 @@ def test_metrics_count_leases_workers_runs_and_moves(sqlite_store: LeaseStore) -
     owners = replica.owners()
     hot = "shardId-000000000000"
     replica.lease_throughput[str(owners[hot])] = {hot: 123.5}
-    replica.lease_progress[str(owners[hot])] = {hot: LeaseProgress(millis_behind_latest=750, records=42, bytes=4096)}
+    replica.lease_progress[str(owners[hot])] = {hot: LeaseProgress(millis_behind_latest=750, records=42, bytes=4096,
+                                                                          records_behind=17)}
     replica.heartbeat()
     samples = _scrape(replica)
     assert samples[("shardherd_total_leases", ())] == 5
@@ -61,7 +62,9 @@ def test_metrics_count_leases_workers_runs_and_moves(sqlite_store: LeaseStore) -
     assert samples[("shardherd_lease_millis_behind_latest", (("lease", hot),))] == 750
     assert samples[("shardherd_lease_records", (("lease", hot), ("worker", str(owners[hot]))))] == 42
     assert samples[("shardherd_lease_bytes", (("lease", hot), ("worker", str(owners[hot]))))] == 4096
+    assert samples[("shardherd_lease_records_behind", (("lease", hot),))] == 17
     assert sum(name == "shardherd_lease_millis_behind_latest" for name, _ in samples) == 1  # only what was reported
+    assert sum(name == "shardherd_lease_records_behind" for name, _ in samples) == 1
 
 
 def test_metrics_before_any_leader_run(sqlite_store: LeaseStore) -> None:

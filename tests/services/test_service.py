@@ -60,7 +60,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         beat = next(beats)
         for index, (worker, cpu) in enumerate(WORKERS.items()):
             throughput = {SHARDS[index]: 512.0 * (index + 1)}
-            progress = {shard: LeaseProgress(250 * (number + 1) + index, 40 * (number + 1), 4000 * (number + 1))
+            progress = {shard: LeaseProgress(250 * (number + 1) + index, 40 * (number + 1), 4000 * (number + 1),
+                                             records_behind=7 * number + index)
                         for number, shard in enumerate(SHARDS)}  # only the owner's entry is shown
             seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
                                               operating_range={CPU_METRIC: (100.0,)}, heartbeat=beat,
@@ -206,7 +207,8 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
         row = row[:row.index("</tr>")]
         assert f'data-lag="{lease["millis_behind_latest"]}"' in row, row
         assert f'data-records="{lease["records_processed"]}"' in row, row
-        assert lease["millis_behind_latest"] is not None and lease["records_processed"] is not None
+        assert f'data-behind="{lease["records_behind"]}"' in row, row
+        assert None not in (lease["millis_behind_latest"], lease["records_processed"], lease["records_behind"])
         assert "data-checkpoint-age=" in row and 'data-checkpoint-age=""' not in row
     assert "leader <b>coord-1</b>" in html
     assert 'data-replica="coord-1"' in html and 'data-leader="coord-1"' in html

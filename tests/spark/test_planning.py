@@ -93,7 +93,7 @@ def _lease(key: str, checkpoint: Checkpoint = TRIM_HORIZON) -> Lease:
     return Lease(key, lease_owner="w", checkpoint=checkpoint)
 
 
-def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff_after_the_runner(
+def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff_after_the_write_in_flight(
         tmp_path: Path) -> None:
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s-1"))
@@ -110,6 +110,8 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.to_probe(10) == [("s-1", StartPosition.after(TRIM_HORIZON)), ("s-2", frontier)]
     assert book.to_probe(6) == [("s-1", StartPosition.after(TRIM_HORIZON))]  # enough waiting: no more probing
     assert book.lag_millis("s-2", 3.5) == 2500 and book.lag_millis("s-1", 3.5) is None
+    assert book.records_behind("s-2") == 6  # probed up to the tip: exactly what waits
+    assert book.records_behind("s-1") is None and book.records_behind("unknown") is None  # not known
 
     tenure = book.snapshot().shards["s-2"].tenure
     assert book.holds("s-2", tenure) and not book.holds("s-2", "other")
@@ -117,12 +119,22 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.snapshot().shards["s-2"].pending
     book.checkpointed("s-2", tenure, Checkpoint("40", 3))
     assert book.snapshot().shards["s-2"] == ShardView(Checkpoint("40", 3), behind_millis=0, tenure=tenure)
-    assert book.lag_millis("s-2", 3.5) == 0
+    assert book.lag_millis("s-2", 3.5) == 0 and book.records_behind("s-2") == 0
+    behind = ProbeResult(Segment(Checkpoint("45"), 4, 40, 2.0), behind_millis=900)
+    book.probed("s-2", book.snapshot().shards["s-2"].frontier, behind)
+    assert book.records_behind("s-2") is None  # more waits beyond the probe than it saw
+    book.checkpointed("s-2", tenure, Checkpoint("45"))
 
-    assert book.handing_off("s-2")
-    version = book.snapshot().version
-    assert book.handoffs_ready(version - 1) == [] and book.handoffs_ready(version) == ["s-2"]
+    plan = ShardPlan("s-2", StartPosition.after(Checkpoint("40", 3)), Checkpoint("50"), tenure=tenure)
+    assert book.begin_write([plan, ShardPlan("s-2", plan.position, plan.end, tenure="other")]) == [plan]
+    assert book.handing_off("s-2")  # a write in flight holds the shard: the handoff waits for its checkpoint
+    assert book.snapshot().shards["s-2"].state is ShardState.HANDING_OFF
+    assert book.begin_write([plan]) == []  # a later batch does not write a shard under handoff
+    assert book.end_write([plan]) == ["s-2"]  # the write ended: the handoff no longer waits
     assert not book.handing_off("unknown")
+    book.acquired(_lease("s-3", Checkpoint("5")))
+    assert not book.handing_off("s-3")  # no write in flight: nothing to wait for
+    assert book.end_write([]) == [] and book.lost("s-3") == "s-3"
     assert book.probed("s-1", StartPosition.after(TRIM_HORIZON), ProbeResult(ended=True))
     assert book.lost("s-2") == "s-2" and book.held_shards() == {"s-1"}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -60,12 +61,13 @@ def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from
     assert max(max(counter.values()) for counter in per_batch.values()) <= 40  # admission control per shard
     assert len(per_batch) >= 400 // 4 // 40  # so several batches were needed
 
-    def lag_reported() -> bool:  # per-shard lag in the heartbeat, as plain agents report it
+    def lag_reported() -> bool:  # per-shard lag in the heartbeat, as plain agents report it; caught up: 0 behind
         record = first.store.get_worker("driver-1")
         progress = record.lease_progress if record is not None else {}
-        return len(progress) == 4 and all(item.millis_behind_latest is not None for item in progress.values())
+        return len(progress) == 4 and all(item.millis_behind_latest is not None and item.records_behind == 0
+                                          for item in progress.values())
 
-    wait_for(lag_reported, 30, "per-shard lag in driver-1's heartbeat")
+    wait_for(lag_reported, 30, "per-shard lag and records behind in driver-1's heartbeat")
 
     query.stop()  # the query ends -> the agent drains: leases given back with their checkpoints
     wait_for(lambda: set(stack.owners().values()) == {None}, 30, "driver-1 drained")
@@ -190,6 +192,54 @@ def test_two_drivers_hand_off_gracefully_and_a_driver_that_stops_renewing_stops_
     assert set(counts) == set(stack.produced)
     second_rows = {row[5] for row in stack.sink.rows if row[0] == "driver-2"}
     assert {payload for payload, count in counts.items() if count > 1} <= second_rows  # only its last batch again
+
+
+def test_a_handoff_waits_only_for_the_write_that_holds_the_shard_not_for_the_batch_in_flight(
+        spark_stack: SparkStack) -> None:
+    stack = spark_stack
+    first = stack.agent("driver-1")
+    wait_for(lambda: _owned_by(stack, "driver-1", 4), 30, "driver-1 owns 4 shards")
+    written = stack.sink.writer("driver-1")
+    blocked, release = threading.Event(), threading.Event()
+
+    def held_after_write(df: DataFrame, batch_id: int) -> None:  # rows written, checkpoint not yet: held in flight
+        before = len(stack.sink.rows)
+        written(df, batch_id)
+        if len(stack.sink.rows) > before and not release.is_set():
+            blocked.set()
+            release.wait(60)
+
+    first.run_query(stack.spark, held_after_write, str(stack.tmp / "cp-1"), processing_time="300 milliseconds")
+    response = stack.kinesis.put_records(StreamName=stack.app, Records=[
+        {"Data": f"hot-{index}".encode(), "PartitionKey": "hot"} for index in range(50)])
+    stack.produced.extend(f"hot-{index}".encode() for index in range(50))
+    hot = response["Records"][0]["ShardId"]  # one partition key: the blocked batch writes this shard only
+    wait_for(blocked.is_set, 60, "a batch of the hot shard written and held before its checkpoint")
+
+    second = stack.agent("driver-2")
+    second.run_query(stack.spark, stack.sink.writer("driver-2"), str(stack.tmp / "cp-2"),
+                     processing_time="300 milliseconds")
+
+    def assigned() -> set[str]:
+        return {lease.lease_key for lease in stack.coordinator.store.scan_leases().leases
+                if lease.lease_owner == "driver-2"}
+
+    wait_for(lambda: len(assigned()) == 2, 60, "the leader moves two shards to driver-2")
+    moved = assigned()
+    idle = moved - {hot}
+    # Shards the blocked write does not hold are transferred at once, not after the batch (handoff timeout: 10 s).
+    wait_for(lambda: all(stack.owners()[key] == "driver-2" for key in idle), 4, "idle shards handed over")
+    if hot in moved:  # its rows are written but not checkpointed: the handoff waits for that checkpoint
+        assert stack.owners()[hot] is None
+    release.set()
+    if hot in moved:
+        wait_for(lambda: stack.owners()[hot] == "driver-2", 4, "the hot shard handed over after its checkpoint")
+    stack.produce(200, "after")
+    wait_for(stack.all_delivered, 60, "records after the handoffs written")
+    counts = stack.sink.payloads()
+    assert max(counts.values()) == 1  # every handoff checkpointed what was written: no duplicates
+    late = [row for row in stack.sink.rows if row[5].startswith(b"after-")]
+    assert {row[0] for row in late if row[2] in moved} == {"driver-2"}
 
 
 def test_a_multi_stream_driver_reads_both_streams_and_rows_carry_the_stream(

@@ -228,6 +228,8 @@ def test_no_record_can_hold_negative_progress_or_non_finite_metrics() -> None:
     with pytest.raises(InvalidRowValue):
         LeaseProgress(millis_behind_latest=-5)
     with pytest.raises(InvalidRowValue):
+        LeaseProgress(records_behind=-1)
+    with pytest.raises(InvalidRowValue):
         WorkerRecord("w", 1, metric_stats={"C": (math.nan,)})
     with pytest.raises(InvalidRowValue):
         Lease("")

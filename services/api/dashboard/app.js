@@ -248,7 +248,7 @@ function recordRates(leases, now) {
 function drawShards(leases, rates) {
   const open = leases.filter((lease) => lease.state !== "finished");
   const body = document.querySelector("#shards tbody");
-  if (!open.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 8, class: "empty"}, "no open shards"))); return; }
+  if (!open.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 9, class: "empty"}, "no open shards"))); return; }
   body.replaceChildren(...open.map((lease) => {
     const holder = lease.checkpoint_owner || lease.owner;
     const lagClass = lease.millis_behind_latest !== null && lease.millis_behind_latest > 60000 ? "num bad" : "num";
@@ -257,6 +257,7 @@ function drawShards(leases, rates) {
       el("td", {}, holder ? holder + (lease.checkpoint_owner ? " → " + lease.owner : "") : "—"),
       el("td", {}, badge(lease.state)),
       el("td", {class: lagClass, "data-lag": lease.millis_behind_latest ?? ""}, num(lease.millis_behind_latest)),
+      el("td", {class: "num", "data-behind": lease.records_behind ?? ""}, num(lease.records_behind)),
       el("td", {class: "num", "data-rate": ""}, rates.has(lease.lease_key) ? rates.get(lease.lease_key).toFixed(1) : "—"),
       el("td", {class: "num", "data-kbps": lease.throughput_kbps ?? ""}, num(lease.throughput_kbps, 1)),
       el("td", {class: "num", "data-checkpoint-age": lease.checkpoint_age_seconds ?? ""},
