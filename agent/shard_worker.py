@@ -186,6 +186,11 @@ class ShardWorker:
         Nothing is handed over once the lease's liveness deadline has passed (self-fencing): the shard may already be
         someone else's.
         """
+        size = sum(len(record.data) for record in records)
+        # Counted once as handed over, before the processor's checkpoints, which carry these figures onto the lease
+        # (counted after, a lease's stored progress would trail by a batch and stay behind once the shard goes quiet).
+        # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
+        self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
         while True:
             if not self._ctx.keeper.lease_live(self.lease.lease_key):
                 log.error("%s: liveness deadline passed; stopping without delivering", self.lease.lease_key)
@@ -201,9 +206,6 @@ class ShardWorker:
                 self._ctx.clock.sleep(self._ctx.retry_delay)
                 if self._stop is not None:
                     return
-        size = sum(len(record.data) for record in records)
-        # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
-        self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
         if records:
             self.checkpointer.last_delivered = records[-1]
             arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records

@@ -15,9 +15,9 @@ class Lease:
     Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see
     `shared.dynamo.lease_codec`).
     During a graceful handoff `lease_owner` is the *next* owner and `checkpoint_owner` the one still processing.
-    `millis_behind_latest`, `records_processed` and `bytes_processed` are the processing worker's progress as of
-    its last checkpoint (shardherd's attributes; the checkpoint write carries them, so they cost no extra write and
-    keep the worker's heartbeat row small).
+    `millis_behind_latest`, `records_processed`, `bytes_processed` and `records_behind` are the processing worker's
+    progress as of its last checkpoint (shardherd's attributes; the checkpoint write carries them, so they cost no
+    extra write and keep the worker's heartbeat row small).
     `repairs` says what a decoder had to drop from the stored row (see shared/row_checks.py); it is never stored.
     Construction enforces what every consumer assumes: a non-empty key, a throughput that is None or a plausible
     finite number >= 0 (InvalidRowValue otherwise).
@@ -41,6 +41,7 @@ class Lease:
     millis_behind_latest: int | None = None
     records_processed: int | None = None
     bytes_processed: int | None = None
+    records_behind: int | None = None
     repairs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -48,7 +49,7 @@ class Lease:
             raise InvalidRowValue("a lease needs a non-empty key")
         if self.throughput_kbps is not None and (problem := throughput_problem(self.throughput_kbps)) is not None:
             raise InvalidRowValue(f"lease {self.lease_key!r}: throughput {problem}")
-        for figure in (self.millis_behind_latest, self.records_processed, self.bytes_processed):
+        for figure in (self.millis_behind_latest, self.records_processed, self.bytes_processed, self.records_behind):
             if (problem := count_problem(figure, allow_none=True)) is not None:
                 raise InvalidRowValue(f"lease {self.lease_key!r}: progress {problem}")
 

@@ -61,7 +61,7 @@ def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:
     """The Lease fields (and SQL lease columns) a checkpoint sets from the owner's progress."""
     return {"millis_behind_latest": progress.millis_behind_latest, "records_processed": progress.records,
-            "bytes_processed": progress.bytes}
+            "bytes_processed": progress.bytes, "records_behind": progress.records_behind}
 
 
 class WorkerState(enum.Enum):

@@ -109,7 +109,8 @@ def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[st
 def _progress(lease: Lease, owner: WorkerRecord | None) -> LeaseProgress | None:
     """The owner's progress as of its last checkpoint (on the lease), else what an older agent's row reports."""
     if lease.records_processed is not None:
-        return LeaseProgress(lease.millis_behind_latest, lease.records_processed, lease.bytes_processed or 0)
+        return LeaseProgress(lease.millis_behind_latest, lease.records_processed, lease.bytes_processed or 0,
+                             records_behind=lease.records_behind)
     return owner.lease_progress.get(lease.lease_key) if owner is not None else None
 
 

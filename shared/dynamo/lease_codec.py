@@ -46,8 +46,9 @@ SHARD_ID = "shardId"
 MILLIS_BEHIND_LATEST = "millisBehindLatest"
 RECORDS_PROCESSED = "recordsProcessed"
 BYTES_PROCESSED = "bytesProcessed"
+RECORDS_BEHIND = "recordsBehind"
 PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
-                       "bytes_processed": BYTES_PROCESSED}
+                       "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND}
 
 LEASE_ENTITY = "LEASE"
 

@@ -52,6 +52,7 @@ def lease_values(lease: Lease) -> dict[str, Any]:
         "millis_behind_latest": lease.millis_behind_latest,
         "records_processed": lease.records_processed,
         "bytes_processed": lease.bytes_processed,
+        "records_behind": lease.records_behind,
     }
 
 
@@ -124,5 +125,6 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         millis_behind_latest=progress[LEASE_ATTRIBUTES["millis_behind_latest"]],
         records_processed=progress[LEASE_ATTRIBUTES["records_processed"]],
         bytes_processed=progress[LEASE_ATTRIBUTES["bytes_processed"]],
+        records_behind=progress[LEASE_ATTRIBUTES["records_behind"]],
         repairs=repairs + progress_repairs,
     )

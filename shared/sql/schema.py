@@ -43,10 +43,11 @@ LEASE_ATTRIBUTES: dict[str, str] = {
     "millis_behind_latest": "millisBehindLatest",
     "records_processed": "recordsProcessed",
     "bytes_processed": "bytesProcessed",
+    "records_behind": "recordsBehind",
 }
 
 # The owner's progress as of its last checkpoint (shardherd's columns, added by migration 0003).
-PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed")
+PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed", "records_behind")
 
 _LEASE_TYPES: dict[str, TypeEngine[Any]] = {
     "lease_counter": BigInteger(),

@@ -15,6 +15,7 @@ import pytest
 from agent.runtime import Agent
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
+from shared.lease import Lease
 from shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import FAST_READS
@@ -79,20 +80,15 @@ def test_records_flow_and_graceful_moves_have_no_duplicates(stack: Stack) -> Non
     stack.produce(400, "a")
     wait_for(stack.all_delivered, 30, "first 400 records delivered")
 
-    def reported() -> int:
-        record = stack.coordinator.store.get_worker("agent-1")
-        return sum(p.records for p in record.lease_progress.values()) if record else 0
+    def leases() -> list[Lease]:  # progress rides on each lease with its checkpoint (the heartbeat row stays small)
+        return stack.coordinator.store.scan_leases().leases
 
-    wait_for(lambda: reported() == 400, 10, "the heartbeat to report progress")  # lag, records, bytes per lease
-    record = stack.coordinator.store.get_worker("agent-1")
-    assert record is not None and len(record.lease_progress) == 4
-    assert all(p.millis_behind_latest is not None and p.bytes >= p.records for p in record.lease_progress.values())
-
-    def caught_up() -> bool:  # reads at the stream's tip: nothing behind, and the agent knows it
-        beat = stack.coordinator.store.get_worker("agent-1")
-        return beat is not None and [p.records_behind for p in beat.lease_progress.values()] == [0] * 4
-
-    wait_for(caught_up, 10, "records behind 0 per lease in the heartbeat")
+    wait_for(lambda: sum(lease.records_processed or 0 for lease in leases()) == 400, 10,
+             "the checkpoints to carry progress")  # lag, records, bytes per lease
+    assert all(lease.millis_behind_latest is not None and (lease.bytes_processed or 0) >= (lease.records_processed or 0)
+               for lease in leases())
+    # Read at the stream's tip: nothing behind, and the agent knows it.
+    wait_for(lambda: [lease.records_behind for lease in leases()] == [0] * 4, 10, "records behind 0 on every lease")
 
     stack.add_agent("agent-2")  # balancing hands two leases over gracefully, with their checkpoints
     wait_for(lambda: list(stack.owners().values()).count("agent-2") == 2, 30, "agent-2 owns 2 leases")

@@ -34,14 +34,17 @@ def test_owner_checkpoint_is_stored_bumps_counter_and_resets_switches(store: Lea
 
 def test_checkpoint_carries_the_owners_progress_and_later_writes_keep_it(store: LeaseStore, leases: Leases) -> None:
     leases.owned(OWNER)
-    first = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), progress=LeaseProgress(1_500, 7, 2**40)))
+    first = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"),
+                                            progress=LeaseProgress(1_500, 7, 2**40, records_behind=12)))
     assert (first.millis_behind_latest, first.records_processed, first.bytes_processed) == (1_500, 7, 2**40)
+    assert first.records_behind == 12
     assert store.get_lease(KEY) == first
     # Without progress a checkpoint leaves the stored figures as they are; an unknown lag removes the stored one.
     kept = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("11")))
     assert (kept.millis_behind_latest, kept.records_processed, kept.bytes_processed) == (1_500, 7, 2**40)
     cleared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("12"), progress=LeaseProgress(None, 9, 80)))
     assert (cleared.millis_behind_latest, cleared.records_processed, cleared.bytes_processed) == (None, 9, 80)
+    assert cleared.records_behind is None  # an unknown count removes the stored one, like the lag
     moved = expect_applied(store.assign(KEY, "worker-b", OWNER, None))
     assert (moved.records_processed, store.get_lease(KEY)) == (9, moved)
     refused = store.checkpoint(KEY, OWNER, Checkpoint.at("13"), progress=LeaseProgress(0, 99, 99))

@@ -1,7 +1,7 @@
 """Leases carry their owner's progress as of its last checkpoint.
 
-The columns `millis_behind_latest`, `records_processed` and `bytes_processed` (issue 17): the worker's heartbeat row no
-longer carries them, so a heartbeat stays one write unit.
+The columns `millis_behind_latest`, `records_processed`, `bytes_processed` and `records_behind` (issue 17): the
+worker's heartbeat row no longer carries them, so a heartbeat stays one write unit.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ down_revision = "0002"
 
 
 def upgrade(tables: TableNames) -> None:
-    """Add the three nullable integer progress columns to the lease table where missing."""
+    """Add the nullable integer progress columns to the lease table where missing."""
     columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.leases)}
     for name in PROGRESS_COLUMNS:
         if name not in columns:
