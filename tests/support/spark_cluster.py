@@ -115,13 +115,12 @@ class StandaloneCluster:
         """The executor JVMs running now (children of the workers), all or those of application `app_id`."""
         found: list[psutil.Process] = []
         for pid in self.worker_pids():
-            try:
+            with contextlib.suppress(psutil.Error):
                 for child in psutil.Process(pid).children():
-                    command = child.cmdline()
-                    if EXECUTOR_CLASS in command and (app_id is None or app_id in command):
-                        found.append(child)
-            except psutil.Error:
-                continue
+                    with contextlib.suppress(psutil.Error):  # a short-lived child that is gone by now
+                        command = child.cmdline()
+                        if EXECUTOR_CLASS in command and (app_id is None or app_id in command):
+                            found.append(child)
         return found
 
     def executor_of(self, pid: int) -> psutil.Process | None:
