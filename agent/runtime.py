@@ -19,9 +19,9 @@ from agent.metrics.throughput import ThroughputRecorder
 from agent.progress import ProgressBoard
 from agent.read_spec import ReadLimits
 from agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
+from coordinator.deciders.worker_metrics import classify
 from coordinator.moves import WorkerStatus
 from coordinator.snapshot import WorkerView
-from coordinator.variance import classify
 from shared.aws import make_client
 from shared.clock import Clock, SystemClock
 from shared.config import Settings

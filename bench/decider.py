@@ -1,9 +1,9 @@
 """Time one decider pass at 1k/10k leases x 100/1k workers with Zipf shard throughput (seeded).
 
 Prints median and p95 milliseconds per pass, and the ratio to a baseline measured in the same run on the same
-leases: one `sorted()` of the lease views by (throughput, key), for `variance` (band balancing), `variance-kcl` (KCL's
-dampened budgets) and `lease-count`. Target: 10,000 leases x 1,000 workers < 50 ms median. The snapshot is a random
-assignment (every worker far from its share), so balancing moves hundreds of leases in the one pass.
+leases: one `sorted()` of the lease views by (throughput, key), for each strategy: `band` (the default),
+`kcl-variance` (KCL's dampened budgets) and `lease-count`. Target: 10,000 leases x 1,000 workers < 50 ms median. The
+snapshot is a random assignment (every worker far from its share), so balancing moves hundreds of leases in one pass.
 Run: `python -m bench.decider [--repeat N]`.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 
 from coordinator.decide import decide
-from coordinator.decider_config import Balancing, DeciderConfig, Strategy
+from coordinator.decider_config import DeciderConfig, Strategy
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
 
 SIZES = [(1_000, 100), (1_000, 1_000), (10_000, 100), (10_000, 1_000)]
@@ -77,14 +77,13 @@ def p95(samples: list[float]) -> float:
 
 
 def main() -> None:
-    """Run every size for each strategy (variance in both balancing modes) and print one line each."""
+    """Run every size for each strategy and print one line each."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
     header = ("strategy", "leases", "workers", "median ms", "p95 ms", "sort ms", "x sort", "moves")
     print(f"{header[0]:<12}" + "".join(f"{h:>{w}}" for h, w in zip(header[1:], (8, 9, 11, 9, 9, 8, 7), strict=True)))
-    variants = [("variance", DeciderConfig()), ("variance-kcl", DeciderConfig(balancing=Balancing.KCL)),
-                ("lease-count", DeciderConfig(strategy=Strategy.LEASE_COUNT))]
+    variants = [(strategy.value, DeciderConfig(strategy=strategy)) for strategy in Strategy]
     for name, config in variants:
         for n_leases, n_workers in SIZES:
             snapshot = build(n_leases, n_workers)

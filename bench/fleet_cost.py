@@ -1,7 +1,8 @@
 """What a shardherd fleet pays DynamoDB, in capacity units per minute by caller, against KCL 3.x in the same run.
 
-A `worker`-mode fleet of the fleet simulator (bench/fleet_sim.py: the real leader loop, lock and decider, simulated
-agents heartbeating, discovering through the owner index and checkpointing every shard once a minute) runs on an
+A `worker`-mode fleet of the fleet simulator (bench/fleet/: the real leader loop, lock and decider, simulated
+agents running the agent's lease keeper, heartbeating, discovering through the owner index and checkpointing every
+shard once a minute) runs on an
 in-memory store wrapped in a StoreMeter (shared/store_meter.py), which prices every call as the DynamoDB backend
 would send it. On top: the leader publishes its LeaderStatus (services/leader_status.py) and one dashboard is open
 on the coordinator's real operator API (a refresh every 3 s: /v1/leader, /v1/workers and every /v1/assignments page
@@ -31,7 +32,8 @@ from dataclasses import dataclass, field
 
 from fastapi.testclient import TestClient
 
-from bench.fleet_sim import VARIANCE, Fleet, Stream
+from bench.fleet.model import VARIANCE, Fleet
+from bench.fleet.world import Stream
 from bench.kcl_baseline import KclLine, kcl_bill
 from coordinator.run_summary import RunSummary
 from services.api import ApiContext, create_app

@@ -1,13 +1,26 @@
-"""The assignment decider's entry point: a pure function from (snapshot, config, balance?) to a Plan."""
+"""The assignment decider's entry point: a pure function from (snapshot, config, balance?) to a Plan.
+
+The strategy is chosen by name (`DeciderConfig.strategy`) among the sibling modules of coordinator/deciders/, each
+implementing the `Decider` protocol (coordinator/deciders/protocol.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.lease_count import LeaseCountDecider
+from coordinator.deciders.band import BandDecider
+from coordinator.deciders.kcl_variance import KclVarianceDecider
+from coordinator.deciders.lease_count import LeaseCountDecider
+from coordinator.deciders.protocol import Decider
 from coordinator.metric_basis import on_common_basis
 from coordinator.moves import Plan
 from coordinator.snapshot import Snapshot
-from coordinator.variance import VarianceDecider
+
+# Every strategy by its name; `Strategy` lists exactly these names (tests/coordinator/test_decide.py checks it).
+DECIDERS: Mapping[Strategy, Decider] = {
+    Strategy(decider.name): decider for decider in (BandDecider(), KclVarianceDecider(), LeaseCountDecider())
+}
 
 
 def decide(snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
@@ -16,7 +29,4 @@ def decide(snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
     Pure and deterministic: no I/O, clock or randomness; the same snapshot and config always give the same plan.
     A fleet whose workers report different metric kinds is balanced on the kinds they share (metric_basis).
     """
-    snapshot = on_common_basis(snapshot)
-    if config.strategy is Strategy.LEASE_COUNT:
-        return LeaseCountDecider(snapshot, config).plan(balance)
-    return VarianceDecider(snapshot, config).plan(balance)
+    return DECIDERS[config.strategy].plan(on_common_basis(snapshot), config, balance)

@@ -10,25 +10,37 @@ from shared.config import Settings
 from shared.errors import ConfigError
 
 
-class Balancing(enum.Enum):
-    """How strategy `variance` balances: `band` (shardherd's default) or `kcl` (KCL 3.x's dampened donor budgets)."""
+class Strategy(enum.Enum):
+    """Which assignment strategy the leader runs (a module of coordinator/deciders/ by this name).
+
+    Settings choose it with `lease_assignment_strategy` (`variance` or `lease-count`) and, for `variance`,
+    `variance_balancing` (`band` or `kcl`): see `from_settings`.
+    """
 
     BAND = "band"
-    KCL = "kcl"
-
-
-class Strategy(enum.Enum):
-    """Which assignment algorithm the leader runs."""
-
-    VARIANCE = "variance"
+    KCL_VARIANCE = "kcl-variance"
     LEASE_COUNT = "lease-count"
+
+    @classmethod
+    def from_settings(cls, assignment: str, balancing: str) -> Strategy:
+        """The strategy named by the settings pair; a clear `ConfigError` for a name no strategy has."""
+        if assignment == "lease-count":
+            return cls.LEASE_COUNT
+        if assignment == "variance" and balancing in SETTING_NAMES:
+            return SETTING_NAMES[balancing]
+        raise ConfigError(f"unknown assignment strategy: lease_assignment_strategy={assignment!r}, "
+                          f"variance_balancing={balancing!r} (expected variance with band or kcl, or lease-count)")
+
+
+# `variance_balancing` values, for `lease_assignment_strategy = variance`.
+SETTING_NAMES = {"band": Strategy.BAND, "kcl": Strategy.KCL_VARIANCE}
 
 
 @dataclass(frozen=True, slots=True)
 class DeciderConfig:
     """Assignment settings; validated so the decider never has to guard against nonsense values."""
 
-    strategy: Strategy = Strategy.VARIANCE
+    strategy: Strategy = Strategy.BAND
     rebalance_threshold_percentage: float = 10.0
     dampening_percentage: float = 60.0
     allow_throughput_overshoot: bool = True
@@ -40,7 +52,6 @@ class DeciderConfig:
     rebalance_min_gain_kbps: float = 0.5
     rebalance_min_gain_points: float = 2.0
     allow_receiver_above_average: bool = True
-    balancing: Balancing = Balancing.BAND
 
     def __post_init__(self) -> None:
         problems = []
@@ -73,7 +84,7 @@ class DeciderConfig:
     def from_settings(cls, settings: Settings) -> DeciderConfig:
         """The decider's part of the process settings."""
         return cls(
-            strategy=Strategy(settings.lease_assignment_strategy),
+            strategy=Strategy.from_settings(settings.lease_assignment_strategy, settings.variance_balancing),
             rebalance_threshold_percentage=settings.rebalance_threshold_percentage,
             dampening_percentage=settings.dampening_percentage,
             allow_throughput_overshoot=settings.allow_throughput_overshoot,
@@ -85,5 +96,4 @@ class DeciderConfig:
             rebalance_min_gain_kbps=settings.rebalance_min_gain_kbps,
             rebalance_min_gain_points=settings.rebalance_min_gain_points,
             allow_receiver_above_average=settings.allow_receiver_above_average,
-            balancing=Balancing(settings.variance_balancing),
         )

@@ -11,6 +11,7 @@ import contextvars
 import copy
 import dataclasses
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -53,16 +54,25 @@ class ShardSyncFailed(Exception):
     """No stream could be synced this pass (each one's reason in the message)."""
 
 
+# At most this many runs' carried throughput is kept per worker between two metric reports (a bound on memory).
+_CARRIED_RUNS = 64
+
+
 class LeadershipLost(Exception):
     """A fenced write found the lock taken: the run stops at once (not counted as a failure)."""
 
 
 @dataclass
 class _Reports:
-    """The last metric history seen from a worker and the KiB/s it carried at each report seen (oldest first)."""
+    """The last metric history seen from a worker and the KiB/s it carried at each report seen (oldest first).
+
+    A report averages the samples of the interval before it, so its throughput entry is the mean of what the worker
+    carried at the runs of that interval (`carried`), not what it carries when the report arrives.
+    """
 
     signature: tuple[object, ...]
     throughput: list[float]
+    carried: list[float] = field(default_factory=list)  # KiB/s carried at each run since the last report
 
 
 @dataclass
@@ -75,6 +85,10 @@ class _Term:
     reports: dict[str, _Reports] = field(default_factory=dict)
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
+    # Lease key -> the KiB/s its owner last reported: a lease keeps its figure while its new owner measures none yet.
+    figures: dict[str, float] = field(default_factory=dict)
+    # Lease key -> its figure at each of the last few runs (oldest first): is it still changing (`LeaseView.settling`)?
+    trends: dict[str, tuple[float, ...]] = field(default_factory=dict)
     runs: int = 0
     shards: Listings | None = None
     # Multi-stream: the streams identified so far this term (leases of other streams are never assigned).
@@ -130,6 +144,8 @@ class LeaderLoop:
         # as long as a throughput window delayed the correction of overshoots after a scale-out; the agents' arrival
         # windows and the minimum gain keep a moved lease's figure from bouncing instead.)
         self._cooldown_runs = 2 * settings.variance_balancing_frequency
+        # A lease's figure counts as settled once it held still over this many runs (two balancing cycles).
+        self._trend_runs = 2 * settings.variance_balancing_frequency + 1
         self.history = history or RunHistory()
         self._on_run = on_run
         self._term: _Term | None = None
@@ -228,7 +244,8 @@ class LeaderLoop:
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
         shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
-                       streams=term.streams if term else frozenset())
+                       streams=term.streams if term else frozenset(), figures=dict(term.figures) if term else {},
+                       trends=dict(term.trends) if term else {})
         views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
@@ -367,6 +384,8 @@ class LeaderLoop:
                      now: float) -> list[LeaseView]:
         owners = {worker.worker_id: worker for worker in reporters}
         views = []
+        figures: dict[str, float] = {}
+        trends: dict[str, tuple[float, ...]] = {}
         seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
         for lease in leases:
             verdict = term.tracker.lease(lease, now)
@@ -379,6 +398,14 @@ class LeaderLoop:
                 seen_handoffs[lease.lease_key] = (lease.lease_owner, lease.checkpoint_owner, started_at)
                 blocked = now - started_at <= self._timing.handoff_timeout + self._timing.failover
             throughput = reported_throughput(lease, owners)
+            if throughput is None:
+                throughput = term.figures.get(lease.lease_key)
+            settling = False
+            if throughput is not None:
+                figures[lease.lease_key] = throughput
+                trend = (*term.trends.get(lease.lease_key, ()), throughput)[-self._trend_runs:]
+                trends[lease.lease_key] = trend
+                settling = self._still_changing(trend)
             moved = term.moved_in_run.get(lease.lease_key)
             refused_by = frozenset(worker.worker_id for worker in reporters if worker.lease_progress.get(
                 lease.lease_key, NO_PROGRESS).refused)
@@ -386,9 +413,18 @@ class LeaderLoop:
                                               expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked,
                                               recently_moved=moved is not None
-                                              and term.runs - moved <= self._cooldown_runs, refused_by=refused_by))
+                                              and term.runs - moved <= self._cooldown_runs, refused_by=refused_by,
+                                              settling=settling))
         term.handoff_seen = seen_handoffs
+        term.figures = figures
+        term.trends = trends
         return views
+
+    def _still_changing(self, trend: tuple[float, ...]) -> bool:
+        """True if a lease's figure moved over its recent runs by more than the band's share and the minimum gain."""
+        first, last = trend[0], trend[-1]
+        share = self._settings.rebalance_threshold_percentage / 100.0
+        return abs(last - first) > max(share * max(first, last), self._settings.rebalance_min_gain_kbps)
 
     # ------------------------------------------------------------------ reports
     @staticmethod
@@ -413,10 +449,13 @@ class LeaderLoop:
             now = carried.get(record.worker_id, 0.0)
             seen = term.reports.get(record.worker_id)
             if seen is None:
-                seen = _Reports(signature, [now])
+                seen = _Reports(signature, [now], [now])
             elif signature != seen.signature:
                 length = max(len(history) for history in record.metric_stats.values())
-                seen = _Reports(signature, [*seen.throughput, now][-max(1, length):])
+                during = statistics.fmean(seen.carried) if seen.carried else now
+                seen = _Reports(signature, [*seen.throughput, during][-max(1, length):], [now])
+            else:
+                seen = _Reports(signature, seen.throughput, [*seen.carried, now][-_CARRIED_RUNS:])
             kept[record.worker_id] = seen
             histories[record.worker_id] = tuple(seen.throughput)
         term.reports = kept

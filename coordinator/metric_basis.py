@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from coordinator.deciders.worker_metrics import classify
 from coordinator.moves import WorkerStatus
 from coordinator.snapshot import Snapshot, WorkerView
-from coordinator.variance import classify
 from shared.worker import common_metric_kinds
 
 

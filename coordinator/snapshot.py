@@ -27,6 +27,9 @@ class LeaseView:
     `recently_moved` is True for a lease that changed owner in the last few leader runs: balancing leaves it alone
     (no ping-pong), while drain and expiry may still move it. `refused_by` names workers that gave the lease back
     because they could not process it (their records report failed attempts): it goes elsewhere when it can.
+    `settling` is True while the lease's reported figure is still changing (a shard that turned hot or quiet: the
+    agents' throughput windows take tens of seconds to show it, the owner's CPU a few): band balancing leaves its
+    owner alone until the figure settles, as it cannot yet price the owner's leases.
     """
 
     key: str
@@ -39,6 +42,7 @@ class LeaseView:
     handoff_blocked: bool = False
     recently_moved: bool = False
     refused_by: frozenset[str] = frozenset()
+    settling: bool = False
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -73,7 +77,7 @@ class LeaseView:
     @classmethod
     def from_lease(
         cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
-        recently_moved: bool = False, refused_by: frozenset[str] = frozenset(),
+        recently_moved: bool = False, refused_by: frozenset[str] = frozenset(), settling: bool = False,
     ) -> LeaseView:
         """A view of a stored lease plus the leader's observations of it."""
         return cls(
@@ -87,6 +91,7 @@ class LeaseView:
             handoff_blocked=handoff_blocked,
             recently_moved=recently_moved,
             refused_by=refused_by,
+            settling=settling,
         )
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from coordinator.deciders.worker_metrics import ema
 from coordinator.leader_loop import reported_throughput
 from coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
-from coordinator.variance import ema
 from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
 from shared.clock import Clock
 from shared.config import Settings

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from agent.metrics.sampler import MetricsSampler
 from agent.runtime import MetricsReporter
+from coordinator.deciders.worker_metrics import classify
 from coordinator.moves import WorkerStatus
 from coordinator.snapshot import WorkerView
-from coordinator.variance import classify
 from shared.clock import ManualClock
 from shared.worker import CPU_METRIC
 from tests.agent.test_metrics_sampler import ScriptedCpu

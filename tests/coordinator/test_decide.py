@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.decide import decide
+from coordinator.decide import DECIDERS, decide
 from coordinator.decider_config import DeciderConfig, Strategy
 from coordinator.moves import Plan
 from coordinator.snapshot import InvalidSnapshot, LeaseView, Snapshot, WorkerView
@@ -55,6 +55,27 @@ def counts(plan: Plan) -> dict[str, int]:
 
 
 # -- configuration and snapshot validation ------------------------------------------------------------------------
+
+
+def test_every_strategy_name_has_one_decider_module() -> None:
+    assert set(DECIDERS) == set(Strategy)
+    assert all(decider.name == strategy.value for strategy, decider in DECIDERS.items())
+
+
+@pytest.mark.parametrize(("assignment", "balancing", "strategy"), [
+    ("variance", "band", Strategy.BAND),
+    ("variance", "kcl", Strategy.KCL_VARIANCE),
+    ("lease-count", "band", Strategy.LEASE_COUNT),
+    ("lease-count", "kcl", Strategy.LEASE_COUNT),
+])
+def test_settings_choose_the_strategy_by_name(assignment: str, balancing: str, strategy: Strategy) -> None:
+    settings = load_settings(lease_assignment_strategy=assignment, variance_balancing=balancing)
+    assert DeciderConfig.from_settings(settings).strategy is strategy
+
+
+def test_a_strategy_pair_no_module_implements_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="lease_assignment_strategy='random'"):
+        Strategy.from_settings("random", "band")
 
 
 def test_config_from_settings() -> None:

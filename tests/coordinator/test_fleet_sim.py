@@ -6,27 +6,18 @@ import random
 
 import pytest
 
-from bench.fleet_sim import (
-    KCL2,
-    LEASE_COUNT,
-    QUICK,
-    VARIANCE,
-    VARIANCE_KCL,
-    Fleet,
-    Result,
-    Stream,
-    greedy_moves,
-    minimum_moves,
-    run_scenario,
-    scenarios,
-    within_bound,
-)
+from bench.fleet.measures import greedy_moves, minimum_moves, within_bound
+from bench.fleet.model import KCL2, LEASE_COUNT, VARIANCE, VARIANCE_KCL, Fleet
+from bench.fleet.scenarios import QUICK, Result, run_scenario, scenarios
+from bench.fleet.worker import AgentWorker
+from bench.fleet.world import Stream
 from bench.kcl2_taker import Kcl2Taker
 from bench.store_counter import WRITE_KINDS, CountingStore
 from shared.clock import ManualClock
 from shared.lease import Lease
 from shared.memory_store import MemoryLeaseStore
 from shared.store import TableNames
+from shared.worker import WorkerState
 
 
 def _run(name: str) -> dict[str, Result]:
@@ -118,3 +109,21 @@ def test_kcl2_taker_grabs_every_never_renewed_lease_then_a_newcomer_steals_one_a
     clock.advance(11.0)  # nobody renewed: owners of expired leases are invisible, so b alone targets all 6
     assert len(second.take_leases()) == 6
     assert len(memory.list_owned_keys("b")) == 6
+
+
+def test_simulated_agents_run_the_agent_keeper_a_drain_is_announced_at_once_and_the_row_retired() -> None:
+    fleet = Fleet(VARIANCE, "worker", Stream.zipf(6, 0.5, random.Random(2)), seed=3)
+    fleet.calibrate(2)
+    fleet.add_workers(2)
+    fleet.events.run_until(40.0)
+    leaving = fleet.workers["w0001"]
+    assert isinstance(leaving, AgentWorker) and leaving.keeper.held()  # leases reached it through its keeper
+    row = fleet.inner.get_worker("w0001")
+    assert row is not None and row.state is WorkerState.ACTIVE and set(row.lease_throughput) == set(leaving.processing)
+    leaving.scale_in()
+    fleet.events.run_until(fleet.events.now())  # the keeper's next tick is due at once
+    row = fleet.inner.get_worker("w0001")
+    assert row is not None and row.state is WorkerState.DRAINING
+    fleet.events.run_until(80.0)
+    assert not leaving.alive and fleet.inner.get_worker("w0001") is None  # handed everything on, then retired
+    assert {lease.actual_owner for lease in fleet.leases()} == {"w0000"}

@@ -296,3 +296,55 @@ def test_a_worker_silent_for_half_the_failover_time_receives_no_lease(loop_store
     # Once w3 has been silent for the failover time its leases expire and go to w2 as well (w1 still drains).
     fleet.run(3 * INTERVAL)
     assert set(fleet.owners().values()) == {"w2"}
+
+
+def _moved_lease_fleet(loop_store: LeaseStore) -> tuple[Fleet, str, list[str], list[str]]:
+    """w1 and w2 at CPU 50 each, w1 holding a 300 KiB/s lease `hot` and w2 10 KiB/s leases, seen by the leader."""
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    held = {w: sorted(k for k, owner in fleet.owners().items() if owner == w) for w in ("w1", "w2")}
+    hot, *w1_rest = held["w1"]
+    fleet.cpu = {"w1": (50.0, {hot: 300.0, **dict.fromkeys(w1_rest, 10.0)}),
+                 "w2": (50.0, dict.fromkeys(held["w2"], 10.0))}
+    fleet.run(2 * INTERVAL)
+    return fleet, hot, w1_rest, held["w2"]
+
+
+def test_a_moved_lease_keeps_its_last_figure_until_its_new_owner_measures_one(loop_store: LeaseStore) -> None:
+    # Issue 15: an agent reports a lease's KiB/s only once its arrival window has data (15-20 s after it got the
+    # lease). Meanwhile the lease weighed the fleet's mean figure and counted for nobody's reported load, so the
+    # receiver looked empty and the next balancing runs sent it more (4.6x the minimum moves after a scale-out).
+    fleet, hot, w1_rest, w2_held = _moved_lease_fleet(loop_store)
+    assert loop_store.assign(hot, "w2", "w1", None).applied  # what a finished handoff leaves
+    fleet.cpu = {"w1": (50.0, dict.fromkeys(w1_rest, 10.0)), "w2": (50.0, dict.fromkeys(w2_held, 10.0))}
+    fleet.heartbeat()
+    plan = fleet.loop.dry_run()
+    w2 = next(w for w in plan.workers if w.worker_id == "w2")
+    assert w2.throughput_before == pytest.approx(300.0 + 10.0 * len(w2_held))
+
+
+def test_a_report_is_paired_with_the_throughput_of_the_interval_it_averages(loop_store: LeaseStore) -> None:
+    # A CPU report averages the samples taken since the previous one. w1 gives away a third of its load and its next
+    # report still shows the CPU from before (70.1): the leader pairs that report with the 300 KiB/s w1 carried
+    # while it was sampled, so the catch-up takes the whole 100 KiB/s off. Paired with the 200 w1 carries when the
+    # report arrives, the moving average only saw half the change and w1 looked 11 points busier than it is (the
+    # next balancing run moved leases again; issue 15).
+    settings = load_settings(application_name="loop-test", rebalance_threshold_percentage=100)
+    fleet = Fleet(loop_store, _even_shards(6), settings)
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    held = {w: sorted(k for k, owner in fleet.owners().items() if owner == w) for w in ("w1", "w2")}
+    assert len(held["w1"]) == len(held["w2"]) == 3
+    fleet.cpu = {"w1": (70.0, dict.fromkeys(held["w1"], 100.0)), "w2": (20.0, dict.fromkeys(held["w2"], 10.0))}
+    fleet.run(3 * INTERVAL)
+    moved, *kept = held["w1"]
+    assert loop_store.assign(moved, "w2", "w1", None).applied
+    fleet.cpu = {"w1": (70.1, dict.fromkeys(kept, 100.0)), "w2": (20.1, dict.fromkeys(held["w2"], 10.0))}
+    summary = fleet.run(INTERVAL)[0]
+    assert summary is not None and summary.plan is not None
+    # Two workers support no fitted line: the proportional one, mean CPU over mean KiB/s carried, prices the change.
+    slope = (70.1 + 20.1) / (200.0 + 130.0)
+    w1 = next(w for w in summary.plan.workers if w.worker_id == "w1")
+    assert (w1.leases_before, w1.leases_after) == (2, 2)  # no move in this run: `metrics_after` is the caught-up value
+    assert w1.metrics_after["C"] == pytest.approx(70.1 - slope * 100.0, abs=0.1)

@@ -2,7 +2,7 @@ import pytest
 
 from coordinator.decide import decide
 from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.lease_count import quotas
+from coordinator.deciders.lease_count import quotas
 from coordinator.moves import MoveReason, UnplacedReason
 from coordinator.snapshot import LeaseView, Snapshot
 from tests.coordinator.test_decide import applied, counts, default, owned

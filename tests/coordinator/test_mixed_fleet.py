@@ -18,13 +18,13 @@ import pytest
 from agent.lease_keeper import LeaseKeeper
 from agent.metrics.sampler import MetricsSampler
 from agent.runtime import MetricsReporter
-from coordinator.decider_config import Balancing, DeciderConfig
+from coordinator.decider_config import DeciderConfig, Strategy
+from coordinator.deciders.kcl_variance import KclVarianceDecider
 from coordinator.leader_lock import LeaderLock
 from coordinator.leader_loop import LeaderLoop
 from coordinator.moves import MoveReason
 from coordinator.run_summary import RunSummary
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
-from coordinator.variance import VarianceDecider
 from services.emulators.moto_server import MotoServer
 from shared.aws import make_client
 from shared.checkpoint import TRIM_HORIZON
@@ -205,8 +205,8 @@ def _kcl_plan(store: LeaseStore, owner: str) -> list[Any]:
     """KCL's own decider (variance balancing as KCL runs it, no shardherd basis rule) on the rows as stored."""
     leases = [LeaseView(key, lease_owner=owner, throughput_kbps=KBPS) for key in LEASES]
     workers = [WorkerView.from_record(record) for record in store.scan_workers().workers]
-    config = DeciderConfig(balancing=Balancing.KCL, dampening_percentage=60)
-    return list(VarianceDecider(Snapshot.of(leases, workers), config).plan(True).moves)
+    config = DeciderConfig(strategy=Strategy.KCL_VARIANCE, dampening_percentage=60)
+    return list(KclVarianceDecider().plan(Snapshot.of(leases, workers), config, True).moves)
 
 
 def test_an_agent_next_to_kcl_workers_reports_what_kcl_can_compare(moto_store: LeaseStore,

@@ -4,17 +4,17 @@ import math
 import pytest
 
 from coordinator.decide import decide
-from coordinator.decider_config import Balancing
 from coordinator.decider_config import DeciderConfig as _DeciderConfig
+from coordinator.decider_config import Strategy
+from coordinator.deciders.worker_metrics import classify, ema, room
 from coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
 from coordinator.snapshot import LeaseView, Snapshot, WorkerView
-from coordinator.variance import classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
 
 
 def DeciderConfig(**settings: object) -> _DeciderConfig:  # noqa: N802 - reads like the class it builds
-    """These tests cover KCL balancing (`variance_balancing = kcl`); band balancing is in test_band_balance.py."""
-    return _DeciderConfig(balancing=Balancing.KCL, **settings)  # type: ignore[arg-type]
+    """These tests cover strategy `kcl-variance` (`variance_balancing = kcl`); `band` is in test_band_balance.py."""
+    return _DeciderConfig(strategy=Strategy.KCL_VARIANCE, **settings)  # type: ignore[arg-type]
 
 
 # KCL's own tests run with dampening 80; dead band 0 switches off shardherd's churn guard to match KCL exactly.

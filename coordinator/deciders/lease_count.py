@@ -1,5 +1,7 @@
 """Strategy `lease-count`: every worker holds floor(n/w) or floor(n/w)+1 leases (KCL's LEASE_COUNT_BASED).
 
+Chosen by `lease_assignment_strategy = lease-count`.
+
 Quotas use the Event Hubs processor's expected/max arithmetic: with n leases and w non-draining workers, every worker
 is expected to hold `base = n // w` and exactly `n % w` of them may hold `base + 1`. Which workers get the `+1`
 decides between "fewest moves" and "fair": workers already at `base + 1` keep it (no move); the remaining extra slots
@@ -19,6 +21,7 @@ from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, Worker
 from coordinator.snapshot import Snapshot
 
 Slot = tuple[bool, int, str]
+NAME = "lease-count"
 
 
 def quotas(loads: dict[str, int], n_leases: int, cap: int) -> dict[str, int]:
@@ -41,7 +44,7 @@ def quotas(loads: dict[str, int], n_leases: int, cap: int) -> dict[str, int]:
     return {w: min(cap, base + (w in lucky)) for w in loads}
 
 
-class LeaseCountDecider:
+class LeaseCountPass:
     """One pass of the lease-count strategy over a snapshot; call `plan(balance)` once."""
 
     def __init__(self, snapshot: Snapshot, config: DeciderConfig) -> None:
@@ -112,7 +115,7 @@ class LeaseCountDecider:
             if wid in self.quota or wid in self.draining
         ]
         return Plan(
-            strategy="lease-count",
+            strategy=NAME,
             balanced=balance,
             moves=tuple(ledger.moves.values()),
             spillover=tuple(ledger.spillover),
@@ -120,3 +123,13 @@ class LeaseCountDecider:
             workers=tuple(summaries),
             notes=(note,),
         )
+
+
+class LeaseCountDecider:
+    """The `lease-count` strategy behind the `Decider` protocol."""
+
+    name = NAME
+
+    def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
+        """Priority assignment, drain, and (if `balance`) moves from workers over quota to workers under it."""
+        return LeaseCountPass(snapshot, config).plan(balance)

@@ -1,4 +1,4 @@
-"""Band balancing, strategy `variance`'s default: workers outside the band get back into it with few moves.
+"""Strategy `band`'s moves (coordinator/deciders/band.py): workers outside the band get back into it in few moves.
 
 KCL gives each donor a dampened budget (60 % of its excess over the average) and walks its leases while they fit
 under it, so a donor moves its small leases first and a fleet needs many balancing runs and extra moves to settle
@@ -21,10 +21,10 @@ Every move (a swap or push as a whole) must lower the peak of the workers it inv
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
 measured on live traffic carry noise, and a move worth less than that noise is undone by the next run's numbers (the
 live stack moved a lease every few seconds, bench/churn.py). Leases balancing moved recently stay put (the leader's
-cooldown), workers whose heartbeat is not fresh neither give nor receive, and
-every receiver respects `max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in KCL
-mode. `dampening_percentage` applies to KCL mode only: the leader's catch-up of lagging reports
-(`VarianceDecider`) and the receiver rule above take its place.
+cooldown), workers whose heartbeat is not fresh neither give nor receive, and every receiver respects
+`max_leases_for_worker`, `max_throughput_per_host_kbps` and its operating range, as in strategy `kcl-variance`.
+`dampening_percentage` applies to `kcl-variance` only: the leader's catch-up of lagging reports (`FleetState`) and
+the receiver rule above take its place.
 """
 
 from __future__ import annotations
@@ -34,13 +34,10 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from coordinator.deciders.fleet_state import FleetState
 from coordinator.moves import MoveReason
 from shared.streams import stream_prefix
-
-if TYPE_CHECKING:
-    from coordinator.variance import VarianceDecider
 
 # How many of the least (or most) loaded workers one lease is tried against: bounds a run's cost on big fleets.
 PROBES = 8
@@ -60,19 +57,19 @@ class Band:
     upper: float
 
 
-def metric_to_balance(decider: VarianceDecider) -> Band | None:
+def metric_to_balance(fleet: FleetState) -> Band | None:
     """The metric whose workers stray furthest outside the band (summed distance), or None if all are inside."""
     best: tuple[float, Band] | None = None
-    for metric, avg in decider.averages.items():
-        half = decider.half_band(metric)
+    for metric, avg in fleet.averages.items():
+        half = fleet.half_band(metric)
         slack = ROUNDING * max(1.0, abs(avg))  # a worker exactly on an edge is inside, whatever the float rounding
         band = Band(metric, avg, avg - half - slack, avg + half + slack)
         stray = 0.0
-        for wid in decider.active:
-            value = decider.values[wid].get(metric)
+        for wid in fleet.active:
+            value = fleet.values[wid].get(metric)
             if value is None:
                 continue
-            ceiling = min(band.upper, decider.limits[wid][metric])
+            ceiling = min(band.upper, fleet.limits[wid][metric])
             stray += max(0.0, value - ceiling) + max(0.0, band.lower - value)
         if stray > 0 and (best is None or stray > best[0]):
             best = (stray, band)
@@ -80,15 +77,15 @@ def metric_to_balance(decider: VarianceDecider) -> Band | None:
 
 
 class BandBalancer:
-    """One balancing pass on one metric over a `VarianceDecider`'s in-memory state (values, ledger)."""
+    """One balancing pass on one metric over a fleet's in-memory state (values, ledger; `FleetState`'s public part)."""
 
-    def __init__(self, decider: VarianceDecider, band: Band) -> None:
-        self.d = decider
+    def __init__(self, fleet: FleetState, band: Band) -> None:
+        self.d = fleet
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
-        self.min_gain = decider.min_gain(band.metric)
-        self.holders = [wid for wid in decider.active if self.metric in decider.values[wid]]
+        self.min_gain = fleet.min_gain(band.metric)
+        self.holders = [wid for wid in fleet.active if self.metric in fleet.values[wid]]
         self._holding = set(self.holders)
         # Lazy heaps of (value, worker) and (-value, worker): entries go stale when a move changes a value and are
         # skipped then; `_move` pushes the fresh ones. So finding the least (most) loaded workers is cheap.
@@ -153,7 +150,8 @@ class BandBalancer:
         cached = self._by_weight.get(wid)
         if cached is None:
             ledger = self.d.ledger
-            held = () if wid in self.d.stale else ledger.held_by.get(wid, {})  # a possibly dead worker gives nothing
+            # A possibly dead worker gives nothing; nor does one whose leases' figures are still changing.
+            held = () if wid in self.d.stale or wid in self.d.settling else ledger.held_by.get(wid, {})
             cached = sorted((ledger.weight[k], k) for k in held if ledger.rebalanceable(k))
             self._by_weight[wid] = cached
         return cached
@@ -169,6 +167,10 @@ class BandBalancer:
             if per_kbps > 0:
                 most = min(most, (bound - value) / per_kbps)
         return most
+
+    def _takes_part(self, wid: str) -> bool:
+        """Whether the worker may receive in this run: assignable, and its figures are not still changing."""
+        return self.d.assignable(wid) and wid not in self.d.settling
 
     def _refused(self, key: str, receiver: str) -> bool:
         """True if the receiver gave this lease back as one it cannot process: balancing never hands it back."""
@@ -252,7 +254,7 @@ class BandBalancer:
                 and (self._swap_one(donor) or self._push_one(donor))):
             return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
-                     for w in self._extremes(PROBES, True, donor) if d.assignable(w)]
+                     for w in self._extremes(PROBES, True, donor) if self._takes_part(w)]
         heaviest = max((most for _, most, _ in receivers), default=-math.inf)
         for key in self._shed_candidates(donor, heaviest):
             weight = d.ledger.weight[key]
@@ -288,7 +290,7 @@ class BandBalancer:
             return False
         receivers = []
         for wid in self._extremes(PROBES, True, donor):
-            if not d.assignable(wid):
+            if not self._takes_part(wid):
                 continue
             weights = [w for w, _ in self._movable(wid)]
             receivers.append((wid, d.rise(wid, metric, 1.0), d.drop_rate(wid, metric) or 0.0, weights,
@@ -321,12 +323,12 @@ class BandBalancer:
         d, metric, value = self.d, self.metric, self.value(donor)
         ceiling, target = self.ceiling(donor), self._target(donor)
         per_kbps, rate = d.rise(donor, metric, 1.0), d.drop_rate(donor, metric)
-        if not d.assignable(donor) or per_kbps <= 0 or rate is None:
+        if not self._takes_part(donor) or per_kbps <= 0 or rate is None:
             return False
         best: tuple[float, str, str, str] | None = None
         for receiver in self._extremes(PROBES, True, donor):
             returns, r_rate = self._movable(receiver), d.drop_rate(receiver, metric)
-            if not d.assignable(receiver) or not returns or r_rate is None:
+            if not self._takes_part(receiver) or not returns or r_rate is None:
                 continue
             r_value, r_ceiling, r_per_kbps = self.value(receiver), self.ceiling(receiver), d.rise(receiver, metric, 1.0)
             for weight, key in self._movable(donor):
@@ -375,7 +377,7 @@ class BandBalancer:
         """The giver's lease that lands the receiver closest to the average (else lifts it most); False if none."""
         d, metric, avg = self.d, self.metric, self.band.avg
         per_kbps = d.rise(receiver, metric, 1.0)
-        if per_kbps <= 0 or not d.assignable(receiver):
+        if per_kbps <= 0 or not self._takes_part(receiver):
             return False
         base = self.value(receiver)
         ideal = (avg - base) / per_kbps
@@ -415,17 +417,17 @@ class BandBalancer:
         return True
 
 
-def balance_band(decider: VarianceDecider, notes: list[str]) -> None:
+def balance_band(fleet: FleetState, notes: list[str]) -> None:
     """One band-balancing pass: shed, then fill, on the metric furthest out of band."""
-    if decider.falling:
+    if fleet.falling:
         notes.append("balancing: the fleet's throughput is falling fast; waiting for reports to catch up")
         return
-    band = metric_to_balance(decider)
+    band = metric_to_balance(fleet)
     if band is None:
         notes.append("balancing: no metric out of band")
         return
     notes.append(f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]")
-    balancer = BandBalancer(decider, band)
+    balancer = BandBalancer(fleet, band)
     balancer.shed()
     balancer.fill()
 

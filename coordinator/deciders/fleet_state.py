@@ -1,58 +1,50 @@
-"""Strategy `variance`: KCL 3.x's utilisation-aware assignment (its variance decider), with its weak spots fixed.
+"""The fleet as the two variance strategies see it: metric values, projections, placement of leases that must move.
 
-Balancing comes in two modes (`variance_balancing`): `band` (default, coordinator/band_balance.py: every worker back
-inside the band in one run with as few moves as the leases allow) and `kcl` (KCL's dampened donor budgets, below).
-In both, each worker's reported value is caught up with the load its reports do not show yet (`_catch_up`, from the
-throughput history the leader records at each report). In band mode the decider also fits `value = base + slope x
-throughput` over the fleet (coordinator/load_model.py) to project moves, and its averages count the load of leases
-that still need an owner.
+`FleetState` is what strategies `band` (coordinator/deciders/band.py) and `kcl-variance`
+(coordinator/deciders/kcl_variance.py) share: each worker's reported value caught up with the load its reports do not
+show yet (`_catch_up`, from the throughput history the leader records at each report), the worker queue by room,
+priority assignment of unassigned then longest-silent expired leases, the drain of draining workers, and the in-memory
+projection of every move. Each strategy is a subclass that supplies its load model (how a lease's KiB/s turns into
+metric points, and the averages it balances around) and its balancing phase. Pure: snapshot in, plan out.
 
 Kept from KCL: EMA of each worker's metric history (alpha 0.5, -1 skipped); invalid and failing workers take no part;
 workers without metrics get a synthetic throughput metric `T` (100 = an average share); priority assignment of
-unassigned then longest-silent expired leases to the worker with most room; balancing on the metric with the largest
-dampened budget, donors above the band or their operating range, the strict `remaining - x > 0` walk, overshoot with
-the smallest lease, receivers never pushed past the fleet average or their operating range, `max_leases_for_worker`
-and KCL's `max_throughput_per_host_kbps` check (before adding a lease).
+unassigned then longest-silent expired leases to the worker with most room; `max_leases_for_worker` and KCL's
+`max_throughput_per_host_kbps` check (before adding a lease).
 
-Differences (each tested in tests/coordinator/test_variance.py, band mode in test_band_balance.py):
+Differences (tested in tests/coordinator/test_variance.py and test_band_balance.py):
 * Ties in the worker queue break on (room, fewer leases, worker id), so equal workers never ping-pong.
 * A total throughput of 0 makes every lease weigh 1 (see `Ledger`), so idle streams balance lease counts instead of
   collapsing into NaN; the synthetic `T` value is projected exactly (`100 * x / T`), so a worker
   with zero throughput does not absorb every lease; a worker at 0 has infinite room (KCL: 1.0, ranked below busier
-  workers); a donor at value 0 has no budget instead of dividing by zero.
-* A receiver that would pass the average is put back and smaller leases (and further receivers) are tried; KCL ends
-  the donor and drops the receiver for the rest of the run.
-* A balancing move whose effect on the donor/receiver gap is below `rebalance_dead_band_percentage` of the average is
-  not made (KCL issue #1814).
-* A lease is moved at most once per run; donors' values drop in memory as leases leave, in proportion to
-  the throughput they give away.
-* Donor leases are walked largest first instead of in random order: deterministic, and the budget moves fewer leases.
-* A donor above its operating range but below the average uses the operating range as its target, so its budget is
-  positive; the fallback donor (trigger only from below) gives nothing if it is not above the average.
+  workers).
 * An expired lease goes to a worker other than the one it expired under whenever another can take it (an owner that
   heartbeats but stopped renewing is stuck on that lease); only as a last resort is it re-assigned to its own owner (a
   plain assign restarting its failover period). KCL skips it, leaving it expired, unless it has a checkpoint owner.
 * Draining workers receive nothing and all their leases move first (reason DRAIN, every run); the fleet average of a
   metric is the load of all workers spread over the non-draining ones, and `T` divides by non-draining workers.
+* A lease is moved at most once per run; givers' values drop in memory as leases leave, in proportion to the
+  throughput they give away.
 """
 
 from __future__ import annotations
 
+import abc
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
-from coordinator.band_balance import balance_band
-from coordinator.decider_config import Balancing, DeciderConfig
+from coordinator.decider_config import DeciderConfig
+from coordinator.deciders.worker_metrics import classify, ema, room
 from coordinator.ledger import Ledger, priority_reason
-from coordinator.load_model import Line, fit_line, proportional
+from coordinator.load_model import Line, proportional
 from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
-from coordinator.snapshot import Snapshot, WorkerView
+from coordinator.snapshot import Snapshot
 from shared.streams import stream_prefix
-from shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
+from shared.worker import THROUGHPUT_METRIC
 
-# How many receivers a balancing move may try before giving up on a lease (bounds the cost of retrying).
+# How many receivers a placement may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8
 # A worker whose reports miss more than this share of its throughput change is "unsettled": its value is taken from
 # the line for what it carries now instead of its lagging reports, and its point stays out of the fit (`_catch_up`).
@@ -64,47 +56,16 @@ HeapEntry = tuple[float, int, str]
 STREAM_SPREAD_ROOM = 0.1
 
 
-def ema(values: Sequence[float], alpha: float) -> float:
-    """KCL's moving average over a metric history, oldest first: first sample as is, -1 (failed) samples skipped."""
-    result: float | None = None
-    for value in values:
-        if value == FAILED_SAMPLE:
-            continue
-        result = value if result is None else alpha * value + (1.0 - alpha) * result
-    return 0.0 if result is None else result
+class FleetState(abc.ABC):
+    """One pass of a variance strategy over a snapshot; a subclass gives the load model and balancing phase.
 
+    Build it once per snapshot and call `plan(balance)` once.
+    """
 
-def classify(worker: WorkerView) -> WorkerStatus:
-    """Valid and reporting (ACTIVE), malformed metrics (INVALID_METRICS) or a last sample of -1 (FAILING_METRIC)."""
-    if worker.uses_default_metric:
-        return WorkerStatus.ACTIVE
-    if not worker.metric_stats:
-        return WorkerStatus.INVALID_METRICS
-    for metric, history in worker.metric_stats.items():
-        limit = worker.operating_range.get(metric)
-        if not limit or not limit[0] > 0 or math.isinf(limit[0]):
-            return WorkerStatus.INVALID_METRICS
-        if any(not math.isfinite(v) or (v < 0 and v != FAILED_SAMPLE) for v in history):
-            return WorkerStatus.INVALID_METRICS
-    if any(history and history[-1] == FAILED_SAMPLE for history in worker.metric_stats.values()):
-        return WorkerStatus.FAILING_METRIC
-    return WorkerStatus.ACTIVE
-
-
-def room(values: Mapping[str, float], averages: Mapping[str, float]) -> float:
-    """KCL's room to grow: least `(avg - v) / v` over the worker's metrics; v = 0 gives +inf (0 if avg is 0 too)."""
-    best = math.inf
-    for metric, value in values.items():
-        avg = averages[metric]
-        if value > 0:
-            best = min(best, (avg - value) / value)
-        elif avg <= 0:
-            best = min(best, 0.0)
-    return best
-
-
-class VarianceDecider:
-    """One pass of the variance strategy over a snapshot; call `plan(balance)` once."""
+    #: The name the plan reports (the strategy's name in `DeciderConfig`).
+    strategy: str
+    #: The operating range of the synthetic throughput-share metric `T` (KCL: 100, the average share).
+    share_limit: float
 
     def __init__(self, snapshot: Snapshot, config: DeciderConfig) -> None:
         self.config = config
@@ -114,6 +75,8 @@ class VarianceDecider:
         self.active: list[str] = []
         self.default: set[str] = set()
         self.stale = {worker.worker_id for worker in snapshot.workers if worker.stale}
+        # Workers holding a lease whose figure is still changing: their load cannot be priced yet (band balancing).
+        self.settling = {lease.actual_owner for lease in snapshot.leases if lease.settling and lease.actual_owner}
         for worker in snapshot.workers:
             self.status[worker.worker_id] = classify(worker)
             if worker.draining:
@@ -127,9 +90,7 @@ class VarianceDecider:
         self.values: dict[str, dict[str, float]] = {}
         self.limits: dict[str, dict[str, float]] = {}
         lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
-        # With no throughput figure at all (idle stream, new application) no metric can be tied to a lease: band
-        # balancing then spreads lease counts, through the throughput-share metric every lease weighing 1.
-        self.count_only = count_only = config.balancing is Balancing.BAND and ledger.unit_weights
+        self.count_only = count_only = self._counts_only()
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
@@ -138,9 +99,7 @@ class VarianceDecider:
                 self.default.add(wid)
                 share = ledger.throughput[wid] / self.target_throughput if self.target_throughput > 0 else 0.0
                 self.values[wid] = {THROUGHPUT_METRIC: 100.0 * share}
-                # KCL's operating range for the synthetic metric is 100 (the average share); band mode balances on
-                # the band alone, or every worker above the average share would have to shed.
-                self.limits[wid] = {THROUGHPUT_METRIC: math.inf if config.balancing is Balancing.BAND else 100.0}
+                self.limits[wid] = {THROUGHPUT_METRIC: self.share_limit}
             else:
                 alpha = config.worker_metrics_ema_alpha
                 self.values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
@@ -164,65 +123,33 @@ class VarianceDecider:
         self.fitted = self._fit(lagged)
         self.lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         self._catch_up(lagged)
-        if config.balancing is Balancing.BAND:
-            self.averages = self._band_averages()
-        else:
-            self.averages = self._averages()
-            self.lines = {m: proportional(avg, self.carried_throughput) for m, avg in self.averages.items()}
+        self.averages = self._balancing_averages()
 
-    def _band_averages(self) -> dict[str, float]:
-        """Band mode: each metric's average once every lease has an owner, from the non-draining workers' mean.
+    # -- the load model (each strategy's own) ----------------------------------------------------------------------
 
-        The leases that still need an owner (unassigned, expired, on a draining worker) will add their projected
-        load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
-        unowned leases, so its band sits too high while draining and too low after a crash.
-        """
-        means = self._averages(active_only=True)  # a metric only draining workers have: 0, as in KCL
-        for metric, mean in means.items():
-            if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
-                self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
-            self.lines.setdefault(metric, proportional(mean, self.carried_throughput))
-        gone = set(self.draining)
-        orphaned = sum(weight for key, weight in self.ledger.weight.items()
-                       if self.ledger.leases[key].needs_owner or self.ledger.owner[key] in gone)
-        share = orphaned / max(1, len(self.active))
-        averages = {}
-        for metric, mean in means.items():
-            extra = self.lines[metric].slope * share if share > 0 else 0.0
-            averages[metric] = mean + extra if math.isfinite(extra) else mean  # degenerate (subnormal) throughput
-        return averages
+    @abc.abstractmethod
+    def _counts_only(self) -> bool:
+        """Whether every worker is balanced on its lease count (through the throughput-share metric)."""
 
+    @abc.abstractmethod
     def _carried_throughput(self) -> float:
-        """The KiB/s a worker at the average value carries: KCL's `T`, or in band mode what reporting workers hold.
+        """The KiB/s a worker at the average value carries (the proportional line's run)."""
 
-        `T` also counts unowned and expired leases, whose load no reported value shows yet, so after a crash it
-        would understate how much each lease adds.
-        """
-        if self.config.balancing is not Balancing.BAND:
-            return self.target_throughput
-        reporting = {w for w in self.active if w not in self.default}
-        ledger, carried = self.ledger, 0.0
-        for key, owner in ledger.owner.items():
-            if owner in reporting and not ledger.leases[key].needs_owner:
-                carried += ledger.weight[key]
-        return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
-
+    @abc.abstractmethod
     def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
-        """Band mode: each metric's line fitted over (lagged throughput, value) of the settled reporting workers.
+        """Lines fitted from the workers' reports, per metric (they replace the snapshot's lines)."""
 
-        An unsettled worker's report and its recorded throughput may come from different moments (a report that
-        averages a period before and after a move), so its point would bend the line.
-        """
-        if self.config.balancing is not Balancing.BAND:
-            return {}
-        lines: dict[str, Line] = {}
-        for metric, avg in self._averages(active_only=True).items():
-            points = [(lagged.get(w, self.ledger.known_throughput(w)), self.values[w][metric]) for w in self.active
-                      if w not in self.default and w not in self.unsettled and metric in self.values[w]]
-            line = fit_line(points, avg)
-            if line is not None:
-                lines[metric] = line
-        return lines
+    @abc.abstractmethod
+    def _fleet_means(self) -> dict[str, float]:
+        """Each metric's fleet average as the catch-up's proportional slopes use it."""
+
+    @abc.abstractmethod
+    def _balancing_averages(self) -> dict[str, float]:
+        """Each metric's average to balance around (called once the values are caught up); may set `lines`."""
+
+    @abc.abstractmethod
+    def _balance(self, notes: list[str]) -> None:
+        """The balancing phase: moves in memory (`apply`), and a note on what it balanced."""
 
     def _catch_up(self, lagged: Mapping[str, float]) -> None:
         """Add to each reported value what its moving average has not seen yet of the worker's throughput change.
@@ -235,9 +162,7 @@ class VarianceDecider:
         """
         if self.ledger.unit_weights:  # no throughput figures: nothing to compare with
             return
-        band = self.config.balancing is Balancing.BAND
-        slopes = {m: proportional(avg, self.carried_throughput).slope
-                  for m, avg in self._averages(active_only=band).items()}
+        slopes = {m: proportional(avg, self.carried_throughput).slope for m, avg in self._fleet_means().items()}
         slopes.update((m, line.slope) for m, line in self.lines.items())
         bases = {m: line.base for m, line in self.lines.items()}
         for wid, seen in lagged.items():
@@ -429,127 +354,8 @@ class VarianceDecider:
             return 100.0 * cfg.rebalance_min_gain_kbps / self.target_throughput if self.target_throughput > 0 else 0.0
         return cfg.rebalance_min_gain_points
 
-    def _donors(self) -> tuple[str, dict[str, float], str] | None:
-        """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.
-
-        Workers whose reports do not show their last moves yet take part with the leader's projected values.
-        """
-        damp = self.config.dampening_percentage / 100.0
-        best: tuple[str, dict[str, float], str] | None = None
-        best_total = 0.0
-        for metric, avg in self.averages.items():
-            holders = [wid for wid in self.active if metric in self.values[wid]]
-            half = self.half_band(metric)
-            upper, lower = avg + half, avg - half
-            vals = {wid: self.values[wid][metric] for wid in holders}
-            lim = {wid: self.limits[wid][metric] for wid in holders}
-            triggered = any(v > upper or v < lower or v > lim[w] for w, v in vals.items())
-            if not triggered:
-                continue
-            donors = [w for w, v in vals.items() if v >= upper or v > lim[w]]
-            if not donors:
-                donors = [min(holders, key=lambda w: (-vals[w], w))]
-            budgets: dict[str, float] = {}
-            for wid in donors:
-                v = vals[wid]
-                ref = min(avg, lim[wid]) if v > lim[wid] else avg
-                if v > 0 and v > ref:
-                    budgets[wid] = self.ledger.throughput.get(wid, 0.0) * (v - ref) / v * damp
-            total = sum(budgets.values())
-            if budgets and (total > best_total or best is None):
-                note = f"balancing {metric}: avg {avg:.2f}, band [{lower:.2f}, {upper:.2f}], {len(budgets)} donor(s)"
-                best, best_total = (metric, budgets, note), total
-        return best
-
-    def _pick(self, donor: str, budget: float) -> list[str]:
-        """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
-        ledger = self.ledger
-        keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
-        if not keys or donor in self.stale:
-            return []
-        # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream
-        # applications: a stream is not left piled on one worker); single-stream keys all tie on this.
-        per_stream = self.stream_counts(donor)
-        if ledger.throughput.get(donor, 0.0) <= 0:
-            return [min(keys, key=lambda k: (-per_stream[stream_prefix(k)], k))]
-        keys.sort(key=lambda k: (-ledger.weight[k], -per_stream[stream_prefix(k)], k))
-        chosen: list[str] = []
-        remaining = budget
-        for key in keys:
-            weight = ledger.weight[key]
-            if remaining - weight > 0:
-                chosen.append(key)
-                remaining -= weight
-        if not chosen and self.config.allow_throughput_overshoot:
-            chosen.append(keys[-1])
-        return chosen
-
-    def _fits(self, wid: str, projected: Mapping[str, float], donor: str, metric: str, key: str) -> bool:
-        """Whether a receiver may take the lease: within its range and at most the average (KCL's rule).
-
-        With `allow_receiver_above_average`, a receiver that stays inside the band and not above the donor after the
-        move is accepted too: with few, uneven leases per worker no lease fits under the average, and a donor above
-        the band would otherwise stay there.
-        """
-        limits = self.limits[wid]
-        if any(v > limits[m] for m, v in projected.items()):
-            return False
-        if all(v <= self.averages[m] for m, v in projected.items()):
-            return True
-        if not self.config.allow_receiver_above_average:
-            return False
-        donor_after = self.values[donor][metric] - self.drop(donor, metric, key)
-        inside = all(v < self.averages[m] + self.half_band(m) for m, v in projected.items())
-        return inside and metric in projected and projected[metric] <= donor_after
-
-    def _give(self, heap: list[HeapEntry], key: str, donor: str, metric: str, budget: float) -> None:
-        """Move one donor lease to the first of a few most-room receivers that stays within average and range."""
-        weight = self.ledger.weight[key]
-        drop_pct = 100.0 * self.drop(donor, metric, key) / self.averages[metric] if self.averages[metric] else 0.0
-        set_aside: list[HeapEntry] = []
-        for _ in range(RECEIVER_PROBES):
-            if not heap:
-                break
-            entry = heapq.heappop(heap)
-            wid = entry[2]
-            set_aside.append(entry)
-            if wid == donor or self.ledger.leases[key].avoids(wid):  # never back to a worker that gave it back
-                continue
-            projected = self.projected(wid, weight)
-            if not self._fits(wid, projected, donor, metric, key):
-                continue
-            rise_pct = max(
-                (100.0 * (projected[m] - self.values[wid][m]) / self.averages[m] if self.averages[m] else 0.0)
-                for m in projected
-            )
-            if drop_pct + rise_pct < self.config.rebalance_dead_band_percentage:
-                break
-            set_aside.pop()
-            before = self.values[donor][metric]
-            detail = (
-                f"donor {metric}={before:.2f} avg {self.averages[metric]:.2f} budget {budget:.1f} KiB/s; "
-                f"lease {weight:.1f} KiB/s; receiver room {-entry[0]:.3g}"
-            )
-            self.apply(key, wid, MoveReason.for_metric(metric), detail)
-            self._requeue(heap, wid)
-            break
-        for entry in set_aside:
-            heapq.heappush(heap, entry)
-
-    def _balance(self, notes: list[str]) -> None:
-        chosen = self._donors()
-        if chosen is None:
-            notes.append("balancing: no metric out of band")
-            return
-        metric, budgets, note = chosen
-        notes.append(note)
-        heap = self._queue()
-        for donor in sorted(budgets, key=lambda w: (-budgets[w], w)):
-            for key in self._pick(donor, budgets[donor]):
-                self._give(heap, key, donor, metric, budgets[donor])
-
     def plan(self, balance: bool) -> Plan:
-        """Priority assignment, then drain, then (on balancing runs) variance balancing."""
+        """Priority assignment, then drain, then (on balancing runs) the strategy's balancing."""
         notes: list[str] = []
         if self.ledger.unit_weights and self.ledger.leases:
             notes.append("total throughput is 0: every lease weighs 1, so balancing counts leases")
@@ -558,12 +364,10 @@ class VarianceDecider:
         # heartbeat delayed on a loaded host): an owner that may be slow beats none. Handoffs never go to one.
         self._assign_priority(heap if heap or not self.stale else self._queue(stale_ok=True))
         self._drain(heap)
-        if balance and self.config.balancing is Balancing.BAND:
-            balance_band(self, notes)
-        elif balance:
+        if balance:
             self._balance(notes)
         return Plan(
-            strategy="variance",
+            strategy=self.strategy,
             balanced=balance,
             moves=tuple(self.ledger.moves.values()),
             spillover=tuple(self.ledger.spillover),
@@ -582,4 +386,3 @@ class VarianceDecider:
             after = {m: round(v, 6) for m, v in self.values.get(wid, {}).items()}
             out.append(self.ledger.summary(wid, shown, before, after))
         return out
-

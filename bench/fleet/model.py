@@ -1,0 +1,186 @@
+"""A fleet of one variant: the real shard sync planner, leader loop, lock and decider on an in-memory store, with
+simulated workers on a virtual clock, and the owner-change counter."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bench.fleet.noise import LiveNoise
+from bench.fleet.worker import BASE_CPU, AgentWorker, Kcl2Worker, SimWorker, Timing
+from bench.fleet.world import EventQueue, Stream
+from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
+from bench.store_counter import CountingStore
+from coordinator.leader_lock import LeaderLock
+from coordinator.leader_loop import LeaderLoop
+from coordinator.run_summary import RunSummary
+from coordinator.shard_sync import plan_shard_sync
+from shared.clock import ManualClock
+from shared.config import load_settings
+from shared.lease import Lease
+from shared.memory_store import MemoryLeaseStore
+from shared.store import LeaseStore, Outcome, TableNames
+
+MEAN_CPU_AT_START = 50.0
+LOCK_TICK = 0.5
+SAMPLE_PERIOD = 1.0
+
+VARIANCE = "variance"
+VARIANCE_KCL = "variance-kcl"  # strategy variance with KCL's dampened-budget balancing (variance_balancing = kcl)
+LEASE_COUNT = "lease-count"
+KCL2 = "kcl2-taker"
+
+
+class MoveCounter:
+    """Follows the actual owner of every lease from the applied writes; a move is a change to another worker."""
+
+    def __init__(self) -> None:
+        self.owner: dict[str, str | None] = {}
+        self.moves = 0
+
+    def __call__(self, outcome: Outcome) -> None:
+        lease = outcome.lease
+        if lease is None:
+            return
+        new = lease.actual_owner
+        if new is not None and new != self.owner.get(lease.lease_key):
+            self.moves += 1
+        self.owner[lease.lease_key] = new
+
+
+@dataclass
+class Fleet:
+    """One variant of one scenario: store, stream, workers, and (unless kcl2) a leader on a virtual clock."""
+
+    variant: str
+    mode: str
+    stream: Stream
+    seed: int
+    report_seconds: float | None = None
+    checkpoint_seconds: float = 0.0
+    overrides: dict[str, object] = field(default_factory=dict)  # settings beyond the defaults
+    noise: LiveNoise | None = None  # the live stack's measurement noise and lag (bench/fleet_noise.py)
+    clock: ManualClock = field(default_factory=ManualClock)
+    workers: dict[str, SimWorker] = field(default_factory=dict)
+    # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
+    wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
+    on_run: Callable[[RunSummary], None] | None = None
+    progress: bool = False  # heartbeats carry per-lease progress (lag, records, bytes) as the real agent's do
+
+    def __post_init__(self) -> None:
+        liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
+        overrides: dict[str, object] = {"application_name": "fleet-sim", "liveness_mode": liveness}
+        if self.variant == LEASE_COUNT:
+            overrides["lease_assignment_strategy"] = "lease-count"
+        if self.variant == VARIANCE_KCL:
+            overrides["variance_balancing"] = "kcl"
+        self.settings = load_settings(**overrides, **self.overrides)
+        self.timing = Timing.of(self.settings)
+        self.moves = MoveCounter()
+        self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
+        wrapped = self.wrap_store(self.inner) if self.wrap_store is not None else self.inner
+        self.store = CountingStore(wrapped, on_write=self.moves)
+        self.events = EventQueue(self.clock)
+        self.rng = random.Random(self.seed)
+        self.capacity = 1.0
+        self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
+        self.loop: LeaderLoop | None = None
+        self.lock: LeaderLock | None = None
+        if self.variant != KCL2:
+            lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
+                              self.settings.leader_lock_heartbeat_period_millis)
+            self.lock = lock
+            self.loop = LeaderLoop(self.store, lock, self.settings, self.clock,
+                                   shard_source=lambda: list(self.stream.shards), on_run=self.on_run)
+
+            def tick() -> bool:
+                lock.tick()
+                return True
+
+            self.events.every(0.0, LOCK_TICK, tick)
+            self.events.every(1.0, self.settings.lease_assignment_interval_millis / 1000, self._lead)
+        else:
+            plan = plan_shard_sync(self.stream.shards, [], self.settings.initial_position_in_stream)
+            for creation in plan.creates:
+                self.store.create_lease(creation.lease)
+        self.events.every(SAMPLE_PERIOD, SAMPLE_PERIOD, self._sample)
+        if self.noise is not None:
+            self.noise.attach(self)
+
+    def _lead(self) -> bool:
+        assert self.loop is not None
+        summary = self.loop.run_once()
+        if summary is not None:
+            moved = summary.plan is not None and bool(summary.plan.moves)
+            self.runs.append((self.events.now(), summary.balanced_this_run, moved))
+        return True
+
+    def _sample(self) -> bool:
+        for worker in self.workers.values():
+            if worker.alive:
+                worker.sample_cpu()
+        return True
+
+    def calibrate(self, workers: int) -> None:
+        """CPU capacity such that `workers` workers sharing the stream sit at MEAN_CPU_AT_START on average."""
+        share = self.stream.total() / max(1, workers)
+        self.capacity = share / (MEAN_CPU_AT_START - BASE_CPU) if share > 0 else 1.0
+
+    def add_workers(self, count: int) -> list[str]:
+        """Start `count` new workers within the next second (seeded offsets)."""
+        now = self.events.now()
+        added = []
+        for _ in range(count):
+            wid = f"w{len(self.workers):04d}"
+            rng = random.Random(self.rng.random())
+            start = now + self.rng.random()
+            worker: SimWorker
+            if self.variant == KCL2:
+                t = self.timing
+                taker = Kcl2Taker(wid, self.store, self.clock, t.failover, random.Random(self.rng.random()),
+                                  max_leases_for_worker=self.settings.max_leases_for_worker)
+                worker = Kcl2Worker(wid, self, rng, taker, taker_interval_seconds(t.failover, t.epsilon))
+            else:
+                worker = AgentWorker(wid, self, rng)
+            self.workers[wid] = worker
+            worker.start(start)
+            if self.checkpoint_seconds > 0:
+                self.events.every(start + self.checkpoint_seconds, self.checkpoint_seconds, worker.checkpoint_all)
+            added.append(wid)
+        return added
+
+    def live(self) -> list[str]:
+        """Workers that run and are not draining (the ones load should be spread over)."""
+        return sorted(w.worker_id for w in self.workers.values() if w.alive and not w.draining)
+
+    def leases(self) -> list[Lease]:
+        """The lease table, read without being counted."""
+        return self.inner.scan_leases().leases
+
+    def heaviest_held(self, metric: str) -> dict[str, float]:
+        """Per live worker, the load its heaviest lease alone would give it (same units as `loads`)."""
+        tops: dict[str, float] = {}
+        idle = self.stream.total() <= 0
+        for lease in self.leases():
+            owner = lease.actual_owner
+            if owner is None:
+                continue
+            weight = 1.0 if idle and metric == "tp" else self.stream.kbps.get(lease.lease_key, 0.0)
+            tops[owner] = max(tops.get(owner, 0.0), weight)
+        if metric == "cpu":
+            return {w: min(100.0, BASE_CPU + top / self.capacity) for w, top in tops.items()}
+        return tops
+
+    def loads(self, metric: str) -> dict[str, float]:
+        """Load per live worker by actual owner: `cpu` (the modelled CPU without noise, what the decider balances)
+        or `tp` (carried throughput; lease counts when the stream is idle)."""
+        loads = dict.fromkeys(self.live(), 0.0)
+        idle = self.stream.total() <= 0
+        for lease in self.leases():
+            owner = lease.actual_owner
+            if owner in loads:
+                loads[owner] += 1.0 if idle and metric == "tp" else self.stream.kbps.get(lease.lease_key, 0.0)
+        if metric == "cpu":
+            return {w: min(100.0, BASE_CPU + load / self.capacity) for w, load in loads.items()}
+        return loads

@@ -1,0 +1,288 @@
+"""Simulated workers on the fleet's virtual clock.
+
+`AgentWorker` is a shardherd agent that reads no records: the agent's own `LeaseKeeper` (discovery through the owner
+index, heartbeats or lease renewal, handoffs, self-fencing, the worker record and its retirement), `MetricsSampler`
+and `MetricsReporter` (the CPU history) run on the fleet's store and clock. The simulation supplies what the agent's
+shard workers and threads would: a CPU source modelled from the carried throughput, the per-lease throughput (exact,
+or measured by the real recorder under `bench/fleet/noise.py`), a final checkpoint `HANDOFF_DELAY` after a handoff
+request, and the ticks of the keeper loop.
+
+`Kcl2Worker` models a KCL 2.x worker (no leader, no handoff): `bench.kcl2_taker.Kcl2Taker` passes and the renewal of
+every held lease.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent.lease_keeper import LeaseKeeper, LossReason
+from agent.metrics.sampler import MetricsSampler
+from agent.runtime import MetricsReporter
+from bench.kcl2_taker import Kcl2Taker
+from shared.checkpoint import Checkpoint
+from shared.config import Settings
+from shared.lease import Lease
+from shared.worker import LeaseProgress, WorkerRecord
+
+if TYPE_CHECKING:
+    from bench.fleet.model import Fleet
+
+BASE_CPU = 10.0
+CPU_NOISE_SD = 2.0
+HANDOFF_DELAY = 1.0
+# The keeper loop ticks this long after each of the keeper's intervals: the virtual clock is a float moved by
+# differences, so a tick at exactly the due time could land a rounding error early and wait a whole period.
+TICK_LAG = 1e-6
+PROGRESS = LeaseProgress(1_000, 10**8, 10**11)  # what a heartbeat reports per lease when `Fleet.progress` is on
+
+_sequence = itertools.count(10**9)
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The intervals workers use, from Settings."""
+
+    heartbeat: float
+    discovery: float
+    reporter: float
+    failover: float
+    epsilon: float
+    history: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Timing:
+        """Seconds from the millisecond settings."""
+        return cls(settings.effective_heartbeat_interval_millis / 1000, settings.discovery_interval_millis / 1000,
+                   settings.worker_metrics_reporter_freq_millis / 1000, settings.failover_time_millis / 1000,
+                   settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics)
+
+
+class ModelCpu:
+    """A worker's CPU in percent: BASE_CPU + carried KiB/s / the fleet's capacity + seeded noise, within [0, 100]."""
+
+    name = "fleet-sim-model"
+
+    def __init__(self, worker: SimWorker) -> None:
+        self._worker = worker
+
+    def sample(self) -> float:
+        """One sample of the current load."""
+        worker = self._worker
+        cpu = BASE_CPU + worker.carried() / worker.fleet.capacity + worker.rng.gauss(0.0, CPU_NOISE_SD)
+        return min(100.0, max(0.0, cpu))
+
+
+class SimWorker(ABC):
+    """What every simulated worker has: an id, the leases it processes, its modelled CPU, and a life."""
+
+    def __init__(self, worker_id: str, fleet: Fleet, rng: random.Random) -> None:
+        self.worker_id = worker_id
+        self.fleet = fleet
+        self.rng = rng
+        self.alive = True
+        self.draining = False
+        self.processing: dict[str, int] = {}  # lease key -> the lease counter last written or read
+        self.leaving: set[str] = set()  # leases being handed off by this worker
+        self.cpu = ModelCpu(self)
+
+    def carried(self) -> float:
+        """KiB/s of the leases this worker processes."""
+        kbps = self.fleet.stream.kbps
+        return sum(kbps.get(key, 0.0) for key in self.processing)
+
+    def sample_cpu(self) -> None:
+        """One CPU sample (the fleet samples every worker once a second)."""
+        self.cpu.sample()
+
+    @abstractmethod
+    def start(self, first: float) -> None:
+        """Schedule this worker's actions from simulation time `first` on."""
+
+    @abstractmethod
+    def scale_in(self) -> None:
+        """Leave the fleet gracefully."""
+
+    @abstractmethod
+    def checkpoint_all(self) -> bool:
+        """Application checkpoints of every processed lease (optional periodic load)."""
+
+    def crash(self) -> None:
+        """kill -9: nothing more is written."""
+        self.alive = False
+
+    def _stop(self, key: str) -> None:
+        self.processing.pop(key, None)
+        self.leaving.discard(key)
+        if self.fleet.noise is not None:
+            self.fleet.noise.stopped(self, key)
+
+
+class AgentWorker(SimWorker):
+    """A shardherd agent (liveness mode `worker` or `lease`) driven through the agent's own keeper and metrics."""
+
+    def __init__(self, worker_id: str, fleet: Fleet, rng: random.Random) -> None:
+        super().__init__(worker_id, fleet, rng)
+        settings = fleet.settings.model_copy(update={"worker_id": worker_id})
+        timing = fleet.timing
+        self.sampler = MetricsSampler(None if settings.disable_worker_metrics else self.cpu, timing.history)
+        lease_mode = settings.liveness_mode == "lease"
+        # The simulator's CPU report period: every heartbeat in worker mode unless `report_seconds` says otherwise.
+        period = fleet.report_seconds or (timing.reporter if lease_mode else timing.heartbeat)
+        rows = self._fleet_rows if lease_mode else None
+        self.reporter = MetricsReporter(self.sampler, fleet.clock, period, fleet=rows, me=worker_id)
+        self.keeper = LeaseKeeper(fleet.store, settings, fleet.clock, self, metrics=self.reporter,
+                                  throughput=self._throughput, progress=self._progress if fleet.progress else None)
+        self._beats = 0  # generation of the heartbeat tick chain (a drain restarts it)
+
+    # ---- what the agent's threads would do
+    def sample_cpu(self) -> None:
+        """The sampling thread's sample; with metrics off the model still moves on (same seeded noise either way)."""
+        if self.sampler.source is None:
+            self.cpu.sample()
+        else:
+            self.sampler.sample()
+
+    def _fleet_rows(self) -> list[WorkerRecord]:
+        return self.fleet.store.scan_workers().workers
+
+    def _throughput(self, key: str) -> float | None:
+        noise = self.fleet.noise
+        if noise is not None:
+            return noise.recorder(self).compute(key)
+        return self.fleet.stream.kbps.get(key, 0.0)
+
+    def _progress(self, keys: Iterable[str]) -> Mapping[str, LeaseProgress]:
+        return dict.fromkeys(keys, PROGRESS)
+
+    # ---- LeaseListener
+    def lease_acquired(self, lease: Lease) -> None:
+        """Start processing the lease (and, under noise, reading it)."""
+        self.processing[lease.lease_key] = lease.lease_counter
+        if self.fleet.noise is not None:
+            self.fleet.noise.started(self, lease)
+
+    def handoff_requested(self, lease: Lease) -> None:
+        """Stop reading; the final checkpoint and the transfer follow after HANDOFF_DELAY."""
+        key = lease.lease_key
+        self.leaving.add(key)
+        self.fleet.events.at(self.fleet.events.now() + HANDOFF_DELAY, lambda: self._hand_over(key))
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        """Stop processing the lease."""
+        self._stop(lease_key)
+
+    # ---- schedule
+    def start(self, first: float) -> None:
+        """The agent starts at `first`: its recorder (under noise) and the keeper loop's ticks."""
+        events = self.fleet.events
+
+        def boot() -> None:
+            if self.fleet.noise is not None:
+                self.fleet.noise.recorder(self)
+            events.every(events.now(), self.fleet.timing.discovery + TICK_LAG, self._tick)
+            self._beat_from(events.now())
+
+        events.at(first, boot)
+
+    def _beat_from(self, first: float) -> None:
+        """Tick at the keeper's heartbeat interval from `first` (a new chain replaces the previous one)."""
+        self._beats += 1
+        generation = self._beats
+
+        def beat() -> bool:
+            return generation == self._beats and self._tick()
+
+        self.fleet.events.every(first, self.fleet.timing.heartbeat + TICK_LAG, beat)
+
+    def _tick(self) -> bool:
+        if not self.alive:
+            return False
+        self.keeper.tick()
+        self._exit_if_drained()
+        return self.alive
+
+    def scale_in(self) -> None:
+        """Graceful stop: announce DRAINING at once, exit once the leader has moved every lease away."""
+        self.draining = True
+        self.keeper.begin_drain()  # the next tick heartbeats: tick now, then every interval
+        self._beat_from(self.fleet.events.now())
+
+    def _exit_if_drained(self) -> None:
+        if self.alive and self.draining and not self.keeper.held():
+            self.keeper.release_all()
+            self.keeper.retire()
+            self.alive = False
+
+    def _hand_over(self, key: str) -> None:
+        """Final checkpoint, then complete the handoff (KCL 3.x's graceful handoff, step 3: docs/store-semantics.md)."""
+        if not self.alive:
+            self._stop(key)
+            return
+        self.keeper.checkpoint(key, Checkpoint.at(next(_sequence)))
+        self.keeper.finish_handoff(key)
+        self._exit_if_drained()
+
+    def checkpoint_all(self) -> bool:
+        """Application checkpoints of every processed lease (optional periodic load)."""
+        if not self.alive:
+            return False
+        for key in [k for k in self.processing if k not in self.leaving]:
+            self.keeper.checkpoint(key, Checkpoint.at(next(_sequence)))
+        return True
+
+
+class Kcl2Worker(SimWorker):
+    """A KCL 2.x worker: a taker pass every `(failover + epsilon) x 2`, every held lease renewed each heartbeat."""
+
+    def __init__(self, worker_id: str, fleet: Fleet, rng: random.Random, taker: Kcl2Taker,
+                 taker_interval: float) -> None:
+        super().__init__(worker_id, fleet, rng)
+        self.taker = taker
+        self._taker_interval = taker_interval
+
+    def start(self, first: float) -> None:
+        """Taker passes from `first`, renewals from one heartbeat later."""
+        heartbeat = self.fleet.timing.heartbeat
+        self.fleet.events.every(first, self._taker_interval, self._take)
+        self.fleet.events.every(first + heartbeat, heartbeat, self._renew)
+
+    def scale_in(self) -> None:
+        """KCL 2.x has no drain: the worker checkpoints and stops."""
+        self.checkpoint_all()
+        self.crash()
+
+    def _take(self) -> bool:
+        """One taker pass; taken leases start being processed (and renewed) at once."""
+        if not self.alive:
+            return False
+        for lease in self.taker.take_leases():
+            self.processing[lease.lease_key] = lease.lease_counter
+        return True
+
+    def _renew(self) -> bool:
+        """Renew every held lease; a lease whose renewal fails was stolen or expired: stop processing it."""
+        if not self.alive:
+            return False
+        for key, counter in list(self.processing.items()):
+            outcome = self.fleet.store.renew(key, self.worker_id, counter, None)
+            if outcome.applied and outcome.lease is not None:
+                self.processing[key] = outcome.lease.lease_counter
+            else:
+                self._stop(key)
+        return True
+
+    def checkpoint_all(self) -> bool:
+        """Application checkpoints of every processed lease (optional periodic load)."""
+        if not self.alive:
+            return False
+        for key in list(self.processing):
+            outcome = self.fleet.store.checkpoint(key, self.worker_id, Checkpoint.at(next(_sequence)))
+            if outcome.applied and outcome.lease is not None:
+                self.processing[key] = outcome.lease.lease_counter
+        return True
+

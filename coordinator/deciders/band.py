@@ -1,0 +1,104 @@
+"""Strategy `band` (the default): workers outside the band get back into it in one run with as few moves as possible.
+
+Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band` (both defaults). Placement, the
+catch-up of lagging reports and the projections are shared with strategy `kcl-variance`
+(coordinator/deciders/fleet_state.py); the moves (shed, swap, push, fill) are in coordinator/deciders/band_moves.py.
+
+The load model: each metric's line `value = base + slope x throughput` is fitted over the settled reporting workers
+(coordinator/load_model.py) to project moves; the averages count the load of leases that still need an owner (they
+will add it once placed); with no throughput figure at all (idle stream, new application) every worker is balanced on
+its lease count through the throughput-share metric, every lease weighing 1, and that metric has no operating range
+(the band alone decides).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from coordinator.decider_config import DeciderConfig
+from coordinator.deciders.band_moves import balance_band
+from coordinator.deciders.fleet_state import FleetState
+from coordinator.load_model import Line, fit_line, proportional
+from coordinator.moves import Plan
+from coordinator.snapshot import Snapshot
+from shared.worker import THROUGHPUT_METRIC
+
+NAME = "band"
+
+
+class BandFleet(FleetState):
+    """The band strategy's load model (fitted lines, unowned load counted) and its balancing phase."""
+
+    strategy = NAME
+    share_limit = math.inf  # balanced on the band alone, or every worker above the average share would have to shed
+
+    def _counts_only(self) -> bool:
+        """No throughput figure at all: no metric can be tied to a lease, so lease counts are balanced."""
+        return self.ledger.unit_weights
+
+    def _fleet_means(self) -> dict[str, float]:
+        return self._averages(active_only=True)
+
+    def _balancing_averages(self) -> dict[str, float]:
+        """Each metric's average once every lease has an owner, from the non-draining workers' mean.
+
+        The leases that still need an owner (unassigned, expired, on a draining worker) will add their projected
+        load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
+        unowned leases, so its band sits too high while draining and too low after a crash.
+        """
+        means = self._averages(active_only=True)  # a metric only draining workers have: 0, as in KCL
+        for metric, mean in means.items():
+            if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
+                self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
+            self.lines.setdefault(metric, proportional(mean, self.carried_throughput))
+        gone = set(self.draining)
+        orphaned = sum(weight for key, weight in self.ledger.weight.items()
+                       if self.ledger.leases[key].needs_owner or self.ledger.owner[key] in gone)
+        share = orphaned / max(1, len(self.active))
+        averages = {}
+        for metric, mean in means.items():
+            extra = self.lines[metric].slope * share if share > 0 else 0.0
+            averages[metric] = mean + extra if math.isfinite(extra) else mean  # degenerate (subnormal) throughput
+        return averages
+
+    def _carried_throughput(self) -> float:
+        """The KiB/s a worker at the average value carries: what the reporting workers hold on average.
+
+        `T` also counts unowned and expired leases, whose load no reported value shows yet, so after a crash it
+        would understate how much each lease adds.
+        """
+        reporting = {w for w in self.active if w not in self.default}
+        ledger, carried = self.ledger, 0.0
+        for key, owner in ledger.owner.items():
+            if owner in reporting and not ledger.leases[key].needs_owner:
+                carried += ledger.weight[key]
+        return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
+
+    def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
+        """Each metric's line fitted over (lagged throughput, value) of the settled reporting workers.
+
+        An unsettled worker's report and its recorded throughput may come from different moments (a report that
+        averages a period before and after a move), so its point would bend the line.
+        """
+        lines: dict[str, Line] = {}
+        for metric, avg in self._averages(active_only=True).items():
+            points = [(lagged.get(w, self.ledger.known_throughput(w)), self.values[w][metric]) for w in self.active
+                      if w not in self.default and w not in self.unsettled and metric in self.values[w]]
+            line = fit_line(points, avg)
+            if line is not None:
+                lines[metric] = line
+        return lines
+
+    def _balance(self, notes: list[str]) -> None:
+        balance_band(self, notes)
+
+
+class BandDecider:
+    """The `band` strategy behind the `Decider` protocol."""
+
+    name = NAME
+
+    def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
+        """Priority assignment, drain, and (if `balance`) band balancing."""
+        return BandFleet(snapshot, config).plan(balance)
