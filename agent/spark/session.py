@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +25,12 @@ def spark_environment() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")]))
 
 
-def local_spark(app: str, master: str = "local[2]", driver_memory: str | None = None) -> SparkSession:
-    """A local SparkSession (`master`, two cores by default), UI off; `driver_memory` caps the driver JVM heap."""
+def local_spark(app: str, master: str = "local[2]", driver_memory: str | None = None,
+                conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A SparkSession on loopback: `master` local (two cores by default) or a cluster's URL (client mode), UI off.
+
+    `driver_memory` caps the driver JVM heap; `conf` adds Spark settings (e.g. executor memory and cores).
+    """
     from pyspark.sql import SparkSession
 
     spark_environment()
@@ -36,6 +41,8 @@ def local_spark(app: str, master: str = "local[2]", driver_memory: str | None = 
                .config("spark.driver.extraJavaOptions", FAST_START_JVM))
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -17,6 +17,7 @@ from agent.spark.offsets import Caps
 from services.emulators.kinesalite import NodeEmulator
 from services.emulators.moto_server import MotoServer
 from tests.coordinator.conftest import kinesalite  # noqa: F401
+from tests.support.spark_drivers import Fleet
 from tests.support.stream_stack import StreamStack, local_spark
 
 if TYPE_CHECKING:
@@ -97,4 +98,16 @@ def spark_stack(moto_server: MotoServer, kinesalite: NodeEmulator, spark: SparkS
                 tmp_path: Path) -> Iterator[SparkStack]:
     stack = SparkStack(moto_server, kinesalite, spark, 4, tmp_path)
     yield stack
+    stack.close()
+
+
+@pytest.fixture
+def fleet(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> Iterator[Fleet]:  # noqa: F811
+    """Driver processes on a 4-shard stream; lease counts (not throughput) decide the split, so two drivers get 2
+    and 2."""
+    stack = StreamStack(moto_server, kinesalite, 4, prefix="spark", failover_millis=4000,
+                        handoff_timeout_millis=10000, lease_assignment_strategy="lease-count")
+    fleet = Fleet(stack, tmp_path)
+    yield fleet
+    fleet.close()
     stack.close()

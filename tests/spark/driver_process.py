@@ -1,10 +1,12 @@
 """A real Spark driver process for the multi-driver test: a SparkAgent configured by SHARDHERD_* env, a file sink.
 
-    python -m tests.spark.driver_process --out rows.jsonl --checkpoint DIR --channel DIR
+    python -m tests.spark.driver_process --out rows.jsonl --checkpoint DIR --channel DIR [--master URL --conf K=V]
 
-Each written row is one JSON line `[shard, sequence, sub-sequence, worker, pid, batch, unix time]` in `--out`,
-flushed and fsynced inside the batch's write, so a row the lease table counts as done is on disk even if the process
-is SIGKILLed right after. SIGTERM drains (the agent hands its leases on while the query still runs), then exits 0.
+Each written row is one JSON line `[shard, sequence, sub-sequence, worker, pid, batch, unix time, reader pid]` in
+`--out` (pid: this driver's; reader pid: the process whose `read()` produced the row), flushed and fsynced inside the
+batch's write, so a row the lease table counts as done is on disk even if the process is SIGKILLed right after.
+SIGTERM drains (the agent hands its leases on while the query still runs), then exits 0. `--master` defaults to
+`local[1]`; a `spark://` URL runs the driver in client mode on that cluster, with `--conf` settings (repeatable).
 
 `--slow-write S` makes each write a two-step sink: the rows, then S seconds later a second Spark job (as a sink that
 writes a second table would); `<out>.busy` exists from the moment its rows are on disk until the write returns, so
@@ -33,7 +35,7 @@ from tests.support.stream_stack import local_spark
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-Row = tuple[str, str, int, str, int, int, float]
+Row = tuple[str, str, int, str, int, int, float, int]
 
 
 def read_rows(path: Path) -> list[Row]:
@@ -43,8 +45,8 @@ def read_rows(path: Path) -> list[Row]:
     rows: list[Row] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.endswith("]"):
-            shard, sequence, sub, worker, pid, batch, stamp = json.loads(line)
-            rows.append((shard, sequence, int(sub), worker, int(pid), int(batch), float(stamp)))
+            shard, sequence, sub, worker, pid, batch, stamp, reader = json.loads(line)
+            rows.append((shard, sequence, int(sub), worker, int(pid), int(batch), float(stamp), int(reader)))
     return rows
 
 
@@ -59,10 +61,10 @@ def file_sink(out: Path, handle: IO[str], worker: str, slow_write: float) -> Bat
 
     def write(df: DataFrame, batch_id: int) -> None:
         try:
-            rows = df.select("shard_id", "sequence_number", "sub_sequence_number").collect()
+            rows = df.select("shard_id", "sequence_number", "sub_sequence_number", "reader_pid").collect()
             stamp = time.time()
             for row in rows:
-                handle.write(json.dumps([row[0], row[1], row[2], worker, os.getpid(), batch_id, stamp]) + "\n")
+                handle.write(json.dumps([row[0], row[1], row[2], worker, os.getpid(), batch_id, stamp, row[3]]) + "\n")
             handle.flush()
             os.fsync(handle.fileno())
             if slow_write:
@@ -83,6 +85,8 @@ def main() -> None:
     parser.add_argument("--channel", type=Path, required=True)
     parser.add_argument("--cap", type=int, default=100)
     parser.add_argument("--slow-write", type=float, default=0.0)
+    parser.add_argument("--master", default="local[1]")
+    parser.add_argument("--conf", action="append", default=[], help="a Spark setting KEY=VALUE")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format=f"%(asctime)s {os.getpid()} %(name)s %(message)s")
     terminate = threading.Event()
@@ -92,9 +96,10 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     settings = load_settings()
-    spark = local_spark(f"shardherd-{settings.worker_id}", master="local[1]")
+    spark = local_spark(f"shardherd-{settings.worker_id}", master=args.master,
+                        conf=dict(setting.split("=", 1) for setting in args.conf))
     agent = SparkAgent(settings, channel=args.channel, caps=Caps(args.cap), probe_interval=0.2,
-                       min_call_interval=0.05)
+                       min_call_interval=0.05, include_reader=True)
     with args.out.open("a", encoding="utf-8") as handle:
         query = agent.run_query(spark, file_sink(args.out, handle, settings.worker_id, args.slow_write),
                                 str(args.checkpoint),

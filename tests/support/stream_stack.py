@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -107,11 +107,11 @@ def local_stream_stack(prefix: str, shards: int, **overrides: Any) -> Iterator[S
             stack.close()
 
 
-def local_spark(app: str, master: str = "local[2]") -> SparkSession:
+def local_spark(app: str, master: str = "local[2]", conf: Mapping[str, str] | None = None) -> SparkSession:
     """The local SparkSession of `agent/spark/session.py`, with the any-credentials the emulators accept.
 
     The Python workers Spark starts inherit this environment, so the data source reads the emulators too.
     """
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
-    return spark_session(app, master)
+    return spark_session(app, master, conf=conf)
