@@ -16,9 +16,9 @@ from typing import Protocol
 
 import httpx
 
-from coordinator.assignment_feed import FeedPosition
-from shared.clock import Clock
-from shared.config import Settings
+from shardherd.coordinator.assignment_feed import FeedPosition
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
 
 log = logging.getLogger(__name__)
 

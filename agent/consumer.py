@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from agent.records import Record
-from shared.checkpoint import SHARD_END, Checkpoint
-from shared.errors import ShardherdError
-from shared.store import Conflict
+from shardherd.agent.records import Record
+from shardherd.shared.checkpoint import SHARD_END, Checkpoint
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.store import Conflict
 
 if TYPE_CHECKING:
-    from agent.lease_keeper import LeaseKeeper
+    from shardherd.agent.lease_keeper import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 # How a process may decode aggregates (agent/kpl_decoding.py): the fastest installed decoder, or pure Python.
 KPL_DECODERS = ("auto", "python")

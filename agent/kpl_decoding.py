@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from agent import kpl_python
-from agent.kpl import KPL_DECODERS, UserRecord
+from shardherd.agent import kpl_python
+from shardherd.agent.kpl import KPL_DECODERS, UserRecord
 
 DECODER_ENV = "SHARDHERD_KPL_DECODER"
 
@@ -58,7 +58,7 @@ def use(choice: str) -> str:
 def _protobuf_decoders() -> tuple[Decoder, ColumnDecoder] | None:
     """The protobuf runtime's decoders if `protobuf` is installed with its C (upb) implementation."""
     try:
-        from agent import kpl_protobuf
+        from shardherd.agent import kpl_protobuf
     except ImportError:
         return None
     return (kpl_protobuf.decode, kpl_protobuf.decode_columns) if kpl_protobuf.implementation() == "upb" else None

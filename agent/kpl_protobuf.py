@@ -17,7 +17,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.internal import api_implementation
 from google.protobuf.message import DecodeError
 
-from agent.kpl import BrokenAggregate, UserRecord, aggregate_body
+from shardherd.agent.kpl import BrokenAggregate, UserRecord, aggregate_body
 
 _PACKAGE = "shardherd.kpl"
 # First bytes of the tag of Record.explicit_hash_key_index (field 2, varint): its shortest encoding, and the start

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from agent.kpl import BrokenAggregate, UserRecord, aggregate_body
+from shardherd.agent.kpl import BrokenAggregate, UserRecord, aggregate_body
 
 _VARINT, _FIXED64, _LENGTH_DELIMITED, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
 _MAX_VARINT_BYTES = 10

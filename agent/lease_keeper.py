@@ -20,15 +20,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from coordinator.assignment_feed import HANDS_OFF
-from shared.checkpoint import Checkpoint
-from shared.clock import Clock
-from shared.config import Settings
-from shared.errors import MalformedLease, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import retry_deadline
-from shared.store import Conflict, LeaseStore, Outcome
-from shared.worker import LeaseProgress, WorkerRecord, WorkerState, troubled
+from shardherd.coordinator.assignment_feed import HANDS_OFF
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import MalformedLease, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import retry_deadline
+from shardherd.shared.store import Conflict, LeaseStore, Outcome
+from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState, troubled
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import replace
 
-from shared.clock import Clock, SystemClock
-from shared.worker import LeaseProgress
+from shardherd.shared.clock import Clock, SystemClock
+from shardherd.shared.worker import LeaseProgress
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0

@@ -9,8 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.checkpoint import SHARD_END, Checkpoint, Sentinel
-from shared.errors import ShardherdError
+from shardherd.shared.checkpoint import SHARD_END, Checkpoint, Sentinel
+from shardherd.shared.errors import ShardherdError
 
 MAX_RECORDS_PER_CALL = 10_000
 

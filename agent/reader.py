@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
-from agent.records import DeaggregationCounters, Record, records_from_kinesis
-from shared.aws import make_client
-from shared.checkpoint import Checkpoint
-from shared.clock import Clock, SystemClock
-from shared.dynamo.errors import error_code, is_transient
-from shared.errors import ShardherdError
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
+from shardherd.agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
+from shardherd.agent.records import DeaggregationCounters, Record, records_from_kinesis
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import Clock, SystemClock
+from shardherd.shared.dynamo.errors import error_code, is_transient
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

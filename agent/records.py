@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from agent.kpl import BrokenAggregate, is_aggregate
-from agent.kpl_decoding import decode_aggregate
-from shared.checkpoint import Checkpoint
+from shardherd.agent.kpl import BrokenAggregate, is_aggregate
+from shardherd.agent.kpl_decoding import decode_aggregate
+from shardherd.shared.checkpoint import Checkpoint
 
 log = logging.getLogger(__name__)
 

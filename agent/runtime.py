@@ -10,28 +10,28 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent import kpl_decoding
-from agent.assignment_watch import AssignmentWatch
-from agent.lease_keeper import HeldState, LeaseKeeper, LossReason
-from agent.metrics.cpu_ecs import ECS_URI_ENV
-from agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
-from agent.metrics.select import select_cpu_source
-from agent.metrics.throughput import ThroughputRecorder
-from agent.progress import ProgressBoard
-from agent.read_spec import ReadLimits
-from agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
-from coordinator.deciders.worker_metrics import classify
-from coordinator.moves import WorkerStatus
-from coordinator.snapshot import WorkerView
-from shared.aws import make_client
-from shared.clock import Clock, SystemClock
-from shared.config import Settings
-from shared.errors import ConfigError, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.store import LeaseStore
-from shared.store_factory import open_store
-from shared.worker import CPU_METRIC, WorkerRecord, common_metric_kinds
+from shardherd.agent import kpl_decoding
+from shardherd.agent.assignment_watch import AssignmentWatch
+from shardherd.agent.lease_keeper import HeldState, LeaseKeeper, LossReason
+from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV
+from shardherd.agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
+from shardherd.agent.metrics.select import select_cpu_source
+from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.agent.progress import ProgressBoard
+from shardherd.agent.read_spec import ReadLimits
+from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
+from shardherd.coordinator.deciders.worker_metrics import classify
+from shardherd.coordinator.moves import WorkerStatus
+from shardherd.coordinator.snapshot import WorkerView
+from shardherd.shared.aws import make_client
+from shardherd.shared.clock import Clock, SystemClock
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import ConfigError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_factory import open_store
+from shardherd.shared.worker import CPU_METRIC, WorkerRecord, common_metric_kinds
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -49,7 +49,7 @@ class MetricsReporter:
     balanced by throughput first and by CPU a few seconds later (and the switch made leases ping-pong).
 
     With `fleet` (lease mode, where Java KCL workers may share the tables) the reporter also reads the other workers'
-    rows once per period and reports only the metric kinds every live one reports (shared.worker.common_metric_kinds):
+    rows once per period and reports only the metric kinds every live one reports (common_metric_kinds):
     next to a KCL worker without a CPU metric it reports none, so a KCL leader balances it by throughput share like
     that worker instead of averaging its CPU alone (where it never looks out of balance and never gets a lease).
     """

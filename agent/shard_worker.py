@@ -16,21 +16,21 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from agent.consumer import Checkpointer, LeaseLost, RecordProcessor
-from agent.metrics.throughput import ThroughputRecorder
-from agent.progress import ProgressBoard
-from agent.read_spec import ReadLimits, StartPosition
-from agent.reader import ShardNotFound, ShardReader, ShardReadError
-from agent.records import Record
-from shared.checkpoint import Sentinel
-from shared.clock import Clock
-from shared.lease import Lease
-from shared.streams import stream_to_read
+from shardherd.agent.consumer import Checkpointer, LeaseLost, RecordProcessor
+from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.agent.progress import ProgressBoard
+from shardherd.agent.read_spec import ReadLimits, StartPosition
+from shardherd.agent.reader import ShardNotFound, ShardReader, ShardReadError
+from shardherd.agent.records import Record
+from shardherd.shared.checkpoint import Sentinel
+from shardherd.shared.clock import Clock
+from shardherd.shared.lease import Lease
+from shardherd.shared.streams import stream_to_read
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
-    from agent.lease_keeper import LeaseKeeper
+    from shardherd.agent.lease_keeper import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agent.kpl import Aggregator, UserRecord
-from agent.read_spec import ReadLimits, StartPosition
-from agent.reader import ShardReader
-from services.emulators.kinesalite import Kinesalite
-from services.emulators.ports import wait_until
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON
+from shardherd.agent.kpl import Aggregator, UserRecord
+from shardherd.agent.read_spec import ReadLimits, StartPosition
+from shardherd.agent.reader import ShardReader
+from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.ports import wait_until
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON
 
 STREAM = "bench-agent-read"
 PUT_BATCH = 500

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from services.local_stack.control import request
-from services.local_stack.state import StackNotRunning, StackState
-from services.status_cli import ApiError, OperatorClient
+from shardherd.services.local_stack.control import request
+from shardherd.services.local_stack.state import StackNotRunning, StackState
+from shardherd.services.status_cli import ApiError, OperatorClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 240.0
@@ -171,7 +171,7 @@ class StackRun:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **{f"SHARDHERD_{name.upper()}": value for name, value in settings.items()}}
-        args = [sys.executable, "-m", "services.cli", "up", "--api-port", "0", "--run-dir", str(run_dir),
+        args = [sys.executable, "-m", "shardherd", "up", "--api-port", "0", "--run-dir", str(run_dir),
                 "--interval", "10", "--spark" if spark else "--no-spark", *extra]
         self._log = open(run_dir / "up.out", "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,

@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 
 SIZES = [(1_000, 100), (1_000, 1_000), (10_000, 100), (10_000, 1_000)]
 

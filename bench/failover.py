@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from services.emulators.kinesalite import Kinesalite
-from services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.chaos.analysis import summary
 from tests.chaos.cluster import ChaosCluster, Member
 from tests.chaos.ledgers import read_deliveries

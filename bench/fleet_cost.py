@@ -35,11 +35,11 @@ from fastapi.testclient import TestClient
 from bench.fleet.model import VARIANCE, Fleet
 from bench.fleet.world import Stream
 from bench.kcl_baseline import KclLine, kcl_bill
-from coordinator.run_summary import RunSummary
-from services.api import ApiContext, create_app
-from services.leader_status import LeaderWatch
-from shared.store import LeaseStore
-from shared.store_meter import INDEX_TABLE, StoreMeter, Usage, UsageRow, acting_as, state_size, usage_total
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.services.api import ApiContext, create_app
+from shardherd.services.leader_status import LeaderWatch
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_meter import INDEX_TABLE, StoreMeter, Usage, UsageRow, acting_as, state_size, usage_total
 
 DASHBOARD_S = 3.0
 SCRAPE_S = 15.0

@@ -15,9 +15,9 @@ import math
 import random
 from dataclasses import dataclass
 
-from shared.clock import Clock
-from shared.lease import Lease
-from shared.store import LeaseStore
+from shardherd.shared.clock import Clock
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import LeaseStore
 
 
 @dataclass(slots=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shared.dynamo.attributes import integer, number, string
-from shared.lease import Lease
-from shared.store_meter import (
+from shardherd.shared.dynamo.attributes import integer, number, string
+from shardherd.shared.lease import Lease
+from shardherd.shared.store_meter import (
     index_entry_size,
     item_size,
     lease_size,

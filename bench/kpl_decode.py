@@ -19,8 +19,8 @@ import string
 import time
 from collections.abc import Callable
 
-from agent import kpl_protobuf, kpl_python
-from agent.kpl import Aggregator, UserRecord
+from shardherd.agent import kpl_protobuf, kpl_python
+from shardherd.agent.kpl import Aggregator, UserRecord
 
 Decoder = Callable[[bytes], object]
 

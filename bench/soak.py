@@ -15,8 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from services.emulators.kinesalite import Kinesalite
-from services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.chaos.analysis import format_report
 from tests.chaos.faults import FaultPlan
 from tests.chaos.scenario import METRICS_OFF, SoakConfig, run_soak

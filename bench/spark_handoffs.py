@@ -26,11 +26,11 @@ from urllib.parse import quote
 import pyarrow.dataset as ds  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from services.local_stack.control import request
-from services.local_stack.pipeline import KEY
-from services.local_stack.scenarios import Scenarios
-from services.local_stack.state import StackState
-from services.status_cli import OperatorClient
+from shardherd.services.local_stack.control import request
+from shardherd.services.local_stack.pipeline import KEY
+from shardherd.services.local_stack.scenarios import Scenarios
+from shardherd.services.local_stack.state import StackState
+from shardherd.services.status_cli import OperatorClient
 
 PIPELINE = "shard-counts"
 

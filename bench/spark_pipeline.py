@@ -28,10 +28,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.kpl import UserRecord, encode_aggregate
-from agent.spark.driver import SparkAgent
-from agent.spark.offsets import Caps
-from shared.aws import make_client
+from shardherd.agent.kpl import UserRecord, encode_aggregate
+from shardherd.agent.spark.driver import SparkAgent
+from shardherd.agent.spark.offsets import Caps
+from shardherd.shared.aws import make_client
 from tests.support.stream_stack import local_spark, local_stream_stack
 
 QUANTILES = [index / 100 for index in range(101)]
@@ -109,7 +109,7 @@ def produce(endpoint: str, stream: str, size: int, kpl: bool, rates: list[tuple[
 
 def bare_consume(endpoint: str, stream: str, out: Any, halt: Any) -> None:
     """Bare consumer process: a thread per shard reading from LATEST with boto3; reports to `out` per response."""
-    from agent.records import DeaggregationCounters, records_from_kinesis
+    from shardherd.agent.records import DeaggregationCounters, records_from_kinesis
 
     client = make_client("kinesis", "us-east-1", endpoint)
     shards = [shard["ShardId"] for shard in client.list_shards(StreamName=stream)["Shards"]]

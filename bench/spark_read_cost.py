@@ -17,11 +17,11 @@ import argparse
 import statistics
 import time
 
-from agent import kpl_decoding
-from agent.kpl import UserRecord, encode_aggregate
-from agent.records import DeaggregationCounters, records_from_kinesis
-from agent.spark.arrow_read import arrow_batch
-from agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent import kpl_decoding
+from shardherd.agent.kpl import UserRecord, encode_aggregate
+from shardherd.agent.records import DeaggregationCounters, records_from_kinesis
+from shardherd.agent.spark.arrow_read import arrow_batch
+from shardherd.agent.spark.kinesis_raw import RawKinesis
 from tests.support.stream_stack import StreamStack, local_stream_stack
 
 PER_AGGREGATE = 10

@@ -26,10 +26,10 @@ from pathlib import Path
 import httpx
 
 from bench.kcl_baseline import kcl_bill
-from services.local_stack.state import StackNotRunning, StackState
-from shared.aws import make_client
-from shared.dynamo.store import DynamoLeaseStore
-from shared.store import TableNames
+from shardherd.services.local_stack.state import StackNotRunning, StackState
+from shardherd.shared.aws import make_client
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.store import TableNames
 
 # shardherd's defaults, which `shardherd up` replaces with quicker demo intervals unless they are set explicitly.
 USER_DEFAULTS = {"SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "1000", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "2000",
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {**os.environ, "SHARDHERD_STORE_METER_DIR": str(meters)}
     if not args.stack_defaults:  # what users run, not the stack's quicker demo intervals with CPU metrics off
         env.update(USER_DEFAULTS)
-    command = [sys.executable, "-m", "services.cli", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
+    command = [sys.executable, "-m", "shardherd", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
                "--shards", str(args.shards), "--agents", str(args.agents), "--coordinators", str(args.coordinators),
                "--duration", str(args.warmup + args.window + 120)]
     log = (run / "stack-cost.log").open("w", encoding="utf-8")

@@ -12,10 +12,10 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
-from shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 # Worker records with a 10-value CPU history are about 0.3-1 KiB; a 1 MiB scan page holds well over this many.
 WORKER_PAGE_ITEMS = 1000

@@ -23,11 +23,11 @@ from typing import Any
 
 from sqlalchemy import Engine, MetaData, Table, create_engine, event, select, update
 
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
-from shared.store import LEASE_OWNER_INDEX, LeaseStore, TableNames
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import LEASE_OWNER_INDEX, LeaseStore, TableNames
 from tests.support.postgres import PostgresServer
 
 BACKENDS = ("dynamodb", "sqlite", "postgres")
@@ -176,7 +176,7 @@ def opened(backend: str, tables: TableNames) -> Iterator[tuple[LeaseStore, Bare]
     """The store and the bare baseline of `backend`, on servers started here and stopped at the end."""
     with ExitStack() as stack:
         if backend == "dynamodb":
-            from shared.dynamo.store import DynamoLeaseStore
+            from shardherd.shared.dynamo.store import DynamoLeaseStore
 
             server = stack.enter_context(MotoServer())
             client = make_client("dynamodb", "us-east-1", server.endpoint_url)
@@ -184,7 +184,7 @@ def opened(backend: str, tables: TableNames) -> Iterator[tuple[LeaseStore, Bare]
             store.ensure_tables()
             yield store, BareDynamo(make_client("dynamodb", "us-east-1", server.endpoint_url), tables.leases)
             return
-        from shared.sql.store import SqlLeaseStore
+        from shardherd.shared.sql.store import SqlLeaseStore
 
         if backend == "sqlite":
             directory = stack.enter_context(tempfile.TemporaryDirectory(prefix="shardherd-bench-"))

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.lease import Lease
+from shardherd.shared.lease import Lease
 
 # A lease's relation to a worker: it owns and processes it, receives it (handoff running), or hands it off.
 OWNS = "owns"

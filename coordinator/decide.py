@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.deciders.band import BandDecider
-from coordinator.deciders.kcl_variance import KclVarianceDecider
-from coordinator.deciders.lease_count import LeaseCountDecider
-from coordinator.deciders.protocol import Decider
-from coordinator.metric_basis import on_common_basis
-from coordinator.moves import Plan
-from coordinator.snapshot import Snapshot
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.deciders.band import BandDecider
+from shardherd.coordinator.deciders.kcl_variance import KclVarianceDecider
+from shardherd.coordinator.deciders.lease_count import LeaseCountDecider
+from shardherd.coordinator.deciders.protocol import Decider
+from shardherd.coordinator.metric_basis import on_common_basis
+from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.snapshot import Snapshot
 
 # Every strategy by its name; `Strategy` lists exactly these names (tests/coordinator/test_decide.py checks it).
 DECIDERS: Mapping[Strategy, Decider] = {

@@ -1,4 +1,4 @@
-"""The decider's knobs, taken from `shared.config.Settings` (KCL names and defaults, plus shardherd's dead-band)."""
+"""The decider's knobs, taken from `Settings` (KCL names and defaults, plus shardherd's dead-band)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from shared.config import Settings
-from shared.errors import ConfigError
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import ConfigError
 
 
 class Strategy(enum.Enum):

@@ -24,10 +24,10 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shared.clock import Clock
-from shared.errors import StoreUnavailable
-from shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
-from shared.store_meter import acting_as
+from shardherd.shared.clock import Clock
+from shardherd.shared.errors import StoreUnavailable
+from shardherd.shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
+from shardherd.shared.store_meter import acting_as
 
 LOCK_KEY = "Leader"
 OWNER = "ownerName"

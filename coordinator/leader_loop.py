@@ -19,31 +19,37 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from coordinator.assignment_feed import AssignmentFeed
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig
-from coordinator.leader_lock import LeaderLock
-from coordinator.liveness import (
+from shardherd.coordinator.assignment_feed import AssignmentFeed
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.liveness import (
     LivenessTracker,
     MalformedSightings,
     WorkerGrace,
     decode_sightings,
     encode_sightings,
 )
-from coordinator.load_model import Line
-from coordinator.moves import Move, Plan
-from coordinator.run_summary import RunHistory, RunSummary, WriteTally
-from coordinator.snapshot import LeaseView, Snapshot, WorkerView
-from coordinator.stream_sync import Listings, StreamListings, children_waiting, plan_streams_sync, scope_problem
-from shared.clock import Clock
-from shared.config import Settings
-from shared.lease import Lease
-from shared.row_checks import report_row
-from shared.shards import Shard
-from shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
-from shared.store_meter import acting_as
-from shared.streams import StreamIdentifier, stream_name_of
-from shared.worker import NO_PROGRESS, WorkerRecord
+from shardherd.coordinator.load_model import Line
+from shardherd.coordinator.moves import Move, Plan
+from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.coordinator.stream_sync import (
+    Listings,
+    StreamListings,
+    children_waiting,
+    plan_streams_sync,
+    scope_problem,
+)
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.row_checks import report_row
+from shardherd.shared.shards import Shard
+from shardherd.shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
+from shardherd.shared.store_meter import acting_as
+from shardherd.shared.streams import StreamIdentifier, stream_name_of
+from shardherd.shared.worker import NO_PROGRESS, WorkerRecord
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
-from coordinator.snapshot import LeaseView, Snapshot
+from shardherd.coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from shardherd.coordinator.snapshot import LeaseView, Snapshot
 
 MIN_TOTAL_KBPS = 1e-6
 

@@ -23,9 +23,9 @@ import json
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from shared.config import Settings
-from shared.lease import Lease
-from shared.worker import WorkerRecord
+from shardherd.shared.config import Settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import WorkerRecord
 
 # KCL's discovery period is leaseAssignmentIntervalMillis / 2 - 25 ms, and its assignment interval defaults to twice
 # the failover time: a KCL worker finds a lease assigned to it up to about one failover time later.

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from coordinator.deciders.worker_metrics import classify
-from coordinator.moves import WorkerStatus
-from coordinator.snapshot import Snapshot, WorkerView
-from shared.worker import common_metric_kinds
+from shardherd.coordinator.deciders.worker_metrics import classify
+from shardherd.coordinator.moves import WorkerStatus
+from shardherd.coordinator.snapshot import Snapshot, WorkerView
+from shardherd.shared.worker import common_metric_kinds
 
 
 def on_common_basis(snapshot: Snapshot) -> Snapshot:

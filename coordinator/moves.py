@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from coordinator.load_model import Line
+from shardherd.coordinator.load_model import Line
 
 
 class MoveReason(enum.Enum):

@@ -6,7 +6,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from coordinator.moves import Plan
+from shardherd.coordinator.moves import Plan
 
 
 @dataclass(frozen=True, slots=True)

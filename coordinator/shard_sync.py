@@ -45,10 +45,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared.checkpoint import AT_TIMESTAMP, INITIAL_SENTINELS, TRIM_HORIZON, Checkpoint, Sentinel
-from shared.errors import ShardherdError
-from shared.lease import Lease, new_lease
-from shared.shards import MAX_HASH_KEY, Shard, ShardListError
+from shardherd.shared.checkpoint import AT_TIMESTAMP, INITIAL_SENTINELS, TRIM_HORIZON, Checkpoint, Sentinel
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lease import Lease, new_lease
+from shardherd.shared.shards import MAX_HASH_KEY, Shard, ShardListError
 
 # Initial positions that read a shard from its start (TRIM_HORIZON, or from the timestamp on); a lease still holding
 # one of them has not started processing.

@@ -7,10 +7,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from coordinator.load_model import Line
-from shared.errors import ShardherdError
-from shared.lease import Lease
-from shared.worker import WorkerRecord
+from shardherd.coordinator.load_model import Line
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import WorkerRecord
 
 
 class InvalidSnapshot(ShardherdError, ValueError):

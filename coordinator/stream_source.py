@@ -12,13 +12,13 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from coordinator.stream_sync import StreamListings
-from shared.config import StreamSpec
-from shared.dynamo.errors import is_transient
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
-from shared.shards import Shard
-from shared.streams import StreamIdentifier
+from shardherd.coordinator.stream_sync import StreamListings
+from shardherd.shared.config import StreamSpec
+from shardherd.shared.dynamo.errors import is_transient
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shards import Shard
+from shardherd.shared.streams import StreamIdentifier
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

@@ -14,10 +14,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from coordinator.shard_sync import LeaseCreation, LeaseDeletion, SyncPlan, plan_shard_sync
-from shared.lease import Lease
-from shared.shards import Shard
-from shared.streams import MalformedLeaseKey, StreamIdentifier, lease_address
+from shardherd.coordinator.shard_sync import LeaseCreation, LeaseDeletion, SyncPlan, plan_shard_sync
+from shardherd.shared.lease import Lease
+from shardherd.shared.shards import Shard
+from shardherd.shared.streams import MalformedLeaseKey, StreamIdentifier, lease_address
 
 # Shards listed per stream; the key None is the single stream of a single-stream application.
 Listings = Mapping[StreamIdentifier | None, Sequence[Shard]]

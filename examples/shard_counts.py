@@ -22,12 +22,12 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from agent.spark.session import local_spark
-from services.local_stack.pipeline import write_counts
-from services.local_stack.spark_agent import DriverOptions, run_driver
-from services.local_stack.stack import PIPELINE_DIR
-from services.local_stack.state import StackState, run_dir
-from shared.config import load_settings
+from shardherd.agent.spark.session import local_spark
+from shardherd.services.local_stack.pipeline import write_counts
+from shardherd.services.local_stack.spark_agent import DriverOptions, run_driver
+from shardherd.services.local_stack.stack import PIPELINE_DIR
+from shardherd.services.local_stack.state import StackState, run_dir
+from shardherd.shared.config import load_settings
 
 if TYPE_CHECKING:
     from pathlib import Path

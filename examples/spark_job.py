@@ -21,10 +21,7 @@ import threading
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812
 
-from agent.spark.commit import BatchFunction
-from agent.spark.driver import SparkAgent
-from agent.spark.offsets import Caps
-from shared.config import load_settings
+from shardherd import BatchFunction, Caps, SparkAgent, load_settings
 
 log = logging.getLogger("spark_job")
 

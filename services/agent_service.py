@@ -11,11 +11,11 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from agent.consumer import RecordProcessor
-from agent.runtime import Agent
-from agent.shard_worker import ProcessorFactory
-from shared.config import load_settings
-from shared.errors import ConfigError
+from shardherd.agent.consumer import RecordProcessor
+from shardherd.agent.runtime import Agent
+from shardherd.agent.shard_worker import ProcessorFactory
+from shardherd.shared.config import load_settings
+from shardherd.shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -24,20 +24,20 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent.shard_worker import start_position
-from coordinator.leader_lock import LOCK_KEY
-from coordinator.stream_sync import scope_problem
-from services.leader_status import STATUS_KEY
-from services.replicas import REPLICAS_KEY
-from shared.aws import make_client
-from shared.checkpoint import Sentinel
-from shared.config import Settings, StreamSpec, load_settings
-from shared.dynamo import lease_codec as lc
-from shared.dynamo.worker_codec import decode_worker
-from shared.errors import MalformedRow, ShardherdError
-from shared.lease import Lease
-from shared.store import STATE_KEY_ATTRIBUTE, TableNames
-from shared.streams import MalformedLeaseKey, StreamIdentifier, lease_address, stream_name_of
+from shardherd.agent.shard_worker import start_position
+from shardherd.coordinator.leader_lock import LOCK_KEY
+from shardherd.coordinator.stream_sync import scope_problem
+from shardherd.services.leader_status import STATUS_KEY
+from shardherd.services.replicas import REPLICAS_KEY
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import Sentinel
+from shardherd.shared.config import Settings, StreamSpec, load_settings
+from shardherd.shared.dynamo import lease_codec as lc
+from shardherd.shared.dynamo.worker_codec import decode_worker
+from shardherd.shared.errors import MalformedRow, ShardherdError
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import STATE_KEY_ATTRIBUTE, TableNames
+from shardherd.shared.streams import MalformedLeaseKey, StreamIdentifier, lease_address, stream_name_of
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -237,7 +237,7 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Check the table and print the verdicts; 1 if any row is refused."""
-    logging.getLogger("shared.row_checks").setLevel(logging.ERROR)  # every problem is in the verdicts instead
+    logging.getLogger("shardherd.shared.row_checks").setLevel(logging.ERROR)  # every problem is in the verdicts instead
     settings = load_settings()
     client = make_client("dynamodb", args.region or settings.region, args.endpoint_url or
                          settings.dynamodb_endpoint_url)

@@ -8,15 +8,15 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 # Development tooling: in the package, not in the images (.dockerignore), so registered only where it is installed.
-DEV_COMMANDS = ("services.demo", "services.up_cli")
+DEV_COMMANDS = ("shardherd.services.demo", "shardherd.services.up_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered (the development ones where they are installed)."""
-    from services import agent_service, check_table, coordinator_service, status_cli
+    from shardherd.services import agent_service, check_table, coordinator_service, status_cli
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)

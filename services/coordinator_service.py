@@ -10,21 +10,21 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from coordinator.leader_lock import LeaderLock, LockKeeper
-from coordinator.leader_loop import LeaderLoop, ShardSource
-from coordinator.run_summary import RunSummary
-from coordinator.stream_source import MultiStreamSource
-from services.api import ApiContext, ApiServer, create_app
-from services.leader_status import LeaderWatch
-from services.replicas import ReplicaReporter
-from shared.aws import make_client
-from shared.clock import Clock, SystemClock
-from shared.config import Settings, load_settings
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
-from shared.shards import Shard
-from shared.store import LeaseStore
-from shared.store_factory import open_store
+from shardherd.coordinator.leader_lock import LeaderLock, LockKeeper
+from shardherd.coordinator.leader_loop import LeaderLoop, ShardSource
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.stream_source import MultiStreamSource
+from shardherd.services.api import ApiContext, ApiServer, create_app
+from shardherd.services.leader_status import LeaderWatch
+from shardherd.services.replicas import ReplicaReporter
+from shardherd.shared.aws import make_client
+from shardherd.shared.clock import Clock, SystemClock
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shards import Shard
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_factory import open_store
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
-from shared.config import load_settings
-from shared.lease import Lease, new_lease
-from shared.store import LeaseStore
-from shared.store_factory import open_store
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease, new_lease
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_factory import open_store
 
 
 def register(sub: Any) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo against an embedded SQLite file or a moto server started for the occasion."""
     with ExitStack() as stack:
         if args.backend == "dynamodb":
-            from services.emulators.moto_server import MotoServer
+            from shardherd.services.emulators.moto_server import MotoServer
 
             server = stack.enter_context(MotoServer())
             settings = load_settings(store_backend="dynamodb", dynamodb_endpoint_url=server.endpoint_url,

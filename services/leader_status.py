@@ -23,11 +23,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from coordinator.run_summary import RunSummary
-from shared.clock import Clock
-from shared.errors import ShardherdError
-from shared.store import LeaseStore, StateValue
-from shared.store_meter import state_size
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.shared.clock import Clock
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.store import LeaseStore, StateValue
+from shardherd.shared.store_meter import state_size
 
 log = logging.getLogger(__name__)
 

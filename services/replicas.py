@@ -17,10 +17,10 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from coordinator.run_summary import RunSummary
-from shared.clock import Clock
-from shared.errors import ShardherdError
-from shared.store import LeaseStore
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.shared.clock import Clock
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.store import LeaseStore
 
 log = logging.getLogger(__name__)
 

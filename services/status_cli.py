@@ -14,11 +14,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from shared.config import Settings, load_settings
-from shared.errors import ShardherdError
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.errors import ShardherdError
 
 if TYPE_CHECKING:
-    from services.local_stack.state import StackState
+    from shardherd.services.local_stack.state import StackState
 
 NARROW = 80
 
@@ -105,11 +105,11 @@ def _stack(args: argparse.Namespace) -> StackState | None:
     """
     if args.url and not args.run_dir:
         return None
-    if importlib.util.find_spec("services.local_stack") is None:
+    if importlib.util.find_spec("shardherd.services.local_stack") is None:
         if args.run_dir:
             raise ApiError("--run-dir needs the local stack (`shardherd up`), which this installation does not include")
         return None
-    from services.local_stack.state import StackNotRunning, StackState, run_dir
+    from shardherd.services.local_stack.state import StackNotRunning, StackState, run_dir
 
     try:
         return StackState.read(run_dir(args.run_dir))

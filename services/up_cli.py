@@ -19,17 +19,17 @@ from typing import Any
 import psutil
 from rich.console import Console
 
-from services.local_stack.pipeline import distinct_records
-from services.local_stack.processor import distinct_keys
-from services.local_stack.producer import ProducerStats
-from services.local_stack.scenarios import Outcome, Scenarios
-from services.local_stack.stack import LocalStack, StackFailed, StackOptions
-from services.local_stack.state import StackState, run_dir
-from services.local_stack.status import StartupTimes, StatusPrinter, agents_memory, tree_memory
-from services.local_stack.supervisor import log_tail
-from shared.config import Settings, load_settings
-from shared.errors import ConfigError
-from shared.store_factory import open_store
+from shardherd.services.local_stack.pipeline import distinct_records
+from shardherd.services.local_stack.processor import distinct_keys
+from shardherd.services.local_stack.producer import ProducerStats
+from shardherd.services.local_stack.scenarios import Outcome, Scenarios
+from shardherd.services.local_stack.stack import LocalStack, StackFailed, StackOptions
+from shardherd.services.local_stack.state import StackState, run_dir
+from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, agents_memory, tree_memory
+from shardherd.services.local_stack.supervisor import log_tail
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.store_factory import open_store
 
 Say = Callable[[str], None]
 
@@ -230,7 +230,7 @@ def follow_up_command() -> str:
         if found is not None and Path(found).resolve() == invoked.resolve():
             return "shardherd"
         return str(invoked)
-    return f"{sys.executable} -m services.cli"
+    return f"{sys.executable} -m shardherd"
 
 
 def _require_spark() -> None:

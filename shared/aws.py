@@ -7,7 +7,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-# shardherd retries transient errors itself (shared.retry) so backoff uses the injected clock and a typed error;
+# shardherd retries transient errors itself (shared/retry.py) so backoff uses the injected clock and a typed error;
 # botocore's own retries are limited to one attempt to avoid retry multiplication.
 _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30,
                         max_pool_connections=50)

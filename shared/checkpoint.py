@@ -6,7 +6,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from shared.errors import InvalidCheckpoint
+from shardherd.shared.errors import InvalidCheckpoint
 
 MAX_SEQUENCE_DIGITS = 129
 _DIGITS = re.compile(rf"[0-9]{{1,{MAX_SEQUENCE_DIGITS}}}")

@@ -23,9 +23,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from shared.errors import ConfigError
-from shared.store import TableNames
-from shared.streams import ACCOUNT_PATTERN, STREAM_NAME_PATTERN
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.store import TableNames
+from shardherd.shared.streams import ACCOUNT_PATTERN, STREAM_NAME_PATTERN
 
 CONFIG_FILE_ENV = "SHARDHERD_CONFIG_FILE"
 MIN_TOKEN_LENGTH = 16

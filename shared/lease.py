@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
-from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.row_checks import InvalidRowValue, count_problem, throughput_problem
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +13,7 @@ class Lease:
     """An immutable snapshot of one lease row.
 
     Field names map one to one to KCL's stored attributes (`leaseKey`, `leaseOwner`, ...; see
-    `shared.dynamo.lease_codec`).
+    `shardherd.shared.dynamo.lease_codec`).
     During a graceful handoff `lease_owner` is the *next* owner and `checkpoint_owner` the one still processing.
     `millis_behind_latest`, `records_processed`, `bytes_processed` and `records_behind` are the processing worker's
     progress as of its last checkpoint (shardherd's attributes; the checkpoint write carries them, so they cost no

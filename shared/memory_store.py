@@ -12,12 +12,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from shared.checkpoint import Checkpoint
-from shared.errors import StoreError
-from shared.lease import Lease
-from shared.rounding import round_throughput
-from shared.state_conditions import check_value, condition_holds
-from shared.store import (
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.errors import StoreError
+from shardherd.shared.lease import Lease
+from shardherd.shared.rounding import round_throughput
+from shardherd.shared.state_conditions import check_value, condition_holds
+from shardherd.shared.store import (
     Conflict,
     Fence,
     LeaseScan,
@@ -28,7 +28,7 @@ from shared.store import (
     TableNames,
     WorkerScan,
 )
-from shared.worker import LeaseProgress, WorkerRecord, lease_progress_fields
+from shardherd.shared.worker import LeaseProgress, WorkerRecord, lease_progress_fields
 
 # A lease write's condition: None when it holds, else the conflict to report.
 Check = Callable[[Lease], Conflict | None]

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from shared.clock import Clock, SystemClock
-from shared.errors import StoreUnavailable
+from shardherd.shared.clock import Clock, SystemClock
+from shardherd.shared.errors import StoreUnavailable
 
 T = TypeVar("T")
 

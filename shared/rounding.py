@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import ROUND_HALF_UP, Decimal
 
-from shared.row_checks import throughput_problem
+from shardherd.shared.row_checks import throughput_problem
 
 _SIX_DECIMALS = Decimal("0.000001")
 

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
-from shared.errors import MalformedRow
+from shardherd.shared.errors import MalformedRow
 
 log = logging.getLogger(__name__)
 

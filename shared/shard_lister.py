@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.dynamo.errors import error_code, is_transient
-from shared.errors import ShardherdError
-from shared.retry import RetryPolicy
-from shared.shards import Shard, ShardListError
+from shardherd.shared.dynamo.errors import error_code, is_transient
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shards import Shard, ShardListError
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

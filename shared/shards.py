@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 MAX_HASH_KEY = 2**128 - 1
 _DECIMAL = re.compile(r"[0-9]{1,129}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.errors import StoreError
-from shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue
+from shardherd.shared.errors import StoreError
+from shardherd.shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue
 
 
 def check_value(attribute: str, value: object) -> StateValue:

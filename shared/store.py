@@ -12,10 +12,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from shared.checkpoint import Checkpoint
-from shared.errors import MalformedLease, MalformedWorker
-from shared.lease import Lease
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.errors import MalformedLease, MalformedWorker
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 # Values a coordinator-state item may hold (the lock client's strings, epochs as integers, opaque bytes).
 StateValue = str | int | bytes

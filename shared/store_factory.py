@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from shared.aws import make_client
-from shared.config import Settings
-from shared.retry import RetryPolicy
-from shared.store import LeaseStore
-from shared.store_meter import StoreMeter
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import Settings
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_meter import StoreMeter
 
 
 def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str = "other") -> LeaseStore:
@@ -29,7 +29,7 @@ def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str
 
 def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
     if settings.store_backend == "dynamodb":
-        from shared.dynamo.store import DynamoLeaseStore
+        from shardherd.shared.dynamo.store import DynamoLeaseStore
 
         client = make_client("dynamodb", settings.region, settings.dynamodb_endpoint_url)
         return DynamoLeaseStore(
@@ -41,6 +41,6 @@ def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
             write_capacity=settings.initial_lease_table_write_capacity,
             consistent_reads=settings.consistent_reads,
         )
-    from shared.sql.store import SqlLeaseStore
+    from shardherd.shared.sql.store import SqlLeaseStore
 
     return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry)

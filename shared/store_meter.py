@@ -25,14 +25,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.checkpoint import Checkpoint
-from shared.dynamo.expressions import AttributeValue
-from shared.dynamo.lease_codec import encode_lease
-from shared.dynamo.state_codec import encode_state
-from shared.dynamo.worker_codec import encode_worker
-from shared.lease import Lease
-from shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.dynamo.expressions import AttributeValue
+from shardherd.shared.dynamo.lease_codec import encode_lease
+from shardherd.shared.dynamo.state_codec import encode_state
+from shardherd.shared.dynamo.worker_codec import encode_worker
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Fence, LeaseScan, LeaseStore, Outcome, StateCondition, StateValue, WorkerScan
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096

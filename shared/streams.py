@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shared.errors import ShardherdError
-from shared.lease import Lease
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lease import Lease
 
 DELIMITER = ":"
 # Kinesis' own rules: stream names are 1-128 of [a-zA-Z0-9_.-], shard ids the same characters. KCL accepts any

@@ -7,7 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from shared.row_checks import InvalidRowValue, count_problem, throughput_problem
+from shardherd.shared.row_checks import InvalidRowValue, count_problem, throughput_problem
 
 # KCL's metric short names (`WorkerMetricStats`).
 CPU_METRIC = "C"

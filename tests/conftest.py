@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.store import LeaseStore
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.store import LeaseStore
 from tests.support.postgres import PostgresServer
 from tests.support.stores import BACKENDS, make_store
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared.checkpoint import (
+from shardherd.shared.checkpoint import (
     AT_TIMESTAMP,
     LATEST,
     MAX_SEQUENCE_DIGITS,
@@ -18,7 +18,7 @@ from shared.checkpoint import (
     Sentinel,
     parse_checkpoint,
 )
-from shared.errors import InvalidCheckpoint
+from shardherd.shared.errors import InvalidCheckpoint
 
 SETTINGS = settings(max_examples=300, derandomize=True, deadline=None)
 LARGEST = 10**MAX_SEQUENCE_DIGITS - 1

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from shared.config import CONFIG_FILE_ENV, Settings, default_worker_id, load_settings
-from shared.errors import ConfigError
-from shared.store import TableNames
+from shardherd.shared.config import CONFIG_FILE_ENV, Settings, default_worker_id, load_settings
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.store import TableNames
 
 
 @pytest.fixture(autouse=True)

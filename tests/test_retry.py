@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from shared.clock import ManualClock
-from shared.errors import StoreUnavailable
-from shared.retry import RetryPolicy, retry_deadline
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.errors import StoreUnavailable
+from shardherd.shared.retry import RetryPolicy, retry_deadline
 
 
 class Flaky:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 
 class MetricSourceError(ShardherdError):

@@ -13,8 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.metrics import MetricSourceError
-from shared.clock import Clock
+from shardherd.agent.metrics import MetricSourceError
+from shardherd.shared.clock import Clock
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _V1_USAGE_DIRS = ("cpu", "cpuacct", "cpu,cpuacct", "cpuacct,cpu")

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from agent.metrics import InvalidMetricInput, MetricSourceError
+from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
 
 ECS_URI_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 DEFAULT_CONTAINER_SHARE = 2.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.metrics import MetricSourceError
+from shardherd.agent.metrics import MetricSourceError
 
 PROC_STAT_PATH = Path("/proc/stat")
 

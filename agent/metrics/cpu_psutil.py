@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psutil
 
-from agent.metrics import MetricSourceError
+from shardherd.agent.metrics import MetricSourceError
 
 
 class PsutilCpu:

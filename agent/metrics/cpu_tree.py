@@ -16,8 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from agent.metrics import MetricSourceError
-from shared.clock import Clock
+from shardherd.agent.metrics import MetricSourceError
+from shardherd.shared.clock import Clock
 
 PidSource = Callable[[], Iterable[int]]
 

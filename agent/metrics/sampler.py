@@ -16,10 +16,10 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from agent.metrics import CpuSource, InvalidMetricInput, MetricSourceError
-from shared.clock import Clock
-from shared.rounding import round6
-from shared.worker import CPU_METRIC, FAILED_SAMPLE
+from shardherd.agent.metrics import CpuSource, InvalidMetricInput, MetricSourceError
+from shardherd.shared.clock import Clock
+from shardherd.shared.rounding import round6
+from shardherd.shared.worker import CPU_METRIC, FAILED_SAMPLE
 
 log = logging.getLogger(__name__)
 

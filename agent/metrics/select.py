@@ -19,13 +19,13 @@ from pathlib import Path
 
 import psutil
 
-from agent.metrics import CpuSource
-from agent.metrics.cpu_cgroup import CGROUP_ROOT, CgroupV1Cpu, CgroupV2Cpu
-from agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
-from agent.metrics.cpu_proc import PROC_STAT_PATH, ProcStatCpu
-from agent.metrics.cpu_psutil import PsutilCpu
-from agent.metrics.cpu_tree import PidSource, ProcessTreeCpu, cgroup_pids, shares_scope
-from shared.clock import Clock
+from shardherd.agent.metrics import CpuSource
+from shardherd.agent.metrics.cpu_cgroup import CGROUP_ROOT, CgroupV1Cpu, CgroupV2Cpu
+from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
+from shardherd.agent.metrics.cpu_proc import PROC_STAT_PATH, ProcStatCpu
+from shardherd.agent.metrics.cpu_psutil import PsutilCpu
+from shardherd.agent.metrics.cpu_tree import PidSource, ProcessTreeCpu, cgroup_pids, shares_scope
+from shardherd.shared.clock import Clock
 
 log = logging.getLogger(__name__)
 

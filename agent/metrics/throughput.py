@@ -24,10 +24,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from agent.metrics import InvalidMetricInput
-from shared.clock import Clock
-from shared.config import Settings
-from shared.rounding import round6
+from shardherd.agent.metrics import InvalidMetricInput
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.rounding import round6
 
 DEFAULT_ALPHA = 0.5
 _BYTES_PER_KIB = 1024.0

@@ -19,14 +19,14 @@ from typing import Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 
-from agent.kpl import MAGIC, BrokenAggregate, is_aggregate
-from agent.kpl_decoding import decode_columns
-from agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
-from agent.reader import ShardReadError
-from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
-from agent.spark.offsets import ShardPlan
-from shared.checkpoint import Checkpoint
-from shared.streams import read_target
+from shardherd.agent.kpl import MAGIC, BrokenAggregate, is_aggregate
+from shardherd.agent.kpl_decoding import decode_columns
+from shardherd.agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
+from shardherd.agent.reader import ShardReadError
+from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
+from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.streams import read_target
 
 ARROW_FIELDS = [
     pa.field("shard_id", pa.string()), pa.field("sequence_number", pa.string()),

@@ -13,13 +13,13 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from agent.read_spec import StartPosition
-from agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
-from agent.spark.offsets import ShardPlan
-from agent.spark.probe import ProbeResult
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
-from shared.streams import stream_prefix
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
+from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.probe import ProbeResult
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.streams import stream_prefix
 
 
 def source_key(lease: Lease) -> str:
@@ -31,7 +31,7 @@ class ShardBook:
     """Held shards by source key, with their lease keys and the snapshot version that started each handoff.
 
     The source key is the shard id, or in a multi-stream application the lease key (shard ids repeat across streams;
-    `shared.streams.read_target` turns it back into stream and shard).
+    `shardherd.shared.streams.read_target` turns it back into stream and shard).
     """
 
     def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.read_spec import StartPosition
-from shared.checkpoint import Checkpoint, Sentinel
-from shared.errors import InvalidCheckpoint, ShardherdError
+from shardherd.agent.read_spec import StartPosition
+from shardherd.shared.checkpoint import Checkpoint, Sentinel
+from shardherd.shared.errors import InvalidCheckpoint, ShardherdError
 
 SNAPSHOT_FILE = "snapshot.json"
 ACK_FILE = "ack.json"

@@ -19,9 +19,9 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from agent.spark.offsets import BatchOffset, InvalidOffset, ShardPlan
-from agent.spark.write_errors import BatchWriteFailed, is_interruption, summary
-from shared.streams import read_target
+from shardherd.agent.spark.offsets import BatchOffset, InvalidOffset, ShardPlan
+from shardherd.agent.spark.write_errors import BatchWriteFailed, is_interruption, summary
+from shardherd.shared.streams import read_target
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

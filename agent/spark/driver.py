@@ -17,22 +17,22 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.consumer import RecordProcessor
-from agent.lease_keeper import LossReason
-from agent.runtime import Agent
-from agent.spark.book import ShardBook
-from agent.spark.commit import BatchFunction, CheckpointingSink
-from agent.spark.kinesis_raw import RawKinesis
-from agent.spark.offsets import Caps, ShardPlan
-from agent.spark.probe import Prober
-from agent.spark.source import ShardherdDataSource, SourceOptions
-from shared.checkpoint import SHARD_END
-from shared.clock import Clock
-from shared.config import Settings
-from shared.errors import ShardherdError, StoreUnavailable
-from shared.lease import Lease
-from shared.store import Conflict, LeaseStore
-from shared.streams import LeaseOutOfScope, MalformedLeaseKey, stream_to_read
+from shardherd.agent.consumer import RecordProcessor
+from shardherd.agent.lease_keeper import LossReason
+from shardherd.agent.runtime import Agent
+from shardherd.agent.spark.book import ShardBook
+from shardherd.agent.spark.commit import BatchFunction, CheckpointingSink
+from shardherd.agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent.spark.offsets import Caps, ShardPlan
+from shardherd.agent.spark.probe import Prober
+from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions
+from shardherd.shared.checkpoint import SHARD_END
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import ShardherdError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Conflict, LeaseStore
+from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, stream_to_read
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -20,8 +20,8 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from agent.reader import ShardNotFound, ShardReadError
-from shared.aws import make_client
+from shardherd.agent.reader import ShardNotFound, ShardReadError
+from shardherd.shared.aws import make_client
 
 _TARGET = "Kinesis_20131202."
 _CONTENT_TYPE = "application/x-amz-json-1.1"

@@ -15,9 +15,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agent.read_spec import StartPosition
-from shared.checkpoint import Checkpoint, Sentinel
-from shared.errors import InvalidCheckpoint, ShardherdError
+from shardherd.agent.read_spec import StartPosition
+from shardherd.shared.checkpoint import Checkpoint, Sentinel
+from shardherd.shared.errors import InvalidCheckpoint, ShardherdError
 
 DEFAULT_MAX_RECORDS_PER_SHARD = 10_000
 

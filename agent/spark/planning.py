@@ -9,8 +9,8 @@ R4: every plan ends at a record the probe saw (whole probed segments within the 
 
 from __future__ import annotations
 
-from agent.spark.channel import Segment, ShardState, ShardView, Snapshot
-from agent.spark.offsets import BatchOffset, Caps, ShardPlan
+from shardherd.agent.spark.channel import Segment, ShardState, ShardView, Snapshot
+from shardherd.agent.spark.offsets import BatchOffset, Caps, ShardPlan
 
 
 def plannable(view: ShardView, until: float | None) -> bool:

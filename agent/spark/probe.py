@@ -15,14 +15,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from agent.kpl import BrokenAggregate, is_aggregate
-from agent.kpl_decoding import decode_aggregate
-from agent.read_spec import StartPosition
-from agent.reader import ShardReadError
-from agent.spark.channel import Segment
-from agent.spark.kinesis_raw import IteratorExpired, RawKinesis
-from shared.checkpoint import Checkpoint
-from shared.streams import read_target
+from shardherd.agent.kpl import BrokenAggregate, is_aggregate
+from shardherd.agent.kpl_decoding import decode_aggregate
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.reader import ShardReadError
+from shardherd.agent.spark.channel import Segment
+from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.streams import read_target
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import shardherd
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+# The folder that holds the `shardherd` package (a checkout or site-packages), for the executors' Python workers.
+PACKAGE_ROOT = Path(shardherd.__file__).parent.parent
 FAST_START_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 

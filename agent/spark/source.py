@@ -20,17 +20,17 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 from typing_extensions import override
 
-from agent.kpl import KPL_DECODERS
-from agent.spark.channel import Ack, read_snapshot, write_ack
-from agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
-from agent.spark.planning import partitions_to_read, plan_next
-from agent.spark.schema import schema_ddl
+from shardherd.agent.kpl import KPL_DECODERS
+from shardherd.agent.spark.channel import Ack, read_snapshot, write_ack
+from shardherd.agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
+from shardherd.agent.spark.planning import partitions_to_read, plan_next
+from shardherd.agent.spark.schema import schema_ddl
 
 if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
-    from agent.spark.kinesis_raw import RawKinesis
+    from shardherd.agent.spark.kinesis_raw import RawKinesis
 
 FORMAT = "shardherd"
 
@@ -106,7 +106,9 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
     with _clients_guard:
         client = _clients.get((region, endpoint_url))
         if client is None:
-            from agent.spark.kinesis_raw import RawKinesis  # executors only: the runner never loads boto3 or pyarrow
+            from shardherd.agent.spark.kinesis_raw import (
+                RawKinesis,  # executors only: the runner never loads boto3 or pyarrow
+            )
 
             client = RawKinesis(region, endpoint_url)
             _clients[(region, endpoint_url)] = client
@@ -115,8 +117,8 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
     """The Arrow batches of one partition: exactly the records its plan names."""
-    from agent.kpl_decoding import use
-    from agent.spark.arrow_read import read_plan
+    from shardherd.agent.kpl_decoding import use
+    from shardherd.agent.spark.arrow_read import read_plan
 
     use(partition.kpl_decoder)  # the driver's choice, in whichever executor process reads the partition
     return read_plan(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plan,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 MESSAGE_LIMIT = 400
 JAVA_EXCEPTION = re.compile(r"\b(?:[a-z_][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")

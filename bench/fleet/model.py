@@ -12,15 +12,15 @@ from bench.fleet.worker import BASE_CPU, AgentWorker, Kcl2Worker, SimWorker, Tim
 from bench.fleet.world import EventQueue, Stream
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import CountingStore
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.run_summary import RunSummary
-from coordinator.shard_sync import plan_shard_sync
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.lease import Lease
-from shared.memory_store import MemoryLeaseStore
-from shared.store import LeaseStore, Outcome, TableNames
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.shard_sync import plan_shard_sync
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import LeaseStore, Outcome, TableNames
 
 MEAN_CPU_AT_START = 50.0
 LOCK_TICK = 0.5

@@ -28,8 +28,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.metrics.throughput import ThroughputRecorder
-from shared.lease import Lease
+from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.shared.lease import Lease
 
 if TYPE_CHECKING:
     from bench.fleet.model import Fleet

@@ -20,15 +20,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent.lease_keeper import LeaseKeeper, LossReason
-from agent.metrics.sampler import MetricsSampler
-from agent.runtime import MetricsReporter
 from bench.kcl2_taker import Kcl2Taker
-from coordinator.assignment_feed import NotLeading
-from shared.checkpoint import Checkpoint
-from shared.config import Settings
-from shared.lease import Lease
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
+from shardherd.agent.metrics.sampler import MetricsSampler
+from shardherd.agent.runtime import MetricsReporter
+from shardherd.coordinator.assignment_feed import NotLeading
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.config import Settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 if TYPE_CHECKING:
     from bench.fleet.model import Fleet

@@ -8,8 +8,8 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shared.clock import ManualClock
-from shared.shards import MAX_HASH_KEY, Shard
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.shards import MAX_HASH_KEY, Shard
 
 PEAK_SHARD_KBPS = 1024.0  # a Kinesis shard takes at most 1 MiB/s of writes
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from coordinator.decider_config import DeciderConfig
-from coordinator.deciders.band_moves import balance_band
-from coordinator.deciders.fleet_state import FleetState
-from coordinator.load_model import Line, fit_line, proportional
-from coordinator.moves import Plan
-from coordinator.snapshot import Snapshot
-from shared.worker import THROUGHPUT_METRIC
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.deciders.band_moves import balance_band
+from shardherd.coordinator.deciders.fleet_state import FleetState
+from shardherd.coordinator.load_model import Line, fit_line, proportional
+from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.snapshot import Snapshot
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 NAME = "band"
 

@@ -35,9 +35,9 @@ import itertools
 import math
 from dataclasses import dataclass
 
-from coordinator.deciders.fleet_state import FleetState
-from coordinator.moves import MoveReason
-from shared.streams import stream_prefix
+from shardherd.coordinator.deciders.fleet_state import FleetState
+from shardherd.coordinator.moves import MoveReason
+from shardherd.shared.streams import stream_prefix
 
 # How many of the least (or most) loaded workers one lease is tried against: bounds a run's cost on big fleets.
 PROBES = 8

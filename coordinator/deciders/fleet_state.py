@@ -35,14 +35,14 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 
-from coordinator.decider_config import DeciderConfig
-from coordinator.deciders.worker_metrics import classify, ema, room
-from coordinator.ledger import Ledger, priority_reason
-from coordinator.load_model import Line, proportional
-from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
-from coordinator.snapshot import Snapshot
-from shared.streams import stream_prefix
-from shared.worker import THROUGHPUT_METRIC
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
+from shardherd.coordinator.ledger import Ledger, priority_reason
+from shardherd.coordinator.load_model import Line, proportional
+from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from shardherd.coordinator.snapshot import Snapshot
+from shardherd.shared.streams import stream_prefix
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 # How many receivers a placement may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8

@@ -25,12 +25,12 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping
 
-from coordinator.decider_config import DeciderConfig
-from coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetState, HeapEntry
-from coordinator.load_model import Line, proportional
-from coordinator.moves import MoveReason, Plan
-from coordinator.snapshot import Snapshot
-from shared.streams import stream_prefix
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetState, HeapEntry
+from shardherd.coordinator.load_model import Line, proportional
+from shardherd.coordinator.moves import MoveReason, Plan
+from shardherd.coordinator.snapshot import Snapshot
+from shardherd.shared.streams import stream_prefix
 
 NAME = "kcl-variance"
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import heapq
 
-from coordinator.decider_config import DeciderConfig
-from coordinator.ledger import Ledger, priority_reason
-from coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus
-from coordinator.snapshot import Snapshot
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.ledger import Ledger, priority_reason
+from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus
+from shardherd.coordinator.snapshot import Snapshot
 
 Slot = tuple[bool, int, str]
 NAME = "lease-count"

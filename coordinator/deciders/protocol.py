@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from coordinator.decider_config import DeciderConfig
-from coordinator.moves import Plan
-from coordinator.snapshot import Snapshot
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.snapshot import Snapshot
 
 
 class Decider(Protocol):

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from coordinator.moves import WorkerStatus
-from coordinator.snapshot import WorkerView
-from shared.worker import FAILED_SAMPLE
+from shardherd.coordinator.moves import WorkerStatus
+from shardherd.coordinator.snapshot import WorkerView
+from shardherd.shared.worker import FAILED_SAMPLE
 
 
 def ema(values: Sequence[float], alpha: float) -> float:

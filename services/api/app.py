@@ -15,10 +15,10 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from services.api import assignments, changes, health, leader, metrics, plan, replicas, workers
-from services.api.context import ApiContext
-from shared.errors import ShardherdError
-from shared.store_meter import acting_as
+from shardherd.services.api import assignments, changes, health, leader, metrics, plan, replicas, workers
+from shardherd.services.api.context import ApiContext
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.store_meter import acting_as
 
 DASHBOARD = Path(__file__).parent / "dashboard"
 API_VERSION = "1"

@@ -8,10 +8,10 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.api.models import AssignmentsPage, ErrorBody, LeaseState
-from services.leader_status import MalformedLeaderStatus, explain, read_status
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseState
+from shardherd.services.leader_status import MalformedLeaderStatus, explain, read_status
 
 router = APIRouter(prefix="/v1", tags=["assignments"], dependencies=[Depends(require_read_token)])
 

@@ -22,8 +22,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from shared.config import MIN_TOKEN_LENGTH, Settings
-from shared.errors import ConfigError
+from shardherd.shared.config import MIN_TOKEN_LENGTH, Settings
+from shardherd.shared.errors import ConfigError
 
 BEARER = "bearer"
 

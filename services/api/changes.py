@@ -13,10 +13,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 from pydantic import BaseModel
 
-from coordinator.assignment_feed import NotLeading
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.api.workers import WorkerId
+from shardherd.coordinator.assignment_feed import NotLeading
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.workers import WorkerId
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 

@@ -6,15 +6,15 @@ from dataclasses import dataclass, field
 
 from fastapi import Request
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop, LoopTiming
-from services.api.auth import TokenSource
-from services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver
-from services.api.snapshot import ApiSnapshot, SnapshotCache
-from services.leader_status import LeaderWatch
-from shared.clock import Clock
-from shared.config import Settings
-from shared.store import LeaseStore
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop, LoopTiming
+from shardherd.services.api.auth import TokenSource
+from shardherd.services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver
+from shardherd.services.api.snapshot import ApiSnapshot, SnapshotCache
+from shardherd.services.leader_status import LeaderWatch
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.store import LeaseStore
 
 # /readyz on the leader fails after this many lease-assignment intervals without a successful run.
 STALL_INTERVALS = 5

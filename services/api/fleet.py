@@ -5,20 +5,20 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from coordinator.deciders.worker_metrics import ema
-from coordinator.leader_loop import reported_throughput
-from coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
-from services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
-from shared.clock import Clock
-from shared.config import Settings
-from shared.lease import Lease
-from shared.store import LeaseScan, WorkerScan
-from shared.streams import stream_name_of
-from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.coordinator.deciders.worker_metrics import ema
+from shardherd.coordinator.leader_loop import reported_throughput
+from shardherd.coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
+from shardherd.services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import LeaseScan, WorkerScan
+from shardherd.shared.streams import stream_name_of
+from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 
 
 class HeartbeatObserver:
-    """Heartbeat ages on this replica's monotonic clock, by the leader's own rule (coordinator.liveness)."""
+    """Heartbeat ages on this replica's monotonic clock, by the leader's own rule (shardherd.coordinator.liveness)."""
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from services.api.context import ApiContext, context
-from services.api.models import HealthOut
-from shared.errors import ShardherdError
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.models import HealthOut
+from shardherd.shared.errors import ShardherdError
 
 router = APIRouter(tags=["health"])
 

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from coordinator.leader_lock import LockView
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.api.models import LeaderOut, LockOut
-from services.leader_status import LeaderStatus
+from shardherd.coordinator.leader_lock import LockView
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.models import LeaderOut, LockOut
+from shardherd.services.leader_status import LeaderStatus
 
 router = APIRouter(prefix="/v1", tags=["leader"], dependencies=[Depends(require_read_token)])
 

@@ -16,11 +16,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Summa
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.api.fleet import Fleet
-from services.api.leader import last_success_at
-from services.leader_status import LeaderStatus
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.fleet import Fleet
+from shardherd.services.api.leader import last_success_at
+from shardherd.services.leader_status import LeaderStatus
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
 

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from coordinator.moves import Move, Unplaced
-from services.leader_status import MAX_DETAIL_CHARS, Decision, LeaderStatus
+from shardherd.coordinator.moves import Move, Unplaced
+from shardherd.services.leader_status import MAX_DETAIL_CHARS, Decision, LeaderStatus
 
 LeaseState = Literal["owned", "unassigned", "handoff", "finished", "expired"]
 WorkerStateName = Literal["active", "draining", "expired"]

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.api.models import MoveRecord, PlanOut, UnplacedRecord, WorkerPlanOut
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.models import MoveRecord, PlanOut, UnplacedRecord, WorkerPlanOut
 
 router = APIRouter(prefix="/v1", tags=["plan"], dependencies=[Depends(require_read_token)])
 

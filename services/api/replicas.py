@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from services.api.auth import AUTH_RESPONSES, require_read_token
-from services.api.context import ApiContext, context
-from services.replicas import REPORT_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.replicas import REPORT_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
 
 router = APIRouter(prefix="/v1", tags=["replicas"], dependencies=[Depends(require_read_token)])
 

@@ -9,7 +9,7 @@ import threading
 import uvicorn
 from fastapi import FastAPI
 
-from shared.errors import ConfigError
+from shardherd.shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

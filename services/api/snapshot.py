@@ -12,13 +12,13 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from coordinator.leader_lock import LeaderLock, LockView
-from coordinator.liveness import WorkerGrace
-from services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver, judge_fleet
-from services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
-from shared.clock import Clock
-from shared.config import Settings
-from shared.store import LeaseScan, LeaseStore, WorkerScan
+from shardherd.coordinator.leader_lock import LeaderLock, LockView
+from shardherd.coordinator.liveness import WorkerGrace
+from shardherd.services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver, judge_fleet
+from shardherd.services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.store import LeaseScan, LeaseStore, WorkerScan
 
 Scans = tuple[LeaseScan, WorkerScan]
 

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
-from services.api.auth import AUTH_RESPONSES, require_read_token, require_token
-from services.api.context import ApiContext, context
-from services.api.models import DrainOut, ErrorBody, WorkersPage
+from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token, require_token
+from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.models import DrainOut, ErrorBody, WorkersPage
 
 router = APIRouter(prefix="/v1", tags=["workers"])
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.emulators.kinesalite import EMULATORS_DIR, NodeEmulator
-from services.emulators.ports import port_open
+from shardherd.services.emulators.kinesalite import EMULATORS_DIR, NodeEmulator
+from shardherd.services.emulators.ports import port_open
 
 PROXY_SCRIPT = EMULATORS_DIR / "h2c_proxy.js"
 

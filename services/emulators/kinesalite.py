@@ -19,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, ClassVar, Self
 
-from services.emulators.ports import LOOPBACK, free_port, wait_until
-from shared.errors import ShardherdError
+from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
+from shardherd.shared.errors import ShardherdError
 
 EMULATORS_DIR = Path(__file__).resolve().parent
 NODE_MODULES = EMULATORS_DIR / "node_modules"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from types import TracebackType
 
-from services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
+from shardherd.services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
 
 
 class MotoServer:
@@ -28,7 +28,8 @@ class MotoServer:
         """Start the server and wait until it accepts connections."""
         if not _moto_importable():
             raise RuntimeError("moto server is not installed: pip install 'moto[server]'")
-        command = [sys.executable, "-m", "services.emulators.serial_moto", "-H", LOOPBACK, "-p", str(self.port)]
+        command = [sys.executable, "-m", "shardherd.services.emulators.serial_moto", "-H", LOOPBACK,
+                   "-p", str(self.port)]
         self._process = subprocess.Popen(
             command,
             stdout=subprocess.DEVNULL,

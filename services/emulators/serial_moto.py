@@ -4,7 +4,7 @@ moto's own server (`python -m moto.server`) runs its backends on several threads
 writes to one item can both read the old item and both succeed, which real DynamoDB never allows. Connections are
 still accepted concurrently; only the backend calls are serialized.
 
-    python -m services.emulators.serial_moto -H 127.0.0.1 -p 5000
+    python -m shardherd.services.emulators.serial_moto -H 127.0.0.1 -p 5000
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The parent holds the write end of this process's stdin. When the parent exits for any reason (Ctrl-C, a crash, even
 SIGKILL) the pipe closes, the watcher thread sees end-of-file and sends SIGTERM to this process, so agents drain and
 coordinators release leadership exactly as on a normal stop; if that takes longer than the grace period the process
-exits hard. Usage: `python -m services.local_stack.child GRACE_SECONDS MODULE [ARGS...]`.
+exits hard. Usage: `python -m shardherd.services.local_stack.child GRACE_SECONDS MODULE [ARGS...]`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def watch_parent(stdin: int, grace: float) -> None:
 def main(argv: list[str]) -> None:
     """Start the watcher, then run `MODULE ARGS...` in this interpreter as if by `python -m`."""
     if len(argv) < 2:
-        raise SystemExit("usage: python -m services.local_stack.child GRACE_SECONDS MODULE [ARGS...]")
+        raise SystemExit("usage: python -m shardherd.services.local_stack.child GRACE_SECONDS MODULE [ARGS...]")
     grace, module, rest = float(argv[0]), argv[1], argv[2:]
     threading.Thread(target=watch_parent, args=(sys.stdin.fileno(), grace), name="parent-watch", daemon=True).start()
     sys.argv = [module, *rest]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from services.emulators.kinesalite import Kinesalite
-from services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
-from services.local_stack.state import ProcessEntry
-from services.local_stack.supervisor import Child, Supervisor, log_tail
-from shared.config import Settings
-from shared.errors import ShardherdError
+from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
+from shardherd.services.local_stack.state import ProcessEntry
+from shardherd.services.local_stack.supervisor import Child, Supervisor, log_tail
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import ShardherdError
 
 DYNAMODB_EMULATOR = "dynamodb-emulator"
 KINESIS_EMULATOR = "kinesis-emulator"
@@ -50,7 +50,7 @@ class Emulators:
         if not self._use_aws and dynamodb is None and settings.store_backend == "dynamodb":
             port = free_port()
             env = {**os.environ, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
-            self.moto = self._supervisor.spawn("moto", DYNAMODB_EMULATOR, "services.emulators.serial_moto",
+            self.moto = self._supervisor.spawn("moto", DYNAMODB_EMULATOR, "shardherd.services.emulators.serial_moto",
                                                ["-H", LOOPBACK, "-p", str(port)], env, grace=5.0, port=port)
             dynamodb = f"http://{LOOPBACK}:{port}"
         if not self._use_aws and kinesis is None:

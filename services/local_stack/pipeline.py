@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.spark.commit import BatchFunction
+from shardherd.agent.spark.commit import BatchFunction
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -12,8 +12,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from agent.consumer import Checkpointer, RecordProcessor
-from agent.records import Record
+from shardherd.agent.consumer import Checkpointer, RecordProcessor
+from shardherd.agent.records import Record
 
 RECORDS_DIR_ENV = "SHARDHERD_UP_RECORDS_DIR"
 KEYS_SUFFIX = ".keys"

@@ -18,10 +18,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.kpl import Aggregator, UserRecord
-from shared.errors import ConfigError, ShardherdError
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
+from shardherd.agent.kpl import Aggregator, UserRecord
+from shardherd.shared.errors import ConfigError, ShardherdError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
 
 log = logging.getLogger(__name__)
 

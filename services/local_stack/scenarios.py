@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from services.local_stack.control import request
-from services.local_stack.state import StackState
-from services.local_stack.status import Snapshot, read_snapshot
-from services.status_cli import ApiError, OperatorClient
-from shared.aws import make_client
-from shared.errors import ShardherdError
+from shardherd.services.local_stack.control import request
+from shardherd.services.local_stack.state import StackState
+from shardherd.services.local_stack.status import Snapshot, read_snapshot
+from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.aws import make_client
+from shardherd.shared.errors import ShardherdError
 
 POLL_SECONDS = 0.25
 Say = Callable[[str], None]

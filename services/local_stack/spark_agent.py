@@ -1,6 +1,6 @@
 """A Spark agent of the local stack: a local Spark driver embedding the agent, running the example pipeline.
 
-    python -m services.local_stack.spark_agent --out DIR [--master local[1]] [--driver-memory 512m] ...
+    python -m shardherd.services.local_stack.spark_agent --out DIR [--master local[1]] [--driver-memory 512m] ...
 
 Settings come from SHARDHERD_* variables (the stack sets the worker id, stream and endpoints). The driver appends
 Parquet to `<out>/records/<worker id>` and keeps Spark's checkpoint in `<out>/checkpoint/<worker id>` (plans only:
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.spark.driver import SparkAgent
-from agent.spark.offsets import Caps
-from agent.spark.session import local_spark
-from services.agent_service import StopSignals
-from services.local_stack.pipeline import records_dir, write_records
-from shared.config import Settings, load_settings
+from shardherd.agent.spark.driver import SparkAgent
+from shardherd.agent.spark.offsets import Caps
+from shardherd.agent.spark.session import local_spark
+from shardherd.services.agent_service import StopSignals
+from shardherd.services.local_stack.pipeline import records_dir, write_records
+from shardherd.shared.config import Settings, load_settings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

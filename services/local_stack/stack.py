@@ -1,6 +1,6 @@
 """The local stack: emulators, stream and tables, coordinator replicas, agents, producer, control socket, state file.
 
-Agents are local Spark drivers running the example pipeline (`services.local_stack.spark_agent`, Parquet under
+Agents are local Spark drivers running the example pipeline (`shardherd.services.local_stack.spark_agent`, Parquet under
 `<run dir>/shard-counts`) unless `spark=False`, which runs plain agents with a counting processor.
 
 Stop order on Ctrl-C/SIGTERM: the producer, then the coordinators (leadership released, so no leader reassigns
@@ -24,12 +24,12 @@ from typing import Any
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
-from services.emulators.ports import LOOPBACK, free_port, wait_until
-from services.local_stack.control import ControlServer
-from services.local_stack.emulators import Emulators, Endpoints
-from services.local_stack.processor import RECORDS_DIR_ENV
-from services.local_stack.producer import Producer, ZipfKeys
-from services.local_stack.state import (
+from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
+from shardherd.services.local_stack.control import ControlServer
+from shardherd.services.local_stack.emulators import Emulators, Endpoints
+from shardherd.services.local_stack.processor import RECORDS_DIR_ENV
+from shardherd.services.local_stack.producer import Producer, ZipfKeys
+from shardherd.services.local_stack.state import (
     CONTROL_SOCKET,
     LOG_DIR,
     STATE_FILE,
@@ -39,17 +39,17 @@ from services.local_stack.state import (
     StackState,
     rotate,
 )
-from services.local_stack.supervisor import Child, Supervisor, log_tail
-from shared.aws import make_client
-from shared.config import Settings, load_settings
-from shared.errors import ConfigError, ShardherdError
-from shared.store_factory import open_store
+from shardherd.services.local_stack.supervisor import Child, Supervisor, log_tail
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.errors import ConfigError, ShardherdError
+from shardherd.shared.store_factory import open_store
 
 log = logging.getLogger(__name__)
 
 AGENT, COORDINATOR = "agent", "coordinator"
-PLAIN_PROCESSOR = "services.local_stack.processor:CountingProcessor"
-SPARK_AGENT = "services.local_stack.spark_agent"
+PLAIN_PROCESSOR = "shardherd.services.local_stack.processor:CountingProcessor"
+SPARK_AGENT = "shardherd.services.local_stack.spark_agent"
 PIPELINE_DIR = "shard-counts"
 PLAIN_RECORDS_DIR = "plain-records"
 API_TIMEOUT = 30.0
@@ -97,7 +97,7 @@ class StackOptions:
 
     @property
     def plain_records_dir(self) -> Path:
-        """Where plain agents keep the keys of the records they processed (see services.local_stack.processor)."""
+        """Where plain agents keep the keys of the records they processed (see processor.py beside this file)."""
         return self.run_dir / PLAIN_RECORDS_DIR
 
 
@@ -235,7 +235,7 @@ class LocalStack:
             port = self._api_port(self._serial[COORDINATOR])
             env = {**self._env, "SHARDHERD_WORKER_ID": name, "SHARDHERD_API_PORT": str(port),
                    "SHARDHERD_API_HOST": LOOPBACK}
-            child = self.supervisor.spawn(name, COORDINATOR, "services.cli", ["coordinator"], env, grace=10.0,
+            child = self.supervisor.spawn(name, COORDINATOR, "shardherd", ["coordinator"], env, grace=10.0,
                                           port=port, api_url=f"http://{LOOPBACK}:{port}")
         return child
 
@@ -258,13 +258,13 @@ class LocalStack:
                 child = self.supervisor.spawn(name, AGENT, SPARK_AGENT, args, env, grace=options.drain_timeout + 30)
             else:
                 args = ["agent", "--processor", PLAIN_PROCESSOR, "--drain-timeout", drain]
-                child = self.supervisor.spawn(name, AGENT, "services.cli", args, env, grace=options.drain_timeout + 10)
+                child = self.supervisor.spawn(name, AGENT, "shardherd", args, env, grace=options.drain_timeout + 10)
         self.write_state()
         return child
 
     # ------------------------------------------------------------------ control
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Carry out one control request (see services.local_stack.control)."""
+        """Carry out one control request (see shardherd.services.local_stack.control)."""
         op = request["op"]
         if op == "add-agent":
             return {"name": self.add_agent().name}

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 RUN_DIR_ENV = "SHARDHERD_RUN_DIR"
 DEFAULT_RUN_DIR = Path(".shardherd") / "up"

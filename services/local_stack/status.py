@@ -17,9 +17,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from services.local_stack.stack import AGENT, LocalStack
-from services.status_cli import ApiError, OperatorClient
-from shared.store import LeaseStore
+from shardherd.services.local_stack.stack import AGENT, LocalStack
+from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.store import LeaseStore
 
 
 def tree_memory(pid: int) -> tuple[int, int]:

@@ -1,6 +1,6 @@
 """Child processes of the stack: each in its own process group, logging to a file, ending itself if we die.
 
-Every child runs through `services.local_stack.child`, which watches its stdin pipe: if this process disappears
+Every child runs through `child.py` of this folder, which watches its stdin pipe: if this process disappears
 (even by SIGKILL) the pipe closes and the child stops itself gracefully, so no orphans outlive the stack.
 A graceful signal (SIGTERM) goes to the child alone, so it stops its own children in order (a Spark driver keeps its
 JVM until its leases are handed on); SIGKILL goes to its whole process group, and whatever the child started that is
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ class Supervisor:
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with self._guard, open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "services.local_stack.child", str(grace), module, *args],
+                [sys.executable, "-m", "shardherd.services.local_stack.child", str(grace), module, *args],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 env={**env, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
             )

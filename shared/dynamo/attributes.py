@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from shared.dynamo.expressions import AttributeValue, Item
+from shardherd.shared.dynamo.expressions import AttributeValue, Item
 
 _MICRO = Decimal("0.000001")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared.dynamo.errors import ConditionFailed, call
-from shared.dynamo.expressions import Item
-from shared.retry import RetryPolicy
-from shared.store import TableNames
+from shardherd.shared.dynamo.errors import ConditionFailed, call
+from shardherd.shared.dynamo.expressions import Item
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import TableNames
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -7,9 +7,9 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
-from shared.dynamo.expressions import Item
-from shared.errors import StoreError
-from shared.retry import RetryPolicy
+from shardherd.shared.dynamo.expressions import Item
+from shardherd.shared.errors import StoreError
+from shardherd.shared.retry import RetryPolicy
 
 T = TypeVar("T")
 

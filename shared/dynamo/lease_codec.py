@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from shared.checkpoint import Checkpoint, parse_checkpoint
-from shared.dynamo.attributes import (
+from shardherd.shared.checkpoint import Checkpoint, parse_checkpoint
+from shardherd.shared.dynamo.attributes import (
     AttributeTypeError,
     integer,
     read_bytes,
@@ -18,11 +18,11 @@ from shared.dynamo.attributes import (
     string,
     string_set,
 )
-from shared.dynamo.expressions import AttributeValue, Expression, Item
-from shared.errors import InvalidCheckpoint, MalformedLease
-from shared.lease import Lease
-from shared.row_checks import checked_counts, checked_throughput, decoded
-from shared.worker import LeaseProgress, lease_progress_fields
+from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
+from shardherd.shared.errors import InvalidCheckpoint, MalformedLease
+from shardherd.shared.lease import Lease
+from shardherd.shared.row_checks import checked_counts, checked_throughput, decoded
+from shardherd.shared.worker import LeaseProgress, lease_progress_fields
 
 LEASE_KEY = "leaseKey"
 LEASE_OWNER = "leaseOwner"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from shared.dynamo.base import DynamoAccess
-from shared.dynamo.expressions import Expression
-from shared.dynamo.state_codec import add_condition, decode_state, encode_state, state_key
-from shared.dynamo.worker_codec import (
+from shardherd.shared.dynamo.base import DynamoAccess
+from shardherd.shared.dynamo.expressions import Expression
+from shardherd.shared.dynamo.state_codec import add_condition, decode_state, encode_state, state_key
+from shardherd.shared.dynamo.worker_codec import (
     DRAIN_REQUESTED,
     WORKER_ID,
     decode_worker,
@@ -15,9 +15,9 @@ from shared.dynamo.worker_codec import (
     worker_unchanged,
     worker_upsert,
 )
-from shared.errors import MalformedWorker
-from shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue, WorkerScan
-from shared.worker import WorkerRecord
+from shardherd.shared.errors import MalformedWorker
+from shardherd.shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue, WorkerScan
+from shardherd.shared.worker import WorkerRecord
 
 
 class WorkerAndStateRecords(DynamoAccess):

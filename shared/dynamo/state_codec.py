@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.dynamo.attributes import AttributeTypeError, parse_integer
-from shared.dynamo.expressions import AttributeValue, Expression, Item
-from shared.errors import StoreError
-from shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue
+from shardherd.shared.dynamo.attributes import AttributeTypeError, parse_integer
+from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
+from shardherd.shared.errors import StoreError
+from shardherd.shared.store import STATE_KEY_ATTRIBUTE, StateCondition, StateValue
 
 
 def state_key(key: str) -> dict[str, AttributeValue]:

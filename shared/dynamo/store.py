@@ -5,19 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from shared.checkpoint import Checkpoint
-from shared.dynamo import lease_codec as lc
-from shared.dynamo.attributes import integer, rounded_micro, string, string_set
-from shared.dynamo.errors import ConditionFailed, TransactionCanceled
-from shared.dynamo.expressions import Expression, Item
-from shared.dynamo.records import WorkerAndStateRecords
-from shared.dynamo.state_codec import add_condition, state_key
-from shared.dynamo.tables import Capacity, TableManager
-from shared.errors import MalformedLease, StoreError
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.rounding import round_throughput
-from shared.store import (
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.dynamo import lease_codec as lc
+from shardherd.shared.dynamo.attributes import integer, rounded_micro, string, string_set
+from shardherd.shared.dynamo.errors import ConditionFailed, TransactionCanceled
+from shardherd.shared.dynamo.expressions import Expression, Item
+from shardherd.shared.dynamo.records import WorkerAndStateRecords
+from shardherd.shared.dynamo.state_codec import add_condition, state_key
+from shardherd.shared.dynamo.tables import Capacity, TableManager
+from shardherd.shared.errors import MalformedLease, StoreError
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.rounding import round_throughput
+from shardherd.shared.store import (
     LEASE_OWNER_INDEX,
     STATE_KEY_ATTRIBUTE,
     Conflict,
@@ -27,7 +27,7 @@ from shared.store import (
     Outcome,
     TableNames,
 )
-from shared.worker import LeaseProgress
+from shardherd.shared.worker import LeaseProgress
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

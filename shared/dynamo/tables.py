@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from shared.dynamo.errors import call, error_code
-from shared.dynamo.lease_codec import LEASE_KEY, LEASE_OWNER
-from shared.dynamo.worker_codec import WORKER_ID
-from shared.errors import ConfigError, StoreError
-from shared.retry import RetryPolicy
-from shared.store import LEASE_OWNER_INDEX, STATE_KEY_ATTRIBUTE, TableNames
+from shardherd.shared.dynamo.errors import call, error_code
+from shardherd.shared.dynamo.lease_codec import LEASE_KEY, LEASE_OWNER
+from shardherd.shared.dynamo.worker_codec import WORKER_ID
+from shardherd.shared.errors import ConfigError, StoreError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LEASE_OWNER_INDEX, STATE_KEY_ATTRIBUTE, TableNames
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.dynamo.attributes import (
+from shardherd.shared.dynamo.attributes import (
     AttributeTypeError,
     integer,
     number,
@@ -14,10 +14,10 @@ from shared.dynamo.attributes import (
     read_string,
     string,
 )
-from shared.dynamo.expressions import AttributeValue, Expression, Item
-from shared.errors import MalformedWorker
-from shared.row_checks import InvalidRowValue, checked_throughput, decoded
-from shared.worker import LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
+from shardherd.shared.errors import MalformedWorker
+from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
+from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
 LAST_UPDATE = "lut"

@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from shared.errors import ConfigError
+from shardherd.shared.errors import ConfigError
 
 # Seconds a SQLite writer waits for the write lock before "database is locked" (URL `?timeout=` overrides).
 SQLITE_BUSY_TIMEOUT = 30.0

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from shared.checkpoint import Checkpoint, parse_checkpoint
-from shared.errors import InvalidCheckpoint, MalformedLease
-from shared.lease import Lease
-from shared.rounding import round_throughput
-from shared.row_checks import checked_counts, checked_throughput, decoded
-from shared.sql.schema import LEASE_ATTRIBUTES, PROGRESS_COLUMNS
-from shared.sql.values import (
+from shardherd.shared.checkpoint import Checkpoint, parse_checkpoint
+from shardherd.shared.errors import InvalidCheckpoint, MalformedLease
+from shardherd.shared.lease import Lease
+from shardherd.shared.rounding import round_throughput
+from shardherd.shared.row_checks import checked_counts, checked_throughput, decoded
+from shardherd.shared.sql.schema import LEASE_ATTRIBUTES, PROGRESS_COLUMNS
+from shardherd.shared.sql.values import (
     read_bytes,
     read_int,
     read_number,
@@ -20,7 +20,7 @@ from shared.sql.values import (
     read_string_set,
     write_string_set,
 )
-from shared.worker import LeaseProgress, lease_progress_fields
+from shardherd.shared.worker import LeaseProgress, lease_progress_fields
 
 LEASE_ENTITY = "LEASE"
 

@@ -17,8 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-from shared.errors import StoreError
-from shared.store import TableNames
+from shardherd.shared.errors import StoreError
+from shardherd.shared.store import TableNames
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 # Keys of the Alembic config's attributes through which env.py gets the connection and the table names.

@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeEngine
 
-from shared.store import TableNames
+from shardherd.shared.store import TableNames
 
 # Lease column -> KCL attribute name (KCL's lease serializer); the column names are the attributes in snake case.
 LEASE_ATTRIBUTES: dict[str, str] = {

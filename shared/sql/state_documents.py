@@ -7,9 +7,9 @@ import binascii
 import json
 from collections.abc import Mapping
 
-from shared.errors import StoreError
-from shared.state_conditions import check_value
-from shared.store import StateValue
+from shardherd.shared.errors import StoreError
+from shardherd.shared.state_conditions import check_value
+from shardherd.shared.store import StateValue
 
 
 def encode_document(attributes: Mapping[str, StateValue]) -> str:

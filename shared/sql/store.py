@@ -27,20 +27,20 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from shared.checkpoint import Checkpoint
-from shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.rounding import round_throughput
-from shared.sql.engine import insert_for, is_transient, make_engines
-from shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
-from shared.sql.migrate import upgrade, version_table
-from shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
-from shared.sql.state_documents import decode_document, encode_document
-from shared.sql.values import write_string_set
-from shared.sql.worker_rows import decode_worker, worker_values
-from shared.state_conditions import check_value, condition_holds
-from shared.store import (
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.rounding import round_throughput
+from shardherd.shared.sql.engine import insert_for, is_transient, make_engines
+from shardherd.shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
+from shardherd.shared.sql.migrate import upgrade, version_table
+from shardherd.shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
+from shardherd.shared.sql.state_documents import decode_document, encode_document
+from shardherd.shared.sql.values import write_string_set
+from shardherd.shared.sql.worker_rows import decode_worker, worker_values
+from shardherd.shared.state_conditions import check_value, condition_holds
+from shardherd.shared.store import (
     Conflict,
     Fence,
     LeaseScan,
@@ -51,7 +51,7 @@ from shared.store import (
     TableNames,
     WorkerScan,
 )
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 T = TypeVar("T")
 

@@ -7,10 +7,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import MalformedWorker
-from shared.row_checks import InvalidRowValue, checked_throughput, decoded
-from shared.sql.values import read_int, read_json, read_optional_str
-from shared.worker import FAILED_SAMPLE, LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.errors import MalformedWorker
+from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
+from shardherd.shared.sql.values import read_int, read_json, read_optional_str
+from shardherd.shared.worker import FAILED_SAMPLE, LeaseProgress, WorkerRecord, WorkerState
 
 
 def worker_values(record: WorkerRecord) -> dict[str, Any]:

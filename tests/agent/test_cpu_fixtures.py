@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.metrics.cpu_ecs import ECS_URI_ENV
-from agent.metrics.select import select_cpu_source
-from shared.clock import SystemClock
+from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV
+from shardherd.agent.metrics.select import select_cpu_source
+from shardherd.shared.clock import SystemClock
 from tests.support.cpu_fixtures import CgroupTree, CpuFleet, EcsMetadata
 
 

@@ -14,14 +14,14 @@ from typing import Any
 import psutil
 import pytest
 
-from agent.metrics import InvalidMetricInput, MetricSourceError
-from agent.metrics.cpu_cgroup import CgroupV1Cpu, CgroupV2Cpu, count_cpus
-from agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
-from agent.metrics.cpu_proc import ProcStatCpu
-from agent.metrics.cpu_psutil import PsutilCpu
-from agent.metrics.cpu_tree import ProcessTreeCpu, cgroup_pids, shares_scope
-from agent.metrics.select import select_cpu_source
-from shared.clock import ManualClock
+from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
+from shardherd.agent.metrics.cpu_cgroup import CgroupV1Cpu, CgroupV2Cpu, count_cpus
+from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
+from shardherd.agent.metrics.cpu_proc import ProcStatCpu
+from shardherd.agent.metrics.cpu_psutil import PsutilCpu
+from shardherd.agent.metrics.cpu_tree import ProcessTreeCpu, cgroup_pids, shares_scope
+from shardherd.agent.metrics.select import select_cpu_source
+from shardherd.shared.clock import ManualClock
 from tests.support.cpu_fixtures import JsonServer
 
 DOCKER_ID = "c0ffee1234"

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.kpl import (
+from shardherd.agent.kpl import (
     MAGIC,
     Aggregator,
     BrokenAggregate,
@@ -20,9 +20,9 @@ from agent.kpl import (
     encode_varint,
     is_aggregate,
 )
-from agent.kpl_decoding import decode_aggregate
-from agent.records import DeaggregationCounters, records_from_kinesis
-from shared.checkpoint import Checkpoint
+from shardherd.agent.kpl_decoding import decode_aggregate
+from shardherd.agent.records import DeaggregationCounters, records_from_kinesis
+from shardherd.shared.checkpoint import Checkpoint
 
 ARRIVAL = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -98,7 +98,7 @@ def test_broken_aggregate_is_one_raw_record(data: bytes, caplog: pytest.LogCaptu
     with pytest.raises(BrokenAggregate):
         decode_aggregate(data)
     counters = DeaggregationCounters()
-    with caplog.at_level(logging.WARNING, logger="agent.records"):
+    with caplog.at_level(logging.WARNING, logger="shardherd.agent.records"):
         records = records_from_kinesis("shardId-1", kinesis_item(data), counters)
     assert len(records) == 1
     (record,) = records

@@ -20,8 +20,8 @@ from typing import get_args
 
 import pytest
 
-from agent import kpl_decoding, kpl_protobuf, kpl_python
-from agent.kpl import (
+from shardherd.agent import kpl_decoding, kpl_protobuf, kpl_python
+from shardherd.agent.kpl import (
     DIGEST_SIZE,
     KPL_DECODERS,
     MAGIC,
@@ -31,14 +31,14 @@ from agent.kpl import (
     encode_aggregate,
     encode_varint,
 )
-from agent.read_spec import StartPosition
-from agent.runtime import Agent
-from agent.spark.offsets import ShardPlan
-from agent.spark.source import ShardPartition, SourceOptions, read_partition
-from shared.checkpoint import Checkpoint
-from shared.config import Settings, load_settings
-from shared.errors import ConfigError
-from shared.memory_store import MemoryLeaseStore
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.runtime import Agent
+from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.source import ShardPartition, SourceOptions, read_partition
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.memory_store import MemoryLeaseStore
 
 Decoder = Callable[[bytes], list[UserRecord]]
 Outcome = list[UserRecord] | type[BrokenAggregate]
@@ -286,7 +286,7 @@ def test_an_agent_applies_its_kpl_decoder_setting_and_logs_it(caplog: pytest.Log
                              disable_worker_metrics=True)
     agent = Agent(settings, lambda: pytest.fail("no shard is held"), store=MemoryLeaseStore(settings.table_names))
     assert agent.kpl_decoder == kpl_decoding.decoder_name() == "python"
-    with caplog.at_level(logging.INFO, logger="agent.runtime"):
+    with caplog.at_level(logging.INFO, logger="shardherd.agent.runtime"):
         agent.start()
         agent.stop(drain=False)
     assert "de-aggregated by the python decoder (kpl_decoder=python)" in caplog.text

@@ -6,18 +6,18 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from agent.lease_keeper import LeaseKeeper, LossReason
-from coordinator.assignment_feed import OWNS, AssignmentFeed
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
-from shared.clock import ManualClock
-from shared.config import Settings, load_settings
-from shared.dynamo.store import DynamoLeaseStore
-from shared.lease import Lease, new_lease
-from shared.retry import RetryPolicy
-from shared.store import Conflict, LeaseStore, TableNames
-from shared.worker import WorkerState
+from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
+from shardherd.coordinator.assignment_feed import OWNS, AssignmentFeed
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.lease import Lease, new_lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import Conflict, LeaseStore, TableNames
+from shardherd.shared.worker import WorkerState
 from tests.support.faulty_proxy import INTERNAL_ERROR, FaultyProxy
 from tests.support.stores import unique_app
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from agent.metrics.select import select_cpu_source
-from shared.clock import SystemClock
+from shardherd.agent.metrics.select import select_cpu_source
+from shardherd.shared.clock import SystemClock
 
 
 def burn_cpu(seconds: float) -> int:

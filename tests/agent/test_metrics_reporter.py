@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from agent.metrics.sampler import MetricsSampler
-from agent.runtime import MetricsReporter
-from coordinator.deciders.worker_metrics import classify
-from coordinator.moves import WorkerStatus
-from coordinator.snapshot import WorkerView
-from shared.clock import ManualClock
-from shared.worker import CPU_METRIC
+from shardherd.agent.metrics.sampler import MetricsSampler
+from shardherd.agent.runtime import MetricsReporter
+from shardherd.coordinator.deciders.worker_metrics import classify
+from shardherd.coordinator.moves import WorkerStatus
+from shardherd.coordinator.snapshot import WorkerView
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.worker import CPU_METRIC
 from tests.agent.test_metrics_sampler import ScriptedCpu
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.metrics import InvalidMetricInput, MetricSourceError
-from agent.metrics.cpu_proc import ProcStatCpu
-from agent.metrics.sampler import MetricsSampler, SamplingThread
-from shared.clock import ManualClock, SystemClock
-from shared.worker import CPU_METRIC, WorkerRecord
+from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
+from shardherd.agent.metrics.cpu_proc import ProcStatCpu
+from shardherd.agent.metrics.sampler import MetricsSampler, SamplingThread
+from shardherd.shared.clock import ManualClock, SystemClock
+from shardherd.shared.worker import CPU_METRIC, WorkerRecord
 
 
 class ScriptedCpu:

@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from agent.kpl import Aggregator, UserRecord
-from agent.read_spec import ENDED, InvalidReadSpec, ReadLimits, ReadSpec, StartPosition
-from agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup
-from agent.records import Record
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from services.emulators.ports import wait_until
-from shared.checkpoint import LATEST, TRIM_HORIZON, Checkpoint
-from shared.clock import ManualClock, SystemClock
-from shared.errors import StoreUnavailable
-from shared.retry import RetryPolicy
+from shardherd.agent.kpl import Aggregator, UserRecord
+from shardherd.agent.read_spec import ENDED, InvalidReadSpec, ReadLimits, ReadSpec, StartPosition
+from shardherd.agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup
+from shardherd.agent.records import Record
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.ports import wait_until
+from shardherd.shared.checkpoint import LATEST, TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import ManualClock, SystemClock
+from shardherd.shared.errors import StoreUnavailable
+from shardherd.shared.retry import RetryPolicy
 from tests.coordinator.conftest import kinesis_client
 from tests.support.faulty_proxy import THROTTLED, Fault, FaultyProxy
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from agent.runtime import Agent
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.checkpoint import Checkpoint
+from shardherd.agent.runtime import Agent
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.checkpoint import Checkpoint
 from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stream_stack import StreamStack

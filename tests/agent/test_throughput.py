@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from agent.metrics import InvalidMetricInput
-from agent.metrics.throughput import ThroughputRecorder
-from shared.clock import ManualClock
-from shared.config import load_settings
+from shardherd.agent.metrics import InvalidMetricInput
+from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

@@ -25,14 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from shared.aws import make_client
-from shared.checkpoint import Checkpoint
-from shared.config import Settings, load_settings
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
-from shared.shards import Shard
-from shared.store import TableNames
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shards import Shard
+from shardherd.shared.store import TableNames
 from tests.chaos.ledgers import Produced, ProducerLedger
 from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy
 from tests.support.cpu_fixtures import CpuFleet
@@ -49,7 +49,7 @@ def plain_agent_command(skew_seconds: float) -> list[str]:
     tail = ["agent", "--processor", PROCESSOR]
     if skew_seconds:
         return [sys.executable, "-m", "tests.chaos.skewed", str(skew_seconds), *tail]
-    return [sys.executable, "-m", "services.cli", *tail]
+    return [sys.executable, "-m", "shardherd", *tail]
 
 
 
@@ -130,7 +130,7 @@ class ChaosCluster:
         self.settings: Settings = load_settings(**{
             key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
             if key.startswith("SHARDHERD_") and key != LEDGER_ENV})
-        from shared.dynamo.store import DynamoLeaseStore
+        from shardherd.shared.dynamo.store import DynamoLeaseStore
 
         self.store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_url),
                                       TableNames.for_application(self.app))
@@ -170,7 +170,7 @@ class ChaosCluster:
         """Start one more coordinator replica."""
         name = f"coord-{next(self._names)}"
         self.note("start_coordinator", name)
-        return self._spawn(name, [sys.executable, "-m", "services.cli", "coordinator"], self.env)
+        return self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], self.env)
 
     def start_agent(self, skew: float = 0.0) -> Member:
         """Start one more agent (wall clock off by `skew` seconds), writing its own ledger file."""

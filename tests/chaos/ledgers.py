@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.consumer import Checkpointer
-from agent.records import Record
+from shardherd.agent.consumer import Checkpointer
+from shardherd.agent.records import Record
 from tests.support.file_ledger import LEDGER_ENV, FileLedgerProcessor, read_ledger
 
 CHECKPOINT_SUFFIX = ".ckpt"

@@ -19,7 +19,7 @@ def skew_wall_clock(seconds: float) -> None:
 def main(argv: list[str]) -> int:
     """Shift the wall clock, then run the shardherd command line with the remaining arguments."""
     skew_wall_clock(float(argv[0]))
-    from services.cli import main as shardherd
+    from shardherd.services.cli import main as shardherd
 
     return shardherd(argv[1:])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from shared.checkpoint import Checkpoint
+from shardherd.shared.checkpoint import Checkpoint
 from tests.chaos.analysis import (
     FENCING,
     Lifetime,

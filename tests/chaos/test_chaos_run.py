@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.chaos.analysis import format_report
 from tests.chaos.scenario import SoakConfig, run_soak
 

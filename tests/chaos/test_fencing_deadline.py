@@ -12,16 +12,16 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from agent.lease_keeper import LeaseKeeper, LossReason
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.dynamo.store import DynamoLeaseStore
-from shared.lease import Lease, new_lease
-from shared.retry import RetryPolicy
-from shared.store import TableNames
+from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.lease import Lease, new_lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import TableNames
 from tests.support.chaos_proxy import Chaos, ChaosProxy
 from tests.support.stores import unique_app
 

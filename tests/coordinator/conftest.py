@@ -12,11 +12,11 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
-from shared.store import LeaseStore
+from shardherd.services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
+from shardherd.shared.store import LeaseStore
 from tests.support.stores import make_store
 
-# One HTTP attempt per call: retries are the lister's job (shared.retry on an injected clock), so tests count exactly.
+# One HTTP attempt per call: retries are the lister's job (retries on an injected clock), so tests count exactly.
 _ONE_ATTEMPT = Config(retries={"total_max_attempts": 1}, connect_timeout=2, read_timeout=20)
 
 

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from coordinator.assignment_feed import HANDS_OFF, OWNS, RECEIVES, AssignmentFeed, NotLeading, relations
-from shared.lease import Lease
+from shardherd.coordinator.assignment_feed import HANDS_OFF, OWNS, RECEIVES, AssignmentFeed, NotLeading, relations
+from shardherd.shared.lease import Lease
 
 
 def test_relations_name_owners_receivers_and_handing_off_workers() -> None:

@@ -10,11 +10,11 @@ import random
 
 import pytest
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.load_model import Line, fit_line, proportional
-from coordinator.moves import MoveReason, Plan
-from coordinator.snapshot import Snapshot, WorkerView
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.load_model import Line, fit_line, proportional
+from shardherd.coordinator.moves import MoveReason, Plan
+from shardherd.coordinator.snapshot import Snapshot, WorkerView
 from tests.coordinator.test_decide import applied, counts, cpu, owned
 
 BAND = DeciderConfig()

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 from tests.support.fast_settings import fast_env
 from tests.support.stores import make_store, unique_app
 from tests.support.waiting import wait_for
@@ -80,7 +80,7 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
     }
 
     def start(worker_id: str) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen([sys.executable, "-m", "services.cli", "coordinator"],
+        process = subprocess.Popen([sys.executable, "-m", "shardherd", "coordinator"],
                                    env={**env, "SHARDHERD_WORKER_ID": worker_id},
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         processes.append(process)

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.decide import DECIDERS, decide
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.moves import Plan
-from coordinator.snapshot import InvalidSnapshot, LeaseView, Snapshot, WorkerView
-from shared.checkpoint import SHARD_END
-from shared.config import load_settings
-from shared.errors import ConfigError
-from shared.lease import Lease
-from shared.worker import WorkerRecord, WorkerState
+from shardherd.coordinator.decide import DECIDERS, decide
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.snapshot import InvalidSnapshot, LeaseView, Snapshot, WorkerView
+from shardherd.shared.checkpoint import SHARD_END
+from shardherd.shared.config import load_settings
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import WorkerRecord, WorkerState
 
 
 def cpu(worker_id: str, value: float, limit: float = 100.0, draining: bool = False) -> WorkerView:

@@ -6,9 +6,9 @@ import pytest
 
 from bench.fleet_cost import exponent, run_size
 from bench.kcl_baseline import RENEW_S, kcl_bill
-from services.leader_status import MAX_STATUS_BYTES
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
+from shardherd.services.leader_status import MAX_STATUS_BYTES
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
 
 
 def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:

@@ -13,11 +13,11 @@ from bench.fleet.worker import AgentWorker
 from bench.fleet.world import Stream
 from bench.kcl2_taker import Kcl2Taker
 from bench.store_counter import WRITE_KINDS, CountingStore
-from shared.clock import ManualClock
-from shared.lease import Lease
-from shared.memory_store import MemoryLeaseStore
-from shared.store import TableNames
-from shared.worker import WorkerState
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
+from shardherd.shared.worker import WorkerState
 
 
 def _run(name: str) -> dict[str, Result]:

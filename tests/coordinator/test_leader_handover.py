@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from coordinator.leader_lock import OBSERVED, LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.liveness import MAX_SIGHTINGS_BYTES, decode_sightings, encode_sightings
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.shards import MAX_HASH_KEY, Shard
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import OBSERVED, LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.liveness import MAX_SIGHTINGS_BYTES, decode_sightings, encode_sightings
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.shards import MAX_HASH_KEY, Shard
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 
 TICK = 0.5
 LOOP_EVERY = 4  # ticks: the 2 s assignment interval

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from coordinator.leader_lock import DURATION, EPOCH, OWNER, RELEASED, TERM, VERSION, LeaderLock
-from shared.checkpoint import TRIM_HORIZON
-from shared.clock import ManualClock
-from shared.lease import new_lease
-from shared.store import Conflict, LeaseStore
+from shardherd.coordinator.leader_lock import DURATION, EPOCH, OWNER, RELEASED, TERM, VERSION, LeaderLock
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.lease import new_lease
+from shardherd.shared.store import Conflict, LeaseStore
 
 DURATION_MS = 6_000
 PERIOD_MS = 1_500

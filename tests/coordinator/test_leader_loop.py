@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.moves import MoveReason
-from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.clock import ManualClock
-from shared.config import Settings, load_settings
-from shared.lease import Lease
-from shared.shards import MAX_HASH_KEY, Shard
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.moves import MoveReason
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.shards import MAX_HASH_KEY, Shard
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 
 INTERVAL = 2.0
 

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.moves import WorkerStatus
-from shared.checkpoint import SHARD_END, TRIM_HORIZON
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.lease import Lease
-from shared.memory_store import MemoryLeaseStore
-from shared.store import TableNames
-from shared.worker import FAILED_SAMPLE, WorkerRecord, WorkerState
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.moves import WorkerStatus
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
+from shardherd.shared.worker import FAILED_SAMPLE, WorkerRecord, WorkerState
 
 EXAMPLES = 300  # generated fleets, plus the explicit examples below
 INTERVAL = 2.0

@@ -1,10 +1,10 @@
 import pytest
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.deciders.lease_count import quotas
-from coordinator.moves import MoveReason, UnplacedReason
-from coordinator.snapshot import LeaseView, Snapshot
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.deciders.lease_count import quotas
+from shardherd.coordinator.moves import MoveReason, UnplacedReason
+from shardherd.coordinator.snapshot import LeaseView, Snapshot
 from tests.coordinator.test_decide import applied, counts, default, owned
 
 LEASE_COUNT = DeciderConfig(strategy=Strategy.LEASE_COUNT)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coordinator.liveness import LivenessTracker, WorkerGrace
-from shared.lease import Lease
-from shared.worker import WorkerRecord
+from shardherd.coordinator.liveness import LivenessTracker, WorkerGrace
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import WorkerRecord
 
 FAILOVER = 10.0
 

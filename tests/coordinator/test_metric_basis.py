@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig
-from coordinator.metric_basis import on_common_basis
-from coordinator.snapshot import LeaseView, Snapshot, WorkerView
-from shared.worker import CPU_METRIC, MEMORY_METRIC, common_metric_kinds
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.metric_basis import on_common_basis
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.shared.worker import CPU_METRIC, MEMORY_METRIC, common_metric_kinds
 
 CPU = {CPU_METRIC: (40.0, 40.0)}
 CPU_RANGE = {CPU_METRIC: (100.0,)}

@@ -15,24 +15,24 @@ from typing import Any
 
 import pytest
 
-from agent.lease_keeper import LeaseKeeper
-from agent.metrics.sampler import MetricsSampler
-from agent.runtime import MetricsReporter
-from coordinator.decider_config import DeciderConfig, Strategy
-from coordinator.deciders.kcl_variance import KclVarianceDecider
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.moves import MoveReason
-from coordinator.run_summary import RunSummary
-from coordinator.snapshot import LeaseView, Snapshot, WorkerView
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.lease import new_lease
-from shared.store import LeaseStore
-from shared.worker import CPU_METRIC, WorkerRecord
+from shardherd.agent.lease_keeper import LeaseKeeper
+from shardherd.agent.metrics.sampler import MetricsSampler
+from shardherd.agent.runtime import MetricsReporter
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.deciders.kcl_variance import KclVarianceDecider
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import new_lease
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import CPU_METRIC, WorkerRecord
 from tests.agent.test_lease_keeper import Events
 from tests.agent.test_metrics_sampler import ScriptedCpu
 from tests.support.kcl_rows import (

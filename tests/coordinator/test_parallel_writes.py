@@ -8,13 +8,13 @@ from typing import Any, cast
 
 import pytest
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.lease import Lease
-from shared.store import Fence, LeaseStore, Outcome
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Fence, LeaseStore, Outcome
+from shardherd.shared.worker import WorkerRecord
 from tests.support.stores import make_store
 
 LEASES = 60

@@ -10,21 +10,21 @@ from collections.abc import Callable
 
 import pytest
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.moves import MoveReason
-from coordinator.run_summary import RunSummary
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.ports import wait_until
-from shared.checkpoint import TRIM_HORIZON
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.shard_lister import list_shards
-from shared.shards import Shard
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.ports import wait_until
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shards import Shard
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 from tests.coordinator.conftest import kinesis_client
 from tests.support.faulty_proxy import Fault, FaultyProxy
 

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from coordinator.shard_sync import CreateReason, plan_shard_sync
-from services.emulators.kinesalite import EmulatorNotInstalled, Kinesalite, KinesisLocal, NodeEmulator
-from services.emulators.ports import LOOPBACK, free_port, wait_until
-from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.clock import ManualClock
-from shared.errors import ShardherdError, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.shard_lister import ShardListingError, StreamNotFound, list_shards
-from shared.shards import MAX_HASH_KEY, Shard
+from shardherd.coordinator.shard_sync import CreateReason, plan_shard_sync
+from shardherd.services.emulators.kinesalite import EmulatorNotInstalled, Kinesalite, KinesisLocal, NodeEmulator
+from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.errors import ShardherdError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import ShardListingError, StreamNotFound, list_shards
+from shardherd.shared.shards import MAX_HASH_KEY, Shard
 from tests.coordinator.conftest import kinesis_client
 from tests.support.faulty_proxy import DROPPED, Fault, FaultyProxy
 
@@ -243,7 +243,7 @@ def test_launcher_listens_on_loopback_only_and_leaves_no_process() -> None:
 
 def test_emulator_exits_when_its_python_parent_is_killed() -> None:
     script = (
-        "import sys; from services.emulators.kinesalite import Kinesalite\n"
+        "import sys; from shardherd.services.emulators.kinesalite import Kinesalite\n"
         "k = Kinesalite().start(); print(k.pid, flush=True); sys.stdin.read()"
     )
     parent = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

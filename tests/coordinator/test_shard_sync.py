@@ -8,16 +8,16 @@ from datetime import UTC, datetime
 
 import pytest
 
-from coordinator.shard_sync import (
+from shardherd.coordinator.shard_sync import (
     CreateReason,
     DeleteReason,
     ShardSyncInputError,
     SyncPlan,
     plan_shard_sync,
 )
-from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.lease import Lease
-from shared.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
+from shardherd.shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.shards import MAX_HASH_KEY, MalformedShard, Shard, ShardListError
 
 STAMP = datetime(2026, 1, 1, tzinfo=UTC)
 POSITIONS = ("TRIM_HORIZON", "LATEST", "AT_TIMESTAMP")

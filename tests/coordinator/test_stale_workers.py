@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.run_summary import RunSummary
-from shared.clock import ManualClock
-from shared.config import Settings, load_settings
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 from tests.support.stores import make_store
 
 INTERVAL = 2.0

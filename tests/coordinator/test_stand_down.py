@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.run_summary import RunSummary
-from services.emulators.moto_server import MotoServer
-from shared.clock import ManualClock
-from shared.config import Settings, load_settings
-from shared.errors import ConfigError
-from shared.retry import RetryPolicy
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 from tests.support.faulty_proxy import INTERNAL_ERROR, Fault, FaultyProxy
 from tests.support.stores import make_store, unique_app
 

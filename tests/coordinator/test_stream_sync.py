@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig
-from coordinator.shard_sync import CreateReason, DeleteReason
-from coordinator.snapshot import LeaseView, Snapshot
-from coordinator.stream_sync import Listings, children_waiting, plan_streams_sync, scope_problem
-from shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.lease import Lease
-from shared.streams import LeaseAddress, MalformedLeaseKey, StreamIdentifier, parse_lease_key, stream_prefix
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.shard_sync import CreateReason, DeleteReason
+from shardherd.coordinator.snapshot import LeaseView, Snapshot
+from shardherd.coordinator.stream_sync import Listings, children_waiting, plan_streams_sync, scope_problem
+from shardherd.shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.streams import LeaseAddress, MalformedLeaseKey, StreamIdentifier, parse_lease_key, stream_prefix
 from tests.coordinator.test_decide import cpu, owned
 from tests.coordinator.test_shard_sync import StreamBuilder, sid
 

@@ -3,12 +3,12 @@ import math
 
 import pytest
 
-from coordinator.decide import decide
-from coordinator.decider_config import DeciderConfig as _DeciderConfig
-from coordinator.decider_config import Strategy
-from coordinator.deciders.worker_metrics import classify, ema, room
-from coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
-from coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig as _DeciderConfig
+from shardherd.coordinator.decider_config import Strategy
+from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
+from shardherd.coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from tests.coordinator.test_decide import counts, cpu, default, owned
 
 

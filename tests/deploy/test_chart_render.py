@@ -10,7 +10,7 @@ import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import pytest
 from pydantic import SecretStr
 
-from shared.config import Settings
+from shardherd.shared.config import Settings
 from tests.deploy.rendering import (
     CHART,
     CHART_MANAGED,

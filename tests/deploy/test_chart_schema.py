@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.config import Settings
+from shardherd.shared.config import Settings
 from tests.deploy.rendering import CHART, CHART_MANAGED, helm, render
 
 SCHEMA = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))

@@ -4,7 +4,7 @@ import json
 from string import Template
 from typing import Any
 
-from shared.store import TableNames
+from shardherd.shared.store import TableNames
 from tests.deploy.rendering import REPO
 
 POLICY = REPO / "deploy" / "iam-policy.json"

@@ -8,6 +8,7 @@ import ast
 import re
 import subprocess
 import sys
+import zipfile
 from functools import cache
 from pathlib import Path, PurePosixPath
 
@@ -17,6 +18,7 @@ import pytest
 from tests.deploy.rendering import EXAMPLES, REPO
 
 IMAGES = ["Dockerfile.coordinator", "Dockerfile.agent"]
+PACKAGE = "shardherd"  # the folder `shardherd/` holds the public surface and links to the four package folders
 PACKAGES = ("shared", "coordinator", "agent", "services")
 # The development tooling: the local stack, the emulator launchers, `shardherd demo` and `shardherd up`.
 DEV_TOOLING = ("services/local_stack/", "services/emulators/", "services/demo.py", "services/up_cli.py")
@@ -61,7 +63,7 @@ def context_files() -> frozenset[str]:
         for negated, pattern in compiled:
             if any(pattern.fullmatch(prefix) for prefix in prefixes):
                 excluded = not negated
-        if not excluded and (REPO / path).is_file():
+        if not excluded and ((REPO / path).is_file() or (REPO / path).is_symlink()):
             kept.add(path)
     return frozenset(kept)
 
@@ -105,12 +107,12 @@ def _imports(path: Path) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
-    return {name for name in names if name.split(".")[0] in PACKAGES}
+    return {name for name in names if name.split(".")[:2] in ([PACKAGE, package] for package in PACKAGES)}
 
 
 def _module_file(module: str) -> str | None:
     """The repository file of `module`, or None when the name is not a module (an attribute of one)."""
-    base = module.replace(".", "/")
+    base = module.removeprefix(f"{PACKAGE}.").replace(".", "/")
     for candidate in (f"{base}.py", f"{base}/__init__.py"):
         if (REPO / candidate).is_file():
             return candidate
@@ -148,18 +150,39 @@ def test_the_agent_image_ships_the_example_job_the_spark_examples_run() -> None:
         assert f"local://{destination}" in (EXAMPLES / example).read_text(), example
 
 
-def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(tmp_path: Path) -> None:
-    for path in image_files("Dockerfile.coordinator"):
-        target = tmp_path / path
+def build_context(name: str, into: Path) -> None:
+    """Copy the files (and the package links) the Dockerfile's COPY instructions take to `into`."""
+    for path in image_files(name):
+        source, target = REPO / path, into / path
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((REPO / path).read_bytes())
+        if source.is_symlink():
+            target.symlink_to(source.readlink())
+        else:
+            target.write_bytes(source.read_bytes())
+
+
+def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(tmp_path: Path) -> None:
+    build_context("Dockerfile.coordinator", tmp_path)
     # The image's files first on the path, and without the finder of this checkout's editable install.
     script = ("import sys; sys.path.insert(0, sys.argv[1]); "
               "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in getattr(f, '__module__', '')]; "
-              "from services.cli import main; main(['--help'])")
+              "from shardherd.services.cli import main; main(['--help'])")
     shown = subprocess.run([sys.executable, "-I", "-c", script, str(tmp_path)], capture_output=True, text=True,
                            timeout=60, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     commands = re.search(r"\{([a-z,-]+)\}", shown.stdout)
     assert commands is not None, shown.stdout
     assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan"}
+
+
+def test_the_package_the_coordinator_image_installs_holds_the_dashboard(tmp_path: Path) -> None:
+    build_context("Dockerfile.coordinator", tmp_path / "src")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(tmp_path / "src")], check=True, capture_output=True, timeout=180)
+    (wheel,) = (tmp_path / "dist").glob("shardherd-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    dashboard = {f"shardherd/services/api/dashboard/{asset.name}"
+                 for asset in (REPO / "services" / "api" / "dashboard").iterdir()}
+    assert dashboard and dashboard <= names, sorted(dashboard - names)
+    assert {"shardherd/__init__.py", "shardherd/services/cli.py", "shardherd/shared/sql/migrations/env.py"} <= names
+    assert not [name for name in names if name.startswith("shardherd/services/local_stack/")]

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from services.coordinator_service import CoordinatorService
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.config import load_settings
-from shared.worker import CPU_METRIC
+from shardherd.services.coordinator_service import CoordinatorService
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import load_settings
+from shardherd.shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
@@ -62,7 +62,7 @@ class ProcessStack:
     def start_agent(self, worker: str) -> subprocess.Popen[bytes]:
         cpu = self.cpu.add(worker).settings() if self.cpu is not None else {}
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "agent", "--processor",
+            [sys.executable, "-m", "shardherd", "agent", "--processor",
              "tests.support.file_ledger:FileLedgerProcessor"],
             env={**self.env, **cpu, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)

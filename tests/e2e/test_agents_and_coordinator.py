@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime import Agent
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.lease import Lease
-from shared.worker import CPU_METRIC
+from shardherd.agent.runtime import Agent
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.lease import Lease
+from shardherd.shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.e2e.test_agent_processes import ProcessStack
 from tests.support.waiting import wait_for
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
 from tests.agent.test_shard_failures import Stack
 from tests.support.kcl_rows import read_raw_worker_row
 from tests.support.waiting import wait_for

@@ -19,12 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from services.coordinator_service import CoordinatorService
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.config import load_settings
-from shared.streams import StreamIdentifier, parse_lease_key
+from shardherd.services.coordinator_service import CoordinatorService
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import load_settings
+from shardherd.shared.streams import StreamIdentifier, parse_lease_key
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
 from tests.support.stream_stack import kill_processes
@@ -81,7 +81,7 @@ class MultiStreamStack:
 
     def start_agent(self, worker: str) -> None:
         self.agents[worker] = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "agent", "--processor",
+            [sys.executable, "-m", "shardherd", "agent", "--processor",
              "tests.support.file_ledger:FileLedgerProcessor"],
             env={**self.env, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -192,7 +192,7 @@ def test_two_streams_kcl_rows_continued_one_resharded_filtered_by_stream(multi: 
                                                              key.startswith(clicks.serialized + ":")}
 
     # check-table on the live table agrees with what ran: every lease continues, nothing is refused.
-    done = subprocess.run([sys.executable, "-m", "services.cli", "check-table", "--table", multi.app, "--json",
+    done = subprocess.run([sys.executable, "-m", "shardherd", "check-table", "--table", multi.app, "--json",
                            "--endpoint-url", multi.settings.dynamodb_endpoint_url or ""],
                           env=multi.env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.emulators.h2c_proxy import H2cProxy
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.h2c_proxy import H2cProxy
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.coordinator.conftest import kinesalite  # noqa: F401
 from tests.kcl.harness import InteropStack
 

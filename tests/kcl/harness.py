@@ -19,12 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from services.coordinator_service import CoordinatorService
-from services.emulators.h2c_proxy import H2cProxy
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.config import load_settings
+from shardherd.services.coordinator_service import CoordinatorService
+from shardherd.services.emulators.h2c_proxy import H2cProxy
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import load_settings
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.kcl_worker import KclWorker
 from tests.support.stores import unique_app
@@ -183,7 +183,7 @@ class InteropStack:
         log = open(self.workdir / f"{worker}.log", "ab")  # noqa: SIM115 (the child holds it; closed on exit)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "agent", "--processor",
+                [sys.executable, "-m", "shardherd", "agent", "--processor",
                  "tests.support.file_ledger:FileLedgerProcessor"],
                 env={**self.env, "SHARDHERD_WORKER_ID": worker}, stdout=log, stderr=subprocess.STDOUT)
         finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.local_stack.pipeline import distinct_records, records_dir
+from shardherd.services.local_stack.pipeline import distinct_records, records_dir
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

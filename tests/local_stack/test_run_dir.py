@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from services.local_stack.state import LOCK_FILE, RunDirInUse, RunDirLock, rotate
-from services.local_stack.status import ShardTally
+from shardherd.services.local_stack.state import LOCK_FILE, RunDirInUse, RunDirLock, rotate
+from shardherd.services.local_stack.status import ShardTally
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from services.local_stack.state import RunDirLock
+from shardherd.services.local_stack.state import RunDirLock
 RunDirLock(Path(sys.argv[1])).acquire()
 print("locked", flush=True)
 time.sleep(60)

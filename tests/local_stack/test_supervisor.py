@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from services.local_stack.supervisor import Child, Supervisor
+from shardherd.services.local_stack.supervisor import Child, Supervisor
 
 
 def spawn_tree(supervisor: Supervisor, directory: Path) -> tuple[Child, list[psutil.Process]]:

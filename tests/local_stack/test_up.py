@@ -14,12 +14,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from services.emulators.ports import port_open
-from services.local_stack.pipeline import distinct_records, records_dir
-from services.local_stack.scenarios import Scenarios
-from services.local_stack.stack import PIPELINE_DIR
-from services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
-from services.local_stack.status import Snapshot
+from shardherd.services.emulators.ports import port_open
+from shardherd.services.local_stack.pipeline import distinct_records, records_dir
+from shardherd.services.local_stack.scenarios import Scenarios
+from shardherd.services.local_stack.stack import PIPELINE_DIR
+from shardherd.services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
+from shardherd.services.local_stack.status import Snapshot
 from tests.support.fast_settings import fast_env
 from tests.support.waiting import wait_for
 
@@ -72,7 +72,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[subp
     env.update({**FAST, **mode.env})
     with open(output, "wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "up", mode.flag, "--shards", "4", "--agents", "2",
+            [sys.executable, "-m", "shardherd", "up", mode.flag, "--shards", "4", "--agents", "2",
              "--rate", "100", "--api-port", "0", "--interval", "1", "--run-dir", str(run_dir)],
             env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     yield process, run_dir, output, mode

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from services.local_stack.state import CONTROL_SOCKET, STATE_FILE, StackState
+from shardherd.services.local_stack.state import CONTROL_SOCKET, STATE_FILE, StackState
 from tests.local_stack.test_up import FAST, read_state
 from tests.support.waiting import wait_for
 
@@ -30,7 +30,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _shardherd(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env or _env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "shardherd", *args], env=env or _env(), capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 
@@ -38,7 +38,7 @@ def _shardherd(*args: str, env: dict[str, str] | None = None, timeout: float = 1
 def first_stack(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--no-spark", "--shards", "2", "--agents", "2", "--rate", "50",
+        [sys.executable, "-m", "shardherd", "up", "--no-spark", "--shards", "2", "--agents", "2", "--rate", "50",
          "--interval", "1", "--run-dir", str(run_dir)],
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     yield process, run_dir

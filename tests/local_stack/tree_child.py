@@ -1,6 +1,6 @@
 """A stack child for the supervisor tests: starts one sleeper in its process group and one in a group of its own.
 
-    python -m services.local_stack.child GRACE tests.local_stack.tree_child DIR
+    python -m shardherd.services.local_stack.child GRACE tests.local_stack.tree_child DIR
 
 Writes `DIR/pids.json` ([same-group sleeper, own-group sleeper]) once both run. A sleeper that gets SIGTERM writes
 `DIR/term-<pid>` and exits; this process exits on SIGTERM and leaves both sleepers behind for the supervisor.

@@ -6,16 +6,16 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from coordinator.leader_lock import LeaderLock
-from coordinator.leader_loop import LeaderLoop
-from coordinator.run_summary import RunSummary
-from services.api import ApiContext, create_app
-from services.leader_status import LeaderWatch
-from shared.clock import ManualClock
-from shared.config import load_settings
-from shared.shards import MAX_HASH_KEY, Shard
-from shared.store import LeaseStore
-from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.services.api import ApiContext, create_app
+from shardherd.services.leader_status import LeaderWatch
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.shards import MAX_HASH_KEY, Shard
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 
 INTERVAL = 2.0
 TOKEN = "s3cret-token-0123456789"

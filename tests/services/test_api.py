@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator.moves import MoveReason
-from services.api.assignments import encode_cursor
-from services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
-from shared.checkpoint import Checkpoint
-from shared.store import LeaseStore
-from shared.worker import WorkerRecord
+from shardherd.coordinator.moves import MoveReason
+from shardherd.services.api.assignments import encode_cursor
+from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import WorkerRecord
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from shared.store import LeaseStore
-from shared.store_meter import StoreMeter, usage_total
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_meter import StoreMeter, usage_total
 from tests.services.harness import Replica
 from tests.support.stores import make_store
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared.errors import ConfigError
-from shared.store import LeaseStore
+from shardherd.shared.errors import ConfigError
+from shardherd.shared.store import LeaseStore
 from tests.services.harness import TOKEN, Replica
 from tests.support.stores import make_store
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
 from tests.support.stores import unique_app
 
 SEQ = "49590338271490256608559692538361571095921575989136588898"
@@ -61,7 +61,7 @@ class KclTables:
     def check(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         base = {key: value for key, value in os.environ.items() if not key.startswith("SHARDHERD_")}
         return subprocess.run(
-            [sys.executable, "-m", "services.cli", "check-table", *args, "--endpoint-url", self.moto.endpoint_url,
+            [sys.executable, "-m", "shardherd", "check-table", *args, "--endpoint-url", self.moto.endpoint_url,
              "--region", "us-east-1"],
             env={**base, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", **(env or {})},
             capture_output=True, text=True, timeout=60, check=False)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from coordinator.moves import Move, MoveReason, Plan, Unplaced, UnplacedReason
-from coordinator.run_summary import RunSummary, WriteTally
-from services.leader_status import (
+from shardherd.coordinator.moves import Move, MoveReason, Plan, Unplaced, UnplacedReason
+from shardherd.coordinator.run_summary import RunSummary, WriteTally
+from shardherd.services.leader_status import (
     MAX_RUNS,
     MAX_STATUS_BYTES,
     STATUS_KEY,
@@ -22,9 +22,9 @@ from services.leader_status import (
     encode,
     read_status,
 )
-from shared.clock import ManualClock
-from shared.store import LeaseStore, StateValue
-from shared.store_meter import StoreMeter, state_size
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.store import LeaseStore, StateValue
+from shardherd.shared.store_meter import StoreMeter, state_size
 from tests.support.stores import make_store
 
 

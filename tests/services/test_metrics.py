@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shared.store import LeaseStore
-from shared.worker import LeaseProgress
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import LeaseProgress
 from tests.services.harness import Replica
 from tests.support.stores import make_store
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from coordinator.run_summary import RunSummary
-from services.replicas import FORGET_SECONDS, REPLICAS_KEY, ReplicaReporter, read_replicas
-from shared.clock import ManualClock
-from shared.store import LeaseStore
+from shardherd.coordinator.run_summary import RunSummary
+from shardherd.services.replicas import FORGET_SECONDS, REPLICAS_KEY, ReplicaReporter, read_replicas
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.store import LeaseStore
 from tests.services.harness import Replica
 
 

@@ -10,7 +10,7 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 
-from shared.store import LeaseStore
+from shardherd.shared.store import LeaseStore
 from tests.services.harness import TOKEN, Replica
 from tests.support.stores import make_store
 

@@ -13,15 +13,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.cli import main
-from services.coordinator_service import CoordinatorService
-from services.local_stack.state import ProcessEntry, StackState
-from shared.checkpoint import TRIM_HORIZON
-from shared.config import load_settings
-from shared.lease import new_lease
-from shared.store import LeaseStore
-from shared.store_factory import open_store
-from shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.services.cli import main
+from shardherd.services.coordinator_service import CoordinatorService
+from shardherd.services.local_stack.state import ProcessEntry, StackState
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import new_lease
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.store_factory import open_store
+from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 from tests.services.harness import TOKEN
 from tests.support.fast_settings import fast_settings
 from tests.support.stores import unique_app

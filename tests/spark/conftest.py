@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from agent.spark.driver import SparkAgent, register_source
-from agent.spark.offsets import Caps
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
+from shardherd.agent.spark.driver import SparkAgent, register_source
+from shardherd.agent.spark.offsets import Caps
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.coordinator.conftest import kinesalite  # noqa: F401
 from tests.support.spark_drivers import Fleet
 from tests.support.stream_stack import StreamStack, local_spark

@@ -26,10 +26,10 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING
 
-from agent.spark.commit import BatchFunction
-from agent.spark.driver import SparkAgent
-from agent.spark.offsets import Caps
-from shared.config import load_settings
+from shardherd.agent.spark.commit import BatchFunction
+from shardherd.agent.spark.driver import SparkAgent
+from shardherd.agent.spark.offsets import Caps
+from shardherd.shared.config import load_settings
 from tests.support.stream_stack import local_spark
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from agent import kpl_decoding
-from agent.kpl import MAGIC, UserRecord, encode_aggregate
-from agent.spark.arrow_read import arrow_batch
-from agent.spark.offsets import Caps
-from agent.spark.probe import last_sub_sequence
+from shardherd.agent import kpl_decoding
+from shardherd.agent.kpl import MAGIC, UserRecord, encode_aggregate
+from shardherd.agent.spark.arrow_read import arrow_batch
+from shardherd.agent.spark.offsets import Caps
+from shardherd.agent.spark.probe import last_sub_sequence
 from tests.spark.conftest import SparkStack
 from tests.support.waiting import wait_for
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent.spark.session import FAST_START_JVM
+from shardherd.agent.spark.session import FAST_START_JVM
 from tests.spark.driver_process import busy_marker
 from tests.support.spark_cluster import StandaloneCluster
 from tests.support.spark_drivers import Driver, Fleet, Producer, check_delivery, check_tenures

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from agent.spark.schema import DDL
 from examples.spark_job import log_counts
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
+from shardherd.agent.spark.schema import DDL
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
 from tests.support.fast_settings import settings_env
 from tests.support.stream_stack import StreamStack
 from tests.support.waiting import wait_for

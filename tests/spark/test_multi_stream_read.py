@@ -8,17 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from agent.read_spec import StartPosition
-from agent.spark.arrow_read import read_plan
-from agent.spark.book import source_key
-from agent.spark.kinesis_raw import RawKinesis
-from agent.spark.offsets import ShardPlan
-from agent.spark.probe import Prober
-from services.emulators.kinesalite import NodeEmulator
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON
-from shared.lease import Lease
-from shared.streams import StreamIdentifier, read_target
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.arrow_read import read_plan
+from shardherd.agent.spark.book import source_key
+from shardherd.agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.probe import Prober
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.lease import Lease
+from shardherd.shared.streams import StreamIdentifier, read_target
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for
 

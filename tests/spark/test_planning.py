@@ -7,16 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from agent.read_spec import StartPosition
-from agent.spark.book import ShardBook
-from agent.spark.channel import ChannelError, Segment, ShardState, ShardView, Snapshot, read_ack, read_snapshot
-from agent.spark.commit import offset_log_entry
-from agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
-from agent.spark.planning import partitions_to_read, plan_next, shard_plan
-from agent.spark.probe import ProbeResult
-from agent.spark.source import SourceOptions
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
-from shared.lease import Lease
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.book import ShardBook
+from shardherd.agent.spark.channel import (
+    ChannelError,
+    Segment,
+    ShardState,
+    ShardView,
+    Snapshot,
+    read_ack,
+    read_snapshot,
+)
+from shardherd.agent.spark.commit import offset_log_entry
+from shardherd.agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
+from shardherd.agent.spark.planning import partitions_to_read, plan_next, shard_plan
+from shardherd.agent.spark.probe import ProbeResult
+from shardherd.agent.spark.source import SourceOptions
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
 
 BIG = "4" + "9" * 55  # longer than any int64: must survive as a string
 

@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa  # type: ignore[import-untyped]
 import pytest
 
-from agent.kpl import UserRecord, encode_aggregate
-from agent.read_spec import StartPosition
-from agent.spark.arrow_read import read_plan
-from agent.spark.kinesis_raw import RawKinesis
-from agent.spark.offsets import Caps, ShardPlan
-from agent.spark.probe import Prober
-from services.emulators.kinesalite import NodeEmulator
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.agent.kpl import UserRecord, encode_aggregate
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.arrow_read import read_plan
+from shardherd.agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent.spark.offsets import Caps, ShardPlan
+from shardherd.agent.spark.probe import Prober
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from tests.spark.conftest import SparkStack
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for

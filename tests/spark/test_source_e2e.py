@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent.spark.channel import read_ack
-from agent.spark.offsets import Caps
-from services.emulators.kinesalite import NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
+from shardherd.agent.spark.channel import read_ack
+from shardherd.agent.spark.offsets import Caps
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
 from tests.spark.conftest import SparkStack
 from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.stores import unique_app

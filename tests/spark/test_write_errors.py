@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agent.spark.write_errors import MESSAGE_LIMIT, BatchWriteFailed, is_interruption, summary
+from shardherd.agent.spark.write_errors import MESSAGE_LIMIT, BatchWriteFailed, is_interruption, summary
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from sqlalchemy import MetaData, Table, create_engine, insert, select
 
-from shared.aws import make_client
-from shared.checkpoint import TRIM_HORIZON, Checkpoint
-from shared.lease import Lease
-from shared.store import Fence, LeaseStore, Outcome
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Fence, LeaseStore, Outcome
 from tests.support.stores import make_store
 
 LEADER_LOCK = "leader"

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine
 
-from shared.retry import RetryPolicy
-from shared.sql.schema import SqlSchema, build_schema
-from shared.sql.store import SqlLeaseStore
-from shared.store import TableNames
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.sql.schema import SqlSchema, build_schema
+from shardherd.shared.sql.store import SqlLeaseStore
+from shardherd.shared.store import TableNames
 from tests.support.stores import unique_app
 
 SQL_BACKENDS = ("sqlite", pytest.param("postgres", marks=pytest.mark.postgres))

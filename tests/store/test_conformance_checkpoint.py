@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.lease import Lease
-from shared.store import Conflict, LeaseStore
-from shared.worker import LeaseProgress
+from shardherd.shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Conflict, LeaseStore
+from shardherd.shared.worker import LeaseProgress
 from tests.store.conftest import Leases, expect_applied
 
 KEY = "shardId-000000000000"

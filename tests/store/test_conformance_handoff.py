@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.checkpoint import Checkpoint
-from shared.store import Conflict, Fence, LeaseStore
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.store import Conflict, Fence, LeaseStore
 from tests.store.conftest import Leases, expect_applied
 
 KEY = "shardId-000000000000"

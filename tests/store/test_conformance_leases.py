@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.errors import MalformedLease
-from shared.lease import Lease
-from shared.store import Conflict, Fence, LeaseStore
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.errors import MalformedLease
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Conflict, Fence, LeaseStore
 from tests.store.conftest import Leases, RawTable, expect_applied
 
 KEY = "shardId-000000000000"

@@ -18,9 +18,9 @@ from typing import Protocol
 
 import pytest
 
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
-from shared.store import Conflict, LeaseStore, Outcome
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import Conflict, LeaseStore, Outcome
 from tests.store.conftest import Leases, StoreSpec, expect_applied
 
 KEY = "shardId-000000000000"

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from shared.store import LeaseStore, StateValue
-from shared.worker import CPU_METRIC, FAILED_SAMPLE, THROUGHPUT_METRIC, LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.store import LeaseStore, StateValue
+from shardherd.shared.worker import (
+    CPU_METRIC,
+    FAILED_SAMPLE,
+    THROUGHPUT_METRIC,
+    LeaseProgress,
+    WorkerRecord,
+    WorkerState,
+)
 
 
 def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartbeat: int = 3,

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
-from shared.dynamo.lease_codec import decode_lease, encode_lease, is_lease_item
-from shared.dynamo.state_codec import decode_state, encode_state, encode_value
-from shared.dynamo.store import DynamoLeaseStore
-from shared.dynamo.worker_codec import decode_worker
-from shared.errors import MalformedLease, MalformedWorker, StoreError
-from shared.lease import Lease
-from shared.store import StateValue, TableNames
-from shared.worker import WorkerRecord, WorkerState
+from shardherd.shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.dynamo.lease_codec import decode_lease, encode_lease, is_lease_item
+from shardherd.shared.dynamo.state_codec import decode_state, encode_state, encode_value
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.dynamo.worker_codec import decode_worker
+from shardherd.shared.errors import MalformedLease, MalformedWorker, StoreError
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import StateValue, TableNames
+from shardherd.shared.worker import WorkerRecord, WorkerState
 from tests.support.stores import unique_app
 
 LONG_SEQUENCE = "9" * 128 + "7"  # 129 digits, beyond any 64-bit or double representation

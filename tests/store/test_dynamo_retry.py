@@ -10,13 +10,13 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from shared.checkpoint import Checkpoint
-from shared.clock import ManualClock
-from shared.dynamo.store import DynamoLeaseStore
-from shared.errors import StoreError, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.store import Conflict, Fence, TableNames
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.errors import StoreError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import Conflict, Fence, TableNames
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, REPLY_LOST, THROTTLED, Fault, FaultyProxy
 from tests.support.stores import unique_app
 

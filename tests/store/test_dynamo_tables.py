@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from shared.aws import make_client
-from shared.clock import ManualClock
-from shared.dynamo.store import DynamoLeaseStore
-from shared.dynamo.tables import Capacity, TableManager
-from shared.errors import ConfigError, StoreError
-from shared.retry import RetryPolicy
-from shared.store import LEASE_OWNER_INDEX, TableNames
+from shardherd.shared.aws import make_client
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.dynamo.tables import Capacity, TableManager
+from shardherd.shared.errors import ConfigError, StoreError
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LEASE_OWNER_INDEX, TableNames
 from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.stores import unique_app
 

@@ -15,14 +15,14 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy import exc as sa_exc
 
-from shared.checkpoint import Checkpoint
-from shared.clock import ManualClock
-from shared.errors import StoreError, StoreUnavailable
-from shared.lease import Lease
-from shared.retry import RetryPolicy
-from shared.sql.engine import is_transient
-from shared.sql.store import SqlLeaseStore
-from shared.store import TableNames
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.errors import StoreError, StoreUnavailable
+from shardherd.shared.lease import Lease
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.sql.engine import is_transient
+from shardherd.shared.sql.store import SqlLeaseStore
+from shardherd.shared.store import TableNames
 from tests.store.sql_support import SQL_BACKENDS, backend_url, open_store
 
 KEY = "shardId-000000000000"

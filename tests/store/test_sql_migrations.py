@@ -19,12 +19,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, inspect, text
 from sqlalchemy.engine import Connection
 
-from shared.checkpoint import Checkpoint
-from shared.sql import migrate
-from shared.sql.schema import build_schema
-from shared.sql.store import SqlLeaseStore
-from shared.store import TableNames
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.sql import migrate
+from shardherd.shared.sql.schema import build_schema
+from shardherd.shared.sql.store import SqlLeaseStore
+from shardherd.shared.store import TableNames
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 from tests.store.sql_support import SQL_BACKENDS, backend_url, start_up_together
 from tests.support.stores import unique_app
 

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event, inspect, select, text
 
-from shared.checkpoint import Checkpoint
-from shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError
-from shared.lease import Lease
-from shared.sql.store import SqlLeaseStore
-from shared.store import StateValue, TableNames
-from shared.worker import WorkerRecord
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError
+from shardherd.shared.lease import Lease
+from shardherd.shared.sql.store import SqlLeaseStore
+from shardherd.shared.store import StateValue, TableNames
+from shardherd.shared.worker import WorkerRecord
 from tests.store.sql_support import SQL_BACKENDS, backend_url, open_store, raw_access, start_up_together
 from tests.support.stores import unique_app
 

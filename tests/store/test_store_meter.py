@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from shared.checkpoint import Checkpoint
-from shared.lease import Lease
-from shared.memory_store import MemoryLeaseStore
-from shared.store import Fence, TableNames
-from shared.store_meter import (
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import Fence, TableNames
+from shardherd.shared.store_meter import (
     INDEX_TABLE,
     StoreMeter,
     acting_as,
@@ -18,7 +18,7 @@ from shared.store_meter import (
     worker_size,
     write_units,
 )
-from shared.worker import WorkerRecord
+from shardherd.shared.worker import WorkerRecord
 
 
 def _meter(consistent: bool = True) -> StoreMeter:

@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, insert, update
 
-from agent.metrics.throughput import ThroughputRecorder
-from coordinator.snapshot import LeaseView
-from shared.aws import make_client
-from shared.checkpoint import Checkpoint
-from shared.clock import ManualClock
-from shared.lease import Lease
-from shared.row_checks import MAX_THROUGHPUT_KBPS, InvalidRowValue
-from shared.sql.schema import LEASE_ATTRIBUTES, build_schema
-from shared.store import LeaseStore
-from shared.worker import LeaseProgress, WorkerRecord
+from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.coordinator.snapshot import LeaseView
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.lease import Lease
+from shardherd.shared.row_checks import MAX_THROUGHPUT_KBPS, InvalidRowValue
+from shardherd.shared.sql.schema import LEASE_ATTRIBUTES, build_schema
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 from tests.services.harness import Replica
 from tests.store.conftest import expect_applied
 from tests.support.stores import make_store
@@ -139,7 +139,7 @@ def test_a_lease_with_an_unusable_throughput_is_planned_and_reported(planted: Pl
                                                                      caplog: pytest.LogCaptureFixture) -> None:
     replica = _settled(planted)
     key = "shardId-000000000001"
-    with caplog.at_level(logging.WARNING, logger="shared.row_checks"):
+    with caplog.at_level(logging.WARNING, logger="shardherd.shared.row_checks"):
         planted.set_lease_throughput(key, bad)
         victim = replica.owners()[key]
         assert victim is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.read_spec import ReadLimits
+from shardherd.agent.read_spec import ReadLimits
 
 FAST_SETTINGS: dict[str, Any] = {
     "failover_time_millis": 2000,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import time
 
-from agent.consumer import Checkpointer, RecordProcessor
-from agent.records import Record
+from shardherd.agent.consumer import Checkpointer, RecordProcessor
+from shardherd.agent.records import Record
 
 LEDGER_ENV = "SHARDHERD_TEST_LEDGER"
 

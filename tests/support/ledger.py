@@ -6,9 +6,9 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from agent.consumer import Checkpointer, RecordProcessor
-from agent.records import Record
-from shared.checkpoint import Checkpoint
+from shardherd.agent.consumer import Checkpointer, RecordProcessor
+from shardherd.agent.records import Record
+from shardherd.shared.checkpoint import Checkpoint
 
 
 @dataclass

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from services.emulators.ports import LOOPBACK, free_port
+from shardherd.services.emulators.ports import LOOPBACK, free_port
 
 
 def _bin_dir() -> Path:

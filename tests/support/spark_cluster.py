@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from services.emulators.ports import LOOPBACK, free_port, wait_until
+from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
 
 DAEMON_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Dspark.master.rest.enabled=false"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

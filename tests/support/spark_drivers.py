@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
-from shared.errors import StoreUnavailable
+from shardherd.shared.errors import StoreUnavailable
 from tests.spark.driver_process import Row, read_rows
 from tests.support.stream_stack import StreamStack
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 
-from shared.aws import make_client
-from shared.memory_store import MemoryLeaseStore, MemoryTables
-from shared.retry import RetryPolicy
-from shared.store import LeaseStore, TableNames
+from shardherd.shared.aws import make_client
+from shardherd.shared.memory_store import MemoryLeaseStore, MemoryTables
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.store import LeaseStore, TableNames
 
 BACKENDS = ("dynamodb", "sqlite", "postgres", "memory")
 _counter = itertools.count()
@@ -26,17 +26,17 @@ def make_store(backend: str, *, moto_url: str | None = None, postgres_url: str |
     tables = TableNames.for_application(app or unique_app())
     store: LeaseStore
     if backend == "dynamodb":
-        from shared.dynamo.store import DynamoLeaseStore
+        from shardherd.shared.dynamo.store import DynamoLeaseStore
 
         assert moto_url is not None
         store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_url), tables, retry=retry)
     elif backend == "sqlite":
-        from shared.sql.store import SqlLeaseStore
+        from shardherd.shared.sql.store import SqlLeaseStore
 
         assert sqlite_path is not None
         store = SqlLeaseStore(f"sqlite:///{sqlite_path}", tables, retry=retry)
     elif backend == "postgres":
-        from shared.sql.store import SqlLeaseStore
+        from shardherd.shared.sql.store import SqlLeaseStore
 
         assert postgres_url is not None
         store = SqlLeaseStore(postgres_url, tables, retry=retry)

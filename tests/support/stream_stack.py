@@ -8,12 +8,12 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from agent.spark.session import local_spark as spark_session
-from services.coordinator_service import CoordinatorService
-from services.emulators.kinesalite import Kinesalite, NodeEmulator
-from services.emulators.moto_server import MotoServer
-from shared.aws import make_client
-from shared.config import Settings, load_settings
+from shardherd.agent.spark.session import local_spark as spark_session
+from shardherd.services.coordinator_service import CoordinatorService
+from shardherd.services.emulators.kinesalite import Kinesalite, NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from shardherd.shared.config import Settings, load_settings
 from tests.support.fast_settings import fast_settings
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from shared.sql.migrate import CONNECTION, TABLES, version_table
+from shardherd.shared.sql.migrate import CONNECTION, TABLES, version_table
 
 config = context.config
 tables = config.attributes[TABLES]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import BigInteger, Boolean, Column, Float, Index, LargeBinary, MetaData, Table, Text
 
-from shared.store import TableNames
+from shardherd.shared.store import TableNames
 
 revision = "0001"
 down_revision = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from shared.store import TableNames
+from shardherd.shared.store import TableNames
 
 revision = "0002"
 down_revision = "0001"

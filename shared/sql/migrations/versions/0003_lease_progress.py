@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from shared.sql.schema import PROGRESS_COLUMNS
-from shared.store import TableNames
+from shardherd.shared.sql.schema import PROGRESS_COLUMNS
+from shardherd.shared.store import TableNames
 
 revision = "0003"
 down_revision = "0002"

@@ -1,0 +1,7 @@
+"""`python -m shardherd ...` runs the `shardherd` command line."""
+
+import sys
+
+from shardherd.services.cli import main
+
+sys.exit(main())

@@ -1,0 +1,68 @@
+"""The four code folders install under one `shardherd` namespace, and `shardherd` is a small public surface."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+
+import shardherd
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("shared", "coordinator", "agent", "services")
+SOURCE_FOLDERS = (*PACKAGES, "tests", "bench", "examples")
+
+
+def test_each_package_folder_is_linked_under_shardherd() -> None:
+    for package in PACKAGES:
+        link = ROOT / "shardherd" / package
+        assert link.is_symlink() and link.resolve() == (ROOT / package).resolve(), package
+
+
+def _top_level_imports(path: Path) -> list[str]:
+    """Imports of a package folder by its bare name (`import shared`, `from agent.x import y`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module] if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 else [])
+        found.extend(f"{path.relative_to(ROOT)}:{node.lineno}: {name}" for name in names
+                     if name.split(".")[0] in PACKAGES)
+    return found
+
+
+def test_nothing_imports_a_package_by_its_bare_name() -> None:
+    # Under a bare name a module would load a second time, beside its shardherd.* copy (two Settings classes).
+    sources = [path for folder in SOURCE_FOLDERS for path in (ROOT / folder).rglob("*.py")
+               if "node_modules" not in path.parts]
+    assert len(sources) > 100
+    found = [hit for path in sources for hit in _top_level_imports(path)]
+    assert not found, found
+
+
+@pytest.mark.parametrize("name", shardherd.__all__)
+def test_each_public_name_is_its_home_module_s_object(name: str) -> None:
+    home = shardherd._HOMES[name]
+    assert home.startswith("shardherd.")
+    assert getattr(shardherd, name) is getattr(import_module(home), name)
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        _ = shardherd.Nope  # type: ignore[attr-defined]
+
+
+def test_importing_shardherd_loads_neither_pyspark_nor_boto3() -> None:
+    script = "import sys, shardherd; print(sorted({'pyspark', 'boto3', 'fastapi'} & set(sys.modules)))"
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd="/")
+    assert loaded.stdout.strip() == "[]"
+
+
+def test_python_dash_m_shardherd_runs_the_command_line() -> None:
+    shown = subprocess.run([sys.executable, "-m", "shardherd", "--help"], capture_output=True, text=True, timeout=60,
+                           cwd="/")
+    assert shown.returncode == 0, shown.stderr
+    assert "coordinator" in shown.stdout and "agent" in shown.stdout
