@@ -22,6 +22,7 @@ so a stale publication cannot make a live worker look dead (its `hb` would have 
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -33,6 +34,8 @@ from shardherd.shared.worker import WorkerRecord
 # KCL's discovery period is leaseAssignmentIntervalMillis / 2 - 25 ms, and its assignment interval defaults to twice
 # the failover time: a KCL worker finds a lease assigned to it up to about one failover time later.
 _KCL_DISCOVERY_FAILOVERS = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def worker_version(record: WorkerRecord) -> Hashable:
@@ -331,7 +334,10 @@ class LivenessTracker:
                   if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
         if self.published is not None:
             sightings, published_before = self.published
-            for worker, silent in sightings.silences(records).items():
+            matched = sightings.silences(records)
+            log.info("liveness: starting from the previous leader's sightings: %d of %d rows still as sighted",
+                     len(matched), len(sightings))
+            for worker, silent in matched.items():
                 starts[worker] = min(starts.get(worker, published_before), published_before - silent)
         self.handed_over, self.published = {}, None
         self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
