@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     discovery_fallback_interval_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     lease_assignment_interval_millis: int = Field(2_000, ge=10, le=HOUR_MILLIS)
     shard_sync_interval_millis: int = Field(10_000, ge=10, le=DAY_MILLIS)
+    # The leader's full scans of both tables while every live worker listens on the coordinator channel and nothing
+    # is pending (KCL's leader scans every 2 x failover); otherwise it scans every assignment interval. Decision 0010.
+    leader_full_scan_interval_millis: int = Field(20_000, ge=10, le=DAY_MILLIS)
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
     leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10, le=HOUR_MILLIS)
     leader_failure_threshold: int = Field(3, ge=1)

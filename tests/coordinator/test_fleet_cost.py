@@ -23,7 +23,9 @@ def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:
     kcl = {line.what: line for line in result.kcl}
     assert kcl["renew every lease"].write_units == pytest.approx(8 * 60 / RENEW_S)
     assert result.kcl_totals().write_units > result.totals().write_units
-    assert result.runs and all(run.scan_s > 0 for run in result.runs)
+    full = [run for run in result.runs if run.reason is not None]
+    assert full and all(run.scan_s > 0 for run in full)
+    assert all(run.scan_s == 0 for run in result.runs if run.reason is None)
 
 
 def test_kcl_reads_grow_with_the_table_and_exponents_fit_power_laws() -> None:
