@@ -45,9 +45,11 @@ class AssignmentWatch:
     """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
 
     def __init__(self, settings: Settings, keeper: Told, clock: Clock, client: httpx.Client | None = None) -> None:
-        if not settings.coordinator_url:
+        if not settings.coordinator_urls:
             raise ValueError("the assignment watch needs coordinator_url")
-        self._url = f"{settings.coordinator_url.rstrip('/')}/v1/workers/{settings.worker_id}/assignments/changes"
+        path = f"/v1/workers/{settings.worker_id}/assignments/changes"
+        self._urls = [f"{base.rstrip('/')}{path}" for base in settings.coordinator_urls]
+        self._at = 0  # the replica asked now: the next one after a failure or a 409 (it may lead)
         self._token = _token(settings)
         self._keeper = keeper
         self._clock = clock
@@ -95,6 +97,7 @@ class AssignmentWatch:
             if self.healthy():
                 self._healthy_until = 0.0
                 self._keeper.discover_soon()
+            self._at = (self._at + 1) % len(self._urls)  # the next replica listed (or the same one, re-asked)
             if failures >= 1:  # a new connection, which a Service may route to another replica
                 self._client.close()
                 self._client = _client()
@@ -107,10 +110,11 @@ class AssignmentWatch:
             if not self._news.wait(1.0):
                 continue
             self._news.clear()
-            for _ in range(NEWS_ATTEMPTS):
+            for attempt in range(max(NEWS_ATTEMPTS, len(self._urls))):
+                url = self._urls[(self._at + attempt) % len(self._urls)]  # the replica that answered last first
                 with _client() as client:
                     try:
-                        response = client.get(self._url, params={"wait": 0, "news": "true"}, headers=self._headers(),
+                        response = client.get(url, params={"wait": 0, "news": "true"}, headers=self._headers(),
                                               timeout=SLACK_SECONDS)
                     except httpx.HTTPError as exc:
                         log.debug("assignment watch: news not delivered: %s", exc)
@@ -126,14 +130,14 @@ class AssignmentWatch:
         if feed is not None:
             params["feed"] = feed
         try:
-            response = self._client.get(self._url, params=params, headers=self._headers(),
+            response = self._client.get(self._urls[self._at], params=params, headers=self._headers(),
                                         timeout=WAIT_SECONDS + SLACK_SECONDS)
         except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the client was closed by stop()
             if not self._stop.is_set():
                 log.debug("assignment watch: %s", exc)
             return None
         if response.status_code != 200:
-            log.debug("assignment watch: HTTP %d from %s", response.status_code, self._url)
+            log.debug("assignment watch: HTTP %d from %s", response.status_code, self._urls[self._at])
             return None
         try:
             body = response.json()

@@ -251,6 +251,11 @@ class LocalStack:
         with self._guard:
             name = self._next_name(AGENT)
             env = {**self._env, "SHARDHERD_WORKER_ID": name}
+            if "coordinator_url" not in self.settings.model_fields_set:
+                # Every replica started so far: the agent learns of assignment changes from whichever leads
+                # (decision 0008), and tells it of its own (decision 0010), instead of polling the store.
+                env["SHARDHERD_COORDINATOR_URL"] = ",".join(
+                    child.api_url for child in self.supervisor.children(COORDINATOR) if child.api_url)
             if options.spark:
                 args = ["--out", str(options.pipeline_dir), "--master", options.spark_master,
                         "--driver-memory", options.spark_driver_memory, "--drain-timeout", drain]
