@@ -93,7 +93,8 @@ def test_a_dropped_connection_makes_the_leader_watch_and_fail_the_dead_worker_ov
 
 def test_an_agents_news_of_a_drain_starts_its_handoffs_at_the_next_tick(loop_store: LeaseStore) -> None:
     fleet = _settled(loop_store, "w1", "w2")
-    assert fleet.run(INTERVAL)[0] is not None and fleet.run(INTERVAL)[0].scan_reason is None  # type: ignore[union-attr]
+    quiet = fleet.run(INTERVAL)[0]
+    assert quiet is not None and quiet.scan_reason is None
     fleet.draining.add("w2")
     fleet.heartbeat()  # the row says DRAINING ...
     fleet.loop.feed.signal("w2", NEWS)  # ... and the agent says so on the channel
