@@ -61,7 +61,10 @@ STREAM_TIMEOUT = 60.0
 # Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
 # CPU metrics stay on, as users run them: agents sharing this host measure their own process trees
 # (agent/metrics/cpu_tree.py), not the host's load.
-LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000}
+# Demo intervals; the dashboard's lease progress is as fresh as the leader's last full scan (decision 0010), so the
+# demo scans every 5 s where a deployment scans every 20 s.
+LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000,
+                  "leader_full_scan_interval_millis": 5000}
 
 
 class StackFailed(ShardherdError, RuntimeError):
