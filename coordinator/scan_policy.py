@@ -23,11 +23,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-# Why a run scans (RunSummary.scan_reason); None: a quiet tick on the leader's view.
-FIRST = "first run of the term"
-LEASE_MODE = "lease mode"
-CADENCE = "full-scan interval"
-
 
 @dataclass(frozen=True, slots=True)
 class ViewState:
@@ -36,6 +31,10 @@ class ViewState:
     scanned_at: float
     roster: frozenset[str]  # workers alive at that run: each must stay on the channel for the leader to scan rarely
     pending: str | None  # why the view needs watching every interval (None: nothing)
+
+
+# Why a run scans (RunSummary.scan_reason), besides what is pending or signalled; None: a tick on the view.
+FIRST, LEASE_MODE, CADENCE = "first run of the term", "lease mode", "full-scan interval"
 
 
 def scan_reason(view: ViewState | None, now: float, full_scan_interval: float, lease_mode: bool,
