@@ -40,6 +40,7 @@ DROPPED = "dropped"
 NEWS = "news"
 
 REPOLL_GRACE_SECONDS = 2.0  # the watch asks again at once after an answer; longer without a request: off the channel
+FORGET_SECONDS = 3600.0  # a worker without a request for this long is forgotten (its next one is a JOINED again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +131,11 @@ class AssignmentFeed:
         with self._guard:
             taken, self._signals = self._signals, []
             self.wakeup.clear()
+            now = self._clock.monotonic()
+            gone = [worker for worker, presence in self._present.items() if presence.open == 0
+                    and presence.ended_at is not None and now - presence.ended_at > FORGET_SECONDS]
+            for worker in gone:
+                del self._present[worker]
         return taken
 
     def on_channel(self, worker: str) -> bool:

@@ -186,7 +186,7 @@ class LeaderLoop:
         while not stop.is_set():
             self.run_once()
             contending = self._term is None and self._lock.looks_abandoned()
-            if contending or stop.wait(self._timing.interval / 4):
+            if stop.wait(self._timing.interval / 4) or contending:
                 continue
             deadline = time.monotonic() + self._timing.interval * 3 / 4
             while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:

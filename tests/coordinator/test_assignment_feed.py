@@ -9,6 +9,7 @@ import pytest
 
 from shardherd.coordinator.assignment_feed import (
     DROPPED,
+    FORGET_SECONDS,
     HANDS_OFF,
     JOINED,
     NEWS,
@@ -93,3 +94,7 @@ def test_presence_follows_requests_and_joins_drops_and_news_are_signalled_once()
     assert not feed.on_channel("w1")  # no request for longer than that: off the channel
     feed.signal("w1", NEWS)
     assert feed.wakeup.is_set() and feed.take_signals() == [("w1", NEWS)]
+    clock.advance(FORGET_SECONDS)
+    feed.take_signals()  # long gone: forgotten, so the map of who listens stays bounded
+    feed.connect("w1")
+    assert feed.take_signals() == [("w1", JOINED)]
