@@ -172,7 +172,7 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     decide_seconds: list[tuple[float, str | None]] = []
 
     def on_run(summary: RunSummary) -> None:
-        decide_seconds.append((summary.decide_ms / 1000, summary.scan_reason))
+        decide_seconds.append((summary.decide_ms / 1000, (summary.scan_reason or "scan") if summary.scanned else None))
         watch = holder["watch"]
         assert isinstance(watch, LeaderWatch)
         with acting_as("status"):

@@ -111,7 +111,8 @@ class _Term:
     # The leader's view between full runs: the leases as its last run left them, and what that run left pending.
     leases: dict[str, Lease] = field(default_factory=dict)
     view: ViewState | None = None
-    rebalancing: bool = False  # the last balancing pass moved leases: keep running every interval until one does not
+    rebalancing: bool = False  # the last balancing pass moved leases: run every interval until one moves none
+    on_view: bool = False  # the newest tick ran on the view (no scan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +228,7 @@ class LeaderLoop:
         except Exception as exc:  # a failed run is recorded, counted, and may release leadership
             log.exception("leader loop: run failed")
             summary = RunSummary(epoch, started_wall, (self._clock.monotonic() - started) * 1000, 0, 0, 0, 0,
-                                 False, None, error=_describe(exc), scan_reason=reason)
+                                 False, None, error=_describe(exc), scanned=reason is not None, scan_reason=reason)
             self._failures += 1
             if self._failures >= self._timing.failure_threshold:
                 log.error("leader loop: %d consecutive failed runs: releasing leadership for %.1f s",
@@ -255,12 +256,14 @@ class LeaderLoop:
         """The leader's view (its newest scans, its writes applied) and the monotonic time of those scans, or None.
 
         The operator API serves these on the leader replica, so dashboards and scrapes there cost no store reads.
-        The view is accepted while at most `max_age` seconds old, or while the leader itself still decides on it (up
-        to a full-scan interval between full runs).
+        The view is accepted while at most `max_age` seconds old, or, while the leader ticks on it (between full
+        runs), up to a full-scan interval.
         """
         with self._latest_guard:
             latest = self._latest
-        limit = max(max_age, self._timing.full_scan + self._timing.interval)
+        term = self._term
+        on_view = term is not None and term.view is not None and term.on_view
+        limit = max(max_age, self._timing.full_scan + self._timing.interval) if on_view else max_age
         if latest is None or self._term is None or self._clock.monotonic() - latest[2] > limit:
             return None
         return latest
@@ -331,7 +334,7 @@ class LeaderLoop:
         (unowned and expired leases are placed every run); only failing to read the store, to plan the assignment
         or to write it fails the run (the next tick then scans again).
         """
-        term.view = None
+        term.view, term.on_view = None, False
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
@@ -353,6 +356,7 @@ class LeaderLoop:
         plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
+        # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.
         if balance and balance_error is None:
             term.rebalancing = any(move.reason.is_balancing for move in plan.moves)
         tally = self._write(term, plan, leases, views, fence, tally)
@@ -389,6 +393,7 @@ class LeaderLoop:
         that changed leases makes the next tick scan.
         """
         assert term.view is not None
+        term.on_view = True
         now = self._clock.monotonic()
         synced, tally, sync_error = self._sync_if_due(term, term.leases, fence, now)
         if tally.created or tally.deleted:
@@ -401,6 +406,7 @@ class LeaderLoop:
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
             leases=len(term.leases), active_workers=len(term.view.roster), expired_leases=0, malformed_rows=0,
             balanced_this_run=False, plan=None, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error,
+            scanned=False,
         )
 
     def _sync_if_due(self, term: _Term, leases: dict[str, Lease], fence: Fence,

@@ -10,7 +10,7 @@ memory (its last scans with its own conditional writes applied) and scans again 
   worker row whose liveness is not yet decided (a new worker, or one going quiet), a shard sync that changed leases,
   a balancing pass that moved leases (the fleet converges at the interval's pace, as before);
 * a worker the last full run counted alive is not on the coordinator channel (Java KCL workers, agents without
-  `coordinator_url`, an agent whose connection dropped): only its row shows whether it lives;
+  `coordinator_url`, an agent whose connection dropped): only its row shows whether it lives; or it counted none;
 * a signal from the channel: a worker joined, a waiting request was dropped, an agent reported news (drain, leases
   given back, a shard's end);
 * the full-scan interval (`leader_full_scan_interval_millis`) has passed.
@@ -35,6 +35,7 @@ class ViewState:
 
 # Why a run scans (RunSummary.scan_reason), besides what is pending or signalled; None: a tick on the view.
 FIRST, LEASE_MODE, CADENCE = "first run of the term", "lease mode", "full-scan interval"
+NO_WORKERS = "no live worker yet"  # a worker without coordinator_url would otherwise wait for the full scan
 
 
 def scan_reason(view: ViewState | None, now: float, full_scan_interval: float, lease_mode: bool,
@@ -49,6 +50,8 @@ def scan_reason(view: ViewState | None, now: float, full_scan_interval: float, l
     if signals:
         worker, kind = signals[0]
         return f"{kind}: {worker}"
+    if not view.roster:
+        return NO_WORKERS
     for worker in sorted(view.roster):
         if not on_channel(worker):
             return f"not on the channel: {worker}"

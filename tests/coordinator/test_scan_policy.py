@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from shardherd.coordinator.scan_policy import CADENCE, FIRST, LEASE_MODE, ViewState, pending_in, scan_reason
+from shardherd.coordinator.scan_policy import (
+    CADENCE,
+    FIRST,
+    LEASE_MODE,
+    NO_WORKERS,
+    ViewState,
+    pending_in,
+    scan_reason,
+)
 
 QUIET = ViewState(scanned_at=100.0, roster=frozenset({"w1", "w2"}), pending=None)
 
@@ -25,6 +33,7 @@ def test_anything_needing_watching_scans_every_tick() -> None:
     assert _reason(view=ViewState(100.0, QUIET.roster, "2 handoffs in flight")) == "2 handoffs in flight"
     assert _reason(listening=frozenset({"w1"})) == "not on the channel: w2"
     assert _reason(signals=(("w2", "dropped"), ("w1", "news"))) == "dropped: w2"
+    assert _reason(view=ViewState(100.0, frozenset(), None)) == NO_WORKERS
 
 
 def test_pending_names_the_first_thing_that_needs_watching() -> None:
