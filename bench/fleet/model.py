@@ -88,6 +88,7 @@ class Fleet:
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
         self.loop: LeaderLoop | None = None
+        self._early_run = False  # an early leader run is scheduled for signals from the channel
         self.lock: LeaderLock | None = None
         if self.variant != KCL2:
             lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
@@ -122,9 +123,12 @@ class Fleet:
             feed.disconnect(worker_id, dropped=True)
         else:
             feed.signal(worker_id, kind)
-        self.events.at(self.events.now() + self.settings.lease_assignment_interval_millis / 4000, self._lead_once)
+        if not self._early_run:  # signals coalesce into one early run, as the loop's wake-up does
+            self._early_run = True
+            self.events.at(self.events.now() + self.settings.lease_assignment_interval_millis / 4000, self._lead_once)
 
     def _lead_once(self) -> None:
+        self._early_run = False
         self._lead()
 
     def _lead(self) -> bool:
