@@ -32,6 +32,8 @@ from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState, tr
 
 log = logging.getLogger(__name__)
 
+AWAIT_RECHECK_SECONDS = 0.2  # how often a lease handed to this worker is re-read while its previous owner finishes
+
 MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
 ThroughputProvider = Callable[[str], float | None]
 ProgressProvider = Callable[[Iterable[str]], Mapping[str, LeaseProgress]]
@@ -131,6 +133,7 @@ class LeaseKeeper:
         self._news: Callable[[], None] | None = None  # tells the leader to look at the store now (see attach_channel)
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
+        self._next_await_check = 0.0
 
     # ------------------------------------------------------------------ queries
     @property
@@ -322,6 +325,10 @@ class LeaseKeeper:
             if now >= self._next_discovery and self.is_live():
                 self._discover()
                 self._next_discovery = now + self._discovery_period()
+                self._next_await_check = now + AWAIT_RECHECK_SECONDS
+            elif self._awaiting and now >= self._next_await_check and self.is_live():
+                self._next_await_check = now + AWAIT_RECHECK_SECONDS
+                self._recheck_awaiting()
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -432,6 +439,14 @@ class LeaseKeeper:
         self._awaiting = {key for key in sorted(owned - held.keys()) if self._consider_new(key)}
         for key in sorted(held.keys() - owned):
             self._recheck(key)
+
+    def _recheck_awaiting(self) -> None:
+        """Re-read only the leases handed to us that wait for their previous owner: take each once it finished.
+
+        The previous owner's release is the end of the shard's gap in processing; one read per waiting lease every
+        AWAIT_RECHECK_SECONDS finds it sooner than the next full discovery (a second apart by default).
+        """
+        self._awaiting = {key for key in sorted(self._awaiting) if self._consider_new(key)}
 
     def _consider_new(self, key: str) -> bool:
         """Start holding `key` if the store confirms it is ours; True if it is ours but still being handed over."""

@@ -107,6 +107,24 @@ def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
     assert lease.checkpoint == Checkpoint.at("500")
 
 
+def test_a_lease_handed_over_is_taken_within_a_recheck_of_the_release_not_at_the_next_discovery(
+        store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _holding(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    _step(clock, 1.5, old)
+    assert old_events.handoffs == [KEY]
+    new.tick()  # discovery finds the lease still draining from w1; the next one is a second away
+    assert new_events.acquired == []
+    clock.advance(0.05)
+    old.finish_handoff(KEY)
+    for _ in range(5):  # 0.25 s: more than one recheck (0.2 s), far less than the discovery interval
+        clock.advance(0.05)
+        new.tick()
+    assert new_events.acquired == [KEY]
+
+
 def test_handoff_is_forced_after_its_timeout(store: LeaseStore) -> None:
     clock = ManualClock()
     old, old_events = _holding(store, "w1", clock, graceful_lease_handoff_timeout_millis=5000)
