@@ -10,7 +10,7 @@ from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.coordinator.assignment_feed import OWNS, AssignmentFeed
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
-from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.dynamo.store import DynamoLeaseStore
@@ -276,3 +276,29 @@ def test_a_wrong_view_from_the_coordinator_never_gives_a_lease_away(store: Lease
     keeper.tell({KEY: OWNS})  # stale or wrong: the store says w2
     _step(clock, 1, keeper)
     assert events.acquired == [] and keeper.held() == {}
+
+
+def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseStore) -> None:
+    """News (decision 0010): a new row, a drain once its row is written, leases given back, a shard's end."""
+    clock = ManualClock()
+    news: list[str] = []
+
+    def told() -> None:
+        record = store.get_worker("w1")
+        news.append("row" if record is None else record.state.value)
+
+    keeper, _ = _keeper(store, "w1", clock)
+    keeper.attach_channel(lambda: True, told)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    keeper.tick()
+    assert news == [WorkerState.ACTIVE.value]  # the first row: the leader starts watching the new worker now
+    keeper.discover_soon()
+    _step(clock, 10.0, keeper)  # heartbeats and discovery: nothing new for the leader
+    assert keeper.checkpoint(KEY, Checkpoint.at(5)).applied and news == [WorkerState.ACTIVE.value]
+    keeper.begin_drain()
+    assert len(news) == 1  # not before the row says DRAINING: the leader would read the old row
+    keeper.tick()
+    assert news[1:] == [WorkerState.DRAINING.value]
+    assert keeper.checkpoint(KEY, SHARD_END).applied and len(news) == 3  # shard sync may create the children
+    assert keeper.release_all() == [KEY] and len(news) == 4
