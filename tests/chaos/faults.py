@@ -7,6 +7,7 @@ partitions switch the proxies and heal by themselves after their duration (a tim
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 
 from tests.chaos.cluster import ChaosCluster, Member
@@ -47,6 +48,19 @@ class FaultRunner:
                 counts[lease.actual_owner] += 1
         return max(agents, key=lambda m: (counts[m.name], self.cluster.rng.random()))
 
+    def _sampled_victim(self, exclude_skewed: bool = False) -> Member:
+        """The busiest agent, once the lease-table sampler has seen it hold a lease (waiting up to 10 s).
+
+        The analysis measures a kill or a partition from the victim's leases in the last sample before it, and a lease
+        assigned a moment ago is not in a sample yet; without the wait such a fault measures nothing.
+        """
+        deadline = time.monotonic() + 10.0
+        victim = self._busiest_agent(exclude_skewed)
+        while victim.name not in self.cluster.lease_holders() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            victim = self._busiest_agent(exclude_skewed)
+        return victim
+
     def _later(self, seconds: float, members: list[Member], kind: str) -> None:
         timer = threading.Timer(seconds, self.cluster.set_chaos, args=(members, CALM, kind))
         timer.daemon = True
@@ -57,7 +71,7 @@ class FaultRunner:
         """Inject one fault of `kind` (one of FAULT_KINDS)."""
         cluster = self.cluster
         if kind == "agent_kill":
-            cluster.kill(self._busiest_agent())
+            cluster.kill(self._sampled_victim())
             cluster.start_agent()
         elif kind == "agent_term":
             cluster.terminate(self._busiest_agent())
@@ -81,7 +95,7 @@ class FaultRunner:
             cluster.set_chaos(members, self.plan.burst, "throttle")
             self._later(self.plan.burst_seconds, members, "throttle_end")
         elif kind == "partition":
-            victim = self._busiest_agent(exclude_skewed=True)
+            victim = self._sampled_victim(exclude_skewed=True)
             cluster.set_chaos([victim], Chaos(partitioned=True), "partition")
             self._later(self.plan.partition_seconds, [victim], "partition_end")
         elif kind == "split":
