@@ -5,6 +5,9 @@ owner index only every `discovery_fallback_interval_millis`; when no replica ans
 that do not lead), it is told so and queries every `discovery_interval_millis` as before. Processing never depends
 on this channel: it only decides how soon the keeper looks, and the keeper reads every lease it starts from the
 store.
+
+The watch also carries the keeper's news to the leader (`news()`, decision 0010): a short request with `news=true`
+from its own thread, so the leader scans the store at once rather than at its next full scan.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ log = logging.getLogger(__name__)
 WAIT_SECONDS = 20.0  # how long one request may wait at the coordinator
 SLACK_SECONDS = 5.0  # network time on top of the wait before a request counts as failed
 RETRY_SECONDS = (0.05, 0.05, 1.0, 2.0, 5.0)  # after failures in a row (a 409 may reach the leader on a retry)
+NEWS_ATTEMPTS = 3  # a news request answered by a replica that does not lead is sent again on a new connection
 
 
 class Told(Protocol):
@@ -41,9 +45,11 @@ class AssignmentWatch:
     """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
 
     def __init__(self, settings: Settings, keeper: Told, clock: Clock, client: httpx.Client | None = None) -> None:
-        if not settings.coordinator_url:
+        if not settings.coordinator_urls:
             raise ValueError("the assignment watch needs coordinator_url")
-        self._url = f"{settings.coordinator_url.rstrip('/')}/v1/workers/{settings.worker_id}/assignments/changes"
+        path = f"/v1/workers/{settings.worker_id}/assignments/changes"
+        self._urls = [f"{base.rstrip('/')}{path}" for base in settings.coordinator_urls]
+        self._at = 0  # the replica asked now: the next one after a failure or a 409 (it may lead)
         self._token = _token(settings)
         self._keeper = keeper
         self._clock = clock
@@ -51,21 +57,29 @@ class AssignmentWatch:
         self._healthy_until = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="assignment-watch", daemon=True)
+        self._news = threading.Event()
+        self._notifier = threading.Thread(target=self._notify, name="assignment-news", daemon=True)
 
     def healthy(self) -> bool:
         """True while a request answered within the last wait plus slack."""
         return self._clock.monotonic() < self._healthy_until
 
     def start(self) -> AssignmentWatch:
-        """Start long-polling."""
+        """Start long-polling (and the thread that carries news)."""
         self._thread.start()
+        self._notifier.start()
         return self
+
+    def news(self) -> None:
+        """Tell the leader to look at the store now; returns at once (the request goes from another thread)."""
+        self._news.set()
 
     def stop(self) -> None:
         """Stop after the current request (the client is closed, so a waiting request ends at once)."""
         self._stop.set()
         self._client.close()
         self._thread.join(WAIT_SECONDS + SLACK_SECONDS)
+        self._notifier.join(SLACK_SECONDS * NEWS_ATTEMPTS)
 
     def _run(self) -> None:
         feed: str | None = None
@@ -83,26 +97,47 @@ class AssignmentWatch:
             if self.healthy():
                 self._healthy_until = 0.0
                 self._keeper.discover_soon()
+            self._at = (self._at + 1) % len(self._urls)  # the next replica listed (or the same one, re-asked)
             if failures >= 1:  # a new connection, which a Service may route to another replica
                 self._client.close()
                 self._client = _client()
             self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
             failures += 1
 
+    def _notify(self) -> None:
+        """Send each batch of news as one short request (up to NEWS_ATTEMPTS connections until the leader answers)."""
+        while not self._stop.is_set():
+            if not self._news.wait(1.0):
+                continue
+            self._news.clear()
+            for attempt in range(max(NEWS_ATTEMPTS, len(self._urls))):
+                url = self._urls[(self._at + attempt) % len(self._urls)]  # the replica that answered last first
+                with _client() as client:
+                    try:
+                        response = client.get(url, params={"wait": 0, "news": "true"}, headers=self._headers(),
+                                              timeout=SLACK_SECONDS)
+                    except httpx.HTTPError as exc:
+                        log.debug("assignment watch: news not delivered: %s", exc)
+                        break
+                if response.status_code == 200:
+                    break
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
     def _ask(self, feed: str | None, version: int) -> FeedPosition | None:
         params: dict[str, str | int | float] = {"after": version, "wait": WAIT_SECONDS}
         if feed is not None:
             params["feed"] = feed
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
         try:
-            response = self._client.get(self._url, params=params, headers=headers,
+            response = self._client.get(self._urls[self._at], params=params, headers=self._headers(),
                                         timeout=WAIT_SECONDS + SLACK_SECONDS)
         except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the client was closed by stop()
             if not self._stop.is_set():
                 log.debug("assignment watch: %s", exc)
             return None
         if response.status_code != 200:
-            log.debug("assignment watch: HTTP %d from %s", response.status_code, self._url)
+            log.debug("assignment watch: HTTP %d from %s", response.status_code, self._urls[self._at])
             return None
         try:
             body = response.json()

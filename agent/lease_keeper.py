@@ -32,6 +32,8 @@ from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState, tr
 
 log = logging.getLogger(__name__)
 
+AWAIT_RECHECK_SECONDS = 0.2  # how often a lease handed to this worker is re-read while its previous owner finishes
+
 MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
 ThroughputProvider = Callable[[str], float | None]
 ProgressProvider = Callable[[Iterable[str]], Mapping[str, LeaseProgress]]
@@ -128,8 +130,10 @@ class LeaseKeeper:
         self._draining = False
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
         self._channel: Callable[[], bool] | None = None  # True while the coordinator tells us of changes
+        self._news: Callable[[], None] | None = None  # tells the leader to look at the store now (see attach_channel)
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
+        self._next_await_check = 0.0
 
     # ------------------------------------------------------------------ queries
     @property
@@ -162,6 +166,8 @@ class LeaseKeeper:
             with self._guard:
                 if lease_key in self._held:
                     self._held[lease_key].lease = outcome.lease
+            if checkpoint.is_shard_end:
+                self._tell_news()  # shard sync creates the children once the leader sees this
         elif outcome.conflict in (Conflict.OWNERSHIP, Conflict.NOT_FOUND):
             reason = LossReason.DELETED if outcome.conflict is Conflict.NOT_FOUND else LossReason.TAKEN
             self._lose(lease_key, reason)
@@ -208,6 +214,8 @@ class LeaseKeeper:
             if outcome.applied:
                 released.append(key)
             self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+        if released:
+            self._tell_news()
         return released
 
     def retire(self) -> bool:
@@ -257,6 +265,7 @@ class LeaseKeeper:
                 continue
             if outcome.applied:
                 log.error("lease %s given back: this worker cannot process it", key)
+                self._tell_news()
             self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
 
     def held_items(self) -> list[tuple[str, HeldLease]]:
@@ -265,13 +274,24 @@ class LeaseKeeper:
             return list(self._held.items())
 
     # ------------------------------------------------------------------ the coordinator channel
-    def attach_channel(self, healthy: Callable[[], bool]) -> None:
+    def attach_channel(self, healthy: Callable[[], bool], news: Callable[[], None] | None = None) -> None:
         """Learn of assignment changes from the coordinator (agent/assignment_watch.py) while `healthy()` holds.
 
         The owner index is then queried only every `discovery_fallback_interval_millis`, and every second again
-        while a lease handed to this worker waits for its previous owner, or once the channel fails.
+        while a lease handed to this worker waits for its previous owner, or once the channel fails. `news()` tells
+        the leader that this worker changed something it must see soon (decision 0010): its first row, a drain or
+        a refused lease announced in its row, leases given back, a shard's end checkpointed. The leader then scans
+        the store at once instead of at its next full scan.
         """
         self._channel = healthy
+        self._news = news
+
+    def _tell_news(self) -> None:
+        if self._news is not None:
+            try:
+                self._news()
+            except Exception:  # best effort: the leader's full scans and fallbacks still see the change
+                log.exception("telling the coordinator of news failed")
 
     def tell(self, leases: Mapping[str, str]) -> None:
         """The coordinator's view of this worker's leases (key -> relation) changed: apply it at the next tick."""
@@ -305,6 +325,10 @@ class LeaseKeeper:
             if now >= self._next_discovery and self.is_live():
                 self._discover()
                 self._next_discovery = now + self._discovery_period()
+                self._next_await_check = now + AWAIT_RECHECK_SECONDS
+            elif self._awaiting and now >= self._next_await_check and self.is_live():
+                self._next_await_check = now + AWAIT_RECHECK_SECONDS
+                self._recheck_awaiting()
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -350,7 +374,10 @@ class LeaseKeeper:
             log.warning("heartbeat failed: %s", exc)
             return
         self._last_heartbeat_send = sent
-        self._last_record = record
+        last, self._last_record = self._last_record, record
+        if (last is None or last.state is not record.state
+                or last.lease_progress.keys() != record.lease_progress.keys()):
+            self._tell_news()  # a new row, a drain, a refused or failing lease: the leader must see it this run
 
     def _renew(self, key: str, held: HeldLease) -> None:
         sent = self._clock.monotonic()
@@ -412,6 +439,14 @@ class LeaseKeeper:
         self._awaiting = {key for key in sorted(owned - held.keys()) if self._consider_new(key)}
         for key in sorted(held.keys() - owned):
             self._recheck(key)
+
+    def _recheck_awaiting(self) -> None:
+        """Re-read only the leases handed to us that wait for their previous owner: take each once it finished.
+
+        The previous owner's release is the end of the shard's gap in processing; one read per waiting lease every
+        AWAIT_RECHECK_SECONDS finds it sooner than the next full discovery (a second apart by default).
+        """
+        self._awaiting = {key for key in sorted(self._awaiting) if self._consider_new(key)}
 
     def _consider_new(self, key: str) -> bool:
         """Start holding `key` if the store confirms it is ours; True if it is ours but still being handed over."""

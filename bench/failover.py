@@ -9,7 +9,8 @@
 
 Starts its own moto server and kinesalite on 127.0.0.1, 2 coordinator replicas and N agents through chaos proxies
 (left calm), and a producer.
-Usage: python -m bench.failover [--trials 5] [--agents 3] [--shards 6] [--short] [--together-only]
+Agents long-poll the coordinators for assignment changes (coordinator_url lists both replicas) unless --no-channel.
+Usage: python -m bench.failover [--trials 5] [--agents 3] [--shards 6] [--short] [--together-only] [--no-channel]
 (`--short` uses the CI's seconds-scale timings instead of the defaults; `--together-only` runs only the last case).
 """
 
@@ -160,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true", help="the CI's seconds-scale timings")
     parser.add_argument("--together-only", action="store_true",
                         help="only the leader-and-agent kill (the other cases are skipped)")
+    parser.add_argument("--no-channel", action="store_true",
+                        help="agents without coordinator_url (they poll the owner index; the leader scans every run)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="keep the processes' logs and ledgers in this directory (default: a temp dir, removed)")
     args = parser.parse_args(argv)
@@ -173,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesis, tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
-        cluster = ChaosCluster(moto.endpoint_url, kinesis.endpoint_url, workdir, args.shards, overrides)
+        # Agents get both coordinator replicas as coordinator_url, as `shardherd up` and the Helm chart give theirs.
+        cluster = ChaosCluster(moto.endpoint_url, kinesis.endpoint_url, workdir, args.shards, overrides,
+                               channel_slots=0 if args.no_channel else 2)
         try:
             for _ in range(2):
                 cluster.start_coordinator()

@@ -27,6 +27,7 @@ import math
 import random
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -74,6 +75,7 @@ class RunCost:
     write_s: float
     decide_s: float
     writes: int
+    reason: str | None = None  # why the run scanned (RunSummary.scan_reason); None: a tick on the leader's view
 
     @property
     def total_s(self) -> float:
@@ -123,7 +125,7 @@ class RunTimer:
         self._seen: dict[tuple[str, str], tuple[int, float]] = {}
         self.runs: list[RunCost] = []
 
-    def after_run(self, run_seconds: float) -> None:
+    def after_run(self, run_seconds: float, reason: str | None = "scan") -> None:
         """Record the run that just ended (its requests are the leader's counts since the last call)."""
         scan = write = 0.0
         writes = 0
@@ -150,7 +152,7 @@ class RunTimer:
             else:
                 write += new * self._model.item
                 writes += new
-        self.runs.append(RunCost(scan, write, run_seconds, writes))
+        self.runs.append(RunCost(scan, write, run_seconds, writes, reason))
 
 
 def run_size(shards: int, workers: int, warmup: float, window: float, seed: int = 7,
@@ -167,10 +169,10 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
         holder["meter"] = meter
         return meter
 
-    decide_seconds: list[float] = []
+    decide_seconds: list[tuple[float, str | None]] = []
 
     def on_run(summary: RunSummary) -> None:
-        decide_seconds.append(summary.decide_ms / 1000)
+        decide_seconds.append((summary.decide_ms / 1000, (summary.scan_reason or "scan") if summary.scanned else None))
         watch = holder["watch"]
         assert isinstance(watch, LeaderWatch)
         with acting_as("status"):
@@ -194,8 +196,8 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     counted = 0
     while fleet.events.now() < warmup:  # cold start: leases created, then every lease assigned
         fleet.events.run_until(min(warmup, fleet.events.now() + 1.0))
-        for seconds in decide_seconds[counted:]:
-            timer.after_run(seconds)
+        for seconds, reason in decide_seconds[counted:]:
+            timer.after_run(seconds, reason)
         counted = len(decide_seconds)
     first = max(timer.runs, key=lambda run: run.total_s, default=None)
     meter.reset()
@@ -206,8 +208,8 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     status_sizes = []
     while fleet.events.now() < start + window:
         fleet.events.run_until(min(start + window, fleet.events.now() + step))
-        for seconds in decide_seconds[counted:]:
-            timer.after_run(seconds)
+        for seconds, reason in decide_seconds[counted:]:
+            timer.after_run(seconds, reason)
         counted = len(decide_seconds)
         item = fleet.inner.get_state("LeaderStatus")
         if item is not None:
@@ -274,13 +276,21 @@ def _operations(result: CostResult) -> str:
     return ", ".join(f"{name} {reads:,.0f}/{writes:,.0f}" for name, (reads, writes) in ranked[:9])
 
 
+def full_runs(result: CostResult) -> list[RunCost]:
+    """The window's leader runs that scanned the store (the others ticked on the leader's view at no cost)."""
+    return [run for run in result.runs if run.reason is not None]
+
+
 def _runs(result: CostResult) -> str:
-    runs = result.runs
+    runs = full_runs(result)
     if not runs:
-        return "  no leader run in the window"
+        return f"  no full leader run in the window ({len(result.runs)} ticks on the leader's view)"
     worst = max(runs, key=lambda run: run.total_s)
     p50 = statistics.median(run.total_s for run in runs)
-    text = (f"  leader runs in the window: {len(runs)}; per run median {p50:.3f} s, worst {worst.total_s:.3f} s = "
+    reasons = Counter(_reason_kind(run.reason) for run in runs)
+    text = (f"  leader ticks in the window: {len(result.runs)}, full runs (both tables scanned): {len(runs)} "
+            f"({', '.join(f'{kind} {count}' for kind, count in reasons.most_common())})\n"
+            f"  full run median {p50:.3f} s, worst {worst.total_s:.3f} s = "
             f"scan {worst.scan_s:.3f} + decide {worst.decide_s:.3f} + write {worst.write_s:.3f} "
             f"({worst.writes} writes); interval 2.000 s")
     if result.first_run is not None:
@@ -289,6 +299,12 @@ def _runs(result: CostResult) -> str:
                  f"{first.scan_s:.3f} + decide {first.decide_s:.3f} + write {first.write_s:.3f} s ({first.writes} "
                  f"writes)")
     return text
+
+
+def _reason_kind(reason: str | None) -> str:
+    """A scan reason without the worker or count it names (for a tally)."""
+    text = reason or "view"
+    return text.split(":")[0] if ":" in text else " ".join(word for word in text.split() if not word.isdigit())
 
 
 def exponent(points: Sequence[tuple[float, float]]) -> float:
@@ -307,7 +323,8 @@ def growth(by_shards: Sequence[CostResult], by_workers: Sequence[CostResult]) ->
         "read units/min": lambda r: r.totals().read_units,
         "KCL write units/min": lambda r: r.kcl_totals().write_units,
         "KCL read units/min": lambda r: r.kcl_totals().read_units,
-        "leader run (median s)": lambda r: statistics.median(run.total_s for run in r.runs) if r.runs else 0.0,
+        "leader full run (median s)": lambda r: (statistics.median(run.total_s for run in full_runs(r))
+                                                 if full_runs(r) else 0.0),
     }
     lines = [f"growth exponents (y ~ x**k), shards {[r.shards for r in by_shards]} at {by_shards[0].workers} "
              f"workers; workers {[r.workers for r in by_workers]} at {by_workers[0].shards} shards:"]

@@ -33,7 +33,7 @@ from shardherd.shared.store import TableNames
 
 # shardherd's defaults, which `shardherd up` replaces with quicker demo intervals unless they are set explicitly.
 USER_DEFAULTS = {"SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "1000", "SHARDHERD_LEASE_ASSIGNMENT_INTERVAL_MILLIS": "2000",
-                 "SHARDHERD_DISABLE_WORKER_METRICS": "false"}
+                 "SHARDHERD_LEADER_FULL_SCAN_INTERVAL_MILLIS": "20000", "SHARDHERD_DISABLE_WORKER_METRICS": "false"}
 
 Totals = dict[tuple[str, str], list[float]]  # (caller, table:operation) -> [requests, read units, write units]
 

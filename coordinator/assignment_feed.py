@@ -9,6 +9,12 @@ it starts or stops from the store (strongly consistent), so a stale or wrong ans
 make a worker process a lease it does not own.
 
 A feed is named by the leader's epoch and a random nonce: versions of different terms or replicas are never compared.
+
+The feed also tells the leader who is listening (docs/decisions/0010-leader-scans.md): an agent counts as on the
+channel while a request of it waits here or its last one ended within `REPOLL_GRACE_SECONDS` (the watch asks again at
+once). A worker joining, a waiting request dropped by its client (a killed agent's socket closes at once) and an
+agent's news (it announced a drain, gave leases back or reached a shard's end) are signals: the leader scans the
+store at its next tick instead of waiting for its full-scan cadence.
 """
 
 from __future__ import annotations
@@ -20,12 +26,21 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.lease import Lease
 
 # A lease's relation to a worker: it owns and processes it, receives it (handoff running), or hands it off.
 OWNS = "owns"
 RECEIVES = "receives"
 HANDS_OFF = "hands_off"
+
+# Signals: a worker's first request here, a waiting request its client dropped, an agent's news (see `signal`).
+JOINED = "joined"
+DROPPED = "dropped"
+NEWS = "news"
+
+REPOLL_GRACE_SECONDS = 2.0  # the watch asks again at once after an answer; longer without a request: off the channel
+FORGET_SECONDS = 3600.0  # a worker without a request for this long is forgotten (its next one is a JOINED again)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,15 +72,82 @@ class NotLeading(Exception):
 _Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
 
-class AssignmentFeed:
-    """Per-worker assignment versions of one leader replica; thread-safe, with asyncio long-poll waiting."""
+@dataclass(slots=True)
+class _Presence:
+    """A worker's requests to this replica: how many wait now, and when the last one ended (monotonic seconds)."""
 
-    def __init__(self) -> None:
+    open: int = 0
+    ended_at: float | None = None
+
+
+class AssignmentFeed:
+    """Per-worker assignment versions of one leader replica; thread-safe, with asyncio long-poll waiting.
+
+    Also who listens (`on_channel`) and what happened on the channel since the leader last looked (`take_signals`);
+    `wakeup` is set while signals wait, so the leader loop can run at once.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
         self._guard = threading.Lock()
+        self._clock = clock or SystemClock()
         self._name: str | None = None  # None while this replica does not lead
         self._versions: dict[str, int] = {}
         self._leases: dict[str, dict[str, str]] = {}
         self._waiters: dict[str, list[_Waiter]] = {}
+        self._present: dict[str, _Presence] = {}
+        self._signals: list[tuple[str, str]] = []  # (worker, JOINED | DROPPED | NEWS), oldest first
+        self.wakeup = threading.Event()
+
+    # ------------------------------------------------------------------ who listens
+    def connect(self, worker: str) -> None:
+        """A request of `worker` arrived (its first one here is a JOINED signal)."""
+        with self._guard:
+            presence = self._present.get(worker)
+            if presence is None:
+                presence = self._present[worker] = _Presence()
+                self._signal(worker, JOINED)
+            presence.open += 1
+
+    def disconnect(self, worker: str, dropped: bool) -> None:
+        """A request of `worker` ended: answered, or `dropped` by its client before the answer (a DROPPED signal)."""
+        with self._guard:
+            presence = self._present.setdefault(worker, _Presence())
+            presence.open = max(0, presence.open - 1)
+            presence.ended_at = self._clock.monotonic()
+            if dropped:
+                self._signal(worker, DROPPED)
+
+    def signal(self, worker: str, kind: str) -> None:
+        """Something the leader should look at now (an agent's news, or a connection event)."""
+        with self._guard:
+            self._signal(worker, kind)
+
+    def _signal(self, worker: str, kind: str) -> None:
+        self._signals.append((worker, kind))
+        self.wakeup.set()
+
+    def take_signals(self) -> list[tuple[str, str]]:
+        """The signals since the last call, oldest first (the leader takes them at each tick)."""
+        with self._guard:
+            taken, self._signals = self._signals, []
+            self.wakeup.clear()
+            now = self._clock.monotonic()
+            gone = [worker for worker, presence in self._present.items() if presence.open == 0
+                    and presence.ended_at is not None and now - presence.ended_at > FORGET_SECONDS]
+            for worker in gone:
+                del self._present[worker]
+        return taken
+
+    def on_channel(self, worker: str) -> bool:
+        """True while a request of `worker` waits here or its last one ended within REPOLL_GRACE_SECONDS."""
+        with self._guard:
+            presence = self._present.get(worker)
+            if presence is None:
+                return False
+            if presence.open > 0:
+                return True
+            return (presence.ended_at is not None
+                    and self._clock.monotonic() - presence.ended_at <= REPOLL_GRACE_SECONDS)
 
     def observe(self, epoch: int, leases: Iterable[Lease]) -> None:
         """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed."""
@@ -103,7 +185,21 @@ class AssignmentFeed:
         return FeedPosition(self._name, self._versions.get(worker, 0), dict(self._leases.get(worker, {})))
 
     async def wait(self, worker: str, feed: str | None, after: int, timeout: float) -> FeedPosition:
-        """The worker's position once it moves past (`feed`, `after`), or after `timeout` seconds unchanged."""
+        """The worker's position once it moves past (`feed`, `after`), or after `timeout` seconds unchanged.
+
+        The request counts as the worker's presence on the channel; cancelled (its client went away), as dropped.
+        """
+        self.connect(worker)
+        dropped = False
+        try:
+            return await self._wait(worker, feed, after, timeout)
+        except asyncio.CancelledError:
+            dropped = True
+            raise
+        finally:
+            self.disconnect(worker, dropped)
+
+    async def _wait(self, worker: str, feed: str | None, after: int, timeout: float) -> FeedPosition:
         loop = asyncio.get_running_loop()
         with self._guard:
             now = self._position(worker)
@@ -114,6 +210,8 @@ class AssignmentFeed:
         try:
             await asyncio.wait_for(future, timeout)
         except TimeoutError:
+            pass
+        finally:  # timed out or cancelled: this request no longer waits
             with self._guard:
                 waiters = self._waiters.get(worker, [])
                 if (loop, future) in waiters:

@@ -3,6 +3,10 @@
 Only the holder of the leader lock does anything; every other replica's run returns at once, so a fleet start causes
 no ListShards or Scan storm. All state kept here (liveness observations, handoff timers, the balancing counter, the
 cached shard list) belongs to one leader term and is reset when leadership is (re)gained.
+
+The leader scans both tables only when `coordinator/scan_policy.py` says so: every interval while anything needs
+watching, else every `leader_full_scan_interval_millis`; between full runs it ticks on its view in memory (its last
+scans with its own conditional writes applied) and is woken at once by signals from the assignment channel.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from shardherd.coordinator.liveness import (
 from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
+from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shardherd.coordinator.stream_sync import (
     Listings,
@@ -103,6 +108,11 @@ class _Term:
     shards_listed_at: float | None = None
     sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
     sync_attempted_at: float | None = None
+    # The leader's view between full runs: the leases as its last run left them, and what that run left pending.
+    leases: dict[str, Lease] = field(default_factory=dict)
+    view: ViewState | None = None
+    rebalancing: bool = False  # the last balancing pass moved leases: run every interval until one moves none
+    on_view: bool = False  # the newest tick ran on the view (no scan)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +120,7 @@ class LoopTiming:
     """The loop's timings in seconds, derived from Settings."""
 
     interval: float
+    full_scan: float
     failover: float
     grace: WorkerGrace
     handoff_timeout: float
@@ -123,6 +134,7 @@ class LoopTiming:
         """Convert the millisecond settings; how long workers stay alive is the rule of liveness.WorkerGrace."""
         return cls(
             interval=settings.lease_assignment_interval_millis / 1000,
+            full_scan=settings.leader_full_scan_interval_millis / 1000,
             failover=settings.failover_time_millis / 1000,
             grace=WorkerGrace.from_settings(settings),
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
@@ -161,20 +173,25 @@ class LeaderLoop:
         self._latest_guard = threading.Lock()
         self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
         self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
-        self.feed = AssignmentFeed()  # what agents long-poll for (coordinator/assignment_feed.py)
+        self.feed = AssignmentFeed(clock)  # what agents long-poll for (coordinator/assignment_feed.py)
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
     def run_forever(self, stop: threading.Event) -> None:
-        """Run every interval (fixed delay) until `stop` is set.
+        """Run every interval (fixed delay) until `stop` is set; a signal from the channel starts the next run early.
 
         While this replica contends for a lock whose holder misses heartbeats it runs four times as often, so its
-        own watch of the worker rows (see `_watch_while_contending`) starts within half a second.
+        own watch of the worker rows (see `_watch_while_contending`) starts within half a second. A signal (a dropped
+        connection, an agent's news) starts a run a quarter interval after the last one at the earliest.
         """
         while not stop.is_set():
             self.run_once()
             contending = self._term is None and self._lock.looks_abandoned()
-            stop.wait(self._timing.interval / 4 if contending else self._timing.interval)
+            if stop.wait(self._timing.interval / 4) or contending:
+                continue
+            deadline = time.monotonic() + self._timing.interval * 3 / 4
+            while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
+                self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
         self.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
 
     def run_once(self) -> RunSummary | None:
@@ -188,14 +205,21 @@ class LeaderLoop:
         if fence is None or epoch is None:
             self._term = None
             self.feed.stand_down()
+            self.feed.take_signals()  # nobody here acts on them: do not spin on the wake-up
             self._watch_while_contending()
             return None
         if self._term is None or self._term.epoch != epoch:
             self._term = self._new_term(epoch)
             self._failures = 0
         started_wall, started = self._clock.time(), self._clock.monotonic()
+        term = self._term
+        reason = scan_reason(term.view, started, self._timing.full_scan, self._settings.liveness_mode == "lease",
+                             self.feed.on_channel, self.feed.take_signals())
         try:
-            summary = self._run(self._term, fence, started_wall, started)
+            if reason is None:
+                summary = self._tick_on_view(term, fence, started_wall, started)
+            else:
+                summary = self._run(term, fence, started_wall, started, reason)
         except LeadershipLost:
             log.warning("leader loop: lock lost during the run; stopping writes")
             self._term = None
@@ -204,7 +228,7 @@ class LeaderLoop:
         except Exception as exc:  # a failed run is recorded, counted, and may release leadership
             log.exception("leader loop: run failed")
             summary = RunSummary(epoch, started_wall, (self._clock.monotonic() - started) * 1000, 0, 0, 0, 0,
-                                 False, None, error=_describe(exc))
+                                 False, None, error=_describe(exc), scanned=reason is not None, scan_reason=reason)
             self._failures += 1
             if self._failures >= self._timing.failure_threshold:
                 log.error("leader loop: %d consecutive failed runs: releasing leadership for %.1f s",
@@ -228,16 +252,21 @@ class LeaderLoop:
         sightings = self._sightings if self._term is not None else {}
         return encode_sightings(sightings, self._clock.monotonic()) if sightings else None
 
-    def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan] | None:
-        """The lease and worker scans of this leader's newest run if at most `max_age` seconds old (else None).
+    def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan, float] | None:
+        """The leader's view (its newest scans, its writes applied) and the monotonic time of those scans, or None.
 
         The operator API serves these on the leader replica, so dashboards and scrapes there cost no store reads.
+        The view is accepted while at most `max_age` seconds old, or, while the leader ticks on it (between full
+        runs), up to a full-scan interval.
         """
         with self._latest_guard:
             latest = self._latest
-        if latest is None or self._term is None or self._clock.monotonic() - latest[2] > max_age:
+        term = self._term
+        on_view = term is not None and term.view is not None and term.on_view
+        limit = max(max_age, self._timing.full_scan + self._timing.interval) if on_view else max_age
+        if latest is None or self._term is None or self._clock.monotonic() - latest[2] > limit:
             return None
-        return latest[0], latest[1]
+        return latest
 
     def dry_run(self) -> Plan:
         """What the decider would do now (a balancing run), from the store and, on the leader, its observations.
@@ -298,38 +327,28 @@ class LeaderLoop:
             self._contending = None
         return _Term(epoch, tracker)
 
-    def _run(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
-        """Shard sync, assignment, balancing; each part fails on its own.
+    def _run(self, term: _Term, fence: Fence, started_wall: float, started: float, reason: str) -> RunSummary:
+        """A full run (both tables scanned, for `reason`): shard sync, assignment, balancing; each fails on its own.
 
         A failing shard sync or balancing pass is reported in the summary while the rest of the run goes on
         (unowned and expired leases are placed every run); only failing to read the store, to plan the assignment
-        or to write it fails the run.
+        or to write it fails the run (the next tick then scans again).
         """
+        term.view, term.on_view = None, False
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         self._sightings = term.tracker.row_sightings()
-        tally = WriteTally()
-        synced = False
-        sync_error: str | None = None
-        if self._shards is not None and self._shard_sync_due(term, leases.values(), now):
-            synced = True
-            try:
-                tally, sync_error = self._sync_shards(term, leases, fence, now)
-            except LeadershipLost:
-                raise
-            except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
-                sync_error = _describe(exc)
-                term.sync_failures += 1
-                log.warning("leader loop: shard sync failed (%d in a row), assigning anyway: %s",
-                            term.sync_failures, sync_error)
+        synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
-        balance = term.runs % self._timing.balancing_frequency == 0
+        # In steady state full runs come every full-scan interval: each of those balances.
+        # In steady state full runs come every full-scan interval: each of those balances.
+        balance = reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
                                           self._stale(term.tracker, w.worker_id, now)) for w in active)
@@ -337,10 +356,21 @@ class LeaderLoop:
         plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
+        # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.
+        if balance and balance_error is None:
+            term.rebalancing = any(move.reason.is_balancing for move in plan.moves)
         tally = self._write(term, plan, leases, views, fence, tally)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         self.feed.observe(term.epoch, leases.values())
+        term.leases = leases
+        undecided = [w.worker_id for w in worker_scan.workers if not term.tracker.worker_alive(w.worker_id, now)
+                     and not term.tracker.worker_silent(w.worker_id, now)]
+        pending = pending_in(unplaced=sum(1 for view in views if view.expired),
+                             handoffs=sum(1 for lease in leases.values() if lease.checkpoint_owner is not None),
+                             lost=tally.lost_races, undecided=undecided,
+                             sync_changed=bool(tally.created or tally.deleted), rebalancing=term.rebalancing)
+        term.view = ViewState(now, frozenset(w.worker_id for w in active), pending)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
@@ -353,8 +383,48 @@ class LeaderLoop:
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
-            decide_ms=decide_ms,
+            decide_ms=decide_ms, scan_reason=reason,
         )
+
+    def _tick_on_view(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
+        """A run without scans: the view stands (scan_policy said so); only a due shard sync runs, on the view.
+
+        Shard sync's creates and deletes are conditional, so a view that missed a change only makes one fail; one
+        that changed leases makes the next tick scan.
+        """
+        assert term.view is not None
+        term.on_view = True
+        now = self._clock.monotonic()
+        synced, tally, sync_error = self._sync_if_due(term, term.leases, fence, now)
+        if tally.created or tally.deleted:
+            term.view = dataclasses.replace(term.view, pending="shard sync changed leases")
+            with self._latest_guard:
+                if self._latest is not None:
+                    self._latest = (LeaseScan(list(term.leases.values()), self._latest[0].malformed),
+                                    *self._latest[1:])
+        return RunSummary(
+            epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
+            leases=len(term.leases), active_workers=len(term.view.roster), expired_leases=0, malformed_rows=0,
+            balanced_this_run=False, plan=None, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error,
+            scanned=False,
+        )
+
+    def _sync_if_due(self, term: _Term, leases: dict[str, Lease], fence: Fence,
+                     now: float) -> tuple[bool, WriteTally, str | None]:
+        """Shard sync if due (whether it ran, its writes, why it failed); a failure is counted, not raised."""
+        if self._shards is None or not self._shard_sync_due(term, leases.values(), now):
+            return False, WriteTally(), None
+        try:
+            tally, error = self._sync_shards(term, leases, fence, now)
+        except LeadershipLost:
+            raise
+        except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
+            error = _describe(exc)
+            term.sync_failures += 1
+            log.warning("leader loop: shard sync failed (%d in a row), assigning anyway: %s",
+                        term.sync_failures, error)
+            return True, WriteTally(), error
+        return True, tally, error
 
     def _in_scope(self, term: _Term, leases: Collection[Lease]) -> list[Lease]:
         """The leases this application processes; the others (another stream's, a malformed key) are left alone.

@@ -40,6 +40,8 @@ class RunSummary:
     shard_sync_error: str | None = None  # the run went on without shard sync (leases were still assigned)
     balancing_error: str | None = None  # the run went on without balancing (leases were still assigned)
     decide_ms: float = 0.0  # this process's CPU time in the decider (the run's time minus store waits, roughly)
+    scanned: bool = True  # a full run (both tables scanned); False: a tick on the leader's view (scan_policy)
+    scan_reason: str | None = None  # why a full run scanned
 
     @property
     def ok(self) -> bool:

@@ -291,6 +291,11 @@ class LeaderWatch:
 
         Store errors propagate (the loop logs them).
         """
+        if summary.ok and not summary.scanned and not summary.shard_sync_ran:  # a tick on the view: fresh, no news
+            with self._guard:
+                self._last_success_at = summary.started_at
+                self._last_success = self._clock.monotonic()
+            return
         record = RunRecord.of(summary)
         with self._guard:
             if self._totals is None or self._epoch != summary.epoch:

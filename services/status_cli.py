@@ -144,7 +144,7 @@ def client_for(args: argparse.Namespace) -> OperatorClient:
     elif stack is not None:
         urls = stack.api_urls()
     else:
-        urls = [settings.coordinator_url or f"http://127.0.0.1:{settings.api_port}"]
+        urls = list(settings.coordinator_urls) or [f"http://127.0.0.1:{settings.api_port}"]
     return OperatorClient(urls, _token(args, settings, stack), args.timeout)
 
 

@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     discovery_fallback_interval_millis: int = Field(30_000, ge=10, le=HOUR_MILLIS)
     lease_assignment_interval_millis: int = Field(2_000, ge=10, le=HOUR_MILLIS)
     shard_sync_interval_millis: int = Field(10_000, ge=10, le=DAY_MILLIS)
+    # The leader's full scans of both tables while every live worker listens on the coordinator channel and nothing
+    # is pending (KCL's leader scans every 2 x failover); otherwise it scans every assignment interval. Decision 0010.
+    leader_full_scan_interval_millis: int = Field(20_000, ge=10, le=DAY_MILLIS)
     leader_lock_lease_duration_millis: int = Field(6_000, ge=100, le=HOUR_MILLIS)
     leader_lock_heartbeat_period_millis: int = Field(1_500, ge=10, le=HOUR_MILLIS)
     leader_failure_threshold: int = Field(3, ge=1)
@@ -147,6 +150,8 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
     api_token_file: str | None = None
     api_protect_reads: bool = False
+    # Agents: the coordinator replicas' API, one URL (e.g. a Service) or a comma-separated list of replicas; the
+    # assignment watch asks the next one when a replica does not lead or does not answer.
     coordinator_url: str | None = None
     # How long a replica serves one snapshot of the tables to every request, page and scrape (the leader serves
     # its newest run's scans instead, whenever they are this fresh).
@@ -170,7 +175,7 @@ class Settings(BaseSettings):
     @field_validator("dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri")
     @classmethod
     def _no_password_in_url(cls, value: str | None) -> str | None:
-        if value is not None and urlsplit(value).password is not None:
+        if value is not None and any(urlsplit(part.strip()).password is not None for part in value.split(",")):
             raise ValueError("must not carry a password (it would show in logs); use the service's own credentials")
         return value
 
@@ -233,6 +238,11 @@ class Settings(BaseSettings):
             if spec.name == stream and spec.initial_position is not None:
                 return spec.initial_position, spec.initial_timestamp or self.initial_timestamp
         return self.initial_position_in_stream, self.initial_timestamp
+
+    @property
+    def coordinator_urls(self) -> tuple[str, ...]:
+        """The coordinator replicas' API base URLs from `coordinator_url` (empty when unset)."""
+        return tuple(part.strip() for part in (self.coordinator_url or "").split(",") if part.strip())
 
     @property
     def effective_heartbeat_interval_millis(self) -> int:

@@ -157,6 +157,12 @@ class ShardBook:
             view = self._views.get(shard)
             return view is not None and view.tenure == tenure
 
+    def is_handing_off(self, shard: str) -> bool:
+        """True if the shard is held and its handoff was requested."""
+        with self._guard:
+            view = self._views.get(shard)
+            return view is not None and view.state is ShardState.HANDING_OFF
+
     def held_shards(self) -> set[str]:
         """Shards whose records this driver may still write (owned or finishing a handoff)."""
         with self._guard:

@@ -6,9 +6,10 @@ earns is the plan's end: known without looking at the data, so the user's write 
 persist, no summary job, no cached block whose loss could let a checkpoint pass records never written).
 
 Order per batch: mark the planned shards held under the plan's tenure and not handing off as being written -> drop
-rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure -> unmark,
-which completes the handoffs that waited for this write. A handoff requested before the write started excludes the
-shard from it, so it completes at once, never waiting for a batch. A lost lease turns that shard's checkpoint into a
+rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure (shards under
+handoff first), each shard unmarked right after its own checkpoint, which completes its handoff if one waited for
+it. A handoff requested before the write started excludes the shard from it, so it completes at once, never waiting
+for a batch. A lost lease turns that shard's checkpoint into a
 logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and reaches Spark as
 a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 """
@@ -38,7 +39,11 @@ class ProgressCommitter(Protocol):
         """The plans whose rows may be written (held under the plan's tenure, not handing off), now in flight."""
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
-        """Checkpoint each written plan's end, fenced by ownership; never raises for a lost lease."""
+        """Checkpoint each written plan's end, fenced by ownership; end each plan's write once its checkpoint is stored.
+
+        So a handoff waiting for a shard completes before the batch's other checkpoints. Every plan's write is ended
+        (`end_write`) even when this raises; it never raises for a lost lease.
+        """
 
     def end_write(self, plans: list[ShardPlan]) -> None:
         """The write of `plans` ended (checkpointed or failed): handoffs waiting for it complete now."""
@@ -99,7 +104,4 @@ class CheckpointingSink:
                 log.error("batch %d: the write failed; not checkpointed", batch_id, exc_info=exc)
             self._committer.end_write(held)
             raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
-        try:
-            self._committer.commit_progress(batch_id, held)
-        finally:
-            self._committer.end_write(held)
+        self._committer.commit_progress(batch_id, held)

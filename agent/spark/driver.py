@@ -148,28 +148,40 @@ class SparkAgent(Agent):
             self.keeper.finish_handoff(key)
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
-        """Checkpoint each written plan's end, fenced by ownership; a refusal is logged, never raised."""
-        for plan in plans:
-            key = self.book.lease_key(plan.shard_id)
-            if key is None or not self.book.holds(plan.shard_id, plan.tenure):
-                log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, plan.shard_id,
-                            plan.end)
-                continue
+        """Checkpoint each written plan's end, fenced by ownership, ending each plan's write as soon as it is stored.
+
+        Shards under handoff go first, and each one's handoff completes right after its own checkpoint: the next
+        owner does not wait for the batch's other checkpoints. A refusal is logged, never raised.
+        """
+        ordered = sorted(plans, key=lambda plan: not self.book.is_handing_off(plan.shard_id))
+        for index, plan in enumerate(ordered):
             try:
-                outcome = self.keeper.checkpoint(key, plan.end)
-            except StoreUnavailable as exc:
-                log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key,
-                          exc)
-                continue
-            if outcome.applied:
-                self._record_arrivals(key, plan.bytes, self.book.checkpointed(plan.shard_id, plan.tenure, plan.end))
-                self.progress.record(key, plan.records, plan.bytes, self.book.lag_millis(plan.shard_id, time.time()),
-                                     self.book.records_behind(plan.shard_id))
-            elif outcome.conflict is Conflict.STALE_CHECKPOINT:
-                log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
-            else:
-                log.warning("batch %d: lease %s lost (%s); checkpoint %s not written", batch_id, key,
-                            outcome.conflict.value, plan.end)
+                self._checkpoint_plan(batch_id, plan)
+            except BaseException:
+                self.end_write(ordered[index:])
+                raise
+            self.end_write([plan])
+
+    def _checkpoint_plan(self, batch_id: int, plan: ShardPlan) -> None:
+        key = self.book.lease_key(plan.shard_id)
+        if key is None or not self.book.holds(plan.shard_id, plan.tenure):
+            log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, plan.shard_id,
+                        plan.end)
+            return
+        try:
+            outcome = self.keeper.checkpoint(key, plan.end)
+        except StoreUnavailable as exc:
+            log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key, exc)
+            return
+        if outcome.applied:
+            self._record_arrivals(key, plan.bytes, self.book.checkpointed(plan.shard_id, plan.tenure, plan.end))
+            self.progress.record(key, plan.records, plan.bytes, self.book.lag_millis(plan.shard_id, time.time()),
+                                 self.book.records_behind(plan.shard_id))
+        elif outcome.conflict is Conflict.STALE_CHECKPOINT:
+            log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
+        else:
+            log.warning("batch %d: lease %s lost (%s); checkpoint %s not written", batch_id, key,
+                        outcome.conflict.value, plan.end)
 
     def _record_arrivals(self, key: str, total: int, covered: tuple[Segment, ...]) -> None:
         """Book a committed batch's bytes at the arrival times of the probed segments it covered (`arrival_spans`)."""

@@ -12,6 +12,7 @@ from bench.fleet.worker import BASE_CPU, AgentWorker, Kcl2Worker, SimWorker, Tim
 from bench.fleet.world import EventQueue, Stream
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import CountingStore
+from shardherd.coordinator.assignment_feed import DROPPED, JOINED
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop
 from shardherd.coordinator.run_summary import RunSummary
@@ -87,6 +88,7 @@ class Fleet:
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
         self.loop: LeaderLoop | None = None
+        self._early_run = False  # an early leader run is scheduled for signals from the channel
         self.lock: LeaderLock | None = None
         if self.variant != KCL2:
             lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
@@ -108,6 +110,26 @@ class Fleet:
         self.events.every(SAMPLE_PERIOD, SAMPLE_PERIOD, self._sample)
         if self.noise is not None:
             self.noise.attach(self)
+
+    def signal(self, worker_id: str, kind: str) -> None:
+        """An agent's event on the coordinator channel (joined, dropped, news); the leader runs a quarter interval
+        later, as `LeaderLoop.run_forever` does when its feed signals."""
+        if self.loop is None:
+            return
+        feed = self.loop.feed
+        if kind == JOINED:
+            feed.connect(worker_id)
+        elif kind == DROPPED:
+            feed.disconnect(worker_id, dropped=True)
+        else:
+            feed.signal(worker_id, kind)
+        if not self._early_run:  # signals coalesce into one early run, as the loop's wake-up does
+            self._early_run = True
+            self.events.at(self.events.now() + self.settings.lease_assignment_interval_millis / 4000, self._lead_once)
+
+    def _lead_once(self) -> None:
+        self._early_run = False
+        self._lead()
 
     def _lead(self) -> bool:
         assert self.loop is not None

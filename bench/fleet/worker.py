@@ -24,7 +24,7 @@ from bench.kcl2_taker import Kcl2Taker
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.agent.metrics.sampler import MetricsSampler
 from shardherd.agent.runtime import MetricsReporter
-from shardherd.coordinator.assignment_feed import NotLeading
+from shardherd.coordinator.assignment_feed import DROPPED, JOINED, NEWS, NotLeading
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.config import Settings
 from shardherd.shared.lease import Lease
@@ -141,7 +141,7 @@ class AgentWorker(SimWorker):
         self._beats = 0  # generation of the heartbeat tick chain (a drain restarts it)
         self._told: tuple[str, int] | None = None  # the leader's feed position last passed to the keeper
         if fleet.channel:
-            self.keeper.attach_channel(self._channel_answers)
+            self.keeper.attach_channel(self._channel_answers, lambda: fleet.signal(worker_id, NEWS))
 
     # ---- what the agent's threads would do
     def sample_cpu(self) -> None:
@@ -186,6 +186,8 @@ class AgentWorker(SimWorker):
         events = self.fleet.events
 
         def boot() -> None:
+            if self.fleet.channel:
+                self.fleet.signal(self.worker_id, JOINED)
             if self.fleet.noise is not None:
                 self.fleet.noise.recorder(self)
             events.every(events.now(), self.fleet.timing.discovery + TICK_LAG, self._tick)
@@ -236,6 +238,12 @@ class AgentWorker(SimWorker):
         self._exit_if_drained()
         return self.alive
 
+    def crash(self) -> None:
+        """kill -9: nothing more is written, and the long-poll's connection closes at once."""
+        super().crash()
+        if self.fleet.channel:
+            self.fleet.signal(self.worker_id, DROPPED)
+
     def scale_in(self) -> None:
         """Graceful stop: announce DRAINING at once, exit once the leader has moved every lease away."""
         self.draining = True
@@ -247,6 +255,8 @@ class AgentWorker(SimWorker):
             self.keeper.release_all()
             self.keeper.retire()
             self.alive = False
+            if self.fleet.channel:
+                self.fleet.signal(self.worker_id, DROPPED)
 
     def _hand_over(self, key: str) -> None:
         """Final checkpoint, then complete the handoff (KCL 3.x's graceful handoff, step 3: docs/store-semantics.md)."""

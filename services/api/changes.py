@@ -4,16 +4,22 @@ See coordinator/assignment_feed.py. Only the leader replica answers (409 elsewhe
 Service may route it to the leader, or falls back to polling the store); the request waits up to `wait` seconds
 for the worker's version to move past `after` in feed `feed`, and answers with the worker's leases as the leader
 sees them. It costs no store read: the leader's own runs feed it.
+
+The request is also the agent's presence on the channel (docs/decisions/0010-leader-scans.md): a client that goes
+away while its request waits (a killed agent) is noticed at once and signalled to the leader, and `news=true` (an
+agent that announced a drain, gave leases back or reached a shard's end) asks the leader to look at the store now.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from collections.abc import Coroutine
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import BaseModel
 
-from shardherd.coordinator.assignment_feed import NotLeading
+from shardherd.coordinator.assignment_feed import NEWS, FeedPosition, NotLeading
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.workers import WorkerId
@@ -35,13 +41,37 @@ class AssignmentChanges(BaseModel):
             responses={409: {"description": "this replica does not lead"}, **AUTH_RESPONSES},
             dependencies=[Depends(require_read_token)],
             summary="Long-poll (agents): the worker's leases once they change, or after `wait` seconds")
-async def assignment_changes(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)],
+async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotated[ApiContext, Depends(context)],
                              feed: Annotated[str | None, Query(max_length=64)] = None,
                              after: Annotated[int, Query(ge=0)] = 0,
-                             wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 20.0) -> AssignmentChanges:
+                             wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 20.0,
+                             news: bool = False) -> AssignmentChanges:
     """Answer at once if the worker's position differs from (`feed`, `after`), else when it moves or `wait` ends."""
+    if news:
+        ctx.loop.feed.signal(worker_id, NEWS)
     try:
-        position = await ctx.loop.feed.wait(worker_id, feed, after, wait)
+        position = await _unless_gone(request, ctx.loop.feed.wait(worker_id, feed, after, wait))
     except NotLeading:
         raise HTTPException(status.HTTP_409_CONFLICT, "this replica does not lead") from None
     return AssignmentChanges(feed=position.feed, version=position.version, leases=position.leases)
+
+
+async def _unless_gone(request: Request, waiting: Coroutine[Any, Any, FeedPosition]) -> FeedPosition:
+    """Await `waiting`, cancelled as soon as the client closes its connection (the feed then counts it dropped)."""
+    answer = asyncio.ensure_future(waiting)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if not answer.done():
+        answer.cancel()
+        await asyncio.gather(answer, return_exceptions=True)
+        raise HTTPException(499, "client closed the request")
+    return answer.result()
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has closed the connection (the ASGI server's `http.disconnect`)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        continue

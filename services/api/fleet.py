@@ -25,9 +25,14 @@ class HeartbeatObserver:
         self._watcher = ChangeWatcher()
         self._guard = threading.Lock()
 
-    def ages(self, workers: list[WorkerRecord]) -> dict[str, float]:
-        """Seconds since each worker's record last changed; workers no longer listed are forgotten."""
+    def ages(self, workers: list[WorkerRecord], at: float | None = None) -> dict[str, float]:
+        """Seconds since each worker's record last changed, as of `at` (when the rows were read; default now).
+
+        Workers no longer listed are forgotten.
+        """
         now, wall = self._clock.monotonic(), self._clock.time()
+        if at is not None and at < now:
+            now, wall = at, wall - (now - at)
         with self._guard:
             self._watcher.observe({worker.worker_id: worker_version(worker) for worker in workers}, now)
             return {worker.worker_id: heartbeat_age(self._watcher, worker, now, wall) for worker in workers}
@@ -45,9 +50,9 @@ class CheckpointAges:
         self._seen: dict[str, tuple[str, float]] = {}
         self._guard = threading.Lock()
 
-    def ages(self, leases: list[Lease]) -> dict[str, float]:
-        """Lease key -> seconds its checkpoint has stayed as it is; leases no longer listed are forgotten."""
-        now = self._clock.monotonic()
+    def ages(self, leases: list[Lease], at: float | None = None) -> dict[str, float]:
+        """Lease key -> seconds its checkpoint has stayed as it is, as of `at` (default now); others are forgotten."""
+        now = self._clock.monotonic() if at is None else min(at, self._clock.monotonic())
         with self._guard:
             seen: dict[str, tuple[str, float]] = {}
             for lease in leases:
@@ -71,17 +76,19 @@ class Fleet:
 
 
 def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settings, heartbeats: HeartbeatObserver,
-                grace: WorkerGrace, checkpoints: CheckpointAges | None = None) -> Fleet:
+                grace: WorkerGrace, checkpoints: CheckpointAges | None = None, at: float | None = None) -> Fleet:
     """The fleet as scanned (by the API or by the leader's last run), judged on this replica's clock.
 
     A worker is expired once its row is older than the grace the leader gives its kind of worker (WorkerGrace).
+    Ages are as of `at`, the monotonic time of the scans (default now): the leader's view may be a full-scan
+    interval old, and its rows are judged as the leader judged them then.
     """
     records = {worker.worker_id: worker for worker in worker_scan.workers}
-    ages = heartbeats.ages(worker_scan.workers)
+    ages = heartbeats.ages(worker_scan.workers, at)
     expired = {wid for wid, age in ages.items() if age > grace.of(records[wid])}
     leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
     if checkpoints is not None:
-        held = checkpoints.ages(lease_scan.leases)
+        held = checkpoints.ages(lease_scan.leases, at)
         leases = [lease.model_copy(update={"checkpoint_age_seconds": held.get(lease.lease_key)}) for lease in leases]
     leases.sort(key=lambda item: item.lease_key)
     workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings) for wid in sorted(records)]

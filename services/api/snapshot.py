@@ -21,6 +21,7 @@ from shardherd.shared.config import Settings
 from shardherd.shared.store import LeaseScan, LeaseStore, WorkerScan
 
 Scans = tuple[LeaseScan, WorkerScan]
+TimedScans = tuple[LeaseScan, WorkerScan, float]  # with the monotonic time they were read
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +39,7 @@ class SnapshotCache:
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, heartbeats: HeartbeatObserver,
                  grace: WorkerGrace, clock: Clock, max_age: float,
-                 leader_scans: Callable[[float], Scans | None], checkpoints: CheckpointAges | None = None) -> None:
+                 leader_scans: Callable[[float], TimedScans | None], checkpoints: CheckpointAges | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -61,8 +62,10 @@ class SnapshotCache:
             scans = self._leader_scans(self.max_age)
             if scans is None:
                 worker_scan = self._store.scan_workers()
-                scans = (self._store.scan_leases(), worker_scan)
-            fleet = judge_fleet(*scans, self._settings, self._heartbeats, self._grace, self._checkpoints)
+                scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
+            leases, workers, read_at = scans
+            fleet = judge_fleet(leases, workers, self._settings, self._heartbeats, self._grace, self._checkpoints,
+                                at=read_at)
             try:  # views for operators: eventually consistent reads (half price) are fresh enough
                 status, problem = read_status(self._store, consistent=False), None
             except MalformedLeaderStatus as exc:

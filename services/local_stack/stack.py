@@ -61,7 +61,10 @@ STREAM_TIMEOUT = 60.0
 # Faster than the production defaults so a first look assigns within seconds; any value the user configured wins.
 # CPU metrics stay on, as users run them: agents sharing this host measure their own process trees
 # (agent/metrics/cpu_tree.py), not the host's load.
-LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000}
+# Demo intervals; the dashboard's lease progress is as fresh as the leader's last full scan (decision 0010), so the
+# demo scans every 5 s where a deployment scans every 20 s.
+LOCAL_DEFAULTS = {"discovery_interval_millis": 500, "lease_assignment_interval_millis": 1000,
+                  "leader_full_scan_interval_millis": 5000}
 
 
 class StackFailed(ShardherdError, RuntimeError):
@@ -251,6 +254,11 @@ class LocalStack:
         with self._guard:
             name = self._next_name(AGENT)
             env = {**self._env, "SHARDHERD_WORKER_ID": name}
+            if "coordinator_url" not in self.settings.model_fields_set:
+                # Every replica started so far: the agent learns of assignment changes from whichever leads
+                # (decision 0008), and tells it of its own (decision 0010), instead of polling the store.
+                env["SHARDHERD_COORDINATOR_URL"] = ",".join(
+                    child.api_url for child in self.supervisor.children(COORDINATOR) if child.api_url)
             if options.spark:
                 args = ["--out", str(options.pipeline_dir), "--master", options.spark_master,
                         "--driver-memory", options.spark_driver_memory, "--drain-timeout", drain]

@@ -10,7 +10,7 @@ from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.coordinator.assignment_feed import OWNS, AssignmentFeed
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
-from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.dynamo.store import DynamoLeaseStore
@@ -105,6 +105,24 @@ def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
     lease = store.get_lease(KEY)
     assert lease is not None and lease.lease_owner == "w2" and lease.checkpoint_owner is None
     assert lease.checkpoint == Checkpoint.at("500")
+
+
+def test_a_lease_handed_over_is_taken_within_a_recheck_of_the_release_not_at_the_next_discovery(
+        store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _holding(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    _step(clock, 1.5, old)
+    assert old_events.handoffs == [KEY]
+    new.tick()  # discovery finds the lease still draining from w1; the next one is a second away
+    assert new_events.acquired == []
+    clock.advance(0.05)
+    old.finish_handoff(KEY)
+    for _ in range(5):  # 0.25 s: more than one recheck (0.2 s), far less than the discovery interval
+        clock.advance(0.05)
+        new.tick()
+    assert new_events.acquired == [KEY]
 
 
 def test_handoff_is_forced_after_its_timeout(store: LeaseStore) -> None:
@@ -258,3 +276,29 @@ def test_a_wrong_view_from_the_coordinator_never_gives_a_lease_away(store: Lease
     keeper.tell({KEY: OWNS})  # stale or wrong: the store says w2
     _step(clock, 1, keeper)
     assert events.acquired == [] and keeper.held() == {}
+
+
+def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseStore) -> None:
+    """News (decision 0010): a new row, a drain once its row is written, leases given back, a shard's end."""
+    clock = ManualClock()
+    news: list[str] = []
+
+    def told() -> None:
+        record = store.get_worker("w1")
+        news.append("row" if record is None else record.state.value)
+
+    keeper, _ = _keeper(store, "w1", clock)
+    keeper.attach_channel(lambda: True, told)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    keeper.tick()
+    assert news == [WorkerState.ACTIVE.value]  # the first row: the leader starts watching the new worker now
+    keeper.discover_soon()
+    _step(clock, 10.0, keeper)  # heartbeats and discovery: nothing new for the leader
+    assert keeper.checkpoint(KEY, Checkpoint.at(5)).applied and news == [WorkerState.ACTIVE.value]
+    keeper.begin_drain()
+    assert len(news) == 1  # not before the row says DRAINING: the leader would read the old row
+    keeper.tick()
+    assert news[1:] == [WorkerState.DRAINING.value]
+    assert keeper.checkpoint(KEY, SHARD_END).applied and len(news) == 3  # shard sync may create the children
+    assert keeper.release_all() == [KEY] and len(news) == 4

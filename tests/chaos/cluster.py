@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from shardherd.services.emulators.ports import free_port
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.config import Settings, load_settings
@@ -100,6 +101,7 @@ class Member:
     ended: float | None = None
     how: str = ""  # how it ended: kill, term, close
     ready: float | None = None  # when the sampler first saw it usable by the leader (heartbeat, and CPU report if on)
+    port: int | None = None  # a coordinator's API port when the cluster chose it (channel_slots)
 
     @property
     def alive(self) -> bool:
@@ -112,7 +114,7 @@ class ChaosCluster:
 
     def __init__(self, moto_url: str, kinesis_url: str, workdir: Path, shards: int = 4,
                  overrides: dict[str, str] | None = None, seed: int = 7,
-                 agent_command: AgentCommand = plain_agent_command) -> None:
+                 agent_command: AgentCommand = plain_agent_command, channel_slots: int = 0) -> None:
         self.moto_url = moto_url
         self.workdir = workdir
         self.rng = random.Random(seed)
@@ -146,6 +148,9 @@ class ChaosCluster:
         self._lock = threading.Lock()
         # CPU metrics on (the users' default): each agent gets its own cgroup tree or ECS metadata endpoint.
         self.cpu = None if self.settings.disable_worker_metrics else CpuFleet(workdir / "cpu", self.lease_holders)
+        # With `channel_slots`, coordinators serve on that many fixed ports (a restarted replica takes a free slot)
+        # and agents get them all as coordinator_url, as `shardherd up` and the Helm chart give theirs.
+        self.api_ports = [free_port() for _ in range(channel_slots)]
 
     # ------------------------------------------------------------------ processes
     def note(self, kind: str, target: str = "", detail: str = "") -> Event:
@@ -170,13 +175,23 @@ class ChaosCluster:
         """Start one more coordinator replica."""
         name = f"coord-{next(self._names)}"
         self.note("start_coordinator", name)
-        return self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], self.env)
+        env = self.env
+        if self.api_ports:
+            taken = {member.port for member in self.coordinators()}
+            port = next(port for port in self.api_ports if port not in taken)
+            env = {**env, "SHARDHERD_API_PORT": str(port), "SHARDHERD_API_HOST": "127.0.0.1"}
+            member = self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], env)
+            member.port = port
+            return member
+        return self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], env)
 
     def start_agent(self, skew: float = 0.0) -> Member:
         """Start one more agent (wall clock off by `skew` seconds), writing its own ledger file."""
         name = f"agent-{next(self._names)}"
         self.note("start_agent", name, f"skew={skew:+.0f}s" if skew else "")
         env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger")}
+        if self.api_ports:
+            env["SHARDHERD_COORDINATOR_URL"] = ",".join(f"http://127.0.0.1:{port}" for port in self.api_ports)
         if self.cpu is not None:
             env.update(self.cpu.add(name).settings())
         return self._spawn(name, self.agent_command(skew), env, skew)

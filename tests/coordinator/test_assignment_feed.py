@@ -7,7 +7,20 @@ import threading
 
 import pytest
 
-from shardherd.coordinator.assignment_feed import HANDS_OFF, OWNS, RECEIVES, AssignmentFeed, NotLeading, relations
+from shardherd.coordinator.assignment_feed import (
+    DROPPED,
+    FORGET_SECONDS,
+    HANDS_OFF,
+    JOINED,
+    NEWS,
+    OWNS,
+    RECEIVES,
+    REPOLL_GRACE_SECONDS,
+    AssignmentFeed,
+    NotLeading,
+    relations,
+)
+from shardherd.shared.clock import ManualClock
 from shardherd.shared.lease import Lease
 
 
@@ -55,3 +68,33 @@ def test_a_waiting_request_wakes_on_a_change_from_another_thread_and_times_out_o
             await asyncio.wait_for(feed.wait("w1", moved.feed, moved.version, 30), 5)
 
     asyncio.run(scenario())
+
+
+def test_presence_follows_requests_and_joins_drops_and_news_are_signalled_once() -> None:
+    clock = ManualClock()
+    feed = AssignmentFeed(clock)
+    feed.observe(1, [Lease("a", lease_owner="w1")])
+    start = feed.position("w1")
+    assert not feed.on_channel("w1") and feed.take_signals() == []
+
+    async def scenario() -> None:
+        waiting = asyncio.ensure_future(feed.wait("w1", start.feed, start.version, 30))
+        await asyncio.sleep(0.05)
+        assert feed.on_channel("w1") and feed.wakeup.is_set()
+        assert feed.take_signals() == [("w1", JOINED)] and not feed.wakeup.is_set()
+        waiting.cancel()  # what the endpoint does when the agent's connection closes
+        await asyncio.gather(waiting, return_exceptions=True)
+        answered = await feed.wait("w1", "old-feed", 0, 30)  # another position: answered at once, not dropped
+        assert answered.feed == start.feed
+
+    asyncio.run(scenario())
+    assert feed.take_signals() == [("w1", DROPPED)]
+    assert feed.on_channel("w1")  # the watch asks again at once after an answer
+    clock.advance(REPOLL_GRACE_SECONDS + 0.1)
+    assert not feed.on_channel("w1")  # no request for longer than that: off the channel
+    feed.signal("w1", NEWS)
+    assert feed.wakeup.is_set() and feed.take_signals() == [("w1", NEWS)]
+    clock.advance(FORGET_SECONDS)
+    feed.take_signals()  # long gone: forgotten, so the map of who listens stays bounded
+    feed.connect("w1")
+    assert feed.take_signals() == [("w1", JOINED)]

@@ -77,3 +77,43 @@ def test_agents_follow_the_coordinator_without_polling_and_keep_working_without_
     time.sleep(5)
     assert channel.index_queries() - before >= 2 * 5  # back to polling the index (every 0.3 s) per agent
     assert set(channel.owners().values()) == {"agent-1", "agent-2"}
+
+
+def _quiet_ticks(stack: ChannelStack) -> int:
+    """How many of the leader's newest runs in a row ticked on its view without scanning the store."""
+    streak = 0
+    for summary in reversed(stack.coordinator.loop.history.recent()):
+        if summary.scanned or not summary.ok:
+            break
+        streak += 1
+    return streak
+
+
+def _reasons(stack: ChannelStack) -> list[str | None]:
+    return [summary.scan_reason for summary in stack.coordinator.loop.history.recent()]
+
+
+def test_the_leader_scans_rarely_while_agents_listen_yet_a_kill_or_a_drain_moves_leases_at_once(
+        channel: ChannelStack) -> None:
+    """Decision 0010 on real processes: kill -9 closes the agent's long-poll, SIGTERM sends its news."""
+    for worker in ("agent-1", "agent-2", "agent-3"):
+        channel.start_agent(worker)
+    wait_for(lambda: set(channel.owners().values()) == {"agent-1", "agent-2", "agent-3"}, 60, "three busy agents")
+    wait_for(lambda: _quiet_ticks(channel) >= 10, 60, "the leader ticking on its view (no scans)")
+
+    victims = [key for key, owner in channel.owners().items() if owner == "agent-3"]
+    killed = time.monotonic()
+    channel.agents["agent-3"].kill()
+    wait_for(lambda: all(channel.owners()[key] in ("agent-1", "agent-2") for key in victims), 30,
+             "the killed agent's leases moved")
+    failover = channel.coordinator.settings.failover_time_millis / 1000
+    assert time.monotonic() - killed < failover + 3.0
+    assert "dropped: agent-3" in _reasons(channel)
+
+    wait_for(lambda: _quiet_ticks(channel) >= 10, 60, "the leader quiet again")
+    leaving = [key for key, owner in channel.owners().items() if owner == "agent-2"]
+    began = time.monotonic()
+    channel.agents["agent-2"].terminate()  # drain: handoffs to agent-1
+    wait_for(lambda: all(channel.owners()[key] == "agent-1" for key in leaving), 30, "the drained leases moved")
+    assert time.monotonic() - began < failover  # not the full-scan interval (20 s) the leader waits when quiet
+    assert "news: agent-2" in _reasons(channel)

@@ -72,3 +72,23 @@ def test_store_calls_are_attributed_to_leader_lock_api_and_metrics(meter: StoreM
     assert callers["leader"].read_units > 0 and callers["leader"].write_units > 0  # scans; assignments
     assert callers["lock"].write_units > 0  # acquire and heartbeats
     assert callers["api"].read_units > 0 and callers["metrics"].read_units > 0
+
+
+def test_while_the_leader_ticks_on_its_view_the_api_serves_that_view_as_of_its_scan(meter: StoreMeter) -> None:
+    """Decision 0010: between full scans the leader's view is up to a full-scan interval old; the API serves it,
+    judged as of the scan (heartbeat ages as the leader saw them), and scans nothing itself."""
+    leader = Replica(meter, shards=4, api_cache_millis=5_000)
+    for worker in ("w1", "w2"):
+        leader.join(worker)
+        leader.loop.feed.connect(worker)  # both long-poll the leader: it may tick on its view
+    leader.step(8)
+    quiet = leader.step(1)[0]
+    assert quiet is not None and not quiet.scanned
+    meter.reset()
+    for _ in range(4):  # 8 s of quiet ticks: older than api_cache_millis, younger than the full-scan interval
+        leader.step(1)
+        workers = leader.client.get("/v1/workers").json()
+        assert usage_total(meter.rows(), caller="api", operation="scan").requests == 0
+    # Ages as of the leader's scan (the rows had just changed there), not growing while the view stands.
+    assert [worker["state"] for worker in workers["items"]] == ["active", "active"], workers
+    assert all(worker["heartbeat_age_seconds"] == 0.0 for worker in workers["items"]), workers

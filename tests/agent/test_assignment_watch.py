@@ -1,0 +1,88 @@
+"""The agent's watch over real HTTP: it finds the leading replica in its list, carries news, and its going away
+is noticed by the leader at once (decision 0010).
+
+Two coordinator replicas share one store (DynamoDB on moto server); each serves its real operator API with uvicorn
+on 127.0.0.1. Only the leader answers the long-poll; the other answers 409.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from shardherd.agent.assignment_watch import AssignmentWatch
+from shardherd.coordinator.assignment_feed import DROPPED, JOINED, NEWS
+from shardherd.services.api import create_app
+from shardherd.services.api.server import ApiServer
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.clock import SystemClock
+from shardherd.shared.config import load_settings
+from tests.services.harness import Replica
+from tests.support.stores import make_store
+from tests.support.waiting import wait_for
+
+
+class Keeper:
+    """What the watch tells (a lease keeper's side)."""
+
+    def __init__(self) -> None:
+        self.told: list[dict[str, str]] = []
+
+    def tell(self, leases: dict[str, str]) -> None:
+        self.told.append(dict(leases))
+
+    def discover_soon(self) -> None:
+        pass
+
+
+@pytest.fixture
+def replicas(moto_server: MotoServer) -> Iterator[tuple[Replica, Replica, list[str]]]:
+    store = make_store("dynamodb", moto_url=moto_server.endpoint_url)
+    leader = Replica(store, shards=2, replica_id="coord-a")
+    other = Replica(store, shards=2, replica_id="coord-b", clock=leader.clock)
+    leader.join("w1")
+    leader.step(3)  # coord-a takes the lock and gives w1 both leases
+    other.lock.tick()
+    assert leader.lock.is_leader() and not other.lock.is_leader()
+    servers = [ApiServer(create_app(replica.context), "127.0.0.1", 0).start() for replica in (other, leader)]
+    yield leader, other, [server.url for server in servers]
+    leader.loop.feed.stand_down()  # waiting requests end (409) instead of at the end of their wait
+    for server in servers:
+        server.stop()
+    store.close()
+
+
+def test_the_watch_finds_the_leader_carries_news_and_its_end_is_signalled(
+        replicas: tuple[Replica, Replica, list[str]]) -> None:
+    leader, _, urls = replicas
+    settings = load_settings(application_name="api-test", worker_id="w1", coordinator_url=",".join(urls))
+    keeper = Keeper()
+    watch = AssignmentWatch(settings, keeper, SystemClock()).start()  # the first URL does not lead: 409
+    try:
+        wait_for(lambda: bool(keeper.told), 10, "an answer from the leading replica")
+        assert set(keeper.told[-1].values()) == {"owns"} and len(keeper.told[-1]) == 2
+        wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "w1 on the leader's channel")
+        assert (("w1", JOINED)) in leader.loop.feed.take_signals()
+        watch.news()
+        wait_for(lambda: ("w1", NEWS) in leader.loop.feed.take_signals(), 10, "the news at the leader")
+    finally:
+        leader.loop.feed.stand_down()  # the waiting request ends now, so the watch stops at once
+        watch.stop()
+
+
+def test_a_waiting_request_whose_client_goes_away_is_signalled_at_once(
+        replicas: tuple[Replica, Replica, list[str]]) -> None:
+    """A killed agent's socket closes: the leader hears of it now, not when the long-poll would have ended."""
+    leader, _, urls = replicas
+    host, port = urlsplit(urls[1]).hostname, urlsplit(urls[1]).port
+    assert host is not None and port is not None
+    position = leader.loop.feed.position("w1")
+    with socket.create_connection((host, port)) as client:
+        client.sendall(f"GET /v1/workers/w1/assignments/changes?feed={position.feed}&after={position.version}"
+                       f"&wait=60 HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "the request waiting")
+        assert leader.loop.feed.take_signals() == [("w1", JOINED)]
+    wait_for(lambda: ("w1", DROPPED) in leader.loop.feed.take_signals(), 5, "the dropped request signalled")

@@ -1,0 +1,74 @@
+"""The Spark agent's checkpoints after a batch: a shard under handoff is released before the batch's other shards.
+
+No JVM: the agent's sink side (`begin_write`, `commit_progress`) on a real store and a virtual clock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.driver import SparkAgent
+from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import new_lease
+from shardherd.shared.store import LeaseStore, Outcome
+
+FIRST, SECOND = "shardId-000000000000", "shardId-000000000001"
+
+
+class CallLog:
+    """A real store that notes the order of checkpoints and handoff completions (everything else passes through)."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.calls: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint, **extra: Any) -> Outcome:
+        self.calls.append(("checkpoint", lease_key))
+        return self.store.checkpoint(lease_key, worker, checkpoint, **extra)
+
+    def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
+        self.calls.append(("complete_handoff", lease_key))
+        return self.store.complete_handoff(lease_key, checkpoint_owner)
+
+
+def test_a_shard_under_handoff_is_checkpointed_first_and_released_before_the_batch_s_other_checkpoints(
+        store: LeaseStore, tmp_path: Path) -> None:
+    clock = ManualClock()
+    calls = CallLog(store)
+    settings = load_settings(worker_id="w1", application_name="handoff-order", stream_name="orders",
+                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
+    agent = SparkAgent(settings, channel=tmp_path, store=cast(LeaseStore, calls), clock=clock)
+    try:
+        for key in (FIRST, SECOND):
+            store.create_lease(new_lease(key, TRIM_HORIZON))
+            store.assign(key, "w1", None, None)
+        agent.keeper.tick()
+        assert set(agent.keeper.held()) == {FIRST, SECOND}
+        views = agent.book.snapshot().shards
+        plans = [ShardPlan(key, StartPosition.after(TRIM_HORIZON), Checkpoint.at(end), 5, 50, views[key].tenure)
+                 for key, end in ((FIRST, "100"), (SECOND, "200"))]
+        written = agent.begin_write(plans)
+        assert written == plans
+
+        assert store.start_handoff(SECOND, "w2", "w1").applied  # asked while the batch writes: it waits for it
+        clock.advance(1.5)
+        agent.keeper.tick()
+        assert agent.book.is_handing_off(SECOND)
+        assert store.get_lease(SECOND).checkpoint_owner == "w1"  # type: ignore[union-attr]
+
+        agent.commit_progress(7, written)
+        assert calls.calls == [("checkpoint", SECOND), ("complete_handoff", SECOND), ("checkpoint", FIRST)]
+        second = store.get_lease(SECOND)
+        assert second is not None and second.lease_owner == "w2" and second.checkpoint_owner is None
+        assert second.checkpoint == Checkpoint.at("200")  # released only after the written end was stored
+        assert store.get_lease(FIRST).checkpoint == Checkpoint.at("100")  # type: ignore[union-attr]
+    finally:
+        agent.stop(drain=False)
