@@ -118,7 +118,7 @@ class Agent:
         self._rng = rng or random.Random()
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
-        reporter = MetricsReporter(self.sampler, self.clock, settings.worker_metrics_reporter_freq_millis / 1000,
+        reporter = MetricsReporter(self.sampler, self.clock, settings.effective_metrics_report_millis / 1000,
                                    fleet=self._fleet_rows if settings.liveness_mode == "lease" else None,
                                    me=settings.worker_id)
         self.progress = ProgressBoard(self.clock)

@@ -8,8 +8,8 @@ ignored until the old owner completes it; mode `worker`: one heartbeat row per h
 row and a renewal of every held lease per heartbeat interval; DRAINING announced at once on a graceful scale-in, the
 row deleted once nothing is held), and the MetricsSampler and MetricsReporter, with:
 * CPU sampled every second from a model, `base + carried KiB/s / capacity` (+ seeded noise, clamped to 100), closed
-  into one `sts` value per report period (default: every heartbeat in worker mode, the reporter interval in lease
-  mode; `--report-seconds` sets it, the agent's own default is `worker_metrics_reporter_freq_millis`);
+  into one `sts` value per report period: the agent's own (`Settings.effective_metrics_report_millis`: every
+  heartbeat in worker mode, `worker_metrics_reporter_freq_millis` in lease mode) unless `--report-seconds` sets it;
 * per-lease throughput reported exactly, or as the agent's ThroughputRecorder measures it under `--noise`;
 * a lease under handoff checkpointed and handed over `HANDOFF_DELAY` after the request;
 * crash = every scheduled action of the worker stops.
@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--zipf", type=float, default=0.5, help="Zipf exponent of shard throughput (default 0.5)")
     parser.add_argument("--report-seconds", type=float, default=None,
-                        help="worker CPU report period (default: every heartbeat in worker mode, 30 s in lease mode)")
+                        help="worker CPU report period (default: the agents' own, every heartbeat in worker mode, "
+                             "30 s in lease mode)")
     parser.add_argument("--noise", choices=("plain", "spark"), default=None,
                         help="workers measure throughput as the live agents do (bench/fleet/noise.py)")
     args = parser.parse_args(argv)

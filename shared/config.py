@@ -260,6 +260,23 @@ class Settings(BaseSettings):
         return max(10, share - self.epsilon_millis)
 
     @property
+    def effective_metrics_report_millis(self) -> int:
+        """How often an agent closes a CPU interval into its `sts` history: every heartbeat in `worker` mode.
+
+        The heartbeat rewrites the worker row every few seconds anyway, and the history holds a fixed number of
+        values, so a figure per heartbeat costs no write and no byte more than one per reporter period
+        (`worker_metrics_reporter_freq_millis`, 30 s, KCL's value), while the leader sees a move in its owners' CPU
+        within seconds instead of a minute (decision 0011). `lease` mode keeps the reporter period: Java KCL leaders
+        may read those rows and expect KCL's spacing of the history. An interval spans at least two CPU samples
+        (`in_memory_worker_metrics_capture_frequency_millis`): one without a sample would be a failed report (-1).
+        """
+        report = self.worker_metrics_reporter_freq_millis
+        if self.liveness_mode == "lease":
+            return report
+        two_samples = 2 * self.in_memory_worker_metrics_capture_frequency_millis
+        return min(report, max(self.effective_heartbeat_interval_millis, two_samples))
+
+    @property
     def table_names(self) -> TableNames:
         """The lease, worker-metrics and coordinator-state table names (KCL naming)."""
         base = TableNames.for_application(self.application_name)

@@ -75,6 +75,14 @@ def test_renew_interval_is_kcl_formula_in_lease_mode_and_longer_for_worker_heart
     assert load_settings(heartbeat_interval_millis=500).effective_heartbeat_interval_millis == 500
 
 
+def test_worker_mode_reports_cpu_every_heartbeat_lease_mode_every_reporter_interval() -> None:
+    assert load_settings().effective_metrics_report_millis == 3_975
+    assert load_settings(liveness_mode="lease").effective_metrics_report_millis == 30_000
+    assert load_settings(worker_metrics_reporter_freq_millis=2_000).effective_metrics_report_millis == 2_000
+    # Never shorter than two CPU samples: an interval without one would report a failure (-1).
+    assert load_settings(heartbeat_interval_millis=500).effective_metrics_report_millis == 2_000
+
+
 def test_table_names_follow_kcl() -> None:
     assert load_settings(application_name="orders").table_names == TableNames(
         "orders", "orders-WorkerMetricStats", "orders-CoordinatorState")

@@ -85,7 +85,7 @@ class ThroughputRecorder:
         """Note `byte_count` bytes delivered for `lease_key`, whose records arrived between the two times (epoch s).
 
         Without arrival times the delivery counts as arriving now; with only the last one, the bytes are spread from
-        the previous delivery's last arrival (a Spark batch: everything since the last commit).
+        the previous delivery's last arrival.
         """
         if byte_count < 0:
             raise InvalidMetricInput(f"byte count for {lease_key!r} must not be negative: {byte_count}")

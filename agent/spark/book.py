@@ -105,18 +105,21 @@ class ShardBook:
                 self._publish()
             return result.ended and not segments
 
-    def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> None:
-        """A batch's checkpoint was stored: resume after it, forgetting the records it covered.
+    def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> tuple[Segment, ...]:
+        """A batch's checkpoint was stored: resume after it; returns the probed segments it covered.
 
+        The covered segments carry their arrival times (empty if the checkpoint was not this hold's).
         A plan ends at a probed segment's end, but the probe may since have merged newer records into that segment;
         the waiting segments are rebuilt from the unmerged ones after the checkpoint, so nothing counts twice.
         """
         with self._guard:
             view = self._views.get(shard)
             if view is None or view.tenure != tenure:
-                return
+                return ()
+            covered = tuple(item for item in self._parts[shard] if item.end <= checkpoint)
             self._parts[shard], self._views[shard] = self._after(shard, view, checkpoint)
             self._publish()
+            return covered
 
     def progress_after(self, shard: str, tenure: str, checkpoint: Checkpoint, now: float) -> tuple[int | None,
                                                                                                    int | None]:
@@ -248,3 +251,18 @@ def _lag(view: ShardView, now: float) -> int | None:
 
 def _behind(view: ShardView) -> int | None:
     return None if view.behind_millis != 0 else sum(item.records for item in view.segments)
+
+
+def arrival_spans(covered: tuple[Segment, ...], total: int) -> list[tuple[int, float, float]] | None:
+    """(bytes, first arrival, last arrival) of each segment a committed batch covered, for the throughput recorder.
+
+    None if an arrival time is unknown or the segments do not add up to the batch's bytes.
+    A segment's records arrived from its first arrival until the next segment's (the last one: at its first). Booked
+    at commit time instead, over the time since the previous commit, a shard's figure followed the batches'
+    irregular spacing: sd/mean 0.5-0.7 in steady state against 0.04-0.08 for plain agents (bench/churn.py --noise).
+    """
+    arrivals = [part.first_arrival for part in covered if part.first_arrival is not None]
+    if not covered or len(arrivals) < len(covered) or sum(part.bytes for part in covered) != total:
+        return None
+    return [(part.bytes, first, max(first, last))
+            for part, first, last in zip(covered, arrivals, [*arrivals[1:], arrivals[-1]], strict=True)]

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from shardherd.agent.consumer import RecordProcessor
 from shardherd.agent.lease_keeper import LossReason
 from shardherd.agent.runtime import Agent
-from shardherd.agent.spark.book import ShardBook
+from shardherd.agent.spark.book import ShardBook, arrival_spans
+from shardherd.agent.spark.channel import Segment
 from shardherd.agent.spark.commit import BatchFunction, CheckpointingSink
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
@@ -181,14 +182,22 @@ class SparkAgent(Agent):
             log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key, exc)
             return
         if outcome.applied:
-            self.throughput.record(key, plan.bytes)
-            self.book.checkpointed(plan.shard_id, plan.tenure, plan.end)
+            self._record_arrivals(key, plan.bytes, self.book.checkpointed(plan.shard_id, plan.tenure, plan.end))
             self.progress.record(key, plan.records, plan.bytes, lag, behind)
         elif outcome.conflict is Conflict.STALE_CHECKPOINT:
             log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
         else:
             log.warning("batch %d: lease %s lost (%s); checkpoint %s not written", batch_id, key,
                         outcome.conflict.value, plan.end)
+
+    def _record_arrivals(self, key: str, total: int, covered: tuple[Segment, ...]) -> None:
+        """Book a committed batch's bytes at the arrival times of the probed segments it covered (`arrival_spans`)."""
+        spans = arrival_spans(covered, total)
+        if spans is None:
+            self.throughput.record(key, total)  # arrival times unknown: spread since the previous commit
+            return
+        for size, first, last in spans:
+            self.throughput.record(key, size, first, last)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SparkAgent:

@@ -59,7 +59,7 @@ class Timing:
     def of(cls, settings: Settings) -> Timing:
         """Seconds from the millisecond settings."""
         return cls(settings.effective_heartbeat_interval_millis / 1000, settings.discovery_interval_millis / 1000,
-                   settings.worker_metrics_reporter_freq_millis / 1000, settings.failover_time_millis / 1000,
+                   settings.effective_metrics_report_millis / 1000, settings.failover_time_millis / 1000,
                    settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics)
 
 
@@ -132,8 +132,8 @@ class AgentWorker(SimWorker):
         timing = fleet.timing
         self.sampler = MetricsSampler(None if settings.disable_worker_metrics else self.cpu, timing.history)
         lease_mode = settings.liveness_mode == "lease"
-        # The simulator's CPU report period: every heartbeat in worker mode unless `report_seconds` says otherwise.
-        period = fleet.report_seconds or (timing.reporter if lease_mode else timing.heartbeat)
+        # The agent's own report period (Settings.effective_metrics_report_millis) unless `report_seconds` is set.
+        period = fleet.report_seconds or timing.reporter
         rows = self._fleet_rows if lease_mode else None
         self.reporter = MetricsReporter(self.sampler, fleet.clock, period, fleet=rows, me=worker_id)
         self.keeper = LeaseKeeper(fleet.store, settings, fleet.clock, self, metrics=self.reporter,

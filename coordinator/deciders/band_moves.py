@@ -6,8 +6,9 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
 
 * shed: each worker above the band (or its operating range), most excess first, gives away the lease that lands it
   inside the band closest to the average (what the workers below it lack); if no single lease does, its largest
-  lease that keeps it above the band, and so on. Each lease goes to the least loaded worker that stays inside the
-  band and ends below the giver's value before the move (the pair's peak falls; the next run cannot undo it).
+  lease that keeps it above the band, and so on. Each lease goes to a worker that stays inside the band and ends
+  below the giver's value before the move (the pair's peak falls; the next run cannot undo it): the one it lands
+  nearest the average a noise margin under the edge (the least loaded while new workers are far below the band).
   When no worker can take any of the donor's leases inside the band (few, lumpy leases: a shard that just turned
   hot), the donor trades a lease for a lighter one of the receiver (swap), or, far above the band, hands its lease
   to a worker that sheds enough lighter leases in the same run (push).
@@ -261,14 +262,32 @@ class BandBalancer:
             after = self.value(donor) - (rate * weight if rate is not None else d.drop(donor, self.metric, key))
             if after <= ceiling and self._shed_from.get(donor, giver_before) - after < self.min_gain:
                 continue  # the donor's last move, and all its moves together barely change it: within the noise
-            for receiver, most, per_kbps in receivers:
-                landed = self.value(receiver) + per_kbps * weight  # projections are linear in the weight
-                if weight > most or landed > giver_before - self.min_gain or self._refused(key, receiver):
-                    continue
-                if rate is None or self._worth(rate * weight + per_kbps * weight):
-                    self._move(key, donor, receiver, landed, "above the band: shed")
-                    return True
+            chosen = self._receiver_for(key, weight, giver_before, receivers)
+            if chosen is not None and (rate is None or self._worth(rate * weight + chosen[2] * weight)):
+                self._move(key, donor, chosen[0], self.value(chosen[0]) + chosen[2] * weight, "above the band: shed")
+                return True
         return trades and (self._swap_one(donor) or self._push_one(donor))
+
+    def _receiver_for(self, key: str, weight: float, giver_before: float,
+                      receivers: list[tuple[str, float, float]]) -> tuple[str, float, float] | None:
+        """The receiver a shed lease goes to, of `receivers` (least loaded first); None if none takes it.
+
+        While some worker is far below the band (a new one: room is plentiful) the least loaded, so the new workers
+        fill evenly. Otherwise the one the lease lands nearest the average while ending a noise margin (the minimum
+        gain) under the band's edge, else the least loaded. Least loaded first gave the roomiest worker a medium
+        lease, and a hot donor shedding after it found no room for its heavy lease: it shed two smaller ones, or the
+        heavy one landed right under the edge and the next run's noise made its receiver shed again (issue 15).
+        """
+        fits = [(w, most, per_kbps) for w, most, per_kbps in receivers
+                if weight <= most and not self._refused(key, w)
+                and self.value(w) + per_kbps * weight <= giver_before - self.min_gain]
+        if not fits or self.value(fits[0][0]) < self.floor():
+            return fits[0] if fits else None
+        margin = min(self.band.upper, giver_before) - self.min_gain
+        inside = [r for r in fits if self.value(r[0]) + r[2] * weight <= margin]
+        if inside:
+            return min(inside, key=lambda r: (abs(self.value(r[0]) + r[2] * weight - self.band.avg), r[0]))
+        return fits[0]
 
     def _lighter_leases_suffice(self, donor: str, rate: float) -> bool:
         """Whether the donor's movable leases that do not each overshoot the band could together get it inside."""
@@ -356,13 +375,20 @@ class BandBalancer:
         return True
 
     # -- fill ------------------------------------------------------------------------------------------------------
-    def fill(self) -> None:
-        """Lift every worker far below the band into it, least loaded first, from the most loaded workers."""
-        # Far below: a band's width under the average (a new or long-idle worker). Lifting one just under the
-        # band would cost moves without lowering any peak.
+    def floor(self) -> float:
+        """Below this a worker is far below the band (a new or long-idle worker) and is filled.
+
+        A band's width under the average: lifting a worker just under the band would cost moves without lowering
+        any peak.
+        """
         floor = self.band.lower - (self.band.avg - self.band.lower) - self.margin()
         if self.d.count_only:  # idle stream: only a worker with less than half the average count (a new one)
             floor = min(floor, self.band.avg / 2)
+        return floor
+
+    def fill(self) -> None:
+        """Lift every worker far below the band into it, least loaded first, from the most loaded workers."""
+        floor = self.floor()
         under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
         for receiver in under:
             for _ in range(MAX_MOVES_PER_WORKER):

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from shardherd.agent.metrics.sampler import MetricsSampler
-from shardherd.agent.runtime import MetricsReporter
+from shardherd.agent.runtime import Agent, MetricsReporter
 from shardherd.coordinator.deciders.worker_metrics import classify
 from shardherd.coordinator.moves import WorkerStatus
 from shardherd.coordinator.snapshot import WorkerView
 from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.worker import CPU_METRIC
 from tests.agent.test_metrics_sampler import ScriptedCpu
 
@@ -35,3 +42,29 @@ def test_without_a_cpu_source_the_worker_is_balanced_by_throughput() -> None:
     sts, opr = reporter()
     assert sts == {} and opr == {}
     assert WorkerView("plain", sts, opr).uses_default_metric
+
+
+class _NoRecords:
+    """A processor factory the cadence test never calls: the agent holds no lease."""
+
+    def __call__(self) -> Any:
+        raise AssertionError("no lease is processed in this test")
+
+
+@pytest.mark.parametrize(("mode", "entries"), [("worker", 4), ("lease", 1)])
+def test_worker_mode_agents_close_a_cpu_interval_with_every_heartbeat(tmp_path: Path, mode: str,
+                                                                      entries: int) -> None:
+    # The heartbeat rewrites the row anyway: in worker mode each one carries a fresh CPU figure, so the leader sees
+    # a move in its owners' CPU within seconds. Lease mode keeps KCL's 30 s spacing for Java KCL leaders.
+    clock = ManualClock()
+    settings = load_settings(application_name="cadence", stream_name="s", worker_id="a1", liveness_mode=mode,
+                             cgroup_root=str(tmp_path), kinesis_endpoint_url="http://127.0.0.1:9")
+    store = MemoryLeaseStore(settings.table_names)
+    agent = Agent(settings, _NoRecords(), clock=clock, store=store)
+    assert agent.sampler.source is not None
+    for _ in range(4):
+        clock.advance(settings.effective_heartbeat_interval_millis / 1000)
+        agent.sampler.sample()
+        agent.keeper.tick()
+    (row,) = store.scan_workers().workers
+    assert len(row.metric_stats[CPU_METRIC]) == entries
