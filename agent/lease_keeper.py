@@ -154,13 +154,18 @@ class LeaseKeeper:
         return last is not None and self._clock.monotonic() - last < self._timing.failover - self._timing.margin
 
     # ------------------------------------------------------------------ processing-side calls
-    def checkpoint(self, lease_key: str, checkpoint: Checkpoint, pending: Checkpoint | None = None) -> Outcome:
-        """Write a checkpoint fenced by ownership; losing ownership ends the lease (listener told) and returns it."""
+    def checkpoint(self, lease_key: str, checkpoint: Checkpoint, pending: Checkpoint | None = None,
+                   progress: LeaseProgress | None = None) -> Outcome:
+        """Write a checkpoint fenced by ownership; losing ownership ends the lease (listener told) and returns it.
+
+        The lease's progress figures ride along: `progress` if given, else the progress board's for the lease.
+        """
         with self._guard:
             held = self._held.get(lease_key)
         if held is None:
             return Outcome.lost(Conflict.OWNERSHIP, None)
-        progress = self._progress([lease_key]).get(lease_key) if self._progress else None
+        if progress is None and self._progress:
+            progress = self._progress([lease_key]).get(lease_key)
         outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress)
         if outcome.applied and outcome.lease is not None:
             with self._guard:

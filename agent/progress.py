@@ -34,11 +34,25 @@ class ProgressBoard:
         `records_behind` replaces the last count (None: not known now, so no stale count is reported).
         """
         with self._guard:
-            before = self._progress.get(lease_key, LeaseProgress())
-            lag = millis_behind_latest if millis_behind_latest is not None else before.millis_behind_latest
             self._refused.pop(lease_key, None)  # it is being processed again after all
-            self._progress[lease_key] = replace(before, millis_behind_latest=lag, records=before.records + records,
-                                                bytes=before.bytes + byte_count, records_behind=records_behind)
+            self._progress[lease_key] = self._with(lease_key, records, byte_count, millis_behind_latest, records_behind)
+
+    def preview(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
+                records_behind: int | None = None) -> LeaseProgress:
+        """The lease's progress as `record` with these figures would leave it, recording nothing.
+
+        For a checkpoint that must carry its own batch's figures while the batch counts only once the checkpoint
+        is stored (the Spark driver: a failed checkpoint means the batch is read and counted again).
+        """
+        with self._guard:
+            return self._with(lease_key, records, byte_count, millis_behind_latest, records_behind)
+
+    def _with(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
+              records_behind: int | None) -> LeaseProgress:
+        before = self._progress.get(lease_key, LeaseProgress())
+        lag = millis_behind_latest if millis_behind_latest is not None else before.millis_behind_latest
+        return replace(before, millis_behind_latest=lag, records=before.records + records,
+                       bytes=before.bytes + byte_count, records_behind=records_behind)
 
     def fail(self, lease_key: str) -> int:
         """Count one failed attempt to process the lease; returns the attempts failed since it was taken."""

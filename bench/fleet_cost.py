@@ -95,6 +95,7 @@ class CostResult:
     runs: list[RunCost] = field(default_factory=list)
     first_run: RunCost | None = None  # the slowest run of the warm-up
     status_sizes: list[int] = field(default_factory=list)
+    lock_sizes: list[int] = field(default_factory=list)  # the leader lock item (heartbeats carry the sightings)
 
     def per_minute(self, caller: str) -> Usage:
         """Requests and units per minute of one caller."""
@@ -205,17 +206,19 @@ def run_size(shards: int, workers: int, warmup: float, window: float, seed: int 
     counted = len(decide_seconds)
     start = fleet.events.now()
     step = fleet.settings.lease_assignment_interval_millis / 1000
-    status_sizes = []
+    sizes: dict[str, list[int]] = {"LeaderStatus": [], "Leader": []}
     while fleet.events.now() < start + window:
         fleet.events.run_until(min(start + window, fleet.events.now() + step))
         for seconds, reason in decide_seconds[counted:]:
             timer.after_run(seconds, reason)
         counted = len(decide_seconds)
-        item = fleet.inner.get_state("LeaderStatus")
-        if item is not None:
-            status_sizes.append(state_size("LeaderStatus", item))
+        for key, seen in sizes.items():
+            item = fleet.inner.get_state(key)
+            if item is not None:
+                seen.append(state_size(key, item))
     kcl = kcl_bill(fleet.leases(), sorted(fleet.workers), 60.0 / CHECKPOINT_S)
-    return CostResult(shards, workers, window / 60, meter.rows(), kcl, timer.runs, first, status_sizes)
+    return CostResult(shards, workers, window / 60, meter.rows(), kcl, timer.runs, first, sizes["LeaderStatus"],
+                      sizes["Leader"])
 
 
 def _scrape(client: TestClient) -> bool:
@@ -261,6 +264,9 @@ def report(result: CostResult) -> str:
     if result.status_sizes:
         lines.append(f"  LeaderStatus item: {max(result.status_sizes)} bytes at most; status writes/min "
                      f"{result.per_minute('status').write_units:.2f} WCU")
+    if result.lock_sizes:
+        lines.append(f"  lock item: {max(result.lock_sizes)} bytes at most; lock writes/min "
+                     f"{result.per_minute('lock').write_units:.2f} WCU")
     lines.append("  by operation (RCU/WCU per minute): " + _operations(result))
     lines.append(_runs(result))
     return "\n".join(lines)

@@ -5,8 +5,9 @@ Item `Leader` in the coordinator-state table: `ownerName`, `leaseDuration` (mill
 coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per term, for operators),
 `leaderTerm` (S, a UUID per term) that fences every assignment write, `lastSuccessAt` (N, wall-clock
 milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write) and `observedRows`
-(S, the leader's worker-row sightings, see coordinator/liveness.py, also sent with each heartbeat) from which a
-successor that takes the lock over starts. The Java client
+(B, the leader's worker-row sightings, see coordinator/liveness.py, also sent with each heartbeat, sized so the whole
+item stays within `LOCK_ITEM_BYTES`: one write unit per heartbeat) from which a successor that takes the lock over
+starts. The Java client
 deletes the item on release, so the epoch cannot live only there: every new term first takes the next number from a
 counter item, `LeaderEpoch` (`epoch`, N), with a conditional write, so an epoch never repeats for a table, across
 releases, restarts and KCL holders in between. A contender takes
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from shardherd.shared.clock import Clock
 from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
-from shardherd.shared.store_meter import acting_as
+from shardherd.shared.store_meter import acting_as, state_size
 
 LOCK_KEY = "Leader"
 OWNER = "ownerName"
@@ -41,6 +42,8 @@ OBSERVED = "observedRows"
 EPOCH_COUNTER_SUFFIX = "Epoch"  # the counter item of lock item `Leader` is `LeaderEpoch`
 EPOCH_COUNTER = "epoch"
 _EPOCH_ATTEMPTS = 5
+LOCK_ITEM_BYTES = 1024  # one DynamoDB write unit: what a heartbeat may cost, sightings included
+_MILLIS_PLACEHOLDER = 1_700_000_000_000  # a wall-clock milliseconds value, to size `lastSuccessAt` before it is known
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +76,7 @@ class _Observed:
     first_seen: float
     duration: float
     read_at: float  # monotonic seconds when the first read of this version returned (it was written before then)
-    observed_rows: str | None
+    observed_rows: StateValue | None
     repeated: bool = False  # a later poll found the same version: the holder missed at least one heartbeat
 
 
@@ -84,7 +87,7 @@ class Handover:
     `published_before` is on this process's monotonic clock: when this contender first read that lock version.
     """
 
-    observed_rows: str
+    observed_rows: StateValue
     published_before: float
 
 
@@ -115,7 +118,7 @@ class LeaderLock:
         self._next_due = 0.0
         self._stand_down_until = -math.inf
         self._guard = threading.Lock()
-        self._observations: Callable[[], str | None] | None = None
+        self._observations: Callable[[int], bytes | None] | None = None
         self._handover: Handover | None = None
 
     # ------------------------------------------------------------------ queries (any thread)
@@ -140,8 +143,11 @@ class LeaderLock:
         """The lock item as stored (one read; eventually consistent views cost half on DynamoDB)."""
         return _view(self._store.get_state(self._key, consistent))
 
-    def publish_with_heartbeat(self, observations: Callable[[], str | None]) -> None:
-        """Send `observations()` as `observedRows` with every heartbeat (the leader's liveness sightings)."""
+    def publish_with_heartbeat(self, observations: Callable[[int], bytes | None]) -> None:
+        """Send `observations(room)` as `observedRows` with every heartbeat (the leader's liveness sightings).
+
+        `room` is how many bytes the value may take so that the lock item stays within `LOCK_ITEM_BYTES`.
+        """
         self._observations = observations
 
     def looks_abandoned(self) -> bool:
@@ -223,7 +229,7 @@ class LeaderLock:
         if seen is None or seen.version != version:
             duration = _int(item.get(DURATION))
             self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration, read_at,
-                                       _text(item.get(OBSERVED)))
+                                       item.get(OBSERVED))
             return
         seen.repeated = True
         if sent - seen.first_seen > seen.duration:
@@ -277,7 +283,7 @@ class LeaderLock:
         last_success = self._last_success() if self._last_success is not None else None
         if last_success is not None:
             attributes[LAST_SUCCESS] = int(last_success * 1000)
-        observed = self._observations() if self._observations is not None else None
+        observed = self._observations(self._room(held)) if self._observations is not None else None
         # Sightings are relative to this heartbeat's time: an older value must never stay under a newer version.
         remove = [OBSERVED] if observed is None else []
         if observed is not None:
@@ -290,6 +296,13 @@ class LeaderLock:
                 held.valid_until = sent + self._duration - self._margin
         else:
             self._drop("the lock item changed under us")
+
+    def _room(self, held: _Held) -> int:
+        """Bytes left for `observedRows` in a lock item of at most `LOCK_ITEM_BYTES` (every other attribute sized)."""
+        others = state_size(self._key, {OWNER: self._owner, DURATION: str(int(self._duration * 1000)),
+                                        VERSION: held.version, EPOCH: held.epoch, TERM: held.term,
+                                        LAST_SUCCESS: _MILLIS_PLACEHOLDER, OBSERVED: b""})
+        return max(0, LOCK_ITEM_BYTES - others)
 
     def _drop(self, why: str) -> None:
         with self._guard:

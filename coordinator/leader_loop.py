@@ -247,10 +247,10 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
         return summary
 
-    def published_sightings(self) -> str | None:
-        """The worker-row sightings of this leader's newest run, as of now (sent with each lock heartbeat)."""
+    def published_sightings(self, room: int) -> bytes | None:
+        """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat)."""
         sightings = self._sightings if self._term is not None else {}
-        return encode_sightings(sightings, self._clock.monotonic()) if sightings else None
+        return encode_sightings(sightings, self._clock.monotonic(), room) if sightings else None
 
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan, float] | None:
         """The leader's view (its newest scans, its writes applied) and the monotonic time of those scans, or None.

@@ -11,25 +11,31 @@ modes, so it is gone after one failover time; a Java KCL worker (no `hb`) rewrit
 interval, so it is gone after KCL's own expiry, two reporter intervals.
 
 A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
-worker row unchanged (`RowSighting`). The successor takes over only after watching that lock item unchanged for the
-lock's lease duration, so the publication is at least that old on its own clock; a row that still has the published
-`hb` and `lut` has therefore been silent for at least the published silence plus that time. A row that changed since
-is judged afresh, so a stale publication can never make a live worker look dead.
+worker row unchanged (`encode_sightings`: 8 bytes a worker, within the lock item's one write unit). The successor
+takes over only after watching that lock item unchanged for the lock's lease duration, so the publication is at least
+that old on its own clock; a row that is still the one sighted (same id digest, same `hb` and `lut` modulo 2^16) has
+therefore been silent for at least the published silence plus that time. A row that changed since is judged afresh,
+so a stale publication cannot make a live worker look dead (its `hb` would have to move by 65,536 heartbeats, or its
+`lut` by 18 hours, to look unchanged).
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
+import logging
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardherd.shared.config import Settings
 from shardherd.shared.lease import Lease
+from shardherd.shared.store import StateValue
 from shardherd.shared.worker import WorkerRecord
 
 # KCL's discovery period is leaseAssignmentIntervalMillis / 2 - 25 ms, and its assignment interval defaults to twice
 # the failover time: a KCL worker finds a lease assigned to it up to about one failover time later.
 _KCL_DISCOVERY_FAILOVERS = 1.0
+
+log = logging.getLogger(__name__)
 
 
 def worker_version(record: WorkerRecord) -> Hashable:
@@ -154,62 +160,120 @@ def heartbeat_age(watcher: ChangeWatcher, record: WorkerRecord, now: float, wall
     return max(0.0, observed, wall - record.last_update)
 
 
-MAX_SIGHTINGS_BYTES = 2048  # bounds what the lock item grows by (one write unit per started KiB on DynamoDB)
-_SIGHTINGS_FORMAT = 1
+SIGHTINGS_FORMAT = 2  # the first byte of a publication; format 1 (JSON with whole worker ids) is no longer read
+_DIGEST_BYTES = 3  # the shortest worker-id digest; longer when two published workers share one (see encode_sightings)
+_MAX_DIGEST_BYTES = 8
+_CHECK_BITS = 16  # per row: its `hb` and its `lut` modulo 2^16 each
+_ENTRY_TAIL = 5  # after the digest: 4 bytes of check, 1 byte of quantised silence
+_FINE_STEPS = 200  # silence codes 0-199: 0.1 s steps up to 19.9 s; codes 200-255: 2 s steps up to 130 s
+_FINE = 0.1
+_COARSE = 2.0
 
 
 class MalformedSightings(ValueError):
     """A published `observedRows` value cannot be read (the new leader then starts from its own observations)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RowSighting:
-    """A worker row as a leader last saw it: its `hb` and `lut`, unchanged for at least `silent` seconds."""
-
-    heartbeat: int
-    last_update: int
-    silent: float
+def _digest(worker_id: str) -> bytes:
+    return hashlib.blake2b(worker_id.encode(), digest_size=_MAX_DIGEST_BYTES).digest()
 
 
-def encode_sightings(rows: Mapping[str, tuple[int, int, float]], now: float,
-                     max_bytes: int = MAX_SIGHTINGS_BYTES) -> str | None:
-    """The publication of `rows` (worker -> hb, lut, monotonic time the row last changed) as of `now`.
+def _check(heartbeat: int, last_update: int) -> int:
+    """What a sighting keeps of a row's version: `hb` and `lut` modulo 2^16 each.
 
-    Compact JSON, workers in id order, cut off before `max_bytes`: a worker left out is merely judged afresh by a
-    successor. None when there is nothing to publish.
+    A successor compares it within seconds of the publication (the lock's lease duration plus a run): a live agent's
+    `hb` moves by one per heartbeat, so it cannot come round to the same value in that time (65,536 heartbeats); a
+    restarted agent's new row has a `lut` seconds later; a KCL worker's `lut` (seconds) comes round after 18 hours.
     """
-    entries: list[str] = []
-    size = len('{"v":1,"rows":{}}')
-    for worker in sorted(rows):
-        heartbeat, last_update, changed_at = rows[worker]
-        silent_ms = max(0, int((now - changed_at) * 1000))
-        entry = f"{json.dumps(worker)}:[{heartbeat},{last_update},{silent_ms}]"
-        if size + len(entry.encode()) + 1 > max_bytes:
+    mask = (1 << _CHECK_BITS) - 1
+    return ((heartbeat & mask) << _CHECK_BITS) | (last_update & mask)
+
+
+def _silence_code(seconds: float) -> int:
+    """The silence rounded down to its code (so a decoded silence is still a lower bound)."""
+    if seconds < _FINE_STEPS * _FINE:
+        return max(0, int(seconds / _FINE + 1e-9))
+    return min(255, _FINE_STEPS + int((seconds - _FINE_STEPS * _FINE) / _COARSE + 1e-9))
+
+
+def _silence_seconds(code: int) -> float:
+    if code < _FINE_STEPS:
+        return code * _FINE
+    return _FINE_STEPS * _FINE + (code - _FINE_STEPS) * _COARSE
+
+
+def encode_sightings(rows: Mapping[str, tuple[int, int, float]], now: float, max_bytes: int) -> bytes | None:
+    """The publication of `rows` (worker -> hb, lut, monotonic time the row last changed) as of `now`, in `max_bytes`.
+
+    Binary, 8 bytes per worker: a digest of its id (3 bytes; the whole publication uses longer digests if two of its
+    workers share one), the row's check (`_check`) and its silence rounded down (0.1 s steps to 20 s, then 2 s steps
+    to 130 s). Workers silent longest come first: when not all fit, those left out are judged afresh by a successor
+    (from its own watch), and a long-silent row is where a successor gains most. None when nothing fits.
+    """
+    order = sorted(rows, key=lambda worker: (rows[worker][2], worker))
+    digests = {worker: _digest(worker) for worker in order}
+    length = _DIGEST_BYTES
+    while True:
+        room = max(0, (max_bytes - 2) // (length + _ENTRY_TAIL))
+        chosen = order[:room]
+        if len({digests[worker][:length] for worker in chosen}) == len(chosen) or length == _MAX_DIGEST_BYTES:
             break
-        entries.append(entry)
-        size += len(entry.encode()) + 1
-    if not entries:
+        length += 1
+    if not chosen:
         return None
-    return '{"v":' + str(_SIGHTINGS_FORMAT) + ',"rows":{' + ",".join(entries) + "}}"
+    out = bytearray((SIGHTINGS_FORMAT, length))
+    for worker in chosen:
+        heartbeat, last_update, changed_at = rows[worker]
+        out += digests[worker][:length]
+        out += _check(heartbeat, last_update).to_bytes(4, "big")
+        out.append(_silence_code(now - changed_at))
+    return bytes(out)
 
 
-def decode_sightings(text: str) -> dict[str, RowSighting]:
-    """Read a publication; MalformedSightings if it is not one this version understands."""
-    try:
-        document = json.loads(text)
-        if not isinstance(document, dict) or document.get("v") != _SIGHTINGS_FORMAT:
-            raise MalformedSightings(f"unknown sightings format: {text[:80]!r}")
-        result: dict[str, RowSighting] = {}
-        for worker, values in document["rows"].items():
-            heartbeat, last_update, silent_ms = values
-            if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-                raise MalformedSightings(f"sighting of {worker!r} is not three counts: {values!r}")
-            result[str(worker)] = RowSighting(heartbeat, last_update, silent_ms / 1000)
-        return result
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        if isinstance(exc, MalformedSightings):
-            raise
-        raise MalformedSightings(f"unreadable sightings: {exc}") from exc
+@dataclass(frozen=True, slots=True)
+class Sightings:
+    """A decoded publication: per worker-id digest, the row's check and how long it had been silent (seconds)."""
+
+    digest_bytes: int
+    entries: Mapping[bytes, tuple[int, float]]
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def silences(self, records: Iterable[WorkerRecord]) -> dict[str, float]:
+        """Worker -> published silence, for each row that is still exactly the one sighted.
+
+        A row counts only if its id's digest and its check match an entry and no other row of `records` matches the
+        same entry (an ambiguous digest: that worker is judged afresh, never guessed).
+        """
+        matches: dict[bytes, list[str]] = {}
+        for record in records:
+            digest = _digest(record.worker_id)[:self.digest_bytes]
+            entry = self.entries.get(digest)
+            if entry is not None and entry[0] == _check(record.heartbeat, record.last_update):
+                matches.setdefault(digest, []).append(record.worker_id)
+        return {workers[0]: self.entries[digest][1] for digest, workers in matches.items() if len(workers) == 1}
+
+
+def decode_sightings(data: StateValue) -> Sightings:
+    """Read a publication; MalformedSightings if it is not one this version writes."""
+    if not isinstance(data, bytes) or len(data) < 2 or data[0] != SIGHTINGS_FORMAT:
+        raise MalformedSightings(f"unknown sightings format: {str(data)[:40]!r}")
+    length = data[1]
+    size = length + _ENTRY_TAIL
+    if not _DIGEST_BYTES <= length <= _MAX_DIGEST_BYTES or (len(data) - 2) % size:
+        raise MalformedSightings(f"sightings of {len(data)} bytes do not hold whole {length}-byte-digest entries")
+    entries: dict[bytes, tuple[int, float]] = {}
+    seen: set[bytes] = set()
+    for offset in range(2, len(data), size):
+        digest = data[offset:offset + length]
+        if digest in seen:  # two workers under one digest: neither can be told apart, both are judged afresh
+            entries.pop(digest, None)
+            continue
+        seen.add(digest)
+        check = int.from_bytes(data[offset + length:offset + length + 4], "big")
+        entries[digest] = (check, _silence_seconds(data[offset + size - 1]))
+    return Sightings(length, entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,16 +295,16 @@ class LivenessTracker:
     leases: ChangeWatcher = field(default_factory=ChangeWatcher)
     owners: ChangeWatcher = field(default_factory=ChangeWatcher)
     records: dict[str, WorkerRecord] = field(default_factory=dict)  # the rows of the last observation
-    handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see take_over
+    handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see start_from
+    published: tuple[Sightings, float] | None = None  # see take_over
 
-    def take_over(self, sightings: Mapping[str, RowSighting], published_before: float) -> None:
+    def take_over(self, sightings: Sightings, published_before: float) -> None:
         """Start from a predecessor's sightings, published no later than `published_before` (this clock).
 
-        At the next observation a row that still has the sighted `hb` and `lut` counts as unchanged since
-        `published_before - silent`; any other row is judged afresh.
+        At the next observation a row that is still the one sighted (see `Sightings.silences`) counts as unchanged
+        since `published_before - silent`; any other row is judged afresh.
         """
-        self.start_from({worker: (seen.heartbeat, seen.last_update, published_before - seen.silent)
-                         for worker, seen in sightings.items()})
+        self.published = (sightings, published_before)
 
     def start_from(self, rows: Mapping[str, tuple[int, int, float]]) -> None:
         """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
@@ -268,7 +332,14 @@ class LivenessTracker:
         self.records = {w.worker_id: w for w in records}
         starts = {w.worker_id: self.handed_over[w.worker_id][2] for w in records
                   if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
-        self.handed_over = {}
+        if self.published is not None:
+            sightings, published_before = self.published
+            matched = sightings.silences(records)
+            log.info("liveness: starting from the previous leader's sightings: %d of %d rows still as sighted",
+                     len(matched), len(sightings))
+            for worker, silent in matched.items():
+                starts[worker] = min(starts.get(worker, published_before), published_before - silent)
+        self.handed_over, self.published = {}, None
         self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
         lease_list = list(leases)
         if self.mode == "lease":

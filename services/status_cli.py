@@ -153,7 +153,11 @@ def _number(value: float | None, digits: int = 1) -> str:
 
 
 def show_status(client: OperatorClient, console: Console, wide: bool = False) -> None:
-    """Print the leader line, the workers table and the leases table (80 columns unless `wide`)."""
+    """Print the leader line, the workers table and the leases table (80 columns unless `wide`).
+
+    Per lease: throughput, lag (millisBehindLatest), records behind (where the owner knows it exactly) and records
+    processed, as the owner last reported them.
+    """
     leader = client.call("GET", "/v1/leader")
     lock = leader["lock"]
     freshness = "stale" if leader["stale"] else "fresh"
@@ -170,7 +174,7 @@ def show_status(client: OperatorClient, console: Console, wide: bool = False) ->
                         _number(worker["throughput_kbps"]), _number(worker["heartbeat_age_seconds"]))
     console.print(workers)
     leases = Table(title="leases", box=box.SIMPLE_HEAD, title_justify="left")
-    columns = ["shard", "owner", "state", "KiB/s", "lag ms", "records"] + (["checkpoint"] if wide else [])
+    columns = ["shard", "owner", "state", "KiB/s", "lag ms", "behind", "records"] + (["checkpoint"] if wide else [])
     for column in columns:
         leases.add_column(column, overflow="fold", no_wrap=column not in ("owner", "checkpoint"),
                           justify="left" if column in ("shard", "owner", "state", "checkpoint") else "right")
@@ -179,7 +183,7 @@ def show_status(client: OperatorClient, console: Console, wide: bool = False) ->
         if lease["checkpoint_owner"]:
             owner += f" > {lease['owner']}"
         row = [lease["lease_key"], owner, lease["state"], _number(lease["throughput_kbps"]),
-               _text(lease["millis_behind_latest"]), _text(lease["records_processed"])]
+               _text(lease["millis_behind_latest"]), _text(lease["records_behind"]), _text(lease["records_processed"])]
         leases.add_row(*row, *([lease["checkpoint"]] if wide else []))
     console.print(leases)
 

@@ -117,33 +117,35 @@ class ShardBook:
             if view is None or view.tenure != tenure:
                 return ()
             covered = tuple(item for item in self._parts[shard] if item.end <= checkpoint)
-            parts = tuple(item for item in self._parts[shard] if item.end > checkpoint)
-            self._parts[shard] = parts
-            left: tuple[Segment, ...] = ()
-            for part in parts:
-                left = self._appended(left, part)
-            self._views[shard] = replace(view, checkpoint=checkpoint, segments=left)
+            self._parts[shard], self._views[shard] = self._after(shard, view, checkpoint)
             self._publish()
             return covered
+
+    def progress_after(self, shard: str, tenure: str, checkpoint: Checkpoint, now: float) -> tuple[int | None,
+                                                                                                   int | None]:
+        """Lag (ms) and records behind as they will be once `checkpoint` is stored, changing nothing.
+
+        What the checkpoint itself carries onto the lease, so the stored figures are its own batch's, not the
+        previous one's. (None, None) if the shard is no longer held under `tenure`.
+        """
+        with self._guard:
+            view = self._views.get(shard)
+            if view is None or view.tenure != tenure:
+                return None, None
+            _, after = self._after(shard, view, checkpoint)
+            return _lag(after, now), _behind(after)
 
     def lag_millis(self, shard: str, now: float) -> int | None:
         """How far behind the stream the shard is: age of the first waiting record, else the probe's lag."""
         with self._guard:
             view = self._views.get(shard)
-            if view is None:
-                return None
-            first = view.next_arrival
-            if first is not None:
-                return max(0, round((now - first) * 1000))
-            return view.behind_millis
+            return None if view is None else _lag(view, now)
 
     def records_behind(self, shard: str) -> int | None:
         """Records waiting after the checkpoint, where known: the probe reached the stream's tip (else None)."""
         with self._guard:
             view = self._views.get(shard)
-            if view is None or view.behind_millis != 0:
-                return None
-            return sum(item.records for item in view.segments)
+            return None if view is None else _behind(view)
 
     # ------------------------------------------------------------------ queries
     def lease_key(self, shard: str) -> str | None:
@@ -212,6 +214,14 @@ class ShardBook:
         self._version += 1
         write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views)))
 
+    def _after(self, shard: str, view: ShardView, checkpoint: Checkpoint) -> tuple[tuple[Segment, ...], ShardView]:
+        """The shard's probed parts and view once `checkpoint` is stored (caller holds the guard)."""
+        parts = tuple(item for item in self._parts[shard] if item.end > checkpoint)
+        left: tuple[Segment, ...] = ()
+        for part in parts:
+            left = self._appended(left, part)
+        return parts, replace(view, checkpoint=checkpoint, segments=left)
+
     def _appended(self, segments: tuple[Segment, ...], new: Segment | None) -> tuple[Segment, ...]:
         """Segments with a new one at the end, merged into the last while both together stay under `merge_below`.
 
@@ -230,6 +240,17 @@ class ShardBook:
             if key == lease_key:
                 return shard
         return None
+
+
+def _lag(view: ShardView, now: float) -> int | None:
+    first = view.next_arrival
+    if first is not None:
+        return max(0, round((now - first) * 1000))
+    return view.behind_millis
+
+
+def _behind(view: ShardView) -> int | None:
+    return None if view.behind_millis != 0 else sum(item.records for item in view.segments)
 
 
 def arrival_spans(covered: tuple[Segment, ...], total: int) -> list[tuple[int, float, float]] | None:

@@ -163,20 +163,27 @@ class SparkAgent(Agent):
             self.end_write([plan])
 
     def _checkpoint_plan(self, batch_id: int, plan: ShardPlan) -> None:
+        """Checkpoint one plan's end with the lease's progress, this batch counted.
+
+        The checkpoint carries records and bytes with this batch added, and lag and records behind as of its end, so
+        the stored figures do not trail by a batch; the batch is counted for the heartbeat only once its checkpoint
+        is stored (else it is read, and counted, again).
+        """
         key = self.book.lease_key(plan.shard_id)
         if key is None or not self.book.holds(plan.shard_id, plan.tenure):
             log.warning("batch %d: %s is no longer held; checkpoint %s not written", batch_id, plan.shard_id,
                         plan.end)
             return
+        lag, behind = self.book.progress_after(plan.shard_id, plan.tenure, plan.end, time.time())
         try:
-            outcome = self.keeper.checkpoint(key, plan.end)
+            outcome = self.keeper.checkpoint(key, plan.end,
+                                             progress=self.progress.preview(key, plan.records, plan.bytes, lag, behind))
         except StoreUnavailable as exc:
             log.error("batch %d: checkpoint of %s failed (its records will be read again): %s", batch_id, key, exc)
             return
         if outcome.applied:
             self._record_arrivals(key, plan.bytes, self.book.checkpointed(plan.shard_id, plan.tenure, plan.end))
-            self.progress.record(key, plan.records, plan.bytes, self.book.lag_millis(plan.shard_id, time.time()),
-                                 self.book.records_behind(plan.shard_id))
+            self.progress.record(key, plan.records, plan.bytes, lag, behind)
         elif outcome.conflict is Conflict.STALE_CHECKPOINT:
             log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
         else:

@@ -223,24 +223,45 @@ class StatusPrinter:
     def _line(self, snapshot: Snapshot | None) -> str:
         if snapshot is None:
             return self._summary(snapshot)
-        per_worker = Counter(lease["checkpoint_owner"] or lease["owner"] for lease in snapshot.unfinished
-                             if lease["owner"])
-        workers = " ".join(f"{worker}:{count}" for worker, count in sorted(per_worker.items()))
-        return f"{self._summary(snapshot)} | leases {workers}"
+        return f"{self._summary(snapshot)} | {worker_line(snapshot)}"
 
     def _render(self, snapshot: Snapshot | None) -> Table:
-        table = Table(title=f"shardherd up — dashboard {self._stack.state().dashboard_url}",
-                      caption=self._summary(snapshot))
-        for column in ("shard", "owner", "state", "records", "lag ms", "KiB/s"):
-            table.add_column(column, justify="left" if column in ("shard", "owner", "state") else "right")
-        totals = self.tally.totals()
-        for lease in snapshot.leases if snapshot else []:
-            owner = lease["checkpoint_owner"] or lease["owner"] or "-"
-            if lease["checkpoint_owner"]:
-                owner += f" → {lease['owner']}"
-            table.add_row(lease["shard_id"], owner, lease["state"], _text(totals.get(lease["lease_key"])),
-                          _text(lease["millis_behind_latest"]), _text(lease["throughput_kbps"]))
-        return table
+        return lease_table(snapshot, self.tally.totals(),
+                           f"shardherd up — dashboard {self._stack.state().dashboard_url}", self._summary(snapshot))
+
+
+def lease_table(snapshot: Snapshot | None, totals: dict[str, int], title: str, caption: str) -> Table:
+    """The live table: one row per lease with its owner, records processed since start, lag and records behind."""
+    table = Table(title=title, caption=caption)
+    for column in ("shard", "owner", "state", "records", "lag ms", "behind", "KiB/s"):
+        table.add_column(column, justify="left" if column in ("shard", "owner", "state") else "right")
+    for lease in snapshot.leases if snapshot else []:
+        owner = lease["checkpoint_owner"] or lease["owner"] or "-"
+        if lease["checkpoint_owner"]:
+            owner += f" → {lease['owner']}"
+        table.add_row(lease["shard_id"], owner, lease["state"], _text(totals.get(lease["lease_key"])),
+                      _text(lease["millis_behind_latest"]), _text(lease["records_behind"]),
+                      _text(lease["throughput_kbps"]))
+    return table
+
+
+def worker_line(snapshot: Snapshot) -> str:
+    """Per agent, one line: leases held, the largest lag among them and the records behind summed over them.
+
+    `lag -`/`behind -` while no lease of the agent reported the figure (records behind is known only where the owner
+    read up to the stream's tip).
+    """
+    held: dict[str, list[dict[str, Any]]] = {}
+    for lease in snapshot.unfinished:
+        if lease["owner"]:
+            held.setdefault(lease["checkpoint_owner"] or lease["owner"], []).append(lease)
+    parts = []
+    for worker, leases in sorted(held.items()):
+        lags = [lease["millis_behind_latest"] for lease in leases if lease["millis_behind_latest"] is not None]
+        behind = [lease["records_behind"] for lease in leases if lease["records_behind"] is not None]
+        parts.append(f"{worker}: {len(leases)} leases, lag {_text(max(lags) if lags else None)} ms, "
+                     f"behind {_text(sum(behind) if behind else None)}")
+    return "leases " + ("; ".join(parts) if parts else "none owned")
 
 
 def _text(value: float | None) -> str:

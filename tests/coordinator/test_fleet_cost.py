@@ -6,6 +6,7 @@ import pytest
 
 from bench.fleet_cost import exponent, run_size
 from bench.kcl_baseline import RENEW_S, kcl_bill
+from shardherd.coordinator.leader_lock import LOCK_ITEM_BYTES
 from shardherd.services.leader_status import MAX_STATUS_BYTES
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.lease import Lease
@@ -21,6 +22,7 @@ def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:
     assert callers["agent"].write_units >= 3 * 60 / 3.4  # every worker heartbeats about every 3.3 s
     assert callers["lock"].write_units == pytest.approx(40, rel=0.1)  # a heartbeat every 1.5 s
     assert result.status_sizes and max(result.status_sizes) <= MAX_STATUS_BYTES
+    assert result.lock_sizes and max(result.lock_sizes) <= LOCK_ITEM_BYTES  # the sightings ride within one unit
     assert result.per_minute("status").write_units == 0  # steady state: nothing changed, nothing published
     kcl = {line.what: line for line in result.kcl}
     assert kcl["renew every lease"].write_units == pytest.approx(8 * 60 / RENEW_S)

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 
 from shardherd.services.cli import main
 from shardherd.services.coordinator_service import CoordinatorService
 from shardherd.services.local_stack.state import ProcessEntry, StackState
+from shardherd.services.local_stack.status import lease_table, read_snapshot, worker_line
 from shardherd.shared.checkpoint import TRIM_HORIZON
 from shardherd.shared.config import load_settings
 from shardherd.shared.lease import new_lease
@@ -149,6 +151,44 @@ def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
     assert main(["status", "--url", dead, "--url", running.url]) == 0  # a list of URLs works the same way
     assert main(["status", "--run-dir", str(tmp_path / "nothing")]) == 2
     assert "no running stack" in capsys.readouterr().err
+
+
+def _row(out: str, key: str) -> list[str]:
+    """The cells of the first printed line of the table row whose first cell is `key`."""
+    return next(line.split() for line in out.splitlines() if line.split()[:1] == [key])
+
+
+def test_status_and_the_stacks_live_table_show_lag_and_records_behind(
+        running: Running, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`shardherd status` (80 columns) and `shardherd up`'s table and line show each lease's lag and records behind."""
+    with httpx.Client(base_url=running.url, timeout=10) as client:
+        wait_for(lambda: all(lease["records_behind"] is not None
+                             for lease in client.get("/v1/assignments").json()["items"]), 10, "records behind listed")
+        leases = client.get("/v1/assignments").json()["items"]
+    assert len({lease["records_behind"] for lease in leases}) == len(SHARDS)  # distinct: a mixed-up column shows
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["status", "--url", running.url]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80, out
+    for lease in leases:
+        cells = _row(out, lease["lease_key"])
+        assert cells[-3:] == [str(lease["millis_behind_latest"]), str(lease["records_behind"]),
+                              str(lease["records_processed"])], out
+
+    snapshot = read_snapshot([running.url])
+    assert snapshot is not None
+    console = Console(width=120, record=True)
+    console.print(lease_table(snapshot, {}, "title", "caption"))
+    table = console.export_text()
+    for lease in leases:
+        cells = _row(table.replace("│", " "), lease["shard_id"])
+        assert cells[-3:-1] == [str(lease["millis_behind_latest"]), str(lease["records_behind"])], table
+    line = worker_line(snapshot)
+    for worker in WORKERS:
+        owned = [lease for lease in leases if (lease["checkpoint_owner"] or lease["owner"]) == worker]
+        lag = max(lease["millis_behind_latest"] for lease in owned)
+        behind = sum(lease["records_behind"] for lease in owned)
+        assert f"{worker}: {len(owned)} leases, lag {lag} ms, behind {behind}" in line, line
 
 
 def test_openapi_declares_the_bearer_scheme_and_docs_need_no_internet(running: Running) -> None:

@@ -68,6 +68,16 @@ def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from
 
     wait_for(lag_reported, 30, "per-shard lag and records behind on driver-1's leases")
 
+    written = Counter(row[2] for row in stack.sink.rows if row[0] == "driver-1")
+
+    def last_batch_counted() -> bool:  # the last checkpoint carries its own batch's figures, not the previous one's
+        leases = {lease.shard: lease for lease in first.store.scan_leases().leases}
+        return all(leases[shard].records_processed == count and leases[shard].records_behind in (0, None)
+                   for shard, count in written.items())
+
+    assert len(written) == 4
+    wait_for(last_batch_counted, 10, f"records processed on the leases equal to the rows written {dict(written)}")
+
     query.stop()  # the query ends -> the agent drains: leases given back with their checkpoints
     wait_for(lambda: set(stack.owners().values()) == {None}, 30, "driver-1 drained")
     assert first.stopped_because == "query stopped"
