@@ -63,7 +63,8 @@ class SparkAgent(Agent):
 
     def __init__(self, settings: Settings, channel: Path | None = None, caps: Caps | None = None,
                  probe_interval: float = 0.5, min_call_interval: float = 0.2, include_reader: bool = False,
-                 store: LeaseStore | None = None, clock: Clock | None = None) -> None:
+                 store: LeaseStore | None = None, clock: Clock | None = None,
+                 max_partitions: int | None = None) -> None:
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
         # The source's stream option names a single-stream application's stream; a multi-stream source key names
@@ -71,7 +72,7 @@ class SparkAgent(Agent):
         streams = settings.stream_name or ",".join(settings.stream_names)
         self.options = SourceOptions(self.channel, streams, settings.region,
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
-                                     settings.kpl_decoder)
+                                     settings.kpl_decoder, max_partitions)
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
@@ -218,12 +219,17 @@ class SparkAgent(Agent):
         A continuous query starts first (it plans nothing until the agent holds shards): a driver takes leases only
         once it can read them, so a shard handed to a starting driver is not idle while its JVM sets the query up
         (seconds, more under load). `available_now` reads what arrived before the start, then the query finishes;
-        its agent starts first, as such a query ends at its first empty plan.
+        its agent starts first, as such a query ends at its first empty plan. Unless the agent was given
+        `max_partitions`, a batch reads in at most the session's default parallelism of tasks (its cores), each
+        reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
         """
         register_source(spark)
         if available_now and not self._thread.is_alive():
             self.start()
-        stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
+        options = self.source_options()
+        if self.options.max_partitions is None:
+            options["maxPartitions"] = str(spark.sparkContext.defaultParallelism)
+        stream = spark.readStream.format(ShardherdDataSource.name()).options(**options).load()
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
