@@ -392,11 +392,16 @@ class LeaseKeeper:
             heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
             lease_throughput=throughput, lease_progress=troubled(self._progress(held)) if self._progress else {},
         )
+        gathered = self._clock.monotonic()
         try:
             self._store.upsert_worker(record)
         except StoreUnavailable as exc:
             log.warning("heartbeat failed: %s", exc)
             return
+        written = self._clock.monotonic()
+        if written - sent > self._timing.heartbeat / 2:  # a slow store or a starved process: fencing comes nearer
+            log.warning("heartbeat took %.2f s (%.2f s gathering its figures, %.2f s writing the row)",
+                        written - sent, gathered - sent, written - gathered)
         self._last_heartbeat_send = sent
         last, self._last_record = self._last_record, record
         if (last is None or last.state is not record.state
