@@ -198,20 +198,18 @@ class Agent:
         """The heartbeat thread: liveness writes only, so no other store call of the keeper can delay one."""
         jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
         self._stop.wait(jitter)
-        while not self._stop.is_set():
-            try:
-                self.keeper.beat()
-            except Exception:
-                log.exception("heartbeat failed")
-            self._stop.wait(TICK_SECONDS)
+        self._loop(self.keeper.beat, "heartbeat")
 
     def _run(self) -> None:
         """The keeper thread: fencing, discovery, handoffs (it acts once the first heartbeat made the agent live)."""
+        self._loop(self.keeper.tick, "lease keeper tick")
+
+    def _loop(self, step: Callable[[], None], what: str) -> None:
         while not self._stop.is_set():
             try:
-                self.keeper.tick()
+                step()
             except Exception:
-                log.exception("lease keeper tick failed")
+                log.exception("%s failed", what)
             self._stop.wait(TICK_SECONDS)
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
