@@ -65,6 +65,9 @@ def distinct_records(records: Path) -> dict[str, int]:
 
     if not records.is_dir():
         return {}
-    table = ds.dataset(records, format="parquet").to_table(columns=KEY)
+    dataset = ds.dataset(records, format="parquet")
+    if not dataset.files:  # stopped before a first batch was written: no schema to select from
+        return {}
+    table = dataset.to_table(columns=KEY)
     distinct = table.group_by(KEY).aggregate([]).group_by("shard_id").aggregate([([], "count_all")])
     return dict(zip(distinct.column("shard_id").to_pylist(), distinct.column("count_all").to_pylist(), strict=True))

@@ -58,10 +58,10 @@ def run_driver(settings: Settings, options: DriverOptions, stopping: threading.E
     """
     worker = settings.worker_id
     started = time.monotonic()
-    # The agent heartbeats while the JVM starts, so a fleet started together is assigned together; its leases are
-    # planned as soon as the query runs.
+    # The agent joins the fleet once its query runs (run_query starts it): a driver added to a running fleet, or
+    # replacing one in a rolling deploy, takes leases only when it can read them, not while its JVM starts.
     agent = SparkAgent(settings, channel=options.out / "channel" / worker, caps=Caps(options.max_records),
-                       probe_interval=options.probe_interval).start()
+                       probe_interval=options.probe_interval)
     spark: SparkSession | None = None
     code = 0
     try:

@@ -33,4 +33,9 @@ def test_a_replayed_batch_on_another_driver_counts_once(tmp_path: Path) -> None:
 
 
 def test_no_records_yet_is_an_empty_count(tmp_path: Path) -> None:
-    assert distinct_records(tmp_path / "shard-counts" / "records") == {}
+    out = tmp_path / "shard-counts"
+    assert distinct_records(out / "records") == {}
+    # a stack stopped during its drivers' first batch: directories, and a write in flight, but no Parquet yet
+    write(records_dir(out, "agent-1") / "_temporary" / "0" / "part-0.parquet", [("s-0", "1", 0)])
+    records_dir(out, "agent-2").mkdir(parents=True)
+    assert distinct_records(out / "records") == {}
