@@ -186,7 +186,7 @@ class LeaderLock:
         return LockView(self._owner, epoch, version, int(self._duration * 1000), False, last_success, self._api_url)
 
     def holder_report(self) -> HolderReport:
-        """This process's answer to a contender's probe: whether it leads and the version of its last heartbeat."""
+        """The answer to a contender's probe: whether this process leads and the version of its last heartbeat."""
         with self._guard:
             held = self._held
             leading = held is not None and self._clock.monotonic() < held.valid_until

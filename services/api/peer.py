@@ -27,7 +27,7 @@ router = APIRouter(prefix="/v1", tags=["replicas"], dependencies=[Depends(requir
 
 
 class HoldOut(BaseModel):
-    """This replica's hold on the leader lock, from memory."""
+    """A replica's hold on the leader lock, from its memory."""
 
     replica_id: str
     leading: bool
