@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def _assignments(replica: Replica) -> dict[str, str | None]:
 
 def test_a_follower_serves_the_leaders_snapshot_without_store_reads_and_reads_when_the_leader_is_gone(
         meter: StoreMeter) -> None:
-    settings = {"api_cache_millis": 5_000, "api_token": TOKEN, "api_protect_reads": True}
+    settings: dict[str, Any] = {"api_cache_millis": 5_000, "api_token": TOKEN, "api_protect_reads": True}
     leader = Replica(meter, shards=6, **settings)
     follower = Replica(meter, shards=6, replica_id="coord-b", clock=leader.clock, **settings)
     server = ApiServer(create_app(leader.context), "127.0.0.1", 0).start()
