@@ -148,6 +148,8 @@ class LeaderLock:
         self._api_url: str | None = None
         self._holder: tuple[str, str] | None = None  # (owner, API URL) of the holder, from the last item read
         self._store_read_at = -math.inf  # monotonic time of this contender's last read of the item
+        self._store_ok_at = -math.inf  # monotonic time the store last answered this lock (heartbeat, read)
+        self._store_failed_at = -math.inf  # ... and last failed to
 
     # ------------------------------------------------------------------ queries (any thread)
     def is_leader(self) -> bool:
@@ -191,6 +193,27 @@ class LeaderLock:
             held = self._held
             leading = held is not None and self._clock.monotonic() < held.valid_until
             return HolderReport(self._owner, leading, held.version if held is not None and leading else None)
+
+    def check_store(self, within: float) -> None:
+        """Raise StoreUnavailable unless the store answers (a readiness check that mostly costs no read).
+
+        Evidence: this lock's own calls within `within` seconds (heartbeats on the holder, item reads on a
+        contender) with no failure since; without it, one eventually consistent read of the item.
+        """
+        with self._guard:
+            answered, failed = self._store_ok_at, self._store_failed_at
+        if self._clock.monotonic() - answered <= within and failed < answered:
+            return
+        self._store.get_state(self._key, consistent=False)
+        self._note_store(True)
+
+    def _note_store(self, answered: bool) -> None:
+        now = self._clock.monotonic()
+        with self._guard:
+            if answered:
+                self._store_ok_at = now
+            else:
+                self._store_failed_at = now
 
     def holder_id(self) -> str | None:
         """The holder's owner name as of this process's last read of the item (its own when it leads)."""
@@ -246,6 +269,7 @@ class LeaderLock:
                 elif now >= self._stand_down_until:
                     self._try_acquire()
             except StoreUnavailable as exc:
+                self._note_store(False)
                 log.warning("leader lock: store unavailable: %s", exc)
         if self._held is not None and not self.is_leader():
             self._drop("lease ran out without a successful heartbeat")
@@ -300,6 +324,7 @@ class LeaderLock:
         item = self._store.get_state(self._key, consistent=False)
         read_at = self._clock.monotonic()
         self._store_read_at = sent
+        self._note_store(True)
         owner, url = (_text(item.get(OWNER)), _text(item.get(API_URL))) if item is not None else (None, None)
         self._holder = (owner, url) if owner is not None and url is not None and url != self._api_url else None
         if item is None:
@@ -382,6 +407,7 @@ class LeaderLock:
             attributes[OBSERVED] = observed
         ok = self._store.update_state(self._key, attributes, remove=remove,
                                       condition={OWNER: self._owner, VERSION: held.version})
+        self._note_store(True)  # applied or not, the store answered
         if ok:
             with self._guard:
                 held.version = version

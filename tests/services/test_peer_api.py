@@ -73,3 +73,24 @@ def test_a_follower_serves_the_leaders_snapshot_without_store_reads_and_reads_wh
     assert _assignments(follower) == owners
     assert usage_total(meter.rows(), caller="api", operation="scan").requests == 2  # it read the store itself
     peers.close()
+
+
+def test_readiness_probes_read_the_store_only_without_recent_evidence_from_the_lock(meter: StoreMeter) -> None:
+    """A Kubernetes readiness probe every 5 s used to cost a consistent read of the lock item per replica."""
+    leader = Replica(meter, shards=2)
+    follower = Replica(meter, shards=2, replica_id="coord-b", clock=leader.clock)
+    leader.step(1)
+    meter.reset()
+    for _ in range(10):
+        assert leader.client.get("/readyz").status_code == 200
+        leader.step(1)  # runs and heartbeats: the store answers the holder all the time
+    assert usage_total(meter.rows(), caller="api").requests == 0
+    assert follower.client.get("/readyz").json()["detail"] == "store reachable (follower)"
+    assert usage_total(meter.rows(), caller="api").read_units == 0.5  # no evidence yet: one read, half price
+    for _ in range(6):
+        leader.clock.advance(5.0)  # (the follower's lock keeper is not ticking here)
+        assert follower.client.get("/readyz").status_code == 200
+    assert usage_total(meter.rows(), caller="api").requests == 1  # that read is the evidence for 30 s and more
+    leader.clock.advance(5.0)
+    assert follower.client.get("/readyz").status_code == 200
+    assert usage_total(meter.rows(), caller="api").requests == 2
