@@ -19,7 +19,7 @@ from shardherd.coordinator.leader_lock import LockView
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
-from shardherd.services.api.models import ErrorBody, LeaseOut, MalformedRow, WorkerOut
+from shardherd.services.api.models import ErrorBody
 from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import LeaderStatus
 
@@ -34,54 +34,24 @@ class HoldOut(BaseModel):
     version: Annotated[str | None, Field(description="recordVersionNumber of its last successful heartbeat")] = None
 
 
-class LockViewOut(BaseModel):
-    """The lock item as the leader last wrote it."""
-
-    owner: str | None
-    epoch: int | None
-    version: str | None
-    lease_duration_millis: int | None
-    released: bool
-    last_success_at: float | None = None
-    api_url: str | None = None
-
-    def view(self) -> LockView:
-        """As the dataclass the API's handlers use."""
-        return LockView(self.owner, self.epoch, self.version, self.lease_duration_millis, self.released,
-                        self.last_success_at, self.api_url)
-
-
 class SnapshotOut(BaseModel):
     """The leader replica's API snapshot: its judged fleet, its lock item and its published status."""
 
     replica_id: str
-    workers: list[WorkerOut]
-    leases: list[LeaseOut]
-    malformed_workers: list[MalformedRow]
-    malformed_leases: list[MalformedRow]
-    repaired_workers: list[MalformedRow]
-    repaired_leases: list[MalformedRow]
-    lock: LockViewOut
+    fleet: Fleet
+    lock: LockView
     status: LeaderStatus | None
     status_problem: str | None
 
     @classmethod
     def of(cls, replica_id: str, snapshot: ApiSnapshot) -> SnapshotOut:
         """The wire form of a snapshot."""
-        fleet, lock = snapshot.fleet, snapshot.lock
-        return cls(replica_id=replica_id, workers=fleet.workers, leases=fleet.leases,
-                   malformed_workers=fleet.malformed_workers, malformed_leases=fleet.malformed_leases,
-                   repaired_workers=fleet.repaired_workers, repaired_leases=fleet.repaired_leases,
-                   lock=LockViewOut(owner=lock.owner, epoch=lock.epoch, version=lock.version,
-                                    lease_duration_millis=lock.lease_duration_millis, released=lock.released,
-                                    last_success_at=lock.last_success_at, api_url=lock.api_url),
-                   status=snapshot.status, status_problem=snapshot.status_problem)
+        return cls(replica_id=replica_id, fleet=snapshot.fleet, lock=snapshot.lock, status=snapshot.status,
+                   status_problem=snapshot.status_problem)
 
     def snapshot(self) -> ApiSnapshot:
         """Back to the form the API's handlers serve."""
-        fleet = Fleet(self.workers, self.leases, self.malformed_workers, self.malformed_leases,
-                      self.repaired_workers, self.repaired_leases)
-        return ApiSnapshot(fleet, self.lock.view(), self.status, self.status_problem)
+        return ApiSnapshot(self.fleet, self.lock, self.status, self.status_problem)
 
 
 @router.get("/lock", response_model=HoldOut, responses=AUTH_RESPONSES,
