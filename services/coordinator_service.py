@@ -139,6 +139,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; on either, release leadership at once so another replica takes over."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per probe of the leader (every 1.5 s) otherwise
     service = CoordinatorService.build(load_settings())
 
     def _terminate(signum: int, frame: FrameType | None) -> None:
