@@ -306,13 +306,16 @@ class LeaderLock:
             return False
         report = self._probe(holder[1])
         if report is None or not report.leading or report.version is None or report.replica_id != holder[0]:
+            if seen is not None:
+                seen.repeated = True  # the holder does not answer as the leader: a takeover may come
             return False
         heard_at = self._clock.monotonic()
         if seen is None or seen.version != report.version:
             self._observed = _Observed(report.version, heard_at, seen.duration if seen else self._duration, heard_at,
                                        None, from_probe=True)
             return True
-        seen.repeated = True
+        if sent - seen.first_seen > 2 * self._period:
+            seen.repeated = True  # the holder answers, but its heartbeats do not land
         return sent - seen.first_seen <= seen.duration
 
     def _try_acquire(self) -> None:
@@ -348,7 +351,10 @@ class LeaderLock:
         if seen.from_probe:  # the sightings of this version and its duration come with its first read
             seen.from_probe, seen.observed_rows, seen.read_at = False, item.get(OBSERVED), read_at
             seen.duration = duration / 1000.0 if duration else self._duration
-        seen.repeated = True
+            # Heard from the holder within two periods (a routine store check): no heartbeat is known to be missed.
+            seen.repeated = seen.repeated or sent - seen.first_seen > 2 * self._period
+        else:
+            seen.repeated = True
         if sent - seen.first_seen > seen.duration:
             log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
                      item.get(OWNER), sent - seen.first_seen)

@@ -67,7 +67,11 @@ def test_a_contender_that_hears_from_the_holder_reads_the_item_once_per_store_ch
     contender, reading = holders.lock(meter, "coord-b", clock), holders.lock(store, "coord-c", clock, probe=False)
     assert holder.tick()
     window = 3 * STORE_CHECK_SECONDS
-    _for(clock, window, holder, contender, reading)
+    alarms = 0
+    for _ in range(int(window / STEP)):
+        _for(clock, STEP, holder, contender, reading)
+        alarms += contender.looks_abandoned()
+    assert alarms == 0  # a live holder never makes the contender watch worker rows (decision 0010's scans)
     assert holder.is_leader() and not contender.is_leader() and not reading.is_leader()
     assert _lock_reads(meter) <= window / STORE_CHECK_SECONDS + 1  # was one per heartbeat period: 60
     assert contender.holder_url() == "http://coord-a/" and contender.holder_id() == "coord-a"
@@ -81,8 +85,11 @@ def test_a_killed_holder_is_taken_over_after_the_lease_duration_with_its_sightin
     contender = holders.lock(store, "coord-b", clock)
     assert holder.tick()
     _for(clock, 10, holder, contender)
+    killed_at = clock.monotonic()
     holders.dead.add("http://coord-a/")  # kill -9: no more heartbeats, and its API is gone with it
-    waited = _until(clock, contender.is_leader, 20, contender)
+    assert _until(clock, contender.looks_abandoned, 5, contender) <= PERIOD_MS / 1000 + STEP  # starts watching
+    waited = clock.monotonic() - killed_at
+    waited += _until(clock, contender.is_leader, 20, contender)
     assert DURATION_MS / 1000 < waited <= (DURATION_MS + 2 * PERIOD_MS) / 1000 + STEP
     assert contender.epoch() == 2
     handover = contender.take_handover()
