@@ -357,11 +357,11 @@ class LeaderWatch:
     def stored_status(self) -> tuple[bool, LeaderStatus | None]:
         """(known, status): the LeaderStatus item as this leader's term last read or wrote it, without a store read.
 
-        Not known on a replica that does not lead, before its term's first run, after an unreadable item (the
-        reader's error is then what operators should see) or when another leader's status was found.
+        Not known before a term's first run, after a lock change, after an unreadable item (the reader's error is
+        then what operators should see) or when another leader's status was found. Callers check leadership.
         """
         with self._guard:
-            stored = self._stored if self._leader_since is not None else None
+            stored = self._stored
         return (False, None) if stored is None else (True, stored[0])
 
     def last_success_wall(self) -> float | None:
