@@ -20,7 +20,7 @@ from shardherd.shared.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_SECONDS = 0.5
+PROBE_TIMEOUT_SECONDS = 1.0
 SNAPSHOT_TIMEOUT_SECONDS = 3.0
 
 
