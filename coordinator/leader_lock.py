@@ -17,10 +17,11 @@ docs/kcl-differences.md).
 
 A contender with a `holder_probe` asks the holder's API for the version it holds instead of reading the item every
 heartbeat period (docs/decisions/0012-standby-reads.md): a version the holder reports counts as seen when its answer
-arrives, which is after the holder sent that heartbeat, so the takeover clock starts no earlier than a read would
-start it. Only reads of the item itself ever lead to a takeover (a conditional put on the version read), and the
-contender reads it every period again as soon as the holder does not answer, says it does not lead, or has reported
-the same version for a lease duration; otherwise once per `STORE_CHECK_SECONDS`.
+arrives less half the lease margin (never before the probe was sent): the holder sent that heartbeat before it
+answered, so the takeover still comes after the holder's lease has ended. Only reads of the item itself ever lead to
+a takeover (a conditional put on the version read), and the contender reads it every period again as soon as the
+holder does not answer, says it does not lead, or has reported the same version for a lease duration; otherwise
+once per `STORE_CHECK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -311,8 +312,12 @@ class LeaderLock:
             return False
         heard_at = self._clock.monotonic()
         if seen is None or seen.version != report.version:
-            self._observed = _Observed(report.version, heard_at, seen.duration if seen else self._duration, heard_at,
-                                       None, from_probe=True)
+            # The holder sent that heartbeat before it answered, so before `heard_at`: starting the clock half the
+            # holder's margin earlier (never before the probe was sent) still ends it after the holder's lease, and
+            # keeps a slow answer from making the takeover a period later than a read of the item would.
+            first_seen = max(sent, heard_at - self._margin / 2)
+            self._observed = _Observed(report.version, first_seen, seen.duration if seen else self._duration,
+                                       heard_at, None, from_probe=True)
             return True
         if sent - seen.first_seen > 2 * self._period:
             seen.repeated = True  # the holder answers, but its heartbeats do not land

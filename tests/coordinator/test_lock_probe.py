@@ -19,16 +19,22 @@ STEP = PERIOD_MS / 3000  # the lock keeper ticks three times per heartbeat perio
 
 
 class Holders:
-    """The replicas' APIs by URL; a killed replica's URL does not answer."""
+    """The replicas' APIs by URL; a killed replica's URL does not answer; an answer takes `latency` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: ManualClock, latency: float = 0.0) -> None:
+        self.clock = clock
+        self.latency = latency
         self.locks: dict[str, LeaderLock] = {}
         self.dead: set[str] = set()
 
     def probe(self, url: str) -> HolderReport | None:
         """What `GET /v1/lock` at `url` answers."""
         lock = self.locks.get(url)
-        return None if lock is None or url in self.dead else lock.holder_report()
+        if lock is None or url in self.dead:
+            return None
+        report = lock.holder_report()
+        self.clock.advance(self.latency)
+        return report
 
     def lock(self, store: LeaseStore, name: str, clock: ManualClock, probe: bool = True) -> LeaderLock:
         """A replica's lock whose API answers at http://<name>/."""
@@ -61,7 +67,8 @@ def _lock_reads(meter: StoreMeter) -> int:
 
 def test_a_contender_that_hears_from_the_holder_reads_the_item_once_per_store_check(store: LeaseStore) -> None:
     """Issue 17: the standby's lock polls (one read every heartbeat period) were 18 of the stack's 70 units."""
-    clock, holders = ManualClock(), Holders()
+    clock = ManualClock()
+    holders = Holders(clock)
     holder = holders.lock(store, "coord-a", clock)
     meter = StoreMeter(store)
     contender, reading = holders.lock(meter, "coord-b", clock), holders.lock(store, "coord-c", clock, probe=False)
@@ -79,7 +86,8 @@ def test_a_contender_that_hears_from_the_holder_reads_the_item_once_per_store_ch
 
 
 def test_a_killed_holder_is_taken_over_after_the_lease_duration_with_its_sightings(store: LeaseStore) -> None:
-    clock, holders = ManualClock(), Holders()
+    clock = ManualClock()
+    holders = Holders(clock)
     holder = holders.lock(store, "coord-a", clock)
     holder.publish_with_heartbeat(lambda room: b"sightings")
     contender = holders.lock(store, "coord-b", clock)
@@ -99,7 +107,8 @@ def test_a_killed_holder_is_taken_over_after_the_lease_duration_with_its_sightin
 def test_a_holder_whose_heartbeats_stop_but_whose_api_answers_is_taken_over_all_the_same(store: LeaseStore) -> None:
     """The holder still answers with its last version (store partitioned from it): a lease duration after the
     contender first heard that version, it reads the item and takes over, never before the holder's lease ends."""
-    clock, holders = ManualClock(), Holders()
+    clock = ManualClock()
+    holders = Holders(clock)
     holder = holders.lock(store, "coord-a", clock)
     contender = holders.lock(store, "coord-b", clock)
     assert holder.tick()
@@ -111,7 +120,8 @@ def test_a_holder_whose_heartbeats_stop_but_whose_api_answers_is_taken_over_all_
 
 
 def test_a_release_is_taken_at_the_next_period_and_a_stranger_at_the_url_is_not_believed(store: LeaseStore) -> None:
-    clock, holders = ManualClock(), Holders()
+    clock = ManualClock()
+    holders = Holders(clock)
     holder = holders.lock(store, "coord-a", clock)
     contender = holders.lock(store, "coord-b", clock)
     assert holder.tick()
@@ -126,3 +136,24 @@ def test_a_release_is_taken_at_the_next_period_and_a_stranger_at_the_url_is_not_
     _for(clock, 15, contender, third)
     assert contender.is_leader() and not third.is_leader()
     assert _lock_reads(meter) >= 15 / (PERIOD_MS / 1000) - 1  # it read the item every period instead
+
+
+def _takeover_after_kill(store: LeaseStore, probe: bool, latency: float) -> float:
+    """Seconds from a holder's kill -9 to a contender's takeover (probing with `latency` per answer, or reading)."""
+    clock = ManualClock()
+    holders = Holders(clock, latency)
+    holder = holders.lock(store, "coord-a", clock)
+    contender = holders.lock(store, "coord-b", clock, probe=probe)
+    assert holder.tick()
+    _for(clock, 10, holder, contender)
+    holders.dead.add("http://coord-a/")
+    return _until(clock, contender.is_leader, 20, contender)
+
+
+def test_a_slow_answer_does_not_make_the_takeover_later_than_reading_the_item(store: LeaseStore) -> None:
+    """The takeover clock starts when the answer arrives less half the margin: a 0.1 s answer (a loaded machine)
+    must not push the takeover a heartbeat period past where a contender reading the item takes over."""
+    reading = _takeover_after_kill(store, probe=False, latency=0.0)
+    store.delete_state("Leader")
+    probing = _takeover_after_kill(store, probe=True, latency=0.1)
+    assert probing <= reading + 0.1 + 1e-9
