@@ -146,6 +146,7 @@ class LeaderLock:
         self._observations: Callable[[int], bytes | None] | None = None
         self._handover: Handover | None = None
         self._probe = holder_probe
+        self._sending: str | None = None  # the version of the heartbeat being sent now (holder_report answers it)
         self._api_url: str | None = None
         self._holder: tuple[str, str] | None = None  # (owner, API URL) of the holder, from the last item read
         self._store_read_at = -math.inf  # monotonic time of this contender's last read of the item
@@ -189,11 +190,16 @@ class LeaderLock:
         return LockView(self._owner, epoch, version, int(self._duration * 1000), False, last_success, self._api_url)
 
     def holder_report(self) -> HolderReport:
-        """The answer to a contender's probe: whether this process leads and the version of its last heartbeat."""
+        """The answer to a contender's probe: whether this process leads and the version of its newest heartbeat.
+
+        A heartbeat still on its way counts: its version was sent before this answer (all a contender's clock needs),
+        and a contender that hears a version the store never gets only starts its clock again later.
+        """
         with self._guard:
             held = self._held
             leading = held is not None and self._clock.monotonic() < held.valid_until
-            return HolderReport(self._owner, leading, held.version if held is not None and leading else None)
+            version = (self._sending or held.version) if held is not None and leading else None
+            return HolderReport(self._owner, leading, version)
 
     def check_store(self, within: float) -> None:
         """Raise StoreUnavailable unless the store answers (a readiness check that mostly costs no read).
@@ -416,14 +422,20 @@ class LeaderLock:
         remove = [OBSERVED] if observed is None else []
         if observed is not None:
             attributes[OBSERVED] = observed
-        ok = self._store.update_state(self._key, attributes, remove=remove,
-                                      condition={OWNER: self._owner, VERSION: held.version})
-        self._note_store(True)  # applied or not, the store answered
-        if ok:
+        with self._guard:
+            self._sending = version
+        ok = False
+        try:
+            ok = self._store.update_state(self._key, attributes, remove=remove,
+                                          condition={OWNER: self._owner, VERSION: held.version})
+        finally:
             with self._guard:
-                held.version = version
-                held.valid_until = sent + self._duration - self._margin
-        else:
+                self._sending = None
+                if ok:
+                    held.version = version
+                    held.valid_until = sent + self._duration - self._margin
+        self._note_store(True)  # applied or not, the store answered
+        if not ok:
             self._drop("the lock item changed under us")
 
     def _room(self, held: _Held) -> int:
