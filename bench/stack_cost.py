@@ -93,6 +93,17 @@ def _dashboard(client: httpx.Client, base: str) -> None:
             return
 
 
+def _pick(client: httpx.Client, state: StackState, which: str) -> str:
+    """The base URL of the replica to open the dashboard on."""
+    if which == "first":
+        return state.dashboard_url.rstrip("/")
+    for url in state.api_urls():
+        leads = client.get(f"{url.rstrip('/')}/v1/leader").json().get("replica_is_leader")
+        if leads == (which == "leader"):
+            return url.rstrip("/")
+    raise SystemExit(f"no coordinator replica is the {which} (see the stack's log)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the stack, meter a window, print units per minute by caller against KCL's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -102,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--coordinators", type=int, default=2)
     parser.add_argument("--warmup", type=float, default=45.0)
     parser.add_argument("--window", type=float, default=120.0)
+    parser.add_argument("--dashboard", choices=("first", "leader", "follower"), default="first",
+                        help="the replica the dashboard is open on: the stack's dashboard URL (the first "
+                             "coordinator), or whichever replica leads or follows once the window starts")
     parser.add_argument("--stack-defaults", action="store_true",
                         help="keep the stack's demo settings (discovery 0.5 s, leader 1 s, CPU metrics off)")
     args = parser.parse_args(argv)
@@ -121,16 +135,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         state = _wait_for_state(run, time.monotonic() + 120)
         time.sleep(args.warmup)
-        before = read_meters(meters)
-        started = time.monotonic()
-        next_scrape = started
         with httpx.Client(timeout=10.0) as client:
+            dashboard = _pick(client, state, args.dashboard)
+            before = read_meters(meters)
+            started = time.monotonic()
+            next_scrape = started
             while time.monotonic() - started < args.window:
-                _dashboard(client, state.dashboard_url.rstrip("/"))
+                _dashboard(client, dashboard)
                 if time.monotonic() >= next_scrape:
-                    client.get(f"{state.dashboard_url.rstrip('/')}/metrics")
+                    client.get(f"{dashboard}/metrics")
                     next_scrape += 15.0
                 time.sleep(3.0)
+            role = "leader" if client.get(f"{dashboard}/v1/leader").json().get("replica_is_leader") else "follower"
         time.sleep(3.0)  # the meters write every 2 s
         minutes = (time.monotonic() - started) / 60
         window = difference(read_meters(meters), before)
@@ -149,7 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = "the stack's demo settings" if args.stack_defaults else "user defaults (CPU metrics on)"
     print(f"live stack ({settings}): {args.shards} shards, {args.agents} agents, {args.coordinators} coordinators, "
           f"no Spark; "
-          f"one dashboard on {state.dashboard_url}, a scrape every 15 s; window {minutes:.1f} min")
+          f"one dashboard on {dashboard} (the {role} replica at the end), a scrape every 15 s; "
+          f"window {minutes:.1f} min")
     print(f"  {'caller':<12} {'requests/min':>12} {'RCU/min':>9} {'WCU/min':>9}")
     total = [0.0, 0.0, 0.0]
     for caller, (requests, reads, writes) in sorted(by_caller(window).items()):

@@ -7,13 +7,21 @@ coordinator state table can be shared. shardherd adds `leaderEpoch` (N, +1 per t
 milliseconds of the leader's newest successful run, sent with each heartbeat at no extra write) and `observedRows`
 (B, the leader's worker-row sightings, see coordinator/liveness.py, also sent with each heartbeat, sized so the whole
 item stays within `LOCK_ITEM_BYTES`: one write unit per heartbeat) from which a successor that takes the lock over
-starts. The Java client
+starts, and `ownerApiUrl` (S, where the holder's operator API answers). The Java client
 deletes the item on release, so the epoch cannot live only there: every new term first takes the next number from a
 counter item, `LeaderEpoch` (`epoch`, N), with a conditional write, so an epoch never repeats for a table, across
 releases, restarts and KCL holders in between. A contender takes
 over a lock whose `recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so
 clocks of different hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see
 docs/kcl-differences.md).
+
+A contender with a `holder_probe` asks the holder's API for the version it holds instead of reading the item every
+heartbeat period (docs/decisions/0012-standby-reads.md): a version the holder reports counts as seen when its answer
+arrives less half the lease margin (never before the probe was sent): the holder sent that heartbeat before it
+answered, so the takeover still comes after the holder's lease has ended. Only reads of the item itself ever lead to
+a takeover (a conditional put on the version read), and the contender reads it every period again as soon as the
+holder does not answer, says it does not lead, or has reported the same version for a lease duration; otherwise
+once per `STORE_CHECK_SECONDS`.
 """
 
 from __future__ import annotations
@@ -39,11 +47,13 @@ EPOCH = "leaderEpoch"
 TERM = "leaderTerm"
 LAST_SUCCESS = "lastSuccessAt"
 OBSERVED = "observedRows"
+API_URL = "ownerApiUrl"
 EPOCH_COUNTER_SUFFIX = "Epoch"  # the counter item of lock item `Leader` is `LeaderEpoch`
 EPOCH_COUNTER = "epoch"
 _EPOCH_ATTEMPTS = 5
 LOCK_ITEM_BYTES = 1024  # one DynamoDB write unit: what a heartbeat may cost, sightings included
 _MILLIS_PLACEHOLDER = 1_700_000_000_000  # a wall-clock milliseconds value, to size `lastSuccessAt` before it is known
+STORE_CHECK_SECONDS = 30.0  # a contender whose probes of the holder answer still reads the item this often
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,19 @@ class LockView:
     lease_duration_millis: int | None
     released: bool
     last_success_at: float | None = None  # wall-clock seconds of the leader's newest successful run, if it said
+    api_url: str | None = None  # where the holder's operator API answers, if it said
+
+
+@dataclass(frozen=True, slots=True)
+class HolderReport:
+    """What a lock holder's API says about its own hold (answered from its memory, no store read)."""
+
+    replica_id: str
+    leading: bool
+    version: str | None
+
+
+HolderProbe = Callable[[str], HolderReport | None]  # the holder's API URL -> its answer, None if it did not answer
 
 
 @dataclass(slots=True)
@@ -78,6 +101,7 @@ class _Observed:
     read_at: float  # monotonic seconds when the first read of this version returned (it was written before then)
     observed_rows: StateValue | None
     repeated: bool = False  # a later poll found the same version: the holder missed at least one heartbeat
+    from_probe: bool = False  # first seen in the holder's answer: `observed_rows` comes with the first item read
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +125,8 @@ class LeaderLock:
     def __init__(self, store: LeaseStore, owner: str, clock: Clock, lease_duration_millis: int,
                  heartbeat_period_millis: int, key: str = LOCK_KEY,
                  on_change: Callable[[bool, int | None], None] | None = None,
-                 last_success: Callable[[], float | None] | None = None) -> None:
+                 last_success: Callable[[], float | None] | None = None,
+                 holder_probe: HolderProbe | None = None) -> None:
         if heartbeat_period_millis * 2 > lease_duration_millis:
             raise ValueError("the heartbeat period must be at most half of the lease duration")
         self._store = store
@@ -120,6 +145,13 @@ class LeaderLock:
         self._guard = threading.Lock()
         self._observations: Callable[[int], bytes | None] | None = None
         self._handover: Handover | None = None
+        self._probe = holder_probe
+        self._sending: str | None = None  # the version of the heartbeat being sent now (holder_report answers it)
+        self._api_url: str | None = None
+        self._holder: tuple[str, str] | None = None  # (owner, API URL) of the holder, from the last item read
+        self._store_read_at = -math.inf  # monotonic time of this contender's last read of the item
+        self._store_ok_at = -math.inf  # monotonic time the store last answered this lock (heartbeat, read)
+        self._store_failed_at = -math.inf  # ... and last failed to
 
     # ------------------------------------------------------------------ queries (any thread)
     def is_leader(self) -> bool:
@@ -142,6 +174,67 @@ class LeaderLock:
     def read(self, consistent: bool = True) -> LockView:
         """The lock item as stored (one read; eventually consistent views cost half on DynamoDB)."""
         return _view(self._store.get_state(self._key, consistent))
+
+    def set_api_url(self, url: str) -> None:
+        """Where this replica's API answers: written into the item at each acquire (`ownerApiUrl`) for contenders."""
+        self._api_url = url
+
+    def own_view(self) -> LockView | None:
+        """The item as this holder last wrote it (no store read), or None when this process does not lead."""
+        with self._guard:
+            held = self._held
+            if held is None or self._clock.monotonic() >= held.valid_until:
+                return None
+            version, epoch = held.version, held.epoch
+        last_success = self._last_success() if self._last_success is not None else None
+        return LockView(self._owner, epoch, version, int(self._duration * 1000), False, last_success, self._api_url)
+
+    def holder_report(self) -> HolderReport:
+        """The answer to a contender's probe: whether this process leads and the version of its newest heartbeat.
+
+        A heartbeat still on its way counts: its version was sent before this answer (all a contender's clock needs),
+        and a contender that hears a version the store never gets only starts its clock again later.
+        """
+        with self._guard:
+            held = self._held
+            leading = held is not None and self._clock.monotonic() < held.valid_until
+            version = (self._sending or held.version) if held is not None and leading else None
+            return HolderReport(self._owner, leading, version)
+
+    def check_store(self, within: float) -> None:
+        """Raise StoreUnavailable unless the store answers (a readiness check that mostly costs no read).
+
+        Evidence: this lock's own calls within `within` seconds (heartbeats on the holder, item reads on a
+        contender) with no failure since; without it, one eventually consistent read of the item.
+        """
+        with self._guard:
+            answered, failed = self._store_ok_at, self._store_failed_at
+        if self._clock.monotonic() - answered <= within and failed < answered:
+            return
+        self._store.get_state(self._key, consistent=False)
+        self._note_store(True)
+
+    def _note_store(self, answered: bool) -> None:
+        now = self._clock.monotonic()
+        with self._guard:
+            if answered:
+                self._store_ok_at = now
+            else:
+                self._store_failed_at = now
+
+    def holder_id(self) -> str | None:
+        """The holder's owner name as of this process's last read of the item (its own when it leads)."""
+        if self.is_leader():
+            return self._owner
+        holder = self._holder
+        return holder[0] if holder is not None else None
+
+    def holder_url(self) -> str | None:
+        """The API URL of the holder as of this process's last read of the item (its own when it leads)."""
+        if self.is_leader():
+            return self._api_url
+        holder = self._holder
+        return holder[1] if holder is not None else None
 
     def publish_with_heartbeat(self, observations: Callable[[int], bytes | None]) -> None:
         """Send `observations(room)` as `observedRows` with every heartbeat (the leader's liveness sightings).
@@ -183,6 +276,7 @@ class LeaderLock:
                 elif now >= self._stand_down_until:
                     self._try_acquire()
             except StoreUnavailable as exc:
+                self._note_store(False)
                 log.warning("leader lock: store unavailable: %s", exc)
         if self._held is not None and not self.is_leader():
             self._drop("lease ran out without a successful heartbeat")
@@ -207,12 +301,46 @@ class LeaderLock:
             log.warning("leader lock: release failed, the lock will expire instead: %s", exc)
             return False
 
+    def _probed(self, sent: float) -> bool:
+        """Ask the holder's API for its version; True if its answer stands in for reading the item this period.
+
+        A version first heard of counts as seen when the answer arrived (the holder wrote it before answering). The
+        item is read instead when there is no holder to ask, it does not answer or does not lead, a store check is
+        due, or the holder has reported one version for a lease duration (a takeover may be due).
+        """
+        holder, seen = self._holder, self._observed
+        if self._probe is None or holder is None or sent - self._store_read_at >= STORE_CHECK_SECONDS:
+            return False
+        report = self._probe(holder[1])
+        if report is None or not report.leading or report.version is None or report.replica_id != holder[0]:
+            if seen is not None:
+                seen.repeated = True  # the holder does not answer as the leader: a takeover may come
+            return False
+        heard_at = self._clock.monotonic()
+        if seen is None or seen.version != report.version:
+            # The holder sent that heartbeat before it answered, so before `heard_at`: starting the clock half the
+            # holder's margin earlier (never before the probe was sent) still ends it after the holder's lease, and
+            # keeps a slow answer from making the takeover a period later than a read of the item would.
+            first_seen = max(sent, heard_at - self._margin / 2)
+            self._observed = _Observed(report.version, first_seen, seen.duration if seen else self._duration,
+                                       heard_at, None, from_probe=True)
+            return True
+        if sent - seen.first_seen > 2 * self._period:
+            seen.repeated = True  # the holder answers, but its heartbeats do not land
+        return sent - seen.first_seen <= seen.duration
+
     def _try_acquire(self) -> None:
         sent = self._clock.monotonic()
+        if self._probed(sent):
+            return
         # An eventually consistent read is enough (and half the price on DynamoDB): every takeover is a put
         # conditioned on exactly what was read, so a stale read can only make an attempt fail, never succeed wrongly.
         item = self._store.get_state(self._key, consistent=False)
         read_at = self._clock.monotonic()
+        self._store_read_at = sent
+        self._note_store(True)
+        owner, url = (_text(item.get(OWNER)), _text(item.get(API_URL))) if item is not None else (None, None)
+        self._holder = (owner, url) if owner is not None and url is not None and url != self._api_url else None
         if item is None:
             self._write_new(sent, None, {"key": None})
             return
@@ -226,12 +354,18 @@ class LeaderLock:
             self._write_new(sent, epoch, {VERSION: None})
             return
         seen = self._observed
+        duration = _int(item.get(DURATION))
         if seen is None or seen.version != version:
-            duration = _int(item.get(DURATION))
             self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration, read_at,
                                        item.get(OBSERVED))
             return
-        seen.repeated = True
+        if seen.from_probe:  # the sightings of this version and its duration come with its first read
+            seen.from_probe, seen.observed_rows, seen.read_at = False, item.get(OBSERVED), read_at
+            seen.duration = duration / 1000.0 if duration else self._duration
+            # Heard from the holder within two periods (a routine store check): no heartbeat is known to be missed.
+            seen.repeated = seen.repeated or sent - seen.first_seen > 2 * self._period
+        else:
+            seen.repeated = True
         if sent - seen.first_seen > seen.duration:
             log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
                      item.get(OWNER), sent - seen.first_seen)
@@ -261,7 +395,7 @@ class LeaderLock:
         epoch = self._next_epoch(previous_epoch)
         item: dict[str, StateValue] = {
             OWNER: self._owner, DURATION: str(int(self._duration * 1000)), VERSION: version,
-            EPOCH: epoch, TERM: term,
+            EPOCH: epoch, TERM: term, **({API_URL: self._api_url} if self._api_url is not None else {}),
         }
         if self._store.put_state(self._key, item, condition):
             with self._guard:
@@ -288,20 +422,28 @@ class LeaderLock:
         remove = [OBSERVED] if observed is None else []
         if observed is not None:
             attributes[OBSERVED] = observed
-        ok = self._store.update_state(self._key, attributes, remove=remove,
-                                      condition={OWNER: self._owner, VERSION: held.version})
-        if ok:
+        with self._guard:
+            self._sending = version
+        ok = False
+        try:
+            ok = self._store.update_state(self._key, attributes, remove=remove,
+                                          condition={OWNER: self._owner, VERSION: held.version})
+        finally:
             with self._guard:
-                held.version = version
-                held.valid_until = sent + self._duration - self._margin
-        else:
+                self._sending = None
+                if ok:
+                    held.version = version
+                    held.valid_until = sent + self._duration - self._margin
+        self._note_store(True)  # applied or not, the store answered
+        if not ok:
             self._drop("the lock item changed under us")
 
     def _room(self, held: _Held) -> int:
         """Bytes left for `observedRows` in a lock item of at most `LOCK_ITEM_BYTES` (every other attribute sized)."""
         others = state_size(self._key, {OWNER: self._owner, DURATION: str(int(self._duration * 1000)),
                                         VERSION: held.version, EPOCH: held.epoch, TERM: held.term,
-                                        LAST_SUCCESS: _MILLIS_PLACEHOLDER, OBSERVED: b""})
+                                        LAST_SUCCESS: _MILLIS_PLACEHOLDER, OBSERVED: b"",
+                                        **({API_URL: self._api_url} if self._api_url is not None else {})})
         return max(0, LOCK_ITEM_BYTES - others)
 
     def _drop(self, why: str) -> None:
@@ -357,4 +499,4 @@ def _view(item: dict[str, StateValue] | None) -> LockView:
     last_success = _int(item.get(LAST_SUCCESS))
     return LockView(_text(item.get(OWNER)), _int(item.get(EPOCH)), _text(item.get(VERSION)),
                     _int(item.get(DURATION)), _text(item.get(RELEASED)) == "1",
-                    None if last_success is None else last_success / 1000)
+                    None if last_success is None else last_success / 1000, _text(item.get(API_URL)))

@@ -15,7 +15,10 @@ from shardherd.coordinator.leader_loop import LeaderLoop, ShardSource
 from shardherd.coordinator.run_summary import RunSummary
 from shardherd.coordinator.stream_source import MultiStreamSource
 from shardherd.services.api import ApiContext, ApiServer, create_app
+from shardherd.services.api.auth import TokenSource
+from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import LeaderWatch
+from shardherd.services.peer_client import PeerClient
 from shardherd.services.replicas import ReplicaReporter
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
@@ -56,6 +59,7 @@ class CoordinatorService:
     clock: Clock
     watch: LeaderWatch
     replicas: ReplicaReporter
+    peers: PeerClient
     api: ApiServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -67,9 +71,10 @@ class CoordinatorService:
         store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
+        peers = PeerClient(TokenSource.from_settings(settings))
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
                           settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
-                          last_success=watch.last_success_wall)
+                          last_success=watch.last_success_wall, holder_probe=peers.hold)
         replicas = ReplicaReporter(store, settings.worker_id, clock, lambda: (lock.is_leader(), lock.epoch()))
 
         def on_run(summary: RunSummary) -> None:
@@ -77,13 +82,16 @@ class CoordinatorService:
             watch.on_run(summary)
 
         loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run)
-        return cls(settings, store, lock, loop, clock, watch, replicas)
+        return cls(settings, store, lock, loop, clock, watch, replicas, peers)
 
     def start(self) -> None:
         """Start the operator API (on api_host:api_port; `api.port` is the bound one), the lock keeper and the loop."""
-        context = ApiContext(self.settings, self.store, self.lock, self.loop, self.watch, self.clock)
+        context = ApiContext(self.settings, self.store, self.lock, self.loop, self.watch, self.clock,
+                             from_leader=self._leaders_snapshot)
         self.api = ApiServer(create_app(context), self.settings.api_host, self.settings.api_port).start()
-        self.replicas.set_api_url(self.api.url)
+        url = self.settings.api_advertise_url or self.api.url
+        self.replicas.set_api_url(url)
+        self.lock.set_api_url(url)
         keeper = LockKeeper(self.lock, self.settings.leader_lock_heartbeat_period_millis / 1000 / 3, self.clock)
         runner = threading.Thread(target=self.loop.run_forever, args=(self._stop,), name="leader-loop", daemon=True)
         reporter = threading.Thread(target=self.replicas.run, args=(self._stop,), name="replica-report", daemon=True)
@@ -91,6 +99,10 @@ class CoordinatorService:
         keeper.start()
         runner.start()
         reporter.start()
+
+    def _leaders_snapshot(self) -> ApiSnapshot | None:
+        url = self.lock.holder_url()
+        return None if url is None else self.peers.snapshot(url, self.lock.holder_id())
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop, release the lock so a successor takes over immediately, close the store."""
@@ -102,6 +114,7 @@ class CoordinatorService:
             thread.join(timeout)
         if self.api is not None:
             self.api.stop(timeout)
+        self.peers.close()
         self.store.close()
 
     def request_stop(self) -> None:
@@ -126,6 +139,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; on either, release leadership at once so another replica takes over."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per probe of the leader (every 1.5 s) otherwise
     service = CoordinatorService.build(load_settings())
 
     def _terminate(signum: int, frame: FrameType | None) -> None:

@@ -276,6 +276,9 @@ class LeaderWatch:
         self._refilled: float | None = None  # monotonic time the tokens were last counted
         self._health: tuple[object, ...] | None = None  # failures of the newest run (see on_run)
         self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
+        # The stored status as this term knows it (read at the term's first run, then each publication), so the
+        # leader replica's API serves it without reading the item; None until known.
+        self._stored: tuple[LeaderStatus | None] | None = None
         self._guard = threading.Lock()
 
     def on_lock_change(self, leading: bool, epoch: int | None) -> None:
@@ -285,6 +288,7 @@ class LeaderWatch:
             self._leader_since = self._clock.monotonic() if leading else None
             self._last_success = None
             self._sync_failing = None
+            self._stored = None
 
     def on_run(self, summary: RunSummary) -> None:
         """LeaderLoop hook: record the run; publish the status if the run changed something.
@@ -301,6 +305,7 @@ class LeaderWatch:
             if self._totals is None or self._epoch != summary.epoch:
                 previous, self._replaces = self._previous()
                 self._continue_from(previous)
+                self._stored = (previous,) if previous is not None or self._replaces is None else None
                 self._epoch, self._seen = summary.epoch, None
                 self._deposed = self._replaces is not None and self._replaces > summary.epoch
             assert self._totals is not None
@@ -338,13 +343,26 @@ class LeaderWatch:
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
             replaces = self._replaces
         if write_status(self._store, status, replaces):
+            stored = LeaderStatus.model_validate_json(encode(status))  # as readers decode it: shrunk to the bound
             with self._guard:
                 self._replaces, self._dirty = summary.epoch, False
+                self._stored = (stored,) if self._epoch == summary.epoch else None
             return
         log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
         with self._guard:
             _, self._replaces = self._previous()
             self._deposed = self._replaces is not None and self._replaces > summary.epoch
+            self._stored = None
+
+    def stored_status(self) -> tuple[bool, LeaderStatus | None]:
+        """(known, status): the LeaderStatus item as this leader's term last read or wrote it, without a store read.
+
+        Not known before a term's first run, after a lock change, after an unreadable item (the reader's error is
+        then what operators should see) or when another leader's status was found. Callers check leadership.
+        """
+        with self._guard:
+            stored = self._stored
+        return (False, None) if stored is None else (True, stored[0])
 
     def last_success_wall(self) -> float | None:
         """Wall-clock start of the newest successful run of this replica's term (the lock heartbeat publishes it)."""

@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
     api_token_file: str | None = None
     api_protect_reads: bool = False
+    # Where the other coordinator replicas reach this replica's API (e.g. http://<pod IP>:8080); default: the bound
+    # address, which only works when `api_host` is an address they can reach (not 0.0.0.0).
+    api_advertise_url: str | None = None
     # Agents: the coordinator replicas' API, one URL (e.g. a Service) or a comma-separated list of replicas; the
     # assignment watch asks the next one when a replica does not lead or does not answer.
     coordinator_url: str | None = None
@@ -172,7 +175,8 @@ class Settings(BaseSettings):
             raise ValueError(f"must have at least {MIN_TOKEN_LENGTH} characters")
         return value
 
-    @field_validator("dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri")
+    @field_validator("dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
+                     "api_advertise_url")
     @classmethod
     def _no_password_in_url(cls, value: str | None) -> str | None:
         if value is not None and any(urlsplit(part.strip()).password is not None for part in value.split(",")):
@@ -323,7 +327,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 
 SECRET_SETTINGS = frozenset({"api_token", "sql_url"})
-URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri"})
+URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
+                          "api_advertise_url"})
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -31,6 +32,8 @@ class ApiContext:
     watch: LeaderWatch
     clock: Clock
     stall_intervals: int = STALL_INTERVALS
+    # On a replica that does not lead: the leader's snapshot over HTTP (services/peer_client.py), None if it fails.
+    from_leader: Callable[[], ApiSnapshot | None] | None = None
     tokens: TokenSource = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
     checkpoints: CheckpointAges = field(init=False)
@@ -44,7 +47,12 @@ class ApiContext:
         self.checkpoints = CheckpointAges(self.clock)
         self.snapshots = SnapshotCache(self.store, self.lock, self.settings, self.heartbeats,
                                        self.timing.grace, self.clock, self.settings.api_cache_millis / 1000,
-                                       self.loop.latest_scans, self.checkpoints)
+                                       self.loop.latest_scans, self.checkpoints, self.watch.stored_status,
+                                       self._leaders_snapshot)
+
+    def _leaders_snapshot(self) -> ApiSnapshot | None:
+        """The leader replica's snapshot, asked for only while this replica does not lead."""
+        return None if self.from_leader is None or self.lock.is_leader() else self.from_leader()
 
     def snapshot(self) -> ApiSnapshot:
         """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache)."""

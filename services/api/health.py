@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
+from shardherd.coordinator.leader_lock import STORE_CHECK_SECONDS
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import HealthOut
 from shardherd.shared.errors import ShardherdError
@@ -27,10 +28,13 @@ def healthz() -> HealthOut:
 def readyz(ctx: Annotated[ApiContext, Depends(context)]) -> HealthOut | JSONResponse:
     """503 if the store does not answer, or if this replica leads and has gone k intervals without a successful run.
 
+    The store counts as answering when the leader lock's own calls succeeded lately (every heartbeat period on the
+    leader, every 30 s on a replica that hears from the leader), else after one eventually consistent read.
+
     Also 503 on a leader whose shard sync has been failing that long (it still assigns leases; see /v1/leader).
     """
-    try:
-        ctx.lock.read()
+    try:  # the lock's own store calls are the evidence; a read only without recent evidence (decision 0012)
+        ctx.lock.check_store(STORE_CHECK_SECONDS + 2 * ctx.settings.leader_lock_heartbeat_period_millis / 1000)
     except ShardherdError as exc:
         return _unavailable(f"store unreachable: {exc}")
     stalled = ctx.watch.seconds_without_progress()

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
 from shardherd.services.api.context import ApiContext, context
-from shardherd.services.replicas import REPORT_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
+from shardherd.services.replicas import KEEPALIVE_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
 
 router = APIRouter(prefix="/v1", tags=["replicas"], dependencies=[Depends(require_read_token)])
 
@@ -21,7 +21,8 @@ class ReplicaOut(ReplicaEntry):
     """A replica's report, judged by the replica answering."""
 
     report_age_seconds: float = Field(description="this replica's wall clock minus the report time")
-    silent: bool = Field(description=f"no report for {SILENT_REPORTS} report periods ({REPORT_SECONDS:.0f} s each)")
+    silent: bool = Field(description=f"no report for {SILENT_REPORTS} keep-alive periods "
+                                     f"({KEEPALIVE_SECONDS:.0f} s each)")
 
 
 class ReplicasPage(BaseModel):
@@ -42,4 +43,4 @@ def list_replicas(ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
     now = ctx.clock.time()
     return ReplicasPage(items=[
         ReplicaOut(**entry.model_dump(), report_age_seconds=round(max(0.0, now - entry.reported_at), 3),
-                   silent=now - entry.reported_at > SILENT_REPORTS * REPORT_SECONDS) for entry in entries])
+                   silent=now - entry.reported_at > SILENT_REPORTS * KEEPALIVE_SECONDS) for entry in entries])

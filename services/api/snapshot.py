@@ -1,9 +1,11 @@
 """One snapshot of what the API serves (fleet, lock, published status) per replica, reused for a short time.
 
 Every request, page and scrape of the operator API used to scan both tables (and read the lock and the status item);
-a dashboard paging through 10,000 leases every 3 s made that the biggest read cost of the system. Now a replica reads
-at most once per `max_age` seconds however many clients ask, and the leader replica reuses its newest run's scans, so
-dashboards and scrapes there cost one lock and one status read per `max_age` (docs/store-cost.md).
+a dashboard paging through 10,000 leases every 3 s made that the biggest read cost of the system. Now a replica takes
+at most one snapshot per `max_age` seconds however many clients ask. The leader replica builds it from its newest
+run's scans, the lock as it last wrote it and the status it last published or read: no store read at all. A replica
+that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store itself only
+while the leader does not answer (docs/store-cost.md).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class SnapshotCache:
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, heartbeats: HeartbeatObserver,
                  grace: WorkerGrace, clock: Clock, max_age: float,
-                 leader_scans: Callable[[float], TimedScans | None], checkpoints: CheckpointAges | None = None) -> None:
+                 leader_scans: Callable[[float], TimedScans | None], checkpoints: CheckpointAges | None = None,
+                 own_status: Callable[[], tuple[bool, LeaderStatus | None]] | None = None,
+                 from_leader: Callable[[], ApiSnapshot | None] | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -49,27 +53,46 @@ class SnapshotCache:
         self.max_age = max_age
         self._leader_scans = leader_scans
         self._checkpoints = checkpoints
+        self._own_status = own_status
+        self._from_leader = from_leader
         self._snapshot: ApiSnapshot | None = None
         self._taken = 0.0
         self._guard = threading.Lock()
 
     def get(self) -> ApiSnapshot:
-        """The cached snapshot, or a fresh one (from the leader's scans when this replica leads)."""
+        """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store."""
         with self._guard:
             now = self._clock.monotonic()
             if self._snapshot is not None and now - self._taken < self.max_age:
                 return self._snapshot
-            scans = self._leader_scans(self.max_age)
-            if scans is None:
-                worker_scan = self._store.scan_workers()
-                scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
-            leases, workers, read_at = scans
-            fleet = judge_fleet(leases, workers, self._settings, self._heartbeats, self._grace, self._checkpoints,
-                                at=read_at)
-            try:  # views for operators: eventually consistent reads (half price) are fresh enough
-                status, problem = read_status(self._store, consistent=False), None
-            except MalformedLeaderStatus as exc:
-                status, problem = None, str(exc)
-            self._snapshot = ApiSnapshot(fleet, self._lock.read(consistent=False), status, problem)
+            self._snapshot = self._own() or (self._from_leader() if self._from_leader is not None else None)
+            if self._snapshot is None:
+                self._snapshot = self._read()
             self._taken = now
             return self._snapshot
+
+    def _own(self) -> ApiSnapshot | None:
+        """On the leader: its run's scans, its own lock item and status; None where one of them is not at hand."""
+        scans = self._leader_scans(self.max_age)
+        lock = self._lock.own_view()
+        known, status = self._own_status() if self._own_status is not None else (False, None)
+        if scans is None or lock is None or not known:
+            return None
+        return ApiSnapshot(self._judge(scans), lock, status, None)
+
+    def _read(self) -> ApiSnapshot:
+        """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""
+        scans = self._leader_scans(self.max_age)
+        if scans is None:
+            worker_scan = self._store.scan_workers()
+            scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
+        try:  # views for operators: eventually consistent reads (half price) are fresh enough
+            status, problem = read_status(self._store, consistent=False), None
+        except MalformedLeaderStatus as exc:
+            status, problem = None, str(exc)
+        return ApiSnapshot(self._judge(scans), self._lock.read(consistent=False), status, problem)
+
+    def _judge(self, scans: TimedScans) -> Fleet:
+        leases, workers, read_at = scans
+        return judge_fleet(leases, workers, self._settings, self._heartbeats, self._grace, self._checkpoints,
+                           at=read_at)

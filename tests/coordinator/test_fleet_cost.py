@@ -18,7 +18,11 @@ def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:
     # 40 s it took when every 2 s run scanned.
     result = run_size(8, 3, warmup=120.0, window=30.0)
     callers = {caller: result.per_minute(caller) for caller in ("leader", "lock", "agent", "api", "metrics")}
-    assert all(usage.requests > 0 for usage in callers.values()), callers
+    assert all(callers[caller].requests > 0 for caller in ("leader", "lock", "agent")), callers
+    # The dashboard and the scrapes are served by the leader replica from memory (decision 0012); a refresh falls
+    # back to reading the lock and the status only while the leader's view is older than the cache period (10 units
+    # a minute before, every refresh).
+    assert callers["api"].read_units + callers["metrics"].read_units <= 2.0, callers
     assert callers["agent"].write_units >= 3 * 60 / 3.4  # every worker heartbeats about every 3.3 s
     assert callers["lock"].write_units == pytest.approx(40, rel=0.1)  # a heartbeat every 1.5 s
     assert result.status_sizes and max(result.status_sizes) <= MAX_STATUS_BYTES

@@ -50,6 +50,10 @@ def test_the_leader_serves_its_runs_scans_and_a_follower_scans_once_per_max_age(
         assert _dashboard(leader) == sorted(owners)
     rows = meter.rows()
     assert usage_total(rows, operation="scan").requests == 0  # the newest run's scans, its own writes applied
+    # Nor the lock or the status item: the leader serves the lock as it last wrote it and the status as its term
+    # last read or published it (decision 0012).
+    assert usage_total(rows, caller="api").requests == usage_total(rows, caller="metrics").requests == 0, rows
+    assert leader.client.get("/v1/leader").json()["status"]["leader_id"] == "coord-a"
     body = leader.client.get("/v1/assignments?limit=100").json()
     assert {item["lease_key"]: item["owner"] for item in body["items"]} == owners
     for _ in range(3):
