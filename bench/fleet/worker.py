@@ -68,8 +68,9 @@ class CpuModel:
     """How simulated workers' CPU behaves: a base with no lease, the fleet's mean at the start, per-sample noise, and
     excursions (a few seconds of CPU that no lease explains: garbage collection, a neighbour on a loaded host).
 
-    Excursions start at `excursions_per_minute` per worker; their length and height are drawn from exponential
-    distributions of mean `excursion_seconds` and `excursion_points` (a share `dip_share` of them subtract it). The
+    Excursions start at `excursions_per_minute` per worker; their length is drawn from an exponential distribution of
+    mean `excursion_seconds`, their height uniformly up to twice `excursion_points` (a share `dip_share` of them
+    subtract it). The
     defaults (no excursions) are the simulator's model since issue 3; bench/fleet_noise.py calibrates one on the
     live stack.
     """
@@ -111,7 +112,7 @@ class ModelCpu:
         if self._excursion is not None and now >= self._excursion[0]:
             self._excursion = None
         if self._excursion is None and self._excursions.random() < model.excursions_per_minute / 60.0:
-            height = self._excursions.expovariate(1.0 / model.excursion_points)
+            height = self._excursions.uniform(0.0, 2.0 * model.excursion_points)
             if self._excursions.random() < model.dip_share:
                 height = -height
             self._excursion = (now + self._excursions.expovariate(1.0 / model.excursion_seconds), height)
