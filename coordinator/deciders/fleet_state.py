@@ -50,6 +50,10 @@ RECEIVER_PROBES = 8
 # the line for what it carries now instead of its lagging reports, and its point stays out of the fit (`_catch_up`).
 UNSETTLED_SHARE = 0.4
 
+# A worker whose throughput stayed within this share of what it carries now over its last reports held steady: a
+# CPU excess there is no load change the catch-up explains, so it must persist before balancing acts (`_confirm`).
+STEADY_SHARE = 0.2
+
 HeapEntry = tuple[float, int, str]
 # Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
 # among those the one holding the fewest leases of the lease's stream takes it (a stream is not piled on one worker).
@@ -111,7 +115,10 @@ class FleetState(abc.ABC):
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
-                for back, (report, carried) in enumerate(reports, start=1):
+                # Only a worker whose load held steady over those reports: where the throughput changed (a move, a
+                # shard turning hot or quiet) the catch-up explains the change and it counts at once, as before.
+                steady = self._steady(wid, worker.throughput_history[-len(reports):]) if reports else False
+                for back, (report, carried) in enumerate(reports if steady else [], start=1):
                     if len(worker.throughput_history) >= back and all(
                             len(h) >= back and h[-back] != FAILED_SAMPLE for h in worker.metric_stats.values()):
                         report[wid] = {m: h[-back] for m, h in worker.metric_stats.items()}
@@ -163,6 +170,11 @@ class FleetState(abc.ABC):
     @abc.abstractmethod
     def _balance(self, notes: list[str]) -> None:
         """The balancing phase: moves in memory (`apply`), and a note on what it balanced."""
+
+    def _steady(self, wid: str, carried: tuple[float, ...]) -> bool:
+        """Whether the worker carried about what it carries now during each of these reports (within STEADY_SHARE)."""
+        now = self.ledger.known_throughput(wid)
+        return all(abs(kbps - now) <= STEADY_SHARE * max(kbps, now) for kbps in carried)
 
     def _confirm(self, reports: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
         """Each worker's values as far from the average as its last reports all agree: who balancing acts on.
