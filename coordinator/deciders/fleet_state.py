@@ -142,8 +142,11 @@ class FleetState(abc.ABC):
         self._catch_up(self.values, lagged)
         for report, carried in reports:
             self._catch_up(report, carried)
-        self.confirmed = self._confirm([report for report, _ in reports])
+        self.confirmed = self.values
         self.averages = self._balancing_averages()
+        if reports:  # the band as the newest values place it decides whose reports are looked at
+            self.confirmed = self._confirm([report for report, _ in reports])
+            self.averages = self._balancing_averages()
 
     # -- the load model (each strategy's own) ----------------------------------------------------------------------
 
@@ -186,17 +189,27 @@ class FleetState(abc.ABC):
         average over reports 4 s apart let one spike move leases (decision 0013). Of the moving average and those
         reports, the value nearest the fleet's average counts: a worker is out of the band only if each of its last
         reports and its average put it there. (The moving averages as of successive reports would not do: a spike
-        stays in them, halved, for reports after it.) Moves are still priced on `values`.
+        stays in them, halved, for reports after it.) Only workers whose throughput held steady over those reports
+        have them (`_steady`), only values outside the band change (`_persisted`), and moves are still priced on
+        `values`.
         """
-        if not reports:
-            return self.values
-        averages = self._averages(active_only=True)
         confirmed = {}
         for wid, vals in self.values.items():
             states = [report[wid] for report in reports if wid in report]
-            confirmed[wid] = {m: _nearest((v, *(state.get(m, v) for state in states)), averages[m])
+            confirmed[wid] = {m: self._persisted(m, v, [state.get(m, v) for state in states])
                               for m, v in vals.items()} if states else vals
         return confirmed
+
+    def _persisted(self, metric: str, value: float, reports: list[float]) -> float:
+        """A value outside the band (around the newest values' average) as far out as its reports all agree.
+
+        A value inside keeps its moving average: taking its report nearest the average would bias every worker's
+        value towards it by the reports' noise, and the band's average with it.
+        """
+        avg, half = self.averages[metric], self.half_band(metric)
+        if avg - half <= value <= avg + half:
+            return value
+        return _nearest((value, *reports), avg)
 
     def _catch_up(self, values: dict[str, dict[str, float]], lagged: Mapping[str, float]) -> None:
         """Add to each value in `values` what its moving average has not seen yet of the worker's throughput change.
