@@ -134,6 +134,7 @@ class LeaseKeeper:
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
         self._next_await_check = 0.0
+        self._beats_apart = False  # liveness writes run on their own thread (beat), not in tick
 
     # ------------------------------------------------------------------ queries
     @property
@@ -315,17 +316,35 @@ class LeaseKeeper:
         return self._timing.discovery_fallback
 
     # ------------------------------------------------------------------ the protocol
+    def beat_apart(self) -> None:
+        """From now on liveness writes are made by `beat()` on a thread of their own, no longer by `tick()`.
+
+        A tick runs its store calls one after another (discovery, a read per lease handed to us, releases), and on a
+        loaded machine against a slow store one tick took longer than a short failover leaves between heartbeats
+        (2.7 s at a 3 s failover): the heartbeat due meanwhile waited behind it and the agent fenced itself. On its
+        own thread a heartbeat waits for nothing but its own write.
+        """
+        self._beats_apart = True
+
+    def beat(self) -> None:
+        """The liveness write (worker row; renewals in `lease` mode) if it is due; the heartbeat thread's loop."""
+        now = self._clock.monotonic()
+        if now < self._next_heartbeat:
+            return
+        with retry_deadline(self._fencing_deadline(now)):
+            self._next_heartbeat = now + self._timing.heartbeat
+            self._liveness(now)
+
     def tick(self) -> None:
-        """Do whatever is due: liveness writes, self-fencing, discovery, handoff completion.
+        """Do whatever is due: liveness writes (unless `beat_apart`), self-fencing, discovery, handoff completion.
 
         Store calls give up (rather than keep retrying) when the fencing deadline comes, so the listener is told of a
         self-fence on time even against an unreachable store.
         """
         now = self._clock.monotonic()
+        if not self._beats_apart:
+            self.beat()
         with retry_deadline(self._fencing_deadline(now)):
-            if now >= self._next_heartbeat:
-                self._next_heartbeat = now + self._timing.heartbeat
-                self._liveness(now)
             self._fence(self._clock.monotonic())
             if now >= self._next_discovery and self.is_live():
                 self._discover()
@@ -373,11 +392,16 @@ class LeaseKeeper:
             heartbeat=self._heartbeat_count, state=WorkerState.DRAINING if self._draining else WorkerState.ACTIVE,
             lease_throughput=throughput, lease_progress=troubled(self._progress(held)) if self._progress else {},
         )
+        gathered = self._clock.monotonic()
         try:
             self._store.upsert_worker(record)
         except StoreUnavailable as exc:
             log.warning("heartbeat failed: %s", exc)
             return
+        written = self._clock.monotonic()
+        if written - sent > self._timing.heartbeat / 2:  # a slow store or a starved process: fencing comes nearer
+            log.warning("heartbeat took %.2f s (%.2f s gathering its figures, %.2f s writing the row)",
+                        written - sent, gathered - sent, written - gathered)
         self._last_heartbeat_send = sent
         last, self._last_record = self._last_record, record
         if (last is None or last.state is not record.state

@@ -140,6 +140,7 @@ class Agent:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
+        self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
 
     def _fleet_rows(self) -> list[WorkerRecord]:
         return self.store.scan_workers().workers
@@ -186,19 +187,29 @@ class Agent:
         log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
                  self.settings.kpl_decoder)
         self._sampling.start()
+        self.keeper.beat_apart()
+        self._heartbeat.start()
         self._thread.start()
         if self.watch is not None:
             self.watch.start()
         return self
 
-    def _run(self) -> None:
+    def _beat(self) -> None:
+        """The heartbeat thread: liveness writes only, so no other store call of the keeper can delay one."""
         jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
         self._stop.wait(jitter)
+        self._loop(self.keeper.beat, "heartbeat")
+
+    def _run(self) -> None:
+        """The keeper thread: fencing, discovery, handoffs (it acts once the first heartbeat made the agent live)."""
+        self._loop(self.keeper.tick, "lease keeper tick")
+
+    def _loop(self, step: Callable[[], None], what: str) -> None:
         while not self._stop.is_set():
             try:
-                self.keeper.tick()
+                step()
             except Exception:
-                log.exception("lease keeper tick failed")
+                log.exception("%s failed", what)
             self._stop.wait(TICK_SECONDS)
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
@@ -217,6 +228,7 @@ class Agent:
         self.keeper.release_all()
         self._stop.set()
         self._thread.join(10)
+        self._heartbeat.join(10)
         if self.watch is not None:
             self.watch.stop()
         self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh

@@ -4,7 +4,7 @@
 
 Settings come from SHARDHERD_* variables (application, stream, region, coordinator URL, SHARDHERD_WORKER_ID). The
 driver embeds the shardherd agent, so this Spark application is one worker of the lease table and each micro-batch
-reads the shards that worker holds, one partition per shard. Without `--output` each batch logs its per-shard record
+reads the shards that worker holds, at most a task per core. Without `--output` each batch logs its per-shard record
 counts and bytes (a sink that needs no connector jar); with `--output` it appends the rows as Parquet there
 (`s3a://bucket/prefix` needs hadoop-aws on the classpath: docs/spark.md). SIGTERM or SIGINT drains: the leader hands
 the shards to the other drivers after their last batch was checkpointed, then the job exits 0; a query that ends by

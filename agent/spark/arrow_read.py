@@ -12,6 +12,8 @@ from __future__ import annotations
 import binascii
 import contextlib
 import os
+import queue
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +39,7 @@ ARROW_FIELDS = [
 ARROW_SCHEMA = pa.schema(ARROW_FIELDS)
 READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
 END_WAIT_SECONDS = 60.0  # how long a read waits for its planned end record to become readable before failing
+READ_AHEAD = 4  # Arrow batches (GetRecords responses) a shard read may hold ahead of the one being handed over
 
 
 class PlannedEndMissing(ShardReadError):
@@ -154,3 +157,52 @@ def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader:
                                         f"{END_WAIT_SECONDS:.0f} s")
             if not response.get("MillisBehindLatest"):
                 next_call = max(next_call, time.monotonic() + 0.05)
+
+
+def read_plans(kinesis: RawKinesis, stream: str, plans: tuple[ShardPlan, ...], include_reader: bool = False,
+               min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of several plans (one partition of shards, planning.group_plans), their shards read at once.
+
+    Each plan is read by its own thread, as `read_plan` reads it, into a queue of READ_AHEAD responses; the batches
+    come out plan after plan in the partition's order, so the rows are those of the plans, in the same order, on
+    every read. The first failure of any plan fails the partition; closing the iterator stops the threads.
+    """
+    if len(plans) == 1:
+        yield from read_plan(kinesis, stream, plans[0], include_reader, min_call_interval)
+        return
+    stop = threading.Event()
+    queues: list[queue.Queue[object]] = [queue.Queue(READ_AHEAD) for _ in plans]
+    for plan, out in zip(plans, queues, strict=True):
+        threading.Thread(target=_fill, args=(read_plan(kinesis, stream, plan, include_reader, min_call_interval),
+                                             out, stop), name=f"read-{plan.shard_id}", daemon=True).start()
+    try:
+        for out in queues:
+            while (item := out.get()) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+    finally:
+        stop.set()
+
+
+_DONE = object()
+
+
+def _fill(batches: Iterator[pa.RecordBatch], out: queue.Queue[object], stop: threading.Event) -> None:
+    """Move one plan's batches into `out`, then _DONE (or the exception that ended the read); give up on `stop`."""
+    try:
+        for batch in batches:
+            if not _offer(out, batch, stop):
+                return
+    except BaseException as exc:  # handed to the consuming task, which raises it there
+        _offer(out, exc, stop)
+        return
+    _offer(out, _DONE, stop)
+
+
+def _offer(out: queue.Queue[object], item: object, stop: threading.Event) -> bool:
+    while not stop.is_set():
+        with contextlib.suppress(queue.Full):
+            out.put(item, timeout=0.1)
+            return True
+    return False

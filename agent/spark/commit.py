@@ -17,6 +17,7 @@ a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -83,6 +84,7 @@ class CheckpointingSink:
         """Process one micro-batch (Spark calls this in the driver process)."""
         from pyspark.sql import functions as F  # noqa: N812
 
+        began = time.monotonic()
         end = logged_end_offset(df.sparkSession, self._location, batch_id)
         held = self._committer.begin_write(list(end.shards.values()))
         try:
@@ -104,4 +106,7 @@ class CheckpointingSink:
                 log.error("batch %d: the write failed; not checkpointed", batch_id, exc_info=exc)
             self._committer.end_write(held)
             raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
+        written = time.monotonic()
         self._committer.commit_progress(batch_id, held)
+        log.debug("batch %d: %d shards read and written in %.3f s, checkpointed in %.3f s", batch_id, len(held),
+                  written - began, time.monotonic() - written)

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SUPERVISE_SECONDS = 0.1
 PROBE_THREADS = 8
+COMMIT_THREADS = 8
 
 
 class NoRecordProcessor(ShardherdError):
@@ -63,7 +64,8 @@ class SparkAgent(Agent):
 
     def __init__(self, settings: Settings, channel: Path | None = None, caps: Caps | None = None,
                  probe_interval: float = 0.5, min_call_interval: float = 0.2, include_reader: bool = False,
-                 store: LeaseStore | None = None, clock: Clock | None = None) -> None:
+                 store: LeaseStore | None = None, clock: Clock | None = None,
+                 max_partitions: int | None = None) -> None:
         super().__init__(settings, _no_processor, clock=clock, store=store)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
         # The source's stream option names a single-stream application's stream; a multi-stream source key names
@@ -71,12 +73,13 @@ class SparkAgent(Agent):
         streams = settings.stream_name or ",".join(settings.stream_names)
         self.options = SourceOptions(self.channel, streams, settings.region,
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
-                                     settings.kpl_decoder)
+                                     settings.kpl_decoder, max_partitions)
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
         self._probe_interval = probe_interval
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
+        self._commit_pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="shard-checkpoint")
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
         self._probe_soon = threading.Event()  # a newly held shard is probed at once, so the next batch reads it
@@ -150,16 +153,24 @@ class SparkAgent(Agent):
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
         """Checkpoint each written plan's end, fenced by ownership, ending each plan's write as soon as it is stored.
 
-        Shards under handoff go first, and each one's handoff completes right after its own checkpoint: the next
-        owner does not wait for the batch's other checkpoints. A refusal is logged, never raised.
+        The shards' checkpoints go out at once (shards under handoff submitted first), and each handoff completes
+        right after its own checkpoint: the next owner does not wait for the batch's other checkpoints, and a batch
+        of k shards waits for about one store round trip instead of k (0.3 s of a 1.1 s batch of 4 shards at load
+        11). A refusal is logged, never raised; any other failure is raised after every plan's write was ended.
         """
         ordered = sorted(plans, key=lambda plan: not self.book.is_handing_off(plan.shard_id))
-        for index, plan in enumerate(ordered):
-            try:
-                self._checkpoint_plan(batch_id, plan)
-            except BaseException:
-                self.end_write(ordered[index:])
-                raise
+        if len(ordered) == 1:
+            self._commit_plan(batch_id, ordered[0])
+            return
+        futures = [self._commit_pool.submit(self._commit_plan, batch_id, plan) for plan in ordered]
+        failures = [failure for failure in (future.exception() for future in futures) if failure is not None]
+        if failures:
+            raise failures[0]
+
+    def _commit_plan(self, batch_id: int, plan: ShardPlan) -> None:
+        try:
+            self._checkpoint_plan(batch_id, plan)
+        finally:
             self.end_write([plan])
 
     def _checkpoint_plan(self, batch_id: int, plan: ShardPlan) -> None:
@@ -218,12 +229,17 @@ class SparkAgent(Agent):
         A continuous query starts first (it plans nothing until the agent holds shards): a driver takes leases only
         once it can read them, so a shard handed to a starting driver is not idle while its JVM sets the query up
         (seconds, more under load). `available_now` reads what arrived before the start, then the query finishes;
-        its agent starts first, as such a query ends at its first empty plan.
+        its agent starts first, as such a query ends at its first empty plan. Unless the agent was given
+        `max_partitions`, a batch reads in at most the session's default parallelism of tasks (its cores), each
+        reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
         """
         register_source(spark)
         if available_now and not self._thread.is_alive():
             self.start()
-        stream = spark.readStream.format(ShardherdDataSource.name()).options(**self.source_options()).load()
+        options = self.source_options()
+        if self.options.max_partitions is None:
+            options["maxPartitions"] = str(spark.sparkContext.defaultParallelism)
+        stream = spark.readStream.format(ShardherdDataSource.name()).options(**options).load()
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
@@ -256,6 +272,7 @@ class SparkAgent(Agent):
                 if thread is not current:
                     thread.join(10)
             self._probe_pool.shutdown(wait=False, cancel_futures=True)
+            self._commit_pool.shutdown(wait=False)
             if self._thread.is_alive():
                 super().stop(drain, drain_timeout)
             self._stopped = True

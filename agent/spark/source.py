@@ -1,4 +1,4 @@
-"""The `shardherd` streaming source: plans one partition per held shard per batch; executors read them.
+"""The `shardherd` streaming source: plans each held shard per batch; executors read them, a task per shard or group.
 
 Which process runs what (PySpark 4.x): `latestOffset`/`partitions`/`commit` run in a "streaming source runner"
 process the JVM spawns, which shares nothing with the driver's agent, so the reader learns the held shards from the
@@ -23,7 +23,7 @@ from typing_extensions import override
 from shardherd.agent.kpl import KPL_DECODERS
 from shardherd.agent.spark.channel import Ack, read_snapshot, write_ack
 from shardherd.agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
-from shardherd.agent.spark.planning import partitions_to_read, plan_next
+from shardherd.agent.spark.planning import group_plans, partitions_to_read, plan_next
 from shardherd.agent.spark.schema import schema_ddl
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ class SourceOptions:
     min_call_interval: float = 0.2
     include_reader: bool = False
     kpl_decoder: str = "auto"
+    max_partitions: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -59,16 +60,19 @@ class SourceOptions:
             caps = Caps(int(lower.get("maxrecordspershard", DEFAULT_MAX_RECORDS_PER_SHARD)),
                         int(lower["maxbytespershard"]) if lower.get("maxbytespershard") else None)
             interval = float(lower.get("mincallintervalms", "200")) / 1000
+            partitions = int(lower["maxpartitions"]) if lower.get("maxpartitions") else None
         except ValueError as exc:
             raise InvalidOffset(f"bad numeric option: {exc}") from exc
         if not interval >= 0:
             raise InvalidOffset(f"minCallIntervalMs must be >= 0, got {lower['mincallintervalms']}")
+        if partitions is not None and partitions < 1:
+            raise InvalidOffset(f"maxPartitions must be >= 1, got {partitions}")
         decoder = lower.get("kpldecoder", "auto").lower()
         if decoder not in KPL_DECODERS:
             raise InvalidOffset(f"kplDecoder must be one of {list(KPL_DECODERS)}, got {decoder!r}")
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
-                   lower.get("includereader", "false").lower() == "true", decoder)
+                   lower.get("includereader", "false").lower() == "true", decoder, partitions)
 
     def to_options(self) -> dict[str, str]:
         """The options map to pass to `spark.readStream.format("shardherd").options(...)`."""
@@ -80,15 +84,17 @@ class SourceOptions:
             options["endpoint"] = self.endpoint_url
         if self.caps.max_bytes is not None:
             options["maxBytesPerShard"] = str(self.caps.max_bytes)
+        if self.max_partitions is not None:
+            options["maxPartitions"] = str(self.max_partitions)
         return options
 
 
 class ShardPartition(InputPartition):
-    """One shard's read in one batch: the plan (fixed first and last record) and where Kinesis is."""
+    """One read task of a batch: the plans of its shards (fixed first and last records) and where Kinesis is."""
 
-    def __init__(self, plan: ShardPlan, options: SourceOptions) -> None:
-        super().__init__(plan.shard_id)
-        self.plan = plan
+    def __init__(self, plans: tuple[ShardPlan, ...], options: SourceOptions) -> None:
+        super().__init__(",".join(plan.shard_id for plan in plans))
+        self.plans = plans
         self.stream_name = options.stream_name
         self.region = options.region
         self.endpoint_url = options.endpoint_url
@@ -116,13 +122,13 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
 
 
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
-    """The Arrow batches of one partition: exactly the records its plan names."""
+    """The Arrow batches of one partition: exactly the records its plans name."""
     from shardherd.agent.kpl_decoding import use
-    from shardherd.agent.spark.arrow_read import read_plan
+    from shardherd.agent.spark.arrow_read import read_plans
 
     use(partition.kpl_decoder)  # the driver's choice, in whichever executor process reads the partition
-    return read_plan(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plan,
-                     partition.include_reader, partition.min_call_interval)
+    return read_plans(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plans,
+                      partition.include_reader, partition.min_call_interval)
 
 
 class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -160,9 +166,12 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return caps
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        """One partition per planned shard still held, each from no earlier than its lease checkpoint."""
+        """The planned shards still held, each from no earlier than its lease checkpoint, in `maxPartitions` tasks.
+
+        Without that option one partition per shard (planning.group_plans).
+        """
         plans = partitions_to_read(BatchOffset.from_json(end), read_snapshot(self._options.channel))
-        return [ShardPartition(plan, self._options) for plan in plans]
+        return [ShardPartition(group, self._options) for group in group_plans(plans, self._options.max_partitions)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one shard's plan (on an executor)."""

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent.spark.driver import SparkAgent
 from shardherd.agent.spark.offsets import Caps
+from shardherd.agent.spark.progress_log import BatchTimingLog
 from shardherd.agent.spark.session import local_spark
 from shardherd.services.agent_service import StopSignals
 from shardherd.services.local_stack.pipeline import records_dir, write_records
@@ -67,6 +68,7 @@ def run_driver(settings: Settings, options: DriverOptions, stopping: threading.E
         spark = local_spark(f"shardherd-{worker}", options.master, options.driver_memory)
         log.info("Spark session up after %.1f s", time.monotonic() - started)
         if not stopping.is_set():
+            spark.streams.addListener(BatchTimingLog())
             query = agent.run_query(spark, write_records(records_dir(options.out, worker)),
                                     str(options.out / "checkpoint" / worker), processing_time=options.trigger)
             log.info("query running after %.1f s", time.monotonic() - started)
@@ -102,6 +104,7 @@ def main() -> int:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("shardherd.agent.spark.commit").setLevel(logging.DEBUG)  # each batch's write and checkpoints
     signals = StopSignals().install()
     options = DriverOptions(args.out, args.master, args.driver_memory, args.max_records, args.trigger,
                             drain_timeout=args.drain_timeout)

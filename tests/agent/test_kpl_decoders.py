@@ -297,5 +297,5 @@ def test_an_executor_read_applies_the_decoder_its_partition_carries(tmp_path: Pa
     plan = ShardPlan("shardId-0", StartPosition.after(Checkpoint("1")), Checkpoint("2"))
     for choice, name in (("python", "python"), ("auto", "protobuf-upb")):
         options = SourceOptions(tmp_path, "stream", endpoint_url="http://127.0.0.1:9", kpl_decoder=choice)
-        read_partition(ShardPartition(plan, options))  # a lazy iterator: nothing is read until Spark pulls rows
+        read_partition(ShardPartition((plan,), options))  # a lazy iterator: nothing is read until Spark pulls rows
         assert kpl_decoding.decoder_name() == name

@@ -1,10 +1,11 @@
-"""The Spark agent's checkpoints after a batch: a shard under handoff is released before the batch's other shards.
+"""The Spark agent's checkpoints after a batch: at once, and a shard under handoff released without waiting for others.
 
 No JVM: the agent's sink side (`begin_write`, `commit_progress`) on a real store and a virtual clock.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,20 +27,30 @@ class CallLog:
     def __init__(self, store: LeaseStore) -> None:
         self.store = store
         self.calls: list[tuple[str, str]] = []
+        self.first_out = threading.Event()  # FIRST's checkpoint has been sent
+        self.released = threading.Event()  # SECOND's handoff completed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint, **extra: Any) -> Outcome:
+        """SECOND's checkpoint waits until FIRST's is out; FIRST's until SECOND was released: both only if at once."""
         self.calls.append(("checkpoint", lease_key))
+        if lease_key == FIRST:
+            self.first_out.set()
+            assert self.released.wait(10), "the handoff waited for the batch's other checkpoint"
+        else:
+            assert self.first_out.wait(10), "the batch's checkpoints were not sent at once"
         return self.store.checkpoint(lease_key, worker, checkpoint, **extra)
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
         self.calls.append(("complete_handoff", lease_key))
-        return self.store.complete_handoff(lease_key, checkpoint_owner)
+        outcome = self.store.complete_handoff(lease_key, checkpoint_owner)
+        self.released.set()  # the handoff completed while the other shard's checkpoint was still out
+        return outcome
 
 
-def test_a_shard_under_handoff_is_checkpointed_first_and_released_before_the_batch_s_other_checkpoints(
+def test_a_shard_under_handoff_is_released_right_after_its_checkpoint_while_the_batch_s_others_are_still_out(
         store: LeaseStore, tmp_path: Path) -> None:
     clock = ManualClock()
     calls = CallLog(store)
@@ -64,8 +75,10 @@ def test_a_shard_under_handoff_is_checkpointed_first_and_released_before_the_bat
         assert agent.book.is_handing_off(SECOND)
         assert store.get_lease(SECOND).checkpoint_owner == "w1"  # type: ignore[union-attr]
 
+        calls.calls.clear()
         agent.commit_progress(7, written)
-        assert calls.calls == [("checkpoint", SECOND), ("complete_handoff", SECOND), ("checkpoint", FIRST)]
+        assert sorted(calls.calls) == [("checkpoint", FIRST), ("checkpoint", SECOND), ("complete_handoff", SECOND)]
+        assert calls.calls.index(("checkpoint", SECOND)) < calls.calls.index(("complete_handoff", SECOND))
         second = store.get_lease(SECOND)
         assert second is not None and second.lease_owner == "w2" and second.checkpoint_owner is None
         assert second.checkpoint == Checkpoint.at("200")  # released only after the written end was stored

@@ -20,7 +20,7 @@ from shardherd.agent.spark.channel import (
 )
 from shardherd.agent.spark.commit import offset_log_entry
 from shardherd.agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
-from shardherd.agent.spark.planning import partitions_to_read, plan_next, shard_plan
+from shardherd.agent.spark.planning import group_plans, partitions_to_read, plan_next, shard_plan
 from shardherd.agent.spark.probe import ProbeResult
 from shardherd.agent.spark.source import SourceOptions
 from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
@@ -99,6 +99,22 @@ def test_replayed_plan_drops_shards_no_longer_held_or_held_anew_and_skips_what_w
 
 def _lease(key: str, checkpoint: Checkpoint = TRIM_HORIZON) -> Lease:
     return Lease(key, lease_owner="w", checkpoint=checkpoint)
+
+
+def _plan(shard: str, records: int) -> ShardPlan:
+    return ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Checkpoint("100"), records, records * 10, "t")
+
+
+def test_plans_group_into_at_most_the_given_partitions_balanced_by_records_whatever_their_order() -> None:
+    plans = [_plan("s-a", 900), _plan("s-b", 100), _plan("s-c", 500), _plan("s-d", 400), _plan("s-e", 0)]
+    assert group_plans(plans, None) == [(plan,) for plan in plans]  # one partition per shard without the option
+    assert group_plans(plans, 8) == [(plan,) for plan in plans]
+    groups = group_plans(plans, 2)
+    assert [[plan.shard_id for plan in group] for group in groups] == [["s-a", "s-b"], ["s-c", "s-d", "s-e"]]
+    assert group_plans(list(reversed(plans)), 2) == groups  # a function of the plans, not of their order
+    assert [[plan.shard_id for plan in group] for group in group_plans(plans, 1)] == [
+        ["s-a", "s-b", "s-c", "s-d", "s-e"]]
+    assert group_plans(plans[:1], 4) == [(plans[0],)] and group_plans([], 3) == []
 
 
 def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff_after_the_write_in_flight(
@@ -198,11 +214,14 @@ def test_offset_log_entries_parse_and_garbage_is_rejected() -> None:
 def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None:
     options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True, "python")
     assert SourceOptions.parse(options.to_options()) == options
+    grouped = SourceOptions(tmp_path, "stream", max_partitions=3)
+    assert SourceOptions.parse(grouped.to_options()) == grouped
     assert SourceOptions.parse({"channel": "x", "stream": "s"}).kpl_decoder == "auto"
     for bad in [{}, {"channel": "x"}, {"channel": "x", "stream": "s", "maxRecordsPerShard": "0"},
                 {"channel": "x", "stream": "s", "minCallIntervalMs": "-1"},
                 {"channel": "x", "stream": "s", "kplDecoder": "fast"},
-                {"channel": "x", "stream": "s", "maxBytesPerShard": "lots"}]:
+                {"channel": "x", "stream": "s", "maxBytesPerShard": "lots"},
+                {"channel": "x", "stream": "s", "maxPartitions": "0"}]:
         with pytest.raises(InvalidOffset):
             SourceOptions.parse(bad)
 

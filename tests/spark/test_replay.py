@@ -15,7 +15,8 @@ import pytest
 
 from shardherd.agent.kpl import UserRecord, encode_aggregate
 from shardherd.agent.read_spec import StartPosition
-from shardherd.agent.spark.arrow_read import read_plan
+from shardherd.agent.reader import ShardNotFound
+from shardherd.agent.spark.arrow_read import read_plan, read_plans
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.probe import Prober
@@ -71,6 +72,42 @@ def test_a_plan_read_again_after_more_records_arrived_gives_the_same_rows(
         b"agg-1", b"agg-2", b"a-2", b"agg-0", b"agg-1", b"agg-2"]
     later = Prober(raw, stream).probe(shard, StartPosition.after(segment.end, record_complete=True), 100).segment
     assert later is not None and later.records == 2
+
+
+def test_a_partition_of_several_shards_reads_each_plan_exactly_in_plan_order(kinesalite: NodeEmulator) -> None:
+    stream = unique_app("grouped")
+    kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+    kinesis.create_stream(StreamName=stream, ShardCount=3)
+    wait_for(lambda: kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"]
+             == "ACTIVE", 30, "stream active")
+    shards = [shard["ShardId"] for shard in kinesis.list_shards(StreamName=stream)["Shards"]]
+    for index, shard in enumerate(shards):
+        for part in range(3):
+            kinesis.put_records(StreamName=stream, Records=[
+                {"Data": f"{index}-{part}-{n}".encode(), "PartitionKey": "k",
+                 "ExplicitHashKey": _hash_key(kinesis, stream, shard)} for n in range(2)])
+    raw = RawKinesis("us-east-1", kinesalite.endpoint_url)
+    plans = []
+    for shard in shards:
+        segment = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100).segment
+        assert segment is not None and segment.records == 6
+        plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, segment.records, 0, "t"))
+    _put(kinesis, stream, [b"later"] * 3)  # past every plan's end: never read
+
+    alone = [_table(list(read_plan(raw, stream, plan))) for plan in plans]
+    together = _table(list(read_plans(raw, stream, tuple(plans))))
+    assert together == [row for rows in alone for row in rows]  # each plan's rows, plan after plan
+    assert [data for *_, data in together] == [f"{i}-{p}-{n}".encode() for i in range(3) for p in range(3)
+                                               for n in range(2)]
+
+    missing = ShardPlan("shardId-000000000099", StartPosition.after(TRIM_HORIZON), plans[0].end, 6, 0, "t")
+    with pytest.raises(ShardNotFound):  # any plan's failure fails the whole partition
+        list(read_plans(raw, stream, (plans[0], missing)))
+
+
+def _hash_key(kinesis: Any, stream: str, shard: str) -> str:
+    ranges = {item["ShardId"]: item["HashKeyRange"] for item in kinesis.list_shards(StreamName=stream)["Shards"]}
+    return str(ranges[shard]["StartingHashKey"])
 
 
 @pytest.mark.spark

@@ -54,10 +54,11 @@ def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from
     for _, batch, shard, *_rest, part in rows:
         per_batch[batch][shard] += 1
         partitions[(batch, shard)].add(part)
-    assert all(len(parts) == 1 for parts in partitions.values())  # one partition per shard per batch
+    assert all(len(parts) == 1 for parts in partitions.values())  # each shard read by one task per batch
+    cores = stack.spark.sparkContext.defaultParallelism
     for batch in per_batch:
-        shards_parts = [next(iter(partitions[(batch, shard)])) for shard in per_batch[batch]]
-        assert len(set(shards_parts)) == len(shards_parts)  # and never two shards in one partition
+        shards_parts = {next(iter(partitions[(batch, shard)])) for shard in per_batch[batch]}
+        assert len(shards_parts) == min(cores, len(per_batch[batch]))  # shards spread over at most the cores
     assert max(max(counter.values()) for counter in per_batch.values()) <= 40  # admission control per shard
     assert len(per_batch) >= 400 // 4 // 40  # so several batches were needed
 
