@@ -64,8 +64,8 @@ def test_a_worker_dipping_for_one_report_is_not_filled() -> None:
 
 
 def test_a_step_the_throughput_explains_counts_at_once() -> None:
-    # A took three more leases in its last report's interval: its CPU tripled with its throughput. Caught up to the
-    # load carried now, the state as of the report before shows the same excess, so A sheds without waiting.
+    # A took six more leases in its last report's interval: its CPU tripled with its throughput. The throughput
+    # explains the change, so it counts at once (A's load did not hold steady over the window: no persistence asked).
     quiet = [5.0] * 10
     snapshot = _fleet({"A": [*quiet[:-1], 15.0], "B": quiet, "C": quiet},
                       carried={"A": [120.0] * 9 + [360.0]}, leases={"A": 9})
