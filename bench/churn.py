@@ -20,7 +20,9 @@ shared and noisy).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import os
 import signal
 import statistics
@@ -52,6 +54,8 @@ class Window:
     paths: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # owners in order, per shard
     # per shard: (seconds since its last owner change or None if none seen, KiB/s the API shows) at every poll
     rates: dict[str, list[tuple[float | None, float]]] = field(default_factory=lambda: defaultdict(list))
+    # per worker: each new CPU report (the newest `cpu_history` value once the history changed), in order
+    cpu: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     @property
     def moves(self) -> int:
@@ -99,18 +103,37 @@ def _leader_status(urls: list[str], token: str | None) -> dict[str, Any] | None:
     return None
 
 
+def _cpu_histories(urls: list[str], token: str | None) -> dict[str, tuple[float, ...]] | None:
+    for url in urls:
+        client = OperatorClient(url, token, timeout=3.0)
+        try:
+            return {worker["worker_id"]: tuple(worker["cpu_history"]) for worker in client.call("GET", "/v1/workers")[
+                "items"] if worker["state"] != "expired"}
+        except ApiError:
+            continue
+        finally:
+            client.close()
+    return None
+
+
 def watch(state: StackState, seconds: float, poll: float) -> Window:
     """Poll the assignments for `seconds`: owner changes, and handoff seconds per shard (worst minute too)."""
     urls, token = state.api_urls(), state.api_token()
     window = Window()
     owners: dict[str, str | None] = {}
     changed_at: dict[str, float] = {}
+    seen_cpu: dict[str, tuple[float, ...]] = {}
     minute: dict[tuple[str, int], float] = defaultdict(float)
     started = last = time.monotonic()
     while time.monotonic() - started < seconds:
         time.sleep(max(0.0, poll - (time.monotonic() - last)))
         now = time.monotonic()
         step, last = now - last, now
+        histories = _cpu_histories(urls, token)
+        for worker, history in (histories or {}).items():
+            if history and history != seen_cpu.get(worker):
+                window.cpu[worker].append(history[-1])
+            seen_cpu[worker] = history
         leases = _poll(urls, token)
         if leases is None:
             continue
@@ -154,6 +177,35 @@ def noise_lines(window: Window) -> list[str]:
             after = f"; in the 10 s after a move {min(ratios):.2f}-{max(ratios):.2f} x that median"
         lines.append(f"  {key}: settled {median:.2f} KiB/s median, sd/mean {spread:.2f}, range "
                      f"{min(settled):.2f}-{max(settled):.2f}{after}")
+    return lines
+
+
+SPIKE_POINTS = 3.0  # a CPU report this many points above its worker's median counts as an excursion
+
+
+def cpu_lines(window: Window) -> list[str]:
+    """Per worker: its CPU reports' median, spread, lag-1 autocorrelation, and excursions (runs of reports above)."""
+    lines = []
+    for worker in sorted(window.cpu):
+        values = [v for v in window.cpu[worker] if v >= 0]
+        if len(values) < 3:
+            continue
+        median, sd = statistics.median(values), statistics.pstdev(values)
+        mean = statistics.fmean(values)
+        deviations = [v - mean for v in values]
+        var = sum(d * d for d in deviations)
+        lag1 = sum(a * b for a, b in itertools.pairwise(deviations)) / var if var else 0.0
+        runs: Counter[int] = Counter()
+        length = 0
+        for value in [*values, -math.inf]:
+            if value > median + SPIKE_POINTS:
+                length += 1
+            elif length:
+                runs[length] += 1
+                length = 0
+        spikes = ", ".join(f"{count} x {size}" for size, count in sorted(runs.items())) or "none"
+        lines.append(f"  {worker}: {len(values)} reports, median {median:.1f} %, sd {sd:.2f}, lag-1 autocorrelation "
+                     f"{lag1:.2f}, max {max(values):.1f}; runs of reports > median + {SPIKE_POINTS:.0f}: {spikes}")
     return lines
 
 
@@ -268,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--details", type=int, default=12, help="moves to print with their reasons")
     parser.add_argument("--noise", action="store_true", help="print the spread of each shard's reported KiB/s")
+    parser.add_argument("--cpu", action="store_true", help="print each worker's CPU reports' spread and excursions")
     parser.add_argument("--run-root", default=".shardherd/churn")
     parser.add_argument("--json", help="append each run's figures to this file (JSON lines)")
     args = parser.parse_args(argv)
@@ -291,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{' -> '.join(w.paths[key])}")
         for line in result.details:
             print(f"  move {line}")
+        if args.cpu:
+            print("  CPU reports per worker (GET /v1/workers at every poll):")
+            print("\n".join(cpu_lines(w)))
         if args.noise:
             print("  reported throughput per shard (GET /v1/assignments at every poll):")
             print("\n".join(noise_lines(w)))

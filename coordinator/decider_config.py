@@ -47,6 +47,10 @@ class DeciderConfig:
     max_leases_for_worker: int = 2**31 - 1
     max_throughput_per_host_kbps: float = math.inf
     worker_metrics_ema_alpha: float = 0.5
+    # Balancing counts a worker's metric only as far out as it was in each of its last this many reports (1: the
+    # newest alone, KCL), each caught up to the load carried now (FleetState._confirm; decision 0013). From the
+    # settings: the reports within `rebalance_persistence_millis` (`persistent_reports`).
+    rebalance_persistent_reports: int = 1
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0
     rebalance_min_gain_kbps: float = 0.5
@@ -67,6 +71,8 @@ class DeciderConfig:
             problems.append(f"max_throughput_per_host_kbps must be > 0, got {self.max_throughput_per_host_kbps}")
         if not 0 < self.worker_metrics_ema_alpha <= 1:
             problems.append(f"worker_metrics_ema_alpha must be in (0, 1], got {self.worker_metrics_ema_alpha}")
+        if self.rebalance_persistent_reports < 1:
+            problems.append(f"rebalance_persistent_reports must be >= 1, got {self.rebalance_persistent_reports}")
         if not 0 <= self.rebalance_dead_band_percentage <= 100:
             problems.append(
                 f"rebalance_dead_band_percentage must be in [0, 100], got {self.rebalance_dead_band_percentage}"
@@ -91,9 +97,20 @@ class DeciderConfig:
             max_leases_for_worker=settings.max_leases_for_worker,
             max_throughput_per_host_kbps=settings.max_throughput_per_host_kbps,
             worker_metrics_ema_alpha=settings.worker_metrics_ema_alpha,
+            rebalance_persistent_reports=persistent_reports(settings),
             rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
             rebalance_min_band_points=settings.rebalance_min_band_points,
             rebalance_min_gain_kbps=settings.rebalance_min_gain_kbps,
             rebalance_min_gain_points=settings.rebalance_min_gain_points,
             allow_receiver_above_average=settings.allow_receiver_above_average,
         )
+
+
+def persistent_reports(settings: Settings) -> int:
+    """How many of a worker's last reports an excess must show in: those within `rebalance_persistence_millis`.
+
+    Worker-mode agents report every heartbeat (about 4 s): 30 s are 8 reports. At most the history an agent keeps;
+    at least the newest report (with reports a reporter period apart, lease mode, KCL's rule).
+    """
+    reports = math.ceil(settings.rebalance_persistence_millis / settings.effective_metrics_report_millis)
+    return max(1, min(settings.no_of_persisted_metrics_per_worker_metrics, reports))

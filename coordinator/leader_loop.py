@@ -82,7 +82,7 @@ class _Reports:
     carried at the runs of that interval (`carried`), not what it carries when the report arrives.
     """
 
-    signature: tuple[object, ...]
+    signature: Signature
     throughput: list[float]
     carried: list[float] = field(default_factory=list)  # KiB/s carried at each run since the last report
 
@@ -536,7 +536,10 @@ class LeaderLoop:
             elif signature != seen.signature:
                 length = max(len(history) for history in record.metric_stats.values())
                 during = statistics.fmean(seen.carried) if seen.carried else now
-                seen = _Reports(signature, [*seen.throughput, during][-max(1, length):], [now])
+                # Every report since the last one seen gets an entry (full scans may come several reports apart),
+                # so the throughput history stays aligned with the metric history it is averaged like.
+                fresh = [during] * _reports_since(seen.signature, signature)
+                seen = _Reports(signature, [*seen.throughput, *fresh][-max(1, length):], [now])
             else:
                 seen = _Reports(signature, seen.throughput, [*seen.carried, now][-_CARRIED_RUNS:])
             kept[record.worker_id] = seen
@@ -704,8 +707,27 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _metrics_signature(record: WorkerRecord) -> tuple[object, ...]:
-    return tuple(sorted(record.metric_stats.items()))
+Signature = tuple[tuple[str, tuple[float, ...]], ...]  # a worker's metric histories, by metric name
+
+
+def _metrics_signature(record: WorkerRecord) -> Signature:
+    return tuple(sorted((name, tuple(history)) for name, history in record.metric_stats.items()))
+
+
+def _reports_since(before: Signature, after: Signature) -> int:
+    """How many reports a worker made between two signatures of its metrics (at least 1).
+
+    The smallest shift that lines the newer history up with the older one (each report appends one value and
+    drops the oldest once the history is full); a history that lines up with no shift (the worker restarted)
+    counts as that many new reports.
+    """
+    old = before[0][1] if before else ()
+    new = after[0][1] if after else ()
+    for shift in range(1, len(new) + 1):
+        overlap = len(new) - shift
+        if overlap <= len(old) and new[:overlap] == old[len(old) - overlap:]:
+            return shift
+    return 1
 
 
 def reported_throughput(lease: Lease, owners: dict[str, WorkerRecord]) -> float | None:

@@ -129,6 +129,10 @@ class Settings(BaseSettings):
     # A balancing move must lower the peak of the workers it involves by at least this much (and by the dead-band).
     rebalance_min_gain_kbps: float = Field(0.5, ge=0)
     rebalance_min_gain_points: float = Field(2.0, ge=0, le=100)
+    # Balancing acts on a worker's metric only as far from the average as each of its reports of this long showed it
+    # (caught up to the load carried now): a few seconds of CPU spike move nothing (decision 0013). 0: the newest
+    # report alone (KCL); with reports `worker_metrics_reporter_freq_millis` apart (lease mode) that is the same.
+    rebalance_persistence_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.fleet.noise import LiveNoise
-from bench.fleet.worker import BASE_CPU, AgentWorker, Kcl2Worker, SimWorker, Timing
+from bench.fleet.worker import AgentWorker, CpuModel, Kcl2Worker, SimWorker, Timing
 from bench.fleet.world import EventQueue, Stream
 from bench.kcl2_taker import Kcl2Taker, taker_interval_seconds
 from bench.store_counter import CountingStore
@@ -23,7 +23,6 @@ from shardherd.shared.lease import Lease
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.store import LeaseStore, Outcome, TableNames
 
-MEAN_CPU_AT_START = 50.0
 LOCK_TICK = 0.5
 SAMPLE_PERIOD = 1.0
 
@@ -62,6 +61,7 @@ class Fleet:
     checkpoint_seconds: float = 0.0
     overrides: dict[str, object] = field(default_factory=dict)  # settings beyond the defaults
     noise: LiveNoise | None = None  # the live stack's measurement noise and lag (bench/fleet_noise.py)
+    cpu_model: CpuModel = field(default_factory=CpuModel)  # how the workers' CPU behaves
     clock: ManualClock = field(default_factory=ManualClock)
     workers: dict[str, SimWorker] = field(default_factory=dict)
     # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
@@ -146,9 +146,10 @@ class Fleet:
         return True
 
     def calibrate(self, workers: int) -> None:
-        """CPU capacity such that `workers` workers sharing the stream sit at MEAN_CPU_AT_START on average."""
+        """CPU capacity such that `workers` workers sharing the stream sit at the CPU model's mean on average."""
         share = self.stream.total() / max(1, workers)
-        self.capacity = share / (MEAN_CPU_AT_START - BASE_CPU) if share > 0 else 1.0
+        span = self.cpu_model.mean_at_start - self.cpu_model.base
+        self.capacity = share / span if share > 0 and span > 0 else 1.0
 
     def add_workers(self, count: int) -> list[str]:
         """Start `count` new workers within the next second (seeded offsets)."""
@@ -192,7 +193,7 @@ class Fleet:
             weight = 1.0 if idle and metric == "tp" else self.stream.kbps.get(lease.lease_key, 0.0)
             tops[owner] = max(tops.get(owner, 0.0), weight)
         if metric == "cpu":
-            return {w: min(100.0, BASE_CPU + top / self.capacity) for w, top in tops.items()}
+            return {w: min(100.0, self.cpu_model.base + top / self.capacity) for w, top in tops.items()}
         return tops
 
     def loads(self, metric: str) -> dict[str, float]:
@@ -205,5 +206,5 @@ class Fleet:
             if owner in loads:
                 loads[owner] += 1.0 if idle and metric == "tp" else self.stream.kbps.get(lease.lease_key, 0.0)
         if metric == "cpu":
-            return {w: min(100.0, BASE_CPU + load / self.capacity) for w, load in loads.items()}
+            return {w: min(100.0, self.cpu_model.base + load / self.capacity) for w, load in loads.items()}
         return loads

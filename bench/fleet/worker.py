@@ -63,19 +63,60 @@ class Timing:
                    settings.epsilon_millis / 1000, settings.no_of_persisted_metrics_per_worker_metrics)
 
 
+@dataclass(frozen=True, slots=True)
+class CpuModel:
+    """How simulated workers' CPU behaves: a base with no lease, the fleet's mean at the start, per-sample noise, and
+    excursions (a few seconds of CPU that no lease explains: garbage collection, a neighbour on a loaded host).
+
+    Excursions start at `excursions_per_minute` per worker; their length is drawn from an exponential distribution of
+    mean `excursion_seconds`, their height uniformly up to twice `excursion_points` (a share `dip_share` of them
+    subtract it). The
+    defaults (no excursions) are the simulator's model since issue 3; bench/fleet_noise.py calibrates one on the
+    live stack.
+    """
+
+    base: float = BASE_CPU
+    mean_at_start: float = 50.0
+    sample_sd: float = CPU_NOISE_SD
+    excursions_per_minute: float = 0.0
+    excursion_seconds: float = 0.0
+    excursion_points: float = 0.0
+    dip_share: float = 0.0
+
+
 class ModelCpu:
-    """A worker's CPU in percent: BASE_CPU + carried KiB/s / the fleet's capacity + seeded noise, within [0, 100]."""
+    """A worker's CPU in percent: the model's base + carried KiB/s / the fleet's capacity + seeded noise and
+    excursions (`CpuModel`), within [0, 100]."""
 
     name = "fleet-sim-model"
 
     def __init__(self, worker: SimWorker) -> None:
         self._worker = worker
+        model = worker.fleet.cpu_model
+        # Excursions draw from their own seeded generator, so a model without them keeps the noise sequence as is.
+        self._excursions = random.Random(f"{worker.fleet.seed}:{worker.worker_id}") \
+            if model.excursions_per_minute > 0 else None
+        self._excursion: tuple[float, float] | None = None  # (end time, height) of the excursion under way
 
     def sample(self) -> float:
-        """One sample of the current load."""
+        """One sample of the current load (taken once a second)."""
         worker = self._worker
-        cpu = BASE_CPU + worker.carried() / worker.fleet.capacity + worker.rng.gauss(0.0, CPU_NOISE_SD)
-        return min(100.0, max(0.0, cpu))
+        model = worker.fleet.cpu_model
+        cpu = model.base + worker.carried() / worker.fleet.capacity + worker.rng.gauss(0.0, model.sample_sd)
+        return min(100.0, max(0.0, cpu + self._excursion_now()))
+
+    def _excursion_now(self) -> float:
+        if self._excursions is None:
+            return 0.0
+        model, now = self._worker.fleet.cpu_model, self._worker.fleet.events.now()
+        if self._excursion is not None and now >= self._excursion[0]:
+            self._excursion = None
+        if self._excursion is None and self._excursions.random() < model.excursions_per_minute / 60.0:
+            height = self._excursions.uniform(0.0, 2.0 * model.excursion_points)
+            if self._excursions.random() < model.dip_share:
+                height = -height
+            self._excursion = (now + self._excursions.expovariate(1.0 / model.excursion_seconds), height)
+        return self._excursion[1] if self._excursion is not None else 0.0
 
 
 class SimWorker(ABC):

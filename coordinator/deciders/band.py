@@ -47,7 +47,9 @@ class BandFleet(FleetState):
         load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
         unowned leases, so its band sits too high while draining and too low after a crash.
         """
-        means = self._averages(active_only=True)  # a metric only draining workers have: 0, as in KCL
+        # Around what persisted (a spike or dip of one worker does not shift the band); a metric only draining
+        # workers have: 0, as in KCL.
+        means = self._averages(active_only=True, values=self.confirmed)
         for metric, mean in means.items():
             if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))

@@ -67,7 +67,7 @@ def metric_to_balance(fleet: FleetState) -> Band | None:
         band = Band(metric, avg, avg - half - slack, avg + half + slack)
         stray = 0.0
         for wid in fleet.active:
-            value = fleet.values[wid].get(metric)
+            value = fleet.confirmed[wid].get(metric)  # only what persisted over the last reports sets balancing off
             if value is None:
                 continue
             ceiling = min(band.upper, fleet.limits[wid][metric])
@@ -102,6 +102,14 @@ class BandBalancer:
     def value(self, wid: str) -> float:
         """The worker's current (in-memory, projected) value of the balanced metric."""
         return self.d.values[wid][self.metric]
+
+    def confirmed(self, wid: str) -> float:
+        """The worker's value as far from the average as its last reports agree (`FleetState.confirmed`).
+
+        A worker sheds only if this too is above its ceiling, and is filled only if this too is below the floor:
+        an excess seen in the newest report alone (a few seconds of CPU spike or dip) moves nothing.
+        """
+        return self.d.confirmed[wid][self.metric]
 
     def ceiling(self, wid: str) -> float:
         """Highest value the worker may keep: the band's upper edge or its operating range, whichever is lower.
@@ -207,7 +215,7 @@ class BandBalancer:
     # -- shed ------------------------------------------------------------------------------------------------------
     def shed(self) -> None:
         """Bring every worker above its ceiling back under it, most excess first."""
-        over = [w for w in self.holders if self.value(w) > self.ceiling(w)]
+        over = [w for w in self.holders if min(self.value(w), self.confirmed(w)) > self.ceiling(w)]
         over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
         for donor in over:
             self._shed_from[donor] = self.value(donor)
@@ -389,7 +397,8 @@ class BandBalancer:
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first, from the most loaded workers."""
         floor = self.floor()
-        under = sorted((w for w in self.holders if self.value(w) < floor), key=lambda w: (self.value(w), w))
+        under = sorted((w for w in self.holders if max(self.value(w), self.confirmed(w)) < floor),
+                       key=lambda w: (self.value(w), w))
         for receiver in under:
             for _ in range(MAX_MOVES_PER_WORKER):
                 if self.value(receiver) >= self.band.lower:

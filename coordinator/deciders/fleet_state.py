@@ -42,13 +42,17 @@ from shardherd.coordinator.load_model import Line, proportional
 from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
 from shardherd.coordinator.snapshot import Snapshot
 from shardherd.shared.streams import stream_prefix
-from shardherd.shared.worker import THROUGHPUT_METRIC
+from shardherd.shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
 # How many receivers a placement may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8
 # A worker whose reports miss more than this share of its throughput change is "unsettled": its value is taken from
 # the line for what it carries now instead of its lagging reports, and its point stays out of the fit (`_catch_up`).
 UNSETTLED_SHARE = 0.4
+
+# A worker whose throughput stayed within this share of what it carries now over its last reports held steady: a
+# CPU excess there is no load change the catch-up explains, so it must persist before balancing acts (`_confirm`).
+STEADY_SHARE = 0.2
 
 HeapEntry = tuple[float, int, str]
 # Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
@@ -90,6 +94,11 @@ class FleetState(abc.ABC):
         self.values: dict[str, dict[str, float]] = {}
         self.limits: dict[str, dict[str, float]] = {}
         lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
+        # Each of the last `rebalance_persistent_reports` reports on its own, with the throughput carried during it
+        # (none when only the newest counts, as in KCL): see `_confirm`.
+        persistent = config.rebalance_persistent_reports
+        reports: list[tuple[dict[str, dict[str, float]], dict[str, float]]] = [
+            ({}, {}) for _ in range(persistent if persistent > 1 else 0)]
         self.count_only = count_only = self._counts_only()
         for worker in snapshot.workers:
             wid = worker.worker_id
@@ -106,6 +115,14 @@ class FleetState(abc.ABC):
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
+                # Only a worker whose load held steady over those reports: where the throughput changed (a move, a
+                # shard turning hot or quiet) the catch-up explains the change and it counts at once, as before.
+                steady = self._steady(wid, worker.throughput_history[-len(reports):]) if reports else False
+                for back, (report, carried) in enumerate(reports if steady else [], start=1):
+                    if len(worker.throughput_history) >= back and all(
+                            len(h) >= back and h[-back] != FAILED_SAMPLE for h in worker.metric_stats.values()):
+                        report[wid] = {m: h[-back] for m, h in worker.metric_stats.items()}
+                        carried[wid] = worker.throughput_history[-back]
         self.before = {wid: dict(vals) for wid, vals in self.values.items()}
         # Every metric name any worker reports: averages and lines are defined over all of them (see `_averages`).
         self.metrics = sorted({metric for vals in self.values.values() for metric in vals})
@@ -122,8 +139,14 @@ class FleetState(abc.ABC):
         self.falling = fleet_now < (1.0 - UNSETTLED_SHARE) * fleet_seen
         self.fitted = self._fit(lagged)
         self.lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
-        self._catch_up(lagged)
+        self._catch_up(self.values, lagged)
+        for report, carried in reports:
+            self._catch_up(report, carried)
+        self.confirmed = self.values
         self.averages = self._balancing_averages()
+        if reports:  # the band as the newest values place it decides whose reports are looked at
+            self.confirmed = self._confirm([report for report, _ in reports])
+            self.averages = self._balancing_averages()
 
     # -- the load model (each strategy's own) ----------------------------------------------------------------------
 
@@ -151,8 +174,45 @@ class FleetState(abc.ABC):
     def _balance(self, notes: list[str]) -> None:
         """The balancing phase: moves in memory (`apply`), and a note on what it balanced."""
 
-    def _catch_up(self, lagged: Mapping[str, float]) -> None:
-        """Add to each reported value what its moving average has not seen yet of the worker's throughput change.
+    def _steady(self, wid: str, carried: tuple[float, ...]) -> bool:
+        """Whether the worker carried about what it carries now during each of these reports (within STEADY_SHARE)."""
+        now = self.ledger.known_throughput(wid)
+        return all(abs(kbps - now) <= STEADY_SHARE * max(kbps, now) for kbps in carried)
+
+    def _confirm(self, reports: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+        """Each worker's values as far from the average as its last reports all agree: who balancing acts on.
+
+        `reports` holds each of the worker's last `rebalance_persistent_reports` reports on its own, caught up to the
+        throughput it carries now (as its moving average is), so a move or a load change the throughput explains
+        shows in all of them alike. CPU the throughput does not explain (a few seconds of spike or dip of one agent
+        on a loaded host) shows in one report only: worker-mode agents report every heartbeat, and KCL's moving
+        average over reports 4 s apart let one spike move leases (decision 0013). Of the moving average and those
+        reports, the value nearest the fleet's average counts: a worker is out of the band only if each of its last
+        reports and its average put it there. (The moving averages as of successive reports would not do: a spike
+        stays in them, halved, for reports after it.) Only workers whose throughput held steady over those reports
+        have them (`_steady`), only values outside the band change (`_persisted`), and moves are still priced on
+        `values`.
+        """
+        confirmed = {}
+        for wid, vals in self.values.items():
+            states = [report[wid] for report in reports if wid in report]
+            confirmed[wid] = {m: self._persisted(m, v, [state.get(m, v) for state in states])
+                              for m, v in vals.items()} if states else vals
+        return confirmed
+
+    def _persisted(self, metric: str, value: float, reports: list[float]) -> float:
+        """A value outside the band (around the newest values' average) as far out as its reports all agree.
+
+        A value inside keeps its moving average: taking its report nearest the average would bias every worker's
+        value towards it by the reports' noise, and the band's average with it.
+        """
+        avg, half = self.averages[metric], self.half_band(metric)
+        if avg - half <= value <= avg + half:
+            return value
+        return _nearest((value, *reports), avg)
+
+    def _catch_up(self, values: dict[str, dict[str, float]], lagged: Mapping[str, float]) -> None:
+        """Add to each value in `values` what its moving average has not seen yet of the worker's throughput change.
 
         The leader records the throughput a worker carried at each of its reports (`throughput_history`); the gap
         between the throughput it carries now (pending handoffs counted where they go) and the moving average of
@@ -168,25 +228,27 @@ class FleetState(abc.ABC):
         for wid, seen in lagged.items():
             now = self.ledger.known_throughput(wid)
             gap = now - seen
-            if not gap:
+            if not gap or wid not in values:
                 continue
             if wid in self.unsettled:  # reports too far behind: the line's value for what it carries now
-                caught_up = {m: bases.get(m, 0.0) + slopes[m] * now for m in self.values[wid]}
+                caught_up = {m: bases.get(m, 0.0) + slopes[m] * now for m in values[wid]}
             else:
-                caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in self.values[wid].items()}
+                caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in values[wid].items()}
             if all(math.isfinite(v) for v in caught_up.values()):  # degenerate (subnormal) throughput: keep reports
-                self.values[wid] = caught_up
+                values[wid] = caught_up
 
-    def _averages(self, active_only: bool = False) -> dict[str, float]:
+    def _averages(self, active_only: bool = False,
+                  values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
         """Per metric: the load of every worker with it over the non-draining ones (KCL's fleet average).
 
-        With `active_only`, draining workers' load is left out (band mode adds their leases' share instead).
+        With `active_only`, draining workers' load is left out (band mode adds their leases' share instead). Of
+        `values` (`confirmed` for the band's average), else of the current values.
         """
         # Every metric any worker reports gets an entry (0 when no non-draining worker reports it), so a lookup by a
         # worker's metric can never miss: a lone metric name on a draining worker is a normal state (rolling deploy).
         totals = dict.fromkeys(self.metrics, 0.0)
         receivers = dict.fromkeys(self.metrics, 0)
-        for wid, vals in self.values.items():
+        for wid, vals in (self.values if values is None else values).items():
             if active_only and wid in self.draining:
                 continue
             for metric, value in vals.items():
@@ -386,3 +448,8 @@ class FleetState(abc.ABC):
             after = {m: round(v, 6) for m, v in self.values.get(wid, {}).items()}
             out.append(self.ledger.summary(wid, shown, before, after))
         return out
+
+
+def _nearest(values: tuple[float, ...], target: float) -> float:
+    """The value nearest `target` (the lower one on a tie)."""
+    return min(values, key=lambda value: (abs(value - target), value))

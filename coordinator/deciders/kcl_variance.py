@@ -56,7 +56,7 @@ class KclVarianceFleet(FleetState):
 
     def _balancing_averages(self) -> dict[str, float]:
         """KCL's fleet averages (draining workers' values included), each metric proportional to throughput."""
-        averages = self._averages()
+        averages = self._averages(values=self.confirmed)
         self.lines = {m: proportional(avg, self.carried_throughput) for m, avg in averages.items()}
         return averages
 
@@ -72,7 +72,7 @@ class KclVarianceFleet(FleetState):
             holders = [wid for wid in self.active if metric in self.values[wid]]
             half = self.half_band(metric)
             upper, lower = avg + half, avg - half
-            vals = {wid: self.values[wid][metric] for wid in holders}
+            vals = {wid: self.confirmed[wid][metric] for wid in holders}  # what persisted (FleetState._confirm)
             lim = {wid: self.limits[wid][metric] for wid in holders}
             triggered = any(v > upper or v < lower or v > lim[w] for w, v in vals.items())
             if not triggered:

@@ -1,0 +1,139 @@
+"""Balancing acts on a metric excess only once it persisted over the last reports (coordinator/deciders/fleet_state.py
+`_confirm`; `rebalance_persistence_millis`, 30 s: 8 reports of a worker-mode agent; decision 0013).
+
+Worker-mode agents report CPU with every heartbeat (about 4 s apart), and KCL's moving average (alpha 0.5 per
+report) then spans about 8 s: on a loaded host one agent's few seconds of CPU spike or dip moved leases (issue 15:
+live churn of 1-2 owner changes per 10 minutes, each one balancing run after such an excursion).
+"""
+
+from __future__ import annotations
+
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig, persistent_reports
+from shardherd.coordinator.leader_lock import LeaderLock
+from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
+from shardherd.shared.worker import WorkerRecord
+
+PERSISTENT = DeciderConfig(rebalance_persistent_reports=2)  # an excess must show in each of the last two reports
+NEWEST_ONLY = DeciderConfig()  # KCL: the moving average as of the newest report
+
+
+def _fleet(histories: dict[str, list[float]], carried: dict[str, list[float]] | None = None,
+           leases: dict[str, int] | None = None) -> Snapshot:
+    """Workers holding 40 KiB/s leases (3 unless `leases` says), with the given CPU and throughput histories."""
+    counts = leases or {}
+    views = [LeaseView(f"{wid}{i}", lease_owner=wid, throughput_kbps=40.0)
+             for wid in histories for i in range(counts.get(wid, 3))]
+    tp = carried or {}
+    workers = [WorkerView(wid, {"C": tuple(h)}, {"C": (100.0,)},
+                          throughput_history=tuple(tp.get(wid, [40.0 * counts.get(wid, 3)] * len(h))))
+               for wid, h in histories.items()]
+    return Snapshot.of(views, workers)
+
+
+def _donors(snapshot: Snapshot, config: DeciderConfig) -> list[str | None]:
+    return [move.from_owner for move in decide(snapshot, config, balance=True).moves]
+
+
+def test_a_cpu_spike_in_one_report_moves_nothing_while_one_seen_in_two_reports_does() -> None:
+    # Live: a plain agent at 8.3 % against a 3.5 % average shed two shards one run after a few seconds of spike.
+    quiet = [4.0] * 10
+    spike = _fleet({"A": [*quiet[:-1], 20.0], "B": quiet, "C": quiet})
+    assert _donors(spike, PERSISTENT) == []
+    assert _donors(spike, NEWEST_ONLY) == ["A"]  # before: A's average (12) was above the band (6.7 +- 4)
+    lasting = _fleet({"A": [*quiet[:-2], 28.0, 28.0], "B": quiet, "C": quiet})
+    assert set(_donors(lasting, PERSISTENT)) == {"A"}
+    # Three reports asked for: two are not enough, three are.
+    three = DeciderConfig(rebalance_persistent_reports=3)
+    assert _donors(lasting, three) == []
+    assert set(_donors(_fleet({"A": [*quiet[:-3], 28.0, 28.0, 28.0], "B": quiet, "C": quiet}), three)) == {"A"}
+
+
+def test_a_worker_dipping_for_one_report_is_not_filled() -> None:
+    # Live: a Spark agent whose CPU dipped to 6 % for a few seconds (average 15.8 %) was handed a lease.
+    busy = [30.0] * 10
+    dip = _fleet({"A": [*busy[:-1], 0.0], "B": busy, "C": busy})
+    assert decide(dip, PERSISTENT, balance=True).moves == ()
+    assert [m.to_worker for m in decide(dip, NEWEST_ONLY, balance=True).moves] == ["A"]
+
+
+def test_a_step_the_throughput_explains_counts_at_once() -> None:
+    # A took six more leases in its last report's interval: its CPU tripled with its throughput. The throughput
+    # explains the change, so it counts at once (A's load did not hold steady over the window: no persistence asked).
+    quiet = [5.0] * 10
+    snapshot = _fleet({"A": [*quiet[:-1], 15.0], "B": quiet, "C": quiet},
+                      carried={"A": [120.0] * 9 + [360.0]}, leases={"A": 9})
+    assert _donors(snapshot, PERSISTENT) == _donors(snapshot, NEWEST_ONLY) != []
+
+
+class _Agents:
+    """Worker rows as worker-mode agents write them: one CPU value appended per heartbeat (10 kept)."""
+
+    def __init__(self, store: MemoryLeaseStore, clock: ManualClock) -> None:
+        self.store, self.clock = store, clock
+        self.histories: dict[str, list[float]] = {}
+        self.beats: dict[str, int] = {}
+
+    def beat(self, cpu: dict[str, float], carried: dict[str, dict[str, float]]) -> None:
+        for wid, value in cpu.items():
+            history = [*self.histories.get(wid, []), value][-10:]
+            self.histories[wid] = history
+            self.beats[wid] = self.beats.get(wid, 0) + 1
+            self.store.upsert_worker(WorkerRecord(
+                wid, int(self.clock.time()), heartbeat=self.beats[wid], metric_stats={"C": tuple(history)},
+                operating_range={"C": (100.0,)}, lease_throughput=carried.get(wid, {})))
+
+
+def _balancing_moves(persistence_millis: int, spike: list[float]) -> list[str]:
+    """Three agents at 4 % CPU heartbeating (and reporting CPU) every heartbeat, A's reports from the 20th on
+    replaced by `spike`; the leader runs twice per heartbeat on an injected clock and balances every run. The
+    balancing moves it wrote."""
+    settings = load_settings(application_name="spike-test", variance_balancing_frequency=1,
+                             rebalance_persistence_millis=persistence_millis)
+    heartbeat = settings.effective_metrics_report_millis / 1000
+    assert heartbeat == settings.effective_heartbeat_interval_millis / 1000  # worker mode: CPU with every heartbeat
+    clock = ManualClock()
+    store = MemoryLeaseStore(TableNames.for_application("spike-test"))
+    lock = LeaderLock(store, "coord", clock, settings.leader_lock_lease_duration_millis,
+                      settings.leader_lock_heartbeat_period_millis)
+    loop = LeaderLoop(store, lock, settings, clock)
+    agents = _Agents(store, clock)
+    for wid in "ABC":
+        for i in range(3):
+            store.create_lease(Lease(f"{wid}{i}", lease_owner=wid))
+    carried = {wid: {f"{wid}{i}": 40.0 for i in range(3)} for wid in "ABC"}
+    moves = []
+    for beat in range(20 + len(spike) + 10):
+        a = spike[beat - 20] if 0 <= beat - 20 < len(spike) else 4.0
+        agents.beat({"A": a, "B": 4.0, "C": 4.0}, carried)
+        for _ in range(2):
+            lock.tick()
+            summary = loop.run_once()
+            if summary is not None and summary.plan is not None:
+                moves += [m.lease_key for m in summary.plan.moves if m.reason.is_balancing]
+            clock.advance(heartbeat / 2)
+    return moves
+
+
+def test_the_leader_moves_nothing_for_one_agents_cpu_excursion_and_acts_on_a_lasting_excess() -> None:
+    # The live stack's pattern with an injected clock: the leader reads the agents' rows every run. By default an
+    # excess must show in every report of 30 s (8 heartbeats of about 4 s).
+    assert _balancing_moves(30_000, [20.0] * 5) == []  # 20 s at 20 % against 4 %
+    assert _balancing_moves(0, [20.0]) != []  # before: A shed a lease one run after a single report's spike
+    assert _balancing_moves(30_000, [20.0] * 10) != []
+
+
+def test_the_persistence_is_a_time_the_reports_within_it_count() -> None:
+    worker_mode = load_settings(application_name="spike-test")
+    assert persistent_reports(worker_mode) == 8  # 30 s of reports 3.975 s apart
+    assert persistent_reports(load_settings(application_name="spike-test", liveness_mode="lease")) == 1  # KCL
+    assert persistent_reports(load_settings(application_name="spike-test", rebalance_persistence_millis=0)) == 1
+    assert persistent_reports(load_settings(application_name="spike-test", rebalance_persistence_millis=600_000)) \
+        == worker_mode.no_of_persisted_metrics_per_worker_metrics  # no more than the history holds
+    assert DeciderConfig.from_settings(worker_mode).rebalance_persistent_reports == 8
