@@ -6,6 +6,7 @@ given leases it could not read for that long (45-95 s under load, session 7). Re
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 from shardherd.services.emulators.moto_server import MotoServer
 from tests.support.fast_settings import fast_env
 from tests.support.stores import make_store, unique_app
+from tests.support.stream_stack import kill_processes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -43,9 +45,7 @@ def test_a_stack_driver_writes_no_worker_row_before_its_spark_session_is_up(moto
         assert driver.poll() is None, text
         assert "Spark session up" in text, "the driver heartbeat before its Spark session existed:\n" + text
     finally:
-        driver.send_signal(signal.SIGUSR1)
-        try:
+        driver.send_signal(signal.SIGUSR1)  # the whole stack stops: leases given back, Spark stopped
+        with contextlib.suppress(subprocess.TimeoutExpired):
             driver.wait(60)
-        except subprocess.TimeoutExpired:
-            driver.kill()
-            driver.wait()
+        kill_processes([driver])
