@@ -65,6 +65,18 @@ def _lock_reads(meter: StoreMeter) -> int:
     return usage_total(meter.rows(), operation="get Leader").requests
 
 
+def _holder_and_contender(store: LeaseStore, seconds: float, latency: float = 0.0,
+                          probe: bool = True) -> tuple[ManualClock, Holders, LeaderLock, LeaderLock]:
+    """coord-a holding the lock and coord-b contending, both ticked for `seconds` of virtual time."""
+    clock = ManualClock()
+    holders = Holders(clock, latency)
+    holder = holders.lock(store, "coord-a", clock)
+    contender = holders.lock(store, "coord-b", clock, probe=probe)
+    assert holder.tick()
+    _for(clock, seconds, holder, contender)
+    return clock, holders, holder, contender
+
+
 def test_a_contender_that_hears_from_the_holder_reads_the_item_once_per_store_check(store: LeaseStore) -> None:
     """Issue 17: the standby's lock polls (one read every heartbeat period) were 18 of the stack's 70 units."""
     clock = ManualClock()
@@ -107,12 +119,7 @@ def test_a_killed_holder_is_taken_over_after_the_lease_duration_with_its_sightin
 def test_a_holder_whose_heartbeats_stop_but_whose_api_answers_is_taken_over_all_the_same(store: LeaseStore) -> None:
     """The holder still answers with its last version (store partitioned from it): a lease duration after the
     contender first heard that version, it reads the item and takes over, never before the holder's lease ends."""
-    clock = ManualClock()
-    holders = Holders(clock)
-    holder = holders.lock(store, "coord-a", clock)
-    contender = holders.lock(store, "coord-b", clock)
-    assert holder.tick()
-    _for(clock, 10, holder, contender)
+    clock, _, holder, contender = _holder_and_contender(store, 10)
     stopped = clock.monotonic()
     _until(clock, contender.is_leader, 20, contender)  # the holder no longer ticks, but answers probes
     assert clock.monotonic() - stopped > DURATION_MS / 1000
@@ -120,12 +127,7 @@ def test_a_holder_whose_heartbeats_stop_but_whose_api_answers_is_taken_over_all_
 
 
 def test_a_release_is_taken_at_the_next_period_and_a_stranger_at_the_url_is_not_believed(store: LeaseStore) -> None:
-    clock = ManualClock()
-    holders = Holders(clock)
-    holder = holders.lock(store, "coord-a", clock)
-    contender = holders.lock(store, "coord-b", clock)
-    assert holder.tick()
-    _for(clock, 5, holder, contender)
+    clock, holders, holder, contender = _holder_and_contender(store, 5)
     assert holder.release()
     assert _until(clock, contender.is_leader, 10, contender) <= PERIOD_MS / 1000 + STEP
 
@@ -140,12 +142,7 @@ def test_a_release_is_taken_at_the_next_period_and_a_stranger_at_the_url_is_not_
 
 def _takeover_after_kill(store: LeaseStore, probe: bool, latency: float) -> float:
     """Seconds from a holder's kill -9 to a contender's takeover (probing with `latency` per answer, or reading)."""
-    clock = ManualClock()
-    holders = Holders(clock, latency)
-    holder = holders.lock(store, "coord-a", clock)
-    contender = holders.lock(store, "coord-b", clock, probe=probe)
-    assert holder.tick()
-    _for(clock, 10, holder, contender)
+    clock, holders, _, contender = _holder_and_contender(store, 10, latency, probe)
     holders.dead.add("http://coord-a/")
     return _until(clock, contender.is_leader, 20, contender)
 
