@@ -120,7 +120,7 @@ class NodeEmulator:
             wait_until(self._answers, self._startup_timeout, f"{self.package} on port {self.port}",
                        lambda: self.running)
         except RuntimeError as exc:
-            output = self._output()
+            output = self.output()
             self.stop()
             raise RuntimeError(f"{exc}; its output ends with:\n{output}") from exc
         return self
@@ -145,7 +145,8 @@ class NodeEmulator:
             connection.close()
         return True
 
-    def _output(self, limit: int = 2000) -> str:
+    def output(self, limit: int = 2000) -> str:
+        """The end of the emulator's output so far (why it failed to start, or why it exited)."""
         if self._log is None:
             return ""
         self._log.seek(0)

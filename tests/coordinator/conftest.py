@@ -31,6 +31,9 @@ def _run(emulator: NodeEmulator) -> Iterator[NodeEmulator]:
         pytest.skip(f"{emulator.package} needs Node.js, which is not on PATH")
     with emulator:
         yield emulator
+        # Died mid-session (the tests after it fail on connect, session 7's CI lost kinesalite once): say why.
+        assert emulator.running, f"{emulator.package} exited during the session; its output ends with:\n" \
+            f"{emulator.output(6000)}"
 
 
 @pytest.fixture(scope="session")
