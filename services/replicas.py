@@ -110,7 +110,7 @@ class ReplicaReporter:
         leading, epoch = self._is_leader()
         with self._guard:
             self._entry = self._entry.model_copy(update={"leading": leading, "epoch": epoch})
-            current = self._entry.model_copy(update={"reported_at": 0.0, "last_error_at": None})
+            current = _news(self._entry)
         return current != self._reported or self._clock.monotonic() - self._reported_at >= KEEPALIVE_SECONDS
 
     def report(self) -> bool:
@@ -136,7 +136,7 @@ class ReplicaReporter:
             condition={VERSION_ATTRIBUTE: version})
         self._consistent = not written
         if written:
-            self._reported = mine.model_copy(update={"reported_at": 0.0, "last_error_at": None})
+            self._reported = _news(mine)
             self._reported_at = sent
         return written
 
@@ -150,3 +150,7 @@ class ReplicaReporter:
                 log.warning("could not report this replica: %s", exc)
             stop.wait(period)
 
+
+def _news(entry: ReplicaEntry) -> ReplicaEntry:
+    """The parts of an entry whose change makes a report due (not its report time, nor an error's time alone)."""
+    return entry.model_copy(update={"reported_at": 0.0, "last_error_at": None})
