@@ -57,6 +57,7 @@ class StopSignals:
         self.stopping = threading.Event()
         self.drain = True
         self._on_drain = on_drain
+        self._unclaimed = [True]  # popped by the first signal's handler: one C call, so no second handler interleaves
 
     def install(self) -> StopSignals:
         """Install the handlers (main thread only)."""
@@ -74,8 +75,12 @@ class StopSignals:
             pass
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if self.stopping.is_set():
-            return  # e.g. the parent-death watcher's SIGTERM after the stack's SIGUSR1
+        # A second signal's handler can run nested inside this one, between any two of its bytecodes (the stack's
+        # SIGUSR1 is followed at once by the parent-death watcher's SIGTERM): only the handler that claims decides.
+        try:
+            self._unclaimed.pop()
+        except IndexError:
+            return
         self.drain = signum != signal.SIGUSR1
         log.info("signal %d: %s", signum, "draining" if self.drain else "stopping with the fleet, no drain")
         if self.drain and self._on_drain is not None:
