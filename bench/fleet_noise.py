@@ -83,6 +83,59 @@ def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: 
     return SteadyResult(seed, fleet.moves.moves, observe / 60.0, statistics.median(spreads) if spreads else 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleOutResult:
+    """One seed of the scale-out scenario: a fourth agent joins the local stack's settled fleet."""
+
+    seed: int
+    leases_new: int  # leases the new agent holds at the end of the settle period
+    share_new: float  # the KiB/s it carries then, over the fleet's average per agent
+    settle_moves: int  # owner changes in the settle period
+    balancing_runs: int  # balancing runs that moved leases in the settle period
+    runs_to_settle: int | None  # balancing runs from the first to the last move of the settle period (None: no move)
+    after_moves: int  # owner changes in the window after it
+
+
+def run_add_agent(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
+                  settle: float = 60.0, observe: float = 300.0, workers: int = 3,
+                  settings: Mapping[str, object] | None = None) -> ScaleOutResult:
+    """The local stack's fleet settles, one agent joins (`bench.churn --scenario add-agent`); what balancing does."""
+    fleet = Fleet(VARIANCE, "worker", local_stream(), seed, overrides={**LOCAL_STACK_SETTINGS, **(settings or {})},
+                  noise=LiveNoise(model, seed), cpu_model=cpu, channel=True)
+    fleet.calibrate(workers)
+    fleet.add_workers(workers)
+    fleet.events.run_until(warmup)
+    fleet.moves.moves = 0
+    (new,) = fleet.add_workers(1)
+    fleet.events.run_until(warmup + settle)
+    settle_moves = fleet.moves.moves
+    runs = [(balancing, moved) for t, balancing, moved in fleet.runs if warmup <= t <= warmup + settle]
+    moved_at = [i for i, (_, moved) in enumerate(runs) if moved]
+    to_settle = None if not moved_at else sum(1 for balancing, _ in runs[moved_at[0]:moved_at[-1] + 1] if balancing)
+    held = [lease.lease_key for lease in fleet.leases() if lease.actual_owner == new]
+    share = sum(fleet.stream.kbps[key] for key in held) * (workers + 1) / fleet.stream.total()
+    fleet.moves.moves = 0
+    fleet.events.run_until(warmup + settle + observe)
+    moving_runs = sum(1 for balancing, moved in runs if balancing and moved)
+    return ScaleOutResult(seed, len(held), share, settle_moves, moving_runs, to_settle, fleet.moves.moves)
+
+
+def _scale_out(seeds: int, model: NoiseModel, cpu: CpuModel, kind: str, warmup: float) -> None:
+    off: dict[str, object] = {"rebalance_fill_on_throughput": False}
+    for label, settings in (("no fill on throughput (before decision 0014)", off), ("default", {})):
+        print(f"{label}:")
+        results = [run_add_agent(7 + i, model, cpu, warmup, settings=settings) for i in range(seeds)]
+        for r in results:
+            print(f"  seed {r.seed}: new agent holds {r.leases_new} of {len(LOCAL_STACK_KBPS)} leases after 60 s "
+                  f"({r.share_new:.0%} of an average agent's KiB/s); "
+                  f"{r.settle_moves} moves in {r.balancing_runs} balancing runs (first to last move: "
+                  f"{r.runs_to_settle if r.runs_to_settle is not None else '-'} balancing runs); "
+                  f"{r.after_moves} owner changes in the 300 s after", flush=True)
+        met = all(r.leases_new > 0 and (r.runs_to_settle or 0) <= 3 and r.after_moves == 0 for r in results)
+        print(f"  scale-out ({kind} agents, CPU metrics on): new agent served within 3 balancing runs, then 0 moves "
+              f"({'MET' if met else 'MISSED'})", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the steady-state scenario on several seeds and print owner changes per 10 minutes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -90,10 +143,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spark", action="store_true", help="deliveries once per Spark micro-batch")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=60.0)
+    parser.add_argument("--add-agent", action="store_true",
+                        help="scale-out: a fourth agent joins after the warm-up (60 s settle, 300 s watch)")
     args = parser.parse_args(argv)
     model = NoiseModel(delivery_period=SPARK_DELIVERY if args.spark else PLAIN_DELIVERY)
     cpu = SPARK_CPU if args.spark else LOCAL_CPU
     kind = "Spark" if args.spark else "plain"
+    if args.add_agent:
+        _scale_out(args.seeds, model, cpu, kind, args.warmup)
+        return 0
     for label, settings in (("newest report only (before decision 0013)", {"rebalance_persistence_millis": 0}),
                             ("default", {})):
         results = [run_steady(7 + i, model, cpu, args.warmup, args.minutes * 60.0, settings=settings)

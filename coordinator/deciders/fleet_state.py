@@ -100,6 +100,8 @@ class FleetState(abc.ABC):
         reports: list[tuple[dict[str, dict[str, float]], dict[str, float]]] = [
             ({}, {}) for _ in range(persistent if persistent > 1 else 0)]
         self.count_only = count_only = self._counts_only()
+        # Per reporting worker, the KiB/s it carried at each report within the persistence window (`add_share`).
+        self.carried_history: dict[str, tuple[float, ...]] = {}
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
@@ -115,6 +117,7 @@ class FleetState(abc.ABC):
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
+                self.carried_history[wid] = worker.throughput_history[-max(1, persistent):]
                 # Only a worker whose load held steady over those reports: where the throughput changed (a move, a
                 # shard turning hot or quiet) the catch-up explains the change and it counts at once, as before.
                 steady = self._steady(wid, worker.throughput_history[-len(reports):]) if reports else False
@@ -142,10 +145,11 @@ class FleetState(abc.ABC):
         self._catch_up(self.values, lagged)
         for report, carried in reports:
             self._catch_up(report, carried)
-        self.confirmed = self.values
+        self.confirmed = self.centres = self.values
         self.averages = self._balancing_averages()
         if reports:  # the band as the newest values place it decides whose reports are looked at
             self.confirmed = self._confirm([report for report, _ in reports])
+            self.centres = self._centres()
             self.averages = self._balancing_averages()
 
     # -- the load model (each strategy's own) ----------------------------------------------------------------------
@@ -179,6 +183,28 @@ class FleetState(abc.ABC):
         now = self.ledger.known_throughput(wid)
         return all(abs(kbps - now) <= STEADY_SHARE * max(kbps, now) for kbps in carried)
 
+    def _centres(self) -> dict[str, dict[str, float]]:
+        """What the band's average is taken over: the value where the excess persisted, else the confirmed value.
+
+        A worker whose excursion did not persist (a spike or dip of a report or two) counts at its confirmed value:
+        it neither shifts the band nor pushes the other workers of a small fleet out of it. A worker beyond the band
+        in every report counts at its moving average: its confirmed value, its report nearest the average, is biased
+        towards the average by the reports' noise, and with several such workers (a fleet after shards turned hot:
+        most workers below the new band) the bias lifted the band's average by 0.6 points; a receiver landed just
+        under the band's edge, above it once the bias was gone, and shed again (decision 0014).
+        """
+        centres = {}
+        for wid, vals in self.values.items():
+            confirmed = self.confirmed[wid]
+            centres[wid] = {m: v if self._side(m, v) == self._side(m, confirmed[m]) else confirmed[m]
+                            for m, v in vals.items()}
+        return centres
+
+    def _side(self, metric: str, value: float) -> int:
+        """-1 below the band around the current average, 1 above it, 0 inside (edges included)."""
+        avg, half = self.averages[metric], self.half_band(metric)
+        return -1 if value < avg - half else 1 if value > avg + half else 0
+
     def _confirm(self, reports: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
         """Each worker's values as far from the average as its last reports all agree: who balancing acts on.
 
@@ -206,10 +232,42 @@ class FleetState(abc.ABC):
         A value inside keeps its moving average: taking its report nearest the average would bias every worker's
         value towards it by the reports' noise, and the band's average with it.
         """
-        avg, half = self.averages[metric], self.half_band(metric)
-        if avg - half <= value <= avg + half:
+        if not self._side(metric, value):
             return value
-        return _nearest((value, *reports), avg)
+        return _nearest((value, *reports), self.averages[metric])
+
+    def add_share(self) -> list[str]:
+        """Give each worker that reports a metric the throughput-share metric `T` as well; returns those workers.
+
+        For the band strategy's fill on throughput (coordinator/deciders/band_moves.py `fill_on_share`) when no
+        reported metric tells the workers apart. Its value is the share of the average KiB/s the worker carries now
+        (as for workers without metrics); its confirmed value the share nearest the average of that and what it
+        carried at each report within the persistence window, so a worker counts as far below only if it was so at
+        each of those reports (a new worker, not a few seconds of low figures). `drop_share` takes it away again.
+        """
+        added = [wid for wid in self.active if wid not in self.default and THROUGHPUT_METRIC not in self.values[wid]]
+        if not added or self.count_only or self.target_throughput <= 0:
+            return []
+        if self.confirmed is self.values:
+            self.confirmed = dict(self.values)
+        scale = 100.0 / self.target_throughput
+        self.lines.setdefault(THROUGHPUT_METRIC, Line(0.0, scale))
+        self.averages[THROUGHPUT_METRIC] = 100.0
+        for wid in added:
+            now = scale * self.ledger.throughput.get(wid, 0.0)
+            past = tuple(scale * kbps for kbps in self.carried_history.get(wid, ()))
+            self.values[wid] = {**self.values[wid], THROUGHPUT_METRIC: now}
+            self.confirmed[wid] = {**self.confirmed[wid], THROUGHPUT_METRIC: _nearest((now, *past), 100.0)}
+            self.limits[wid] = {**self.limits[wid], THROUGHPUT_METRIC: math.inf}
+        return added
+
+    def drop_share(self, added: list[str]) -> None:
+        """Take the throughput-share metric `add_share` gave these workers away again (their summaries as before)."""
+        for wid in added:
+            for table in (self.values, self.confirmed, self.limits):
+                table[wid] = {m: v for m, v in table[wid].items() if m != THROUGHPUT_METRIC}
+        if not any(THROUGHPUT_METRIC in vals for vals in self.values.values()):
+            del self.averages[THROUGHPUT_METRIC]
 
     def _catch_up(self, values: dict[str, dict[str, float]], lagged: Mapping[str, float]) -> None:
         """Add to each value in `values` what its moving average has not seen yet of the worker's throughput change.
