@@ -96,6 +96,21 @@ def test_workers_out_of_the_band_in_every_report_count_at_their_moving_average_i
     # A one-report dip still counts at its confirmed value (test_a_worker_dipping_for_one_report_is_not_filled).
 
 
+def test_an_excess_seen_in_all_but_one_of_eight_reports_persisted() -> None:
+    # A sits at 20 % against 10 % for the others, beyond the band (12 +- 4) in its moving average and in seven of its
+    # eight reports of the window; one report fell inside (noise). That is a lasting excess, and A sheds. Asking all
+    # eight to agree left a worker about one report's noise above the band unconfirmed for 90 s in the simulator
+    # (scale-out, seed 8: 16 balancing runs until its late shed; decision 0014). Two reports inside: a dip of the
+    # excess, not noise; nothing moves.
+    quiet, config = [10.0] * 10, DeciderConfig(rebalance_persistent_reports=8)
+    one = _fleet({"A": [20.0] * 8 + [12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
+    plan = decide(one, config, balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A0", "A", "B")]
+    assert "band [8.00, 16.00] avg 12.00; C A 18.00 -> 12.00" in plan.moves[0].detail
+    two = _fleet({"A": [20.0] * 7 + [12.0, 12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
+    assert decide(two, config, balance=True).moves == ()
+
+
 class _Agents:
     """Worker rows as worker-mode agents write them: one CPU value appended per heartbeat (10 kept)."""
 
