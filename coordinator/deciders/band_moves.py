@@ -17,6 +17,9 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
 * fill: each worker far below the band (a band's width under it: a new or long-idle worker), least loaded first,
   takes from the workers above the average the lease that lands it closest to the average without pushing the
   giver below the band or below the receiver.
+* fill on throughput (`fill_on_share`): when no worker is out of its metric's band, a worker holding nothing, far
+  below the throughput band in every report of the persistence window and not busy by its own metric, is filled on
+  throughput: agents' own CPU on a light stream cannot tell a new agent from the others (decision 0014).
 
 Every move (a swap or push as a whole) must lower the peak of the workers it involves by at least the decider's
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
