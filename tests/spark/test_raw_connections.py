@@ -5,8 +5,6 @@ Over kinesalite on 127.0.0.1; urllib3's own log says when a connection is opened
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from shardherd.agent.read_spec import StartPosition
@@ -29,25 +27,23 @@ def test_a_task_of_many_shards_keeps_a_connection_per_shard(
     kinesis.create_stream(StreamName=stream, ShardCount=shards)
     wait_for(lambda: kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"]
              == "ACTIVE", 30, "stream active")
-    raw = RawKinesis("us-east-1", kinesalite.endpoint_url)
-    plans = []
-    for shard in sorted(item["ShardId"] for item in kinesis.list_shards(StreamName=stream)["Shards"]):
-        for index in range(3):
-            kinesis.put_record(StreamName=stream, Data=f"{shard}-{index}".encode(), PartitionKey="k",
-                               ExplicitHashKey=_hash_key(kinesis, stream, shard))
-        segment = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100).segment
-        assert segment is not None and segment.records == 3
-        plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, 3, segment.bytes, "t"))
-    caplog.set_level("DEBUG", logger="urllib3")
-    reads = [[row for batch in read_plans(raw, stream, tuple(plans)) for row in batch.column("data").to_pylist()]
-             for _ in range(3)]
-    assert reads[0] == reads[1] == reads[2] and len(reads[0]) == 3 * shards
-    assert not [record for record in caplog.records if "pool is full" in record.getMessage()]
-    opened = [record for record in caplog.records if record.getMessage().startswith("Starting new HTTP connection")]
-    assert len(opened) <= shards  # the second and third reads reuse the first read's connections
-
-
-def _hash_key(kinesis: Any, stream: str, shard: str) -> str:
-    """A hash key inside the shard's range, so a put lands on that shard."""
-    ranges = {item["ShardId"]: item["HashKeyRange"] for item in kinesis.list_shards(StreamName=stream)["Shards"]}
-    return str(int(ranges[shard]["StartingHashKey"]))
+    try:
+        raw = RawKinesis("us-east-1", kinesalite.endpoint_url)
+        plans = []
+        for item in sorted(kinesis.list_shards(StreamName=stream)["Shards"], key=lambda item: item["ShardId"]):
+            shard, hash_key = item["ShardId"], item["HashKeyRange"]["StartingHashKey"]  # a put lands on that shard
+            for index in range(3):
+                kinesis.put_record(StreamName=stream, Data=f"{shard}-{index}".encode(), PartitionKey="k",
+                                   ExplicitHashKey=hash_key)
+            segment = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100).segment
+            assert segment is not None and segment.records == 3
+            plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, 3, segment.bytes, "t"))
+        caplog.set_level("DEBUG", logger="urllib3")
+        reads = [[row for batch in read_plans(raw, stream, tuple(plans)) for row in batch.column("data").to_pylist()]
+                 for _ in range(3)]
+        assert reads[0] == reads[1] == reads[2] and len(reads[0]) == 3 * shards
+        assert not [record for record in caplog.records if "pool is full" in record.getMessage()]
+        opened = [record for record in caplog.records if record.getMessage().startswith("Starting new HTTP connection")]
+        assert len(opened) <= shards  # the second and third reads reuse the first read's connections
+    finally:
+        kinesis.delete_stream(StreamName=stream)  # the session's emulator counts open shards against its limit
