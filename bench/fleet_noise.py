@@ -1,4 +1,4 @@
-"""The steady-state churn scenario: the local stack's fleet with the live stack's noise (bench/fleet/noise.py).
+"""Steady-state churn and scale-out: the local stack's fleet with the live stack's noise (bench/fleet/noise.py).
 
 The scenario runs the local stack's fleet (8 shards at the rates the live bench measured, 3 workers, the local
 stack's timings, CPU metrics on as users run them, each agent reporting CPU with every heartbeat) for a warm-up and
@@ -8,8 +8,13 @@ now and then a few seconds of excursion of one agent that no lease explains, as 
 on a loaded host. Each seed runs twice: as the leader balances by default, and counting only each worker's newest
 report (`rebalance_persistent_reports=1`, the balancer before decision 0013).
 
+With `--add-agent`, a fourth agent joins the settled fleet instead (`python -m bench.churn --scenario add-agent`):
+the leases it holds 60 s later, the moves and balancing runs that took, and the owner changes in the 300 s after,
+by default and without the fill on throughput (`rebalance_fill_on_throughput=false`, before decision 0014).
+
     python -m bench.fleet_noise                  # 4 seeds, plain agents
     python -m bench.fleet_noise --spark          # deliveries once per Spark micro-batch, Spark agents' CPU
+    python -m bench.fleet_noise --add-agent      # scale-out with the agents' CPU
 """
 
 from __future__ import annotations
@@ -62,15 +67,22 @@ class SteadyResult:
         return self.moves * 10.0 / self.minutes if self.minutes else 0.0
 
 
-def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
-               observe: float = 600.0, workers: int = 3, settings: Mapping[str, object] | None = None) -> SteadyResult:
-    """The local stack's fleet with nothing changing: owner changes after the warm-up, and the figures' spread."""
+def settled_fleet(seed: int, model: NoiseModel, cpu: CpuModel, warmup: float, workers: int,
+                  settings: Mapping[str, object] | None) -> Fleet:
+    """The local stack's fleet after its warm-up, its owner-change count reset."""
     fleet = Fleet(VARIANCE, "worker", local_stream(), seed, overrides={**LOCAL_STACK_SETTINGS, **(settings or {})},
                   noise=LiveNoise(model, seed), cpu_model=cpu, channel=True)
     fleet.calibrate(workers)
     fleet.add_workers(workers)
     fleet.events.run_until(warmup)
     fleet.moves.moves = 0
+    return fleet
+
+
+def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
+               observe: float = 600.0, workers: int = 3, settings: Mapping[str, object] | None = None) -> SteadyResult:
+    """The local stack's fleet with nothing changing: owner changes after the warm-up, and the figures' spread."""
+    fleet = settled_fleet(seed, model, cpu, warmup, workers, settings)
     seen: dict[str, list[float]] = defaultdict(list)
     t = warmup
     while t < warmup + observe:
@@ -100,12 +112,7 @@ def run_add_agent(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmu
                   settle: float = 60.0, observe: float = 300.0, workers: int = 3,
                   settings: Mapping[str, object] | None = None) -> ScaleOutResult:
     """The local stack's fleet settles, one agent joins (`bench.churn --scenario add-agent`); what balancing does."""
-    fleet = Fleet(VARIANCE, "worker", local_stream(), seed, overrides={**LOCAL_STACK_SETTINGS, **(settings or {})},
-                  noise=LiveNoise(model, seed), cpu_model=cpu, channel=True)
-    fleet.calibrate(workers)
-    fleet.add_workers(workers)
-    fleet.events.run_until(warmup)
-    fleet.moves.moves = 0
+    fleet = settled_fleet(seed, model, cpu, warmup, workers, settings)
     (new,) = fleet.add_workers(1)
     fleet.events.run_until(warmup + settle)
     settle_moves = fleet.moves.moves
