@@ -104,6 +104,7 @@ class FleetState(abc.ABC):
         self.count_only = count_only = self._counts_only()
         # Per reporting worker, the KiB/s it carried at each report within the persistence window (`add_share`).
         self.carried_history: dict[str, tuple[float, ...]] = {}
+        self._share_average: float | None = None  # the average of `T` before `add_share` set it
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
@@ -259,6 +260,7 @@ class FleetState(abc.ABC):
             self.confirmed = dict(self.values)
         scale = 100.0 / self.target_throughput
         self.lines.setdefault(THROUGHPUT_METRIC, Line(0.0, scale))
+        self._share_average = self.averages.get(THROUGHPUT_METRIC)  # workers without metrics have one already
         self.averages[THROUGHPUT_METRIC] = 100.0
         for wid in added:
             now = scale * self.ledger.throughput.get(wid, 0.0)
@@ -273,8 +275,10 @@ class FleetState(abc.ABC):
         for wid in added:
             for table in (self.values, self.confirmed, self.limits):
                 table[wid] = {m: v for m, v in table[wid].items() if m != THROUGHPUT_METRIC}
-        if not any(THROUGHPUT_METRIC in vals for vals in self.values.values()):
+        if self._share_average is None:
             del self.averages[THROUGHPUT_METRIC]
+        else:
+            self.averages[THROUGHPUT_METRIC] = self._share_average
 
     def _catch_up(self, values: dict[str, dict[str, float]], lagged: Mapping[str, float]) -> None:
         """Add to each value in `values` what its moving average has not seen yet of the worker's throughput change.

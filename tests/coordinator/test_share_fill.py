@@ -96,3 +96,21 @@ def test_the_cpu_band_goes_first() -> None:
     # A worker out of the CPU band is balanced on CPU; the throughput fill waits for a run where none is.
     plan = decide(_fleet({"A": 12.0, "B": 3.8, "C": 2.6, "D": 0.3}), CONFIG, balance=True)
     assert plan.moves and {m.reason for m in plan.moves} == {MoveReason.BALANCE_CPU}
+
+
+def test_a_mixed_fleet_is_balanced_on_throughput_share_already_and_the_fill_changes_nothing() -> None:
+    # C reports no metric (KCL's default-metric worker), D is new. The fleet is balanced on the metric all share,
+    # the throughput share `T` (coordinator/metric_basis.py), so D is filled by the band on `T` with or without the
+    # fill on throughput.
+    leases = [LeaseView(key, lease_owner=wid, throughput_kbps=kbps) for wid, own in HELD.items()
+              for key, kbps in own.items()]
+    workers = [WorkerView("A", {"C": (3.0,) * 10}, {"C": (100.0,)}, throughput_history=(3.91,) * 10),
+               WorkerView("B", {"C": (3.8,) * 10}, {"C": (100.0,)}, throughput_history=(5.90,) * 10),
+               WorkerView("C"),
+               WorkerView("D", {"C": (0.3,) * 10}, {"C": (100.0,)}, throughput_history=(0.0,) * 10)]
+    snapshot = Snapshot.of(leases, workers)
+    plan = decide(snapshot, CONFIG, balance=True)
+    off = decide(snapshot, DeciderConfig(rebalance_persistent_reports=8, rebalance_fill_on_throughput=False),
+                 balance=True)
+    assert _moves(plan) == _moves(off) == [("s5", "B", "D")]
+    assert plan.averages == off.averages == {THROUGHPUT_METRIC: 100.0}
