@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent.consumer import RecordProcessor
 from shardherd.agent.lease_keeper import LossReason
+from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.runtime import Agent
-from shardherd.agent.spark.book import ShardBook, arrival_spans
+from shardherd.agent.spark.book import ShardBook, arrival_spans, source_key
 from shardherd.agent.spark.channel import Segment
 from shardherd.agent.spark.commit import BatchFunction, CheckpointingSink
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
-from shardherd.agent.spark.probe import Prober
+from shardherd.agent.spark.probe import Prober, ProbeResult
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions
 from shardherd.shared.checkpoint import SHARD_END
 from shardherd.shared.clock import Clock
@@ -78,6 +79,8 @@ class SparkAgent(Agent):
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
         self._probe_interval = probe_interval
+        self._lookahead = 2 * self.options.caps.max_records  # probed records waiting before a shard's probes pause
+        self._probe_limit = min(self.options.caps.max_records, 10_000)  # records per probe (GetRecords' maximum)
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._commit_pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="shard-checkpoint")
         self._query: StreamingQuery | None = None
@@ -107,6 +110,8 @@ class SparkAgent(Agent):
         if not lease.is_finished:
             self.book.acquired(lease)
             self._probe_soon.set()
+            if not self._halt.is_set():
+                self._probe_pool.submit(self._probe_first, source_key(lease))
 
     def handoff_requested(self, lease: Lease) -> None:
         """Stop planning and writing the shard; transfer it now, or right after the sink write in flight checkpointed.
@@ -287,22 +292,35 @@ class SparkAgent(Agent):
 
         A round costs about one GetRecords whatever the shard count.
         """
-        lookahead = 2 * self.options.caps.max_records
-        limit = min(self.options.caps.max_records, 10_000)
         while True:
             self._probe_soon.wait(self._probe_interval)
             self._probe_soon.clear()
             if self._halt.is_set():
                 return
-            targets = self.book.to_probe(lookahead)
-            results = self._probe_pool.map(lambda target: self._prober.probe(target[0], target[1], limit), targets)
-            now = time.time()
+            targets = self.book.to_probe(self._lookahead)
+            results = self._probe_pool.map(self._probe_one, targets)
             for (shard, frontier), result in zip(targets, results, strict=True):
-                if self.book.probed(shard, frontier, result):
-                    self._finish_shard(shard)
-                key = self.book.lease_key(shard)
-                if key is not None:
-                    self.progress.record(key, 0, 0, self.book.lag_millis(shard, now), self.book.records_behind(shard))
+                self._probed(shard, frontier, result)
+
+    def _probe_one(self, target: tuple[str, StartPosition]) -> ProbeResult:
+        return self._prober.probe(target[0], target[1], self._probe_limit)
+
+    def _probe_first(self, shard: str) -> None:
+        """Probe a shard just acquired at once, not after the round in progress: the next plan waits for this probe.
+
+        The probe loop may probe the shard at the same time; the book applies only the first result from a frontier.
+        """
+        for target, frontier in self.book.to_probe(self._lookahead):
+            if target == shard:
+                self._probed(shard, frontier, self._probe_one((shard, frontier)))
+
+    def _probed(self, shard: str, frontier: StartPosition, result: ProbeResult) -> None:
+        """Apply one probe: the book's segments, SHARD_END at a closed shard's end, the lease's lag."""
+        if self.book.probed(shard, frontier, result):
+            self._finish_shard(shard)
+        key = self.book.lease_key(shard)
+        if key is not None:
+            self.progress.record(key, 0, 0, self.book.lag_millis(shard, time.time()), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:
         """The shard is closed and everything up to its end is checkpointed: store SHARD_END so children start."""
