@@ -108,5 +108,5 @@ class CheckpointingSink:
             raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
         written = time.monotonic()
         self._committer.commit_progress(batch_id, held)
-        log.debug("batch %d: %d shards read and written in %.3f s, checkpointed in %.3f s", batch_id, len(held),
-                  written - began, time.monotonic() - written)
+        log.debug("batch %d: shards %s read and written in %.3f s, checkpointed in %.3f s", batch_id,
+                  ",".join(plan.shard_id for plan in held), written - began, time.monotonic() - written)
