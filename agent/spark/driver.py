@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from shardherd.agent.consumer import RecordProcessor
+from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import LossReason
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.runtime import Agent
@@ -97,6 +98,7 @@ class SparkAgent(Agent):
         self._commit_pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="shard-checkpoint")
         self._pending: list[Future[None]] = []  # the last committed batch's checkpoints being stored
         self._pending_guard = threading.Lock()
+        self._first_batch_done = False
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
         self._probe_soon = threading.Event()  # a newly held shard is probed at once, so the next batch reads it
@@ -181,6 +183,9 @@ class SparkAgent(Agent):
         and a crash before that reads the batch again (at least once, as a crash between write and checkpoint).
         """
         self.await_checkpoints()
+        if not self._first_batch_done:  # PySpark's imports and objects of a query's first batch live on too
+            self._first_batch_done = True
+            freeze_long_lived("after the first micro-batch")
         ordered = sorted(plans, key=lambda plan: not self.book.is_handing_off(plan.shard_id))
         staged = [(plan, self._advance(batch_id, plan)) for plan in ordered]
         futures = [self._commit_pool.submit(self._store_checkpoint, batch_id, plan, advance)
