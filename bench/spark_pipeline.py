@@ -20,6 +20,7 @@ With `--kpl`, the producer packs user records into KPL aggregates (agent/kpl.py)
 from __future__ import annotations
 
 import argparse
+import logging
 import multiprocessing as mp
 import queue
 import statistics
@@ -31,6 +32,7 @@ from typing import Any
 from shardherd.agent.kpl import UserRecord, encode_aggregate
 from shardherd.agent.spark.driver import SparkAgent
 from shardherd.agent.spark.offsets import Caps
+from shardherd.agent.spark.progress_log import PHASES
 from shardherd.shared.aws import make_client
 from tests.support.stream_stack import local_spark, local_stream_stack
 
@@ -167,7 +169,12 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of each step not measured")
     parser.add_argument("--cap", type=int, default=10_000, help="Kinesis records per shard per batch")
     parser.add_argument("--trigger", default="1 second")
+    parser.add_argument("--timings", action="store_true",
+                        help="log each batch's sink seconds (read + write, checkpoints) on stderr")
     args = parser.parse_args()
+    if args.timings:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("shardherd.agent.spark.commit").setLevel(logging.DEBUG)
     rates = [float(rate) for rate in args.rates.split(",")]
     context = mp.get_context("spawn")
     with local_stream_stack("bench-spark", args.shards, failover_millis=4000) as stack:
@@ -253,6 +260,9 @@ def main() -> None:
             rows = statistics.median(item["numInputRows"] for item in batches)
             print(f"spark batches with rows (last {len(batches)}): median {statistics.median(durations):.2f} s, "
                   f"max {max(durations):.2f} s; median rows {rows:.0f}")
+            phases = {phase: statistics.median(item["durationMs"].get(phase, 0) for item in batches)
+                      for phase in (*PHASES, "triggerExecution")}
+            print("their median phases (ms): " + ", ".join(f"{name} {value:.0f}" for name, value in phases.items()))
         if not first_write:
             print(f"no batch written; query active {query.isActive}, last progress {query.lastProgress}, "
                   f"exception {query.exception() if not query.isActive else None}")

@@ -29,6 +29,7 @@ from shardherd.agent.spark.commit import BatchFunction, CheckpointingSink
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.probe import Prober, ProbeResult
+from shardherd.agent.spark.probe_schedule import ProbeSchedule
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions
 from shardherd.shared.checkpoint import SHARD_END
 from shardherd.shared.clock import Clock
@@ -91,7 +92,7 @@ class SparkAgent(Agent):
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp,
                               merge_below=self.options.caps.max_records // 8)
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
-        self._probe_interval = probe_interval
+        self.probe_schedule = ProbeSchedule(probe_interval)
         self._lookahead = 2 * self.options.caps.max_records  # probed records waiting before a shard's probes pause
         self._probe_limit = min(self.options.caps.max_records, 10_000)  # records per probe (GetRecords' maximum)
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
@@ -289,6 +290,11 @@ class SparkAgent(Agent):
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
+        if not available_now:  # Spark's own parser of the interval: probe rounds end just before each trigger
+            jvm = spark._jvm
+            assert jvm is not None
+            trigger = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(processing_time)
+            self.probe_schedule.trigger = int(trigger.intervalMs()) / 1000
         query = writer.start()
         if not self._thread.is_alive():
             self.start()
@@ -330,19 +336,22 @@ class SparkAgent(Agent):
         thread.start()
 
     def _probe_loop(self) -> None:
-        """Probe every owned shard in parallel each interval, and at once when a shard is acquired.
+        """Probe every owned shard in parallel on the probe schedule, and at once when a shard is acquired.
 
-        A round costs about one GetRecords whatever the shard count.
+        A round costs about one GetRecords whatever the shard count; with a processing-time trigger each round ends
+        just before a trigger (agent/spark/probe_schedule.py).
         """
         while True:
-            self._probe_soon.wait(self._probe_interval)
+            self._probe_soon.wait(self.probe_schedule.delay(time.time()))
             self._probe_soon.clear()
             if self._halt.is_set():
                 return
+            began = time.monotonic()
             targets = self.book.to_probe(self._lookahead)
             results = self._probe_pool.map(self._probe_one, targets)
             for (shard, frontier), result in zip(targets, results, strict=True):
                 self._probed(shard, frontier, result)
+            self.probe_schedule.round_took(time.monotonic() - began)
 
     def _probe_one(self, target: tuple[str, StartPosition]) -> ProbeResult:
         return self._prober.probe(target[0], target[1], self._probe_limit)

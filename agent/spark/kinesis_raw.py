@@ -25,6 +25,9 @@ from shardherd.shared.aws import make_client
 
 _TARGET = "Kinesis_20131202."
 _CONTENT_TYPE = "application/x-amz-json-1.1"
+# Connections kept open per endpoint. A task reads its shards at once, one thread each (arrow_read.read_plans), and the
+# driver probes from 8 threads: with fewer, each call beyond the pool would open (on AWS: TLS-handshake) a new one.
+KEPT_CONNECTIONS = 64
 _RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException",
                         "KMSThrottlingException", "InternalFailure", "ServiceUnavailable", "ThrottlingException"})
 
@@ -46,7 +49,8 @@ class RawKinesis:
         if credentials is None:
             raise ShardReadError("no AWS credentials found for Kinesis")
         self._credentials = credentials
-        self._http = urllib3.PoolManager(maxsize=8, retries=False, timeout=urllib3.Timeout(connect=5, read=30))
+        self._http = urllib3.PoolManager(maxsize=KEPT_CONNECTIONS, retries=False,
+                                         timeout=urllib3.Timeout(connect=5, read=30))
         self._attempts = attempts
         self._rng = rng or random.Random()
 

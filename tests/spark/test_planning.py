@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark import source
 from shardherd.agent.spark.book import ShardBook
 from shardherd.agent.spark.channel import (
     ChannelError,
@@ -24,7 +25,6 @@ from shardherd.agent.spark.commit import offset_log_entry
 from shardherd.agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
 from shardherd.agent.spark.planning import group_plans, partitions_to_read, plan_next, shard_plan
 from shardherd.agent.spark.probe import ProbeResult
-from shardherd.agent.spark import source
 from shardherd.agent.spark.source import ShardherdStreamReader, SourceOptions
 from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shardherd.shared.lease import Lease
@@ -172,7 +172,7 @@ def test_a_plan_waits_once_for_the_first_probe_of_a_shard_just_acquired(tmp_path
     monkeypatch.setattr(source, "FIRST_PROBE_WAIT_SECONDS", 2.0)
     book = ShardBook("w", tmp_path)
     book.acquired(_lease("s-1", Checkpoint("30")))
-    book.probed("s-1", StartPosition.after(Checkpoint("30")), ProbeResult(Segment(Checkpoint("40"), 2, 20), 0))
+    book.probed("s-1", StartPosition.after(Checkpoint("30")), ProbeResult(Segment(Checkpoint("40"), 2, 20), behind_millis=0))
     reader = ShardherdStreamReader(SourceOptions(tmp_path, "orders"))
     limit = reader.getDefaultReadLimit()
     first = reader.latestOffset(BatchOffset().to_json(), limit)

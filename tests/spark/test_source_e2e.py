@@ -40,6 +40,7 @@ def test_every_record_once_read_on_executors_and_a_fresh_checkpoint_resumes_from
     stack.produce(400, "a")
     query = first.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp-1"),
                             processing_time="300 milliseconds")
+    assert first.probe_schedule.trigger == 0.3  # Spark's parse of the interval: probe rounds end before triggers
     wait_for(stack.all_delivered, 90, "400 records written")
     counts = stack.sink.payloads()
     assert set(counts) == set(stack.produced) and max(counts.values()) == 1
@@ -154,6 +155,7 @@ def test_available_now_catches_up_in_capped_batches_then_finishes(spark_stack: S
     stack.produce(200, "a")
     wait_for(lambda: all(view.pending for view in driver.book.snapshot().shards.values()), 30, "probes saw records")
     query = driver.run_query(stack.spark, stack.sink.writer("driver-1"), str(stack.tmp / "cp"), available_now=True)
+    assert driver.probe_schedule.trigger is None  # no trigger grid: rounds follow the probe period
     assert query.awaitTermination(120)
     counts = stack.sink.payloads()
     assert set(counts) == set(stack.produced) and max(counts.values()) == 1

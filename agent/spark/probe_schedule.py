@@ -1,0 +1,60 @@
+"""When the driver probes its shards: rounds on the query's trigger grid, each ending just before a batch plans.
+
+A processing-time trigger starts micro-batches at whole multiples of its interval since the epoch (Spark's
+ProcessingTimeExecutor), and a batch plans only the records the last probe round found. Rounds at a fixed period
+from whenever the previous one ended fall anywhere between two triggers, so a record waits for a round (up to a
+period) and then for a trigger (up to an interval). Rounds placed so that one ends just before each trigger make
+the second wait nearly nothing: a record arriving after a trigger's round is planned by the next trigger.
+"""
+
+from __future__ import annotations
+
+import math
+
+LEAD_MARGIN_SECONDS = 0.03  # publish time and jitter beyond the rounds' measured duration
+FIRST_LEAD_SECONDS = 0.1
+EMA_WEIGHT = 0.2
+
+
+class ProbeSchedule:
+    """The probe rounds' timing: every `period` seconds, aligned to the trigger's grid once the trigger is known."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self.trigger: float | None = None  # the query's processing-time interval in seconds; None: not aligned
+        self._round_seconds = FIRST_LEAD_SECONDS
+
+    @property
+    def lead(self) -> float:
+        """Seconds before a trigger its round starts: the rounds' usual duration and a margin, at most half a period."""
+        return min(self.period / 2, 1.5 * self._round_seconds + LEAD_MARGIN_SECONDS)
+
+    def round_took(self, seconds: float) -> None:
+        """Record a round's duration (GetRecords calls and the snapshot's publication)."""
+        self._round_seconds += EMA_WEIGHT * (seconds - self._round_seconds)
+
+    def aligned_period(self) -> float:
+        """Seconds between rounds on the trigger grid: the period stretched to divide the trigger, or to a multiple.
+
+        So rounds are never more frequent than `period` (each costs one GetRecords per shard, against the shard's 5
+        calls a second), and every round ends just before a trigger.
+        """
+        period, trigger = self.period, self.trigger
+        if not trigger:
+            return period
+        if trigger >= period:
+            return trigger / math.floor(trigger / period)
+        return trigger * math.ceil(period / trigger)
+
+    def delay(self, now: float) -> float:
+        """Seconds from `now` (epoch seconds, after a round ended) to the next round's start.
+
+        Without a trigger, `period`. With one, the next round starts `lead` before a grid point at least half a step
+        away: not the point the round that just ended served, though the lead may have shrunk since it started (a
+        round that overran its point by less than half a step still serves the next one).
+        """
+        if not self.trigger:
+            return self.period
+        step = self.aligned_period()
+        end = (math.floor((now + step / 2) / step) + 1) * step
+        return end - self.lead - now
