@@ -167,7 +167,8 @@ class LeaseKeeper:
             return Outcome.lost(Conflict.OWNERSHIP, None)
         if progress is None and self._progress:
             progress = self._progress([lease_key]).get(lease_key)
-        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress)
+        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress,
+                                         expected=held.lease)  # the row as our last write left it: no read first
         if outcome.applied and outcome.lease is not None:
             with self._guard:
                 if lease_key in self._held:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent import kpl_decoding
 from shardherd.agent.assignment_watch import AssignmentWatch
+from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV
 from shardherd.agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSampler, SamplingThread, WorkerMetrics
@@ -177,7 +178,12 @@ class Agent:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Agent:
-        """Start sampling and the keeper loop (heartbeat start jittered so a fleet start does not synchronise)."""
+        """Start sampling and the keeper loop (heartbeat start jittered so a fleet start does not synchronise).
+
+        The start-up heap is frozen first (agent/heap.py), so no full garbage collection pauses the heartbeat for
+        long while the agent holds leases.
+        """
+        freeze_long_lived("at agent start")
         source = self.sampler.source
         if source is not None:
             try:

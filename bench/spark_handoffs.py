@@ -10,16 +10,21 @@ under `<run-dir>/shard-counts/records/<worker>`, so a file's modification time i
   driver's files, counted before and after the trial (target 0; each batch writes a key once).
 - kill -9 (through the stack's control socket): per shard the killed agent held, seconds from the kill to its first
   file on another agent (target < 15 s at the default 10 s failover); a fresh agent is added back afterwards.
-Prints each trial, then median, p90 and max over trials, and the load average (the machine is shared).
+Prints each trial, then median, p90 and max over trials, and the load average (the machine is shared). With
+`--timeline`, each drained shard's steps from the drivers' logs (`<run-dir>/logs/<worker>.log`), in seconds after the
+drained driver's last file: the handoff requested and completed there, the receiver acquiring the lease, the
+receiver's sink starting the batch that wrote it (its write and checkpoints end the line), and its first file.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -66,6 +71,47 @@ class Written:
         return int(table.num_rows - table.group_by(KEY).aggregate([]).num_rows)
 
 
+def log_steps(run_dir: Path, worker: str, shard: str, since: float) -> list[tuple[float, str]]:
+    """(time, step) of `shard` in `worker`'s log after `since`: handoff asked, lease ended, acquired, sink batches."""
+    path = run_dir / "logs" / f"{worker}.log"
+    if not path.is_file():
+        return []
+    patterns = [(re.compile(rf"handoff of {shard} to \S+ requested"), "handoff requested"),
+                (re.compile(rf"lease {shard} ended on this worker: (\w+)"), "released ({})"),
+                (re.compile(rf"acquired {shard} at"), "acquired")]
+    sink = re.compile(rf"batch (\d+): shards \S*{shard}\S* read and written in ([\d.]+) s, checkpointed in ([\d.]+) s")
+    steps = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            at = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except ValueError:
+            continue
+        if at < since:
+            continue
+        for pattern, name in patterns:
+            found = pattern.search(line)
+            if found:
+                steps.append((at, name.format(*found.groups())))
+        batch = sink.search(line)
+        if batch:
+            wrote, checkpointed = float(batch.group(2)), float(batch.group(3))
+            steps.append((at - wrote - checkpointed, f"batch {batch.group(1)} sink began"))
+            steps.append((at - checkpointed, f"batch {batch.group(1)} written"))
+    return sorted(steps)
+
+
+def timeline(run_dir: Path, shard: str, donor: str, last: float, receiver: str, first: float) -> str:
+    """One drained shard's steps on both drivers, in seconds after the donor's last file (`log_steps`)."""
+    steps = [(at, f"{donor}: {name}") for at, name in log_steps(run_dir, donor, shard, last - 5)
+             if "handoff" in name or "released" in name]
+    received = [(at, f"{receiver}: {name}") for at, name in log_steps(run_dir, receiver, shard, last - 5)
+                if at <= first + 3]
+    acquired = [at for at, name in received if name.endswith("acquired")]
+    steps += [step for step in received if acquired and step[0] >= acquired[-1]]
+    steps.append((first, f"{receiver}: first file"))
+    return "; ".join(f"{name} {at - last:+.2f}" for at, name in sorted(steps))
+
+
 def wait_written(written: Written, shards: list[str], not_by: str, after: float,
                  timeout: float) -> dict[str, float | None]:
     """Per shard, when another worker first wrote it after `after` (None if not within `timeout`)."""
@@ -90,8 +136,12 @@ def busiest(scenarios: Scenarios) -> tuple[str, list[str]]:
     return worker, sorted(held[worker])
 
 
-def drain_trial(state: StackState, scenarios: Scenarios, written: Written, timeout: float) -> tuple[list[float], int]:
-    """Drain the busiest agent; per-shard gaps in seconds and the duplicates the trial added."""
+def drain_trial(state: StackState, scenarios: Scenarios, written: Written, timeout: float,
+                steps_of: Path | None = None) -> tuple[list[float], int]:
+    """Drain the busiest agent; per-shard gaps in seconds and the duplicates the trial added.
+
+    With `steps_of` (the run directory) each shard's `timeline` is printed too.
+    """
     worker, shards = busiest(scenarios)
     before = written.duplicates()
     client = OperatorClient(state.api_urls(), state.api_token())
@@ -113,6 +163,9 @@ def drain_trial(state: StackState, scenarios: Scenarios, written: Written, timeo
               f"{'not resumed' if first is None else f'resumed {first - asked:+.1f} s'}; "
               f"gap {'-' if gap is None else f'{gap:.1f}'} s", flush=True)
         gaps.append(float("inf") if gap is None else gap)
+        if steps_of is not None and first is not None and last is not None:
+            receiver = next(who for who, at, held in written.scan() if at == first and shard in held)
+            print(f"    {timeline(steps_of, shard, worker, last, receiver, first)}", flush=True)
     return gaps, added
 
 
@@ -147,6 +200,7 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=1)
     parser.add_argument("--settle", type=float, default=20.0, help="seconds between trials (rebalancing)")
     parser.add_argument("--timeout", type=float, default=90.0)
+    parser.add_argument("--timeline", action="store_true", help="print each drained shard's steps from the logs")
     args = parser.parse_args()
     state = StackState.read(args.run_dir)
     scenarios = Scenarios(state, args.timeout, say=lambda line: None)
@@ -156,7 +210,8 @@ def main() -> None:
     kills: list[float] = []
     for trial in range(args.drains):
         print(f"drain {trial + 1}/{args.drains} (load {os.getloadavg()[0]:.1f})", flush=True)
-        found, added = drain_trial(state, scenarios, written, args.timeout)
+        found, added = drain_trial(state, scenarios, written, args.timeout,
+                                   args.run_dir if args.timeline else None)
         gaps.extend(found)
         duplicates.append(added)
         time.sleep(args.settle)

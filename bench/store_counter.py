@@ -114,10 +114,10 @@ class CountingStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
         """Counted as `checkpoint`."""
         return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state,
-                                                               progress))
+                                                               progress, expected))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """Counted as `release`."""

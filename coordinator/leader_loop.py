@@ -68,6 +68,7 @@ class ShardSyncFailed(Exception):
 
 # At most this many runs' carried throughput is kept per worker between two metric reports (a bound on memory).
 _CARRIED_RUNS = 64
+VERDICT_SLACK_SECONDS = 0.02  # a run for a worker's verdict comes this long after its failover time ends
 
 
 class LeadershipLost(Exception):
@@ -128,6 +129,7 @@ class LoopTiming:
     balancing_frequency: int
     failure_threshold: int
     stand_down: float
+    heartbeat: float  # the agents' heartbeat period: a row unchanged for longer is watched for its verdict
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
@@ -142,6 +144,7 @@ class LoopTiming:
             balancing_frequency=settings.variance_balancing_frequency,
             failure_threshold=settings.leader_failure_threshold,
             stand_down=settings.leader_stand_down_millis / 1000,
+            heartbeat=settings.effective_heartbeat_interval_millis / 1000,
         )
 
 
@@ -190,9 +193,25 @@ class LeaderLoop:
             if stop.wait(self._timing.interval / 4) or contending:
                 continue
             deadline = time.monotonic() + self._timing.interval * 3 / 4
+            verdict = self._next_verdict()
+            if verdict is not None:
+                deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
             while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
                 self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
         self.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
+
+    def _next_verdict(self) -> float | None:
+        """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
+
+        So a crashed worker's leases move one failover time after its last heartbeat was seen, not up to an
+        assignment interval later (kill -9 -> read elsewhere at a 3 s failover and a 1 s interval: 0.5 s on average).
+        """
+        term = self._term
+        if term is None:
+            return None
+        now = self._clock.monotonic()
+        due = term.tracker.next_verdict(now, self._timing.heartbeat)
+        return None if due is None else max(0.0, due - now)
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader. Never raises for store trouble."""

@@ -361,6 +361,17 @@ class LivenessTracker:
         return (silent is not None and silent <= self.grace.of(self.records.get(worker_id))
                 and self.workers.confirmed(worker_id))
 
+    def next_verdict(self, now: float, quiet: float) -> float | None:
+        """When the first live worker whose row has been unchanged for over `quiet` seconds would count as gone.
+
+        A run at that moment moves a dead worker's leases at once, instead of at the next interval's run (up to an
+        interval later). Workers that wrote within `quiet` (their heartbeat period) are left out: they beat on.
+        """
+        due = [since + self.grace.of(self.records.get(worker)) for worker in self.records
+               if self.worker_alive(worker, now) and (since := self.workers.since(worker)) is not None
+               and now - since > quiet]
+        return min(due) if due else None
+
     def worker_receives(self, worker_id: str, now: float) -> bool:
         """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace)."""
         silent = self.workers.silent_for(worker_id, now)

@@ -164,8 +164,11 @@ class MemoryLeaseStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None) -> Outcome:
-        """Record progress for the actual owner; STALE_CHECKPOINT if it (or the pending one) would regress."""
+                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+        """Record progress for the actual owner; STALE_CHECKPOINT if it (or the pending one) would regress.
+
+        `expected` is not needed: the row is read under the store's lock.
+        """
 
         def check(lease: Lease) -> Conflict | None:
             if lease.actual_owner != worker:

@@ -169,12 +169,15 @@ class LeaseStore(ABC):
     @abstractmethod
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
         """Record progress; monotonic (STALE_CHECKPOINT if it would go backwards or past SHARD_END).
 
         Allowed for the lease owner when no handoff is running, or for the checkpoint owner during one. Resets
         `ownerSwitchesSinceCheckpoint`, clears (or sets) the pending checkpoint, counter+1. `progress` (lag, records,
         bytes; failures and refusals are the worker row's) is stored on the lease in the same write when given.
+        `expected` is the row as the caller last saw it (its own last write): a store that reads the row before its
+        conditional write may start from it instead, saving that read; a stale one costs a refused write and a retry
+        from the row it returns, never a wrong checkpoint.
         """
 
     @abstractmethod

@@ -80,6 +80,11 @@ class ShardView:
         return bool(self.segments)
 
     @property
+    def unprobed(self) -> bool:
+        """True for an owned shard the agent has not probed yet (just acquired): whether records wait is unknown."""
+        return self.state is ShardState.OWNED and self.behind_millis is None and not self.segments
+
+    @property
     def next_arrival(self) -> float | None:
         """Arrival time (epoch s) of the first waiting record, when known."""
         return self.segments[0].first_arrival if self.segments else None

@@ -6,11 +6,12 @@ earns is the plan's end: known without looking at the data, so the user's write 
 persist, no summary job, no cached block whose loss could let a checkpoint pass records never written).
 
 Order per batch: mark the planned shards held under the plan's tenure and not handing off as being written -> drop
-rows of the others -> the user's write -> one fenced checkpoint per shard still held under that tenure (shards under
-handoff first), each shard unmarked right after its own checkpoint, which completes its handoff if one waited for
-it. A handoff requested before the write started excludes the shard from it, so it completes at once, never waiting
-for a batch. A lost lease turns that shard's checkpoint into a
-logged no-op; the query keeps running for the other shards. A failed write checkpoints nothing and reaches Spark as
+rows of the others -> the user's write -> each shard still held under that tenure moves on to the plan's end in the
+driver's book (the next plan starts there) -> one fenced checkpoint per shard, stored in the background (shards under
+handoff first), each shard unmarked right after its own checkpoint was stored, which completes its handoff if one
+waited for it. A handoff requested before the write started excludes the shard from it, so it completes at once,
+never waiting for a batch. A lost lease turns that shard's checkpoint into a logged no-op; the query keeps running for
+the other shards. A failed write checkpoints nothing and reaches Spark as
 a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 """
 
@@ -40,10 +41,10 @@ class ProgressCommitter(Protocol):
         """The plans whose rows may be written (held under the plan's tenure, not handing off), now in flight."""
 
     def commit_progress(self, batch_id: int, plans: list[ShardPlan]) -> None:
-        """Checkpoint each written plan's end, fenced by ownership; end each plan's write once its checkpoint is stored.
+        """Move each written plan's shard to its end; store the checkpoints (fenced) and end each plan's write after.
 
-        So a handoff waiting for a shard completes before the batch's other checkpoints. Every plan's write is ended
-        (`end_write`) even when this raises; it never raises for a lost lease.
+        The checkpoints may be stored after this returns; each plan's write ends once its own checkpoint is stored,
+        so a handoff waiting for a shard completes right then. It never raises for a lost lease.
         """
 
     def end_write(self, plans: list[ShardPlan]) -> None:
@@ -108,5 +109,5 @@ class CheckpointingSink:
             raise BatchWriteFailed(f"batch {batch_id} not written: {summary(exc)}") from None
         written = time.monotonic()
         self._committer.commit_progress(batch_id, held)
-        log.debug("batch %d: %d shards read and written in %.3f s, checkpointed in %.3f s", batch_id, len(held),
-                  written - began, time.monotonic() - written)
+        log.debug("batch %d: shards %s read and written in %.3f s, checkpointed in %.3f s", batch_id,
+                  ",".join(plan.shard_id for plan in held), written - began, time.monotonic() - written)

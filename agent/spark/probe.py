@@ -71,7 +71,11 @@ def skip_covered(records: list[dict[str, Any]], skip: Checkpoint | None) -> list
 
 
 class Prober:
-    """Probes held shards from their frontiers; one kept iterator per shard. Thread-safe per shard (one caller each)."""
+    """Probes held shards from their frontiers; one kept iterator per shard.
+
+    Two probes of one shard at once are harmless: each keeps a consistent (position, iterator) pair, and the book
+    ignores a result from a frontier it has left.
+    """
 
     def __init__(self, kinesis: RawKinesis, stream_name: str) -> None:
         self._kinesis = kinesis

@@ -21,7 +21,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRow
 from typing_extensions import override
 
 from shardherd.agent.kpl import KPL_DECODERS
-from shardherd.agent.spark.channel import Ack, read_snapshot, write_ack
+from shardherd.agent.spark.channel import Ack, Snapshot, read_snapshot, write_ack
 from shardherd.agent.spark.offsets import DEFAULT_MAX_RECORDS_PER_SHARD, BatchOffset, Caps, InvalidOffset, ShardPlan
 from shardherd.agent.spark.planning import group_plans, partitions_to_read, plan_next
 from shardherd.agent.spark.schema import schema_ddl
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from shardherd.agent.spark.kinesis_raw import RawKinesis
 
 FORMAT = "shardherd"
+FIRST_PROBE_WAIT_SECONDS = 1.0  # how long a plan may wait for the first probe of a shard just acquired
+FIRST_PROBE_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: SourceOptions) -> None:
         self._options = options
         self._until: float | None = None
+        self._seen: set[str] = set()  # tenures of the last snapshot planned from: each hold is waited for once
 
     @override
     def initialOffset(self) -> dict[str, Any]:
@@ -151,11 +154,29 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     @override
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The next plan from the agent's snapshot, or `start` unchanged (no batch) when nothing waits."""
-        snapshot = read_snapshot(self._options.channel)
+        snapshot = self._snapshot_probed()
         end = plan_next(BatchOffset.from_json(start), snapshot, self._caps(limit), self._until)
         if snapshot is not None:
             write_ack(self._options.channel, Ack(snapshot.version, os.getpid()))
         return end.to_json()
+
+    def _snapshot_probed(self) -> Snapshot | None:
+        """The agent's snapshot, once the shards it acquired since the last plan were probed (at most a short wait).
+
+        A shard the agent just took (a handoff or a failover) has no probed records yet, and a plan made now would
+        leave it out: it would wait for the whole next micro-batch (1-2 s under load), the larger part of a handoff's
+        gap. The agent probes a new shard at once, so the plan waits for that probe, up to FIRST_PROBE_WAIT_SECONDS
+        and only once per hold (a shard whose probes keep failing never holds up later plans).
+        """
+        snapshot = read_snapshot(self._options.channel)
+        deadline = time.monotonic() + FIRST_PROBE_WAIT_SECONDS
+        while snapshot is not None and time.monotonic() < deadline and any(
+                view.unprobed and view.tenure not in self._seen for view in snapshot.shards.values()):
+            time.sleep(FIRST_PROBE_POLL_SECONDS)
+            snapshot = read_snapshot(self._options.channel)
+        if snapshot is not None:
+            self._seen = {view.tenure for view in snapshot.shards.values()}
+        return snapshot
 
     def _caps(self, limit: ReadLimit) -> Caps:
         caps = self._options.caps

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, status
 
+from shardherd.coordinator.assignment_feed import NEWS
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token, require_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import DrainOut, ErrorBody, WorkersPage
@@ -25,8 +26,14 @@ def list_workers(ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
 
 
 def _set_drain(ctx: ApiContext, worker_id: str, requested: bool) -> DrainOut:
+    """Store the flag, then tell this replica's leader loop to scan at once (as an agent's drain news does).
+
+    Otherwise the leader saw the flag only at its next full scan (`leader_full_scan_interval_millis`): 4-5 s before
+    the first handoff of a drain in the local stack. A replica that does not lead leaves it to the leader's scans.
+    """
     if not ctx.store.set_drain_requested(worker_id, requested):
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no worker {worker_id!r} has a record")
+    ctx.loop.feed.signal(worker_id, NEWS)
     return DrainOut(worker_id=worker_id, drain_requested=requested)
 
 

@@ -294,8 +294,11 @@ class SqlLeaseStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None) -> Outcome:
-        """Read, check owner and monotonicity in Python, write conditioned on the exact row read; repeat if moved."""
+                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+        """Read, check owner and monotonicity in Python, write conditioned on the exact row read; repeat if moved.
+
+        `expected` is not needed: the read and the write share one transaction.
+        """
         what = f"checkpoint of lease {lease_key!r}"
         for _ in range(CHECKPOINT_ATTEMPTS):
             outcome = self._run(lambda: self._checkpoint_once(lease_key, worker, checkpoint, pending, pending_state,

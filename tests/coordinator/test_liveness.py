@@ -92,3 +92,18 @@ def test_a_worker_is_alive_only_once_its_heartbeat_was_seen_changing() -> None:
     lease = Lease("s-0", lease_owner="dead")
     assert tracker.lease(lease, 3.0).expired is False
     assert tracker.lease(lease, FAILOVER + 0.5).expired is True
+
+
+def test_the_next_verdict_is_when_a_quiet_live_worker_would_count_as_gone() -> None:
+    # The leader runs then, so a crashed worker's leases move one failover after its last heartbeat was seen, not
+    # up to an assignment interval later.
+    tracker = _tracker("worker")
+    leases = [Lease("s-0", lease_owner="a"), Lease("s-1", lease_owner="b")]
+    for step in range(3):  # both beat every second; b's last heartbeat is seen at 102
+        tracker.observe(leases, [_worker("a", step, 1000 + step), _worker("b", step, 1000 + step)], 100.0 + step)
+    assert tracker.next_verdict(102.5, quiet=1.2) is None  # both wrote within a heartbeat period
+    tracker.observe(leases, [_worker("a", 3, 1003), _worker("b", 2, 1002)], 103.0)
+    tracker.observe(leases, [_worker("a", 4, 1004), _worker("b", 2, 1002)], 104.0)
+    assert tracker.next_verdict(104.0, quiet=1.2) == 102.0 + FAILOVER  # b went quiet: its failover ends then
+    assert tracker.next_verdict(104.0, quiet=5.0) is None
+    assert tracker.next_verdict(102.0 + FAILOVER + 0.1, quiet=9.0) is None  # b is gone, a not quiet that long

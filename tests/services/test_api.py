@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from shardherd.coordinator.assignment_feed import NEWS
 from shardherd.coordinator.moves import MoveReason
 from shardherd.services.api.assignments import encode_cursor
 from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
@@ -109,6 +110,7 @@ def test_drain_sets_the_flag_and_the_leader_moves_the_leases(replica: Replica) -
     assert before
     response = replica.client.post("/v1/workers/w2/drain", headers=replica.auth())
     assert response.status_code == 200 and response.json() == {"worker_id": "w2", "drain_requested": True}
+    assert replica.loop.feed.take_signals() == [("w2", NEWS)]  # the leader scans at once, not at its next full scan
     record = replica.store.get_worker("w2")
     assert record is not None and record.drain_requested
     assert {w["worker_id"]: w["state"] for w in replica.client.get("/v1/workers").json()["items"]}["w2"] == "draining"

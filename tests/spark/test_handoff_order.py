@@ -77,6 +77,8 @@ def test_a_shard_under_handoff_is_released_right_after_its_checkpoint_while_the_
 
         calls.calls.clear()
         agent.commit_progress(7, written)
+        assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")  # the next plan starts after it
+        agent.await_checkpoints(10)  # stored in the background
         assert sorted(calls.calls) == [("checkpoint", FIRST), ("checkpoint", SECOND), ("complete_handoff", SECOND)]
         assert calls.calls.index(("checkpoint", SECOND)) < calls.calls.index(("complete_handoff", SECOND))
         second = store.get_lease(SECOND)
@@ -84,4 +86,54 @@ def test_a_shard_under_handoff_is_released_right_after_its_checkpoint_while_the_
         assert second.checkpoint == Checkpoint.at("200")  # released only after the written end was stored
         assert store.get_lease(FIRST).checkpoint == Checkpoint.at("100")  # type: ignore[union-attr]
     finally:
+        agent.stop(drain=False)
+
+
+class SlowCheckpoints:
+    """A real store whose checkpoints wait until the test lets them through (everything else passes through)."""
+
+    def __init__(self, store: LeaseStore) -> None:
+        self.store = store
+        self.go = threading.Event()
+        self.stored: list[Checkpoint] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint, **extra: Any) -> Outcome:
+        assert self.go.wait(10), "the test never let the checkpoint through"
+        outcome = self.store.checkpoint(lease_key, worker, checkpoint, **extra)
+        self.stored.append(checkpoint)
+        return outcome
+
+
+def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_still_being_stored(
+        store: LeaseStore, tmp_path: Path) -> None:
+    slow = SlowCheckpoints(store)
+    settings = load_settings(worker_id="w1", application_name="async-checkpoints", stream_name="orders",
+                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
+    agent = SparkAgent(settings, channel=tmp_path, store=cast(LeaseStore, slow), clock=ManualClock())
+    try:
+        store.create_lease(new_lease(FIRST, TRIM_HORIZON))
+        store.assign(FIRST, "w1", None, None)
+        agent.keeper.tick()
+        tenure = agent.book.snapshot().shards[FIRST].tenure
+        first = ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure)
+        agent.commit_progress(1, agent.begin_write([first]))  # returns while the store holds the checkpoint
+        assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")
+        assert store.get_lease(FIRST).checkpoint == TRIM_HORIZON  # type: ignore[union-attr]
+
+        second = ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure)
+        written = agent.begin_write([second])
+        committed = threading.Thread(target=agent.commit_progress, args=(2, written))
+        committed.start()
+        committed.join(0.3)
+        assert committed.is_alive()  # the previous batch's checkpoint first: one shard's land in order
+        slow.go.set()
+        committed.join(10)
+        agent.await_checkpoints(10)
+        assert slow.stored == [Checkpoint.at("100"), Checkpoint.at("200")]
+        assert store.get_lease(FIRST).checkpoint == Checkpoint.at("200")  # type: ignore[union-attr]
+    finally:
+        slow.go.set()
         agent.stop(drain=False)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark import source
 from shardherd.agent.spark.book import ShardBook
 from shardherd.agent.spark.channel import (
     ChannelError,
@@ -22,7 +25,7 @@ from shardherd.agent.spark.commit import offset_log_entry
 from shardherd.agent.spark.offsets import BatchOffset, Caps, InvalidOffset, ShardPlan
 from shardherd.agent.spark.planning import group_plans, partitions_to_read, plan_next, shard_plan
 from shardherd.agent.spark.probe import ProbeResult
-from shardherd.agent.spark.source import SourceOptions
+from shardherd.agent.spark.source import ShardherdStreamReader, SourceOptions
 from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shardherd.shared.lease import Lease
 
@@ -161,6 +164,36 @@ def test_book_publishes_segments_probes_from_the_frontier_and_releases_a_handoff
     assert book.end_write([]) == [] and book.lost("s-3") == "s-3"
     assert book.probed("s-1", StartPosition.after(TRIM_HORIZON), ProbeResult(ended=True))
     assert book.lost("s-2") == "s-2" and book.held_shards() == {"s-1"}
+
+
+def test_a_plan_waits_once_for_the_first_probe_of_a_shard_just_acquired(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # Planned before its first probe, a shard handed to a running driver would wait for the whole next micro-batch.
+    monkeypatch.setattr(source, "FIRST_PROBE_WAIT_SECONDS", 2.0)
+    book = ShardBook("w", tmp_path)
+    book.acquired(_lease("s-1", Checkpoint("30")))
+    probed = ProbeResult(Segment(Checkpoint("40"), 2, 20), behind_millis=0)
+    book.probed("s-1", StartPosition.after(Checkpoint("30")), probed)
+    reader = ShardherdStreamReader(SourceOptions(tmp_path, "orders"))
+    limit = reader.getDefaultReadLimit()
+    first = reader.latestOffset(BatchOffset().to_json(), limit)
+    assert set(BatchOffset.from_json(first).shards) == {"s-1"}
+
+    book.acquired(_lease("s-2", Checkpoint("50")))
+    found = ProbeResult(Segment(Checkpoint("60"), 3, 30), behind_millis=0)
+    threading.Timer(0.3, book.probed, ("s-2", StartPosition.after(Checkpoint("50")), found)).start()
+    began = time.monotonic()
+    second = BatchOffset.from_json(reader.latestOffset(first, limit))
+    assert time.monotonic() - began >= 0.3
+    assert set(second.shards) == {"s-1", "s-2"} and second.shards["s-2"].end == Checkpoint("60")
+
+    book.acquired(_lease("s-3", Checkpoint("70")))  # never probed (its probes fail): one plan waits, then no more
+    began = time.monotonic()
+    third = BatchOffset.from_json(reader.latestOffset(second.to_json(), limit))
+    assert time.monotonic() - began >= 2.0 and set(third.shards) == {"s-1", "s-2"}
+    began = time.monotonic()
+    reader.latestOffset(third.to_json(), limit)
+    assert time.monotonic() - began < 1.0
 
 
 def test_small_probed_segments_merge_so_the_snapshot_stays_small(tmp_path: Path) -> None:

@@ -199,3 +199,22 @@ def test_stored_checkpoint_is_always_the_running_maximum(store: LeaseStore, atte
         stored = store.get_lease(key)
         assert stored is not None
         assert stored.checkpoint == running
+
+
+def test_a_checkpoint_from_the_row_the_owner_saw_is_right_whether_that_row_is_current_or_stale(
+        store: LeaseStore, leases: Leases) -> None:
+    seen = leases.owned(OWNER)
+    first = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), expected=seen))
+    assert first.checkpoint == Checkpoint.at("10") and store.get_lease(KEY) == first
+    stale = store.checkpoint(KEY, OWNER, Checkpoint.at("20"), expected=seen)  # the row has moved on since
+    assert stale.applied and stale.lease is not None and stale.lease.checkpoint == Checkpoint.at("20")
+    assert stale.lease.lease_counter == first.lease_counter + 1
+    behind = store.checkpoint(KEY, OWNER, Checkpoint.at("15"), expected=first)  # stale row, regressing checkpoint
+    assert (behind.applied, behind.conflict) == (False, Conflict.STALE_CHECKPOINT)
+    expect_applied(store.start_handoff(KEY, "worker-x", OWNER))
+    during = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("30"), expected=stale.lease))
+    assert (during.checkpoint, during.checkpoint_owner) == (Checkpoint.at("30"), OWNER)
+    expect_applied(store.complete_handoff(KEY, OWNER))
+    lost = store.checkpoint(KEY, OWNER, Checkpoint.at("40"), expected=during)  # no longer ours
+    assert (lost.applied, lost.conflict) == (False, Conflict.OWNERSHIP)
+    assert store.get_lease(KEY).checkpoint == Checkpoint.at("30")  # type: ignore[union-attr]

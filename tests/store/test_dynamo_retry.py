@@ -162,3 +162,18 @@ def test_a_real_lost_renew_is_not_mistaken_for_a_lost_reply(store: DynamoLeaseSt
 
     assert not outcome.applied and outcome.conflict is Conflict.OWNERSHIP
     assert outcome.lease is not None and outcome.lease.lease_owner == "w2"
+
+
+def test_an_owner_s_checkpoint_from_the_row_it_saw_is_one_request(dynamodb_client: Any, tables: TableNames) -> None:
+    # A Spark driver checkpoints every held shard each micro-batch: a read before each write doubled that traffic.
+    store = DynamoLeaseStore(dynamodb_client, tables)
+    store.create_lease(Lease(lease_key="shardId-1", checkpoint=Checkpoint.at("1")))
+    seen = store.assign("shardId-1", "w1", None, None).lease
+    calls: list[str] = []
+    dynamodb_client.meta.events.register("before-call.dynamodb.*",
+                                         lambda model, **_: calls.append(model.name))  # botocore's own hook
+    written = store.checkpoint("shardId-1", "w1", Checkpoint.at("5"), expected=seen)
+    assert written.applied and calls == ["UpdateItem"]
+    calls.clear()
+    assert store.checkpoint("shardId-1", "w1", Checkpoint.at("9")).applied
+    assert calls == ["GetItem", "UpdateItem"]  # without the row: read first

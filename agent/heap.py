@@ -1,0 +1,34 @@
+"""Keep CPython's full garbage collections short in the agent's process: freeze the start-up heap.
+
+A full (generation 2) collection walks every tracked object while holding the GIL, so every thread of the process,
+the heartbeat's included, waits for it. A Spark driver holds PySpark, py4j, botocore's service models and the
+agent (150,000+ objects): a full collection took 0.15 s of CPU during a micro-batch, 0.63 s of wall time at load 13
+on 2 cores, and about 1.5 s at load 28, which is as long as a 3 s failover leaves between the 1.2 s heartbeat and
+self-fencing (the stall behind drivers that fenced themselves soon after their query started). Objects that exist
+once start-up is over live as long as the process; `gc.freeze()` moves them out of the collector's reach, so later
+full collections walk only what was allocated since. Objects frozen are never collected, so the agent freezes only
+at a few points (start, and after its first micro-batch, when PySpark's per-query imports are done).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+
+def freeze_long_lived(when: str) -> int:
+    """Collect the garbage there is now, then freeze every surviving object; returns how many are frozen in all.
+
+    Call it where the objects alive are those of start-up (imports, clients, sessions), not in a loop: every call
+    leaves what is alive at that moment out of all later collections.
+    """
+    began = time.monotonic()
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.info("garbage collector: %d objects frozen %s (%.2f s): later full collections skip them", frozen, when,
+             time.monotonic() - began)
+    return frozen
