@@ -76,6 +76,7 @@ class RunFigures:
     details: list[str]
     balancing_runs: int | None = None  # scenario: balancing runs with moves during the settle period
     settle_moves: int | None = None
+    settle_details: list[str] = field(default_factory=list)  # scenario: the settle period's moves
 
 
 def _poll(urls: list[str], token: str | None) -> dict[str, dict[str, Any]] | None:
@@ -274,6 +275,7 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
         state = stack.wait_ready(args.shards)
         time.sleep(args.warmup)
         balancing_runs = settle_moves = None
+        settle_details: list[str] = []
         acted = time.time()
         if args.scenario == "hot-shard":
             shard = _busiest_shard(state)
@@ -288,15 +290,20 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
             balancing = [m for m in settled if m["reason"].startswith("BALANCE")]
             balancing_runs = len({m["run_started_at"] for m in balancing})
             settle_moves = len(settled)
+            settle_details = [f"+{move['run_started_at'] - acted:.0f} s {_detail(move)}" for move in settled]
         began = time.time()
         window = watch(state, args.window, args.poll)
         moved = moves_since(_leader_status(state.api_urls(), state.api_token()), began)
         reasons = Counter(move["reason"] for move in moved)
-        details = [f"{m['lease_key']}: {m['from_owner']} -> {m['to_worker']} {m['reason']}: {m['detail']}"
-                   for m in moved[: args.details]]
-        return RunFigures(window, reasons, details, balancing_runs, settle_moves)
+        details = [_detail(move) for move in moved[: args.details]]
+        return RunFigures(window, reasons, details, balancing_runs, settle_moves, settle_details)
     finally:
         stack.stop()
+
+
+def _detail(move: dict[str, Any]) -> str:
+    """One published move: lease, owners, reason and the decider's detail."""
+    return f"{move['lease_key']}: {move['from_owner']} -> {move['to_worker']} {move['reason']}: {move['detail']}"
 
 
 def _summary(name: str, values: Sequence[float]) -> str:
@@ -342,6 +349,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
             print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: "
                   f"{' -> '.join(w.paths[key])}")
+        for line in result.settle_details:
+            print(f"  after {args.scenario}: move {line}")
         for line in result.details:
             print(f"  move {line}")
         if args.cpu:

@@ -1,4 +1,4 @@
-"""The steady-state churn scenario: the local stack's fleet with the live stack's noise (bench/fleet/noise.py).
+"""Steady-state churn and scale-out: the local stack's fleet with the live stack's noise (bench/fleet/noise.py).
 
 The scenario runs the local stack's fleet (8 shards at the rates the live bench measured, 3 workers, the local
 stack's timings, CPU metrics on as users run them, each agent reporting CPU with every heartbeat) for a warm-up and
@@ -8,8 +8,13 @@ now and then a few seconds of excursion of one agent that no lease explains, as 
 on a loaded host. Each seed runs twice: as the leader balances by default, and counting only each worker's newest
 report (`rebalance_persistent_reports=1`, the balancer before decision 0013).
 
+With `--add-agent`, a fourth agent joins the settled fleet instead (`python -m bench.churn --scenario add-agent`):
+the leases it holds 60 s later, the moves and balancing runs that took, and the owner changes in the 300 s after,
+by default and without the fill on throughput (`rebalance_fill_on_throughput=false`, before decision 0014).
+
     python -m bench.fleet_noise                  # 4 seeds, plain agents
     python -m bench.fleet_noise --spark          # deliveries once per Spark micro-batch, Spark agents' CPU
+    python -m bench.fleet_noise --add-agent      # scale-out with the agents' CPU
 """
 
 from __future__ import annotations
@@ -62,15 +67,22 @@ class SteadyResult:
         return self.moves * 10.0 / self.minutes if self.minutes else 0.0
 
 
-def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
-               observe: float = 600.0, workers: int = 3, settings: Mapping[str, object] | None = None) -> SteadyResult:
-    """The local stack's fleet with nothing changing: owner changes after the warm-up, and the figures' spread."""
+def settled_fleet(seed: int, model: NoiseModel, cpu: CpuModel, warmup: float, workers: int,
+                  settings: Mapping[str, object] | None) -> Fleet:
+    """The local stack's fleet after its warm-up, its owner-change count reset."""
     fleet = Fleet(VARIANCE, "worker", local_stream(), seed, overrides={**LOCAL_STACK_SETTINGS, **(settings or {})},
                   noise=LiveNoise(model, seed), cpu_model=cpu, channel=True)
     fleet.calibrate(workers)
     fleet.add_workers(workers)
     fleet.events.run_until(warmup)
     fleet.moves.moves = 0
+    return fleet
+
+
+def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
+               observe: float = 600.0, workers: int = 3, settings: Mapping[str, object] | None = None) -> SteadyResult:
+    """The local stack's fleet with nothing changing: owner changes after the warm-up, and the figures' spread."""
+    fleet = settled_fleet(seed, model, cpu, warmup, workers, settings)
     seen: dict[str, list[float]] = defaultdict(list)
     t = warmup
     while t < warmup + observe:
@@ -83,6 +95,54 @@ def run_steady(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: 
     return SteadyResult(seed, fleet.moves.moves, observe / 60.0, statistics.median(spreads) if spreads else 0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class ScaleOutResult:
+    """One seed of the scale-out scenario: a fourth agent joins the local stack's settled fleet."""
+
+    seed: int
+    leases_new: int  # leases the new agent holds at the end of the settle period
+    share_new: float  # the KiB/s it carries then, over the fleet's average per agent
+    settle_moves: int  # owner changes in the settle period
+    balancing_runs: int  # balancing runs that moved leases in the settle period
+    runs_to_settle: int | None  # balancing runs from the first to the last move of the settle period (None: no move)
+    after_moves: int  # owner changes in the window after it
+
+
+def run_add_agent(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, warmup: float = 60.0,
+                  settle: float = 60.0, observe: float = 300.0, workers: int = 3,
+                  settings: Mapping[str, object] | None = None) -> ScaleOutResult:
+    """The local stack's fleet settles, one agent joins (`bench.churn --scenario add-agent`); what balancing does."""
+    fleet = settled_fleet(seed, model, cpu, warmup, workers, settings)
+    (new,) = fleet.add_workers(1)
+    fleet.events.run_until(warmup + settle)
+    settle_moves = fleet.moves.moves
+    runs = [(balancing, moved) for t, balancing, moved in fleet.runs if warmup <= t <= warmup + settle]
+    moved_at = [i for i, (_, moved) in enumerate(runs) if moved]
+    to_settle = None if not moved_at else sum(1 for balancing, _ in runs[moved_at[0]:moved_at[-1] + 1] if balancing)
+    held = [lease.lease_key for lease in fleet.leases() if lease.actual_owner == new]
+    share = sum(fleet.stream.kbps[key] for key in held) * (workers + 1) / fleet.stream.total()
+    fleet.moves.moves = 0
+    fleet.events.run_until(warmup + settle + observe)
+    moving_runs = sum(1 for balancing, moved in runs if balancing and moved)
+    return ScaleOutResult(seed, len(held), share, settle_moves, moving_runs, to_settle, fleet.moves.moves)
+
+
+def _scale_out(seeds: int, model: NoiseModel, cpu: CpuModel, kind: str, warmup: float) -> None:
+    off: dict[str, object] = {"rebalance_fill_on_throughput": False}
+    for label, settings in (("no fill on throughput (before decision 0014)", off), ("default", {})):
+        print(f"{label}:")
+        results = [run_add_agent(7 + i, model, cpu, warmup, settings=settings) for i in range(seeds)]
+        for r in results:
+            print(f"  seed {r.seed}: new agent holds {r.leases_new} of {len(LOCAL_STACK_KBPS)} leases after 60 s "
+                  f"({r.share_new:.0%} of an average agent's KiB/s); "
+                  f"{r.settle_moves} moves in {r.balancing_runs} balancing runs (first to last move: "
+                  f"{r.runs_to_settle if r.runs_to_settle is not None else '-'} balancing runs); "
+                  f"{r.after_moves} owner changes in the 300 s after", flush=True)
+        met = all(r.leases_new > 0 and (r.runs_to_settle or 0) <= 3 and r.after_moves == 0 for r in results)
+        print(f"  scale-out ({kind} agents, CPU metrics on): new agent served within 3 balancing runs, then 0 moves "
+              f"({'MET' if met else 'MISSED'})", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the steady-state scenario on several seeds and print owner changes per 10 minutes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -90,10 +150,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spark", action="store_true", help="deliveries once per Spark micro-batch")
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=60.0)
+    parser.add_argument("--add-agent", action="store_true",
+                        help="scale-out: a fourth agent joins after the warm-up (60 s settle, 300 s watch)")
     args = parser.parse_args(argv)
     model = NoiseModel(delivery_period=SPARK_DELIVERY if args.spark else PLAIN_DELIVERY)
     cpu = SPARK_CPU if args.spark else LOCAL_CPU
     kind = "Spark" if args.spark else "plain"
+    if args.add_agent:
+        _scale_out(args.seeds, model, cpu, kind, args.warmup)
+        return 0
     for label, settings in (("newest report only (before decision 0013)", {"rebalance_persistence_millis": 0}),
                             ("default", {})):
         results = [run_steady(7 + i, model, cpu, args.warmup, args.minutes * 60.0, settings=settings)

@@ -51,6 +51,9 @@ class DeciderConfig:
     # newest alone, KCL), each caught up to the load carried now (FleetState._confirm; decision 0013). From the
     # settings: the reports within `rebalance_persistence_millis` (`persistent_reports`).
     rebalance_persistent_reports: int = 1
+    # Band strategy: with every worker inside its metric's band, fill workers far below the throughput band
+    # (band_moves.fill_on_share; decision 0014).
+    rebalance_fill_on_throughput: bool = True
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0
     rebalance_min_gain_kbps: float = 0.5
@@ -98,6 +101,7 @@ class DeciderConfig:
             max_throughput_per_host_kbps=settings.max_throughput_per_host_kbps,
             worker_metrics_ema_alpha=settings.worker_metrics_ema_alpha,
             rebalance_persistent_reports=persistent_reports(settings),
+            rebalance_fill_on_throughput=settings.rebalance_fill_on_throughput,
             rebalance_dead_band_percentage=settings.rebalance_dead_band_percentage,
             rebalance_min_band_points=settings.rebalance_min_band_points,
             rebalance_min_gain_kbps=settings.rebalance_min_gain_kbps,

@@ -47,9 +47,9 @@ class BandFleet(FleetState):
         load to the fleet; KCL instead counts draining workers' whole values (idle part included) and nothing for
         unowned leases, so its band sits too high while draining and too low after a crash.
         """
-        # Around what persisted (a spike or dip of one worker does not shift the band); a metric only draining
-        # workers have: 0, as in KCL.
-        means = self._averages(active_only=True, values=self.confirmed)
+        # Around each worker's typical value over its last reports (a spike or dip of one worker does not shift the
+        # band, nor does the reports' noise); a metric only draining workers have: 0, as in KCL.
+        means = self._averages(active_only=True, values=self.centres)
         for metric, mean in means.items():
             if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))

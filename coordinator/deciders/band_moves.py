@@ -17,6 +17,9 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
 * fill: each worker far below the band (a band's width under it: a new or long-idle worker), least loaded first,
   takes from the workers above the average the lease that lands it closest to the average without pushing the
   giver below the band or below the receiver.
+* fill on throughput (`fill_on_share`): when no worker is out of its metric's band, a worker holding nothing, far
+  below the throughput band in every report of the persistence window and not busy by its own metric, is filled on
+  throughput: agents' own CPU on a light stream cannot tell a new agent from the others (decision 0014).
 
 Every move (a swap or push as a whole) must lower the peak of the workers it involves by at least the decider's
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from shardherd.coordinator.deciders.fleet_state import FleetState
 from shardherd.coordinator.moves import MoveReason
 from shardherd.shared.streams import stream_prefix
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 # How many of the least (or most) loaded workers one lease is tried against: bounds a run's cost on big fleets.
 PROBES = 8
@@ -394,12 +398,15 @@ class BandBalancer:
             floor = min(floor, self.band.avg / 2)
         return floor
 
+    def under(self) -> list[str]:
+        """The workers far below the band (by value and by confirmed value), least loaded first."""
+        floor = self.floor()
+        return sorted((w for w in self.holders if max(self.value(w), self.confirmed(w)) < floor),
+                      key=lambda w: (self.value(w), w))
+
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first, from the most loaded workers."""
-        floor = self.floor()
-        under = sorted((w for w in self.holders if max(self.value(w), self.confirmed(w)) < floor),
-                       key=lambda w: (self.value(w), w))
-        for receiver in under:
+        for receiver in self.under():
             for _ in range(MAX_MOVES_PER_WORKER):
                 if self.value(receiver) >= self.band.lower:
                     break
@@ -452,14 +459,57 @@ class BandBalancer:
         return True
 
 
+class ShareFill(BandBalancer):
+    """Fill on the throughput share while every worker is inside the band of its reported metric.
+
+    Only workers holding no lease are filled, and only if that metric does not call them busy (their confirmed value
+    at most its average): where a worker holds leases and its metric puts it level with the others, the metric is
+    what balancing trusts (it may carry little KiB/s and much work per record).
+    """
+
+    def under(self) -> list[str]:
+        """The workers far below the throughput band that hold nothing and are not busy by their own metric."""
+        d = self.d
+        return [wid for wid in super().under() if not d.ledger.count(wid)
+                and all(d.confirmed[wid][m] <= d.averages[m] for m in d.values[wid] if m != self.metric)]
+
+
+def fill_on_share(fleet: FleetState, notes: list[str]) -> None:
+    """With no metric out of band, fill a worker holding nothing (a new one) on throughput, up to the band.
+
+    When the reported metric is mostly fixed overhead (agents' own CPU on a lightly loaded stream: 0.3 % for an agent
+    holding nothing against 2.6-3.8 % for the others, with a band of +-4 points), it cannot tell an empty worker from
+    a busy one, and a worker added to scale out would never get a lease. The throughput share can: a worker holding
+    no lease, a band's width below the throughput band (31 % of a fair share on the local stack) in every report of
+    the persistence window, and not busy by its metric, is filled into the band in one run, with the throughput
+    metric's own minimum gain. Nothing is shed on throughput and no worker holding leases is filled, so a fleet whose
+    figures are merely uneven keeps its assignment (decision 0014).
+    """
+    added = fleet.add_share() if fleet.config.rebalance_fill_on_throughput else []
+    if not added:
+        notes.append("balancing: no metric out of band")
+        return
+    share = THROUGHPUT_METRIC
+    half = fleet.half_band(share)
+    band = Band(share, fleet.averages[share], fleet.averages[share] - half, fleet.averages[share] + half)
+    balancer = ShareFill(fleet, band)
+    if balancer.under():
+        notes.append(f"balancing: no metric out of band; filling on {share} (fill only): band [{band.lower:.2f}, "
+                     f"{band.upper:.2f}], floor {balancer.floor():.2f}")
+        balancer.fill()
+    else:
+        notes.append("balancing: no metric out of band")
+    fleet.drop_share(added)
+
+
 def balance_band(fleet: FleetState, notes: list[str]) -> None:
-    """One band-balancing pass: shed, then fill, on the metric furthest out of band."""
+    """One band-balancing pass: shed, then fill, on the metric furthest out of band (else fill on throughput)."""
     if fleet.falling:
         notes.append("balancing: the fleet's throughput is falling fast; waiting for reports to catch up")
         return
     band = metric_to_balance(fleet)
     if band is None:
-        notes.append("balancing: no metric out of band")
+        fill_on_share(fleet, notes)
         return
     notes.append(f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]")
     balancer = BandBalancer(fleet, band)

@@ -53,6 +53,8 @@ UNSETTLED_SHARE = 0.4
 # A worker whose throughput stayed within this share of what it carries now over its last reports held steady: a
 # CPU excess there is no load change the catch-up explains, so it must persist before balancing acts (`_confirm`).
 STEADY_SHARE = 0.2
+# From this many values (a moving average and its reports), an excess is confirmed if all but one of them show it.
+OUTLIER_FROM = 5
 
 HeapEntry = tuple[float, int, str]
 # Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
@@ -100,6 +102,9 @@ class FleetState(abc.ABC):
         reports: list[tuple[dict[str, dict[str, float]], dict[str, float]]] = [
             ({}, {}) for _ in range(persistent if persistent > 1 else 0)]
         self.count_only = count_only = self._counts_only()
+        # Per reporting worker, the KiB/s it carried at each report within the persistence window (`add_share`).
+        self.carried_history: dict[str, tuple[float, ...]] = {}
+        self._share_average: float | None = None  # the average of `T` before `add_share` set it
         for worker in snapshot.workers:
             wid = worker.worker_id
             if self.status[wid] is not WorkerStatus.ACTIVE:
@@ -115,6 +120,7 @@ class FleetState(abc.ABC):
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
+                self.carried_history[wid] = worker.throughput_history[-max(1, persistent):]
                 # Only a worker whose load held steady over those reports: where the throughput changed (a move, a
                 # shard turning hot or quiet) the catch-up explains the change and it counts at once, as before.
                 steady = self._steady(wid, worker.throughput_history[-len(reports):]) if reports else False
@@ -142,10 +148,11 @@ class FleetState(abc.ABC):
         self._catch_up(self.values, lagged)
         for report, carried in reports:
             self._catch_up(report, carried)
-        self.confirmed = self.values
+        self.confirmed = self.centres = self.values
         self.averages = self._balancing_averages()
         if reports:  # the band as the newest values place it decides whose reports are looked at
             self.confirmed = self._confirm([report for report, _ in reports])
+            self.centres = self._centres()
             self.averages = self._balancing_averages()
 
     # -- the load model (each strategy's own) ----------------------------------------------------------------------
@@ -179,8 +186,30 @@ class FleetState(abc.ABC):
         now = self.ledger.known_throughput(wid)
         return all(abs(kbps - now) <= STEADY_SHARE * max(kbps, now) for kbps in carried)
 
+    def _centres(self) -> dict[str, dict[str, float]]:
+        """What the band's average is taken over: the value where the excess persisted, else the confirmed value.
+
+        A worker whose excursion did not persist (a spike or dip of a report or two) counts at its confirmed value:
+        it neither shifts the band nor pushes the other workers of a small fleet out of it. A worker beyond the band
+        in every report counts at its moving average: its confirmed value, its report nearest the average, is biased
+        towards the average by the reports' noise, and with several such workers (a fleet after shards turned hot:
+        most workers below the new band) the bias lifted the band's average by 0.6 points; a receiver landed just
+        under the band's edge, above it once the bias was gone, and shed again (decision 0014).
+        """
+        centres = {}
+        for wid, vals in self.values.items():
+            confirmed = self.confirmed[wid]
+            centres[wid] = {m: v if self._side(m, v) == self._side(m, confirmed[m]) else confirmed[m]
+                            for m, v in vals.items()}
+        return centres
+
+    def _side(self, metric: str, value: float) -> int:
+        """-1 below the band around the current average, 1 above it, 0 inside (edges included)."""
+        avg, half = self.averages[metric], self.half_band(metric)
+        return -1 if value < avg - half else 1 if value > avg + half else 0
+
     def _confirm(self, reports: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-        """Each worker's values as far from the average as its last reports all agree: who balancing acts on.
+        """Each worker's values as far from the average as its last reports agree: who balancing acts on.
 
         `reports` holds each of the worker's last `rebalance_persistent_reports` reports on its own, caught up to the
         throughput it carries now (as its moving average is), so a move or a load change the throughput explains
@@ -188,10 +217,10 @@ class FleetState(abc.ABC):
         on a loaded host) shows in one report only: worker-mode agents report every heartbeat, and KCL's moving
         average over reports 4 s apart let one spike move leases (decision 0013). Of the moving average and those
         reports, the value nearest the fleet's average counts: a worker is out of the band only if each of its last
-        reports and its average put it there. (The moving averages as of successive reports would not do: a spike
-        stays in them, halved, for reports after it.) Only workers whose throughput held steady over those reports
-        have them (`_steady`), only values outside the band change (`_persisted`), and moves are still priced on
-        `values`.
+        reports and its average put it there, or, from four reports on, all of them but one (`_persisted`). (The
+        moving averages as of successive reports would not do: a spike stays in them, halved, for reports after it.)
+        Only workers whose throughput held steady over those reports have them (`_steady`), only values outside the
+        band change, and moves are still priced on `values`.
         """
         confirmed = {}
         for wid, vals in self.values.items():
@@ -201,15 +230,55 @@ class FleetState(abc.ABC):
         return confirmed
 
     def _persisted(self, metric: str, value: float, reports: list[float]) -> float:
-        """A value outside the band (around the newest values' average) as far out as its reports all agree.
+        """A value outside the band (around the newest values' average) as far out as its reports agree.
 
         A value inside keeps its moving average: taking its report nearest the average would bias every worker's
-        value towards it by the reports' noise, and the band's average with it.
+        value towards it by the reports' noise, and the band's average with it. With at least `OUTLIER_FROM` values
+        (the moving average and four reports) the one nearest the average is left out: a worker about one report's
+        noise beyond the band has one report inside it now and then, and asking every report to agree kept such an
+        excess unconfirmed for 90 s in the simulator (scale-out seed 8; decision 0014). A spike or dip of a few
+        seconds still shows in one or two reports only.
         """
-        avg, half = self.averages[metric], self.half_band(metric)
-        if avg - half <= value <= avg + half:
+        if not self._side(metric, value):
             return value
-        return _nearest((value, *reports), avg)
+        ranked = sorted((value, *reports), key=lambda v: (abs(v - self.averages[metric]), v))
+        return ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
+
+    def add_share(self) -> list[str]:
+        """Give each worker that reports a metric the throughput-share metric `T` as well; returns those workers.
+
+        For the band strategy's fill on throughput (coordinator/deciders/band_moves.py `fill_on_share`) when no
+        reported metric tells the workers apart. Its value is the share of the average KiB/s the worker carries now
+        (as for workers without metrics); its confirmed value the share nearest the average of that and what it
+        carried at each report within the persistence window, so a worker counts as far below only if it was so at
+        each of those reports (a new worker, not a few seconds of low figures). `drop_share` takes it away again.
+        """
+        added = [wid for wid in self.active if wid not in self.default and THROUGHPUT_METRIC not in self.values[wid]]
+        if not added or self.count_only or self.target_throughput <= 0:
+            return []
+        if self.confirmed is self.values:
+            self.confirmed = dict(self.values)
+        scale = 100.0 / self.target_throughput
+        self.lines.setdefault(THROUGHPUT_METRIC, Line(0.0, scale))
+        self._share_average = self.averages.get(THROUGHPUT_METRIC)  # workers without metrics have one already
+        self.averages[THROUGHPUT_METRIC] = 100.0
+        for wid in added:
+            now = scale * self.ledger.throughput.get(wid, 0.0)
+            past = tuple(scale * kbps for kbps in self.carried_history.get(wid, ()))
+            self.values[wid] = {**self.values[wid], THROUGHPUT_METRIC: now}
+            self.confirmed[wid] = {**self.confirmed[wid], THROUGHPUT_METRIC: _nearest((now, *past), 100.0)}
+            self.limits[wid] = {**self.limits[wid], THROUGHPUT_METRIC: math.inf}
+        return added
+
+    def drop_share(self, added: list[str]) -> None:
+        """Take the throughput-share metric `add_share` gave these workers away again (their summaries as before)."""
+        for wid in added:
+            for table in (self.values, self.confirmed, self.limits):
+                table[wid] = {m: v for m, v in table[wid].items() if m != THROUGHPUT_METRIC}
+        if self._share_average is None:
+            del self.averages[THROUGHPUT_METRIC]
+        else:
+            self.averages[THROUGHPUT_METRIC] = self._share_average
 
     def _catch_up(self, values: dict[str, dict[str, float]], lagged: Mapping[str, float]) -> None:
         """Add to each value in `values` what its moving average has not seen yet of the worker's throughput change.

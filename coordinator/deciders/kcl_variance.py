@@ -56,7 +56,7 @@ class KclVarianceFleet(FleetState):
 
     def _balancing_averages(self) -> dict[str, float]:
         """KCL's fleet averages (draining workers' values included), each metric proportional to throughput."""
-        averages = self._averages(values=self.confirmed)
+        averages = self._averages(values=self.centres)
         self.lines = {m: proportional(avg, self.carried_throughput) for m, avg in averages.items()}
         return averages
 

@@ -1,11 +1,11 @@
 """The simulator's steady-state scenario reproduces the live stack's CPU churn and the persistence rule ends it
-(bench/fleet_noise.py; decision 0013)."""
+(bench/fleet_noise.py; decision 0013); its scale-out scenario gives an added agent its share (decision 0014)."""
 
 from __future__ import annotations
 
 from bench.fleet.noise import PLAIN_DELIVERY, NoiseModel
 from bench.fleet.worker import CpuModel
-from bench.fleet_noise import LOCAL_CPU, run_steady
+from bench.fleet_noise import LOCAL_CPU, run_add_agent, run_steady
 
 
 def test_cpu_excursions_moved_leases_when_only_the_newest_report_counted_and_move_none_now() -> None:
@@ -18,3 +18,15 @@ def test_cpu_excursions_moved_leases_when_only_the_newest_report_counted_and_mov
     # Without excursions nothing moves either way: the churn comes from the CPU excursions, not the throughput noise.
     calm = CpuModel(base=LOCAL_CPU.base, mean_at_start=LOCAL_CPU.mean_at_start, sample_sd=LOCAL_CPU.sample_sd)
     assert run_steady(7, model, calm, settings={"rebalance_persistence_millis": 0}).moves == 0
+
+
+def test_an_added_agent_gets_its_share_with_cpu_metrics_on_and_nothing_moves_after() -> None:
+    # Live (`bench.churn --scenario add-agent`): the added agent's own CPU (0.3 %) sat inside the CPU band of the
+    # others (2.6-3.8 %, band +-4 points) and it got no lease. It now is filled on throughput (decision 0014).
+    model = NoiseModel(PLAIN_DELIVERY)
+    before = run_add_agent(7, model, LOCAL_CPU, settings={"rebalance_fill_on_throughput": False})
+    assert (before.leases_new, before.settle_moves) == (0, 0)
+    after = run_add_agent(7, model, LOCAL_CPU)
+    assert after.leases_new == after.settle_moves == 2 and after.runs_to_settle == 1
+    assert after.share_new > 0.9  # of an average agent's KiB/s
+    assert after.after_moves == 0

@@ -72,6 +72,45 @@ def test_a_step_the_throughput_explains_counts_at_once() -> None:
     assert _donors(snapshot, PERSISTENT) == _donors(snapshot, NEWEST_ONLY) != []
 
 
+def test_a_load_change_counts_at_once_even_where_the_line_explains_only_part_of_it() -> None:
+    # A took a fourth 40 KiB/s lease (+33 %) two reports ago and its CPU rose from 20 to 35 %, more than the
+    # proportional line says (0.18 points per KiB/s: +7 for the 40 KiB/s). Its older reports, caught up along that
+    # line, land at 27.15, inside the band (23.25 +- 4): were they asked to agree, A's excess (33.0 caught up) would
+    # wait until they aged out of the 30 s window. A's load did not hold steady (the steady-load condition,
+    # `FleetState._steady`), so its moving average counts at once and A sheds one lease in this run.
+    snapshot = _fleet({"A": [20.0] * 8 + [35.0] * 2, "B": [20.0] * 10, "C": [20.0] * 10, "D": [20.0] * 10},
+                      carried={"A": [120.0] * 8 + [160.0] * 2}, leases={"A": 4})
+    plan = decide(snapshot, DeciderConfig(rebalance_persistent_reports=8), balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A0", "A", "B")]
+    assert "band [19.25, 27.25] avg 23.25; C A 33.00 -> 24.75" in plan.moves[0].detail
+
+
+def test_workers_out_of_the_band_in_every_report_count_at_their_moving_average_in_the_band() -> None:
+    # C and D sit below the band in each report (40 and 44 % alternating; moving averages 42.66 and 41.34). Their
+    # confirmed values are their reports nearest the average (44), which biased the band's average upwards by the
+    # reports' noise: 52.0 instead of 51.0 here, 0.6 points in the hot-shard simulation whose receiver then landed
+    # above the band of the following runs (decision 0014). Their moving averages count, as A's and B's do.
+    snapshot = _fleet({"A": [60.0] * 10, "B": [60.0] * 10, "C": [40.0, 44.0] * 5, "D": [44.0, 40.0] * 5})
+    plan = decide(snapshot, DeciderConfig(rebalance_persistent_reports=8), balance=True)
+    assert plan.averages == {"C": 51.0}
+    # A one-report dip still counts at its confirmed value (test_a_worker_dipping_for_one_report_is_not_filled).
+
+
+def test_an_excess_seen_in_all_but_one_of_eight_reports_persisted() -> None:
+    # A sits at 20 % against 10 % for the others, beyond the band (12 +- 4) in its moving average and in seven of its
+    # eight reports of the window; one report fell inside (noise). That is a lasting excess, and A sheds. Asking all
+    # eight to agree left a worker about one report's noise above the band unconfirmed for 90 s in the simulator
+    # (scale-out, seed 8: 16 balancing runs until its late shed; decision 0014). Two reports inside: a dip of the
+    # excess, not noise; nothing moves.
+    quiet, config = [10.0] * 10, DeciderConfig(rebalance_persistent_reports=8)
+    one = _fleet({"A": [20.0] * 8 + [12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
+    plan = decide(one, config, balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A0", "A", "B")]
+    assert "band [8.00, 16.00] avg 12.00; C A 18.00 -> 12.00" in plan.moves[0].detail
+    two = _fleet({"A": [20.0] * 7 + [12.0, 12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
+    assert decide(two, config, balance=True).moves == ()
+
+
 class _Agents:
     """Worker rows as worker-mode agents write them: one CPU value appended per heartbeat (10 kept)."""
 
