@@ -102,7 +102,7 @@ class SparkAgent(Agent):
         self._first_batch_done = False
         self._query: StreamingQuery | None = None
         self._halt = threading.Event()
-        self._probe_soon = threading.Event()  # a newly held shard is probed at once, so the next batch reads it
+        self._wake_prober = threading.Event()  # set on stop: the probe loop ends without waiting for its next round
         self._stopping = threading.Lock()
         self._stopped = False
         self._threads: list[threading.Thread] = []
@@ -126,8 +126,7 @@ class SparkAgent(Agent):
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if not lease.is_finished:
             self.book.acquired(lease)
-            self._probe_soon.set()
-            if not self._halt.is_set():
+            if not self._halt.is_set():  # this shard alone, at once; the other shards keep the trigger-timed rounds
                 self._probe_pool.submit(self._probe_first, source_key(lease))
 
     def handoff_requested(self, lease: Lease) -> None:
@@ -316,7 +315,7 @@ class SparkAgent(Agent):
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
-            self._probe_soon.set()
+            self._wake_prober.set()
             if query is not None and query.isActive:
                 query.stop()
             self.await_checkpoints(CHECKPOINT_WAIT_SECONDS)  # what was written is stored before leases are given back
@@ -336,14 +335,14 @@ class SparkAgent(Agent):
         thread.start()
 
     def _probe_loop(self) -> None:
-        """Probe every owned shard in parallel on the probe schedule, and at once when a shard is acquired.
+        """Probe every owned shard in parallel on the probe schedule (a shard just acquired: `_probe_first`).
 
         A round costs about one GetRecords whatever the shard count; with a processing-time trigger each round ends
         just before a trigger (agent/spark/probe_schedule.py).
         """
         while True:
-            self._probe_soon.wait(self.probe_schedule.delay(time.time()))
-            self._probe_soon.clear()
+            self._wake_prober.wait(self.probe_schedule.delay(time.time()))
+            self._wake_prober.clear()
             if self._halt.is_set():
                 return
             began = time.monotonic()
