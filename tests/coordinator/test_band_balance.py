@@ -533,19 +533,15 @@ def test_a_worker_whose_light_lease_gets_it_into_the_band_sheds_it(strategy: Str
     assert all(56.0 <= v <= 84.0 for v in after(plan).values())
 
 
-def one_heavy_lease_lands_it_under() -> Snapshot:
+def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_than_several_lighter_ones() -> None:
+    # fleet_sim scale-out seeds 11 and 12: donors shed two lighter leases (or pushed a heavy one to a worker that
+    # then shed two) where one heavier lease got them out of excess, 1.25-1.29x the minimum moves (decision 0015).
     # A: CPU 60 on 600 KiB/s, one 200 and eight 50s; B, C: 45 on 450; D: 28 on 280 (far below: a worker that just
     # got room). avg 44.5, band [40.05, 48.95], floor 40.05 - 4.45 - 0.89 = 34.71. No single lease lands A inside:
     # a 50 leaves it at 55, the 200 takes it to 40, under the band but 5.3 points above the floor (more than the
     # minimum gain of 2), where nothing fills it.
-    return fleet({"A": (60.0, [200.0] + [50.0] * 8), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
-                  "D": (28.0, [40.0] * 7)})
-
-
-def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_than_several_lighter_ones() -> None:
-    # fleet_sim scale-out seeds 11 and 12: donors shed two lighter leases (or pushed a heavy one to a worker that
-    # then shed two) where one heavier lease got them out of excess, 1.25-1.29x the minimum moves (decision 0015).
-    snapshot = one_heavy_lease_lands_it_under()
+    snapshot = fleet({"A": (60.0, [200.0] + [50.0] * 8), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (28.0, [40.0] * 7)})
     plan = decide(snapshot, BAND, balance=True)
     assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A00", "D")]
     assert after(plan) == pytest.approx({"A": 40.0, "B": 45.0, "C": 45.0, "D": 48.0})
