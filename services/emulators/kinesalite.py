@@ -94,6 +94,11 @@ class NodeEmulator:
         """True while the emulator process is alive."""
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it ended by itself; None while it runs or after stop()."""
+        return self._process.poll() if self._process is not None else None
+
     def _script(self, package_dir: Path) -> str:
         """JavaScript (after the prelude) that starts the emulator on `self.port`."""
         raise NotImplementedError
