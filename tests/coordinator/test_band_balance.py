@@ -554,6 +554,18 @@ def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_th
     assert [m.lease_key for m in inside.moves] == ["A01", "A02", "A03"]
 
 
+def test_a_donor_of_two_leases_sheds_the_one_that_lands_it_a_little_under_the_band_instead_of_trading() -> None:
+    # fleet_sim scale-out seed 12: a worker holding a 1024 and a 591 KiB/s lease pushed the 591 to a worker that
+    # then shed two leases (3 moves), as no lease landed it inside the band. A: CPU 55 on 350 + 200 KiB/s; B, C: 45;
+    # D: 20 on 200. avg 41.25, band [37.125, 45.375], floor 32.175. The 200 takes A to 35, under the band and more
+    # than the minimum gain (2) above the floor; D rises to 40. Before, A traded the 200 for one of D's 40s.
+    snapshot = fleet({"A": (55.0, [350.0, 200.0]), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (20.0, [40.0] * 5)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A01", "D")]
+    assert after(plan) == pytest.approx({"A": 35.0, "B": 45.0, "C": 45.0, "D": 40.0})
+
+
 def refused(snapshot: Snapshot, keys: dict[str, frozenset[str]]) -> Snapshot:
     """The snapshot with each lease in `keys` marked as given back by those workers (they cannot process it)."""
     leases = [dataclasses.replace(lease, refused_by=keys.get(lease.key, frozenset())) for lease in snapshot.leases]
