@@ -54,20 +54,23 @@ def minimum_moves(fleet: Fleet) -> tuple[int, int]:
     shed at least the fewest of its leases (largest first) that cover the excess. A lease so heavy that even the
     least loaded other worker would pass THRESHOLD x the mean with it can only move if its receiver sheds too, so it
     costs two moves: a worker's count is the smaller of "only leases others can take" and "any leases, plus one".
+    The same holds for a lease that must move: if it puts even the least loaded staying worker above its ceiling,
+    some worker sheds at least once (one shed, unless the staying workers' own excess already costs one).
     A lower bound: moving leases onto a worker never lowers another worker's excess. `forced` alone is the minimum
     for every strategy; `shed` only binds a strategy that does reach the band.
     """
     idle = fleet.stream.total() <= 0
     stay = fleet.live()
     held: dict[str, list[float]] = {w: [] for w in stay}
-    forced = 0
+    moving: list[float] = []
     for lease in fleet.leases():
         owner = lease.actual_owner
         weight = 1.0 if idle else fleet.stream.kbps.get(lease.lease_key, 0.0)
         if owner in held:
             held[owner].append(weight)
         else:
-            forced += 1
+            moving.append(weight)
+    forced = len(moving)
     total = len(fleet.leases()) if idle else fleet.stream.total()
     mean = total / max(1, len(stay))
     loads = {w: sum(weights) for w, weights in held.items()}
@@ -81,6 +84,9 @@ def minimum_moves(fleet: Fleet) -> tuple[int, int]:
         any_count = _cover(weights, loads[wid] - ceiling)
         heavy_extra = 1 if len(takeable) < len(weights) else 0
         shed += min(_cover(takeable, loads[wid] - ceiling), any_count + heavy_extra)
+    lightest = min(loads.values(), default=0.0)
+    if stay and any(lightest + weight > THRESHOLD * max(mean, weight) for weight in moving):
+        shed = max(shed, 1)  # a lease no staying worker can take within its ceiling: its receiver sheds
     return forced, shed
 
 

@@ -5,10 +5,12 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
 (docs/kcl-differences.md has the fleet-simulator figures). Here the band decides what moves:
 
 * shed: each worker above the band (or its operating range), most excess first, gives away the lease that lands it
-  inside the band closest to the average (what the workers below it lack); if no single lease does, its largest
-  lease that keeps it above the band, and so on. Each lease goes to a worker that stays inside the band and ends
-  below the giver's value before the move (the pair's peak falls; the next run cannot undo it): the one it lands
-  nearest the average a noise margin under the edge (the least loaded while new workers are far below the band).
+  inside the band closest to the average (what the workers below it lack); if no single lease does, the one that
+  lands it least far under the band while a noise margin above the fill floor (`low_landing`: one move, where two
+  lighter leases would land it inside); else its largest lease that keeps it above the band, and so on. Each lease
+  goes to a worker that stays inside the band and ends below the giver's value before the move (the pair's peak
+  falls; the next run cannot undo it): the one it lands nearest the average a noise margin under the edge (the
+  least loaded while new workers are far below the band).
   When no worker can take any of the donor's leases inside the band (few, lumpy leases: a shard that just turned
   hot), the donor trades a lease for a lighter one of the receiver (swap), or, far above the band, hands its lease
   to a worker that sheds enough lighter leases in the same run (push).
@@ -234,8 +236,8 @@ class BandBalancer:
     def _shed_candidates(self, donor: str, heaviest: float) -> list[str]:
         """The donor's movable leases up to `heaviest` KiB/s, in order of preference (by its value after each)."""
         d, value, ceiling = self.d, self.value(donor), self.ceiling(donor)
-        target = self._target(donor)
-        landing, short, beyond = [], [], []
+        target, low = self._target(donor), self.low_landing()
+        landing, under, short, beyond = [], [], [], []
         movable = self._movable(donor)
         rate = d.drop_rate(donor, self.metric)
         for weight, key in movable[:bisect.bisect_right(movable, (heaviest, "\uffff"))]:
@@ -244,15 +246,29 @@ class BandBalancer:
                 short.append((key, after, weight))
             elif after >= self.band.lower:
                 landing.append((key, after, weight))
+            elif after >= low:
+                under.append((key, after, weight))
             else:
                 beyond.append((key, after, weight))
         # Ties go to a lease of the stream the donor holds most of (multi-stream: spread each stream's shards).
         crowd = d.stream_counts(donor)
         landing.sort(key=lambda c: (abs(c[1] - target), -crowd[stream_prefix(c[0])], c[0]))
         short.sort(key=lambda c: (c[1], -crowd[stream_prefix(c[0])], c[0]))  # the biggest step towards the band first
-        beyond.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
-        ordered = landing + short + (beyond if d.config.allow_throughput_overshoot else [])
+        for overshoot in (under, beyond):
+            overshoot.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
+        # A lease that ends the donor's excess in one move, a little under the band where nothing fills it, before
+        # a step that needs another move after it (decision 0015).
+        ordered = landing + under + short + beyond if d.config.allow_throughput_overshoot else landing + short
         return [key for key, _, _ in ordered]
+
+    def low_landing(self) -> float:
+        """The lowest value a donor may shed down to in one move: a noise margin (the minimum gain) above the floor.
+
+        Between the floor and the band's lower edge nothing moves a worker (it is not far below the band), so a
+        donor that no single lease lands inside the band may end there in one move instead of shedding two lighter
+        leases. The margin keeps the next reports' noise from making it a worker to fill.
+        """
+        return self.floor() + self.min_gain
 
     def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf) -> bool:
         """One move (or trade, if `trades`) that brings the donor towards its ceiling; False if there is none.
@@ -302,9 +318,10 @@ class BandBalancer:
         return fits[0]
 
     def _lighter_leases_suffice(self, donor: str, rate: float) -> bool:
-        """Whether the donor's movable leases that do not each overshoot the band could together get it inside."""
+        """Whether the donor's leases that each keep it above `low_landing` could together get it inside the band."""
         value, excess = self.value(donor), self.value(donor) - self.ceiling(donor)
-        light = sum(weight for weight, _ in self._movable(donor) if value - rate * weight >= self.band.lower)
+        lowest = self.low_landing() if self.d.config.allow_throughput_overshoot else self.band.lower
+        light = sum(weight for weight, _ in self._movable(donor) if value - rate * weight >= lowest)
         return rate * light >= excess
 
     def _push_one(self, donor: str) -> bool:

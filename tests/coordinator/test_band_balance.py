@@ -533,6 +533,39 @@ def test_a_worker_whose_light_lease_gets_it_into_the_band_sheds_it(strategy: Str
     assert all(56.0 <= v <= 84.0 for v in after(plan).values())
 
 
+def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_than_several_lighter_ones() -> None:
+    # fleet_sim scale-out seeds 11 and 12: donors shed two lighter leases (or pushed a heavy one to a worker that
+    # then shed two) where one heavier lease got them out of excess, 1.25-1.29x the minimum moves (decision 0015).
+    # A: CPU 60 on 600 KiB/s, one 200 and eight 50s; B, C: 45 on 450; D: 28 on 280 (far below: a worker that just
+    # got room). avg 44.5, band [40.05, 48.95], floor 40.05 - 4.45 - 0.89 = 34.71. No single lease lands A inside:
+    # a 50 leaves it at 55, the 200 takes it to 40, under the band but 5.3 points above the floor (more than the
+    # minimum gain of 2), where nothing fills it.
+    snapshot = fleet({"A": (60.0, [200.0] + [50.0] * 8), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (28.0, [40.0] * 7)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A00", "D")]
+    assert after(plan) == pytest.approx({"A": 40.0, "B": 45.0, "C": 45.0, "D": 48.0})
+    # Applied and reported: A sits under the band but above the floor, so nothing moves (no fill, no shed).
+    carried = {w.worker_id: w.throughput_after for w in plan.workers}
+    again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, carried[w] / 10) for w in sorted(carried)])
+    assert decide(again, BAND, balance=True).moves == ()
+    # Without overshoot the donor stays inside the band: three of the 50s.
+    inside = decide(snapshot, dataclasses.replace(BAND, allow_throughput_overshoot=False), balance=True)
+    assert [m.lease_key for m in inside.moves] == ["A01", "A02", "A03"]
+
+
+def test_a_donor_of_two_leases_sheds_the_one_that_lands_it_a_little_under_the_band_instead_of_trading() -> None:
+    # fleet_sim scale-out seed 12: a worker holding a 1024 and a 591 KiB/s lease pushed the 591 to a worker that
+    # then shed two leases (3 moves), as no lease landed it inside the band. A: CPU 55 on 350 + 200 KiB/s; B, C: 45;
+    # D: 20 on 200. avg 41.25, band [37.125, 45.375], floor 32.175. The 200 takes A to 35, under the band and more
+    # than the minimum gain (2) above the floor; D rises to 40. Before, A traded the 200 for one of D's 40s.
+    snapshot = fleet({"A": (55.0, [350.0, 200.0]), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                      "D": (20.0, [40.0] * 5)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A01", "D")]
+    assert after(plan) == pytest.approx({"A": 35.0, "B": 45.0, "C": 45.0, "D": 40.0})
+
+
 def refused(snapshot: Snapshot, keys: dict[str, frozenset[str]]) -> Snapshot:
     """The snapshot with each lease in `keys` marked as given back by those workers (they cannot process it)."""
     leases = [dataclasses.replace(lease, refused_by=keys.get(lease.key, frozenset())) for lease in snapshot.leases]

@@ -82,6 +82,24 @@ def test_balance_bound_lets_a_worker_carry_one_shard_heavier_than_the_mean() -> 
     assert greedy_moves(fleet) == (1, True)
 
 
+def test_a_crashed_workers_lease_too_heavy_for_every_survivor_costs_its_receiver_a_shed() -> None:
+    # Shards of 1024, 512 and 341 KiB/s; w0000 (holding the 1024 shard) crashes. The survivors' mean is 938.5, so
+    # whoever takes the 1024 shard may carry 1.1 x 1024 = 1126.4: w0002 (341) would carry 1365, w0001 (512) 1536.
+    # The shard costs its own move and a shed of its receiver (fleet_sim crash seed 9 and scale-in seed 12: the
+    # decider and the offline greedy both made forced + 1 moves against a minimum of forced alone).
+    stream = Stream.zipf(3, 1.0, random.Random(3))
+    fleet = Fleet(VARIANCE, "worker", stream, seed=1)
+    fleet.add_workers(3)
+    heavy, medium, light = sorted(stream.kbps, key=lambda k: -stream.kbps[k])
+    for key, owner in ((heavy, "w0000"), (medium, "w0001"), (light, "w0002")):
+        fleet.store.create_lease(Lease(key))
+        fleet.store.assign(key, owner, None, None)
+    assert minimum_moves(fleet) == (0, 0)
+    fleet.workers["w0000"].crash()
+    assert minimum_moves(fleet) == (1, 1)
+    assert greedy_moves(fleet) == (2, True)  # 1024 to w0002, which gives its 341 to w0001
+
+
 def test_counting_store_counts_scan_pages_and_writes_by_kind() -> None:
     store = CountingStore(MemoryLeaseStore(TableNames.for_application("count")))
     for index in range(25):
