@@ -61,6 +61,13 @@ class LeaseListener(Protocol):
     def lease_lost(self, lease_key: str, reason: LossReason) -> None:
         """Stop processing at once; any checkpoint attempt will be refused."""
 
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        """The leases handed to this worker whose previous owner is still finishing changed (may be empty).
+
+        Each comes with `lease_acquired` once the previous owner has released it (or not at all, if the leader moved
+        it elsewhere meanwhile): a processing side that plans ahead may expect it.
+        """
+
 
 class HeldState(enum.Enum):
     """Where a held lease is in its life on this worker."""
@@ -103,6 +110,12 @@ class KeeperTiming:
             handoff_timeout=settings.graceful_lease_handoff_timeout_millis / 1000,
             discovery_fallback=settings.discovery_fallback_interval_millis / 1000,
         )
+
+
+def handed_over(outcome: Outcome, worker: str) -> bool:
+    """True if a checkpoint of `worker` also completed its handoff: applied, and the lease now owned by another."""
+    lease = outcome.lease
+    return outcome.applied and lease is not None and lease.checkpoint_owner is None and lease.lease_owner != worker
 
 
 class LeaseKeeper:
@@ -156,10 +169,13 @@ class LeaseKeeper:
 
     # ------------------------------------------------------------------ processing-side calls
     def checkpoint(self, lease_key: str, checkpoint: Checkpoint, pending: Checkpoint | None = None,
-                   progress: LeaseProgress | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, hand_over: bool = False) -> Outcome:
         """Write a checkpoint fenced by ownership; losing ownership ends the lease (listener told) and returns it.
 
         The lease's progress figures ride along: `progress` if given, else the progress board's for the lease.
+        `hand_over` makes a lease under handoff's final checkpoint complete the handoff in the same store write
+        (the lease then ends here as handed off; `handed_over` tells from the outcome): one round trip instead of a
+        checkpoint and then `finish_handoff`.
         """
         with self._guard:
             held = self._held.get(lease_key)
@@ -168,8 +184,11 @@ class LeaseKeeper:
         if progress is None and self._progress:
             progress = self._progress([lease_key]).get(lease_key)
         outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress,
-                                         expected=held.lease)  # the row as our last write left it: no read first
-        if outcome.applied and outcome.lease is not None:
+                                         expected=held.lease,  # the row as our last write left it: no read first
+                                         hand_over=hand_over and held.state is HeldState.HANDING_OFF)
+        if handed_over(outcome, self._me):
+            self._lose(lease_key, LossReason.HANDED_OFF)
+        elif outcome.applied and outcome.lease is not None:
             with self._guard:
                 if lease_key in self._held:
                     self._held[lease_key].lease = outcome.lease
@@ -466,7 +485,7 @@ class LeaseKeeper:
                 log.warning("discovery failed: %s", exc)
                 return
         held = self.held()
-        self._awaiting = {key for key in sorted(owned - held.keys()) if self._consider_new(key)}
+        self._set_awaiting({key for key in sorted(owned - held.keys()) if self._consider_new(key)})
         for key in sorted(held.keys() - owned):
             self._recheck(key)
 
@@ -476,7 +495,13 @@ class LeaseKeeper:
         The previous owner's release is the end of the shard's gap in processing; one read per waiting lease every
         AWAIT_RECHECK_SECONDS finds it sooner than the next full discovery (a second apart by default).
         """
-        self._awaiting = {key for key in sorted(self._awaiting) if self._consider_new(key)}
+        self._set_awaiting({key for key in sorted(self._awaiting) if self._consider_new(key)})
+
+    def _set_awaiting(self, awaiting: set[str]) -> None:
+        """Keep the leases that wait for their previous owner; tell the listener when that set changed."""
+        changed, self._awaiting = awaiting != self._awaiting, awaiting
+        if changed:
+            self._listener.leases_awaited(frozenset(awaiting))
 
     def _consider_new(self, key: str) -> bool:
         """Start holding `key` if the store confirms it is ours; True if it is ours but still being handed over."""

@@ -31,9 +31,13 @@ class Events:
     acquired: list[str] = field(default_factory=list)
     handoffs: list[str] = field(default_factory=list)
     lost: list[tuple[str, LossReason]] = field(default_factory=list)
+    awaited: list[frozenset[str]] = field(default_factory=list)
 
     def lease_acquired(self, lease: Lease) -> None:
         self.acquired.append(lease.lease_key)
+
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        self.awaited.append(lease_keys)
 
     def handoff_requested(self, lease: Lease) -> None:
         self.handoffs.append(lease.lease_key)
