@@ -111,6 +111,26 @@ def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
     assert lease.checkpoint == Checkpoint.at("500")
 
 
+def test_a_final_checkpoint_that_hands_over_ends_the_lease_and_the_next_owner_knew_it_was_coming(
+        store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _holding(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    plain = old.checkpoint(KEY, Checkpoint.at("400"), hand_over=True)  # no handoff running: a plain checkpoint
+    assert plain.applied and KEY in old.held() and old_events.lost == []
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    _step(clock, 1.5, old, new)
+    assert old_events.handoffs == [KEY]
+    assert new_events.awaited == [frozenset({KEY})] and new_events.acquired == []  # told once what is on its way
+    assert old.checkpoint(KEY, Checkpoint.at("500"), hand_over=True).applied  # checkpoint and release: one write
+    assert old_events.lost == [(KEY, LossReason.HANDED_OFF)] and old.held() == {}
+    _step(clock, 0.5, new)
+    assert new_events.acquired == [KEY] and new_events.awaited == [frozenset({KEY}), frozenset()]
+    lease = store.get_lease(KEY)
+    assert lease is not None and (lease.lease_owner, lease.checkpoint_owner) == ("w2", None)
+    assert lease.checkpoint == Checkpoint.at("500")
+
+
 def test_a_lease_handed_over_is_taken_within_a_recheck_of_the_release_not_at_the_next_discovery(
         store: LeaseStore) -> None:
     clock = ManualClock()
