@@ -111,23 +111,29 @@ class SlowCheckpoints:
         return outcome
 
 
+def _holding_first(store: LeaseStore, agent_store: object, channel: Path,
+                   clock: ManualClock) -> tuple[SparkAgent, tuple[ShardPlan, ShardPlan]]:
+    """A driver w1 (stores through `agent_store`) holding FIRST, and two plans of it, one after the other."""
+    settings = load_settings(worker_id="w1", application_name="checkpoint-order", stream_name="orders",
+                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
+    agent = SparkAgent(settings, channel=channel, store=cast(LeaseStore, agent_store), clock=clock)
+    store.create_lease(new_lease(FIRST, TRIM_HORIZON))
+    store.assign(FIRST, "w1", None, None)
+    agent.keeper.tick()
+    tenure = agent.book.snapshot().shards[FIRST].tenure
+    return agent, (ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure),
+                   ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure))
+
+
 def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_still_being_stored(
         store: LeaseStore, tmp_path: Path) -> None:
     slow = SlowCheckpoints(store)
-    settings = load_settings(worker_id="w1", application_name="async-checkpoints", stream_name="orders",
-                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
-    agent = SparkAgent(settings, channel=tmp_path, store=cast(LeaseStore, slow), clock=ManualClock())
+    agent, (first, second) = _holding_first(store, slow, tmp_path, ManualClock())
     try:
-        store.create_lease(new_lease(FIRST, TRIM_HORIZON))
-        store.assign(FIRST, "w1", None, None)
-        agent.keeper.tick()
-        tenure = agent.book.snapshot().shards[FIRST].tenure
-        first = ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure)
         agent.commit_progress(1, agent.begin_write([first]))  # returns while the store holds the checkpoint
         assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")
         assert store.get_lease(FIRST).checkpoint == TRIM_HORIZON  # type: ignore[union-attr]
 
-        second = ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure)
         written = agent.begin_write([second])
         committed = threading.Thread(target=agent.commit_progress, args=(2, written))
         committed.start()
@@ -146,16 +152,8 @@ def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_stil
 def test_a_handoff_waiting_for_two_writes_is_handed_over_only_with_the_last_one_s_checkpoint(
         store: LeaseStore, tmp_path: Path) -> None:
     clock = ManualClock()
-    settings = load_settings(worker_id="w1", application_name="handoff-last-write", stream_name="orders",
-                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
-    agent = SparkAgent(settings, channel=tmp_path, store=store, clock=clock)
+    agent, (first, second) = _holding_first(store, store, tmp_path, clock)
     try:
-        store.create_lease(new_lease(FIRST, TRIM_HORIZON))
-        store.assign(FIRST, "w1", None, None)
-        agent.keeper.tick()
-        tenure = agent.book.snapshot().shards[FIRST].tenure
-        first = ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure)
-        second = ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure)
         assert agent.begin_write([first]) == [first]
         assert agent.begin_write([second]) == [second]  # the next batch writes while the first one's is not stored
 
