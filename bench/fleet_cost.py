@@ -240,6 +240,9 @@ def _refresh(client: TestClient) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ report
+WRITE_TARGET_FLEET = (1000, 50)  # where issue 17's write target (<= 1/10 of KCL's write units) applies
+
+
 def report(result: CostResult) -> str:
     """Units per minute by caller against KCL's, the ratios, and the leader's run time."""
     lines = [f"{result.shards} shards x {result.workers} workers (worker mode, a checkpoint per shard per minute, "
@@ -258,9 +261,11 @@ def report(result: CostResult) -> str:
     lines.append(f"  {'KCL total':<10} {kcl.requests:>12,.0f} {kcl.read_units:>10,.1f} {kcl.write_units:>10,.1f}")
     write_ratio = ours.write_units / kcl.write_units if kcl.write_units else math.inf
     read_ratio = ours.read_units / kcl.read_units if kcl.read_units else math.inf
-    lines.append(f"  write units: shardherd/KCL = {write_ratio:.3f} (target <= 0.100: "
-                 f"{'MET' if write_ratio <= 0.1 else 'MISSED'}); read units: shardherd/KCL = {read_ratio:.3f} "
-                 f"(target <= 1: {'MET' if read_ratio <= 1 else 'MISSED'})")
+    # Issue 17 sets the write target at 1,000 shards x 50 workers only (few leases per worker renew little in KCL).
+    write_target = (f" (target <= 0.100: {'MET' if write_ratio <= 0.1 else 'MISSED'})"
+                    if (result.shards, result.workers) == WRITE_TARGET_FLEET else "")
+    lines.append(f"  write units: shardherd/KCL = {write_ratio:.3f}{write_target}; read units: shardherd/KCL = "
+                 f"{read_ratio:.3f} (target <= 1: {'MET' if read_ratio <= 1 else 'MISSED'})")
     if result.status_sizes:
         lines.append(f"  LeaderStatus item: {max(result.status_sizes)} bytes at most; status writes/min "
                      f"{result.per_minute('status').write_units:.2f} WCU")

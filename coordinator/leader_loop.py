@@ -366,7 +366,6 @@ class LeaderLoop:
         views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
         # In steady state full runs come every full-scan interval: each of those balances.
-        # In steady state full runs come every full-scan interval: each of those balances.
         balance = reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),

@@ -27,6 +27,9 @@ NODE_MODULES = EMULATORS_DIR / "node_modules"
 INSTALL_HINT = "npm ci --prefix services/emulators"
 
 # Runs before the emulator: every server listens on loopback only, and the process ends when stdin closes.
+# kinesalite rethrows a request's 'error' event, so a client killed while sending a request (kill -9 of a Spark
+# executor or an agent mid-call) ended the whole emulator with "Error: aborted" (ECONNRESET); such a dropped
+# connection is now logged and the emulator serves on. Any other uncaught error still ends it with status 1.
 _PRELUDE = """
 const net = require('net');
 const listen = net.Server.prototype.listen;
@@ -38,6 +41,14 @@ net.Server.prototype.listen = function (...args) {
 };
 process.stdin.on('end', () => process.exit(0));
 process.stdin.resume();
+process.on('uncaughtException', (err) => {
+  if (err && (err.code === 'ECONNRESET' || err.code === 'EPIPE')) {
+    console.error(`shardherd prelude: a client dropped its connection mid-request (${err.code}); serving on`);
+    return;
+  }
+  console.error(err);
+  process.exit(1);
+});
 """
 
 
@@ -82,6 +93,11 @@ class NodeEmulator:
     def running(self) -> bool:
         """True while the emulator process is alive."""
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it ended by itself; None while it runs or after stop()."""
+        return self._process.poll() if self._process is not None else None
 
     def _script(self, package_dir: Path) -> str:
         """JavaScript (after the prelude) that starts the emulator on `self.port`."""

@@ -42,6 +42,7 @@ class Emulators:
         self._use_aws = use_aws
         self.moto: Child | None = None
         self.kinesalite: Kinesalite | None = None
+        self._kinesis_exit_reported = False
 
     def start(self) -> Endpoints:
         """Start what is needed (moto in the background while kinesalite starts) and wait until both answer."""
@@ -54,7 +55,8 @@ class Emulators:
                                                ["-H", LOOPBACK, "-p", str(port)], env, grace=5.0, port=port)
             dynamodb = f"http://{LOOPBACK}:{port}"
         if not self._use_aws and kinesis is None:
-            self.kinesalite = Kinesalite(startup_timeout=STARTUP_TIMEOUT).start()
+            self.kinesalite = Kinesalite(startup_timeout=STARTUP_TIMEOUT,
+                                         log_path=self._supervisor.log_dir / "kinesalite.log").start()
             kinesis = self.kinesalite.endpoint_url
         if self.moto is not None:
             moto = self.moto
@@ -63,6 +65,17 @@ class Emulators:
             except RuntimeError as exc:
                 raise EmulatorFailed(f"{exc}; its log ends with:\n{log_tail(moto.log_path)}") from exc
         return Endpoints(dynamodb, kinesis)
+
+    def kinesis_exit(self) -> str | None:
+        """A line saying kinesalite exited by itself (its status and log), once; None while it runs.
+
+        Not a supervised child (it is stopped with its process group), so the stack asks here on each status tick.
+        """
+        emulator = self.kinesalite
+        if emulator is None or self._kinesis_exit_reported or (code := emulator.exit_code) is None:
+            return None
+        self._kinesis_exit_reported = True
+        return f"kinesalite exited on its own (code {code}); log: {emulator.log_path}"
 
     def entries(self) -> list[ProcessEntry]:
         """The emulator processes, for the state file."""

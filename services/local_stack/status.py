@@ -199,6 +199,8 @@ class StatusPrinter:
             self._console.print(f"! {child.name} exited on its own (code {child.process.returncode}); "
                                 f"log: {child.log_path}", highlight=False)
             self._stack.write_state()
+        if (exited := self._stack.emulators.kinesis_exit()) is not None:
+            self._console.print(f"! {exited}", highlight=False)
         snapshot = read_snapshot([c.api_url for c in self._stack.supervisor.children("coordinator") if c.api_url])
         if snapshot is not None:
             self.tally.update(snapshot.leases)

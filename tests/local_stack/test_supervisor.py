@@ -10,7 +10,9 @@ from pathlib import Path
 
 import psutil
 
+from shardherd.services.local_stack.emulators import Emulators
 from shardherd.services.local_stack.supervisor import Child, Supervisor
+from shardherd.shared.config import load_settings
 
 
 def spawn_tree(supervisor: Supervisor, directory: Path) -> tuple[Child, list[psutil.Process]]:
@@ -50,3 +52,22 @@ def test_sigkill_takes_the_child_and_what_it_started_in_other_groups(tmp_path: P
     assert child.process.wait(10) == -signal.SIGKILL
     assert gone(sleepers)
     assert supervisor.unexpected_exits() == []
+
+
+def test_the_stack_reports_kinesalite_exiting_by_itself_once_with_its_log(tmp_path: Path) -> None:
+    settings = load_settings(store_backend="sql", stream_name="reports")  # SQL store: no moto, only kinesalite
+    emulators = Emulators(settings, make_supervisor(tmp_path), use_aws=False)
+    emulators.start()
+    try:
+        assert emulators.kinesis_exit() is None  # running
+        kinesalite = emulators.kinesalite
+        assert kinesalite is not None and kinesalite.pid is not None
+        os.kill(kinesalite.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (line := emulators.kinesis_exit()) is None:
+            assert time.monotonic() < deadline, "the exit was not reported"
+            time.sleep(0.05)
+        assert line == f"kinesalite exited on its own (code -9); log: {tmp_path / 'logs' / 'kinesalite.log'}"
+        assert emulators.kinesis_exit() is None  # reported once
+    finally:
+        emulators.stop()

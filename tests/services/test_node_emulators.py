@@ -1,0 +1,44 @@
+"""The Node Kinesis emulators survive a client that dies in the middle of sending a request.
+
+kinesalite rethrows a request's 'error' event; before the launcher's prelude caught it, one agent or executor killed
+mid-call (`scenario kill-agent`, the chaos and driver-kill tests) ended the emulator, and with it every shard's
+reads, with "Error: aborted" (ECONNRESET).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import boto3
+import pytest
+
+from shardherd.services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
+
+pytestmark = pytest.mark.slow
+
+# A request whose headers promise more body than is ever sent: the server is still reading it when the reset comes.
+_HALF_REQUEST = (b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-amz-json-1.1\r\n"
+                 b"X-Amz-Target: Kinesis_20131202.ListStreams\r\nContent-Length: 1000\r\n\r\n{\"Limit\": 1")
+
+
+def _reset_mid_request(port: int) -> None:
+    """Send half a request, then drop the connection with a TCP reset (what a killed client's kernel does)."""
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(_HALF_REQUEST)
+        time.sleep(0.2)  # the server has taken the headers and waits for the rest of the body
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+@pytest.mark.parametrize("emulator_type", [Kinesalite, KinesisLocal])
+def test_an_emulator_serves_on_after_a_client_resets_mid_request(emulator_type: type[NodeEmulator]) -> None:
+    with emulator_type() as emulator:
+        kinesis = boto3.client("kinesis", endpoint_url=emulator.endpoint_url, region_name="us-east-1",
+                               aws_access_key_id="test", aws_secret_access_key="test")
+        kinesis.create_stream(StreamName="resets", ShardCount=1)
+        for _ in range(3):
+            _reset_mid_request(emulator.port)
+        time.sleep(0.5)  # an emulator that throws on the reset has exited by now
+        assert emulator.running, emulator.output()
+        assert "resets" in kinesis.list_streams()["StreamNames"]
