@@ -176,6 +176,9 @@ class Agent:
             worker.request_stop(Stop.LOST if reason is not LossReason.RELEASED else Stop.SHUTDOWN)
         self.throughput.drop(lease_key)
 
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        """Nothing to prepare: a shard worker starts reading within a tick of `lease_acquired`."""
+
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Agent:
         """Start sampling and the keeper loop (heartbeat start jittered so a fleet start does not synchronise).

@@ -114,10 +114,11 @@ class CountingStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Counted as `checkpoint`."""
         return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state,
-                                                               progress, expected))
+                                                               progress, expected, hand_over))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """Counted as `release`."""

@@ -164,7 +164,8 @@ class MemoryLeaseStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Record progress for the actual owner; STALE_CHECKPOINT if it (or the pending one) would regress.
 
         `expected` is not needed: the row is read under the store's lock.
@@ -178,9 +179,11 @@ class MemoryLeaseStore(LeaseStore):
             return None
 
         def change(lease: Lease) -> Lease:
-            written = replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=0,
+            handing = hand_over and lease.checkpoint_owner == worker
+            written = replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=int(handing),
                               pending_checkpoint=pending, pending_checkpoint_state=pending_state if pending else None,
-                              lease_counter=lease.lease_counter + 1)
+                              lease_counter=lease.lease_counter + 1,
+                              checkpoint_owner=None if handing else lease.checkpoint_owner)
             return written if progress is None else written.with_changes(**lease_progress_fields(progress))
 
         return self._write(lease_key, check, change)

@@ -169,7 +169,8 @@ class LeaseStore(ABC):
     @abstractmethod
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Record progress; monotonic (STALE_CHECKPOINT if it would go backwards or past SHARD_END).
 
         Allowed for the lease owner when no handoff is running, or for the checkpoint owner during one. Resets
@@ -178,6 +179,10 @@ class LeaseStore(ABC):
         `expected` is the row as the caller last saw it (its own last write): a store that reads the row before its
         conditional write may start from it instead, saving that read; a stale one costs a refused write and a retry
         from the row it returns, never a wrong checkpoint.
+        `hand_over`: when `worker` is the checkpoint owner of a running handoff, the same write completes it, as
+        `complete_handoff` right after would (`checkpointOwner` removed, ownerSwitches 1): the final checkpoint and
+        the release in one request, so the next owner never finds the lease released short of that checkpoint.
+        Without a handoff running it is a plain checkpoint (the returned row's `checkpoint_owner` tells which).
         """
 
     @abstractmethod

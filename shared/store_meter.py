@@ -363,9 +363,11 @@ class StoreMeter(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Conditional UpdateItem (owner unchanged)."""
-        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state, progress, expected)
+        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state, progress, expected,
+                                        hand_over)
         owner = outcome.lease.lease_owner if outcome.lease is not None else None
         return self._lease_write("checkpoint", lease_key, outcome, before_owner=owner, owner_known=True)
 

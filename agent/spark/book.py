@@ -44,6 +44,7 @@ class ShardBook:
         self._keys: dict[str, str] = {}
         self._parts: dict[str, tuple[Segment, ...]] = {}  # each shard's probed segments before merging
         self._writing: dict[str, int] = {}  # shard -> sink writes in flight that will checkpoint it
+        self._incoming: frozenset[str] = frozenset()  # lease keys handed to us, their previous owner still finishing
         self._version = 0
         self._guard = threading.Lock()
         self.publish()
@@ -54,10 +55,18 @@ class ShardBook:
         with self._guard:
             source = source_key(lease)
             self._keys[source] = lease.lease_key
+            self._incoming -= {lease.lease_key}
             self._parts[source] = ()
             self._views[source] = ShardView(lease.checkpoint, timestamp=self._timestamp,
                                             tenure=uuid.uuid4().hex[:12])
             self._publish()
+
+    def expect(self, lease_keys: frozenset[str]) -> None:
+        """Publish the leases handed to this driver that wait for their previous owner (the runner may wait)."""
+        with self._guard:
+            if lease_keys != self._incoming:
+                self._incoming = lease_keys
+                self._publish()
 
     def handing_off(self, lease_key: str) -> bool:
         """Stop planning and writing a shard under handoff; True if a sink write in flight still has to checkpoint it.
@@ -165,6 +174,16 @@ class ShardBook:
             view = self._views.get(shard)
             return view is not None and view.state is ShardState.HANDING_OFF
 
+    def last_write_of_handoff(self, shard: str) -> bool:
+        """True if the shard is handing off and waits for one write only: that write's checkpoint may hand it over.
+
+        No other write can join it (`begin_write` leaves shards handing off out).
+        """
+        with self._guard:
+            view = self._views.get(shard)
+            return (view is not None and view.state is ShardState.HANDING_OFF
+                    and self._writing.get(shard, 0) == 1)
+
     def held_shards(self) -> set[str]:
         """Shards whose records this driver may still write (owned or finishing a handoff)."""
         with self._guard:
@@ -203,7 +222,7 @@ class ShardBook:
     def snapshot(self) -> Snapshot:
         """The current snapshot."""
         with self._guard:
-            return Snapshot(self._version, self._worker, dict(self._views))
+            return Snapshot(self._version, self._worker, dict(self._views), self._incoming)
 
     def publish(self) -> None:
         """Write the current state as a new snapshot version."""
@@ -212,7 +231,7 @@ class ShardBook:
 
     def _publish(self) -> None:
         self._version += 1
-        write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views)))
+        write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views), self._incoming))
 
     def _after(self, shard: str, view: ShardView, checkpoint: Checkpoint) -> tuple[tuple[Segment, ...], ShardView]:
         """The shard's probed parts and view once `checkpoint` is stored (caller holds the guard)."""

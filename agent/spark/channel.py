@@ -120,16 +120,22 @@ class ShardView:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """The agent's shards at one moment, numbered so the runner can acknowledge what it planned from."""
+    """The agent's shards at one moment, numbered so the runner can acknowledge what it planned from.
+
+    `incoming` names the leases handed to this driver whose previous owner is still finishing (lease keys): they
+    become shards of a later snapshot once released to it, and a plan may wait a moment for them.
+    """
 
     version: int
     worker_id: str
     shards: dict[str, ShardView] = field(default_factory=dict)
+    incoming: frozenset[str] = frozenset()
 
     def to_json(self) -> dict[str, Any]:
         """JSON form for the snapshot file."""
         return {"version": self.version, "worker": self.worker_id,
-                "shards": {shard: view.to_json() for shard, view in sorted(self.shards.items())}}
+                "shards": {shard: view.to_json() for shard, view in sorted(self.shards.items())},
+                "incoming": sorted(self.incoming)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +180,8 @@ def read_snapshot(directory: Path) -> Snapshot | None:
         return None
     try:
         shards = {str(shard): ShardView.from_json(view) for shard, view in value["shards"].items()}
-        return Snapshot(int(value["version"]), str(value["worker"]), shards)
+        return Snapshot(int(value["version"]), str(value["worker"]), shards,
+                        frozenset(str(key) for key in value.get("incoming", [])))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, InvalidCheckpoint) as exc:
         raise ChannelError(f"{directory / SNAPSHOT_FILE} is malformed: {exc}") from exc
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent.consumer import RecordProcessor
 from shardherd.agent.heap import freeze_long_lived
-from shardherd.agent.lease_keeper import LossReason
+from shardherd.agent.lease_keeper import LossReason, handed_over
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.runtime import Agent
 from shardherd.agent.spark.book import ShardBook, arrival_spans, source_key
@@ -129,6 +129,10 @@ class SparkAgent(Agent):
             if not self._halt.is_set():  # this shard alone, at once; the other shards keep the trigger-timed rounds
                 self._probe_pool.submit(self._probe_first, source_key(lease))
 
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        """Tell the runner which leases are on their way here: its next plan may wait for them (source.py)."""
+        self.book.expect(lease_keys)
+
     def handoff_requested(self, lease: Lease) -> None:
         """Stop planning and writing the shard; transfer it now, or right after the sink write in flight checkpointed.
 
@@ -178,7 +182,8 @@ class SparkAgent(Agent):
         (0.3 s median of a 1.4 s batch at load 28), and with it of every handoff's gap at both drivers. The batch's
         checkpoints, fenced by ownership, go out together (shards under handoff first); each plan's write ends right
         after its own checkpoint was stored, which completes a handoff waiting for it, so a shard is released only
-        once its written end is stored. The previous batch's checkpoints are awaited first: one shard's checkpoints
+        once its written end is stored; the last write a handoff waits for stores its checkpoint and the release in
+        one write. The previous batch's checkpoints are awaited first: one shard's checkpoints
         are stored in order. A checkpoint that fails is logged, never raised: the shard's next checkpoint covers it,
         and a crash before that reads the batch again (at least once, as a crash between write and checkpoint).
         """
@@ -233,12 +238,15 @@ class SparkAgent(Agent):
         key, lag, behind = advance.key, advance.lag, advance.behind
         try:
             outcome = self.keeper.checkpoint(key, plan.end,
-                                             progress=self.progress.preview(key, plan.records, plan.bytes, lag, behind))
+                                             progress=self.progress.preview(key, plan.records, plan.bytes, lag, behind),
+                                             hand_over=self.book.last_write_of_handoff(plan.shard_id))
         except StoreUnavailable as exc:
             log.error("batch %d: checkpoint of %s failed (the next one covers it; a crash before then reads the batch "
                       "again): %s", batch_id, key, exc)
             return
-        if outcome.applied:
+        if handed_over(outcome, self.keeper.worker_id):  # its figures rode on the lease; the lease is gone here
+            log.info("batch %d: %s checkpointed at %s and handed over in one write", batch_id, key, plan.end)
+        elif outcome.applied:
             self._record_arrivals(key, plan.bytes, advance.covered)
             self.progress.record(key, plan.records, plan.bytes, lag, behind)
         elif outcome.conflict is Conflict.STALE_CHECKPOINT:

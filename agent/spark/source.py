@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from shardherd.agent.spark.kinesis_raw import RawKinesis
 
 FORMAT = "shardherd"
-FIRST_PROBE_WAIT_SECONDS = 1.0  # how long a plan may wait for the first probe of a shard just acquired
+FIRST_PROBE_WAIT_SECONDS = 1.0  # how long a plan may wait for shards on their way here and their first probe
 FIRST_PROBE_POLL_SECONDS = 0.02
 
 
@@ -140,6 +140,7 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._options = options
         self._until: float | None = None
         self._seen: set[str] = set()  # tenures of the last snapshot planned from: each hold is waited for once
+        self._expected: frozenset[str] = frozenset()  # leases on their way here already waited for once
 
     @override
     def initialOffset(self) -> dict[str, Any]:
@@ -161,21 +162,27 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return end.to_json()
 
     def _snapshot_probed(self) -> Snapshot | None:
-        """The agent's snapshot, once the shards it acquired since the last plan were probed (at most a short wait).
+        """The agent's snapshot, once the shards on their way here arrived and were probed (at most a short wait).
 
         A shard the agent just took (a handoff or a failover) has no probed records yet, and a plan made now would
         leave it out: it would wait for the whole next micro-batch (1-2 s under load), the larger part of a handoff's
-        gap. The agent probes a new shard at once, so the plan waits for that probe, up to FIRST_PROBE_WAIT_SECONDS
-        and only once per hold (a shard whose probes keep failing never holds up later plans).
+        gap. The agent probes a new shard at once, so the plan waits for that probe. Likewise a lease handed to this
+        driver whose previous owner is finishing its last write (the snapshot's `incoming`) is released within a
+        store round trip of that write's checkpoint: the plan waits for it too, instead of leaving it to the next
+        trigger (half an interval on average). Both waits end after FIRST_PROBE_WAIT_SECONDS in all, and each hold
+        and each incoming lease is waited for once (a shard whose probes keep failing, or a previous owner that takes
+        long, never holds up later plans).
         """
         snapshot = read_snapshot(self._options.channel)
         deadline = time.monotonic() + FIRST_PROBE_WAIT_SECONDS
-        while snapshot is not None and time.monotonic() < deadline and any(
-                view.unprobed and view.tenure not in self._seen for view in snapshot.shards.values()):
+        while snapshot is not None and time.monotonic() < deadline and (
+                snapshot.incoming - self._expected
+                or any(view.unprobed and view.tenure not in self._seen for view in snapshot.shards.values())):
             time.sleep(FIRST_PROBE_POLL_SECONDS)
             snapshot = read_snapshot(self._options.channel)
         if snapshot is not None:
             self._seen = {view.tenure for view in snapshot.shards.values()}
+            self._expected = snapshot.incoming
         return snapshot
 
     def _caps(self, limit: ReadLimit) -> Caps:

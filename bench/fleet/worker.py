@@ -221,6 +221,9 @@ class AgentWorker(SimWorker):
         """Stop processing the lease."""
         self._stop(lease_key)
 
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        """Simulated workers do not plan ahead."""
+
     # ---- schedule
     def start(self, first: float) -> None:
         """The agent starts at `first`: its recorder (under noise) and the keeper loop's ticks."""

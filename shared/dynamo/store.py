@@ -266,7 +266,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Monotonic checkpoint: read, check, then a write conditioned on the exact stored checkpoint and owners.
 
         With `expected` (the caller's last sight of the row) the read is skipped: one request instead of two when it
@@ -286,7 +287,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
             if attempt == CHECKPOINT_ATTEMPTS:
                 break
-            update = self._checkpoint_update(current, checkpoint, pending, pending_state)
+            update = self._checkpoint_update(current, checkpoint, pending, pending_state,
+                                             hand_over and current.checkpoint_owner == worker)
             if progress is not None:
                 lc.set_progress(update, progress)
             outcome = self._write(lease_key, update, "checkpoint")
@@ -297,7 +299,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
 
     @staticmethod
     def _checkpoint_update(current: Lease, checkpoint: Checkpoint, pending: Checkpoint | None,
-                           pending_state: bytes | None) -> Expression:
+                           pending_state: bytes | None, hand_over: bool) -> Expression:
         expression = _require_checkpoint(_existing_lease(), current.checkpoint)
         if current.checkpoint_owner is None:
             expression.require_string(lc.LEASE_OWNER, current.lease_owner).require_absent(lc.CHECKPOINT_OWNER)
@@ -305,7 +307,9 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             expression.require_string(lc.CHECKPOINT_OWNER, current.checkpoint_owner)
         sequence, sub = lc.checkpoint_attributes(checkpoint)
         expression.set(lc.CHECKPOINT, sequence).set(lc.CHECKPOINT_SUB, sub)
-        expression.set(lc.OWNER_SWITCHES, integer(0)).add(lc.LEASE_COUNTER, 1)
+        expression.set(lc.OWNER_SWITCHES, integer(int(hand_over))).add(lc.LEASE_COUNTER, 1)
+        if hand_over:  # the handoff completes in this write (the condition above names us its checkpoint owner)
+            expression.remove(lc.CHECKPOINT_OWNER)
         if pending is None:
             for name in (lc.PENDING_CHECKPOINT, lc.PENDING_CHECKPOINT_SUB, lc.PENDING_CHECKPOINT_STATE):
                 expression.remove(name)

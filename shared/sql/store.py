@@ -294,7 +294,8 @@ class SqlLeaseStore(LeaseStore):
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
-                   progress: LeaseProgress | None = None, expected: Lease | None = None) -> Outcome:
+                   progress: LeaseProgress | None = None, expected: Lease | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Read, check owner and monotonicity in Python, write conditioned on the exact row read; repeat if moved.
 
         `expected` is not needed: the read and the write share one transaction.
@@ -302,13 +303,14 @@ class SqlLeaseStore(LeaseStore):
         what = f"checkpoint of lease {lease_key!r}"
         for _ in range(CHECKPOINT_ATTEMPTS):
             outcome = self._run(lambda: self._checkpoint_once(lease_key, worker, checkpoint, pending, pending_state,
-                                                              progress), what)
+                                                              progress, hand_over), what)
             if outcome is not None:
                 return outcome
         raise StoreUnavailable(f"{what}: the stored checkpoint moved {CHECKPOINT_ATTEMPTS} times while writing")
 
     def _checkpoint_once(self, lease_key: str, worker: str, checkpoint: Checkpoint, pending: Checkpoint | None,
-                         pending_state: bytes | None, progress: LeaseProgress | None) -> Outcome | None:
+                         pending_state: bytes | None, progress: LeaseProgress | None,
+                         hand_over: bool) -> Outcome | None:
         """One read-check-write round; None when the row changed between the read and the write."""
         c = self._schema.leases.c
         with self._writing() as conn:
@@ -330,6 +332,8 @@ class SqlLeaseStore(LeaseStore):
             ]
             values = checkpoint_values(checkpoint, pending, pending_state, progress)
             values["lease_counter"] = self._bump()
+            if hand_over and current.checkpoint_owner == worker:  # the handoff completes in this write
+                values.update(checkpoint_owner=None, owner_switches_since_checkpoint=1)
             statement = update(self._schema.leases).where(*conditions).values(values).returning(*c)
             written = conn.execute(statement).mappings().first()
             return None if written is None else Outcome.ok(decode_lease(written, self.tables.leases))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import pytest
 
@@ -31,9 +33,13 @@ class Events:
     acquired: list[str] = field(default_factory=list)
     handoffs: list[str] = field(default_factory=list)
     lost: list[tuple[str, LossReason]] = field(default_factory=list)
+    awaited: list[frozenset[str]] = field(default_factory=list)
 
     def lease_acquired(self, lease: Lease) -> None:
         self.acquired.append(lease.lease_key)
+
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        self.awaited.append(lease_keys)
 
     def handoff_requested(self, lease: Lease) -> None:
         self.handoffs.append(lease.lease_key)
@@ -105,6 +111,63 @@ def test_graceful_handoff_between_two_keepers(store: LeaseStore) -> None:
     lease = store.get_lease(KEY)
     assert lease is not None and lease.lease_owner == "w2" and lease.checkpoint_owner is None
     assert lease.checkpoint == Checkpoint.at("500")
+
+
+def test_a_final_checkpoint_that_hands_over_ends_the_lease_and_the_next_owner_knew_it_was_coming(
+        store: LeaseStore) -> None:
+    clock = ManualClock()
+    old, old_events = _holding(store, "w1", clock)
+    new, new_events = _keeper(store, "w2", clock)
+    plain = old.checkpoint(KEY, Checkpoint.at("400"), hand_over=True)  # no handoff running: a plain checkpoint
+    assert plain.applied and KEY in old.held() and old_events.lost == []
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    _step(clock, 1.5, old, new)
+    assert old_events.handoffs == [KEY]
+    assert new_events.awaited == [frozenset({KEY})] and new_events.acquired == []  # told once what is on its way
+    assert old.checkpoint(KEY, Checkpoint.at("500"), hand_over=True).applied  # checkpoint and release: one write
+    assert old_events.lost == [(KEY, LossReason.HANDED_OFF)] and old.held() == {}
+    _step(clock, 0.5, new)
+    assert new_events.acquired == [KEY] and new_events.awaited == [frozenset({KEY}), frozenset()]
+    lease = store.get_lease(KEY)
+    assert lease is not None and (lease.lease_owner, lease.checkpoint_owner) == ("w2", None)
+    assert lease.checkpoint == Checkpoint.at("500")
+
+
+class ReadsTogether:
+    """A real store whose lease reads, once armed, pass only when `parties` of them are in flight at the same time."""
+
+    def __init__(self, store: LeaseStore, parties: int) -> None:
+        self.store = store
+        self.together = threading.Barrier(parties, timeout=5)
+        self.armed = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def get_lease(self, lease_key: str) -> Lease | None:
+        if self.armed:
+            self.together.wait()  # BrokenBarrierError (out of the tick) if the reads come one after another
+        return self.store.get_lease(lease_key)
+
+
+def test_leases_handed_over_together_are_read_at_once_and_taken_in_one_recheck(store: LeaseStore) -> None:
+    clock = ManualClock()
+    keys = [f"shardId-00000000000{n}" for n in range(4)]
+    reads = ReadsTogether(store, len(keys))
+    events = Events()
+    new = LeaseKeeper(cast(LeaseStore, reads), _settings("w2"), clock, events)
+    for key in keys:
+        store.create_lease(new_lease(key, TRIM_HORIZON))
+        assert store.assign(key, "w1", None, None).applied
+        assert store.start_handoff(key, "w2", "w1").applied  # a drain of w1: all of them to w2 in one run
+    reads.armed = True
+    new.tick()  # discovery reads the four at once: all still finishing at w1
+    assert events.awaited == [frozenset(keys)] and events.acquired == []
+    for key in keys:
+        assert store.complete_handoff(key, "w1").applied
+    clock.advance(0.25)
+    new.tick()  # one recheck reads the four at once and takes them all
+    assert sorted(events.acquired) == keys and events.awaited[-1] == frozenset()
 
 
 def test_a_lease_handed_over_is_taken_within_a_recheck_of_the_release_not_at_the_next_discovery(

@@ -45,6 +45,9 @@ class Told:
     def lease_lost(self, lease_key: str, reason: LossReason) -> None:
         self.lost.append((self.clock.monotonic(), reason))
 
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        """Not expected here."""
+
 
 def test_partitioned_agent_is_told_to_stop_by_its_fencing_deadline(moto_server: MotoServer) -> None:
     clock = ManualClock()

@@ -41,7 +41,10 @@ class CallLog:
             assert self.released.wait(10), "the handoff waited for the batch's other checkpoint"
         else:
             assert self.first_out.wait(10), "the batch's checkpoints were not sent at once"
-        return self.store.checkpoint(lease_key, worker, checkpoint, **extra)
+        outcome = self.store.checkpoint(lease_key, worker, checkpoint, **extra)
+        if outcome.lease is not None and outcome.lease.lease_owner != worker and outcome.lease.checkpoint_owner is None:
+            self.released.set()  # the final checkpoint completed the handoff in the same write
+        return outcome
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
         self.calls.append(("complete_handoff", lease_key))
@@ -50,7 +53,7 @@ class CallLog:
         return outcome
 
 
-def test_a_shard_under_handoff_is_released_right_after_its_checkpoint_while_the_batch_s_others_are_still_out(
+def test_a_shard_under_handoff_is_released_with_its_checkpoint_while_the_batch_s_others_are_still_out(
         store: LeaseStore, tmp_path: Path) -> None:
     clock = ManualClock()
     calls = CallLog(store)
@@ -79,8 +82,9 @@ def test_a_shard_under_handoff_is_released_right_after_its_checkpoint_while_the_
         agent.commit_progress(7, written)
         assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")  # the next plan starts after it
         agent.await_checkpoints(10)  # stored in the background
-        assert sorted(calls.calls) == [("checkpoint", FIRST), ("checkpoint", SECOND), ("complete_handoff", SECOND)]
-        assert calls.calls.index(("checkpoint", SECOND)) < calls.calls.index(("complete_handoff", SECOND))
+        # One write stores SECOND's final checkpoint and hands it over: no separate completion round trip.
+        assert sorted(calls.calls) == [("checkpoint", FIRST), ("checkpoint", SECOND)]
+        assert SECOND not in agent.keeper.held() and not agent.book.is_handing_off(SECOND)
         second = store.get_lease(SECOND)
         assert second is not None and second.lease_owner == "w2" and second.checkpoint_owner is None
         assert second.checkpoint == Checkpoint.at("200")  # released only after the written end was stored
@@ -107,23 +111,29 @@ class SlowCheckpoints:
         return outcome
 
 
+def _holding_first(store: LeaseStore, agent_store: object, channel: Path,
+                   clock: ManualClock) -> tuple[SparkAgent, tuple[ShardPlan, ShardPlan]]:
+    """A driver w1 (stores through `agent_store`) holding FIRST, and two plans of it, one after the other."""
+    settings = load_settings(worker_id="w1", application_name="checkpoint-order", stream_name="orders",
+                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
+    agent = SparkAgent(settings, channel=channel, store=cast(LeaseStore, agent_store), clock=clock)
+    store.create_lease(new_lease(FIRST, TRIM_HORIZON))
+    store.assign(FIRST, "w1", None, None)
+    agent.keeper.tick()
+    tenure = agent.book.snapshot().shards[FIRST].tenure
+    return agent, (ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure),
+                   ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure))
+
+
 def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_still_being_stored(
         store: LeaseStore, tmp_path: Path) -> None:
     slow = SlowCheckpoints(store)
-    settings = load_settings(worker_id="w1", application_name="async-checkpoints", stream_name="orders",
-                             kinesis_endpoint_url="http://127.0.0.1:9", disable_worker_metrics=True)
-    agent = SparkAgent(settings, channel=tmp_path, store=cast(LeaseStore, slow), clock=ManualClock())
+    agent, (first, second) = _holding_first(store, slow, tmp_path, ManualClock())
     try:
-        store.create_lease(new_lease(FIRST, TRIM_HORIZON))
-        store.assign(FIRST, "w1", None, None)
-        agent.keeper.tick()
-        tenure = agent.book.snapshot().shards[FIRST].tenure
-        first = ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure)
         agent.commit_progress(1, agent.begin_write([first]))  # returns while the store holds the checkpoint
         assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")
         assert store.get_lease(FIRST).checkpoint == TRIM_HORIZON  # type: ignore[union-attr]
 
-        second = ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure)
         written = agent.begin_write([second])
         committed = threading.Thread(target=agent.commit_progress, args=(2, written))
         committed.start()
@@ -136,4 +146,34 @@ def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_stil
         assert store.get_lease(FIRST).checkpoint == Checkpoint.at("200")  # type: ignore[union-attr]
     finally:
         slow.go.set()
+        agent.stop(drain=False)
+
+
+def test_a_handoff_waiting_for_two_writes_is_handed_over_only_with_the_last_one_s_checkpoint(
+        store: LeaseStore, tmp_path: Path) -> None:
+    clock = ManualClock()
+    agent, (first, second) = _holding_first(store, store, tmp_path, clock)
+    try:
+        assert agent.begin_write([first]) == [first]
+        assert agent.begin_write([second]) == [second]  # the next batch writes while the first one's is not stored
+
+        assert store.start_handoff(FIRST, "w2", "w1").applied
+        clock.advance(1.5)
+        agent.keeper.tick()
+        assert agent.book.is_handing_off(FIRST)
+
+        agent.commit_progress(1, [first])
+        agent.await_checkpoints(10)
+        stored = store.get_lease(FIRST)
+        assert stored is not None and stored.checkpoint == Checkpoint.at("100")
+        assert (stored.lease_owner, stored.checkpoint_owner) == ("w2", "w1")  # still ours: a write is still out
+        assert FIRST in agent.keeper.held()
+
+        agent.commit_progress(2, [second])
+        agent.await_checkpoints(10)
+        stored = store.get_lease(FIRST)
+        assert stored is not None and stored.checkpoint == Checkpoint.at("200")
+        assert (stored.lease_owner, stored.checkpoint_owner) == ("w2", None)
+        assert FIRST not in agent.keeper.held()
+    finally:
         agent.stop(drain=False)

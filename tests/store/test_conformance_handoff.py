@@ -61,6 +61,33 @@ def test_full_graceful_handoff(store: LeaseStore, leases: Leases) -> None:
     leases.must_be_unchanged(progressed)
 
 
+def test_final_checkpoint_and_handoff_completion_in_one_write(store: LeaseStore, leases: Leases) -> None:
+    started = leases.in_handoff(OLD, NEW)
+
+    refused = store.checkpoint(KEY, NEW, Checkpoint.at("400"), hand_over=True)  # only the checkpoint owner may
+    assert (refused.applied, refused.conflict) == (False, Conflict.OWNERSHIP)
+    leases.must_be_unchanged(started)
+
+    handed = expect_applied(store.checkpoint(KEY, OLD, Checkpoint.at("400", 2), hand_over=True))
+    assert (handed.lease_owner, handed.checkpoint_owner) == (NEW, None)
+    assert handed.checkpoint == Checkpoint.at("400", 2)
+    assert handed.lease_counter == started.lease_counter + 1
+    assert handed.owner_switches_since_checkpoint == 1  # the switch to the new owner since this checkpoint
+    assert store.get_lease(KEY) == handed
+
+    late = store.checkpoint(KEY, OLD, Checkpoint.at("401"), hand_over=True)  # the old owner is out
+    assert (late.applied, late.conflict) == (False, Conflict.OWNERSHIP)
+    expect_applied(store.renew(KEY, NEW, handed.lease_counter))  # the new owner works normally at once
+
+
+def test_hand_over_without_a_handoff_running_is_a_plain_checkpoint(store: LeaseStore, leases: Leases) -> None:
+    owned = leases.owned(OLD)
+    plain = expect_applied(store.checkpoint(KEY, OLD, Checkpoint.at("9"), hand_over=True))
+    assert (plain.lease_owner, plain.checkpoint_owner) == (OLD, None)
+    assert plain.checkpoint == Checkpoint.at("9") and plain.lease_counter == owned.lease_counter + 1
+    assert plain.owner_switches_since_checkpoint == 0
+
+
 def test_leader_reassigns_after_the_handoff_timeout(store: LeaseStore, leases: Leases) -> None:
     started = leases.in_handoff(OLD, NEW)
     forced = expect_applied(store.assign(KEY, NEW, NEW, OLD))
