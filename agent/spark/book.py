@@ -222,7 +222,7 @@ class ShardBook:
     def snapshot(self) -> Snapshot:
         """The current snapshot."""
         with self._guard:
-            return Snapshot(self._version, self._worker, dict(self._views), self._incoming)
+            return self._current()
 
     def publish(self) -> None:
         """Write the current state as a new snapshot version."""
@@ -231,7 +231,11 @@ class ShardBook:
 
     def _publish(self) -> None:
         self._version += 1
-        write_snapshot(self._channel, Snapshot(self._version, self._worker, dict(self._views), self._incoming))
+        write_snapshot(self._channel, self._current())
+
+    def _current(self) -> Snapshot:
+        """The book as a snapshot of its current version (caller holds the guard)."""
+        return Snapshot(self._version, self._worker, dict(self._views), self._incoming)
 
     def _after(self, shard: str, view: ShardView, checkpoint: Checkpoint) -> tuple[tuple[Segment, ...], ShardView]:
         """The shard's probed parts and view once `checkpoint` is stored (caller holds the guard)."""
