@@ -28,7 +28,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
 from shardherd.shared.checkpoint import Checkpoint
-from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError, StoreUnavailable
+from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError
 from shardherd.shared.lease import Lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.rounding import round_throughput
@@ -55,8 +55,6 @@ from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 T = TypeVar("T")
 
-# A checkpoint is read, checked and written conditioned on what was read; this many rounds if it keeps moving.
-CHECKPOINT_ATTEMPTS = 5
 # Key of the PostgreSQL advisory lock that serialises concurrent `ensure_tables` calls.
 _DDL_LOCK_KEY = 0x5348_4844  # "SHHD"
 
@@ -296,25 +294,20 @@ class SqlLeaseStore(LeaseStore):
                    pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
-        """Read, check owner and monotonicity in Python, write conditioned on the exact row read; repeat if moved.
+        """Lock the row, check owner and monotonicity in Python, write it in the same transaction.
 
-        `expected` is not needed: the read and the write share one transaction.
+        `expected` is not needed: the row is locked from the read to the write (FOR UPDATE on PostgreSQL, a
+        BEGIN IMMEDIATE transaction on SQLite), so concurrent checkpoints queue instead of failing each other.
         """
-        what = f"checkpoint of lease {lease_key!r}"
-        for _ in range(CHECKPOINT_ATTEMPTS):
-            outcome = self._run(lambda: self._checkpoint_once(lease_key, worker, checkpoint, pending, pending_state,
-                                                              progress, hand_over), what)
-            if outcome is not None:
-                return outcome
-        raise StoreUnavailable(f"{what}: the stored checkpoint moved {CHECKPOINT_ATTEMPTS} times while writing")
+        return self._run(lambda: self._checkpoint_locked(lease_key, worker, checkpoint, pending, pending_state,
+                                                         progress, hand_over), f"checkpoint of lease {lease_key!r}")
 
-    def _checkpoint_once(self, lease_key: str, worker: str, checkpoint: Checkpoint, pending: Checkpoint | None,
-                         pending_state: bytes | None, progress: LeaseProgress | None,
-                         hand_over: bool) -> Outcome | None:
-        """One read-check-write round; None when the row changed between the read and the write."""
+    def _checkpoint_locked(self, lease_key: str, worker: str, checkpoint: Checkpoint, pending: Checkpoint | None,
+                           pending_state: bytes | None, progress: LeaseProgress | None, hand_over: bool) -> Outcome:
+        """One locked read-check-write transaction."""
         c = self._schema.leases.c
         with self._writing() as conn:
-            row = self._lease_row(conn, lease_key)
+            row = self._lease_row(conn, lease_key, lock=True)
             if row is None:
                 return Outcome.lost(Conflict.NOT_FOUND, None)
             current = decode_lease(row, self.tables.leases)
@@ -322,21 +315,13 @@ class SqlLeaseStore(LeaseStore):
                 return Outcome.lost(Conflict.OWNERSHIP, current)
             if checkpoint.regresses_from(current.checkpoint) or (pending and pending.regresses_from(checkpoint)):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
-            conditions = [
-                c.lease_key == lease_key,
-                _matches(c.checkpoint, row["checkpoint"]),
-                c.checkpoint_sub_sequence_number.is_(None) if row["checkpoint_sub_sequence_number"] is None
-                else c.checkpoint_sub_sequence_number == row["checkpoint_sub_sequence_number"],
-                _matches(c.lease_owner, current.lease_owner),
-                _matches(c.checkpoint_owner, current.checkpoint_owner),
-            ]
             values = checkpoint_values(checkpoint, pending, pending_state, progress)
             values["lease_counter"] = self._bump()
             if hand_over and current.checkpoint_owner == worker:  # the handoff completes in this write
                 values.update(checkpoint_owner=None, owner_switches_since_checkpoint=1)
-            statement = update(self._schema.leases).where(*conditions).values(values).returning(*c)
-            written = conn.execute(statement).mappings().first()
-            return None if written is None else Outcome.ok(decode_lease(written, self.tables.leases))
+            statement = update(self._schema.leases).where(c.lease_key == lease_key).values(values).returning(*c)
+            written = conn.execute(statement).mappings().one()
+            return Outcome.ok(decode_lease(written, self.tables.leases))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """The owner drops the lease (no handoff running): leaseOwner removed, counter+1."""

@@ -27,8 +27,8 @@ from tests.store.sql_support import SQL_BACKENDS, backend_url, open_store
 
 KEY = "shardId-000000000000"
 OWNER = "worker-a"
-CONTENDERS = 4
-WRITES_EACH = 15
+CONTENDERS = 8
+WRITES_EACH = 25
 TIMEOUT = 120.0
 
 
