@@ -64,6 +64,45 @@ class Band:
     upper: float
 
 
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How a balancing pass orders a donor's options; `BandDecider` plans with each and keeps the fewest moves.
+
+    `deep`: a lease that lands the donor below `low_landing` (even below the fill floor) comes before steps that
+    leave it above the band, so it ends its excess in one move and other donors' sheds may refill it in the same run.
+    `trade_first`: a donor tries a swap or push of a heavy lease before shedding light ones.
+    """
+
+    deep: bool = False
+    trade_first: bool = False
+
+    @property
+    def name(self) -> str:
+        """How plan notes name the style."""
+        parts = [part for part, on in (("deep sheds", self.deep), ("trades first", self.trade_first)) if on]
+        return " and ".join(parts) or "the usual order"
+
+
+USUAL = Style()
+# The alternatives `BandDecider` tries when the usual pass made a donor shed more than once (decision 0016).
+ALTERNATIVES = (Style(deep=True), Style(trade_first=True), Style(deep=True, trade_first=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a balancing pass left: workers still outside the band (above their ceiling or below the fill floor), how
+    close the fullest worker ends to its ceiling (`closest`: value minus ceiling, at most), and whether some donor
+    gave more than one lease (only then may another style need fewer moves)."""
+
+    outside: int
+    closest: float
+    repeated: bool
+
+    def no_worse(self, other: Outcome) -> bool:
+        """At most as many workers out of band as `other`, and none nearer its ceiling than `other`'s nearest."""
+        return self.outside <= other.outside and self.closest <= other.closest
+
+
 def metric_to_balance(fleet: FleetState) -> Band | None:
     """The metric whose workers stray furthest outside the band (summed distance), or None if all are inside."""
     best: tuple[float, Band] | None = None
@@ -86,9 +125,10 @@ def metric_to_balance(fleet: FleetState) -> Band | None:
 class BandBalancer:
     """One balancing pass on one metric over a fleet's in-memory state (values, ledger; `FleetState`'s public part)."""
 
-    def __init__(self, fleet: FleetState, band: Band) -> None:
+    def __init__(self, fleet: FleetState, band: Band, style: Style = USUAL) -> None:
         self.d = fleet
         self.band = band
+        self.style = style
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
         self.min_gain = fleet.min_gain(band.metric)
@@ -258,7 +298,12 @@ class BandBalancer:
             overshoot.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
         # A lease that ends the donor's excess in one move, a little under the band where nothing fills it, before
         # a step that needs another move after it (decision 0015).
-        ordered = landing + under + short + beyond if d.config.allow_throughput_overshoot else landing + short
+        if not d.config.allow_throughput_overshoot:
+            ordered = landing + short
+        elif self.style.deep:
+            ordered = landing + under + beyond + short
+        else:
+            ordered = landing + under + short + beyond
         return [key for key, _, _ in ordered]
 
     def low_landing(self) -> float:
@@ -279,7 +324,7 @@ class BandBalancer:
         rate = d.drop_rate(donor, self.metric)
         # If its light leases together cannot bring it into the band (it holds several hot shards), trading or
         # pushing a heavy one first saves moving every light one and then the heavy one anyway.
-        if (trades and rate is not None and not self._lighter_leases_suffice(donor, rate)
+        if (trades and rate is not None and (self.style.trade_first or not self._lighter_leases_suffice(donor, rate))
                 and (self._swap_one(donor) or self._push_one(donor))):
             return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
@@ -475,6 +520,14 @@ class BandBalancer:
         self._move(key, giver, receiver, landed, "below the band: fill")
         return True
 
+    def outcome(self) -> Outcome:
+        """The pass's result as `BandDecider` compares styles: who is still out of band, and any repeated donor."""
+        floor = self.floor()
+        outside = sum(1 for w in self.holders if self.value(w) > self.ceiling(w) or self.value(w) < floor)
+        closest = max((self.value(w) - self.ceiling(w) for w in self.holders), default=-math.inf)
+        givers = [move.from_owner for move in self.d.ledger.moves.values() if move.reason is self.reason]
+        return Outcome(outside, closest, len(givers) > len(set(givers)))
+
 
 class ShareFill(BandBalancer):
     """Fill on the throughput share while every worker is inside the band of its reported metric.
@@ -519,17 +572,21 @@ def fill_on_share(fleet: FleetState, notes: list[str]) -> None:
     fleet.drop_share(added)
 
 
-def balance_band(fleet: FleetState, notes: list[str]) -> None:
-    """One band-balancing pass: shed, then fill, on the metric furthest out of band (else fill on throughput)."""
+def balance_band(fleet: FleetState, notes: list[str], style: Style = USUAL) -> Outcome | None:
+    """One band-balancing pass: shed, then fill, on the metric furthest out of band (else fill on throughput).
+
+    Returns what the pass left on the balanced metric (None if no metric was out of band).
+    """
     if fleet.falling:
         notes.append("balancing: the fleet's throughput is falling fast; waiting for reports to catch up")
-        return
+        return None
     band = metric_to_balance(fleet)
     if band is None:
         fill_on_share(fleet, notes)
-        return
+        return None
     notes.append(f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]")
-    balancer = BandBalancer(fleet, band)
+    balancer = BandBalancer(fleet, band, style)
     balancer.shed()
     balancer.fill()
+    return balancer.outcome()
 

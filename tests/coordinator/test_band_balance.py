@@ -549,9 +549,11 @@ def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_th
     carried = {w.worker_id: w.throughput_after for w in plan.workers}
     again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, carried[w] / 10) for w in sorted(carried)])
     assert decide(again, BAND, balance=True).moves == ()
-    # Without overshoot the donor stays inside the band: three of the 50s.
+    # Without overshoot the donor stays inside the band. Shedding three of the 50s would take three moves; trading
+    # the 200 for one of D's 40s takes two and lands both at the average (44), so that plan is kept (decision 0016).
     inside = decide(snapshot, dataclasses.replace(BAND, allow_throughput_overshoot=False), balance=True)
-    assert [m.lease_key for m in inside.moves] == ["A01", "A02", "A03"]
+    assert [(m.lease_key, m.to_worker) for m in inside.moves] == [("A00", "D"), ("D05", "A")]
+    assert after(inside) == pytest.approx({"A": 44.0, "B": 45.0, "C": 45.0, "D": 44.0})
 
 
 def test_a_donor_of_two_leases_sheds_the_one_that_lands_it_a_little_under_the_band_instead_of_trading() -> None:
