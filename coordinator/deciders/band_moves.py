@@ -71,36 +71,43 @@ class Style:
     `deep`: a lease that lands the donor below `low_landing` (even below the fill floor) comes before steps that
     leave it above the band, so it ends its excess in one move and other donors' sheds may refill it in the same run.
     `trade_first`: a donor tries a swap or push of a heavy lease before shedding light ones.
+    `heavy_first`: donors holding the heaviest movable leases shed first (most excess first otherwise), so the
+    biggest lumps are placed while the new or emptied workers still have room for them.
     """
 
     deep: bool = False
     trade_first: bool = False
+    heavy_first: bool = False
 
     @property
     def name(self) -> str:
         """How plan notes name the style."""
-        parts = [part for part, on in (("deep sheds", self.deep), ("trades first", self.trade_first)) if on]
+        parts = [part for part, on in (("deep sheds", self.deep), ("trades first", self.trade_first),
+                                       ("heaviest leases first", self.heavy_first)) if on]
         return " and ".join(parts) or "the usual order"
 
 
 USUAL = Style()
 # The alternatives `BandDecider` tries when the usual pass made a donor shed more than once (decision 0016).
-ALTERNATIVES = (Style(deep=True), Style(trade_first=True), Style(deep=True, trade_first=True))
+ALTERNATIVES = (Style(deep=True), Style(deep=True, heavy_first=True), Style(trade_first=True),
+                Style(deep=True, trade_first=True))
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What a balancing pass left: workers still outside the band (above their ceiling or below the fill floor), how
-    close the fullest worker ends to its ceiling (`closest`: value minus ceiling, at most), and whether some donor
-    gave more than one lease (only then may another style need fewer moves)."""
+    close the fullest worker that gave or took a lease ends to its ceiling (`closest`: value minus ceiling), and
+    whether some donor gave more than one lease (only then may another style need fewer moves)."""
 
     outside: int
     closest: float
     repeated: bool
+    margin: float  # the minimum gain: a worker this far under its ceiling is safe from the next figures' noise
 
     def no_worse(self, other: Outcome) -> bool:
-        """At most as many workers out of band as `other`, and none nearer its ceiling than `other`'s nearest."""
-        return self.outside <= other.outside and self.closest <= other.closest
+        """At most as many workers out of band as `other`, and every worker it moved a noise margin under its
+        ceiling or no nearer to it than `other`'s nearest."""
+        return self.outside <= other.outside and self.closest <= max(other.closest, -self.margin)
 
 
 def metric_to_balance(fleet: FleetState) -> Band | None:
@@ -262,7 +269,10 @@ class BandBalancer:
     def shed(self) -> None:
         """Bring every worker above its ceiling back under it, most excess first."""
         over = [w for w in self.holders if min(self.value(w), self.confirmed(w)) > self.ceiling(w)]
-        over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
+        if self.style.heavy_first:
+            over.sort(key=lambda w: (-max((weight for weight, _ in self._movable(w)), default=0.0), w))
+        else:
+            over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
         for donor in over:
             self._shed_from[donor] = self.value(donor)
             for _ in range(MAX_MOVES_PER_WORKER):
@@ -524,9 +534,11 @@ class BandBalancer:
         """The pass's result as `BandDecider` compares styles: who is still out of band, and any repeated donor."""
         floor = self.floor()
         outside = sum(1 for w in self.holders if self.value(w) > self.ceiling(w) or self.value(w) < floor)
-        closest = max((self.value(w) - self.ceiling(w) for w in self.holders), default=-math.inf)
-        givers = [move.from_owner for move in self.d.ledger.moves.values() if move.reason is self.reason]
-        return Outcome(outside, closest, len(givers) > len(set(givers)))
+        moves = [move for move in self.d.ledger.moves.values() if move.reason is self.reason]
+        givers = [move.from_owner for move in moves]
+        moved = {*givers, *(move.to_worker for move in moves)} & self._holding
+        closest = max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
+        return Outcome(outside, closest, len(givers) > len(set(givers)), self.min_gain)
 
 
 class ShareFill(BandBalancer):
