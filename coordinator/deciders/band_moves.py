@@ -23,6 +23,10 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
   below the throughput band in every report of the persistence window and not busy by its own metric, is filled on
   throughput: agents' own CPU on a light stream cannot tell a new agent from the others (decision 0014).
 
+A pass follows one `Style`: the usual order above, or (planned by `BandDecider` when the usual pass made a donor give
+more than one lease) deep sheds first, the heaviest leases' donors first, or trades first; the plan with the fewest
+moves that leaves no more workers out of band, none nearer its ceiling, is kept (decision 0016).
+
 Every move (a swap or push as a whole) must lower the peak of the workers it involves by at least the decider's
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
 measured on live traffic carry noise, and a move worth less than that noise is undone by the next run's numbers (the
@@ -95,9 +99,12 @@ ALTERNATIVES = (Style(deep=True), Style(deep=True, heavy_first=True), Style(trad
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a balancing pass left: workers still outside the band (above their ceiling or below the fill floor), how
-    close the fullest worker that gave or took a lease ends to its ceiling (`closest`: value minus ceiling), and
-    whether some donor gave more than one lease (only then may another style need fewer moves)."""
+    """What a balancing pass left, as `BandDecider` compares styles.
+
+    `outside`: workers still out of band (above their ceiling or below the fill floor); `closest`: how near the
+    fullest worker that gave or took a lease ends to its ceiling (value minus ceiling); `repeated`: some donor gave
+    more than one lease (only then may another style need fewer moves).
+    """
 
     outside: int
     closest: float
@@ -105,8 +112,10 @@ class Outcome:
     margin: float  # the minimum gain: a worker this far under its ceiling is safe from the next figures' noise
 
     def no_worse(self, other: Outcome) -> bool:
-        """At most as many workers out of band as `other`, and every worker it moved a noise margin under its
-        ceiling or no nearer to it than `other`'s nearest."""
+        """Whether this pass is as good a landing as `other`: no more workers out of band.
+
+        And every worker it moved ends a noise margin under its ceiling, or no nearer to it than `other`'s nearest.
+        """
         return self.outside <= other.outside and self.closest <= max(other.closest, -self.margin)
 
 
@@ -536,7 +545,7 @@ class BandBalancer:
         outside = sum(1 for w in self.holders if self.value(w) > self.ceiling(w) or self.value(w) < floor)
         moves = [move for move in self.d.ledger.moves.values() if move.reason is self.reason]
         givers = [move.from_owner for move in moves]
-        moved = {*givers, *(move.to_worker for move in moves)} & self._holding
+        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w is not None and w in self._holding}
         closest = max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
         return Outcome(outside, closest, len(givers) > len(set(givers)), self.min_gain)
 
