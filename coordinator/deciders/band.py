@@ -13,11 +13,12 @@ its lease count through the throughput-share metric, every lease weighing 1, and
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import balance_band
+from shardherd.coordinator.deciders.band_moves import ALTERNATIVES, USUAL, Outcome, Style, balance_band
 from shardherd.coordinator.deciders.fleet_state import FleetState
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import Plan
@@ -32,6 +33,11 @@ class BandFleet(FleetState):
 
     strategy = NAME
     share_limit = math.inf  # balanced on the band alone, or every worker above the average share would have to shed
+
+    def __init__(self, snapshot: Snapshot, config: DeciderConfig, style: Style = USUAL) -> None:
+        self.style = style
+        self.outcome: Outcome | None = None  # what the balancing pass left (None: no metric out of band)
+        super().__init__(snapshot, config)
 
     def _counts_only(self) -> bool:
         """No throughput figure at all: no metric can be tied to a lease, so lease counts are balanced."""
@@ -93,7 +99,7 @@ class BandFleet(FleetState):
         return lines
 
     def _balance(self, notes: list[str]) -> None:
-        balance_band(self, notes)
+        self.outcome = balance_band(self, notes, self.style)
 
 
 class BandDecider:
@@ -102,5 +108,23 @@ class BandDecider:
     name = NAME
 
     def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
-        """Priority assignment, drain, and (if `balance`) band balancing."""
-        return BandFleet(snapshot, config).plan(balance)
+        """Priority assignment, drain, and (if `balance`) band balancing with the fewest moves of the styles tried.
+
+        The usual style is planned first. Only if some donor in it gave more than one lease is each alternative
+        (`ALTERNATIVES`: deep sheds, trades first) planned from the same snapshot; one replaces the plan only if it
+        makes fewer moves, leaves no more workers outside the band and none nearer its ceiling (decision 0016).
+        """
+        fleet = BandFleet(snapshot, config)
+        plan = fleet.plan(balance)
+        if not balance or fleet.outcome is None or not fleet.outcome.repeated:
+            return plan
+        usual, outcome = len(plan.moves), fleet.outcome
+        for style in ALTERNATIVES:
+            other = BandFleet(snapshot, config, style)
+            alternative = other.plan(balance)
+            if (other.outcome is None or not other.outcome.no_worse(outcome)
+                    or len(alternative.moves) >= len(plan.moves)):
+                continue
+            plan = dataclasses.replace(alternative, notes=(
+                *alternative.notes, f"balancing: {style.name} saves {usual - len(alternative.moves)} move(s)"))
+        return plan

@@ -23,6 +23,10 @@ under it, so a donor moves its small leases first and a fleet needs many balanci
   below the throughput band in every report of the persistence window and not busy by its own metric, is filled on
   throughput: agents' own CPU on a light stream cannot tell a new agent from the others (decision 0014).
 
+A pass follows one `Style`: the usual order above, or (planned by `BandDecider` when the usual pass made a donor give
+more than one lease) deep sheds first, the heaviest leases' donors first, or trades first; the plan with the fewest
+moves that leaves no more workers out of band, none nearer its ceiling, is kept (decision 0016).
+
 Every move (a swap or push as a whole) must lower the peak of the workers it involves by at least the decider's
 `min_gain` (the dead-band share of the average, and at least `rebalance_min_gain_kbps` or `_points`): figures
 measured on live traffic carry noise, and a move worth less than that noise is undone by the next run's numbers (the
@@ -64,6 +68,57 @@ class Band:
     upper: float
 
 
+@dataclass(frozen=True, slots=True)
+class Style:
+    """How a balancing pass orders a donor's options; `BandDecider` plans with each and keeps the fewest moves.
+
+    `deep`: a lease that lands the donor below `low_landing` (even below the fill floor) comes before steps that
+    leave it above the band, so it ends its excess in one move and other donors' sheds may refill it in the same run.
+    `trade_first`: a donor tries a swap or push of a heavy lease before shedding light ones.
+    `heavy_first`: donors holding the heaviest movable leases shed first (most excess first otherwise), so the
+    biggest lumps are placed while the new or emptied workers still have room for them.
+    """
+
+    deep: bool = False
+    trade_first: bool = False
+    heavy_first: bool = False
+
+    @property
+    def name(self) -> str:
+        """How plan notes name the style."""
+        parts = [part for part, on in (("deep sheds", self.deep), ("trades first", self.trade_first),
+                                       ("heaviest leases first", self.heavy_first)) if on]
+        return " and ".join(parts) or "the usual order"
+
+
+USUAL = Style()
+# The alternatives `BandDecider` tries when the usual pass made a donor shed more than once (decision 0016).
+ALTERNATIVES = (Style(deep=True), Style(deep=True, heavy_first=True), Style(trade_first=True),
+                Style(deep=True, trade_first=True))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a balancing pass left, as `BandDecider` compares styles.
+
+    `outside`: workers still out of band (above their ceiling or below the fill floor); `closest`: how near the
+    fullest worker that gave or took a lease ends to its ceiling (value minus ceiling); `repeated`: some donor gave
+    more than one lease (only then may another style need fewer moves).
+    """
+
+    outside: int
+    closest: float
+    repeated: bool
+    margin: float  # the minimum gain: a worker this far under its ceiling is safe from the next figures' noise
+
+    def no_worse(self, other: Outcome) -> bool:
+        """Whether this pass is as good a landing as `other`: no more workers out of band.
+
+        And every worker it moved ends a noise margin under its ceiling, or no nearer to it than `other`'s nearest.
+        """
+        return self.outside <= other.outside and self.closest <= max(other.closest, -self.margin)
+
+
 def metric_to_balance(fleet: FleetState) -> Band | None:
     """The metric whose workers stray furthest outside the band (summed distance), or None if all are inside."""
     best: tuple[float, Band] | None = None
@@ -86,9 +141,10 @@ def metric_to_balance(fleet: FleetState) -> Band | None:
 class BandBalancer:
     """One balancing pass on one metric over a fleet's in-memory state (values, ledger; `FleetState`'s public part)."""
 
-    def __init__(self, fleet: FleetState, band: Band) -> None:
+    def __init__(self, fleet: FleetState, band: Band, style: Style = USUAL) -> None:
         self.d = fleet
         self.band = band
+        self.style = style
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
         self.min_gain = fleet.min_gain(band.metric)
@@ -222,7 +278,10 @@ class BandBalancer:
     def shed(self) -> None:
         """Bring every worker above its ceiling back under it, most excess first."""
         over = [w for w in self.holders if min(self.value(w), self.confirmed(w)) > self.ceiling(w)]
-        over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
+        if self.style.heavy_first:
+            over.sort(key=lambda w: (-max((weight for weight, _ in self._movable(w)), default=0.0), w))
+        else:
+            over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
         for donor in over:
             self._shed_from[donor] = self.value(donor)
             for _ in range(MAX_MOVES_PER_WORKER):
@@ -258,7 +317,12 @@ class BandBalancer:
             overshoot.sort(key=lambda c: (-c[1], -crowd[stream_prefix(c[0])], c[0]))  # the smallest overshoot first
         # A lease that ends the donor's excess in one move, a little under the band where nothing fills it, before
         # a step that needs another move after it (decision 0015).
-        ordered = landing + under + short + beyond if d.config.allow_throughput_overshoot else landing + short
+        if not d.config.allow_throughput_overshoot:
+            ordered = landing + short
+        elif self.style.deep:
+            ordered = landing + under + beyond + short
+        else:
+            ordered = landing + under + short + beyond
         return [key for key, _, _ in ordered]
 
     def low_landing(self) -> float:
@@ -279,7 +343,7 @@ class BandBalancer:
         rate = d.drop_rate(donor, self.metric)
         # If its light leases together cannot bring it into the band (it holds several hot shards), trading or
         # pushing a heavy one first saves moving every light one and then the heavy one anyway.
-        if (trades and rate is not None and not self._lighter_leases_suffice(donor, rate)
+        if (trades and rate is not None and (self.style.trade_first or not self._lighter_leases_suffice(donor, rate))
                 and (self._swap_one(donor) or self._push_one(donor))):
             return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))
@@ -475,6 +539,16 @@ class BandBalancer:
         self._move(key, giver, receiver, landed, "below the band: fill")
         return True
 
+    def outcome(self) -> Outcome:
+        """The pass's result as `BandDecider` compares styles: who is still out of band, and any repeated donor."""
+        floor = self.floor()
+        outside = sum(1 for w in self.holders if self.value(w) > self.ceiling(w) or self.value(w) < floor)
+        moves = [move for move in self.d.ledger.moves.values() if move.reason is self.reason]
+        givers = [move.from_owner for move in moves]
+        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w is not None and w in self._holding}
+        closest = max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
+        return Outcome(outside, closest, len(givers) > len(set(givers)), self.min_gain)
+
 
 class ShareFill(BandBalancer):
     """Fill on the throughput share while every worker is inside the band of its reported metric.
@@ -519,17 +593,21 @@ def fill_on_share(fleet: FleetState, notes: list[str]) -> None:
     fleet.drop_share(added)
 
 
-def balance_band(fleet: FleetState, notes: list[str]) -> None:
-    """One band-balancing pass: shed, then fill, on the metric furthest out of band (else fill on throughput)."""
+def balance_band(fleet: FleetState, notes: list[str], style: Style = USUAL) -> Outcome | None:
+    """One band-balancing pass: shed, then fill, on the metric furthest out of band (else fill on throughput).
+
+    Returns what the pass left on the balanced metric (None if no metric was out of band).
+    """
     if fleet.falling:
         notes.append("balancing: the fleet's throughput is falling fast; waiting for reports to catch up")
-        return
+        return None
     band = metric_to_balance(fleet)
     if band is None:
         fill_on_share(fleet, notes)
-        return
+        return None
     notes.append(f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]")
-    balancer = BandBalancer(fleet, band)
+    balancer = BandBalancer(fleet, band, style)
     balancer.shed()
     balancer.fill()
+    return balancer.outcome()
 

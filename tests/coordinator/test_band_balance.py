@@ -549,9 +549,11 @@ def test_a_donor_sheds_one_lease_that_lands_it_a_little_under_the_band_rather_th
     carried = {w.worker_id: w.throughput_after for w in plan.workers}
     again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, carried[w] / 10) for w in sorted(carried)])
     assert decide(again, BAND, balance=True).moves == ()
-    # Without overshoot the donor stays inside the band: three of the 50s.
+    # Without overshoot the donor stays inside the band. Shedding three of the 50s would take three moves; trading
+    # the 200 for one of D's 40s takes two and lands both at the average (44), so that plan is kept (decision 0016).
     inside = decide(snapshot, dataclasses.replace(BAND, allow_throughput_overshoot=False), balance=True)
-    assert [m.lease_key for m in inside.moves] == ["A01", "A02", "A03"]
+    assert [(m.lease_key, m.to_worker) for m in inside.moves] == [("A00", "D"), ("D05", "A")]
+    assert after(inside) == pytest.approx({"A": 44.0, "B": 45.0, "C": 45.0, "D": 44.0})
 
 
 def test_a_donor_of_two_leases_sheds_the_one_that_lands_it_a_little_under_the_band_instead_of_trading() -> None:
@@ -564,6 +566,37 @@ def test_a_donor_of_two_leases_sheds_the_one_that_lands_it_a_little_under_the_ba
     plan = decide(snapshot, BAND, balance=True)
     assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A01", "D")]
     assert after(plan) == pytest.approx({"A": 35.0, "B": 45.0, "C": 45.0, "D": 40.0})
+
+
+def test_a_donor_sheds_its_heavy_lease_below_the_floor_when_other_donors_refill_it_in_the_same_run() -> None:
+    # fleet_sim scale-out seeds 8 and 11: a donor holding one heavy lease and light ones shed two or three light
+    # leases, as the heavy one would drop it below the fill floor; other donors' sheds could refill it in the same
+    # run (decision 0016). A: 300 + 4 x 50 KiB/s (CPU 50); B, C, D: 160 + 120 + 110 + 110 (50); M, N new (0).
+    # avg 33.33, band [29.33, 37.33] (half: twice the 2-point gain), floor 24.67. The usual order sheds A's 50s
+    # three times (A: 45, 40, 35) and each of B, C, D its 160: 6 moves. Shedding A's 300 first leaves A at 20, and
+    # D's 160 refills it to 36: 4 moves, every worker inside the band.
+    snapshot = fleet({"A": (50.0, [300.0] + [50.0] * 4), "B": (50.0, [160.0, 120.0, 110.0, 110.0]),
+                      "C": (50.0, [160.0, 120.0, 110.0, 110.0]), "D": (50.0, [160.0, 120.0, 110.0, 110.0]),
+                      "M": (0.0, []), "N": (0.0, [])})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("A00", "M"), ("B00", "N"), ("C00", "N"),
+                                                                 ("D00", "A")]
+    assert after(plan) == pytest.approx({"A": 36.0, "B": 34.0, "C": 34.0, "D": 34.0, "M": 30.0, "N": 32.0})
+    assert any("deep sheds saves 2 move(s)" in note for note in plan.notes)
+    # Applied and reported: every worker is inside the band, so nothing moves.
+    carried = {w.worker_id: w.throughput_after for w in plan.workers}
+    again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, carried[w] / 10) for w in sorted(carried)])
+    assert decide(again, BAND, balance=True).moves == ()
+
+
+def test_an_alternative_plan_that_lands_a_worker_nearer_its_ceiling_is_not_taken() -> None:
+    # A holds a 120 KiB/s lease and 16 x 30 (CPU 60); B, C, D 9 x 50 (45); band [43.875, 53.625], 2-point gain.
+    # Trading A's 120 for one of B's 50s takes 2 moves instead of 3 sheds of a 30, but lands A at 53, 0.6 under
+    # its ceiling, where the next figures' noise puts it above again: the three sheds (A 51, others 48) stay.
+    plan = decide(fleet({"A": (60.0, [120.0] + [30.0] * 16), "B": (45.0, [50.0] * 9), "C": (45.0, [50.0] * 9),
+                         "D": (45.0, [50.0] * 9)}), BAND, balance=True)
+    assert len(plan.moves) == 3
+    assert not any("saves" in note for note in plan.notes)
 
 
 def refused(snapshot: Snapshot, keys: dict[str, frozenset[str]]) -> Snapshot:
