@@ -106,7 +106,9 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         took = wait_for(lambda: leader() == "coord-2", 30, "coord-2 to take over")
-        assert took < 2.0 + 2 * 0.4 + 2.0  # lease duration + two heartbeat periods + process slack
+        # lease duration + two heartbeat periods + slack for processes and the one-at-a-time moto on a loaded host
+        # (5.9 s seen at load 9 on 2 cores; KCL 3.x: 2.5-3 minutes, docs/kcl-differences.md)
+        assert took < 2.0 + 2 * 0.4 + 4.0
 
         # The new leader really assigns: w1 dies, w2 appears; after the failover time w2 owns everything.
         beats.alive = {"w2"}
