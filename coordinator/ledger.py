@@ -48,6 +48,8 @@ class Ledger:
                 if lease.expired:
                     self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}
+        # Per moved lease: where it came from and both sides' throughput figures before it moved (`take_back`).
+        self._before: dict[str, tuple[str | None, dict[str, tuple[float, float]]]] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
         self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
@@ -82,6 +84,8 @@ class Ledger:
         source = self.owner[key]
         weight = self.weight[key]
         guessed = weight if self.leases[key].throughput_kbps is None else 0.0
+        sides = (to_worker,) if source is None else (source, to_worker)
+        self._before[key] = (source, {w: (self.throughput.get(w, 0.0), self._guessed.get(w, 0.0)) for w in sides})
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
@@ -97,6 +101,24 @@ class Ledger:
         move = Move(key, self.leases[key].actual_owner, to_worker, reason, detail)
         self.moves[key] = move
         return move
+
+    def take_back(self, key: str) -> str | None:
+        """Undo the move of `key` (a decider trying one option and then another); moves are undone newest first.
+
+        Restores both sides' figures exactly as they were (not by subtracting back, which leaves rounding residue).
+        Returns the worker the lease came from.
+        """
+        move = self.moves.pop(key)
+        source, figures = self._before.pop(key)
+        del self.held_by[move.to_worker][key]
+        if source is not None:
+            self.held_by[source][key] = None
+            if self.leases[key].expired:
+                self._expired_on[source] += 1
+        self.owner[key] = source
+        for wid, (throughput, guessed) in figures.items():
+            self.throughput[wid], self._guessed[wid] = throughput, guessed
+        return source
 
     def priority_leases(self) -> list[LeaseView]:
         """Unassigned leases first, then expired ones longest-silent first (KCL's order), ties largest first.

@@ -284,9 +284,52 @@ class BandBalancer:
             over.sort(key=lambda w: (-(self.value(w) - self.ceiling(w)), w))
         for donor in over:
             self._shed_from[donor] = self.value(donor)
-            for _ in range(MAX_MOVES_PER_WORKER):
-                if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor):
-                    break
+            self._shed_fewest(donor)
+
+    def _shed_fewest(self, donor: str) -> None:
+        """Shed the donor in the style's order; if that took more than one move, try the other trade order too.
+
+        Light sheds one by one against trading or pushing a heavy lease (whose receiver then sheds its own), counted
+        with every move either makes; the other order is kept only if it makes fewer moves, leaves no more of the
+        workers it moved out of band and none nearer its ceiling than the minimum gain or the first order's nearest.
+        """
+        mark = len(self.d.ledger.moves)
+        first = self._shed_donor(donor, self.style.trade_first, mark)
+        if first[0] <= 1 or self.d.drop_rate(donor, self.metric) is None:
+            return
+        self._rewind(mark)
+        other = self._shed_donor(donor, not self.style.trade_first, mark)
+        moves, outside, closest = other
+        if moves < first[0] and outside <= first[1] and closest <= max(first[2], -self.min_gain):
+            return
+        self._rewind(mark)
+        self._shed_donor(donor, self.style.trade_first, mark)
+
+    def _shed_donor(self, donor: str, trade_first: bool, mark: int) -> tuple[int, int, float]:
+        """Shed the donor until it is under its ceiling or nothing moves: (moves made since `mark`, workers they
+        leave out of band, how near the nearest of those workers ends to its ceiling)."""
+        for _ in range(MAX_MOVES_PER_WORKER):
+            if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor, trade_first=trade_first):
+                break
+        moves = list(self.d.ledger.moves.values())[mark:]
+        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w in self._holding}
+        floor = self.floor()
+        outside = sum(1 for w in moved if not floor <= self.value(w) <= self.ceiling(w))
+        closest = max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
+        return len(moves), outside, closest
+
+    def _rewind(self, mark: int) -> None:
+        """Undo this run's moves after the first `mark`, newest first: an option tried and not kept."""
+        touched: set[str] = set()
+        for key in reversed(list(self.d.ledger.moves)[mark:]):
+            giver, taker = self.d.take_back(key)
+            touched.update(w for w in (giver, taker) if w is not None)
+        for wid in touched:
+            self._by_weight.pop(wid, None)
+            self._heaviest.pop(wid, None)
+            if wid in self._holding:
+                heapq.heappush(self._low, (self.value(wid), wid))
+                heapq.heappush(self._high, (-self.value(wid), wid))
 
     def _target(self, donor: str) -> float:
         """Where a donor should land: the average (what its receivers lack), or below an operating range under it."""
@@ -334,16 +377,17 @@ class BandBalancer:
         """
         return self.floor() + self.min_gain
 
-    def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf) -> bool:
+    def _shed_one(self, donor: str, trades: bool = True, cap: float = math.inf, trade_first: bool = False) -> bool:
         """One move (or trade, if `trades`) that brings the donor towards its ceiling; False if there is none.
 
-        Receivers end at least `min_gain` below the donor's value and `cap` (a push's original peak).
+        Receivers end at least `min_gain` below the donor's value and `cap` (a push's original peak); `trade_first`:
+        try a swap or push before shedding a light lease.
         """
         d, giver_before, ceiling = self.d, min(self.value(donor), cap), self.ceiling(donor)
         rate = d.drop_rate(donor, self.metric)
         # If its light leases together cannot bring it into the band (it holds several hot shards), trading or
         # pushing a heavy one first saves moving every light one and then the heavy one anyway.
-        if (trades and rate is not None and (self.style.trade_first or not self._lighter_leases_suffice(donor, rate))
+        if (trades and rate is not None and (trade_first or not self._lighter_leases_suffice(donor, rate))
                 and (self._swap_one(donor) or self._push_one(donor))):
             return True
         receivers = [(w, self._max_weight(w, giver_before), d.rise(w, self.metric, 1.0))

@@ -94,6 +94,7 @@ class FleetState(abc.ABC):
         self.target_throughput = ledger.mean_weight * n_leases / n_active
         self.target_leases = max(1, n_leases // n_active)
         self.values: dict[str, dict[str, float]] = {}
+        self._values_before: dict[str, dict[str, dict[str, float]]] = {}  # per moved lease, for `take_back`
         self.limits: dict[str, dict[str, float]] = {}
         lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
         # Each of the last `rebalance_persistent_reports` reports on its own, with the throughput carried during it
@@ -384,10 +385,17 @@ class FleetState(abc.ABC):
         """Move `key` to `wid` in memory: the giver's values drop, the receiver's rise by the projection."""
         source = self.ledger.owner[key]
         weight = self.ledger.weight[key]
+        self._values_before[key] = {w: self.values[w] for w in (source, wid) if w is not None and w in self.values}
         if source is not None and source in self.values:
             self.values[source] = {m: v - self.drop(source, m, key) for m, v in self.values[source].items()}
         self.values[wid] = self.projected(wid, weight)
         self.ledger.move(key, wid, reason, detail)
+
+    def take_back(self, key: str) -> tuple[str | None, str]:
+        """Undo `apply` of `key` (the newest move not undone yet): values and ledger as before. Returns (giver, taker)."""
+        taker = self.ledger.moves[key].to_worker
+        self.values.update(self._values_before.pop(key))
+        return self.ledger.take_back(key), taker
 
     # -- phases ----------------------------------------------------------------------------------------------------
 

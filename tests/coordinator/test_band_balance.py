@@ -11,6 +11,7 @@ import random
 import pytest
 
 from shardherd.coordinator.decide import decide
+from shardherd.coordinator.deciders.band import BandFleet
 from shardherd.coordinator.decider_config import DeciderConfig, Strategy
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import MoveReason, Plan
@@ -587,6 +588,44 @@ def test_a_donor_sheds_its_heavy_lease_below_the_floor_when_other_donors_refill_
     carried = {w.worker_id: w.throughput_after for w in plan.workers}
     again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, carried[w] / 10) for w in sorted(carried)])
     assert decide(again, BAND, balance=True).moves == ()
+
+
+def test_each_donor_sheds_in_the_order_that_costs_it_fewest_moves() -> None:
+    # fleet_sim full size, hot shards: one donor's light leases cost many moves where a trade of its heavy lease
+    # costs two, while another donor's single light shed beats any trade. A plan in one order for every donor
+    # (decision 0016) gets one of them wrong: 4 moves. A: 130 KiB/s + 15 x 30 + 20 (CPU 60); B: 7 x 80 (56); C:
+    # 3 x 100 + 30 + 70 (40); D, E: 3 x 100 + 2 x 50 (40). avg 47.2, band [42.48, 51.92], 2-point gain.
+    # A's light leases: three sheds of a 30 (A 51). Its 130 fits no receiver (C would reach 53), but traded for
+    # C's 30 it lands A at 50 and C at 50: 2 moves. B sheds one 80 (B 48); traded first it would take two.
+    snapshot = fleet({"A": (60.0, [130.0] + [30.0] * 15 + [20.0]), "B": (56.0, [80.0] * 7),
+                      "C": (40.0, [100.0] * 3 + [30.0, 70.0]), "D": (40.0, [100.0] * 3 + [50.0, 50.0]),
+                      "E": (40.0, [100.0] * 3 + [50.0, 50.0])})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [
+        ("A00", "A", "C"), ("C03", "C", "A"), ("B00", "B", "D")]
+    assert "swap" in plan.moves[0].detail
+    assert after(plan) == pytest.approx({"A": 50.0, "B": 48.0, "C": 50.0, "D": 48.0, "E": 40.0})
+
+
+def test_moves_taken_back_newest_first_leave_the_fleet_exactly_as_it_was() -> None:
+    # A donor's shed order is tried and undone (`take_back`) before another is tried: the undone state must be the
+    # same to the last bit, or the order kept would be planned on figures that drifted by rounding.
+    state = BandFleet(fleet({"A": (60.0, [80.0, 0.1, 20.0 / 3]), "B": (45.0, [50.0, 1e-3]), "C": (45.0, [450.0])}),
+                      BAND)
+    ledger = state.ledger
+
+    def picture() -> tuple[object, ...]:
+        return ({w: dict(v) for w, v in state.values.items()}, {w: set(k) for w, k in ledger.held_by.items()},
+                dict(ledger.throughput), {w: ledger.known_throughput(w) for w in "ABC"}, dict(ledger.owner),
+                dict(ledger.moves))
+
+    start = picture()
+    state.apply("A00", "B", MoveReason.BALANCE_CPU, "shed")
+    state.apply("A01", "C", MoveReason.BALANCE_CPU, "shed")
+    state.apply("B01", "A", MoveReason.BALANCE_CPU, "swap")
+    assert picture() != start
+    assert [state.take_back(key) for key in ("B01", "A01", "A00")] == [("B", "A"), ("A", "C"), ("A", "B")]
+    assert picture() == start
 
 
 def test_an_alternative_plan_that_lands_a_worker_nearer_its_ceiling_is_not_taken() -> None:
