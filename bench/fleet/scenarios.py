@@ -54,8 +54,11 @@ class Result:
     """What one variant did in one scenario, measured from the event on.
 
     `moves`: changes of a lease's actual owner to another worker (an unowned lease getting an owner counts; a
-    handoff counts once, when it completes). `forced`, `minimum` (= forced + shed): see `minimum_moves`; where the
-    offline greedy reached the bound with fewer moves, its count is the minimum.
+    handoff counts once, when it completes). `forced`, `minimum` (= forced + shed): see `minimum_moves`, on carried
+    throughput; where the offline greedy reached the bound with fewer moves, its count is the minimum.
+    `cpu_minimum`: the same on the modelled CPU, the measure the decider balances (its bound is looser: every
+    worker also carries the model's base); the greedy's count applies to it too (a fleet balanced on throughput is
+    balanced on the modelled CPU).
     `cpu`, `tp`: balance judged on the modelled CPU and on carried throughput (see `Balance`). `greedy`: moves of
     an offline greedy with exact loads from the same state, and whether it reached the bound (`greedy_moves`).
     """
@@ -65,6 +68,7 @@ class Result:
     moves: int
     forced: int
     minimum: int
+    cpu_minimum: int
     cpu: Balance
     tp: Balance
     lpt_ratio: float
@@ -175,6 +179,7 @@ def run_variant(scenario: Scenario, variant: str, mode: str, size: Size, seed: i
     scenario.event(fleet)
     start = fleet.events.now()
     forced, shed = (len(fleet.stream.shards), 0) if not scenario.warmup else minimum_moves(fleet)
+    cpu_shed = 0 if not scenario.warmup else minimum_moves(fleet, "cpu")[1]
     greedy = greedy_moves(fleet) if scenario.warmup else None
     fleet.store.reset()
     fleet.moves.moves = 0
@@ -190,7 +195,7 @@ def run_variant(scenario: Scenario, variant: str, mode: str, size: Size, seed: i
             balanced = placed and within_bound(fleet, metric)
             since[metric] = (first if first is not None else t) if balanced else None
     balances = {metric: _balance(fleet, metric, start, first) for metric, first in since.items()}
-    return _result(scenario, fleet, start, (forced, shed), balances, original, greedy)
+    return _result(scenario, fleet, start, (forced, shed, cpu_shed), balances, original, greedy)
 
 
 def _unplaced(fleet: Fleet) -> bool:
@@ -213,7 +218,7 @@ def _balance(fleet: Fleet, metric: str, start: float, balanced_since: float | No
     return Balance(runs, balancing, seconds, ratio(fleet.loads(metric)), within_bound(fleet, metric))
 
 
-def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, int], balances: dict[str, Balance],
+def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, int, int], balances: dict[str, Balance],
             original: set[str], greedy: tuple[int, bool] | None) -> Result:
     leases = fleet.leases()
     alive = {w.worker_id for w in fleet.workers.values() if w.alive}
@@ -228,7 +233,7 @@ def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, 
         scenario=scenario.name, variant=f"{fleet.variant}/{fleet.mode}", moves=fleet.moves.moves, forced=minimum[0],
         # The counting bound is not a true lower bound once a shard outweighs the mean (moving it raises its
         # receiver's allowance), so an achieved greedy count below it replaces it.
-        minimum=min(sum(minimum), greedy[0]) if greedy is not None and greedy[1] else sum(minimum),
+        minimum=_lowest(minimum[0] + minimum[1], greedy), cpu_minimum=_lowest(minimum[0] + minimum[2], greedy),
         cpu=balances["cpu"], tp=balances["tp"], lpt_ratio=lpt_ratio(weights, len(per_worker)),
         split=(sum(n for w, n in per_worker.items() if w in original),
                sum(n for w, n in per_worker.items() if w not in original)),
@@ -239,6 +244,11 @@ def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, 
         dead_owned=sum(1 for lease in leases if lease.actual_owner is not None and lease.actual_owner not in alive),
         missing=len({s.shard_id for s in fleet.stream.shards} - {lease.lease_key for lease in leases}),
     )
+
+
+def _lowest(bound: int, greedy: tuple[int, bool] | None) -> int:
+    """The counting bound, or the greedy's count where it reached the bound with fewer moves."""
+    return min(bound, greedy[0]) if greedy is not None and greedy[1] else bound
 
 
 def run_scenario(scenario: Scenario, size: Size, seed: int, zipf: float,

@@ -18,7 +18,7 @@ import math
 from collections.abc import Mapping
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import ALTERNATIVES, USUAL, Outcome, Style, balance_band
+from shardherd.coordinator.deciders.band_moves import ALTERNATIVES, SAFE, USUAL, Outcome, Style, balance_band
 from shardherd.coordinator.deciders.fleet_state import FleetState
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import Plan
@@ -113,13 +113,16 @@ class BandDecider:
         The usual style is planned first. Only if some donor in it gave more than one lease is each alternative
         (`ALTERNATIVES`: deep sheds, trades first) planned from the same snapshot; one replaces the plan only if it
         makes fewer moves, leaves no more workers outside the band and none nearer its ceiling (decision 0016).
+        If the plan kept lands moved workers near their ceiling, the `SAFE` style (a noise margin under every
+        ceiling) replaces it where its extra moves are at most the number of those workers expected to shed again
+        (decision 0017).
         """
         fleet = BandFleet(snapshot, config)
         plan = fleet.plan(balance)
-        if not balance or fleet.outcome is None or not fleet.outcome.repeated:
+        if not balance or fleet.outcome is None:
             return plan
         usual, outcome = len(plan.moves), fleet.outcome
-        for style in ALTERNATIVES:
+        for style in ALTERNATIVES if outcome.repeated else ():
             other = BandFleet(snapshot, config, style)
             alternative = other.plan(balance)
             if (other.outcome is None or not other.outcome.no_worse(outcome)
@@ -127,4 +130,14 @@ class BandDecider:
                 continue
             plan = dataclasses.replace(alternative, notes=(
                 *alternative.notes, f"balancing: {style.name} saves {usual - len(alternative.moves)} move(s)"))
+            outcome = other.outcome
+        if outcome.risk:
+            other = BandFleet(snapshot, config, SAFE)
+            alternative = other.plan(balance)
+            if other.outcome is not None and other.outcome.safer(outcome, len(alternative.moves), len(plan.moves)):
+                extra = len(alternative.moves) - len(plan.moves)
+                cost = f"for {extra} more move(s)" if extra > 0 else f"saving {-extra} move(s)"
+                plan = dataclasses.replace(alternative, notes=(
+                    *alternative.notes, f"balancing: {SAFE.name} {cost}, where {outcome.risk:.2f} moved worker(s) "
+                                        f"would be expected to shed again"))
         return plan

@@ -392,7 +392,7 @@ class FleetState(abc.ABC):
         self.ledger.move(key, wid, reason, detail)
 
     def take_back(self, key: str) -> tuple[str | None, str]:
-        """Undo `apply` of `key` (the newest move not undone yet): values and ledger as before. Returns (giver, taker)."""
+        """Undo `apply` of `key` (the newest move not undone yet): values and ledger as before; (giver, taker)."""
         taker = self.ledger.moves[key].to_worker
         self.values.update(self._values_before.pop(key))
         return self.ledger.take_back(key), taker

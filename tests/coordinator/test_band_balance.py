@@ -11,8 +11,8 @@ import random
 import pytest
 
 from shardherd.coordinator.decide import decide
-from shardherd.coordinator.deciders.band import BandFleet
 from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.deciders.band import BandFleet
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import MoveReason, Plan
 from shardherd.coordinator.snapshot import Snapshot, WorkerView
@@ -467,6 +467,20 @@ def test_balancing_waits_while_the_fleets_throughput_is_falling_fast() -> None:
     assert decide(Snapshot.of(leases, settled, prior), BAND, balance=True).moves
 
 
+def test_a_push_goes_to_the_receiver_that_sheds_fewest_leases_after_it() -> None:
+    # fleet_sim full size, hot shards seed 8: a hot lease pushed to the least loaded worker made it shed five light
+    # leases, where a worker a little fuller held leases that cover the excess in two. A: two 300 KiB/s shards and
+    # two 20 (CPU 64); B: 8 x 50 (40); C: 110, 110, 100, 100 (42); D, E: 9 x 50 (45). avg 47.2, band [42.48, 51.92].
+    # B would reach 70 and shed four 50s (5 moves); C reaches 72 and sheds its two 110s (3 moves).
+    snapshot = fleet({"A": (64.0, [300.0, 300.0, 20.0, 20.0]), "B": (40.0, [50.0] * 8),
+                      "C": (42.0, [110.0, 110.0, 100.0, 100.0]), "D": (45.0, [50.0] * 9), "E": (45.0, [50.0] * 9)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [
+        ("A00", "A", "C"), ("C00", "C", "A"), ("C01", "C", "B")]
+    assert "push" in plan.moves[0].detail
+    assert after(plan) == pytest.approx({"A": 45.0, "B": 51.0, "C": 50.0, "D": 45.0, "E": 45.0})
+
+
 def test_a_donor_whose_light_leases_cannot_get_it_in_pushes_a_heavy_one_first() -> None:
     # A: two 300 KiB/s shards and two of 10 (CPU 62); B, C, D: 9 x 50 (45). avg 49.25, band [44.33, 54.18]. Both
     # light leases together lower A by 2 of the 7.8 it must lose, so A pushes a 300 first instead of moving them.
@@ -596,15 +610,17 @@ def test_each_donor_sheds_in_the_order_that_costs_it_fewest_moves() -> None:
     # (decision 0016) gets one of them wrong: 4 moves. A: 130 KiB/s + 15 x 30 + 20 (CPU 60); B: 7 x 80 (56); C:
     # 3 x 100 + 30 + 70 (40); D, E: 3 x 100 + 2 x 50 (40). avg 47.2, band [42.48, 51.92], 2-point gain.
     # A's light leases: three sheds of a 30 (A 51). Its 130 fits no receiver (C would reach 53), but traded for
-    # C's 30 it lands A at 50 and C at 50: 2 moves. B sheds one 80 (B 48); traded first it would take two.
+    # C's 30 it lands A at 50 and C at 50 (2 moves), or pushed to C, which sheds its 70 to E, A at 47 and C at 46 (2
+    # moves, every worker the minimum gain under the band's edge: the plan kept). B sheds one 80 (B 48); traded
+    # first it would take two.
     snapshot = fleet({"A": (60.0, [130.0] + [30.0] * 15 + [20.0]), "B": (56.0, [80.0] * 7),
                       "C": (40.0, [100.0] * 3 + [30.0, 70.0]), "D": (40.0, [100.0] * 3 + [50.0, 50.0]),
                       "E": (40.0, [100.0] * 3 + [50.0, 50.0])})
     plan = decide(snapshot, BAND, balance=True)
     assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [
-        ("A00", "A", "C"), ("C03", "C", "A"), ("B00", "B", "D")]
-    assert "swap" in plan.moves[0].detail
-    assert after(plan) == pytest.approx({"A": 50.0, "B": 48.0, "C": 50.0, "D": 48.0, "E": 40.0})
+        ("A00", "A", "C"), ("C04", "C", "E"), ("B00", "B", "D")]
+    assert "push" in plan.moves[0].detail
+    assert after(plan) == pytest.approx({"A": 47.0, "B": 48.0, "C": 46.0, "D": 48.0, "E": 47.0})
 
 
 def test_moves_taken_back_newest_first_leave_the_fleet_exactly_as_it_was() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from bench.fleet.measures import greedy_moves, minimum_moves, within_bound
 from bench.fleet.model import KCL2, LEASE_COUNT, VARIANCE, VARIANCE_KCL, Fleet
-from bench.fleet.scenarios import QUICK, Result, run_scenario, scenarios
+from bench.fleet.scenarios import QUICK, Result, run_scenario, run_variant, scenarios
 from bench.fleet.worker import AgentWorker
 from bench.fleet.world import Stream
 from bench.kcl2_taker import Kcl2Taker
@@ -61,6 +61,16 @@ def test_band_balancing_settles_a_scale_out_in_fewer_balancing_runs_than_kcl_bud
     assert (band.unowned, band.dead_owned) == (0, 0)
 
 
+def test_hot_shards_land_every_moved_worker_a_noise_margin_under_its_ceiling_in_one_run() -> None:
+    # fleet_sim --quick hot shards, seed 7 (the bench's default): the usual plan's 3 moves landed w0002 0.55 and its
+    # receiver 1.2 points under their ceiling (the minimum gain is 2); the figures' noise put each above again in a
+    # later run: 5 moves in 4 balancing runs. Keeping the margin costs one move more in the first run and no more.
+    scenario = next(s for s in scenarios(QUICK) if s.name.startswith("hot-shards"))
+    result = run_variant(scenario, VARIANCE, "worker", QUICK, seed=7, zipf=0.5, report_seconds=None)
+    assert result.moves <= 1.1 * result.minimum
+    assert result.cpu.balancing_runs == 1 and result.cpu.within
+
+
 def test_balance_bound_lets_a_worker_carry_one_shard_heavier_than_the_mean() -> None:
     # Shards of 1024, 512 and 341 KiB/s (Zipf exponent 1) on two workers: mean 938.5 is below the 1024 shard, so its
     # holder may carry up to 1.1 x 1024 = 1126.4, the other worker up to 1.1 x 938.5 = 1032.4.
@@ -80,6 +90,22 @@ def test_balance_bound_lets_a_worker_carry_one_shard_heavier_than_the_mean() -> 
     assert minimum_moves(fleet) == (0, 1)
     # The offline greedy moves the lease nearest half the gap (1536 - 341 = 1195): the 512 one, and is done.
     assert greedy_moves(fleet) == (1, True)
+
+
+def test_a_heavy_lease_counts_every_lease_its_receiver_must_shed() -> None:
+    # w0000 carries 600 + 6 x 50 = 900 KiB/s, w0001 and w0002 3 x 150 + 50 = 500 each: mean 633.3, bound 696.7.
+    # w0000 must lose 203.3: five 50s (light, each fits anywhere), or the 600, which no worker takes within the bound:
+    # its receiver (1,100) must shed 403.3, three 150s: 4 moves (the 150s go to w0000 twice and to the other once).
+    # The counting bound used to charge the heavy lease one receiver shed (2 moves), which no plan reaches.
+    fleet = Fleet(VARIANCE, "worker", Stream.tiled([600.0] + [50.0] * 6 + [150.0, 150.0, 150.0, 50.0] * 2), seed=1)
+    fleet.add_workers(3)
+    keys = sorted(fleet.stream.kbps)
+    owners = ["w0000"] * 7 + ["w0001"] * 4 + ["w0002"] * 4
+    for key, owner in zip(keys, owners, strict=True):
+        fleet.store.create_lease(Lease(key))
+        fleet.store.assign(key, owner, None, None)
+    assert minimum_moves(fleet) == (0, 4)
+    assert greedy_moves(fleet) == (5, True)  # the five 50s
 
 
 def test_a_crashed_workers_lease_too_heavy_for_every_survivor_costs_its_receiver_a_shed() -> None:
