@@ -474,11 +474,16 @@ def test_a_push_goes_to_the_receiver_that_sheds_fewest_leases_after_it() -> None
     # B would reach 70 and shed four 50s (5 moves); C reaches 72 and sheds its two 110s (3 moves).
     snapshot = fleet({"A": (64.0, [300.0, 300.0, 20.0, 20.0]), "B": (40.0, [50.0] * 8),
                       "C": (42.0, [110.0, 110.0, 100.0, 100.0]), "D": (45.0, [50.0] * 9), "E": (45.0, [50.0] * 9)})
+    assert_push(snapshot, [("A00", "A", "C"), ("C00", "C", "A"), ("C01", "C", "B")],
+                {"A": 45.0, "B": 51.0, "C": 50.0, "D": 45.0, "E": 45.0})
+
+
+def assert_push(snapshot: Snapshot, moves: list[tuple[str, str, str]], values: dict[str, float]) -> None:
+    """The plan makes exactly `moves` (lease, giver, taker), the first a push, and leaves the workers at `values`."""
     plan = decide(snapshot, BAND, balance=True)
-    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [
-        ("A00", "A", "C"), ("C00", "C", "A"), ("C01", "C", "B")]
+    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == moves
     assert "push" in plan.moves[0].detail
-    assert after(plan) == pytest.approx({"A": 45.0, "B": 51.0, "C": 50.0, "D": 45.0, "E": 45.0})
+    assert after(plan) == pytest.approx(values)
 
 
 def test_a_donor_whose_light_leases_cannot_get_it_in_pushes_a_heavy_one_first() -> None:
@@ -616,11 +621,8 @@ def test_each_donor_sheds_in_the_order_that_costs_it_fewest_moves() -> None:
     snapshot = fleet({"A": (60.0, [130.0] + [30.0] * 15 + [20.0]), "B": (56.0, [80.0] * 7),
                       "C": (40.0, [100.0] * 3 + [30.0, 70.0]), "D": (40.0, [100.0] * 3 + [50.0, 50.0]),
                       "E": (40.0, [100.0] * 3 + [50.0, 50.0])})
-    plan = decide(snapshot, BAND, balance=True)
-    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [
-        ("A00", "A", "C"), ("C04", "C", "E"), ("B00", "B", "D")]
-    assert "push" in plan.moves[0].detail
-    assert after(plan) == pytest.approx({"A": 47.0, "B": 48.0, "C": 46.0, "D": 48.0, "E": 47.0})
+    assert_push(snapshot, [("A00", "A", "C"), ("C04", "C", "E"), ("B00", "B", "D")],
+                {"A": 47.0, "B": 48.0, "C": 46.0, "D": 48.0, "E": 47.0})
 
 
 def test_moves_taken_back_newest_first_leave_the_fleet_exactly_as_it_was() -> None:
