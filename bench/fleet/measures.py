@@ -9,6 +9,8 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from shardherd.coordinator.deciders.band_moves import leases_to_cover
+
 if TYPE_CHECKING:
     from bench.fleet.model import Fleet
 
@@ -89,12 +91,12 @@ def minimum_moves(fleet: Fleet, metric: str = "tp") -> tuple[int, int]:
         if excess <= 0:
             continue
         room = THRESHOLD * mean - min((load for w, load in loads.items() if w != wid), default=0.0)
-        light = _cover([w for w in weights if w <= room], excess)
+        light = leases_to_cover([w for w in weights if w <= room], excess)
         lightest_heavy = min((w for w in weights if w > room), default=None)
-        if lightest_heavy is None or _cover(weights, excess) >= light:
+        if lightest_heavy is None or leases_to_cover(weights, excess) >= light:
             shed += light
         else:
-            heavy.append((light, _cover(weights, excess), lightest_heavy))
+            heavy.append((light, leases_to_cover(weights, excess), lightest_heavy))
     receivers = [sorted(weights, reverse=True) for wid, weights in held.items() if loads[wid] <= ceiling(weights)]
     room = THRESHOLD * mean - min(loads.values(), default=0.0)  # the most any worker can take within the mean's bound
     shed += _heavy_donors(heavy, lambda extra: _receiver_sheds(receivers, base, room, extra, ceiling))
@@ -147,8 +149,8 @@ def _receiver_sheds(receivers: list[list[float]], base: float, room: float, extr
             continue  # shedding everything it holds would not make room
         # What it sheds is light, or heavy itself and then costs its own receiver a shed.
         light = [w for w in weights if w <= room]
-        count = min(_cover(light, over) if sum(light) >= over else math.inf, _cover(weights, over) + 1) \
-            if over > 0 else 0
+        shed_light = leases_to_cover(light, over) if sum(light) >= over else math.inf
+        count = min(shed_light, leases_to_cover(weights, over) + 1) if over > 0 else 0
         best = count if best is None else min(best, count)
     return math.inf if best is None else best  # nobody can take them: this way is closed
 
@@ -193,14 +195,3 @@ def greedy_moves(fleet: Fleet) -> tuple[int, bool]:
         loads[receiver] += weight
         moves += 1
     return moves, False
-
-
-def _cover(weights: list[float], excess: float) -> int:
-    """How many of `weights`, largest first, cover `excess` (more than all of them if they cannot)."""
-    count = 0
-    for weight in sorted(weights, reverse=True):
-        if excess <= 0:
-            return count
-        excess -= weight
-        count += 1
-    return count if excess <= 0 else len(weights) + 1

@@ -147,15 +147,18 @@ class Shed:
     closest: float
 
 
-def _cover_count(drops: list[float], needed: float) -> int:
-    """How many of `drops` (ascending), largest first, add up to `needed` (one more than all of them if they cannot)."""
+def leases_to_cover(weights: list[float], needed: float) -> int:
+    """How many of `weights`, largest first, add up to `needed` (one more than all of them if they cannot).
+
+    The push's receiver choice here and the fleet simulator's minimum (bench/fleet/measures.py) count sheds alike.
+    """
     count, total = 0, 0.0
-    for drop in reversed(drops):
+    for weight in sorted(weights, reverse=True):
         if total >= needed:
             break
-        total += drop
+        total += weight
         count += 1
-    return count if total >= needed else len(drops) + 1
+    return count if total >= needed else len(weights) + 1
 
 
 def landing_risk(gap: float, margin: float) -> float:
@@ -523,7 +526,7 @@ class BandBalancer:
                     continue
                 # Only leases some other worker has room for count: the receiver's sheds go somewhere too.
                 takeable = weights[:min(lighter, bisect.bisect_right(weights, room))]
-                sheds = _cover_count([rate * w for w in takeable], landed - bound)
+                sheds = leases_to_cover([rate * w for w in takeable], landed - bound)
                 if best is None or (sheds, at) < best[:2]:
                     best = (sheds, at, receiver, landed, bound)
             if best is None:
