@@ -13,7 +13,7 @@ from shardherd.shared.dynamo.expressions import Expression, Item
 from shardherd.shared.dynamo.records import WorkerAndStateRecords
 from shardherd.shared.dynamo.state_codec import add_condition, state_key
 from shardherd.shared.dynamo.tables import Capacity, TableManager
-from shardherd.shared.errors import MalformedLease, StoreError
+from shardherd.shared.errors import MalformedLease, StoreError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.rounding import round_throughput
@@ -272,7 +272,9 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
 
         With `expected` (the caller's last sight of the row) the read is skipped: one request instead of two when it
         is current, which it is for an owner checkpointing its own lease; a stale one fails its condition and the
-        write is retried from the row the refusal returns.
+        write is retried from the row the refusal returns. If the stored checkpoint moved under each of
+        `CHECKPOINT_ATTEMPTS` writes while the lease stayed ours, StoreUnavailable: the caller keeps the lease and
+        retries later (an OWNERSHIP outcome would make it drop a lease it still owns).
         """
         if pending_state is not None and pending is None:
             raise ValueError("pending_state needs a pending checkpoint")
@@ -295,7 +297,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             if outcome.applied:
                 return outcome
             current = outcome.lease
-        return Outcome.lost(Conflict.OWNERSHIP, current)
+        raise StoreUnavailable(f"checkpoint {lease_key}: the stored checkpoint moved under each of "
+                               f"{CHECKPOINT_ATTEMPTS} writes; the lease is still {worker}'s")
 
     @staticmethod
     def _checkpoint_update(current: Lease, checkpoint: Checkpoint, pending: Checkpoint | None,

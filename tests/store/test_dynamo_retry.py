@@ -177,3 +177,28 @@ def test_an_owner_s_checkpoint_from_the_row_it_saw_is_one_request(dynamodb_clien
     calls.clear()
     assert store.checkpoint("shardId-1", "w1", Checkpoint.at("9")).applied
     assert calls == ["GetItem", "UpdateItem"]  # without the row: read first
+
+
+def test_a_checkpoint_the_stored_one_keeps_moving_under_is_unavailable_not_a_lost_lease(
+        dynamodb_client: Any, tables: TableNames, moto_server: Any) -> None:
+    # Another writer of the same owner (a second thread of its driver) moves the stored checkpoint before each of
+    # this writer's attempts, through its own client: every conditional write fails while the lease stays w1's.
+    # OWNERSHIP here made the keeper drop a lease it still owned until rediscovery.
+    store, rival = DynamoLeaseStore(dynamodb_client, tables), DynamoLeaseStore(single_attempt_client(
+        moto_server.endpoint_url), tables)
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1", checkpoint=Checkpoint.at("100"))).applied
+    rival_positions = iter(range(101, 200))
+
+    def rival_moves_it(model: Any, **_: Any) -> None:
+        assert rival.checkpoint("shardId-1", "w1", Checkpoint.at(str(next(rival_positions)))).applied
+
+    dynamodb_client.meta.events.register("before-call.dynamodb.UpdateItem", rival_moves_it)  # botocore's own hook
+    try:
+        with pytest.raises(StoreUnavailable, match="still w1's"):
+            store.checkpoint("shardId-1", "w1", Checkpoint.at("500"))
+    finally:
+        dynamodb_client.meta.events.unregister("before-call.dynamodb.UpdateItem", rival_moves_it)
+    row = rival.get_lease("shardId-1")
+    assert row is not None and row.lease_owner == "w1"
+    assert row.checkpoint == Checkpoint.at(str(next(rival_positions) - 1))  # the rival's last write, nothing lost
+    assert store.checkpoint("shardId-1", "w1", Checkpoint.at("500")).applied  # once the rival stops, it goes through
