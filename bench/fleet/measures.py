@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -84,44 +85,85 @@ def minimum_moves(fleet: Fleet, metric: str = "tp") -> tuple[int, int]:
     def ceiling(weights: list[float]) -> float:
         return THRESHOLD * max([mean, *(base + w for w in weights)])
 
-    shed = 0
-    heavy: list[tuple[int, int, float]] = []  # donors a heavy lease might serve: (light count, any count, weight)
+    shed = 0.0
+    own_only = 0  # the donors' fewest own moves, receivers left out
+    heavy: list[list[Way]] = []  # per donor that a heavy lease might save moves: its ways to shed
     for wid, weights in held.items():
         excess = loads[wid] - ceiling(weights)
         if excess <= 0:
             continue
+        own_only += leases_to_cover(weights, excess)
         room = THRESHOLD * mean - min((load for w, load in loads.items() if w != wid), default=0.0)
-        light = leases_to_cover([w for w in weights if w <= room], excess)
-        lightest_heavy = min((w for w in weights if w > room), default=None)
-        if lightest_heavy is None or leases_to_cover(weights, excess) >= light:
-            shed += light
+        ways = _shed_ways(weights, room, excess)
+        if len(ways) == 1:
+            shed += ways[0][0]
         else:
-            heavy.append((light, leases_to_cover(weights, excess), lightest_heavy))
+            heavy.append(ways)
     receivers = [sorted(weights, reverse=True) for wid, weights in held.items() if loads[wid] <= ceiling(weights)]
     room = THRESHOLD * mean - min(loads.values(), default=0.0)  # the most any worker can take within the mean's bound
-    shed += _heavy_donors(heavy, lambda extra: _receiver_sheds(receivers, base, room, extra, ceiling))
+    shed += _heavy_donors(heavy, functools.cache(
+        lambda extra: _receiver_sheds(receivers, base, room, list(extra), ceiling)))
+    if not math.isfinite(shed):  # no plan of that kind reaches the bound: at least each donor's own moves
+        shed = own_only
     lightest = min(loads.values(), default=0.0)
     if stay and any(lightest + weight > ceiling([weight]) for weight in moving):
         shed = max(shed, 1)  # a lease no staying worker can take within its ceiling: its receiver sheds
-    return forced, shed
+    return forced, int(shed)
 
 
-# Up to this many donors whose heavy lease could save moves, every way to share receivers is tried (Bell(6) = 203
-# groupings per subset); beyond it each such donor counts one shed of its receiver, as the counting bound did before.
+# A donor's way to shed: (its own moves, the leases too heavy for anyone that its receivers must take).
+Way = tuple[float, tuple[float, ...]]
+
+# Up to this many donors whose heavy leases could save moves, and this many heavy leases in one combination of their
+# ways, every way to share receivers is tried (Bell(6) = 203 groupings); beyond it each heavy lease counts one shed
+# of its receiver (none where some worker takes it without one), as the counting bound did before.
 GROUPED_DONORS = 6
 
 
-def _heavy_donors(donors: list[tuple[int, int, float]], sheds: Callable[[list[float]], float]) -> int:
-    """The fewest moves of donors that may each shed light leases or hand on a heavy one, receivers' sheds counted."""
+def _shed_ways(weights: list[float], room: float, excess: float) -> list[Way]:
+    """A donor's ways to cover its excess: light leases only (first), or its `h` heaviest leases too heavy for anyone
+    plus light ones, for each `h` that needs fewer moves of its own than light leases alone.
+
+    Both parts are taken at their least, so the count stays a lower bound: the donor's own moves with its `h`
+    heaviest heavy leases (fewest light ones after them), the receivers' sheds for its `h` lightest. Each heavy lease
+    is charged: a donor holding two hot shards that sheds both needs two receivers (or one taking both) to shed.
+    A way its light leases cannot complete is none (its own count infinite).
+    """
+    light = [w for w in weights if w <= room]
+    heavy = sorted((w for w in weights if w > room), reverse=True)
+    ways: list[Way] = [(_cover(light, excess), ())]
+    for h in range(1, len(heavy) + 1):
+        rest = excess - sum(heavy[:h])
+        own = h + (_cover(light, rest) if rest > 0 else 0)
+        if own < ways[0][0]:
+            ways.append((own, tuple(heavy[-h:])))
+        if rest <= 0:
+            break
+    return ways
+
+
+def _cover(weights: list[float], needed: float) -> float:
+    """`leases_to_cover`, or infinite where all of `weights` together fall short."""
+    count = leases_to_cover(weights, needed)
+    return count if count <= len(weights) else math.inf
+
+
+def _heavy_donors(donors: list[list[Way]], sheds: Callable[[tuple[float, ...]], float]) -> float:
+    """The fewest moves of donors that may each shed light leases or hand on heavy ones, receivers' sheds counted."""
     if len(donors) > GROUPED_DONORS:
-        return sum(min(light, any_count + 1) for light, any_count, _ in donors)
-    best: float = sum(light for light, _, _ in donors)
-    for size in range(1, len(donors) + 1):
-        for chosen in itertools.combinations(range(len(donors)), size):
-            own = sum(donors[i][1] for i in chosen) + sum(d[0] for i, d in enumerate(donors) if i not in chosen)
-            for blocks in _partitions(list(chosen)):
-                best = min(best, own + sum(sheds([donors[i][2] for i in block]) for block in blocks))
-    return int(best)
+        return sum(min(own + sum(min(1.0, sheds((w,))) for w in extra) for own, extra in ways) for ways in donors)
+    best = math.inf
+    for choice in itertools.product(*donors):
+        own = sum(way[0] for way in choice)
+        items = [w for _, extra in choice for w in extra]
+        if own >= best:
+            continue
+        if len(items) > GROUPED_DONORS:
+            best = min(best, own + sum(min(1.0, sheds((w,))) for w in items))
+            continue
+        for blocks in _partitions(list(range(len(items)))):
+            best = min(best, own + sum(sheds(tuple(sorted(items[i] for i in block))) for block in blocks))
+    return best
 
 
 def _partitions(items: list[int]) -> Iterator[list[list[int]]]:

@@ -108,6 +108,21 @@ def test_a_heavy_lease_counts_every_lease_its_receiver_must_shed() -> None:
     assert greedy_moves(fleet) == (5, True)  # the five 50s
 
 
+def test_each_heavy_lease_a_donor_must_shed_costs_its_own_receiver_sheds() -> None:
+    # w0000 holds three 600 KiB/s shards, the others 3 x 150 + 50 = 500 each: mean 825, bound 907.5. w0000 must lose
+    # 892.5, two of its shards; nobody can take one within the bound (500 + 600 > 907.5), so each receiver sheds two
+    # 150s (one receiver cannot take both: 1,700): 2 + 2 + 2 moves. The bound charged only the lightest heavy lease,
+    # and with no light lease to fall back on, counted a single move (fleet_sim, hot shards, full size, seed 8).
+    fleet = Fleet(VARIANCE, "worker", Stream.tiled([600.0] * 3 + [150.0, 150.0, 150.0, 50.0] * 3), seed=1)
+    fleet.add_workers(4)
+    owners = ["w0000"] * 3 + ["w0001"] * 4 + ["w0002"] * 4 + ["w0003"] * 4
+    for key, owner in zip(sorted(fleet.stream.kbps), owners, strict=True):
+        fleet.store.create_lease(Lease(key))
+        fleet.store.assign(key, owner, None, None)
+    assert minimum_moves(fleet) == (0, 6)
+    assert greedy_moves(fleet) == (6, True)
+
+
 def test_a_crashed_workers_lease_too_heavy_for_every_survivor_costs_its_receiver_a_shed() -> None:
     # Shards of 1024, 512 and 341 KiB/s; w0000 (holding the 1024 shard) crashes. The survivors' mean is 938.5, so
     # whoever takes the 1024 shard may carry 1.1 x 1024 = 1126.4: w0002 (341) would carry 1365, w0001 (512) 1536.
