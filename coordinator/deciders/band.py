@@ -92,7 +92,8 @@ class BandFleet(FleetState):
         lines: dict[str, Line] = {}
         for metric, avg in self._averages(active_only=True).items():
             points = [(lagged.get(w, self.ledger.known_throughput(w)), self.values[w][metric]) for w in self.active
-                      if w not in self.default and w not in self.unsettled and metric in self.values[w]]
+                      if w not in self.default and w not in self.unsettled and metric in self.values[w]
+                      and metric not in self.saturated.get(w, ())]
             line = fit_line(points, avg)
             if line is not None:
                 lines[metric] = line

@@ -54,6 +54,10 @@ from shardherd.shared.worker import THROUGHPUT_METRIC
 PROBES = 8
 # A worker takes part in at most this many moves per side in one run; a safety bound, never reached in practice.
 MAX_MOVES_PER_WORKER = 64
+# A donor's orders (`BandBalancer._shed_fewest`), by how many of its first steps try a trade or push first: none (the
+# usual), one (a donor holding two hot shards pushes one, then sheds light leases), or every step.
+EVERY_STEP = MAX_MOVES_PER_WORKER
+DONOR_ORDERS = (0, 1, EVERY_STEP)
 # Relative slack on the band's edges, so a value computed to sit exactly on an edge counts as inside.
 ROUNDING = 1e-9
 
@@ -341,30 +345,42 @@ class BandBalancer:
             self._shed_fewest(donor)
 
     def _shed_fewest(self, donor: str) -> None:
-        """Shed the donor in the style's order; if that took more than one move, try the other trade order too.
+        """Shed the donor in the style's order; if that took more than one move, try the other orders too.
 
-        Light sheds one by one against trading or pushing a heavy lease (whose receiver then sheds its own), counted
-        with every move either makes; the other order is kept only if it makes fewer moves, leaves no more of the
-        workers it moved out of band and none nearer its ceiling than the minimum gain or the first order's nearest.
+        The orders (`DONOR_ORDERS`): light sheds one by one (trading or pushing a heavy lease only where the light
+        ones cannot get it into the band), one trade or push of a heavy lease first and then that, or trades and
+        pushes first at every step; a push's receiver's sheds count with the donor's. Another order replaces the
+        one kept so far only if it makes fewer moves, leaves no more of the workers it moved out of band and none
+        nearer its ceiling than the minimum gain or the kept order's nearest.
         """
         mark = len(self.d.ledger.moves)
-        first = self._shed_donor(donor, self.style.trade_first, mark)
-        if first.moves <= 1 or self.d.drop_rate(donor, self.metric) is None:
+        own = EVERY_STEP if self.style.trade_first else 0
+        kept, best = own, self._shed_donor(donor, own, mark)
+        if best.moves <= 1 or self.d.drop_rate(donor, self.metric) is None:
             return
-        self._rewind(mark)
-        other = self._shed_donor(donor, not self.style.trade_first, mark)
-        if (other.moves < first.moves and other.outside <= first.outside
-                and other.closest <= max(first.closest, -self.min_gain)):
-            return
-        self._rewind(mark)
-        self._shed_donor(donor, self.style.trade_first, mark)
+        last = own
+        for order in DONOR_ORDERS:
+            if order == own:
+                continue
+            self._rewind(mark)
+            other, last = self._shed_donor(donor, order, mark), order
+            if (other.moves < best.moves and other.outside <= best.outside
+                    and other.closest <= max(best.closest, -self.min_gain)):
+                kept, best = order, other
+        if kept != last:
+            self._rewind(mark)
+            self._shed_donor(donor, kept, mark)
 
-    def _shed_donor(self, donor: str, trade_first: bool, mark: int) -> Shed:
-        """Shed the donor until it is under its ceiling or nothing moves; what the moves since `mark` did."""
+    def _shed_donor(self, donor: str, leading_trades: int, mark: int) -> Shed:
+        """Shed the donor until it is under its ceiling or nothing moves; what the moves since `mark` did.
+
+        Its first `leading_trades` steps try a trade or push before a light shed.
+        """
         self._safety = self.min_gain if self.style.safe else 0.0
         try:
-            for _ in range(MAX_MOVES_PER_WORKER):
-                if self.value(donor) <= self.ceiling(donor) or not self._shed_one(donor, trade_first=trade_first):
+            for step in range(MAX_MOVES_PER_WORKER):
+                if (self.value(donor) <= self.ceiling(donor)
+                        or not self._shed_one(donor, trade_first=step < leading_trades)):
                     break
         finally:
             self._safety = 0.0

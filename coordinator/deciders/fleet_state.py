@@ -33,7 +33,7 @@ import abc
 import heapq
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
@@ -55,6 +55,9 @@ UNSETTLED_SHARE = 0.4
 STEADY_SHARE = 0.2
 # From this many values (a moving average and its reports), an excess is confirmed if all but one of them show it.
 OUTLIER_FROM = 5
+# A metric's newest report at or above this (a percentage of the host) is saturated: the reports cannot show how far
+# the load goes beyond it (`_uncensor`), and its point stays out of the fit.
+SATURATED = 99.0
 
 HeapEntry = tuple[float, int, str]
 # Multi-stream leases: a receiver whose room is at most this much below the best one's counts as just as good, and
@@ -96,6 +99,7 @@ class FleetState(abc.ABC):
         self.values: dict[str, dict[str, float]] = {}
         self._values_before: dict[str, dict[str, dict[str, float]]] = {}  # per moved lease, for `take_back`
         self.limits: dict[str, dict[str, float]] = {}
+        self.saturated: dict[str, set[str]] = {}  # per reporting worker, its metrics whose newest report is saturated
         lagged: dict[str, float] = {}  # throughput as the metric history saw it (its moving average)
         # Each of the last `rebalance_persistent_reports` reports on its own, with the throughput carried during it
         # (none when only the newest counts, as in KCL): see `_confirm`.
@@ -119,6 +123,7 @@ class FleetState(abc.ABC):
                 alpha = config.worker_metrics_ema_alpha
                 self.values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
                 self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+                self.saturated[wid] = {m for m, h in worker.metric_stats.items() if _newest(h) >= SATURATED}
                 if worker.throughput_history:
                     lagged[wid] = ema(worker.throughput_history, alpha)
                 self.carried_history[wid] = worker.throughput_history[-max(1, persistent):]
@@ -147,6 +152,7 @@ class FleetState(abc.ABC):
         self.fitted = self._fit(lagged)
         self.lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         self._catch_up(self.values, lagged)
+        self._uncensor()
         for report, carried in reports:
             self._catch_up(report, carried)
         self.confirmed = self.centres = self.values
@@ -306,6 +312,23 @@ class FleetState(abc.ABC):
                 caught_up = {m: max(0.0, v + slopes[m] * gap) for m, v in values[wid].items()}
             if all(math.isfinite(v) for v in caught_up.values()):  # degenerate (subnormal) throughput: keep reports
                 values[wid] = caught_up
+
+    def _uncensor(self) -> None:
+        """Price a saturated worker (newest report at `SATURATED` or more) at the fitted line's value for its load.
+
+        A host at 100 % CPU reports 100 however much more its leases would take, so its own value understates what
+        each of its leases weighs: priced at it, its sheds were planned to land it 1.5 points under its ceiling
+        and it landed above (fleet_sim, hot shards, full size, seed 8: two 1,024 KiB/s shards on one worker). Only a
+        line fitted from the reports (this run's or the leader's last) is trusted with it; never lowers a value.
+        """
+        for wid in self.active:
+            if wid in self.default:
+                continue
+            carried = self.ledger.known_throughput(wid)
+            for metric, value in self.values[wid].items():
+                line = self.lines.get(metric)
+                if line is not None and metric in self.saturated.get(wid, ()):
+                    self.values[wid][metric] = max(value, line.base + line.slope * carried)
 
     def _averages(self, active_only: bool = False,
                   values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
@@ -530,3 +553,8 @@ class FleetState(abc.ABC):
 def _nearest(values: tuple[float, ...], target: float) -> float:
     """The value nearest `target` (the lower one on a tie)."""
     return min(values, key=lambda value: (abs(value - target), value))
+
+
+def _newest(history: Sequence[float]) -> float:
+    """A metric history's newest sample that did not fail (-1 if none did not)."""
+    return next((v for v in reversed(history) if v != FAILED_SAMPLE), FAILED_SAMPLE)

@@ -344,6 +344,28 @@ def test_unsettled_worker_is_valued_by_the_line_for_what_it_carries_now() -> Non
     assert after(plan) == pytest.approx({"A": 45.0, "B": 45.0, "C": 40.0})
 
 
+def saturated_fleet() -> Snapshot:
+    """S holds ten 500 KiB/s leases and reports 100 (saturated: the line (10, 0.02) puts it at 110); B, C, D hold two,
+    three and four such leases and report the line's 30, 40 and 50."""
+    spec = {"S": (100.0, 10), "B": (30.0, 2), "C": (40.0, 3), "D": (50.0, 4)}
+    leases = [owned(f"{wid}{i:02d}", wid, 500.0) for wid, (_, count) in spec.items() for i in range(count)]
+    return Snapshot.of(leases, [cpu(wid, value) for wid, (value, _) in spec.items()])
+
+
+def test_a_saturated_worker_is_priced_by_the_line_not_its_capped_report() -> None:
+    # A host at 100 % reports 100 however much more its leases take. Its point stays out of the fit (B, C, D lie on
+    # (10, 0.02) exactly; with S's (5000, 100) the slope would come out lower), and its value is the line's for what
+    # it carries: 110. Priced at 100, each 500 KiB/s lease would seem to weigh 9 points, not 10, and S would land
+    # higher than planned (fleet_sim, hot shards, full size, seed 8: 1.7 points above, and it shed again).
+    plan = decide(saturated_fleet(), BAND, balance=True)
+    workers = {w.worker_id: w for w in plan.workers}
+    assert plan.fitted["C"] == pytest.approx(Line(10.0, 0.02))
+    assert workers["S"].metrics_before == {"C": 100.0}
+    assert plan.moves and all(m.from_owner == "S" for m in plan.moves)
+    assert workers["S"].metrics_after["C"] == pytest.approx(true_cpu(workers["S"].throughput_after))
+    assert all(true_cpu(w.throughput_after) <= band_of(plan)[1] for w in plan.workers)
+
+
 # -- idle stream --------------------------------------------------------------------------------------------------
 
 
@@ -623,6 +645,27 @@ def test_each_donor_sheds_in_the_order_that_costs_it_fewest_moves() -> None:
                       "E": (40.0, [100.0] * 3 + [50.0, 50.0])})
     assert_push(snapshot, [("A00", "A", "C"), ("C04", "C", "E"), ("B00", "B", "D")],
                 {"A": 47.0, "B": 48.0, "C": 46.0, "D": 48.0, "E": 47.0})
+
+
+def test_a_donor_holding_two_heavy_leases_pushes_one_then_sheds_in_the_usual_order() -> None:
+    # CPU = 10 + 0.02 x KiB/s. A holds 1,000 and 800 KiB/s leases and 1,070 in nine light ones (67.4); B6, B0, B3 sit
+    # above the band on their own (48, 42, 41.6); avg 36.62, band [32.62, 40.62]. A must lose 26.8 points (1,340
+    # KiB/s): no single lease, and its light ones together fall short, so at least two of its own moves, one of
+    # them the 1,000 lease, which no worker takes inside the band (B7, the lowest at 21, would reach 41): its
+    # receiver sheds one. With one move each for B6, B0 and B3: 6 at the least. Shedding light leases first (the
+    # usual order) or trading at every step (A's 800 swapped for a lease of B4 after the push) took 7, and 8 with the
+    # noise margin the risky landings then called for.
+    others = {"B0": [250, 400, 250, 300, 250, 150], "B1": [100, 300, 300, 150, 200],
+              "B2": [200, 400, 300, 250, 80, 100], "B3": [100, 200, 300, 300, 400, 80, 200],
+              "B4": [100, 100, 100, 300], "B5": [300, 200, 150],
+              "B6": [200, 400, 300, 100, 400, 300, 200], "B7": [150, 250, 150], "B8": [300, 80, 250, 300, 250]}
+    spec = {wid: [float(kbps) for kbps in sizes] for wid, sizes in
+            {"A": [800, 1000, 200, 150, 60, 80, 100, 60, 200, 120, 100], **others}.items()}
+    plan = decide(fleet({wid: (true_cpu(sum(sizes)), sizes) for wid, sizes in spec.items()}), BAND, balance=True)
+    assert len(plan.moves) == 6
+    assert [(m.from_owner, m.reason.value) for m in plan.moves[:2]] == [("A", "BALANCE_CPU"), ("B7", "BALANCE_CPU")]
+    assert "push" in plan.moves[0].detail
+    assert max(after(plan).values()) <= band_of(plan)[1]
 
 
 def test_moves_taken_back_newest_first_leave_the_fleet_exactly_as_it_was() -> None:
