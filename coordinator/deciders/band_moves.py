@@ -46,7 +46,7 @@ import math
 from dataclasses import dataclass
 
 from shardherd.coordinator.deciders.fleet_state import FleetState
-from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.moves import Move, MoveReason
 from shardherd.shared.streams import stream_prefix
 from shardherd.shared.worker import THROUGHPUT_METRIC
 
@@ -108,16 +108,28 @@ SAFE = Style(safe=True)
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """What a balancing pass left, as `BandDecider` compares styles.
+class Landing:
+    """Where a pass or a donor's order left workers.
 
-    `outside`: workers still out of band (above their ceiling or below the fill floor); `closest`: how near the
-    fullest worker that gave or took a lease ends to its ceiling (value minus ceiling); `repeated`: some donor gave
-    more than one lease (only then may another style need fewer moves).
+    `outside`: workers out of band (above their ceiling or below the fill floor); `closest`: how near the fullest
+    worker that gave or took a lease ends to its ceiling (value minus ceiling).
     """
 
     outside: int
     closest: float
+
+    def lands_as_well(self, other: Landing, margin: float) -> bool:
+        """No more workers out of band than `other`, and none nearer its ceiling than `margin` or `other`'s nearest."""
+        return self.outside <= other.outside and self.closest <= max(other.closest, -margin)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome(Landing):
+    """What a balancing pass left, as `BandDecider` compares styles (`outside` over every balanced worker).
+
+    `repeated`: some donor gave more than one lease (only then may another style need fewer moves).
+    """
+
     repeated: bool
     margin: float  # the minimum gain: a worker this far under its ceiling is safe from the next figures' noise
     risk: float  # how many of the moved workers the next figures may put above their ceiling (`landing_risk`)
@@ -127,7 +139,7 @@ class Outcome:
 
         And every worker it moved ends a noise margin under its ceiling, or no nearer to it than `other`'s nearest.
         """
-        return self.outside <= other.outside and self.closest <= max(other.closest, -self.margin)
+        return self.lands_as_well(other, self.margin)
 
     def safer(self, other: Outcome, moves: int, other_moves: int) -> bool:
         """Whether this pass, landing every moved worker the margin under its ceiling, is worth its extra moves.
@@ -140,15 +152,10 @@ class Outcome:
 
 
 @dataclass(frozen=True, slots=True)
-class Shed:
-    """What shedding one donor in one order did (`BandBalancer._shed_fewest` compares orders).
-
-    Its moves, the moved workers it left out of band, and how near the nearest ends to its ceiling (value minus it).
-    """
+class Shed(Landing):
+    """What shedding one donor in one order did (`BandBalancer._shed_fewest` compares orders): its moves too."""
 
     moves: int
-    outside: int
-    closest: float
 
 
 def leases_to_cover(weights: list[float], needed: float) -> int:
@@ -364,8 +371,7 @@ class BandBalancer:
                 continue
             self._rewind(mark)
             other, last = self._shed_donor(donor, order, mark), order
-            if (other.moves < best.moves and other.outside <= best.outside
-                    and other.closest <= max(best.closest, -self.min_gain)):
+            if other.moves < best.moves and other.lands_as_well(best, self.min_gain):
                 kept, best = order, other
         if kept != last:
             self._rewind(mark)
@@ -385,10 +391,15 @@ class BandBalancer:
         finally:
             self._safety = 0.0
         moves = list(self.d.ledger.moves.values())[mark:]
-        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w in self._holding}
+        moved, closest = self._landing(moves)
         floor = self.floor()
         outside = sum(1 for w in moved if not floor <= self.value(w) <= self.ceiling(w))
-        return Shed(len(moves), outside, max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf))
+        return Shed(outside, closest, len(moves))
+
+    def _landing(self, moves: list[Move]) -> tuple[set[str], float]:
+        """The balanced workers these moves touched, and how near the nearest ends to its ceiling (value minus it)."""
+        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w is not None and w in self._holding}
+        return moved, max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
 
     def _rewind(self, mark: int) -> None:
         """Undo this run's moves after the first `mark`, newest first: an option tried and not kept."""
@@ -674,8 +685,7 @@ class BandBalancer:
         outside = sum(1 for w in self.holders if self.value(w) > self.ceiling(w) or self.value(w) < floor)
         moves = [move for move in self.d.ledger.moves.values() if move.reason is self.reason]
         givers = [move.from_owner for move in moves]
-        moved = {w for move in moves for w in (move.from_owner, move.to_worker) if w is not None and w in self._holding}
-        closest = max((self.value(w) - self.ceiling(w) for w in moved), default=-math.inf)
+        moved, closest = self._landing(moves)
         risk = sum(landing_risk(self.ceiling(w) - self.value(w), self.min_gain) for w in moved)
         return Outcome(outside, closest, len(givers) > len(set(givers)), self.min_gain, risk)
 
