@@ -317,7 +317,7 @@ class FleetState(abc.ABC):
         """Price a saturated worker (newest report at `SATURATED` or more) at the fitted line's value for its load.
 
         A host at 100 % CPU reports 100 however much more its leases would take, so its own value understates what
-        each of its leases weighs: priced at it, its sheds were planned to land it 1.5 points under its ceiling
+        each of its leases weighs: priced at it, its sheds were planned to land it 1.7 points under its ceiling
         and it landed above (fleet_sim, hot shards, full size, seed 8: two 1,024 KiB/s shards on one worker). Only a
         line fitted from the reports (this run's or the leader's last) is trusted with it; never lowers a value.
         """
