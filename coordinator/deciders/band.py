@@ -14,15 +14,24 @@ its lease count through the throughput-share metric, every lease weighing 1, and
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from collections.abc import Mapping
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import ALTERNATIVES, SAFE, USUAL, Outcome, Style, balance_band
-from shardherd.coordinator.deciders.fleet_state import FleetState
+from shardherd.coordinator.deciders.band_moves import (
+    ALTERNATIVES,
+    SAFE,
+    USUAL,
+    Outcome,
+    Style,
+    balance_band,
+    leases_to_cover,
+)
+from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetState, HeapEntry
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import Plan
-from shardherd.coordinator.snapshot import Snapshot
+from shardherd.coordinator.snapshot import LeaseView, Snapshot
 from shardherd.shared.worker import THROUGHPUT_METRIC
 
 NAME = "band"
@@ -98,6 +107,61 @@ class BandFleet(FleetState):
             if line is not None:
                 lines[metric] = line
         return lines
+
+    def _heavy_receiver(self, heap: list[HeapEntry], chosen: HeapEntry, lease: LeaseView) -> HeapEntry:
+        """A lease too heavy for the roomiest worker's band goes where it costs fewest sheds after it.
+
+        Of the roomiest workers, the one that must shed fewest of its own lighter leases to take it (a push's choice,
+        `leases_to_cover`); the roomiest among equals. After a crash the heaviest orphaned lease (placed first) went
+        to the roomiest worker, which then shed three light leases where a worker holding one medium lease sheds that
+        one (fleet_sim, crash, full size, seed 8).
+        Only a lease with a reported figure, among workers that report a metric.
+        """
+        weight = self.ledger.weight[lease.key]
+        if lease.throughput_kbps is None or self.count_only or self._overshoot(chosen[2], weight) is None:
+            return chosen
+        candidates = [chosen]
+        while heap and len(candidates) < RECEIVER_PROBES:
+            candidates.append(heapq.heappop(heap))
+        best = min(candidates, key=lambda entry: (self._sheds_after(entry[2], weight), entry))
+        for entry in candidates:
+            if entry is not best:
+                heapq.heappush(heap, entry)
+        return best
+
+    def _overshoot(self, wid: str, weight: float) -> tuple[str, float] | None:
+        """The metric a lease of `weight` KiB/s would put the worker furthest above its ceiling, and by how much.
+
+        None if it stays under every ceiling (or the worker reports no metric).
+        """
+        if wid in self.default:
+            return None
+        worst: tuple[str, float] | None = None
+        for metric, value in self.values[wid].items():
+            ceiling = min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
+            over = value + self.rise(wid, metric, weight) - ceiling
+            if over > 0 and (worst is None or over > worst[1]):
+                worst = (metric, over)
+        return worst
+
+    def _sheds_after(self, wid: str, weight: float) -> float:
+        """How many of its leases lighter than `weight` the worker must shed to take such a lease inside the band.
+
+        Infinite where they are not enough or the worker reports no metric.
+        """
+        overshoot = self._overshoot(wid, weight)
+        if overshoot is None:
+            return math.inf if wid in self.default else 0.0
+        metric, over = overshoot
+        rate = self.drop_rate(wid, metric)
+        # Only leases some other worker has room for count: the least loaded takes at most up to the band's edge.
+        lowest = min(vals[metric] for w, vals in self.values.items() if w in self.active and metric in vals)
+        room = (self.averages[metric] + self.half_band(metric) - lowest) / max(self.rise(wid, metric, 1.0), 1e-12)
+        lighter = [self.ledger.weight[key] for key in self.ledger.held_by.get(wid, {})
+                   if self.ledger.weight[key] < weight and self.ledger.weight[key] <= room]
+        if rate is None or rate * sum(lighter) < over:
+            return math.inf
+        return leases_to_cover([rate * kbps for kbps in lighter], over)
 
     def _balance(self, notes: list[str]) -> None:
         self.outcome = balance_band(self, notes, self.style)

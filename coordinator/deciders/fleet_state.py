@@ -40,7 +40,7 @@ from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
 from shardherd.coordinator.ledger import Ledger, priority_reason
 from shardherd.coordinator.load_model import Line, proportional
 from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
-from shardherd.coordinator.snapshot import Snapshot
+from shardherd.coordinator.snapshot import LeaseView, Snapshot
 from shardherd.shared.streams import stream_prefix
 from shardherd.shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 
@@ -434,10 +434,19 @@ class FleetState(abc.ABC):
             stream = stream_prefix(lease.key)
             if stream is not None:
                 chosen = self._spread_stream(heap, chosen, stream, lease.avoids)
+            else:
+                chosen = self._heavy_receiver(heap, chosen, lease)
             neg_room, _, wid = chosen
             detail = f"most room {-neg_room:.3g}; silent {lease.silent_ms} ms"
             self.apply(lease.key, wid, priority_reason(lease), detail)
             self._requeue(heap, wid)
+
+    def _heavy_receiver(self, heap: list[HeapEntry], chosen: HeapEntry, lease: LeaseView) -> HeapEntry:
+        """Where a priority lease goes that may not fit `chosen`, the roomiest worker: there, KCL's rule.
+
+        A strategy with a band may pick another of the roomiest (putting the rest back into the heap).
+        """
+        return chosen
 
     def stream_counts(self, wid: str) -> Counter[str | None]:
         """How many leases of each stream (`stream_prefix` of the key; None for single-stream keys) `wid` holds."""

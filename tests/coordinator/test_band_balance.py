@@ -668,6 +668,23 @@ def test_a_donor_holding_two_heavy_leases_pushes_one_then_sheds_in_the_usual_ord
     assert max(after(plan).values()) <= band_of(plan)[1]
 
 
+def test_an_orphaned_lease_too_heavy_for_anyone_goes_where_it_costs_fewest_sheds() -> None:
+    # CPU = 10 + 0.02 x KiB/s (the leader's last fit). A, B, C, E carry 1,000 KiB/s each (30); the crashed worker's
+    # 800 KiB/s lease X must move: avg 34, band [30, 38]. X lands any of them at 46, 8 points (400 KiB/s) over. E is
+    # the roomiest by KCL's rule (fewest leases among equals), but its 500s fit nobody (the least loaded can take 8
+    # points): it would push one on and its receiver shed again (3 moves). B sheds its 400 to A: 2 moves. C would
+    # shed two 250s, A four 100s. KCL's strategy keeps its rule.
+    spec = {"A": [100.0] * 10, "B": [400.0, 200.0, 200.0, 200.0], "C": [250.0] * 4, "E": [500.0, 500.0]}
+    leases = [owned(f"{wid}{i:02d}", wid, kbps) for wid, sizes in spec.items() for i, kbps in enumerate(sizes)]
+    leases.append(owned("X", "dead", 800.0, expired=True, silent_ms=12_000))
+    snapshot = Snapshot.of(leases, [cpu(wid, true_cpu(sum(sizes))) for wid, sizes in spec.items()],
+                           {"C": Line(10.0, 0.02)})
+    plan = decide(snapshot, BAND, balance=True)
+    assert [(m.lease_key, m.to_worker) for m in plan.moves] == [("X", "B"), ("B00", "A")]
+    assert plan.averages["C"] == pytest.approx(34.0) and max(after(plan).values()) <= 38.0
+    assert [(m.lease_key, m.to_worker) for m in decide(snapshot, KCL, balance=True).moves] == [("X", "E")]
+
+
 def test_moves_taken_back_newest_first_leave_the_fleet_exactly_as_it_was() -> None:
     # A donor's shed order is tried and undone (`take_back`) before another is tried: the undone state must be the
     # same to the last bit, or the order kept would be planned on figures that drifted by rounding.
