@@ -60,9 +60,9 @@ def minimum_moves(fleet: Fleet, metric: str = "tp") -> tuple[int, int]:
     staying worker whose load exceeds its ceiling (THRESHOLD x max(mean, its heaviest lease alone)) after the event
     must shed at least the fewest of its leases (largest first) that cover the excess. A lease too heavy for even
     the least loaded other worker to take within THRESHOLD x the mean can only move if its receiver sheds too: a
-    donor's count is the smaller of "only leases others can take" and "any leases, plus the fewest of its own
-    leases the worker taking the heavy one must then shed". Donors whose heavy leases may share one
-    receiver are counted with every grouping tried (`_receiver_sheds`).
+    donor's count is the least over its ways (`_shed_ways`): only leases others can take, or some of its heavy
+    leases plus light ones, each heavy lease charged the fewest leases the worker taking it must then shed. Heavy
+    leases that may share one receiver are counted with every grouping tried (`_receiver_sheds`).
     A lower bound for plans that move each lease at most once and hand heavy leases to workers under their
     ceiling (moving a lease twice, or onto a worker that must shed anyway, never saves a move); `forced` alone is
     the minimum for every strategy; `shed` only binds a strategy that does reach the bound.
