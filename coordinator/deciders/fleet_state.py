@@ -321,14 +321,12 @@ class FleetState(abc.ABC):
         and it landed above (fleet_sim, hot shards, full size, seed 8: two 1,024 KiB/s shards on one worker). Only a
         line fitted from the reports (this run's or the leader's last) is trusted with it; never lowers a value.
         """
-        for wid in self.active:
-            if wid in self.default:
-                continue
-            carried = self.ledger.known_throughput(wid)
-            for metric, value in self.values[wid].items():
+        for wid, metrics in self.saturated.items():
+            for metric in metrics:
                 line = self.lines.get(metric)
-                if line is not None and metric in self.saturated.get(wid, ()):
-                    self.values[wid][metric] = max(value, line.base + line.slope * carried)
+                if line is not None and wid in self.active:
+                    projected = line.base + line.slope * self.ledger.known_throughput(wid)
+                    self.values[wid][metric] = max(self.values[wid][metric], projected)
 
     def _averages(self, active_only: bool = False,
                   values: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
