@@ -29,6 +29,7 @@ from shardherd.services.local_stack.control import ControlServer
 from shardherd.services.local_stack.emulators import Emulators, Endpoints
 from shardherd.services.local_stack.processor import RECORDS_DIR_ENV
 from shardherd.services.local_stack.producer import Producer, ZipfKeys
+from shardherd.services.local_stack.restarts import Restarts
 from shardherd.services.local_stack.state import (
     CONTROL_SOCKET,
     LOG_DIR,
@@ -114,6 +115,7 @@ class LocalStack:
         self.settings = settings
         self.stream = settings.stream_name or DEFAULT_STREAM
         self.supervisor = Supervisor(options.run_dir / LOG_DIR)
+        self.restarts = Restarts(self.supervisor)
         self._lock = RunDirLock(options.run_dir)
         self._owner = False
         self.emulators = Emulators(settings, self.supervisor, options.use_aws)
@@ -314,6 +316,7 @@ class LocalStack:
         """
         if not self._owner:
             return
+        self.restarts.close()
         (self.options.run_dir / STATE_FILE).unlink(missing_ok=True)
         if self.control is not None:
             self.control.stop()

@@ -163,7 +163,10 @@ class ShardTally:
 
 
 class StatusPrinter:
-    """Refreshes the status every `interval` s; reports leader changes and processes that exited on their own."""
+    """Refreshes the status every `interval` s; reports leader changes and processes that exited on their own.
+
+    It also starts exited agents and coordinators again when their delay has passed (restarts.py).
+    """
 
     def __init__(self, stack: LocalStack, console: Console, interval: float, started: float) -> None:
         self._stack = stack
@@ -196,8 +199,13 @@ class StatusPrinter:
 
     def _observe(self) -> Snapshot | None:
         for child in self._stack.supervisor.unexpected_exits():
-            self._console.print(f"! {child.name} exited on its own (code {child.process.returncode}); "
+            pending = self._stack.restarts.exited(child)
+            again = f"; starting it again in {pending.delay:g} s" if pending is not None else ""
+            self._console.print(f"! {child.name} exited on its own (code {child.process.returncode}){again}; "
                                 f"log: {child.log_path}", highlight=False)
+            self._stack.write_state()
+        for child in self._stack.restarts.start_due():
+            self._console.print(f"* {child.name} started again (pid {child.pid})", highlight=False)
             self._stack.write_state()
         if (exited := self._stack.emulators.kinesis_exit()) is not None:
             self._console.print(f"! {exited}", highlight=False)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.errors import ShardherdError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 class UnknownProcess(ShardherdError, KeyError):
     """No running child of the stack has that name."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a child was started (`python -m module args...` with `env`), so it can be started again alike."""
+
+    module: str
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    grace: float
 
 
 @dataclass
@@ -39,6 +50,8 @@ class Child:
     role: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    launch: Launch
+    started: float  # the supervisor's clock's monotonic() at its start
     port: int | None = None
     api_url: str | None = None
     expected_exit: bool = False  # the supervisor or a scenario ended it on purpose
@@ -58,23 +71,35 @@ class Child:
 class Supervisor:
     """Starts children, signals them by name, and stops groups of them with a deadline and a SIGKILL fallback."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, clock: Clock | None = None) -> None:
         self.log_dir = log_dir
+        self.clock = clock or SystemClock()  # what `Child.started` is measured with
         self._children: list[Child] = []
         self._guard = threading.RLock()
 
     def spawn(self, name: str, role: str, module: str, args: Sequence[str], env: Mapping[str, str],
               grace: float, port: int | None = None, api_url: str | None = None) -> Child:
         """Start `python -m module args...` under the parent-death watcher; it stops itself `grace` s after we die."""
+        return self._start(name, role, Launch(module, tuple(args), dict(env), grace), port, api_url)
+
+    def respawn(self, child: Child) -> Child:
+        """Start an exited child again with the same name, command, environment, port and log (appended to)."""
+        if child.alive:
+            raise ValueError(f"{child.name} is still running")
+        return self._start(child.name, child.role, child.launch, child.port, child.api_url)
+
+    def _start(self, name: str, role: str, launch: Launch, port: int | None, api_url: str | None) -> Child:
         log_path = self.log_dir / f"{name}.log"
+        env = launch.env
         python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         with self._guard, open(log_path, "ab") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "shardherd.services.local_stack.child", str(grace), module, *args],
+                [sys.executable, "-m", "shardherd.services.local_stack.child", str(launch.grace), launch.module,
+                 *launch.args],
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                 env={**env, "PYTHONPATH": python_path, "PYTHONUNBUFFERED": "1"}, start_new_session=True,
             )
-            child = Child(name, role, process, log_path, port, api_url)
+            child = Child(name, role, process, log_path, launch, self.clock.monotonic(), port, api_url)
             self._children.append(child)
         return child
 
