@@ -11,6 +11,7 @@ scenario's kill, the stack stopping) are not started again.
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from shardherd.services.local_stack.supervisor import Child, Supervisor
@@ -18,7 +19,6 @@ from shardherd.services.local_stack.supervisor import Child, Supervisor
 FIRST_DELAY = 1.0  # seconds before the first start again
 MAX_DELAY = 30.0
 STEADY_RUN = 60.0  # a child that ran this long before exiting is no longer crash-looping: its delay starts over
-RESTARTED_ROLES = frozenset({"agent", "coordinator"})  # emulators and the producer are the stack's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +31,14 @@ class Pending:
 
 
 class Restarts:
-    """Schedules exited agents and coordinators and starts them again when their delay has passed."""
+    """Schedules exited children of the given roles and starts them again when their delay has passed.
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    The stack passes its agents' and coordinators' roles; the emulators it reports but does not start again.
+    """
+
+    def __init__(self, supervisor: Supervisor, roles: Collection[str]) -> None:
         self._supervisor = supervisor
+        self._roles = frozenset(roles)
         self._clock = supervisor.clock
         self._pending: dict[str, Pending] = {}
         self._delays: dict[str, float] = {}  # the last delay per name, doubled while the name keeps crashing
@@ -43,7 +47,7 @@ class Restarts:
 
     def exited(self, child: Child) -> Pending | None:
         """Schedule a child that exited on its own; None for roles that are not started again or a planned exit."""
-        if child.role not in RESTARTED_ROLES or child.expected_exit or child.alive:
+        if child.role not in self._roles or child.expected_exit or child.alive:
             return None
         now = self._clock.monotonic()
         with self._guard:

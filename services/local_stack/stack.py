@@ -115,7 +115,7 @@ class LocalStack:
         self.settings = settings
         self.stream = settings.stream_name or DEFAULT_STREAM
         self.supervisor = Supervisor(options.run_dir / LOG_DIR)
-        self.restarts = Restarts(self.supervisor)
+        self.restarts = Restarts(self.supervisor, (AGENT, COORDINATOR))
         self._lock = RunDirLock(options.run_dir)
         self._owner = False
         self.emulators = Emulators(settings, self.supervisor, options.use_aws)

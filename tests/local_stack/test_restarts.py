@@ -24,7 +24,7 @@ def make(tmp_path: Path) -> tuple[ManualClock, Supervisor, Restarts]:
     (tmp_path / "logs").mkdir()
     clock = ManualClock()
     supervisor = Supervisor(tmp_path / "logs", clock)
-    return clock, supervisor, Restarts(supervisor)
+    return clock, supervisor, Restarts(supervisor, ("agent", "coordinator"))
 
 
 def exit_of(supervisor: Supervisor, child: Child) -> Child:
@@ -68,7 +68,7 @@ def test_planned_exits_emulators_and_a_stopping_stack_start_nothing(tmp_path: Pa
     assert killed.process.wait(30) == -signal.SIGKILL
     assert restarts.exited(killed) is None
     emulator = start(supervisor, tmp_path, "moto", "moto", str(EXITS))
-    assert restarts.exited(exit_of(supervisor, emulator)) is None  # the stack reports it; it does not restart it
+    assert restarts.exited(exit_of(supervisor, emulator)) is None  # not a role it was given
     coordinator = start(supervisor, tmp_path, "coordinator-1", "coordinator", str(EXITS))
     assert restarts.exited(exit_of(supervisor, coordinator)) is not None
     restarts.close()  # the stack stops: what was scheduled is dropped, and nothing more is scheduled
