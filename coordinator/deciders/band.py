@@ -123,7 +123,8 @@ class BandFleet(FleetState):
         candidates = [chosen]
         while heap and len(candidates) < RECEIVER_PROBES:
             candidates.append(heapq.heappop(heap))
-        best = min(candidates, key=lambda entry: (self._sheds_after(entry[2], weight), entry))
+        lowest: dict[str, float] = {}  # per metric, the least loaded active worker's value (found once per lease)
+        best = min(candidates, key=lambda entry: (self._sheds_after(entry[2], weight, lowest), entry))
         for entry in candidates:
             if entry is not best:
                 heapq.heappush(heap, entry)
@@ -138,16 +139,16 @@ class BandFleet(FleetState):
             return None
         worst: tuple[str, float] | None = None
         for metric, value in self.values[wid].items():
-            ceiling = min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
-            over = value + self.rise(wid, metric, weight) - ceiling
+            over = value + self.rise(wid, metric, weight) - self.band_ceiling(wid, metric)
             if over > 0 and (worst is None or over > worst[1]):
                 worst = (metric, over)
         return worst
 
-    def _sheds_after(self, wid: str, weight: float) -> float:
+    def _sheds_after(self, wid: str, weight: float, lowest: dict[str, float]) -> float:
         """How many of its leases lighter than `weight` the worker must shed to take such a lease inside the band.
 
-        Infinite where they are not enough or the worker reports no metric.
+        Infinite where they are not enough or the worker reports no metric. `lowest` memoises, per metric, the
+        least loaded active worker's value across the candidates for one lease.
         """
         overshoot = self._overshoot(wid, weight)
         if overshoot is None:
@@ -155,8 +156,10 @@ class BandFleet(FleetState):
         metric, over = overshoot
         rate = self.drop_rate(wid, metric)
         # Only leases some other worker has room for count: the least loaded takes at most up to the band's edge.
-        lowest = min(vals[metric] for w, vals in self.values.items() if w in self.active and metric in vals)
-        room = (self.averages[metric] + self.half_band(metric) - lowest) / max(self.rise(wid, metric, 1.0), 1e-12)
+        if metric not in lowest:
+            lowest[metric] = min(vals[metric] for w, vals in self.values.items() if w in self.active and metric in vals)
+        edge = self.averages[metric] + self.half_band(metric)
+        room = (edge - lowest[metric]) / max(self.rise(wid, metric, 1.0), 1e-12)
         lighter = [self.ledger.weight[key] for key in self.ledger.held_by.get(wid, {})
                    if self.ledger.weight[key] < weight and self.ledger.weight[key] <= room]
         if rate is None or rate * sum(lighter) < over:

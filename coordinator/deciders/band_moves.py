@@ -297,7 +297,7 @@ class BandBalancer:
         d, most = self.d, math.inf
         for metric, value in d.values[receiver].items():
             per_kbps = d.rise(receiver, metric, 1.0)
-            bound = min(d.averages[metric] + d.half_band(metric), d.limits[receiver][metric])
+            bound = d.band_ceiling(receiver, metric)
             if metric == self.metric:
                 bound = min(bound, giver_before)
             if per_kbps > 0:

@@ -485,6 +485,10 @@ class FleetState(abc.ABC):
             self.apply(key, wid, MoveReason.DRAIN, f"{owner} draining; most room {-neg_room:.3g}")
             self._requeue(heap, wid)
 
+    def band_ceiling(self, wid: str, metric: str) -> float:
+        """The highest value the worker may reach on `metric`: the band's upper edge or its operating range."""
+        return min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
+
     def half_band(self, metric: str) -> float:
         """Half the width of the balanced band around the average: the threshold share, at least the absolute floors.
 
