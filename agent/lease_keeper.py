@@ -172,8 +172,8 @@ class LeaseKeeper:
         return last is not None and self._clock.monotonic() - last < self._timing.failover - self._timing.margin
 
     # ------------------------------------------------------------------ processing-side calls
-    def checkpoint(self, lease_key: str, checkpoint: Checkpoint, pending: Checkpoint | None = None,
-                   progress: LeaseProgress | None = None, hand_over: bool = False) -> Outcome:
+    def checkpoint(self, lease_key: str, checkpoint: Checkpoint, progress: LeaseProgress | None = None,
+                   hand_over: bool = False) -> Outcome:
         """Write a checkpoint fenced by ownership; losing ownership ends the lease (listener told) and returns it.
 
         The lease's progress figures ride along: `progress` if given, else the progress board's for the lease.
@@ -187,7 +187,7 @@ class LeaseKeeper:
             return Outcome.lost(Conflict.OWNERSHIP, None)
         if progress is None and self._progress:
             progress = self._progress([lease_key]).get(lease_key)
-        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, pending=pending, progress=progress,
+        outcome = self._store.checkpoint(lease_key, self._me, checkpoint, progress=progress,
                                          expected=held.lease,  # the row as our last write left it: no read first
                                          hand_over=hand_over and held.state is HeldState.HANDING_OFF)
         if handed_over(outcome, self._me):

@@ -147,7 +147,7 @@ class RunTimer:
             elif row.operation in ("assign", "handoff_start"):  # the run's assignments: the busiest lane's time
                 write += math.ceil(new / self._lanes) * (self._model.transaction + self._model.item)  # + re-read
                 writes += new
-            elif row.operation in ("evict", "delete"):
+            elif row.operation == "delete":
                 write += new * self._model.transaction + new * self._model.item  # + the backend's re-read
                 writes += new
             else:

@@ -3,7 +3,9 @@
 Every worker runs `take_leases()` on its own schedule (`(failover + epsilon) x 2`, fixed delay): a full scan, expiry
 judged from counters it watched change on its own clock, a lease-count target of `ceil(leases / visible workers)`,
 very old leases (unowned, or silent for 3 x failover) taken all at once, otherwise expired ones up to the target,
-otherwise one steal from the most loaded worker. Takes are conditional on the counter seen in the scan.
+otherwise one steal from the most loaded worker. KCL conditions a take on the counter seen in the scan; the model
+writes it as the store's `assign` conditioned on the owner seen in the scan (KCL 2.x has no handoffs, so no checkpoint
+owner). The two agree here: the simulator's scan and takes happen at one instant, so no renewal falls between them.
 
 Not modelled: the re-read of steal candidates when a scan took longer than half of `failover / 3` (scans are instant
 in the simulator) and the 3 retries on throttling (the in-memory store never throttles).
@@ -111,7 +113,7 @@ class Kcl2Taker:
     def _take(self, chosen: list[Lease]) -> list[Lease]:
         taken = []
         for lease in chosen:
-            outcome = self._store.take(lease.lease_key, self.worker_id, lease.lease_counter)
+            outcome = self._store.assign(lease.lease_key, self.worker_id, lease.lease_owner, lease.checkpoint_owner)
             if outcome.applied and outcome.lease is not None:
                 taken.append(outcome.lease)
                 self._seen[lease.lease_key] = _Seen(outcome.lease.lease_counter, self._clock.monotonic())

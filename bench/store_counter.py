@@ -20,9 +20,9 @@ from shardherd.shared.worker import LeaseProgress, WorkerRecord
 # Worker records with a 10-value CPU history are about 0.3-1 KiB; a 1 MiB scan page holds well over this many.
 WORKER_PAGE_ITEMS = 1000
 
-READ_KINDS = ("scan_page", "worker_scan_page", "get_lease", "get_worker", "gsi_query", "state_get")
+READ_KINDS = ("scan_page", "worker_scan_page", "get_lease", "gsi_query", "state_get")
 WRITE_KINDS = ("renew", "heartbeat", "assign", "handoff_start", "handoff_complete", "checkpoint", "create", "delete",
-               "take", "release", "evict", "child_shards", "drain_flag", "worker_delete", "state_write")
+               "release", "drain_flag", "worker_delete", "state_write")
 
 
 def _pages(items: int, page_size: int) -> int:
@@ -93,10 +93,6 @@ class CountingStore(LeaseStore):
         return self._wrote("renew", self.inner.renew(lease_key, owner, expected_counter, throughput_kbps,
                                                      during_handoff))
 
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """Counted as `take`."""
-        return self._wrote("take", self.inner.take(lease_key, new_owner, expected_counter))
-
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Counted as `assign`."""
@@ -113,25 +109,15 @@ class CountingStore(LeaseStore):
         return self._wrote("handoff_complete", self.inner.complete_handoff(lease_key, checkpoint_owner))
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
         """Counted as `checkpoint`."""
-        return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state,
-                                                               progress, expected, hand_over))
+        return self._wrote("checkpoint", self.inner.checkpoint(lease_key, worker, checkpoint, progress, expected,
+                                                               hand_over))
 
     def release(self, lease_key: str, owner: str) -> Outcome:
         """Counted as `release`."""
         return self._wrote("release", self.inner.release(lease_key, owner))
-
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """Counted as `evict`."""
-        return self._wrote("evict", self.inner.evict(lease_key, expected_owner, expected_checkpoint_owner, fence))
-
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Counted as `child_shards`."""
-        return self._wrote("child_shards", self.inner.set_child_shards(lease_key, child_shard_ids))
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
@@ -143,11 +129,6 @@ class CountingStore(LeaseStore):
         """Counted as `heartbeat` (every worker-record write)."""
         self.counts["heartbeat"] += 1
         self.inner.upsert_worker(record)
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Counted as `get_worker`."""
-        self.counts["get_worker"] += 1
-        return self.inner.get_worker(worker_id)
 
     def scan_workers(self) -> WorkerScan:
         """One request per page of WORKER_PAGE_ITEMS records."""

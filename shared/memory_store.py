@@ -121,17 +121,6 @@ class MemoryLeaseStore(LeaseStore):
 
         return self._write(lease_key, check, change)
 
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """Take the lease if its counter is still the one seen; ownerSwitches+1 when a different owner held it."""
-
-        def change(lease: Lease) -> Lease:
-            switched = lease.lease_owner is not None and lease.lease_owner != new_owner
-            return replace(lease, lease_owner=new_owner, lease_counter=lease.lease_counter + 1,
-                           checkpoint_owner=None,
-                           owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint + int(switched))
-
-        return self._write(lease_key, _counter_is(expected_counter), change)
-
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (not the counter)."""
@@ -163,10 +152,9 @@ class MemoryLeaseStore(LeaseStore):
         return self._write(lease_key, check, change)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
-        """Record progress for the actual owner; STALE_CHECKPOINT if it (or the pending one) would regress.
+        """Record progress for the actual owner; STALE_CHECKPOINT if it would regress. KCL's pending fields go.
 
         `expected` is not needed: the row is read under the store's lock.
         """
@@ -174,14 +162,14 @@ class MemoryLeaseStore(LeaseStore):
         def check(lease: Lease) -> Conflict | None:
             if lease.actual_owner != worker:
                 return Conflict.OWNERSHIP
-            if checkpoint.regresses_from(lease.checkpoint) or (pending and pending.regresses_from(checkpoint)):
+            if checkpoint.regresses_from(lease.checkpoint):
                 return Conflict.STALE_CHECKPOINT
             return None
 
         def change(lease: Lease) -> Lease:
             handing = hand_over and lease.checkpoint_owner == worker
             written = replace(lease, checkpoint=checkpoint, owner_switches_since_checkpoint=int(handing),
-                              pending_checkpoint=pending, pending_checkpoint_state=pending_state if pending else None,
+                              pending_checkpoint=None, pending_checkpoint_state=None,
                               lease_counter=lease.lease_counter + 1,
                               checkpoint_owner=None if handing else lease.checkpoint_owner)
             return written if progress is None else written.with_changes(**lease_progress_fields(progress))
@@ -192,21 +180,6 @@ class MemoryLeaseStore(LeaseStore):
         """The owner drops the lease (no handoff running): leaseOwner removed, counter+1."""
         return self._write(lease_key, _owners_are(owner, None),
                            lambda lease: replace(lease, lease_owner=None, lease_counter=lease.lease_counter + 1))
-
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """Remove checkpointOwner, and leaseOwner too unless a handoff was running; counter+1."""
-
-        def change(lease: Lease) -> Lease:
-            owner = lease.lease_owner if expected_checkpoint_owner is not None else None
-            return replace(lease, lease_owner=owner, checkpoint_owner=None, lease_counter=lease.lease_counter + 1)
-
-        return self._write(lease_key, _owners_are(expected_owner, expected_checkpoint_owner), change, fence)
-
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Record the children of a finished shard."""
-        children = frozenset(child_shard_ids)
-        return self._write(lease_key, lambda lease: None, lambda lease: replace(lease, child_shard_ids=children))
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
@@ -230,11 +203,6 @@ class MemoryLeaseStore(LeaseStore):
             previous = self._db.workers.get(record.worker_id)
             drain = previous.drain_requested if previous is not None else False
             self._db.workers[record.worker_id] = _frozen_worker(record, drain)
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """The stored record, or None."""
-        with self._db.lock:
-            return self._db.workers.get(worker_id)
 
     def scan_workers(self) -> WorkerScan:
         """Every worker record, by id."""
@@ -300,10 +268,6 @@ class MemoryLeaseStore(LeaseStore):
                 return False
             del self._db.state[key]
             return True
-
-
-def _counter_is(expected: int) -> Check:
-    return lambda lease: None if lease.lease_counter == expected else Conflict.OWNERSHIP
 
 
 def _owners_are(owner: str | None, checkpoint_owner: str | None) -> Check:

@@ -146,10 +146,6 @@ class LeaseStore(ABC):
         """
 
     @abstractmethod
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """KCL 2.x-style take: set owner, counter+1, clear checkpointOwner, if the counter is still the one seen."""
-
-    @abstractmethod
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Leader assignment (KCL assignLease): conditioned on both owner fields, not on the counter.
@@ -168,14 +164,15 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
         """Record progress; monotonic (STALE_CHECKPOINT if it would go backwards or past SHARD_END).
 
         Allowed for the lease owner when no handoff is running, or for the checkpoint owner during one. Resets
-        `ownerSwitchesSinceCheckpoint`, clears (or sets) the pending checkpoint, counter+1. `progress` (lag, records,
-        bytes; failures and refusals are the worker row's) is stored on the lease in the same write when given.
+        `ownerSwitchesSinceCheckpoint`, counter+1, and removes a KCL worker's two-phase `pendingCheckpoint*` fields, as
+        KCL's own checkpoint does (the new checkpoint supersedes a prepared one; every other write keeps them).
+        `progress` (lag, records, bytes; failures and refusals are the worker row's) is stored on the lease in the
+        same write when given.
         `expected` is the row as the caller last saw it (its own last write): a store that reads the row before its
         conditional write may start from it instead, saving that read; a stale one costs a refused write and a retry
         from the row it returns, never a wrong checkpoint.
@@ -190,15 +187,6 @@ class LeaseStore(ABC):
         """The owner gives the lease up: `leaseOwner` removed, counter+1 (used by self-fencing and drain)."""
 
     @abstractmethod
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """KCL evictLease: removes `checkpointOwner`, and `leaseOwner` too unless a handoff was running; counter+1."""
-
-    @abstractmethod
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Record the children of a finished shard (condition: the lease exists)."""
-
-    @abstractmethod
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
         """Delete a lease; if `expected_checkpoint` is given, only while the checkpoint still equals it."""
@@ -207,10 +195,6 @@ class LeaseStore(ABC):
     @abstractmethod
     def upsert_worker(self, record: WorkerRecord) -> None:
         """Write the worker's own attributes (everything but `drainRequested`), creating the row if needed."""
-
-    @abstractmethod
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Read one worker record; None if absent."""
 
     @abstractmethod
     def scan_workers(self) -> WorkerScan:

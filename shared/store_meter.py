@@ -338,10 +338,6 @@ class StoreMeter(LeaseStore):
         outcome = self.inner.renew(lease_key, owner, expected_counter, throughput_kbps, during_handoff)
         return self._lease_write("renew", lease_key, outcome, before_owner=owner, owner_known=True)
 
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """Conditional UpdateItem (owner from what this meter last saw)."""
-        return self._lease_write("take", lease_key, self.inner.take(lease_key, new_owner, expected_counter))
-
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Conditional UpdateItem, a transaction when fenced."""
@@ -362,11 +358,10 @@ class StoreMeter(LeaseStore):
         return self._lease_write("handoff_complete", lease_key, outcome, before_owner=owner, owner_known=True)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
         """Conditional UpdateItem (owner unchanged)."""
-        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, pending, pending_state, progress, expected,
+        outcome = self.inner.checkpoint(lease_key, worker, checkpoint, progress, expected,
                                         hand_over)
         owner = outcome.lease.lease_owner if outcome.lease is not None else None
         return self._lease_write("checkpoint", lease_key, outcome, before_owner=owner, owner_known=True)
@@ -375,18 +370,6 @@ class StoreMeter(LeaseStore):
         """Conditional UpdateItem removing the owner."""
         return self._lease_write("release", lease_key, self.inner.release(lease_key, owner), before_owner=owner,
                                  owner_known=True)
-
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """Conditional UpdateItem, a transaction when fenced."""
-        outcome = self.inner.evict(lease_key, expected_owner, expected_checkpoint_owner, fence)
-        return self._lease_write("evict", lease_key, outcome, fence, before_owner=expected_owner, owner_known=True)
-
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Conditional UpdateItem (owner unchanged)."""
-        outcome = self.inner.set_child_shards(lease_key, child_shard_ids)
-        owner = outcome.lease.lease_owner if outcome.lease is not None else None
-        return self._lease_write("child_shards", lease_key, outcome, before_owner=owner, owner_known=True)
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
@@ -401,13 +384,6 @@ class StoreMeter(LeaseStore):
         size = worker_size(record)
         before = self._remember(self.tables.worker_metrics, record.worker_id, size)
         self._count(self.tables.worker_metrics, "heartbeat", writes=write_units(max(size, before or 0)))
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Consistent GetItem."""
-        record = self.inner.get_worker(worker_id)
-        size = 0 if record is None else worker_size(record)
-        self._count(self.tables.worker_metrics, "get_worker", reads=read_units(size, True))
-        return record
 
     def scan_workers(self) -> WorkerScan:
         """A paginated Scan of the worker table."""

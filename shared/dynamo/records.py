@@ -30,11 +30,6 @@ class WorkerAndStateRecords(DynamoAccess):
             TableName=self.tables.worker_metrics, Key=worker_key(record.worker_id),
             **worker_upsert(record).params()), f"UpdateItem worker {record.worker_id}")
 
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Read one worker record (consistent); MalformedWorker if unreadable."""
-        item = self._get(self.tables.worker_metrics, worker_key(worker_id), True, f"GetItem worker {worker_id}")
-        return None if item is None else decode_worker(item, self.tables.worker_metrics)
-
     def scan_workers(self) -> WorkerScan:
         """Every worker record via a paginated Scan; unreadable ones are reported."""
         workers: list[WorkerRecord] = []

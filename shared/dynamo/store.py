@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.dynamo import lease_codec as lc
-from shardherd.shared.dynamo.attributes import integer, rounded_micro, string, string_set
+from shardherd.shared.dynamo.attributes import integer, rounded_micro, string
 from shardherd.shared.dynamo.errors import ConditionFailed, TransactionCanceled
 from shardherd.shared.dynamo.expressions import Expression, Item
 from shardherd.shared.dynamo.records import WorkerAndStateRecords
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 # How often a checkpoint re-reads and retries when the stored checkpoint moved between its read and its write.
 CHECKPOINT_ATTEMPTS = 5
-# How often `take` re-evaluates whether the owner really changes when an ownerless handoff raced it.
-TAKE_ATTEMPTS = 3
 _CONDITION_FAILED = "ConditionalCheckFailed"
 
 Classifier = Callable[[Lease | None], Conflict]
@@ -220,26 +218,6 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
 
         return self._write(lease_key, expression, "renew", own_result=renewed_by_me)
 
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """Take at the seen counter; ownerSwitches+1 when a different owner held it (decided inside the condition)."""
-        owner_changes = True
-        outcome = Outcome.lost(Conflict.OWNERSHIP, None)
-        for _ in range(TAKE_ATTEMPTS):
-            expression = _existing_lease().require_equal(lc.LEASE_COUNTER, integer(expected_counter))
-            if owner_changes:
-                expression.require_present_and_not_equal(lc.LEASE_OWNER, string(new_owner))
-                expression.add(lc.OWNER_SWITCHES, 1)
-            else:
-                expression.require_absent_or_equal(lc.LEASE_OWNER, string(new_owner))
-            expression.set(lc.LEASE_OWNER, string(new_owner)).remove(lc.CHECKPOINT_OWNER)
-            expression.set(lc.LEASE_COUNTER, integer(expected_counter + 1))
-            outcome = self._write(lease_key, expression, "take")
-            current = outcome.lease
-            if outcome.applied or current is None or current.lease_counter != expected_counter:
-                return outcome
-            owner_changes = current.lease_owner is not None and current.lease_owner != new_owner
-        return outcome
-
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (never on the counter)."""
@@ -265,7 +243,6 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         return self._write(lease_key, expression, "complete_handoff")
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
         """Monotonic checkpoint: read, check, then a write conditioned on the exact stored checkpoint and owners.
@@ -276,21 +253,17 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         `CHECKPOINT_ATTEMPTS` writes while the lease stayed ours, StoreUnavailable: the caller keeps the lease and
         retries later (an OWNERSHIP outcome would make it drop a lease it still owns).
         """
-        if pending_state is not None and pending is None:
-            raise ValueError("pending_state needs a pending checkpoint")
         current = expected if expected is not None and expected.lease_key == lease_key else self._read_lease(lease_key)
         for attempt in range(CHECKPOINT_ATTEMPTS + 1):
             if current is None:
                 return Outcome.lost(Conflict.NOT_FOUND, None)
             if current.actual_owner != worker:
                 return Outcome.lost(Conflict.OWNERSHIP, current)
-            if checkpoint.regresses_from(current.checkpoint) or (
-                    pending is not None and pending.regresses_from(checkpoint)):
+            if checkpoint.regresses_from(current.checkpoint):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
             if attempt == CHECKPOINT_ATTEMPTS:
                 break
-            update = self._checkpoint_update(current, checkpoint, pending, pending_state,
-                                             hand_over and current.checkpoint_owner == worker)
+            update = self._checkpoint_update(current, checkpoint, hand_over and current.checkpoint_owner == worker)
             if progress is not None:
                 lc.set_progress(update, progress)
             outcome = self._write(lease_key, update, "checkpoint")
@@ -301,8 +274,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                                f"{CHECKPOINT_ATTEMPTS} writes; the lease is still {worker}'s")
 
     @staticmethod
-    def _checkpoint_update(current: Lease, checkpoint: Checkpoint, pending: Checkpoint | None,
-                           pending_state: bytes | None, hand_over: bool) -> Expression:
+    def _checkpoint_update(current: Lease, checkpoint: Checkpoint, hand_over: bool) -> Expression:
+        """The conditional update of one checkpoint attempt; KCL's pending-checkpoint fields go, as KCL's own do."""
         expression = _require_checkpoint(_existing_lease(), current.checkpoint)
         if current.checkpoint_owner is None:
             expression.require_string(lc.LEASE_OWNER, current.lease_owner).require_absent(lc.CHECKPOINT_OWNER)
@@ -313,16 +286,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         expression.set(lc.OWNER_SWITCHES, integer(int(hand_over))).add(lc.LEASE_COUNTER, 1)
         if hand_over:  # the handoff completes in this write (the condition above names us its checkpoint owner)
             expression.remove(lc.CHECKPOINT_OWNER)
-        if pending is None:
-            for name in (lc.PENDING_CHECKPOINT, lc.PENDING_CHECKPOINT_SUB, lc.PENDING_CHECKPOINT_STATE):
-                expression.remove(name)
-            return expression
-        pending_sequence, pending_sub = lc.checkpoint_attributes(pending)
-        expression.set(lc.PENDING_CHECKPOINT, pending_sequence).set(lc.PENDING_CHECKPOINT_SUB, pending_sub)
-        if pending_state is None:
-            expression.remove(lc.PENDING_CHECKPOINT_STATE)
-        else:
-            expression.set(lc.PENDING_CHECKPOINT_STATE, {"B": pending_state})
+        for name in (lc.PENDING_CHECKPOINT, lc.PENDING_CHECKPOINT_SUB, lc.PENDING_CHECKPOINT_STATE):
+            expression.remove(name)
         return expression
 
     def release(self, lease_key: str, owner: str) -> Outcome:
@@ -331,25 +296,6 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                       .require_absent(lc.CHECKPOINT_OWNER))
         expression.remove(lc.LEASE_OWNER).add(lc.LEASE_COUNTER, 1)
         return self._write(lease_key, expression, "release")
-
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """Remove checkpointOwner (and leaseOwner unless a handoff was running), counter+1."""
-        expression = (_existing_lease().require_string(lc.LEASE_OWNER, expected_owner)
-                      .require_string(lc.CHECKPOINT_OWNER, expected_checkpoint_owner))
-        expression.remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1)
-        if expected_checkpoint_owner is None:
-            expression.remove(lc.LEASE_OWNER)
-        return self._write(lease_key, expression, "evict", fence)
-
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Record a finished shard's children (removed when empty)."""
-        expression = _existing_lease()
-        if child_shard_ids:
-            expression.set(lc.CHILD_SHARD_IDS, string_set(child_shard_ids))
-        else:
-            expression.remove(lc.CHILD_SHARD_IDS)
-        return self._write(lease_key, expression, "set_child_shards")
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:

@@ -56,9 +56,8 @@ def lease_values(lease: Lease) -> dict[str, Any]:
     }
 
 
-def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None, pending_state: bytes | None,
-                      progress: LeaseProgress | None = None) -> dict[str, Any]:
-    """Column values a checkpoint write sets: the pending columns are replaced as a group (None clears them).
+def checkpoint_values(checkpoint: Checkpoint, progress: LeaseProgress | None = None) -> dict[str, Any]:
+    """Column values a checkpoint write sets: KCL's pending-checkpoint columns are cleared, as KCL's checkpoint does.
 
     The owner's progress columns are set too when `progress` is given.
     """
@@ -66,9 +65,9 @@ def checkpoint_values(checkpoint: Checkpoint, pending: Checkpoint | None, pendin
         "checkpoint": checkpoint.sequence_number,
         "checkpoint_sub_sequence_number": checkpoint.sub_sequence_number,
         "owner_switches_since_checkpoint": 0,
-        "pending_checkpoint": pending.sequence_number if pending else None,
-        "pending_checkpoint_sub_sequence_number": pending.sub_sequence_number if pending else None,
-        "pending_checkpoint_state": pending_state if pending else None,
+        "pending_checkpoint": None,
+        "pending_checkpoint_sub_sequence_number": None,
+        "pending_checkpoint_state": None,
     }
     if progress is not None:
         values.update(lease_progress_fields(progress))

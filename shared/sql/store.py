@@ -15,8 +15,6 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Update,
-    and_,
-    case,
     delete,
     func,
     or_,
@@ -37,7 +35,6 @@ from shardherd.shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, dec
 from shardherd.shared.sql.migrate import upgrade, version_table
 from shardherd.shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
 from shardherd.shared.sql.state_documents import decode_document, encode_document
-from shardherd.shared.sql.values import write_string_set
 from shardherd.shared.sql.worker_rows import decode_worker, worker_values
 from shardherd.shared.state_conditions import check_value, condition_holds
 from shardherd.shared.store import (
@@ -254,17 +251,6 @@ class SqlLeaseStore(LeaseStore):
             values["throughput_kbps"] = self._throughput(throughput_kbps)
         return self._update("renewal", lease_key, conditions, values)
 
-    def take(self, lease_key: str, new_owner: str, expected_counter: int) -> Outcome:
-        """Take the lease if its counter is still the one seen; ownerSwitches+1 when a different owner held it."""
-        c = self._schema.leases.c
-        switches = case(
-            (and_(c.lease_owner.is_not(None), c.lease_owner != new_owner), self._switch()),
-            else_=c.owner_switches_since_checkpoint,
-        )
-        values = {"lease_owner": new_owner, "lease_counter": self._bump(), "checkpoint_owner": None,
-                  "owner_switches_since_checkpoint": switches}
-        return self._update("take", lease_key, [c.lease_counter == expected_counter], values)
-
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (not the counter)."""
@@ -291,7 +277,6 @@ class SqlLeaseStore(LeaseStore):
         return self._update("handoff completion", lease_key, [c.checkpoint_owner == checkpoint_owner], values)
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
-                   pending: Checkpoint | None = None, pending_state: bytes | None = None,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
                    hand_over: bool = False) -> Outcome:
         """Lock the row, check owner and monotonicity in Python, write it in the same transaction.
@@ -299,11 +284,11 @@ class SqlLeaseStore(LeaseStore):
         `expected` is not needed: the row is locked from the read to the write (FOR UPDATE on PostgreSQL, a
         BEGIN IMMEDIATE transaction on SQLite), so concurrent checkpoints queue instead of failing each other.
         """
-        return self._run(lambda: self._checkpoint_locked(lease_key, worker, checkpoint, pending, pending_state,
-                                                         progress, hand_over), f"checkpoint of lease {lease_key!r}")
+        return self._run(lambda: self._checkpoint_locked(lease_key, worker, checkpoint, progress, hand_over),
+                         f"checkpoint of lease {lease_key!r}")
 
-    def _checkpoint_locked(self, lease_key: str, worker: str, checkpoint: Checkpoint, pending: Checkpoint | None,
-                           pending_state: bytes | None, progress: LeaseProgress | None, hand_over: bool) -> Outcome:
+    def _checkpoint_locked(self, lease_key: str, worker: str, checkpoint: Checkpoint, progress: LeaseProgress | None,
+                           hand_over: bool) -> Outcome:
         """One locked read-check-write transaction."""
         c = self._schema.leases.c
         with self._writing() as conn:
@@ -313,9 +298,9 @@ class SqlLeaseStore(LeaseStore):
             current = decode_lease(row, self.tables.leases)
             if current.actual_owner != worker:
                 return Outcome.lost(Conflict.OWNERSHIP, current)
-            if checkpoint.regresses_from(current.checkpoint) or (pending and pending.regresses_from(checkpoint)):
+            if checkpoint.regresses_from(current.checkpoint):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
-            values = checkpoint_values(checkpoint, pending, pending_state, progress)
+            values = checkpoint_values(checkpoint, progress)
             values["lease_counter"] = self._bump()
             if hand_over and current.checkpoint_owner == worker:  # the handoff completes in this write
                 values.update(checkpoint_owner=None, owner_switches_since_checkpoint=1)
@@ -328,21 +313,6 @@ class SqlLeaseStore(LeaseStore):
         c = self._schema.leases.c
         conditions = [c.lease_owner == owner, c.checkpoint_owner.is_(None)]
         return self._update("release", lease_key, conditions, {"lease_owner": None, "lease_counter": self._bump()})
-
-    def evict(self, lease_key: str, expected_owner: str | None, expected_checkpoint_owner: str | None,
-              fence: Fence | None = None) -> Outcome:
-        """Remove checkpointOwner, and leaseOwner too unless a handoff was running; counter+1."""
-        c = self._schema.leases.c
-        values: dict[str, Any] = {"checkpoint_owner": None, "lease_counter": self._bump()}
-        if expected_checkpoint_owner is None:
-            values["lease_owner"] = None
-        conditions = [_matches(c.lease_owner, expected_owner), _matches(c.checkpoint_owner, expected_checkpoint_owner)]
-        return self._update("eviction", lease_key, conditions, values, fence)
-
-    def set_child_shards(self, lease_key: str, child_shard_ids: frozenset[str]) -> Outcome:
-        """Record the children of a finished shard (column NULL when the set is empty)."""
-        return self._update("child shard update", lease_key, [],
-                            {"child_shard_ids": write_string_set(frozenset(child_shard_ids))})
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
@@ -376,17 +346,6 @@ class SqlLeaseStore(LeaseStore):
                 conn.execute(statement)
 
         self._run(write, f"writing worker record {record.worker_id!r}")
-
-    def get_worker(self, worker_id: str) -> WorkerRecord | None:
-        """Read one worker record; None if absent; MalformedWorker if unreadable."""
-        workers = self._schema.workers
-
-        def read() -> WorkerRecord | None:
-            with self._reading() as conn:
-                row = conn.execute(select(workers).where(workers.c.wid == worker_id)).mappings().first()
-            return None if row is None else decode_worker(row, self.tables.worker_metrics)
-
-        return self._run(read, f"reading worker record {worker_id!r}")
 
     def scan_workers(self) -> WorkerScan:
         """Every worker record; unreadable ones go to `malformed`."""

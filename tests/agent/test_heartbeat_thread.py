@@ -12,6 +12,7 @@ from typing import Any, cast
 from shardherd.agent.runtime import Agent
 from shardherd.shared.config import load_settings
 from shardherd.shared.store import LeaseStore
+from tests.support.stores import worker_record
 from tests.support.waiting import wait_for
 
 SLOW_SECONDS = 2.5  # well past the failover: a heartbeat waiting behind this call would fence the agent
@@ -49,7 +50,7 @@ def test_heartbeats_continue_while_a_keeper_store_call_is_slow(store: LeaseStore
         wait_for(agent.keeper.is_live, 10, "the first heartbeat")
         slow.slow.set()
         assert slow.stalled.wait(5)
-        before = store.get_worker("w1")
+        before = worker_record(store, "w1")
         assert before is not None
         started = time.monotonic()
         dead = []
@@ -57,7 +58,7 @@ def test_heartbeats_continue_while_a_keeper_store_call_is_slow(store: LeaseStore
             if not agent.keeper.is_live():
                 dead.append(round(time.monotonic() - started, 2))
             time.sleep(0.05)
-        after = store.get_worker("w1")
+        after = worker_record(store, "w1")
         assert after is not None
         assert dead == []  # never past the fencing limit while discovery was stuck
         assert after.heartbeat >= before.heartbeat + 3  # a heartbeat every 0.4 s meanwhile

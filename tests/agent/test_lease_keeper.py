@@ -21,7 +21,7 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import Conflict, LeaseStore, TableNames
 from shardherd.shared.worker import WorkerState
 from tests.support.faulty_proxy import INTERNAL_ERROR, FaultyProxy
-from tests.support.stores import unique_app
+from tests.support.stores import unique_app, worker_record
 
 KEY = "shardId-000000000000"
 
@@ -84,11 +84,11 @@ def test_discovers_assigned_leases_and_heartbeats(store: LeaseStore) -> None:
     store.assign(KEY, "w1", None, None)
     _step(clock, 2.5, keeper)
     assert events.acquired == [KEY]
-    record = store.get_worker("w1")
+    record = worker_record(store, "w1")
     assert record is not None and record.heartbeat >= 1 and record.state is WorkerState.ACTIVE
     before = record.heartbeat
     _step(clock, 7, keeper)
-    after = store.get_worker("w1")
+    after = worker_record(store, "w1")
     assert after is not None and after.heartbeat >= before + 2  # one beat per failover/3 - epsilon
 
 
@@ -221,7 +221,7 @@ def test_drain_announces_itself_and_release_gives_leases_back(store: LeaseStore)
     keeper, events = _holding(store, "w1", clock)
     keeper.begin_drain()
     keeper.tick()
-    record = store.get_worker("w1")
+    record = worker_record(store, "w1")
     assert record is not None and record.state is WorkerState.DRAINING
     assert keeper.release_all() == [KEY]
     assert events.lost == [(KEY, LossReason.RELEASED)]
@@ -347,7 +347,7 @@ def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseS
     news: list[str] = []
 
     def told() -> None:
-        record = store.get_worker("w1")
+        record = worker_record(store, "w1")
         news.append("row" if record is None else record.state.value)
 
     keeper, _ = _keeper(store, "w1", clock)

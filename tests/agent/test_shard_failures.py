@@ -18,6 +18,7 @@ from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.checkpoint import Checkpoint
 from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
+from tests.support.stores import worker_record
 from tests.support.stream_stack import StreamStack
 from tests.support.waiting import wait_for
 
@@ -53,7 +54,7 @@ class Stack(StreamStack):
         return set(self.ledger.payloads()) >= set(self.produced)
 
     def refused(self, worker: str) -> dict[str, int]:
-        record = self.coordinator.store.get_worker(worker)
+        record = worker_record(self.coordinator.store, worker)
         return {} if record is None else {key: p.failures for key, p in record.lease_progress.items() if p.refused}
 
     def close(self) -> None:

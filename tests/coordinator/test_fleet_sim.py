@@ -18,6 +18,7 @@ from shardherd.shared.lease import Lease
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.store import TableNames
 from shardherd.shared.worker import WorkerState
+from tests.support.stores import worker_record
 
 
 def _run(name: str) -> dict[str, Result]:
@@ -50,7 +51,7 @@ def test_cold_start_must_place_every_shard_and_the_leader_does_it_in_its_first_r
 def test_crashed_workers_leases_move_by_plain_assignment_or_kcl2_takes() -> None:
     results = _run("crash")
     assert results[VARIANCE].counts.get("assign", 0) >= results[VARIANCE].forced
-    assert results[KCL2].counts.get("take", 0) >= results[KCL2].forced
+    assert results[KCL2].counts.get("assign", 0) >= results[KCL2].forced  # the model's takes (bench/kcl2_taker.py)
 
 
 def test_band_balancing_settles_a_scale_out_in_fewer_balancing_runs_than_kcl_budgets() -> None:
@@ -190,12 +191,12 @@ def test_simulated_agents_run_the_agent_keeper_a_drain_is_announced_at_once_and_
     fleet.events.run_until(40.0)
     leaving = fleet.workers["w0001"]
     assert isinstance(leaving, AgentWorker) and leaving.keeper.held()  # leases reached it through its keeper
-    row = fleet.inner.get_worker("w0001")
+    row = worker_record(fleet.inner, "w0001")
     assert row is not None and row.state is WorkerState.ACTIVE and set(row.lease_throughput) == set(leaving.processing)
     leaving.scale_in()
     fleet.events.run_until(fleet.events.now())  # the keeper's next tick is due at once
-    row = fleet.inner.get_worker("w0001")
+    row = worker_record(fleet.inner, "w0001")
     assert row is not None and row.state is WorkerState.DRAINING
     fleet.events.run_until(80.0)
-    assert not leaving.alive and fleet.inner.get_worker("w0001") is None  # handed everything on, then retired
+    assert not leaving.alive and worker_record(fleet.inner, "w0001") is None  # handed everything on, then retired
     assert {lease.actual_owner for lease in fleet.leases()} == {"w0000"}

@@ -16,6 +16,7 @@ from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter, acting_as, usage_total
 from shardherd.shared.worker import WorkerState
 from tests.coordinator.test_leader_loop import INTERVAL, Fleet, _even_shards
+from tests.support.stores import worker_record
 
 FULL_SCAN = 20.0
 
@@ -35,7 +36,7 @@ class ListeningFleet(Fleet):
     def heartbeat(self) -> None:
         super().heartbeat()
         for worker in sorted(self.draining & self.alive):
-            record = self.store.get_worker(worker)
+            record = worker_record(self.store, worker)
             assert record is not None
             self.store.upsert_worker(dataclasses.replace(record, state=WorkerState.DRAINING))
 

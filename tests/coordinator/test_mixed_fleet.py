@@ -41,7 +41,7 @@ from tests.support.kcl_rows import (
     read_raw_worker_row,
     write_kcl_worker_row,
 )
-from tests.support.stores import make_store
+from tests.support.stores import make_store, worker_record
 
 STEP = 2.0  # the leader interval; agents heartbeat and renew every step
 KCL_FIRST_RENEWAL = 11.0  # from the first step that lists the lease under the worker
@@ -239,11 +239,11 @@ def test_an_agent_keeps_reporting_cpu_when_the_fleet_shares_it(moto_store: Lease
     agent = _agent_with_cpu(moto_store, clock, "agent-a")
     clock.advance(2.0)
     agent.keeper.tick()
-    record = moto_store.get_worker("agent-a")
+    record = worker_record(moto_store, "agent-a")
     assert record is not None and record.metric_stats == {CPU_METRIC: (40.0,)}
     # The KCL worker switches to the default metric (e.g. restarted off AWS): at the next report the agent follows.
     write_kcl_worker_row(client, table, "kcl-b", int(clock.time()))
     clock.advance(30.0)
     agent.keeper.tick()
-    record = moto_store.get_worker("agent-a")
+    record = worker_record(moto_store, "agent-a")
     assert record is not None and record.uses_default_metric

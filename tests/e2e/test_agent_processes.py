@@ -26,7 +26,7 @@ from shardherd.shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
-from tests.support.stores import unique_app
+from tests.support.stores import unique_app, worker_record
 from tests.support.stream_stack import kill_processes
 from tests.support.waiting import wait_for
 
@@ -88,7 +88,7 @@ class ProcessStack:
                 for lease in self.coordinator.store.scan_leases().leases}
 
     def cpu_reported(self, worker: str) -> tuple[float, ...]:
-        record = self.coordinator.store.get_worker(worker)
+        record = worker_record(self.coordinator.store, worker)
         return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def close(self) -> None:

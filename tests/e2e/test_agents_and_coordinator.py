@@ -20,6 +20,7 @@ from shardherd.shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
+from tests.support.stores import worker_record
 from tests.support.stream_stack import StreamStack
 from tests.support.waiting import wait_for
 
@@ -49,7 +50,7 @@ class Stack(StreamStack):
         return agent
 
     def cpu_reported(self, worker: str) -> tuple[float, ...]:
-        record = self.coordinator.store.get_worker(worker)
+        record = worker_record(self.coordinator.store, worker)
         return () if record is None else tuple(record.metric_stats.get(CPU_METRIC, ()))
 
     def all_delivered(self) -> bool:

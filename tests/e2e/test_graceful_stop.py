@@ -16,6 +16,7 @@ from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from tests.agent.test_shard_failures import Stack
 from tests.support.kcl_rows import read_raw_worker_row
+from tests.support.stores import worker_record
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -35,10 +36,10 @@ def test_a_drained_agent_deletes_its_row_and_gets_no_lease_afterwards(stack: Sta
     stack.produce(100, "a")
     stack.agents.pop("agent-1").stop(drain=True)  # the real stop path: drain, release, delete the row
     store = stack.coordinator.store
-    assert store.get_worker("agent-1") is None
+    assert worker_record(store, "agent-1") is None
     client = make_client("dynamodb", "us-east-1", moto_server.endpoint_url)
     assert read_raw_worker_row(client, store.tables.worker_metrics, "agent-1") is None  # a KCL leader sees no row
-    assert store.get_worker("agent-2") is not None
+    assert worker_record(store, "agent-2") is not None
     wait_for(lambda: set(stack.owners().values()) == {"agent-2"}, 30, "agent-2 holds every lease")
     time.sleep(10 * stack.coordinator.settings.lease_assignment_interval_millis / 1000)
     assert set(stack.owners().values()) == {"agent-2"}

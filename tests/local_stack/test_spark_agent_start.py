@@ -17,7 +17,7 @@ import pytest
 
 from shardherd.services.emulators.moto_server import MotoServer
 from tests.support.fast_settings import fast_env
-from tests.support.stores import make_store, unique_app
+from tests.support.stores import make_store, unique_app, worker_record
 from tests.support.stream_stack import kill_processes
 from tests.support.waiting import wait_for
 
@@ -39,7 +39,7 @@ def test_a_stack_driver_writes_no_worker_row_before_its_spark_session_is_up(moto
         driver = subprocess.Popen([sys.executable, "-m", "shardherd.services.local_stack.spark_agent",
                                    "--out", str(tmp_path / "out")], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_for(lambda: store.get_worker("driver-1") is not None or driver.poll() is not None, 180,
+        wait_for(lambda: worker_record(store, "driver-1") is not None or driver.poll() is not None, 180,
                  "the driver's first worker row")
         text = log.read_text()
         assert driver.poll() is None, text

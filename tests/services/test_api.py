@@ -12,6 +12,7 @@ from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.worker import WorkerRecord
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
+from tests.support.stores import worker_record
 
 
 @pytest.fixture
@@ -111,7 +112,7 @@ def test_drain_sets_the_flag_and_the_leader_moves_the_leases(replica: Replica) -
     response = replica.client.post("/v1/workers/w2/drain", headers=replica.auth())
     assert response.status_code == 200 and response.json() == {"worker_id": "w2", "drain_requested": True}
     assert replica.loop.feed.take_signals() == [("w2", NEWS)]  # the leader scans at once, not at its next full scan
-    record = replica.store.get_worker("w2")
+    record = worker_record(replica.store, "w2")
     assert record is not None and record.drain_requested
     assert {w["worker_id"]: w["state"] for w in replica.client.get("/v1/workers").json()["items"]}["w2"] == "draining"
     summaries = replica.step(1)
@@ -123,7 +124,7 @@ def test_drain_sets_the_flag_and_the_leader_moves_the_leases(replica: Replica) -
     assert {lease["explanation"][0]["reason"] for lease in explained} == {"DRAIN"}
     undo = replica.client.post("/v1/workers/w2/undrain", headers=replica.auth())
     assert undo.json()["drain_requested"] is False
-    record = replica.store.get_worker("w2")
+    record = worker_record(replica.store, "w2")
     assert record is not None and not record.drain_requested
 
 

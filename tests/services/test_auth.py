@@ -13,7 +13,7 @@ import pytest
 from shardherd.shared.errors import ConfigError
 from shardherd.shared.store import LeaseStore
 from tests.services.harness import TOKEN, Replica
-from tests.support.stores import make_store
+from tests.support.stores import make_store, worker_record
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_mutations_need_the_right_token(sqlite_store: LeaseStore, monkeypatch: p
     wrong = replica.client.post("/v1/workers/w1/drain", headers={"Authorization": "Bearer " + TOKEN[:-1] + "X"})
     assert wrong.status_code == 401 and wrong.json()["detail"] == "wrong bearer token"
     assert TOKEN not in wrong.text
-    record = sqlite_store.get_worker("w1")
+    record = worker_record(sqlite_store, "w1")
     assert record is not None and not record.drain_requested
     assert replica.client.post("/v1/workers/w1/drain", headers=replica.auth()).status_code == 200
     assert compared == [((TOKEN[:-1] + "X").encode(), TOKEN.encode()), (TOKEN.encode(), TOKEN.encode())]

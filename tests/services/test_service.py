@@ -26,7 +26,7 @@ from shardherd.shared.store_factory import open_store
 from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
 from tests.services.harness import TOKEN
 from tests.support.fast_settings import fast_settings
-from tests.support.stores import unique_app
+from tests.support.stores import unique_app, worker_record
 from tests.support.waiting import wait_for
 
 SHARDS = [f"shardId-{i:012d}" for i in range(6)]
@@ -111,13 +111,13 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
 
     assert main(["drain", "worker-beta", "--url", running.url, "--token-file", str(running.token_file)]) == 0
     assert capsys.readouterr().out.strip() == "drain requested for worker-beta"
-    record = running.store.get_worker("worker-beta")
+    record = worker_record(running.store, "worker-beta")
     assert record is not None and record.drain_requested
     assert main(["plan", "--url", running.url]) == 0
     assert "nothing was written" in capsys.readouterr().out
     assert main(["drain", "worker-beta", "--undo", "--url", running.url, "--token-file",
                  str(running.token_file)]) == 0
-    record = running.store.get_worker("worker-beta")
+    record = worker_record(running.store, "worker-beta")
     assert record is not None and not record.drain_requested
 
     assert main(["drain", "worker-beta", "--url", running.url]) == 2  # no token configured for the CLI
@@ -146,7 +146,7 @@ def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
     assert capsys.readouterr().out.strip() == "drain requested for worker-alpha"
     assert main(["drain", "worker-alpha", "--undo", "--run-dir", str(tmp_path)]) == 0
     assert capsys.readouterr().out.strip() == "drain cleared for worker-alpha"
-    record = running.store.get_worker("worker-alpha")
+    record = worker_record(running.store, "worker-alpha")
     assert record is not None and not record.drain_requested
     assert main(["status", "--url", dead, "--url", running.url]) == 0  # a list of URLs works the same way
     assert main(["status", "--run-dir", str(tmp_path / "nothing")]) == 2

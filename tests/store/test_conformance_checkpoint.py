@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from shardherd.shared.checkpoint import AT_TIMESTAMP, LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.lease import Lease
-from shardherd.shared.store import Conflict, LeaseStore
+from shardherd.shared.store import Conflict, LeaseStore, Outcome
 from shardherd.shared.worker import LeaseProgress
 from tests.store.conftest import Leases, expect_applied
 
@@ -132,41 +133,37 @@ def test_checkpoint_of_missing_lease_is_not_found(store: LeaseStore) -> None:
     assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
 
 
-def test_pending_checkpoint_is_set_and_then_cleared(store: LeaseStore, leases: Leases) -> None:
-    leases.owned(OWNER)
-    prepared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("20", 1),
-                                               pending_state=b"\x00\x01app-state\xff"))
-    assert prepared.pending_checkpoint == Checkpoint.at("20", 1)
-    assert prepared.pending_checkpoint_state == b"\x00\x01app-state\xff"
-    assert store.get_lease(KEY) == prepared
+def test_a_kcl_workers_pending_checkpoint_is_kept_by_every_write_but_a_checkpoint(store: LeaseStore) -> None:
+    """A KCL worker's two-phase checkpoint survives renewals, handoffs, assignments and releases; a checkpoint ends it.
 
-    committed = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("20", 1)))
-    assert committed.checkpoint == Checkpoint.at("20", 1)
-    assert (committed.pending_checkpoint, committed.pending_checkpoint_state) == (None, None)
-    assert committed.lease_counter == prepared.lease_counter + 1
+    shardherd never prepares a checkpoint, but a KCL worker in a mixed fleet may have: losing its prepared position
+    or state on an unrelated write would lose what that worker's application stored there. KCL's own checkpoint
+    removes all three attributes, and so does ours.
+    """
+    pending, state = Checkpoint.at("20", 1), b"\x00\x01app-state\xff"
+    expect_applied(store.create_lease(Lease(KEY, lease_owner="kcl-worker", checkpoint=Checkpoint.at("10"),
+                                            pending_checkpoint=pending, pending_checkpoint_state=state)))
+    writes: list[Callable[[int], Outcome]] = [
+        lambda counter: store.renew(KEY, "kcl-worker", counter, throughput_kbps=3.0),
+        lambda counter: store.start_handoff(KEY, OWNER, "kcl-worker"),
+        lambda counter: store.renew(KEY, "kcl-worker", counter, during_handoff=True),
+        lambda counter: store.complete_handoff(KEY, "kcl-worker"),
+        lambda counter: store.assign(KEY, "worker-b", OWNER, None),
+        lambda counter: store.release(KEY, "worker-b"),
+        lambda counter: store.assign(KEY, OWNER, None, None),
+    ]
+    counter = 0
+    for write in writes:
+        row = expect_applied(write(counter))
+        assert (row.pending_checkpoint, row.pending_checkpoint_state) == (pending, state)
+        counter = row.lease_counter
+    stored = store.get_lease(KEY)
+    assert stored is not None and (stored.pending_checkpoint, stored.pending_checkpoint_state) == (pending, state)
+
+    committed = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("15")))
+    assert (committed.checkpoint, committed.pending_checkpoint, committed.pending_checkpoint_state) == (
+        Checkpoint.at("15"), None, None)
     assert store.get_lease(KEY) == committed
-
-
-def test_pending_checkpoint_without_state(store: LeaseStore, leases: Leases) -> None:
-    leases.owned(OWNER)
-    prepared = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("11")))
-    assert (prepared.pending_checkpoint, prepared.pending_checkpoint_state) == (Checkpoint.at("11"), None)
-
-
-def test_new_pending_checkpoint_replaces_the_old_state(store: LeaseStore, leases: Leases) -> None:
-    leases.owned(OWNER)
-    expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("10"), pending=Checkpoint.at("20"),
-                                    pending_state=b"first"))
-    second = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("20"), pending=Checkpoint.at("30")))
-    assert (second.pending_checkpoint, second.pending_checkpoint_state) == (Checkpoint.at("30"), None)
-
-
-def test_pending_checkpoint_behind_the_checkpoint_is_stale(store: LeaseStore, leases: Leases) -> None:
-    leases.owned(OWNER)
-    before = expect_applied(store.checkpoint(KEY, OWNER, Checkpoint.at("5")))
-    outcome = store.checkpoint(KEY, OWNER, Checkpoint.at("100"), pending=Checkpoint.at("99"))
-    assert (outcome.applied, outcome.conflict) == (False, Conflict.STALE_CHECKPOINT)
-    leases.must_be_unchanged(before)
 
 
 # ------------------------------------------------------------------------------------------------ randomized

@@ -1,4 +1,4 @@
-"""Conformance: create, read, renew, take, assign, release, evict, child shards, delete, owner query and scan."""
+"""Conformance: create, read, renew, assign, release, delete, owner query and scan."""
 
 from __future__ import annotations
 
@@ -100,41 +100,6 @@ def test_renew_of_unowned_lease_is_ownership(store: LeaseStore, leases: Leases) 
     outcome = store.renew(KEY, "worker-a", 0)
     assert (outcome.applied, outcome.conflict) == (False, Conflict.OWNERSHIP)
     leases.must_be_unchanged(before)
-
-
-# ------------------------------------------------------------------------------------------------ take
-def test_take_sets_owner_bumps_counter_and_switches(store: LeaseStore, leases: Leases) -> None:
-    before = leases.owned("worker-a")
-    after = expect_applied(store.take(KEY, "worker-b", before.lease_counter))
-    assert after.lease_owner == "worker-b"
-    assert after.lease_counter == before.lease_counter + 1
-    assert after.owner_switches_since_checkpoint == before.owner_switches_since_checkpoint + 1
-    assert store.get_lease(KEY) == after
-
-
-def test_take_by_the_same_owner_does_not_count_a_switch(store: LeaseStore, leases: Leases) -> None:
-    before = leases.owned("worker-a")
-    after = expect_applied(store.take(KEY, "worker-a", before.lease_counter))
-    assert after.owner_switches_since_checkpoint == before.owner_switches_since_checkpoint
-    assert after.lease_counter == before.lease_counter + 1
-
-
-def test_take_clears_a_running_handoff(store: LeaseStore, leases: Leases) -> None:
-    before = leases.in_handoff("worker-a", "worker-b")
-    after = expect_applied(store.take(KEY, "worker-c", before.lease_counter))
-    assert (after.lease_owner, after.checkpoint_owner) == ("worker-c", None)
-
-
-def test_take_with_stale_counter_is_ownership(store: LeaseStore, leases: Leases) -> None:
-    before = leases.owned("worker-a")
-    outcome = store.take(KEY, "worker-b", before.lease_counter - 1)
-    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.OWNERSHIP, before)
-    leases.must_be_unchanged(before)
-
-
-def test_take_missing_lease_is_not_found(store: LeaseStore) -> None:
-    outcome = store.take(MISSING, "worker-a", 0)
-    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
 
 
 # ------------------------------------------------------------------------------------------------ assign
@@ -255,11 +220,9 @@ def test_fence_with_absent_attribute_condition(store: LeaseStore, leases: Leases
     assert (outcome.applied, outcome.conflict) == (False, Conflict.FENCED)
 
 
-def test_evict_and_delete_honour_the_fence(store: LeaseStore, leases: Leases, lost_fence: Fence) -> None:
+def test_delete_honours_the_fence(store: LeaseStore, leases: Leases, lost_fence: Fence) -> None:
     before = leases.owned("worker-a")
-    evicted = store.evict(KEY, "worker-a", None, fence=lost_fence)
     deleted = store.delete_lease(KEY, fence=lost_fence)
-    assert (evicted.applied, evicted.conflict) == (False, Conflict.FENCED)
     assert (deleted.applied, deleted.conflict) == (False, Conflict.FENCED)
     leases.must_be_unchanged(before)
 
@@ -291,57 +254,6 @@ def test_release_during_handoff_is_ownership(store: LeaseStore, leases: Leases) 
 def test_release_missing_lease_is_not_found(store: LeaseStore) -> None:
     outcome = store.release(MISSING, "worker-a")
     assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
-
-
-# ------------------------------------------------------------------------------------------------ evict
-def test_evict_without_handoff_removes_the_owner(store: LeaseStore, leases: Leases,
-                                                 leader_fence: Fence) -> None:
-    before = leases.owned("worker-a")
-    after = expect_applied(store.evict(KEY, "worker-a", None, fence=leader_fence))
-    assert (after.lease_owner, after.checkpoint_owner) == (None, None)
-    assert after.lease_counter == before.lease_counter + 1
-
-
-def test_evict_during_handoff_keeps_the_next_owner(store: LeaseStore, leases: Leases) -> None:
-    before = leases.in_handoff("worker-a", "worker-b")
-    after = expect_applied(store.evict(KEY, "worker-b", "worker-a"))
-    assert (after.lease_owner, after.checkpoint_owner) == ("worker-b", None)
-    assert after.lease_counter == before.lease_counter + 1
-
-
-@pytest.mark.parametrize(("expected_owner", "expected_checkpoint_owner"),
-                         [("worker-x", None), (None, None), ("worker-a", "worker-a")])
-def test_evict_with_unmet_conditions_is_ownership(store: LeaseStore, leases: Leases, expected_owner: str | None,
-                                                  expected_checkpoint_owner: str | None) -> None:
-    before = leases.owned("worker-a")
-    outcome = store.evict(KEY, expected_owner, expected_checkpoint_owner)
-    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.OWNERSHIP, before)
-    leases.must_be_unchanged(before)
-
-
-def test_evict_missing_lease_is_not_found(store: LeaseStore) -> None:
-    outcome = store.evict(MISSING, "worker-a", None)
-    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
-
-
-# ------------------------------------------------------------------------------------------------ child shards
-def test_set_child_shards_writes_and_removes_without_touching_the_counter(store: LeaseStore,
-                                                                           leases: Leases) -> None:
-    before = leases.owned("worker-a")
-    children = frozenset({"shardId-000000000010", "shardId-000000000011"})
-    after = expect_applied(store.set_child_shards(KEY, children))
-    assert after.child_shard_ids == children
-    assert after.lease_counter == before.lease_counter
-    assert store.get_lease(KEY) == after
-    cleared = expect_applied(store.set_child_shards(KEY, frozenset()))
-    assert cleared.child_shard_ids == frozenset()
-    assert cleared == before
-
-
-def test_set_child_shards_of_missing_lease_is_not_found(store: LeaseStore) -> None:
-    outcome = store.set_child_shards(MISSING, frozenset({"shardId-1"}))
-    assert (outcome.applied, outcome.conflict, outcome.lease) == (False, Conflict.NOT_FOUND, None)
-    assert store.get_lease(MISSING) is None
 
 
 # ------------------------------------------------------------------------------------------------ delete

@@ -1,10 +1,9 @@
 """Conformance: real races. Threads and spawned processes, each with its own store, contend on one lease.
 
 Every round all contenders read the lease, meet at a barrier, then write at once. The operations of a round are
-chosen so that exactly one write can win (each write invalidates the others' conditions): takes and renewals race on
-the counter; assignments to distinct new owners race on the owner; one owner checkpoint against takes races on the
-owner (take) and the counter (the checkpoint's increment). At the end the counter equals the number of applied
-writes and the owner is the one the last owner-changing winner set.
+chosen so that exactly one write can win (each write invalidates the others' conditions): the owner's renewals race
+on the counter; the leader's assignments to distinct new owners race on the owner. At the end the counter equals the
+number of applied writes and the owner is the one the last owner-changing winner set.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ import multiprocessing
 import multiprocessing.queues
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,14 +29,10 @@ BARRIER_TIMEOUT = 120.0
 
 # Each mix lists the operation of contender i (cycled). "checkpoint" appears at most once per mix.
 MIXES: dict[str, tuple[str, ...]] = {
-    "take": ("take",),
     "renew": ("renew",),
     "assign": ("assign",),
-    "take+renew": ("renew", "take"),
-    "take+assign": ("assign", "take"),
-    "take+checkpoint": ("checkpoint", "take", "take", "take", "take", "take", "take", "take"),
 }
-OWNER_CHANGING = frozenset({"take", "assign"})
+OWNER_CHANGING = frozenset({"assign"})
 
 
 @dataclass(frozen=True)
@@ -73,14 +69,10 @@ def write(store: LeaseStore, operation: str, seen: Lease, new_owner: str, round_
     """Perform `operation` on the lease as read in `seen`; the current owner renews and checkpoints."""
     owner = seen.lease_owner
     assert owner is not None
-    if operation == "take":
-        return store.take(KEY, new_owner, seen.lease_counter)
     if operation == "renew":
         return store.renew(KEY, owner, seen.lease_counter)
     if operation == "assign":
         return store.assign(KEY, new_owner, owner, None)
-    if operation == "checkpoint":
-        return store.checkpoint(KEY, owner, Checkpoint.at(10**120 + round_number, round_number % 3))
     raise ValueError(f"unknown operation {operation}")
 
 
@@ -128,10 +120,6 @@ def check_rounds(store: LeaseStore, start: Lease, attempts: list[Attempt], round
     assert final is not None
     assert final.lease_counter == start.lease_counter + rounds
     assert final.lease_owner == owner
-    checkpoints = [attempt.round for attempt in attempts if attempt.operation == "checkpoint" and attempt.applied]
-    if checkpoints:
-        last = max(checkpoints)
-        assert final.checkpoint == Checkpoint.at(10**120 + last, last % 3)
 
 
 def run_race(spec: StoreSpec, store: LeaseStore, mixes: list[str], contenders: int, processes: bool) -> None:
@@ -179,9 +167,46 @@ def test_processes_race_one_winner_per_round(store: LeaseStore, store_spec: Stor
     run_race(store_spec, store, mixes, contenders=6, processes=True)
 
 
-def test_two_takers_with_the_same_counter_never_both_win(store: LeaseStore, leases: Leases) -> None:
-    before = leases.owned(FIRST_OWNER)
-    first = store.take(KEY, "worker-1", before.lease_counter)
-    second = store.take(KEY, "worker-2", before.lease_counter)
-    winner = expect_applied(first)
-    assert (second.applied, second.conflict, second.lease) == (False, Conflict.OWNERSHIP, winner)
+
+
+def race_checkpoint_and_move(spec: StoreSpec, owner: str, new_owner: str,
+                             checkpoint: Checkpoint) -> tuple[Outcome, Outcome]:
+    """The owner's checkpoint and the leader's assignment to `new_owner`, sent at once from two stores."""
+    barrier = threading.Barrier(2)
+    outcomes: dict[str, Outcome] = {}
+
+    def send(name: str, act: Callable[[LeaseStore], Outcome]) -> None:
+        contender = spec.open()
+        try:
+            barrier.wait(BARRIER_TIMEOUT)
+            outcomes[name] = act(contender)
+        finally:
+            contender.close()
+
+    threads = [threading.Thread(target=send, args=("checkpoint", lambda s: s.checkpoint(KEY, owner, checkpoint))),
+               threading.Thread(target=send, args=("assign", lambda s: s.assign(KEY, new_owner, owner, None)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(BARRIER_TIMEOUT)
+    return outcomes["checkpoint"], outcomes["assign"]
+
+
+def test_an_owners_checkpoint_racing_the_leaders_move_applies_only_while_it_still_owns(
+        store: LeaseStore, store_spec: StoreSpec) -> None:
+    """Both may apply, the checkpoint first (the moved row carries it); a checkpoint after the move is refused."""
+    start = Leases(store).owned(FIRST_OWNER, KEY)
+    owner, counter = FIRST_OWNER, start.lease_counter
+    for round_number in range(6):
+        new_owner, checkpoint = f"worker-round-{round_number}", Checkpoint.at(10**120 + round_number)
+        saved, move = race_checkpoint_and_move(store_spec, owner, new_owner, checkpoint)
+        moved = expect_applied(move)
+        counter += 1 + int(saved.applied)
+        if saved.applied:
+            assert saved.lease is not None and saved.lease.lease_owner == owner
+            assert moved.checkpoint == checkpoint
+        else:
+            assert saved.conflict is Conflict.OWNERSHIP and moved.checkpoint != checkpoint
+        owner = new_owner
+    final = store.get_lease(KEY)
+    assert final is not None and (final.lease_owner, final.lease_counter) == (owner, counter)

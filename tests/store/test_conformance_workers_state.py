@@ -13,6 +13,7 @@ from shardherd.shared.worker import (
     WorkerRecord,
     WorkerState,
 )
+from tests.support.stores import worker_record
 
 
 def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartbeat: int = 3,
@@ -32,20 +33,20 @@ def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartb
 
 
 # ------------------------------------------------------------------------------------------------ workers
-def test_upsert_then_get_round_trips_every_attribute(store: LeaseStore) -> None:
+def test_upsert_then_scan_round_trips_every_attribute(store: LeaseStore) -> None:
     written = record()
     store.upsert_worker(written)
-    assert store.get_worker("worker-a") == written
+    assert worker_record(store, "worker-a") == written
 
 
 def test_minimal_worker_record_round_trips(store: LeaseStore) -> None:
     written = WorkerRecord(worker_id="worker-b", last_update=5)
     store.upsert_worker(written)
-    assert store.get_worker("worker-b") == written
+    assert worker_record(store, "worker-b") == written
 
 
-def test_get_missing_worker_is_none(store: LeaseStore) -> None:
-    assert store.get_worker("nobody") is None
+def test_scan_finds_no_record_of_an_unknown_worker(store: LeaseStore) -> None:
+    assert worker_record(store, "nobody") is None
 
 
 def test_upsert_replaces_the_worker_attributes(store: LeaseStore) -> None:
@@ -53,7 +54,7 @@ def test_upsert_replaces_the_worker_attributes(store: LeaseStore) -> None:
     newer = WorkerRecord(worker_id="worker-a", last_update=1_700_000_030, heartbeat=4,
                          metric_stats={CPU_METRIC: (55.0,)}, operating_range={CPU_METRIC: (90.0,)})
     store.upsert_worker(newer)
-    assert store.get_worker("worker-a") == newer
+    assert worker_record(store, "worker-a") == newer
 
 
 def test_scan_workers_lists_every_record(store: LeaseStore) -> None:
@@ -67,26 +68,26 @@ def test_scan_workers_lists_every_record(store: LeaseStore) -> None:
 
 def test_drain_flag_is_set_only_on_existing_records_and_survives_upserts(store: LeaseStore) -> None:
     assert store.set_drain_requested("worker-a", True) is False
-    assert store.get_worker("worker-a") is None
+    assert worker_record(store, "worker-a") is None
 
     store.upsert_worker(record())
     assert store.set_drain_requested("worker-a", True) is True
-    drained = store.get_worker("worker-a")
+    drained = worker_record(store, "worker-a")
     assert drained is not None and drained.drain_requested
 
     store.upsert_worker(record(heartbeat=9))
-    after_upsert = store.get_worker("worker-a")
+    after_upsert = worker_record(store, "worker-a")
     assert after_upsert is not None
     assert after_upsert.drain_requested and after_upsert.heartbeat == 9
 
     assert store.set_drain_requested("worker-a", False) is True
-    cleared = store.get_worker("worker-a")
+    cleared = worker_record(store, "worker-a")
     assert cleared is not None and not cleared.drain_requested
 
 
 def test_upsert_never_writes_the_drain_flag(store: LeaseStore) -> None:
     store.upsert_worker(WorkerRecord(worker_id="worker-a", last_update=1, drain_requested=True))
-    stored = store.get_worker("worker-a")
+    stored = worker_record(store, "worker-a")
     assert stored is not None and stored.drain_requested is False
 
 
@@ -95,14 +96,14 @@ def test_delete_worker_with_changed_record_is_refused(store: LeaseStore, last_up
                                                       heartbeat: int) -> None:
     store.upsert_worker(record())
     assert store.delete_worker_if_unchanged("worker-a", last_update, heartbeat) is False
-    assert store.get_worker("worker-a") == record()
+    assert worker_record(store, "worker-a") == record()
 
 
 def test_delete_unchanged_worker(store: LeaseStore) -> None:
     store.upsert_worker(record())
     store.upsert_worker(record("worker-b"))
     assert store.delete_worker_if_unchanged("worker-a", 1_700_000_000, 3) is True
-    assert store.get_worker("worker-a") is None
+    assert worker_record(store, "worker-a") is None
     assert [worker.worker_id for worker in store.scan_workers().workers] == ["worker-b"]
 
 

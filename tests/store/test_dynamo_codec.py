@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, seed, settings
 from hypothesis import strategies as st
 
-from shardherd.shared.checkpoint import LATEST, SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.checkpoint import LATEST, SHARD_END, Checkpoint
 from shardherd.shared.dynamo.lease_codec import decode_lease, encode_lease, is_lease_item
 from shardherd.shared.dynamo.state_codec import decode_state, encode_state, encode_value
 from shardherd.shared.dynamo.store import DynamoLeaseStore
@@ -254,22 +254,27 @@ def test_lease_writes_never_touch_other_single_table_entities(dynamo_store: Dyna
     table = dynamo_store.tables.leases
     worker = {"leaseKey": {"S": "worker-1"}, "entityType": {"S": "WORKER_METRIC_STATS"}, "lut": {"N": "1"}}
     dynamodb_client.put_item(TableName=table, Item=worker)
-    outcome = dynamo_store.set_child_shards("worker-1", frozenset({"shardId-9"}))
+    outcome = dynamo_store.assign("worker-1", "w", None, None)
     assert not outcome.applied and outcome.conflict.name == "NOT_FOUND"
     assert not dynamo_store.create_lease(Lease("worker-1")).applied
     assert raw_item(dynamodb_client, table, "worker-1") == worker
 
 
-def test_pending_checkpoint_state_is_stored_as_binary(dynamo_store: DynamoLeaseStore,
-                                                      dynamodb_client: Any) -> None:
-    assert dynamo_store.create_lease(Lease("shardId-1", lease_owner="w", checkpoint=TRIM_HORIZON)).applied
-    cp, pending = Checkpoint.at(LONG_SEQUENCE, 1), Checkpoint.at(LONG_SEQUENCE, 4)
-    outcome = dynamo_store.checkpoint("shardId-1", "w", cp, pending, b"\x00state")
-    assert outcome.applied and outcome.lease is not None
-    assert outcome.lease.pending_checkpoint == pending
-    item = raw_item(dynamodb_client, dynamo_store.tables.leases, "shardId-1")
-    assert item["pendingCheckpointState"] == {"B": b"\x00state"}
-    assert item["pendingCheckpointSubSequenceNumber"] == {"N": "4"}
-    assert dynamo_store.checkpoint("shardId-1", "w", SHARD_END).applied
-    item = raw_item(dynamodb_client, dynamo_store.tables.leases, "shardId-1")
-    assert not {"pendingCheckpoint", "pendingCheckpointSubSequenceNumber", "pendingCheckpointState"} & set(item)
+def test_a_kcl_rows_pending_checkpoint_keeps_its_types_until_a_checkpoint(dynamo_store: DynamoLeaseStore,
+                                                                          dynamodb_client: Any) -> None:
+    table = dynamo_store.tables.leases
+    pending = {"pendingCheckpoint": {"S": LONG_SEQUENCE}, "pendingCheckpointSubSequenceNumber": {"N": "4"},
+               "pendingCheckpointState": {"B": b"\x00state"}}
+    dynamodb_client.put_item(TableName=table, Item={
+        "leaseKey": {"S": "shardId-1"}, "leaseOwner": {"S": "w"}, "leaseCounter": {"N": "3"},
+        "checkpoint": {"S": "TRIM_HORIZON"}, "checkpointSubSequenceNumber": {"N": "0"},
+        "ownerSwitchesSinceCheckpoint": {"N": "0"}, **pending})
+    read = dynamo_store.get_lease("shardId-1")
+    assert read is not None and read.pending_checkpoint == Checkpoint.at(LONG_SEQUENCE, 4)
+    assert dynamo_store.renew("shardId-1", "w", 3, throughput_kbps=1.0).applied
+    assert dynamo_store.assign("shardId-1", "w2", "w", None).applied
+    item = raw_item(dynamodb_client, table, "shardId-1")
+    assert {name: item[name] for name in pending} == pending  # byte for byte, in KCL's types
+    assert dynamo_store.checkpoint("shardId-1", "w2", SHARD_END).applied
+    item = raw_item(dynamodb_client, table, "shardId-1")
+    assert not set(pending) & set(item)

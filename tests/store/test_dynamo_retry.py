@@ -155,7 +155,7 @@ def test_renew_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore, p
 
 def test_a_real_lost_renew_is_not_mistaken_for_a_lost_reply(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
     assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
-    assert store.take("shardId-1", "w2", 0).applied  # w2 now holds it at counter 1
+    assert store.assign("shardId-1", "w2", "w1", None).applied  # w2 now holds it at counter 1
     proxy.add([DROPPED])
 
     outcome = store.renew("shardId-1", "w1", 0)

@@ -194,7 +194,7 @@ def test_postgres_store_survives_its_connections_being_killed(postgres_server: A
         finally:
             admin.dispose()
         assert killed
-        outcome = store.take(KEY, OWNER, 0)
+        outcome = store.assign(KEY, OWNER, None, None)
     assert outcome.applied
     assert outcome.lease is not None
     assert outcome.lease.lease_owner == OWNER

@@ -26,7 +26,7 @@ from shardherd.shared.sql.store import SqlLeaseStore
 from shardherd.shared.store import TableNames
 from shardherd.shared.worker import LeaseProgress, WorkerRecord
 from tests.store.sql_support import SQL_BACKENDS, backend_url, start_up_together
-from tests.support.stores import unique_app
+from tests.support.stores import unique_app, worker_record
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 UNVERSIONED = ("ad91e78", "f9d6d77")
@@ -108,12 +108,12 @@ def assert_at_head_with_the_rows(url: str, engine: Engine, tables: TableNames) -
         lease = store.get_lease("shardId-000000000001")
         assert lease is not None and lease.lease_owner == "w1" and lease.lease_counter == 7
         assert lease.checkpoint == Checkpoint(SEQUENCE)
-        worker = store.get_worker("w1")
+        worker = worker_record(store, "w1")
         assert worker is not None and worker.heartbeat == 3
         assert store.get_state("Leader") == {"ownerName": "coord-1"}
         progress = {"shardId-000000000001": LeaseProgress(5, 10, 100)}
         store.upsert_worker(WorkerRecord("w2", 1763000001, heartbeat=1, lease_progress=progress))
-        written = store.get_worker("w2")
+        written = worker_record(store, "w2")
         assert written is not None and written.lease_progress == progress  # the column revision 0002 added
     finally:
         store.close()

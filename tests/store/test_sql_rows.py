@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, event, inspect, select, text
 
 from shardherd.shared.checkpoint import Checkpoint
-from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker, StoreError
+from shardherd.shared.errors import ConfigError, MalformedLease, StoreError
 from shardherd.shared.lease import Lease
 from shardherd.shared.sql.store import SqlLeaseStore
 from shardherd.shared.store import StateValue, TableNames
@@ -114,7 +114,7 @@ def test_every_lease_field_round_trips(store: SqlLeaseStore) -> None:
 @pytest.mark.parametrize(("given", "stored"), [(0.0000005, 0.000001), (1.2345674999, 1.234567), (3.0, 3.0)])
 def test_throughput_is_rounded_half_up_to_six_decimals(store: SqlLeaseStore, given: float, stored: float) -> None:
     store.create_lease(Lease("k"))
-    assert store.take("k", "w", 0).applied
+    assert store.assign("k", "w", None, None).applied
     renewed = store.renew("k", "w", 1, throughput_kbps=given)
     assert renewed.lease is not None
     assert renewed.lease.throughput_kbps == stored
@@ -191,8 +191,7 @@ def test_malformed_worker_rows_are_reported(store: SqlLeaseStore, url: str) -> N
     assert [worker.worker_id for worker in scan.workers] == ["ok"]
     assert scan.workers[0].metric_stats == {"C": (10.0, -1.0)}
     assert sorted(error.worker_id or "" for error in scan.malformed) == ["bad-opr", "bad-state", "bad-sts"]
-    with pytest.raises(MalformedWorker, match="sts"):
-        store.get_worker("bad-sts")
+    assert "sts" in str(next(error for error in scan.malformed if error.worker_id == "bad-sts"))
 
 
 # ------------------------------------------------------------------ pagination

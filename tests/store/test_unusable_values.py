@@ -28,7 +28,7 @@ from shardherd.shared.store import LeaseStore
 from shardherd.shared.worker import LeaseProgress, WorkerRecord
 from tests.services.harness import Replica
 from tests.store.conftest import expect_applied
-from tests.support.stores import make_store
+from tests.support.stores import make_store, worker_record
 
 BACKENDS = ("dynamodb", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres))
 
@@ -183,7 +183,7 @@ def test_a_worker_row_with_negative_lease_figures_is_planned_and_reported(plante
     planted.put_worker(owner, int(replica.clock.time()), {key: -3.0, "other": 4.0},
                        {key: {"records": -1, "bytes": 10}})
 
-    record = planted.store.get_worker(owner)
+    record = worker_record(planted.store, owner)
     assert record is not None
     assert record.lease_throughput == {"other": 4.0} and record.lease_progress == {}
     assert len(record.repairs) == 2

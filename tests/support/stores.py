@@ -8,6 +8,7 @@ from shardherd.shared.aws import make_client
 from shardherd.shared.memory_store import MemoryLeaseStore, MemoryTables
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import LeaseStore, TableNames
+from shardherd.shared.worker import WorkerRecord
 
 BACKENDS = ("dynamodb", "sqlite", "postgres", "memory")
 _counter = itertools.count()
@@ -46,3 +47,8 @@ def make_store(backend: str, *, moto_url: str | None = None, postgres_url: str |
         raise ValueError(f"unknown backend {backend}")
     store.ensure_tables()
     return store
+
+
+def worker_record(store: LeaseStore, worker_id: str) -> WorkerRecord | None:
+    """The worker's record as a scan of the worker table reads it (None if absent), for tests to look at one."""
+    return next((record for record in store.scan_workers().workers if record.worker_id == worker_id), None)
