@@ -19,7 +19,7 @@ from typing import Protocol
 
 import httpx
 
-from shardherd.coordinator.assignment_feed import FeedPosition
+from shardherd.shared.assignment_channel import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 

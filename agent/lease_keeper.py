@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardherd.coordinator.assignment_feed import HANDS_OFF
+from shardherd.shared.assignment_channel import HANDS_OFF
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings

@@ -21,9 +21,6 @@ from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
-from shardherd.coordinator.deciders.worker_metrics import classify
-from shardherd.coordinator.moves import WorkerStatus
-from shardherd.coordinator.snapshot import WorkerView
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
@@ -33,6 +30,7 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
 from shardherd.shared.worker import CPU_METRIC, WorkerRecord, common_metric_kinds
+from shardherd.shared.worker_metrics import WorkerStatus, classify
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -92,7 +90,7 @@ class MetricsReporter:
         cutoff = self._clock.time() - 2 * self._period
         others = [row.metric_stats for row in rows
                   if row.worker_id != self._me and row.last_update >= cutoff and not row.is_draining
-                  and classify(WorkerView.from_record(row)) is WorkerStatus.ACTIVE]
+                  and classify(row) is WorkerStatus.ACTIVE]
         return common_metric_kinds(others) if others else None
 
 

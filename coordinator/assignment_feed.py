@@ -9,6 +9,7 @@ it starts or stops from the store (strongly consistent), so a stale or wrong ans
 make a worker process a lease it does not own.
 
 A feed is named by the leader's epoch and a random nonce: versions of different terms or replicas are never compared.
+What a position holds, and how a lease relates to a worker, is the channel's protocol (shared/assignment_channel.py).
 
 The feed also tells the leader who is listening (docs/decisions/0010-leader-scans.md): an agent counts as on the
 channel while a request of it waits here or its last one ended within `REPOLL_GRACE_SECONDS` (the watch asks again at
@@ -26,13 +27,9 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from shardherd.shared.assignment_channel import FeedPosition, relations
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.lease import Lease
-
-# A lease's relation to a worker: it owns and processes it, receives it (handoff running), or hands it off.
-OWNS = "owns"
-RECEIVES = "receives"
-HANDS_OFF = "hands_off"
 
 # Signals: a worker's first request here, a waiting request its client dropped, an agent's news (see `signal`).
 JOINED = "joined"
@@ -41,28 +38,6 @@ NEWS = "news"
 
 REPOLL_GRACE_SECONDS = 2.0  # the watch asks again at once after an answer; longer without a request: off the channel
 FORGET_SECONDS = 3600.0  # a worker without a request for this long is forgotten (its next one is a JOINED again)
-
-
-@dataclass(frozen=True, slots=True)
-class FeedPosition:
-    """A worker's place in a feed: the feed's name, the worker's version and its leases (key -> relation)."""
-
-    feed: str
-    version: int
-    leases: dict[str, str]
-
-
-def relations(leases: Iterable[Lease]) -> dict[str, dict[str, str]]:
-    """Worker -> (lease key -> relation) for every lease that names the worker as owner or checkpoint owner."""
-    result: dict[str, dict[str, str]] = {}
-    for lease in leases:
-        if lease.checkpoint_owner is not None:
-            result.setdefault(lease.checkpoint_owner, {})[lease.lease_key] = HANDS_OFF
-            if lease.lease_owner is not None and lease.lease_owner != lease.checkpoint_owner:
-                result.setdefault(lease.lease_owner, {})[lease.lease_key] = RECEIVES
-        elif lease.lease_owner is not None:
-            result.setdefault(lease.lease_owner, {})[lease.lease_key] = OWNS
-    return result
 
 
 class NotLeading(Exception):

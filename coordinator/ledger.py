@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from shardherd.coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from shardherd.coordinator.moves import Move, MoveReason, Unplaced, UnplacedReason, WorkerSummary
 from shardherd.coordinator.snapshot import LeaseView, Snapshot
+from shardherd.shared.worker_metrics import WorkerStatus
 
 MIN_TOTAL_KBPS = 1e-6
 

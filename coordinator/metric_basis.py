@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardherd.coordinator.deciders.worker_metrics import classify
-from shardherd.coordinator.moves import WorkerStatus
 from shardherd.coordinator.snapshot import Snapshot, WorkerView
 from shardherd.shared.worker import common_metric_kinds
+from shardherd.shared.worker_metrics import WorkerStatus, classify
 
 
 def on_common_basis(snapshot: Snapshot) -> Snapshot:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from shardherd.coordinator.load_model import Line
+from shardherd.shared.worker_metrics import WorkerStatus
 
 
 class MoveReason(enum.Enum):
@@ -49,15 +50,6 @@ class UnplacedReason(enum.Enum):
     NO_ACTIVE_WORKER = "NO_ACTIVE_WORKER"
     NO_CAPACITY = "NO_CAPACITY"
     HANDOFF_PENDING = "HANDOFF_PENDING"
-
-
-class WorkerStatus(enum.Enum):
-    """How the decider treated a worker in this run."""
-
-    ACTIVE = "ACTIVE"
-    DRAINING = "DRAINING"
-    INVALID_METRICS = "INVALID_METRICS"
-    FAILING_METRIC = "FAILING_METRIC"
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,3 +70,32 @@ def test_python_dash_m_shardherd_runs_the_command_line() -> None:
                            cwd="/")
     assert shown.returncode == 0, shown.stderr
     assert "coordinator" in shown.stdout and "agent" in shown.stdout
+
+
+# Layering: the leader-agent protocol lives in shared/; an agent runs without the coordinator's code and shared/
+# serves every side. Package -> the packages it must not import (lazily inside a function included).
+FORBIDDEN = {"agent": ("coordinator",), "shared": ("coordinator", "agent", "services")}
+
+
+def _imported_packages(path: Path) -> list[tuple[int, str]]:
+    """(line, shardherd package) for every `shardherd.<package>` module the file imports, at any depth."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module] if node.module != "shardherd" else [f"shardherd.{a.name}" for a in node.names]
+        else:
+            continue
+        found.extend((node.lineno, module.split(".")[1]) for module in modules
+                     if module.startswith("shardherd.") and len(module.split(".")) > 1)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_agent_and_shared_import_nothing_from_the_layers_above(package: str) -> None:
+    sources = sorted((ROOT / package).rglob("*.py"))
+    assert len(sources) > 10
+    crossing = [f"{path.relative_to(ROOT)}:{line}: shardherd.{imported}" for path in sources
+                for line, imported in _imported_packages(path) if imported in FORBIDDEN[package]]
+    assert not crossing, crossing

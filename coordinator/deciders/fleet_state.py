@@ -36,13 +36,13 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
 from shardherd.coordinator.ledger import Ledger, priority_reason
 from shardherd.coordinator.load_model import Line, proportional
-from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus, WorkerSummary
+from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerSummary
 from shardherd.coordinator.snapshot import LeaseView, Snapshot
 from shardherd.shared.streams import stream_prefix
 from shardherd.shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
+from shardherd.shared.worker_metrics import WorkerStatus, classify, ema, room
 
 # How many receivers a placement may try before giving up on a lease (bounds the cost of retrying).
 RECEIVER_PROBES = 8

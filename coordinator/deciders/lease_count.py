@@ -17,8 +17,9 @@ import heapq
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.ledger import Ledger, priority_reason
-from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason, WorkerStatus
+from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason
 from shardherd.coordinator.snapshot import Snapshot
+from shardherd.shared.worker_metrics import WorkerStatus
 
 Slot = tuple[bool, int, str]
 NAME = "lease-count"

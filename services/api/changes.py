@@ -19,10 +19,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import BaseModel
 
-from shardherd.coordinator.assignment_feed import NEWS, FeedPosition, NotLeading
+from shardherd.coordinator.assignment_feed import NEWS, NotLeading
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.workers import WorkerId
+from shardherd.shared.assignment_channel import FeedPosition
 
 router = APIRouter(prefix="/v1", tags=["agents"])
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from shardherd.coordinator.deciders.worker_metrics import ema
 from shardherd.coordinator.leader_loop import reported_throughput
 from shardherd.coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
 from shardherd.services.api.models import LeaseOut, LeaseState, MalformedRow, WorkerOut, WorkerStateName
@@ -15,6 +14,7 @@ from shardherd.shared.lease import Lease
 from shardherd.shared.store import LeaseScan, WorkerScan
 from shardherd.shared.streams import stream_name_of
 from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.shared.worker_metrics import ema
 
 
 class HeartbeatObserver:

@@ -9,8 +9,9 @@ from typing import Any, cast
 import pytest
 
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
-from shardherd.coordinator.assignment_feed import OWNS, AssignmentFeed
+from shardherd.coordinator.assignment_feed import AssignmentFeed
 from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.assignment_channel import OWNS
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock

@@ -9,13 +9,12 @@ import pytest
 
 from shardherd.agent.metrics.sampler import MetricsSampler
 from shardherd.agent.runtime import Agent, MetricsReporter
-from shardherd.coordinator.deciders.worker_metrics import classify
-from shardherd.coordinator.moves import WorkerStatus
 from shardherd.coordinator.snapshot import WorkerView
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.worker import CPU_METRIC
+from shardherd.shared.worker_metrics import WorkerStatus, classify
 from tests.agent.test_metrics_sampler import ScriptedCpu
 
 

@@ -10,16 +10,13 @@ import pytest
 from shardherd.coordinator.assignment_feed import (
     DROPPED,
     FORGET_SECONDS,
-    HANDS_OFF,
     JOINED,
     NEWS,
-    OWNS,
-    RECEIVES,
     REPOLL_GRACE_SECONDS,
     AssignmentFeed,
     NotLeading,
-    relations,
 )
+from shardherd.shared.assignment_channel import HANDS_OFF, OWNS, RECEIVES, relations
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.lease import Lease
 

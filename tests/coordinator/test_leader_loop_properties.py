@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop
-from shardherd.coordinator.moves import WorkerStatus
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
@@ -29,6 +28,7 @@ from shardherd.shared.lease import Lease
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.store import TableNames
 from shardherd.shared.worker import FAILED_SAMPLE, WorkerRecord, WorkerState
+from shardherd.shared.worker_metrics import WorkerStatus
 
 EXAMPLES = 300  # generated fleets, plus the explicit examples below
 INTERVAL = 2.0

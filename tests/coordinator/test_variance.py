@@ -6,9 +6,9 @@ import pytest
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig as _DeciderConfig
 from shardherd.coordinator.decider_config import Strategy
-from shardherd.coordinator.deciders.worker_metrics import classify, ema, room
-from shardherd.coordinator.moves import MoveReason, Plan, UnplacedReason, WorkerStatus
+from shardherd.coordinator.moves import MoveReason, Plan, UnplacedReason
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.shared.worker_metrics import WorkerStatus, classify, ema, room
 from tests.coordinator.test_decide import counts, cpu, default, owned
 
 

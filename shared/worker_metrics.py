@@ -1,17 +1,45 @@
-"""Worker metric values as KCL 3.x reads them: the moving average of a history, a worker's status, its room to grow.
+"""Worker metric values as KCL 3.x reads them: a worker's status, the moving average of a history, its room to grow.
 
-Shared by the variance strategies (coordinator/deciders/), the metric basis of mixed fleets, the agent's own report
-check and the API's worker view, so every part reads a metric history the same way.
+Shared by the leader (the strategies in coordinator/deciders/, the metric basis of mixed fleets), the agent's own
+report check and the API's worker view, so every part reads a metric report the same way.
+
+Invariants:
+* A report with neither metrics nor operating range is a default-metric worker (balanced by throughput): ACTIVE.
+* A report is INVALID_METRICS when a metric has no positive, finite operating-range maximum or a sample that is not
+  finite or negative other than the failed-interval mark -1; FAILING_METRIC when, valid, its last sample of any metric
+  is -1; ACTIVE otherwise. DRAINING is the leader's judgement from the drain flag, never a report's.
+* -1 samples never enter a moving average; a history of only -1 averages to 0.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from shardherd.coordinator.moves import WorkerStatus
-from shardherd.coordinator.snapshot import WorkerView
 from shardherd.shared.worker import FAILED_SAMPLE
+
+
+class WorkerStatus(enum.Enum):
+    """How the leader treats a worker in a run (its report's status, or DRAINING)."""
+
+    ACTIVE = "ACTIVE"
+    DRAINING = "DRAINING"
+    INVALID_METRICS = "INVALID_METRICS"
+    FAILING_METRIC = "FAILING_METRIC"
+
+
+class MetricReport(Protocol):
+    """What a worker reports: metric histories (`sts`, oldest first) and operating ranges (`opr`)."""
+
+    @property
+    def metric_stats(self) -> Mapping[str, Sequence[float]]:
+        """Metric -> recent per-interval values, oldest first (-1 = a failed interval)."""
+
+    @property
+    def operating_range(self) -> Mapping[str, Sequence[float]]:
+        """Metric -> [maximum utilisation]."""
 
 
 def ema(values: Sequence[float], alpha: float) -> float:
@@ -24,9 +52,9 @@ def ema(values: Sequence[float], alpha: float) -> float:
     return 0.0 if result is None else result
 
 
-def classify(worker: WorkerView) -> WorkerStatus:
+def classify(worker: MetricReport) -> WorkerStatus:
     """Valid and reporting (ACTIVE), malformed metrics (INVALID_METRICS) or a last sample of -1 (FAILING_METRIC)."""
-    if worker.uses_default_metric:
+    if not worker.metric_stats and not worker.operating_range:  # a default-metric worker
         return WorkerStatus.ACTIVE
     if not worker.metric_stats:
         return WorkerStatus.INVALID_METRICS
