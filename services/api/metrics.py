@@ -21,6 +21,7 @@ from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
 from shardherd.services.api.leader import last_success_at
 from shardherd.services.leader_status import LeaderStatus
+from shardherd.shared.supervision_report import supervision_families
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
 
@@ -135,13 +136,14 @@ def leader_families(status: LeaderStatus | None, readable: bool, now: float,
 
 
 def replica_families(ctx: ApiContext) -> list[Metric]:
-    """What this replica alone knows: whether it leads and how often it gained or lost the lock."""
+    """What this replica alone knows: whether it leads, how often it gained or lost the lock, its threads' health."""
     changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
                                   labels=["change"])
     for change, count in sorted(ctx.watch.lock_changes().items()):
         changes.add_metric([change], count)
+    supervised = [] if ctx.supervisor is None else supervision_families(ctx.supervisor)
     return [_gauge("shardherd_replica_is_leader", "1 if this replica holds the leader lock",
-                   1 if ctx.lock.is_leader() else 0), changes]
+                   1 if ctx.lock.is_leader() else 0), changes, *supervised]
 
 
 class _Families(Collector):
