@@ -288,7 +288,7 @@ class SparkAgent(Agent):
         reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
         """
         register_source(spark)
-        if available_now and not self._thread.is_alive():
+        if available_now and not self.running():
             self.start()
         options = self.source_options()
         if self.options.max_partitions is None:
@@ -303,7 +303,7 @@ class SparkAgent(Agent):
             trigger = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(processing_time)
             self.probe_schedule.trigger = int(trigger.intervalMs()) / 1000
         query = writer.start()
-        if not self._thread.is_alive():
+        if not self.running():
             self.start()
         self.supervise(query)
         return query
@@ -319,7 +319,7 @@ class SparkAgent(Agent):
             if self._stopped:
                 return
             query = self._query
-            if drain and query is not None and query.isActive and self._thread.is_alive():
+            if drain and query is not None and query.isActive and self.running():
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
@@ -333,7 +333,7 @@ class SparkAgent(Agent):
                     thread.join(10)
             self._probe_pool.shutdown(wait=False, cancel_futures=True)
             self._commit_pool.shutdown(wait=False)
-            if self._thread.is_alive():
+            if self.running():
                 super().stop(drain, drain_timeout)
             self._stopped = True
 
@@ -407,7 +407,7 @@ class SparkAgent(Agent):
                 log.warning("%s: draining the agent's leases", self.stopped_because)
                 threading.Thread(target=self.stop, name="spark-agent-stop", daemon=True).start()
                 return
-            live = self.keeper.is_live() and self._thread.is_alive()
+            live = self.keeper.is_live() and self.running()
             was_live = was_live or live
             if was_live and not live:
                 self.stopped_because = "agent lost liveness"
