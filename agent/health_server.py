@@ -20,9 +20,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from shardherd.agent.progress import FailingBatch
 from shardherd.shared.supervision import Supervisor
 from shardherd.shared.supervision_report import supervision_families
+from shardherd.shared.worker import FailingBatch
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Per-lease progress the agent reports with its heartbeat: lag behind the stream tip, records and bytes handled.
 
-It also carries failed processing attempts, and the leases this worker gave back because it could not process them
+It also carries failed processing attempts, a batch the shard is stuck on (`failing`), and the leases this worker gave
+back because it could not process them
 (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another worker while one exists).
 """
 
@@ -8,22 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from shardherd.shared.clock import Clock, SystemClock
-from shardherd.shared.worker import LeaseProgress
+from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class FailingBatch:
-    """A shard stuck on a batch its processor keeps failing: since when (wall seconds), attempts, the last error."""
-
-    since: float
-    attempts: int
-    last_error: str
 
 
 class ProgressBoard:
@@ -76,7 +68,8 @@ class ProgressBoard:
         with self._guard:
             before = self._failing.get(lease_key)
             since = before.since if before is not None else self._clock.time()
-            failing = FailingBatch(since, (before.attempts if before is not None else 0) + 1, error)
+            failing = FailingBatch(since, (before.attempts if before is not None else 0) + 1,
+                                   error[:MAX_FAILING_ERROR_CHARS])
             self._failing[lease_key] = failing
             return failing
 
@@ -107,6 +100,7 @@ class ProgressBoard:
         now = self._clock.monotonic()
         with self._guard:
             self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
-            wanted = {key: self._progress[key] for key in lease_keys if key in self._progress}
+            wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key))
+                      for key in lease_keys if key in self._progress or key in self._failing}
             refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
             return {**refused, **wanted}

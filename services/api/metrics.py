@@ -135,6 +135,17 @@ def leader_families(status: LeaderStatus | None, readable: bool, now: float,
     return families
 
 
+def stuck_families(fleet: Fleet) -> list[Metric]:
+    """Leases whose owner is stuck on a batch its processor keeps failing: attempts so far (the shard blocks)."""
+    stuck = GaugeMetricFamily("shardherd_lease_failing_batch_attempts",
+                              "Failed deliveries of the batch the lease's owner is stuck on (0 leases: none stuck)",
+                              labels=["lease", "worker"])
+    for lease in fleet.leases:
+        if lease.failing_attempts:
+            stuck.add_metric([lease.lease_key, lease.checkpoint_owner or lease.owner or ""], lease.failing_attempts)
+    return [stuck]
+
+
 def replica_families(ctx: ApiContext) -> list[Metric]:
     """What this replica alone knows: whether it leads, how often it gained or lost the lock, its threads' health."""
     changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
@@ -165,7 +176,7 @@ def metrics(ctx: Annotated[ApiContext, Depends(context)]) -> Response:
     snapshot = ctx.snapshot()
     status = snapshot.status
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*fleet_families(snapshot.fleet),
+    registry.register(_Families([*fleet_families(snapshot.fleet), *stuck_families(snapshot.fleet),
                                  *leader_families(status, snapshot.status_problem is None, ctx.clock.time(),
                                                   last_success_at(status, snapshot.lock)),
                                  *replica_families(ctx)]))

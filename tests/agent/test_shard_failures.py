@@ -151,6 +151,12 @@ def test_a_batch_that_always_fails_blocks_its_shard_visibly_with_a_growing_wait(
         metrics = httpx.get(f"http://127.0.0.1:{agent.health.port}/metrics", timeout=5).text
         assert 'shardherd_shard_failing_batch_attempts{last_error="ValueError: the sink rejects record' in metrics
         assert f'shardherd_shard_failing_batch_seconds{{lease="{BAD_SHARD}"}}' in metrics
+        # The leader's view: the worker row carries it, the coordinator's API (and dashboard alert) shows it.
+        api = stack.coordinator.api
+        assert api is not None
+        wait_for(lambda: any(item["lease_key"] == BAD_SHARD and (item["failing_attempts"] or 0) >= 2
+                             for item in httpx.get(f"{api.url}/v1/assignments", timeout=5).json()["items"]), 10,
+                 "the stuck shard in the coordinator's API")
     lines = [record for record in caplog.records if BAD_SHARD in record.getMessage()]
     assert len(lines) == failing.attempts and all(record.exc_info is None for record in lines)  # no tracebacks
     assert stack.owners()[BAD_SHARD] == "agent-1"  # it blocks (no skipping): the poison-record policy decides later
