@@ -13,6 +13,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from types import TracebackType
 
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
 
@@ -26,6 +27,7 @@ class Chaos:
     error_rate: float = 0.0
     drop_rate: float = 0.0
     partitioned: bool = False
+    hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -44,7 +46,8 @@ class ChaosProxy(FaultyProxy):
         self._chaos = CALM
         self._rng = random.Random(seed)
         self._chaos_lock = threading.Lock()
-        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned
+        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned, hung
+        self._closing = threading.Event()  # set on exit: hung requests end, so closing the server does not wait
 
     @property
     def chaos(self) -> Chaos:
@@ -82,10 +85,20 @@ class ChaosProxy(FaultyProxy):
         super().__enter__()
         return self
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._closing.set()
+        super().__exit__(exc_type, exc, tb)
+
     def _next(self, target: str) -> Fault | None:
         scheduled = super()._next(target)
         if scheduled is not None:
             return scheduled
+        if self.chaos.hang:
+            self.served["hung"] += 1
+            while self.chaos.hang and not self._closing.wait(0.1):
+                pass
+            return DROPPED
         latency, fault = self._draw()
         if latency:
             time.sleep(latency)
