@@ -185,7 +185,7 @@ def test_a_heartbeat_thread_that_fails_turns_health_red_and_its_shards_move(
             proxy.denying = True
             denied = time.monotonic()
             red = wait_for(lambda: httpx.get(url, timeout=5).status_code == 503, 10, "agent-1's health red")
-            assert exits == [EXIT_GAVE_UP]
+            wait_for(lambda: exits == [EXIT_GAVE_UP], 10, "agent-1 giving up its leases and exiting")
             moved = wait_for(lambda: "agent-1" not in stack.owners().values(), 30, "agent-1's leases elsewhere")
             interval = doomed.settings.effective_heartbeat_interval_millis / 1000
             failover = doomed.settings.failover_time_millis / 1000

@@ -31,7 +31,7 @@ from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.supervision import EXIT_GAVE_UP, Kind, Supervisor
 from tests.support.faulty_proxy import Fault, FaultyProxy
-from tests.support.stores import make_store, unique_app
+from tests.support.stores import make_store, unique_app, worker_record
 from tests.support.waiting import wait_for
 
 KEY = "shardId-000000000000"
@@ -202,9 +202,9 @@ def test_a_driver_whose_jvm_died_gives_its_leases_back_and_exits(moto_server: Mo
         assert exits == [EXIT_GAVE_UP] and SPARK_SUPERVISOR in (agent.supervisor.gave_up or "")
         lease = store.get_lease(KEY)
         assert lease is not None and lease.lease_owner is None  # given back: no failover time lost
-        beat = store.get_worker("w1")
+        beat = worker_record(store, "w1")
         time.sleep(1.0)
-        assert store.get_worker("w1") == beat  # no heartbeat after giving up
+        assert worker_record(store, "w1") == beat  # no heartbeat after giving up
         answer = httpx.get(f"http://127.0.0.1:{agent.health.port}/healthz", timeout=5)
         assert answer.status_code == 503 and "Py4JNetworkError" in answer.json()["detail"]
     finally:

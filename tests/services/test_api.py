@@ -271,7 +271,7 @@ def test_a_shard_stuck_on_a_failing_batch_shows_in_assignments_and_metrics(repli
     since = replica.clock.time() - 40
     replica.lease_progress["w1"] = {key: LeaseProgress(failing=FailingBatch(since, 6, "ValueError: bad record 17"))}
     replica.heartbeat()
-    row = replica.store.get_worker("w1")
+    row = worker_record(replica.store, "w1")
     assert row is not None and row.lease_progress[key].failing == FailingBatch(float(int(since)), 6,
                                                                                 "ValueError: bad record 17")
     (lease,) = [item for item in replica.client.get("/v1/assignments").json()["items"] if item["lease_key"] == key]
