@@ -7,8 +7,11 @@ import logging
 import signal
 import threading
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from shardherd.coordinator.leader_lock import LeaderLock, LockKeeper
 from shardherd.coordinator.leader_loop import LeaderLoop, ShardSource
@@ -23,8 +26,10 @@ from shardherd.services.replicas import ReplicaReporter
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.dynamo.errors import is_transient
+from shardherd.shared.errors import ShardherdError
 from shardherd.shared.retry import RetryPolicy
-from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shard_lister import StreamNotFound, list_shards
 from shardherd.shared.shards import Shard
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
@@ -48,6 +53,34 @@ def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None
     return source
 
 
+def require_streams(settings: Settings, clock: Clock) -> None:
+    """Raise StreamNotFound naming each configured stream that does not exist, before any table is created.
+
+    A misspelled stream (or one in another region or account) would otherwise get a lease table of its own and a
+    coordinator that warns on every shard sync. Other failures (the service not answering yet) are left to the shard
+    sync, which retries them and reports them on /readyz.
+    """
+    if not settings.stream_names:
+        return
+    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
+    retry = RetryPolicy(clock=clock)
+    missing = []
+    for name in settings.stream_names:
+        try:
+            retry.call(partial(client.describe_stream_summary, StreamName=name), is_transient,
+                       f"DescribeStreamSummary for {name}")
+        except client.exceptions.ResourceNotFoundException:
+            missing.append(name)
+        except (ShardherdError, BotoCoreError, ClientError) as exc:
+            log.warning("could not check that stream %s exists (%s); starting anyway", name, exc)
+    if missing:
+        variable = "SHARDHERD_STREAMS" if settings.streams else "SHARDHERD_STREAM_NAME"
+        where = settings.kinesis_endpoint_url or f"region {settings.region}"
+        raise StreamNotFound(
+            f"stream {', '.join(missing)} does not exist at {where} ({variable}); not ready and no lease table "
+            f"created for application {settings.application_name}: create the stream or correct the name")
+
+
 @dataclass
 class CoordinatorService:
     """A running replica: the lock keeper thread and the loop thread; `stop()` releases leadership at once."""
@@ -68,6 +101,7 @@ class CoordinatorService:
     def build(cls, settings: Settings, clock: Clock | None = None) -> CoordinatorService:
         """Open the store (creating tables if needed) and construct the lock and the loop."""
         clock = clock or SystemClock()
+        require_streams(settings, clock)
         store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
