@@ -99,6 +99,7 @@ def test_spark_submit_of_the_example_reads_every_record_into_parquet_and_drains_
             job.wait()
     assert set(stack.owners().values()) == {None}, "the drain gave every lease back"
     assert sorted(parquet_payloads(output)) == sorted(stack.produced), "no record twice after the drain"
+    assert not (output / "_temporary").exists(), "the stop interrupted no write"
 
 
 def test_the_default_sink_logs_records_and_bytes_per_shard(spark: SparkSession,
