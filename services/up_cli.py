@@ -77,7 +77,7 @@ def register(sub: Any) -> None:
     add.add_argument("--watch", type=float, default=30.0, help="seconds to watch for leases moving to it")
     kill = actions.add_parser("kill-agent", help="SIGKILL an agent (default: the one with most leases)")
     kill.add_argument("name", nargs="?")
-    actions.add_parser("kill-leader", help="SIGKILL the leading coordinator replica")
+    leader = actions.add_parser("kill-leader", help="SIGKILL the leading coordinator replica")
     drain = actions.add_parser("drain", help="ask the leader to move every lease off a worker")
     drain.add_argument("worker")
     split = actions.add_parser("split", help="split a shard in the middle of its hash range")
@@ -89,6 +89,9 @@ def register(sub: Any) -> None:
     hot.add_argument("shard")
     hot.add_argument("--rate", type=float, default=1000.0, help="extra records per second (0 ends it)")
     hot.add_argument("--watch", type=float, default=30.0, help="seconds to watch for moves")
+    for action in (add, kill, leader, drain, split, merge, hot):  # after the scenario's name too, as for `status`
+        action.add_argument("--run-dir", default=argparse.SUPPRESS, help="the stack's run directory")
+        action.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for the effect")
     scenario.set_defaults(run=run_scenario)
 
 

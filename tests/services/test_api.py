@@ -262,3 +262,9 @@ def test_api_and_leader_judge_agents_and_kcl_workers_by_one_rule(store: LeaseSto
         summaries += replica.step()
     assert states() == {"agent-a": "expired", "kcl-b": "active"}
     assert summaries[-1] is not None and summaries[-1].active_workers == 1
+
+
+def test_the_favicon_a_browser_asks_for_is_served(replica: Replica) -> None:
+    icon = replica.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert b"<svg" in icon.content
