@@ -167,9 +167,12 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text
-    memory = re.search(r"startup: .* MiB in \d+ processes, agents (\d+) MiB \((\d+), (\d+)\)", text)
+    memory = re.search(r"startup: .* (\d+) MiB in \d+ processes, agents (\d+) MiB \((\d+), (\d+)\)", text)
     assert memory is not None, text  # two agents, each with its own figure (with Spark: JVM and workers included)
-    assert int(memory[1]) >= int(memory[2]) >= int(memory[3]) > 20
+    assert int(memory[1]) >= int(memory[2]) >= int(memory[3]) >= int(memory[4]) > 20  # the agents within the total
+    assert f"- {victim} ended on purpose (code -9); not started again" in text, text
+    shown = [int(count) for count in re.findall(r"\| (\d+) records in the agents' output", text)]
+    assert shown and shown == sorted(shown), "the output only grows"
     assert "stopped in" in text
     if mode is SPARK:  # the pipeline's Parquet: the survivor wrote records of the shards it took over
         moved = {outcome.subject for outcome in outcomes}
