@@ -159,6 +159,13 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         assert f"! {survivor} exited on its own (code -9); starting it again in 1 s" in text, text
         assert f"* {survivor} started again (pid {pids[f'{survivor} again']})" in text, text
 
+    if mode is PLAIN:  # a hot shard for a few seconds: no move that soon, and the scenario says why and what still runs
+        lines.clear()
+        hot = sorted(scenarios.snapshot().unfinished, key=lambda lease: lease["lease_key"])[0]["lease_key"]
+        assert scenarios.hot_shard(hot, 50, 2) == []
+        assert any(line.startswith("why no move: the leader's plan now") for line in lines), lines
+        assert f"the extra 50 records/s to {hot} keep running; `scenario hot-shard {hot} --rate 0` ends them" in lines
+
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0, output.read_text()
     assert not (run_dir / STATE_FILE).exists()
