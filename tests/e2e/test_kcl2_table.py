@@ -24,7 +24,7 @@ from shardherd.shared.store import LEASE_OWNER_INDEX
 from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
-from tests.support.stream_stack import kill_processes
+from tests.support.stream_stack import active_stream, kill_processes
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -43,9 +43,7 @@ def test_shardherd_continues_a_kcl_2x_table_after_each_checkpoint(moto_server: M
                                                                  tmp_path: Path) -> None:
     app = unique_app("kcl2")
     kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
-    kinesis.create_stream(StreamName=app, ShardCount=2)
-    wait_for(lambda: kinesis.describe_stream_summary(StreamName=app)["StreamDescriptionSummary"]["StreamStatus"]
-             == "ACTIVE", 30, "stream ACTIVE")
+    active_stream(kinesis, app, 2)
     sequences: dict[str, list[str]] = {}
     for index in range(2 * RECORDS):
         put = kinesis.put_record(StreamName=app, Data=f"r-{index}".encode(), PartitionKey=f"k{index}")
