@@ -312,10 +312,11 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
         reasons = Counter(move["reason"] for move in moved)
         details = [_detail(move) for move in moved[: args.details]]
         join = None if joined is None else join_line(joined, settled, acted)
-        return RunFigures(window, reasons, details, balancing_runs, settle_moves, settle_details, stack.all_assigned,
-                          up_startup_line(run_dir), join)
     finally:
         stack.stop()
+    # `up`'s output to a file is block-buffered: its start-up line is there once it has exited.
+    return RunFigures(window, reasons, details, balancing_runs, settle_moves, settle_details, stack.all_assigned,
+                      up_startup_line(run_dir), join)
 
 
 def follow_join(state: StackState, name: str, share: int, seconds: float) -> tuple[float | None, float | None]:
