@@ -6,8 +6,8 @@ STACK=$!
 until [ -f .shardherd/up/job.env ]; do sleep 1; done    # written once the stack's processes run
 set -a; . .shardherd/up/job.env; set +a                 # its application, stream, endpoints, coordinators, dummy keys
 export SHARDHERD_WORKER_ID=my-job                       # the job's name in the lease table
-export SPARK_LOCAL_IP=127.0.0.1                         # Spark on loopback, UI off, two local cores:
-export PYSPARK_SUBMIT_ARGS="--master local[2] --conf spark.ui.enabled=false --conf spark.driver.host=127.0.0.1 \
+export SPARK_LOCAL_IP=127.0.0.1                         # Spark on loopback, UI off, one local core:
+export PYSPARK_SUBMIT_ARGS="--master local[1] --conf spark.ui.enabled=false --conf spark.driver.host=127.0.0.1 \
 --conf spark.driver.bindAddress=127.0.0.1 pyspark-shell"
 python examples/spark_job.py --output "$PWD/my-job/records" --trigger "1 second" &
 JOB=$!
