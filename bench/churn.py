@@ -12,6 +12,11 @@ With `--scenario`, the action (`hot-shard` on the busiest shard, or `add-agent`)
 bench then reports how many balancing runs moved leases in the `--settle` seconds after it, and the owner changes in
 the window that follows (the issue's target: balanced within 3 balancing runs, then 0 further moves).
 
+Each run also prints the start-up and join figures the README and docs/spark.md quote: every shard assigned how many
+seconds after `shardherd up` started (as `up` itself reports it, and as seen from here), and with `add-agent` when
+the new agent got its first lease and when it held its share (shards // agents) after the action, in seconds and in
+the leader's balancing runs with moves (its published recent moves).
+
 `--set NAME=VALUE` passes a setting to every process of the stack (`SHARDHERD_NAME=VALUE`), e.g.
 `--set disable_worker_metrics=true`. Prints one line per run and the median and maximum over runs (the machine is
 shared and noisy).
@@ -77,6 +82,9 @@ class RunFigures:
     balancing_runs: int | None = None  # scenario: balancing runs with moves during the settle period
     settle_moves: int | None = None
     settle_details: list[str] = field(default_factory=list)  # scenario: the settle period's moves
+    all_assigned: float | None = None  # seconds from the start of `shardherd up` to every shard owned (seen here)
+    up_reported: str | None = None  # `up`'s own start-up line
+    join: str | None = None  # add-agent: first lease and share of the new agent
 
 
 def _poll(urls: list[str], token: str | None) -> dict[str, dict[str, Any]] | None:
@@ -227,6 +235,8 @@ class StackRun:
         args = [sys.executable, "-m", "shardherd", "up", "--api-port", "0", "--run-dir", str(run_dir),
                 "--interval", "10", "--spark" if spark else "--no-spark", *extra]
         self._log = open(run_dir / "up.out", "ab")  # noqa: SIM115 - closed in stop()
+        self.started = time.monotonic()
+        self.all_assigned: float | None = None
         self.process = subprocess.Popen(args, cwd=REPO_ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
 
@@ -243,6 +253,7 @@ class StackRun:
                 continue
             leases = _poll(state.api_urls(), state.api_token())
             if leases and len(leases) >= shards and all(lease["owner"] for lease in leases.values()):
+                self.all_assigned = time.monotonic() - self.started
                 return state
             time.sleep(1)
         raise RuntimeError(f"the stack in {self.run_dir} did not assign every shard within {START_TIMEOUT:.0f} s")
@@ -281,11 +292,15 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
             shard = _busiest_shard(state)
             request(state.control_socket, "hot-shard", shard=shard, rate=args.hot_rate)
             print(f"  hot-shard: {shard} +{args.hot_rate:.0f} records/s", flush=True)
-        elif args.scenario == "add-agent":
-            print(f"  add-agent: {request(state.control_socket, 'add-agent')['name']}", flush=True)
+        joined = None
+        if args.scenario == "add-agent":
+            name = request(state.control_socket, "add-agent")["name"]
+            print(f"  add-agent: {name}", flush=True)
             state = StackState.read(run_dir)
-        if args.scenario:
+            joined = follow_join(state, name, args.shards // (args.agents + 1), args.settle)
+        elif args.scenario:
             time.sleep(args.settle)
+        if args.scenario:
             settled = moves_since(_leader_status(state.api_urls(), state.api_token()), acted)
             balancing = [m for m in settled if m["reason"].startswith("BALANCE")]
             balancing_runs = len({m["run_started_at"] for m in balancing})
@@ -296,9 +311,45 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
         moved = moves_since(_leader_status(state.api_urls(), state.api_token()), began)
         reasons = Counter(move["reason"] for move in moved)
         details = [_detail(move) for move in moved[: args.details]]
-        return RunFigures(window, reasons, details, balancing_runs, settle_moves, settle_details)
+        join = None if joined is None else join_line(joined, settled, acted)
     finally:
         stack.stop()
+    # `up`'s output to a file is block-buffered: its start-up line is there once it has exited.
+    return RunFigures(window, reasons, details, balancing_runs, settle_moves, settle_details, stack.all_assigned,
+                      up_startup_line(run_dir), join)
+
+
+def follow_join(state: StackState, name: str, share: int, seconds: float) -> tuple[float | None, float | None]:
+    """Seconds after now until `name` owned its first lease and until it owned `share` leases (None: not seen)."""
+    began = time.monotonic()
+    first = held = None
+    while time.monotonic() - began < seconds:
+        leases = _poll(state.api_urls(), state.api_token()) or {}
+        owned = sum(1 for lease in leases.values() if lease["owner"] == name and not lease["checkpoint_owner"])
+        now = time.monotonic() - began
+        first = first if first is not None or not owned else now
+        held = held if held is not None or owned < share else now
+        time.sleep(0.5)
+    return first, held
+
+
+def join_line(joined: tuple[float | None, float | None], moves: list[dict[str, Any]], acted: float) -> str:
+    """`first lease after X s, its share after Y s (N balancing runs with moves before it)`."""
+    first, held = joined
+    runs = "-" if held is None else str(len({move["run_started_at"] for move in moves
+                                             if move["reason"].startswith("BALANCE")
+                                             and move["run_started_at"] <= acted + held}))
+    return (f"first lease after {'-' if first is None else f'{first:.1f} s'}, its share after "
+            f"{'-' if held is None else f'{held:.1f} s'} ({runs} balancing runs with moves before it)")
+
+
+def up_startup_line(run_dir: Path) -> str | None:
+    """`shardherd up`'s own start-up line (its figures count from its start), if it printed one."""
+    try:
+        lines = (run_dir / "up.out").read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    return next((line for line in lines if line.startswith("startup:")), None)
 
 
 def _detail(move: dict[str, Any]) -> str:
@@ -346,6 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"run {index + 1}: {w.moves} owner changes in {w.seconds:.0f} s ({w.per_ten_minutes():.0f} per 10 min);"
               f" handoff seconds {sum(w.stalled.values()):.1f}, worst shard-minute {worst:.1f} s; reasons "
               f"{dict(result.reasons) or '-'}{scenario}", flush=True)
+        assigned = "-" if result.all_assigned is None else f"{result.all_assigned:.1f} s"
+        print(f"  start-up: every shard owned {assigned} after `shardherd up` started (seen through the API); "
+              f"up says: {result.up_reported or '-'}", flush=True)
+        if result.join is not None:
+            print(f"  {args.scenario}: {result.join}", flush=True)
         for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
             print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: "
                   f"{' -> '.join(w.paths[key])}")

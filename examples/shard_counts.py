@@ -75,15 +75,18 @@ def main() -> int:
     def _stop(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
-    signal.signal(signal.SIGINT, _stop)
-    signal.signal(signal.SIGTERM, _stop)
+    def install() -> None:
+        signal.signal(signal.SIGINT, _stop)
+        signal.signal(signal.SIGTERM, _stop)
+
+    install()
     if args.duration is not None:
         timer = threading.Timer(args.duration, stopping.set)
         timer.daemon = True
         timer.start()
     print(f"joining {state.stream_name} as {args.worker}; Ctrl-C drains and prints the counts")
     return run_driver(settings, DriverOptions(out, master="local[2]"), stopping,
-                      after=lambda spark: print_counts(spark, out))
+                      after=lambda spark: print_counts(spark, out), on_session=install)
 
 
 if __name__ == "__main__":

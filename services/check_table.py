@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from shardherd.agent.shard_worker import start_position
-from shardherd.coordinator.leader_lock import LOCK_KEY
+from shardherd.coordinator.leader_lock import EPOCH_COUNTER_SUFFIX, LOCK_KEY
 from shardherd.coordinator.stream_sync import scope_problem
 from shardherd.services.leader_status import STATUS_KEY
 from shardherd.services.replicas import REPLICAS_KEY
@@ -173,6 +173,9 @@ def judge_state_item(item: dict[str, Any]) -> RowVerdict:
     if key == LOCK_KEY:
         return RowVerdict(key, "continue", "coordinator state: the leader lock (lock-client format); shardherd "
                                            "coordinators contend for it as KCL workers do")
+    if key == LOCK_KEY + EPOCH_COUNTER_SUFFIX:
+        return RowVerdict(key, "continue", "coordinator state: shardherd's leader epoch counter (each leadership's "
+                                           "fencing epoch; KCL does not read it)")
     if key in (STATUS_KEY, REPLICAS_KEY):
         return RowVerdict(key, "continue", "coordinator state: shardherd's own item")
     if key in KCL_STATE_ITEMS:

@@ -6,9 +6,15 @@ import argparse
 import importlib
 import importlib.util
 import sys
+import time
 from collections.abc import Sequence
 
 from shardherd.shared.errors import ShardherdError
+
+# When this command started (its first import, before the subcommands' imports): what `up --duration` and its start-up
+# figures count from. Not the process's create time, which in `bash -c "pip install ... && shardherd up"` is the
+# shell's, before the whole chain.
+STARTED = time.time()
 
 # Development tooling: in the package, not in the images (.dockerignore), so registered only where it is installed.
 DEV_COMMANDS = ("shardherd.services.demo", "shardherd.services.up_cli")

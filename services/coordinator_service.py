@@ -14,8 +14,11 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop, ShardSource
@@ -31,8 +34,10 @@ from shardherd.services.replicas import CHECK_SECONDS, ReplicaReporter
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings, load_settings
+from shardherd.shared.dynamo.errors import is_transient
+from shardherd.shared.errors import ShardherdError
 from shardherd.shared.retry import RetryPolicy, retry_deadline
-from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shard_lister import StreamNotFound, list_shards
 from shardherd.shared.shards import Shard
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
@@ -63,6 +68,34 @@ def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None
     return source
 
 
+def require_streams(settings: Settings, clock: Clock) -> None:
+    """Raise StreamNotFound naming each configured stream that does not exist, before any table is created.
+
+    A misspelled stream (or one in another region or account) would otherwise get a lease table of its own and a
+    coordinator that warns on every shard sync. Other failures (the service not answering yet) are left to the shard
+    sync, which retries them and reports them on /readyz.
+    """
+    if not settings.stream_names:
+        return
+    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
+    retry = RetryPolicy(clock=clock)
+    missing = []
+    for name in settings.stream_names:
+        try:
+            retry.call(partial(client.describe_stream_summary, StreamName=name), is_transient,
+                       f"DescribeStreamSummary for {name}")
+        except client.exceptions.ResourceNotFoundException:
+            missing.append(name)
+        except (ShardherdError, BotoCoreError, ClientError) as exc:
+            log.warning("could not check that stream %s exists (%s); starting anyway", name, exc)
+    if missing:
+        variable = "SHARDHERD_STREAMS" if settings.streams else "SHARDHERD_STREAM_NAME"
+        where = settings.kinesis_endpoint_url or f"region {settings.region}"
+        raise StreamNotFound(
+            f"stream {', '.join(missing)} does not exist at {where} ({variable}); not ready and no lease table "
+            f"created for application {settings.application_name}: create the stream or correct the name")
+
+
 @dataclass
 class CoordinatorService:
     """A running replica: the lock keeper thread and the loop thread; `stop()` releases leadership at once."""
@@ -88,6 +121,7 @@ class CoordinatorService:
         `exit` ends the process when a critical thread fails or stalls (default: os._exit; tests record it).
         """
         clock = clock or SystemClock()
+        require_streams(settings, clock)
         holder: list[LeaderLock] = []
         supervisor = Supervisor(clock, give_up=lambda why: _let_go(holder[0], clock),
                                 **({} if exit is None else {"exit": exit}))

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
     from shardherd.services.local_stack.state import StackState
 
 NARROW = 80
+WIDE = 120
+COLUMN_GAP = 3
+CHECKPOINT_ENDS = 8  # digits kept at each end of a long checkpoint in `--wide`
 
 
 class ApiError(ShardherdError):
@@ -164,28 +167,62 @@ def show_status(client: OperatorClient, console: Console, wide: bool = False) ->
     console.print(f"leader: [bold]{lock['owner'] or '-'}[/bold] epoch {lock['epoch'] or '-'}, last good run "
                   f"{_number(leader['last_success_age_seconds'])} s ago ({freshness})", highlight=False)
     console.print(f"replica: {client.url}", highlight=False)
-    workers = Table(title="workers", box=box.SIMPLE_HEAD, title_justify="left")
-    for column in ("worker", "state", "cpu %", "leases", "KiB/s", "beat s"):
-        workers.add_column(column, overflow="fold", no_wrap=column != "worker",
-                           justify="left" if column in ("worker", "state") else "right")
+    worker_rows = []
     for worker in client.call("GET", "/v1/workers")["items"]:
         state = worker["state"] + (" (drain)" if worker["drain_requested"] and worker["state"] != "draining" else "")
-        workers.add_row(worker["worker_id"], state, _number(worker["cpu_ema"]), str(worker["lease_count"]),
-                        _number(worker["throughput_kbps"]), _number(worker["heartbeat_age_seconds"]))
-    console.print(workers)
-    leases = Table(title="leases", box=box.SIMPLE_HEAD, title_justify="left")
-    columns = ["shard", "owner", "state", "KiB/s", "lag ms", "behind", "records"] + (["checkpoint"] if wide else [])
-    for column in columns:
-        leases.add_column(column, overflow="fold", no_wrap=column not in ("owner", "checkpoint"),
-                          justify="left" if column in ("shard", "owner", "state", "checkpoint") else "right")
+        worker_rows.append([worker["worker_id"], state, _number(worker["cpu_ema"]), str(worker["lease_count"]),
+                            _number(worker["throughput_kbps"]), _number(worker["heartbeat_age_seconds"])])
+    console.print(fitted("workers", ["worker", "state", "cpu %", "leases", "KiB/s", "beat s"], 2, worker_rows,
+                         console.width))
+    lease_rows = []
     for lease in client.leases():
         owner = lease["checkpoint_owner"] or lease["owner"] or "-"
         if lease["checkpoint_owner"]:
             owner += f" > {lease['owner']}"
         row = [lease["lease_key"], owner, lease["state"], _number(lease["throughput_kbps"]),
                _text(lease["millis_behind_latest"]), _text(lease["records_behind"]), _text(lease["records_processed"])]
-        leases.add_row(*row, *([lease["checkpoint"]] if wide else []))
-    console.print(leases)
+        lease_rows.append(row + ([_abbreviated(lease["checkpoint"])] if wide else []))
+    columns = ["shard", "owner", "state", "KiB/s", "lag ms", "behind", "records"]
+    console.print(fitted("leases", columns + (["checkpoint"] if wide else []), 3, lease_rows, console.width,
+                         keep_end=0))
+
+
+def fitted(title: str, columns: list[str], text_columns: int, rows: list[list[str]], width: int,
+           keep_end: int | None = None) -> Table:
+    """A table `width` columns wide at most, one line per row.
+
+    The first `text_columns` columns are cut short (`…`) as little as needed, the widest first; the figures after them
+    keep their width. Column `keep_end` keeps its values' ends (a shard id's number) instead of their starts. Columns
+    are 3 apart (the padding either side of the head's column separator).
+    """
+    natural = [max([len(name), *(len(row[index]) for row in rows)]) for index, name in enumerate(columns)]
+    room = width - sum(natural[text_columns:]) - COLUMN_GAP * (len(columns) - 1)
+    cap = max(natural[:text_columns], default=0)
+    while cap > 1 and sum(min(size, cap) for size in natural[:text_columns]) > room:
+        cap -= 1
+    widths = [min(size, cap) for size in natural[:text_columns]] + natural[text_columns:]
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", show_edge=False, pad_edge=False)
+    for index, name in enumerate(columns):
+        table.add_column(name[:widths[index]], width=widths[index], no_wrap=True, overflow="ellipsis",
+                         justify="left" if index < text_columns else "right")
+    for row in rows:
+        table.add_row(*(_cut(cell, widths[index], index == keep_end) for index, cell in enumerate(row)))
+    return table
+
+
+def _cut(cell: str, width: int, keep_end: bool) -> str:
+    if len(cell) <= width:
+        return cell
+    return "…" + cell[len(cell) - width + 1:] if keep_end else cell[:max(width - 1, 0)] + "…"
+
+
+def _abbreviated(checkpoint: str | None) -> str:
+    """A sequence number (up to 129 digits) as its first and last digits; sentinels as they are."""
+    if checkpoint is None:
+        return "-"
+    if len(checkpoint) <= 2 * CHECKPOINT_ENDS + 1:
+        return checkpoint
+    return f"{checkpoint[:CHECKPOINT_ENDS]}…{checkpoint[-CHECKPOINT_ENDS:]}"
 
 
 def _text(value: int | None) -> str:
@@ -228,7 +265,7 @@ def register(sub: Any) -> None:
     """Add the `status`, `drain` and `plan` subcommands."""
     status = sub.add_parser("status", help="show the leader, workers and leases (from the coordinator API)")
     _connection_args(status)
-    status.add_argument("--wide", action="store_true", help="add checkpoints; do not keep to 80 columns")
+    status.add_argument("--wide", action="store_true", help="add checkpoints (abbreviated); 120 columns, not 80")
     status.set_defaults(run=lambda args: _run(args, lambda client, console: show_status(client, console, args.wide)))
     drain = sub.add_parser("drain", help="ask the leader to move every lease off a worker")
     drain.add_argument("worker", help="the worker id")
@@ -243,8 +280,7 @@ def register(sub: Any) -> None:
 def _run(args: argparse.Namespace, show: Callable[[OperatorClient, Console], None]) -> int:
     client = client_for(args)
     console = Console()
-    if not getattr(args, "wide", False):
-        console = Console(width=min(console.width, NARROW))
+    console = Console(width=WIDE if getattr(args, "wide", False) else min(console.width, NARROW))
     try:
         show(client, console)
     finally:

@@ -16,16 +16,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import psutil
 from rich.console import Console
 
+from shardherd.services.cli import STARTED
 from shardherd.services.local_stack.pipeline import distinct_records
 from shardherd.services.local_stack.processor import distinct_keys
 from shardherd.services.local_stack.producer import ProducerStats
 from shardherd.services.local_stack.scenarios import Outcome, Scenarios
 from shardherd.services.local_stack.stack import LocalStack, StackFailed, StackOptions
 from shardherd.services.local_stack.state import StackState, run_dir
-from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, agents_memory, tree_memory
+from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, memory_line
 from shardherd.services.local_stack.supervisor import log_tail
 from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.errors import ConfigError
@@ -77,7 +77,7 @@ def register(sub: Any) -> None:
     add.add_argument("--watch", type=float, default=30.0, help="seconds to watch for leases moving to it")
     kill = actions.add_parser("kill-agent", help="SIGKILL an agent (default: the one with most leases)")
     kill.add_argument("name", nargs="?")
-    actions.add_parser("kill-leader", help="SIGKILL the leading coordinator replica")
+    leader = actions.add_parser("kill-leader", help="SIGKILL the leading coordinator replica")
     drain = actions.add_parser("drain", help="ask the leader to move every lease off a worker")
     drain.add_argument("worker")
     split = actions.add_parser("split", help="split a shard in the middle of its hash range")
@@ -89,6 +89,9 @@ def register(sub: Any) -> None:
     hot.add_argument("shard")
     hot.add_argument("--rate", type=float, default=1000.0, help="extra records per second (0 ends it)")
     hot.add_argument("--watch", type=float, default=30.0, help="seconds to watch for moves")
+    for action in (add, kill, leader, drain, split, merge, hot):  # after the scenario's name too, as for `status`
+        action.add_argument("--run-dir", default=argparse.SUPPRESS, help="the stack's run directory")
+        action.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for the effect")
     scenario.set_defaults(run=run_scenario)
 
 
@@ -100,7 +103,7 @@ def run_up(args: argparse.Namespace) -> int:
     that exits during start-up.
     """
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    started = psutil.Process().create_time()  # the command's start, imports included
+    started = STARTED  # the command's own start, imports included (not the process's: see services/cli.py)
     if args.spark:
         _require_spark()
     settings = load_settings()
@@ -140,7 +143,7 @@ def run_up(args: argparse.Namespace) -> int:
         began = time.monotonic()
         stack.stop()
         say(f"stopped in {time.monotonic() - began:.1f} s")
-    _report_records(stack, say, directory)
+    _report_records(stack, say, directory, printer.outside)
     return 0
 
 
@@ -191,18 +194,20 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
         startup.cancelled.set()
         watcher.join(5)
         store.close()
-    memory, count = tree_memory(os.getpid())
     say(f"startup: first lease assigned after {_seconds(startup.first_assignment)}, all {options.shards} "
         f"shards after {_seconds(startup.all_assigned)}, first records checkpointed after "
-        f"{_seconds(startup.first_checkpoint)} (from process start); memory "
-        f"{memory / 2**20:.0f} MiB in {count} processes, {agents_memory(stack)}")
+        f"{_seconds(startup.first_checkpoint)} (from the command's start); memory {memory_line(stack)}")
     if options.spark and startup.first_checkpoint is not None:
         say(f"first records written as Parquet under {options.pipeline_dir / 'records'} (one directory per agent)")
     return printer
 
 
-def _report_records(stack: LocalStack, say: Say, directory: Path) -> None:
-    """Produced against processed (distinct records per shard, from the agents' durable output)."""
+def _report_records(stack: LocalStack, say: Say, directory: Path, outside: set[str]) -> None:
+    """Produced against processed (distinct records per shard, from the agents' durable output).
+
+    Records not in the agents' output were read by none of them: still in the stream, unless workers outside the
+    stack (`outside`: a job of the user's, `examples.shard_counts`) held leases, which then read some of them.
+    """
     options, producer = stack.options, stack.producer
     produced = producer.stats if producer else ProducerStats()
     if options.spark:
@@ -216,8 +221,9 @@ def _report_records(stack: LocalStack, say: Say, directory: Path) -> None:
     behind = {shard: count - processed.get(shard, 0) for shard, count in sorted(produced.by_shard.items())
               if count != processed.get(shard, 0)}
     if behind:
-        say("not processed when stopped (still in the stream): " +
-            ", ".join(f"{shard} {count}" for shard, count in behind.items()))
+        where = (f"read by {', '.join(sorted(outside))} (workers outside the stack) or still in the stream"
+                 if outside else "still in the stream")
+        say(f"not in the agents' output ({where}): " + ", ".join(f"{shard} {count}" for shard, count in behind.items()))
     if options.spark:
         say(f"per-shard counts and bytes: {sys.executable} -m examples.shard_counts --counts --run-dir {directory}")
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from shardherd.agent.spark.commit import BatchFunction
     from shardherd.agent.spark.driver import SparkAgent, register_source
     from shardherd.agent.spark.offsets import Caps
+    from shardherd.agent.spark.signals import stop_signals
     from shardherd.shared.config import Settings, load_settings
     from shardherd.shared.errors import ShardherdError
 
@@ -32,10 +33,11 @@ _HOMES = {
     "SparkAgent": "shardherd.agent.spark.driver",
     "load_settings": "shardherd.shared.config",
     "register_source": "shardherd.agent.spark.driver",
+    "stop_signals": "shardherd.agent.spark.signals",
 }
 
 __all__ = ["Agent", "BatchFunction", "Caps", "Checkpointer", "RecordProcessor", "Settings", "ShardherdError",
-           "SparkAgent", "load_settings", "register_source"]
+           "SparkAgent", "load_settings", "register_source", "stop_signals"]
 
 
 def __getattr__(name: str) -> Any:

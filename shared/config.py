@@ -11,10 +11,12 @@ settings must not carry a password at all (rejected without echoing it).
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import socket
 import tomllib
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -342,22 +344,80 @@ def read_config_file(path: Path) -> dict[str, Any]:
 SECRET_SETTINGS = frozenset({"api_token", "sql_url"})
 URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
                           "api_advertise_url"})
+ENV_PREFIX = "SHARDHERD_"
+# SHARDHERD_* variables that are not settings, with who reads them: any other is a misspelling.
+OTHER_VARIABLES = frozenset({
+    CONFIG_FILE_ENV,  # this module: the TOML file
+    "SHARDHERD_RUN_DIR",  # services/local_stack/state.py: the `shardherd up` run directory
+    "SHARDHERD_UP_RECORDS_DIR",  # services/local_stack/processor.py: the stack's record-key files
+    "SHARDHERD_TEST_LEDGER",  # tests/support/file_ledger.py: the test ledger of agent subprocesses
+    "SHARDHERD_SCREENSHOT_DIR",  # tests/services/test_service.py: where the dashboard test keeps its screenshots
+})
+
+
+def _closest(name: str, known: list[str], prefix: str = "") -> str:
+    """` (did you mean X?)` for the known name closest to `name` (compared without `prefix`), or nothing."""
+    bare = {item.removeprefix(prefix): item for item in known}
+    matches = difflib.get_close_matches(name.removeprefix(prefix), list(bare), n=1, cutoff=0.6)
+    return f" (did you mean {bare[matches[0]]}?)" if matches else ""
+
+
+def unknown_names(environ: Mapping[str, str], file_keys: list[str]) -> list[str]:
+    """One line per SHARDHERD_* variable and config-file key that is no setting, with the closest name if any.
+
+    An error rather than a warning: a misspelled timing or endpoint otherwise runs with the default, which is
+    exactly what the user meant to change, and nothing in the running system shows it.
+    """
+    fields = sorted(Settings.model_fields)
+    variables = sorted({ENV_PREFIX + name.upper() for name in fields} | OTHER_VARIABLES)
+    lines = [f"{name}: not a shardherd variable{_closest(name.upper(), variables, ENV_PREFIX)}"
+             for name in sorted(environ) if name.upper().startswith(ENV_PREFIX) and name.upper() not in variables]
+    lines.extend(f"{_file_label()} key {key}: not a shardherd setting{_closest(key, fields)}"
+                 for key in file_keys if key not in Settings.model_fields)
+    return lines
+
+
+def _file_label() -> str:
+    return f"config file {os.environ.get(CONFIG_FILE_ENV)}"
+
+
+def _where(field: str, overrides: dict[str, Any], file_keys: list[str]) -> str:
+    """How the user wrote setting `field`: the argument, the SHARDHERD_* variable, or the config file's key."""
+    if field in overrides or field not in Settings.model_fields:
+        return field
+    variable = ENV_PREFIX + field.upper()
+    if any(name.upper() == variable for name in os.environ):
+        return variable
+    return f"{_file_label()} key {field}" if field in file_keys else field
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Build Settings from arguments, env and file; every invalid value is reported in one ConfigError.
+    """Build Settings from arguments, env and file; every invalid value and unknown name is in one ConfigError.
 
-    The message shows each bad value except secrets and URLs (which may hold a password): those are named only. The
-    pydantic error is not chained, so a traceback does not print the values either.
+    Each problem names what the user wrote (the SHARDHERD_* variable, the file's key, or the argument). The message
+    shows each bad value except secrets and URLs (which may hold a password): those are named only. The pydantic
+    error is not chained, so a traceback does not print the values either.
     """
+    path = os.environ.get(CONFIG_FILE_ENV)
+    file_keys = list(read_config_file(Path(path))) if path else []
+    lines = unknown_names(os.environ, file_keys)
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "settings"
-            hidden = {str(part) for part in error["loc"]} & (SECRET_SETTINGS | URL_SETTINGS)
-            shown = "value hidden" if hidden or where == "settings" else f"got {error.get('input')!r}"
-            lines.append(f"{where}: {error['msg']} ({shown})")
-        message = "invalid shardherd configuration:\n  " + "\n  ".join(lines)
-    raise ConfigError(message)
+        lines.extend(_error_lines(exc, overrides, file_keys))
+    if lines:
+        raise ConfigError("invalid shardherd configuration:\n  " + "\n  ".join(lines))
+    return settings
+
+
+def _error_lines(exc: ValidationError, overrides: dict[str, Any], file_keys: list[str]) -> list[str]:
+    lines = []
+    for error in exc.errors():
+        parts = [str(part) for part in error["loc"]]
+        if error["type"] == "extra_forbidden" and parts and parts[0] in file_keys:
+            continue  # an unknown file key: already named, with the closest setting
+        where = ".".join([_where(parts[0], overrides, file_keys), *parts[1:]]) if parts else "settings"
+        hidden = set(parts) & (SECRET_SETTINGS | URL_SETTINGS)
+        shown = "value hidden" if hidden or not parts else f"got {error.get('input')!r}"
+        lines.append(f"{where}: {error['msg']} ({shown})")
+    return lines

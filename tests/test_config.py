@@ -147,8 +147,10 @@ def test_one_error_names_every_bad_setting(monkeypatch: pytest.MonkeyPatch, tmp_
     with pytest.raises(ConfigError) as caught:
         load_settings(dampening_percentage=0, worker_metrics_ema_alpha=1.5, application_name="x")
     message = str(caught.value)
-    for name in ("failover_time_millis", "liveness_mode", "variance_balancing_frequency", "dampening_percentage",
-                 "worker_metrics_ema_alpha", "application_name"):
+    # Each named as the user wrote it: the variable, the file's key, the argument.
+    for name in ("SHARDHERD_FAILOVER_TIME_MILLIS:", "SHARDHERD_LIVENESS_MODE:",
+                 "shardherd.toml key variance_balancing_frequency:", "dampening_percentage:",
+                 "worker_metrics_ema_alpha:", "application_name:"):
         assert name in message, name
     assert "ten seconds" in message
     assert "epsilon_millis" not in message
@@ -204,14 +206,46 @@ DURATIONS = [name for name in Settings.model_fields if name.endswith(("_millis",
 def test_every_duration_setting_has_an_upper_bound(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A typo such as 99999999999999999999 is refused with the setting's name, from env like from arguments."""
     monkeypatch.setenv(f"SHARDHERD_{name.upper()}", "99999999999999999999")
-    with pytest.raises(ConfigError, match=f"{name}: Input should be less than or equal to"):
+    with pytest.raises(ConfigError, match=f"SHARDHERD_{name.upper()}: Input should be less than or equal to"):
         load_settings()
 
 
 def test_unknown_setting_in_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_toml(tmp_path, "[shardherd]\nfailover_millis = 5000\n", monkeypatch)
-    with pytest.raises(ConfigError, match="failover_millis"):
+    with pytest.raises(ConfigError) as caught:
         load_settings()
+    assert "shardherd.toml key failover_millis: not a shardherd setting (did you mean failover_time_millis?)" \
+        in str(caught.value)
+    assert "Extra inputs" not in str(caught.value)
+
+
+def test_a_misspelled_variable_is_an_error_with_the_closest_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDHERD_FAILOVER_TIME_MILIS", "3000")
+    monkeypatch.setenv("SHARDHERD_NOTHING_LIKE_IT", "1")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "SHARDHERD_FAILOVER_TIME_MILIS: not a shardherd variable (did you mean SHARDHERD_FAILOVER_TIME_MILLIS?)" \
+        in message
+    assert "SHARDHERD_NOTHING_LIKE_IT: not a shardherd variable\n" in message + "\n"
+
+
+def test_variables_other_modules_read_are_not_unknown(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SHARDHERD_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDHERD_UP_RECORDS_DIR", str(tmp_path))
+    monkeypatch.setenv("SHARDHERD_FAILOVER_TIME_MILLIS", "20000")
+    assert load_settings().failover_time_millis == 20_000
+
+
+def test_unknown_names_and_bad_values_come_in_one_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    write_toml(tmp_path, "[shardherd]\nliveness = 'lease'\nepsilon_millis = -1\n", monkeypatch)
+    monkeypatch.setenv("SHARDHERD_REGON", "eu-west-1")
+    with pytest.raises(ConfigError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "SHARDHERD_REGON: not a shardherd variable (did you mean SHARDHERD_REGION?)" in message
+    assert "key liveness: not a shardherd setting (did you mean liveness_mode?)" in message
+    assert "shardherd.toml key epsilon_millis: Input should be greater than or equal to 0 (got -1)" in message
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,7 +277,7 @@ def test_a_bad_secret_is_named_but_never_echoed(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("SHARDHERD_API_TOKEN", secret)  # too short: 14 characters
     with pytest.raises(ConfigError) as caught:
         load_settings()
-    assert "api_token" in str(caught.value) and "at least 16 characters" in str(caught.value)
+    assert "SHARDHERD_API_TOKEN:" in str(caught.value) and "at least 16 characters" in str(caught.value)
     assert secret not in _failure_text(caught)
     assert caught.value.__cause__ is None and caught.value.__context__ is None  # no pydantic error with inputs
 

@@ -13,11 +13,16 @@ waited for it. A handoff requested before the write started excludes the shard f
 never waiting for a batch. A lost lease turns that shard's checkpoint into a logged no-op; the query keeps running for
 the other shards. A failed write checkpoints nothing and reaches Spark as
 a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
+
+Stopping: `close()` lets the batch being written finish and makes later batches return without writing, so the
+query's stop interrupts no write (which would leave the sink's `_temporary` directory behind). A batch not written is
+not checkpointed: the shard's next owner reads it from the lease's checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
@@ -80,9 +85,31 @@ class CheckpointingSink:
         self._committer = committer
         self._write = write
         self._location = checkpoint_location
+        self._idle = threading.Condition()
+        self._in_flight = 0
+        self._closing = False
+
+    def close(self, timeout: float) -> bool:
+        """Write no further batch; wait up to `timeout` s for the one being written. False if it still runs."""
+        with self._idle:
+            self._closing = True
+            return self._idle.wait_for(lambda: self._in_flight == 0, timeout)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
-        """Process one micro-batch (Spark calls this in the driver process)."""
+        """Process one micro-batch (Spark calls this in the driver process); none once the sink is closed."""
+        with self._idle:
+            if self._closing:
+                log.info("batch %d: not written, the query is stopping (not checkpointed)", batch_id)
+                return
+            self._in_flight += 1
+        try:
+            self._process(df, batch_id)
+        finally:
+            with self._idle:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _process(self, df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F  # noqa: N812
 
         began = time.monotonic()

@@ -104,6 +104,7 @@ class SparkAgent(Agent):
         self._pending_guard = threading.Lock()
         self._first_batch_done = False
         self._query: StreamingQuery | None = None
+        self._sink: CheckpointingSink | None = None
         self._halt = threading.Event()
         self._wake_prober = threading.Event()  # set on stop: the probe loop ends without waiting for its next round
         self._stopping = threading.Lock()
@@ -165,7 +166,8 @@ class SparkAgent(Agent):
 
         `checkpoint_location` is the query's: the sink reads each batch's plan from Spark's offset log there.
         """
-        return CheckpointingSink(self, write, checkpoint_location)
+        self._sink = CheckpointingSink(self, write, checkpoint_location)
+        return self._sink
 
     def held_shards(self) -> set[str]:
         """Shards whose rows may be written now."""
@@ -335,6 +337,8 @@ class SparkAgent(Agent):
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
             self._wake_prober.set()
+            if self._sink is not None:  # the stop interrupts no write (no `_temporary` directory left behind)
+                self._sink.close(CHECKPOINT_WAIT_SECONDS)
             if query is not None and active and _answers(query):
                 query.stop()
             self.await_checkpoints(CHECKPOINT_WAIT_SECONDS)  # what was written is stored before leases are given back

@@ -46,6 +46,10 @@ def create_app(ctx: ApiContext) -> FastAPI:
     def dashboard() -> FileResponse:
         return FileResponse(DASHBOARD / "index.html", headers={"Cache-Control": "no-cache"})
 
+    @app.get("/favicon.ico", include_in_schema=False)
+    def favicon() -> FileResponse:  # browsers ask for it whatever the page links
+        return FileResponse(DASHBOARD / "favicon.svg", media_type="image/svg+xml")
+
     @app.get("/docs", include_in_schema=False)
     def docs() -> HTMLResponse:
         return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} (docs)",

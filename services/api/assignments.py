@@ -54,7 +54,10 @@ def list_assignments(
         and (state is None or lease.state == state)
     ]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
-    page = remaining[:limit]
+    now = ctx.clock.time()  # the snapshot may be seconds old: ages as of this answer, from when the moves were seen
+    page = [lease if lease.checkpoint_moved_at is None else lease.model_copy(
+        update={"checkpoint_age_seconds": round(max(0.0, now - lease.checkpoint_moved_at), 3)})
+        for lease in remaining[:limit]]
     if explain_ and page:
         try:
             reasons = explain(read_status(ctx.store), (lease.lease_key for lease in page))

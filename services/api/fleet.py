@@ -38,29 +38,78 @@ class HeartbeatObserver:
             return {worker.worker_id: heartbeat_age(self._watcher, worker, now, wall) for worker in workers}
 
 
-class CheckpointAges:
-    """Seconds since each lease's checkpoint last moved, on this replica's monotonic clock.
+RATE_WINDOW_SECONDS = 30.0  # records/s: over the checkpoints seen in this window ...
+MIN_RATE_SPAN_SECONDS = 5.0  # ... once they span at least this long
 
-    The store keeps no checkpoint time, so the replica notes when it first sees each checkpoint value: the age counts
-    from the replica's first look at a lease (a replica just started shows small ages until a checkpoint moves).
+
+@dataclass(frozen=True, slots=True)
+class CheckpointMotion:
+    """When a lease's checkpoint took its current value (wall clock) and the records/s of its owner's checkpoints."""
+
+    moved_at: float
+    records_per_second: float | None
+
+
+class CheckpointAges:
+    """When each lease's checkpoint last moved and how fast its records go, from the checkpoints' own progress.
+
+    The store keeps no checkpoint time, so the replica notes (at the scan's time, on the wall clock) when it first sees
+    each checkpoint value: the age counts from the replica's first look at a lease. The rate is the records the owner
+    reported (`records_processed`, stored with each checkpoint; from older agents, in the heartbeat) between the oldest
+    and the newest figure seen in the last RATE_WINDOW_SECONDS, over the time between them: figures of the data, not of
+    when a page happened to poll, so a reading never drops to 0 because two polls saw the same cached scan. A shard
+    whose checkpoint has not moved for the whole window reads 0; a new owner starts a new series.
     """
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._seen: dict[str, tuple[str, float]] = {}
+        self._samples: dict[str, list[tuple[float, int, str | None]]] = {}  # (wall, records, holder), oldest first
         self._guard = threading.Lock()
 
-    def ages(self, leases: list[Lease], at: float | None = None) -> dict[str, float]:
-        """Lease key -> seconds its checkpoint has stayed as it is, as of `at` (default now); others are forgotten."""
-        now = self._clock.monotonic() if at is None else min(at, self._clock.monotonic())
+    def motions(self, leases: list[LeaseOut], at: float | None = None) -> dict[str, CheckpointMotion]:
+        """Lease key -> CheckpointMotion as of `at` (the scan's monotonic time; default now); others are forgotten."""
+        wall = self._wall(at)
         with self._guard:
             seen: dict[str, tuple[str, float]] = {}
+            samples: dict[str, list[tuple[float, int, str | None]]] = {}
             for lease in leases:
                 value = str(lease.checkpoint)
                 before = self._seen.get(lease.lease_key)
-                seen[lease.lease_key] = before if before is not None and before[0] == value else (value, now)
-            self._seen = seen
-        return {key: round(now - since, 3) for key, (_, since) in seen.items()}
+                seen[lease.lease_key] = before if before is not None and before[0] == value else (value, wall)
+                samples[lease.lease_key] = _sampled(self._samples.get(lease.lease_key, []), lease, wall)
+            self._seen, self._samples = seen, samples
+            return {key: CheckpointMotion(since, _rate(samples[key], wall)) for key, (_, since) in seen.items()}
+
+    def _wall(self, at: float | None) -> float:
+        now = self._clock.monotonic()
+        return self._clock.time() - (now - min(at, now) if at is not None else 0.0)
+
+
+def _sampled(samples: list[tuple[float, int, str | None]], lease: LeaseOut,
+             wall: float) -> list[tuple[float, int, str | None]]:
+    """The lease's samples with this scan's figure added when it moved; older than the window dropped."""
+    records, holder = lease.records_processed, lease.checkpoint_owner or lease.owner
+    if records is None:
+        return []
+    if samples and (samples[-1][2] != holder or records < samples[-1][1]):
+        samples = []  # a new owner counts from its takeover
+    if not samples or records != samples[-1][1]:
+        samples = [*samples, (wall, records, holder)]
+    keep = [sample for sample in samples if sample[0] >= wall - RATE_WINDOW_SECONDS]
+    return keep or samples[-1:]
+
+
+def _rate(samples: list[tuple[float, int, str | None]], wall: float) -> float | None:
+    """Records/s over the window; 0 for a checkpoint that did not move in the whole window; None while unknown."""
+    if not samples:
+        return None
+    if wall - samples[-1][0] >= RATE_WINDOW_SECONDS:
+        return 0.0
+    span = samples[-1][0] - samples[0][0]
+    if span < MIN_RATE_SPAN_SECONDS:
+        return None
+    return round((samples[-1][1] - samples[0][1]) / span, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +137,8 @@ def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settin
     expired = {wid for wid, age in ages.items() if age > grace.of(records[wid])}
     leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
     if checkpoints is not None:
-        held = checkpoints.ages(lease_scan.leases, at)
-        leases = [lease.model_copy(update={"checkpoint_age_seconds": held.get(lease.lease_key)}) for lease in leases]
+        motions = checkpoints.motions(leases, at)
+        leases = [lease.model_copy(update=_motion_fields(motions.get(lease.lease_key))) for lease in leases]
     leases.sort(key=lambda item: item.lease_key)
     workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings) for wid in sorted(records)]
     return Fleet(
@@ -100,6 +149,12 @@ def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settin
         [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
          if lease.repairs],
     )
+
+
+def _motion_fields(motion: CheckpointMotion | None) -> dict[str, float | None]:
+    if motion is None:
+        return {}
+    return {"checkpoint_moved_at": motion.moved_at, "records_per_second": motion.records_per_second}
 
 
 def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseState:

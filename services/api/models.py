@@ -79,8 +79,14 @@ class LeaseOut(BaseModel):
     bytes_processed: Annotated[int | None, Field(
         description="bytes of record data the current owner handled since it took the lease")] = None
     checkpoint_age_seconds: Annotated[float | None, Field(
-        description="seconds since the checkpoint last moved, as this replica saw it (counted from the replica's "
-                    "first look at the lease)")] = None
+        description="seconds since the checkpoint last moved, as of this answer, as the replica that scanned the "
+                    "leases saw it (counted from that replica's first look at the lease)")] = None
+    checkpoint_moved_at: Annotated[float | None, Field(
+        description="when the checkpoint took its current value (epoch seconds), as the scanning replica saw it",
+    )] = None
+    records_per_second: Annotated[float | None, Field(
+        description="records the owner checkpointed per second over the last 30 s of its checkpoints (0 when the "
+                    "checkpoint did not move in that time; null until 5 s of checkpoints are seen)")] = None
     failing_since: Annotated[float | None, Field(
         description="the owner is stuck on a batch its processor keeps failing: since when (wall seconds on the "
                     "owner); null while it is not")] = None

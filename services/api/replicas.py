@@ -35,12 +35,17 @@ class ReplicasPage(BaseModel):
 @router.get("/replicas", response_model=ReplicasPage, responses=AUTH_RESPONSES,
             summary="Every coordinator replica: API URL, leading or following, last report, last error")
 def list_replicas(ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
-    """The replica list every replica keeps fresh in the coordinator-state table."""
+    """The replica list every replica keeps fresh in the coordinator-state table.
+
+    A replica counts as leading only while it holds the lock: a leader killed before it could report otherwise keeps
+    its last report (`leading`) until its entry ages out.
+    """
     try:
         entries, _ = read_replicas(ctx.store)
     except MalformedReplicas as exc:
         return ReplicasPage(items=[], error=str(exc))
-    now = ctx.clock.time()
+    now, holder = ctx.clock.time(), ctx.snapshot().lock.owner
     return ReplicasPage(items=[
-        ReplicaOut(**entry.model_dump(), report_age_seconds=round(max(0.0, now - entry.reported_at), 3),
+        ReplicaOut(**entry.model_dump(exclude={"leading"}), leading=entry.leading and entry.replica_id == holder,
+                   report_age_seconds=round(max(0.0, now - entry.reported_at), 3),
                    silent=now - entry.reported_at > SILENT_REPORTS * KEEPALIVE_SECONDS) for entry in entries])

@@ -56,15 +56,21 @@ class SnapshotCache:
         self._own_status = own_status
         self._from_leader = from_leader
         self._snapshot: ApiSnapshot | None = None
+        self._source: TimedScans | None = None  # the leader's scans the snapshot was built from, if it was
         self._taken = 0.0
         self._guard = threading.Lock()
 
     def get(self) -> ApiSnapshot:
-        """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store."""
+        """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
+
+        On the leader a newer run's view replaces the cached snapshot at once (it costs no store read), so the ages
+        and rates served there are as fresh as the leader's own view.
+        """
         with self._guard:
             now = self._clock.monotonic()
-            if self._snapshot is not None and now - self._taken < self.max_age:
+            if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view():
                 return self._snapshot
+            self._source = None
             self._snapshot = self._own() or (self._from_leader() if self._from_leader is not None else None)
             if self._snapshot is None:
                 self._snapshot = self._read()
@@ -78,7 +84,12 @@ class SnapshotCache:
         known, status = self._own_status() if self._own_status is not None else (False, None)
         if scans is None or lock is None or not known:
             return None
+        self._source = scans
         return ApiSnapshot(self._judge(scans), lock, status, None)
+
+    def _newer_view(self) -> bool:
+        """The snapshot was built from the leader's view, and the leader has a newer one."""
+        return self._source is not None and self._leader_scans(self.max_age) not in (None, self._source)
 
     def _read(self) -> ApiSnapshot:
         """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""

@@ -201,7 +201,28 @@ class Scenarios:
                     outcomes.append(Outcome(key, now, elapsed))
                 owners[key] = now
         self.say(f"{shard} peaked at {peak:.1f} KiB/s; {len(outcomes)} moves in {watch:.0f} s")
+        if not outcomes:
+            self.say(f"why no move: {self._why_no_moves()}")
+        if rate > 0:
+            self.say(f"the extra {rate:.0f} records/s to {shard} keep running; "
+                     f"`scenario hot-shard {shard} --rate 0` ends them")
         return outcomes
+
+    def _why_no_moves(self) -> str:
+        """What the leader's dry run says now, and the persistence window a move waits for."""
+        client = OperatorClient(self.state.api_urls(), self.state.api_token())
+        try:
+            plan = client.call("POST", "/v1/plan")
+        except ApiError as exc:
+            return f"the leader's plan could not be read ({exc})"
+        finally:
+            client.close()
+        window = ("balancing acts on a worker's load only once every report of rebalance_persistence_millis "
+                  "(30 s by default) showed it (decision 0013)")
+        if plan["moves"]:
+            return f"the leader's plan now has {len(plan['moves'])} moves, for its next balancing run; {window}"
+        notes = "; ".join(plan["notes"]) or ("balanced" if plan["balanced"] else "no move lowers a peak enough")
+        return f"the leader's plan now moves nothing ({notes}); {window}"
 
     def _kinesis(self) -> Any:
         return make_client("kinesis", self.state.region, self.state.kinesis_endpoint_url)

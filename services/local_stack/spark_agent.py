@@ -49,10 +49,13 @@ class DriverOptions:
 
 
 def run_driver(settings: Settings, options: DriverOptions, stopping: threading.Event,
-               after: Callable[[SparkSession], None] | None = None, drain: Callable[[], bool] = lambda: True) -> int:
+               after: Callable[[SparkSession], None] | None = None, drain: Callable[[], bool] = lambda: True,
+               on_session: Callable[[], object] = lambda: None) -> int:
     """Run the pipeline until `stopping` is set (exit code 0) or the query ends by itself (exit code 1).
 
     On `stopping` the agent drains if `drain()` says so, else it gives its leases back at once (the fleet stops).
+    `on_session` runs once the session is up: where the caller installs its signal handlers again, as the session's
+    SparkContext replaced the SIGINT one (agent/spark/signals.py).
 
     `after` gets the session once the agent has drained, before Spark stops (the example prints counts with it).
     """
@@ -67,6 +70,7 @@ def run_driver(settings: Settings, options: DriverOptions, stopping: threading.E
     try:
         spark = local_spark(f"shardherd-{worker}", options.master, options.driver_memory)
         log.info("Spark session up after %.1f s", time.monotonic() - started)
+        on_session()
         if not stopping.is_set():
             spark.streams.addListener(BatchTimingLog())
             query = agent.run_query(spark, write_records(records_dir(options.out, worker)),
@@ -108,7 +112,8 @@ def main() -> int:
     signals = StopSignals().install()
     options = DriverOptions(args.out, args.master, args.driver_memory, args.max_records, args.trigger,
                             drain_timeout=args.drain_timeout)
-    return run_driver(load_settings(), options, signals.stopping, drain=lambda: signals.drain)
+    return run_driver(load_settings(), options, signals.stopping, drain=lambda: signals.drain,
+                      on_session=signals.install)
 
 
 if __name__ == "__main__":

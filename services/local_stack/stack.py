@@ -6,6 +6,10 @@ Agents are local Spark drivers running the example pipeline (`shardherd.services
 Stop order on Ctrl-C/SIGTERM: the producer, then the coordinators (leadership released, so no leader reassigns
 leases while agents stop), then all agents (checkpoints written, leases given back at once: there is nobody to drain
 to), then the emulators. Every child also stops itself if this process dies.
+
+With the state file the stack writes `<run dir>/job.env`: the variables a job of the user's needs to join the stack
+as one more worker (application, stream, region, endpoints, coordinator URLs, the stack's timings, dummy AWS keys for
+the emulators), one `NAME=value` line each, shell-quoted (`set -a; . job.env; set +a`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import os
 import random
 import secrets
+import shlex
 import signal
 import threading
 import time
@@ -32,6 +37,7 @@ from shardherd.services.local_stack.producer import Producer, ZipfKeys
 from shardherd.services.local_stack.restarts import Restarts
 from shardherd.services.local_stack.state import (
     CONTROL_SOCKET,
+    JOB_ENV_FILE,
     LOG_DIR,
     STATE_FILE,
     TOKEN_FILE,
@@ -303,9 +309,27 @@ class LocalStack:
                           [*self.emulators.entries(), *processes])
 
     def write_state(self) -> None:
-        """Rewrite the state file."""
+        """Rewrite the state file and the job environment."""
         with self._guard:
             self.state().write(self.options.run_dir)
+            temporary = self.options.run_dir / (JOB_ENV_FILE + ".tmp")
+            temporary.write_text("".join(f"{name}={shlex.quote(value)}\n"
+                                         for name, value in sorted(self.job_env().items())), encoding="utf-8")
+            temporary.replace(self.options.run_dir / JOB_ENV_FILE)
+
+    def job_env(self) -> dict[str, str]:
+        """What a job needs to join the stack as a worker: the agents' SHARDHERD_* variables and AWS keys, no more.
+
+        No worker id (the job names itself) and not the stack's own record-key directory.
+        """
+        env = {name: value for name, value in self._env.items()
+               if name.startswith("SHARDHERD_") and name != RECORDS_DIR_ENV}
+        env.setdefault("SHARDHERD_REGION", self.settings.region)
+        env["SHARDHERD_COORDINATOR_URL"] = self.settings.coordinator_url or ",".join(
+            child.api_url for child in self.supervisor.children(COORDINATOR) if child.api_url)
+        if self.emulators.moto is not None or self.emulators.kinesalite is not None:
+            env.update({name: self._env[name] for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        return env
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
@@ -318,6 +342,7 @@ class LocalStack:
             return
         self.restarts.close()
         (self.options.run_dir / STATE_FILE).unlink(missing_ok=True)
+        (self.options.run_dir / JOB_ENV_FILE).unlink(missing_ok=True)
         if self.control is not None:
             self.control.stop()
             self.control = None

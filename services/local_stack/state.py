@@ -20,6 +20,7 @@ from shardherd.shared.errors import ShardherdError
 RUN_DIR_ENV = "SHARDHERD_RUN_DIR"
 DEFAULT_RUN_DIR = Path(".shardherd") / "up"
 STATE_FILE = "state.json"
+JOB_ENV_FILE = "job.env"  # variables of a job joining the stack as one more worker (docs/spark.md)
 CONTROL_SOCKET = "control.sock"
 TOKEN_FILE = "api-token"
 LOCK_FILE = "lock"

@@ -10,6 +10,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -17,30 +18,77 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from shardherd.services.local_stack.stack import AGENT, LocalStack
+from shardherd.services.local_stack.processor import KEYS_SUFFIX
+from shardherd.services.local_stack.stack import AGENT, COORDINATOR, LocalStack
+from shardherd.services.local_stack.supervisor import Child
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.store import LeaseStore
 
 
-def tree_memory(pid: int) -> tuple[int, int]:
-    """Resident bytes of process `pid` and all its descendants, and how many processes that is."""
-    root = psutil.Process(pid)
-    total, count = 0, 0
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            total += process.memory_info().rss
-            count += 1
-        except psutil.NoSuchProcess:
-            continue
-    return total, count
+def _rss(process: psutil.Process) -> int | None:
+    try:
+        return int(process.memory_info().rss)
+    except psutil.Error:
+        return None
 
 
-def agents_memory(stack: LocalStack) -> str:
-    """Each running agent's resident memory (its process tree: with Spark, the JVM and Python workers too)."""
-    sizes = sorted((tree_memory(child.pid)[0] for child in stack.supervisor.children(AGENT)), reverse=True)
-    if not sizes:
-        return "no agents"
-    return f"agents {sum(sizes) / 2**20:.0f} MiB ({', '.join(f'{size / 2**20:.0f}' for size in sizes)})"
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def memory_line(stack: LocalStack) -> str:
+    """`N MiB in K processes, agents A MiB (a, b, c)`: one read of each process, so the agents never sum past the total.
+
+    Each agent counts its process tree (with Spark, the JVM and Python workers too).
+    """
+    sizes = {process.pid: size for process in _tree(os.getpid()) if (size := _rss(process)) is not None}
+    agents = sorted((sum(sizes.get(process.pid, 0) for process in _tree(child.pid))
+                     for child in stack.supervisor.children(AGENT)), reverse=True)
+    total = f"{sum(sizes.values()) / 2**20:.0f} MiB in {len(sizes)} processes"
+    if not agents:
+        return f"{total}, no agents"
+    return f"{total}, agents {sum(agents) / 2**20:.0f} MiB ({', '.join(f'{size / 2**20:.0f}' for size in agents)})"
+
+
+class SinkCount:
+    """Records the stack's agents wrote to their output so far, read incrementally (each file's new part only).
+
+    Plain agents append one key per record to `<dir>/<agent>/<shard>.keys`; Spark agents commit Parquet files under
+    `<dir>/<agent>/` (a committed file never changes; `_temporary` holds the ones being written). Rows, not distinct
+    keys: a record is written twice only after a crash or a non-graceful move, so the count stays within a fraction
+    of a percent of the distinct count `up` prints at the end.
+    """
+
+    def __init__(self, directory: Path, parquet: bool) -> None:
+        self._directory = directory
+        self._parquet = parquet
+        self._read: dict[Path, int] = {}  # file -> bytes read (keys) or rows (Parquet)
+        self._lines = 0
+
+    def total(self) -> int:
+        """Records in the output now."""
+        if self._parquet:
+            import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+            for path in self._directory.glob("*/*.parquet"):
+                if path not in self._read:
+                    try:
+                        self._read[path] = int(pq.read_metadata(path).num_rows)
+                    except (OSError, ValueError):
+                        continue  # still being moved into place: next time
+            return sum(self._read.values())
+        for path in self._directory.glob(f"*/*{KEYS_SUFFIX}"):
+            with path.open("rb") as keys:
+                keys.seek(self._read.get(path, 0))
+                chunk = keys.read()
+            complete = chunk.rfind(b"\n") + 1  # a line being appended is counted once it ends
+            self._read[path] = self._read.get(path, 0) + complete
+            self._lines += chunk.count(b"\n", 0, complete)
+        return self._lines
 
 
 @dataclass
@@ -80,7 +128,7 @@ def read_snapshot(urls: list[str], timeout: float = 3.0) -> Snapshot | None:
 
 @dataclass
 class StartupTimes:
-    """Seconds from process start to the first owned lease, every shard owned, and the first checkpoint.
+    """Seconds from the command's start to the first owned lease, every shard owned, and the first checkpoint.
 
     The first checkpoint means records went all the way: read, processed (for Spark agents: written as Parquet) and
     their position stored in the lease table. `waiting_for()` says what is still missing, for a start-up that does not
@@ -175,6 +223,10 @@ class StatusPrinter:
         self._started = started
         self._leader: str | None = None
         self.tally = ShardTally()
+        options = stack.options
+        self.sink = SinkCount(options.pipeline_dir / "records" if options.spark else options.plain_records_dir,
+                              parquet=options.spark)
+        self.outside: set[str] = set()  # workers that held leases of the stack but are none of its agents
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status", daemon=True)
 
@@ -207,28 +259,39 @@ class StatusPrinter:
         for child in self._stack.restarts.start_due():
             self._console.print(f"* {child.name} started again (pid {child.pid})", highlight=False)
             self._stack.write_state()
+        for child in self._stack.supervisor.ended_on_purpose():
+            self._console.print(self._gone(child), highlight=False)
+            self._stack.write_state()
         if (exited := self._stack.emulators.kinesis_exit()) is not None:
             self._console.print(f"! {exited}", highlight=False)
         snapshot = read_snapshot([c.api_url for c in self._stack.supervisor.children("coordinator") if c.api_url])
         if snapshot is not None:
             self.tally.update(snapshot.leases)
+            agents = {child.name for child in self._stack.supervisor.children(AGENT, alive_only=False)}
+            self.outside.update(owner for lease in snapshot.leases for owner in (lease["owner"],)
+                                if owner and owner not in agents)
         if snapshot is not None and snapshot.leader != self._leader:
             self._console.print(f"* leader is now {snapshot.leader or 'nobody'} (epoch {snapshot.epoch})",
                                 highlight=False)
             self._leader = snapshot.leader
         return snapshot
 
+    def _gone(self, child: Child) -> str:
+        """The line for a process a scenario ended: it is not started again; where the dashboard is now."""
+        line = f"- {child.name} ended on purpose (code {child.process.returncode}); not started again"
+        if child.role == COORDINATOR:
+            live = [c.api_url for c in self._stack.supervisor.children(COORDINATOR) if c.api_url]
+            line += f"; dashboard: {live[0]}/" if live else "; no coordinator runs: no dashboard"
+        return line
+
     def _summary(self, snapshot: Snapshot | None) -> str:
-        memory, count = tree_memory(os.getpid())
         producer = self._stack.producer
         produced = producer.stats.user_records if producer else 0
-        head = f"up {time.time() - self._started:.0f} s | {memory / 2**20:.0f} MiB in {count} processes, " \
-               f"{agents_memory(self._stack)} | produced {produced} records"
+        head = f"up {time.time() - self._started:.0f} s | {memory_line(self._stack)} | produced {produced} records"
         if snapshot is None:
             return head + " | coordinator API not answering yet"
-        processed = sum(self.tally.totals().values())
         return (f"{head} | leader {snapshot.leader or '-'} | {snapshot.owned}/{len(snapshot.unfinished)} shards "
-                f"owned | {processed} records processed since start")
+                f"owned | {self.sink.total()} records in the agents' output")
 
     def _line(self, snapshot: Snapshot | None) -> str:
         if snapshot is None:

@@ -141,6 +141,15 @@ class Supervisor:
                 child.reported = True
         return found
 
+    def ended_on_purpose(self) -> list[Child]:
+        """Children that exited after a scenario or the stack asked them to (not started again), each reported once."""
+        with self._guard:
+            found = [child for child in self._children
+                     if not child.alive and child.expected_exit and not child.reported]
+            for child in found:
+                child.reported = True
+        return found
+
     def ask_to_stop(self, children: Sequence[Child], sig: signal.Signals) -> None:
         """Ask children to stop (their exits are expected): send `sig` and close their stdin."""
         for child in children:

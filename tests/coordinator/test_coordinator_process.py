@@ -120,3 +120,19 @@ def test_election_failover_and_graceful_release(moto_server: MotoServer, kinesal
     finally:
         beats.stop()
         store.close()
+
+
+def test_a_stream_that_does_not_exist_stops_the_coordinator_before_any_table(
+        moto_server: MotoServer, kinesalite: NodeEmulator) -> None:
+    """A misspelled stream is one clear line naming it (exit 2), and no lease table for the application."""
+    app = unique_app("nostream")
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test",
+           "SHARDHERD_STORE_BACKEND": "dynamodb", "SHARDHERD_DYNAMODB_ENDPOINT_URL": moto_server.endpoint_url,
+           "SHARDHERD_KINESIS_ENDPOINT_URL": kinesalite.endpoint_url, "SHARDHERD_STREAM_NAME": "ordres",
+           "SHARDHERD_APPLICATION_NAME": app, **fast_env(api_port=0)}
+    done = subprocess.run([sys.executable, "-m", "shardherd", "coordinator"], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "stream ordres does not exist" in done.stderr and "SHARDHERD_STREAM_NAME" in done.stderr
+    tables = make_client("dynamodb", "us-east-1", moto_server.endpoint_url).list_tables()["TableNames"]
+    assert not [table for table in tables if table.startswith(app)]

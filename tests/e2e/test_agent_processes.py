@@ -59,12 +59,12 @@ class ProcessStack:
         self.produced: list[str] = []
         self.cpu = CpuFleet(ledger.parent / "cpu", holders=lambda: self.owners().values()) if metrics else None
 
-    def start_agent(self, worker: str) -> subprocess.Popen[bytes]:
+    def start_agent(self, worker: str, processor: str = "tests.support.file_ledger:FileLedgerProcessor",
+                    **env: str) -> subprocess.Popen[bytes]:
         cpu = self.cpu.add(worker).settings() if self.cpu is not None else {}
         process = subprocess.Popen(
-            [sys.executable, "-m", "shardherd", "agent", "--processor",
-             "tests.support.file_ledger:FileLedgerProcessor"],
-            env={**self.env, **cpu, "SHARDHERD_WORKER_ID": worker}, stdout=subprocess.DEVNULL,
+            [sys.executable, "-m", "shardherd", "agent", "--processor", processor],
+            env={**self.env, **cpu, "SHARDHERD_WORKER_ID": worker, **env}, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL)
         self.agents[worker] = process
         return process
@@ -156,3 +156,30 @@ def test_sigterm_drains_and_a_restart_resumes_without_duplicates(procs_metrics_o
     assert set(counts) == set(procs.produced)
     assert max(counts.values()) == 1  # resumed exactly from the checkpoints
     assert procs.cpu_reported("agent-2") == ()  # metrics off: no CPU history, balanced by throughput
+
+
+def test_the_ported_kcl_processor_of_the_migration_guide_reads_and_checkpoints_every_record(
+        procs_metrics_off: ProcessStack, tmp_path: Path) -> None:
+    """examples/ported_processor.py as docs/migrate-from-kcl.md runs it: every record in its output, and after a
+    SIGTERM each shard's checkpoint is its last record (the handoff's checkpoint)."""
+    procs = procs_metrics_off
+    output = tmp_path / "ported"
+    agent = procs.start_agent("ported-1", "examples.ported_processor:PortedProcessor", EXAMPLE_OUTPUT=str(output))
+    wait_for(lambda: set(procs.owners().values()) == {"ported-1"}, 30, "the agent owns every shard")
+    procs.produce(200, "p")
+
+    def written() -> list[str]:
+        return sorted(line for path in output.glob("*.txt") for line in path.read_text().splitlines())
+
+    wait_for(lambda: written() == sorted(procs.produced), 30, "every record in the processor's output")
+    agent.send_signal(signal.SIGTERM)
+    assert agent.wait(60) == 0
+    last = {}
+    for shard in procs.kinesis.list_shards(StreamName=procs.app)["Shards"]:
+        iterator = procs.kinesis.get_shard_iterator(StreamName=procs.app, ShardId=shard["ShardId"],
+                                                    ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        records = procs.kinesis.get_records(ShardIterator=iterator, Limit=1000)["Records"]
+        if records:
+            last[shard["ShardId"]] = records[-1]["SequenceNumber"]
+    checkpoints = {lease.lease_key: str(lease.checkpoint) for lease in procs.coordinator.store.scan_leases().leases}
+    assert last and all(checkpoints[shard] == sequence for shard, sequence in last.items()), (last, checkpoints)

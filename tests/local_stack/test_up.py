@@ -159,6 +159,13 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         assert f"! {survivor} exited on its own (code -9); starting it again in 1 s" in text, text
         assert f"* {survivor} started again (pid {pids[f'{survivor} again']})" in text, text
 
+    if mode is PLAIN:  # a hot shard for a few seconds: no move that soon, and the scenario says why and what still runs
+        lines.clear()
+        hot = sorted(scenarios.snapshot().unfinished, key=lambda lease: lease["lease_key"])[0]["lease_key"]
+        assert scenarios.hot_shard(hot, 50, 2) == []
+        assert any(line.startswith("why no move: the leader's plan now") for line in lines), lines
+        assert f"the extra 50 records/s to {hot} keep running; `scenario hot-shard {hot} --rate 0` ends them" in lines
+
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0, output.read_text()
     assert not (run_dir / STATE_FILE).exists()
@@ -167,9 +174,12 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
     assert [port for port in ports if port_open(port)] == []
     text = output.read_text()
     assert "startup: first lease assigned after" in text
-    memory = re.search(r"startup: .* MiB in \d+ processes, agents (\d+) MiB \((\d+), (\d+)\)", text)
+    memory = re.search(r"startup: .* (\d+) MiB in \d+ processes, agents (\d+) MiB \((\d+), (\d+)\)", text)
     assert memory is not None, text  # two agents, each with its own figure (with Spark: JVM and workers included)
-    assert int(memory[1]) >= int(memory[2]) >= int(memory[3]) > 20
+    assert int(memory[1]) >= int(memory[2]) >= int(memory[3]) >= int(memory[4]) > 20  # the agents within the total
+    assert f"- {victim} ended on purpose (code -9); not started again" in text, text
+    shown = [int(count) for count in re.findall(r"\| (\d+) records in the agents' output", text)]
+    assert shown and shown == sorted(shown), "the output only grows"
     assert "stopped in" in text
     if mode is SPARK:  # the pipeline's Parquet: the survivor wrote records of the shards it took over
         moved = {outcome.subject for outcome in outcomes}

@@ -281,3 +281,9 @@ def test_a_shard_stuck_on_a_failing_batch_shows_in_assignments_and_metrics(repli
     assert f'shardherd_lease_failing_batch_attempts{{lease="{key}",worker="{owner}"}} 6.0' in metrics
     others = [item for item in replica.client.get("/v1/assignments").json()["items"] if item["lease_key"] != key]
     assert all(item["failing_attempts"] is None for item in others)
+
+
+def test_the_favicon_a_browser_asks_for_is_served(replica: Replica) -> None:
+    icon = replica.client.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
+    assert b"<svg" in icon.content

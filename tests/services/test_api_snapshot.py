@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter, usage_total
+from shardherd.shared.worker import LeaseProgress
 from tests.services.harness import Replica
 from tests.support.stores import make_store
 
@@ -96,3 +98,33 @@ def test_while_the_leader_ticks_on_its_view_the_api_serves_that_view_as_of_its_s
     # Ages as of the leader's scan (the rows had just changed there), not growing while the view stands.
     assert [worker["state"] for worker in workers["items"]] == ["active", "active"], workers
     assert all(worker["heartbeat_age_seconds"] == 0.0 for worker in workers["items"]), workers
+
+
+def test_checkpoint_ages_and_records_per_second_read_right_through_a_cached_snapshot(meter: StoreMeter) -> None:
+    """Polls between checkpoints and against a cached snapshot: the rate is the records over the time between the
+    checkpoints (never 0 while records go through, the same for two polls of the same data); ages grow per answer."""
+    replica = Replica(meter, shards=2, api_cache_millis=5_000)
+    replica.join("w1")
+    replica.step(2)
+    key, owner = sorted(replica.owners().items())[0]
+    assert owner == "w1"
+
+    def read() -> tuple[float | None, float]:
+        lease = next(item for item in replica.client.get("/v1/assignments").json()["items"]
+                     if item["lease_key"] == key)
+        return lease["records_per_second"], lease["checkpoint_age_seconds"]
+
+    readings = []
+    for poll in range(20):  # a checkpoint of 150 more records every 3 s: 50 records/s
+        assert meter.checkpoint(key, owner, Checkpoint(str(1000 + poll)),
+                                progress=LeaseProgress(0, 150 * (poll + 1), 1500 * (poll + 1))).applied
+        replica.step(1)  # the leader's run scans the leases (the API serves its view), then 2 s pass
+        first = read()
+        replica.clock.advance(1.0)
+        again = read()  # the same cached snapshot, a second later
+        readings.append((first, again))
+        assert again[0] == first[0] and again[1] == first[1] + 1.0, readings
+    rates = [first[0] for first, _ in readings[2:]]  # from 6 s of checkpoints on
+    assert rates == [50.0] * len(rates), readings
+    # The checkpoint moved 2 s before each first read: the leader serves its newest run's view at once.
+    assert all(age == 2.0 for (_, age), _ in readings), readings

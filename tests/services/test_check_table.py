@@ -102,6 +102,7 @@ def test_single_stream_table_every_row_judged_and_nothing_written(kcl: KclTables
         {"key": _s("Leader"), "ownerName": _s("kcl-worker-1"), "leaseDuration": _s("120000"),
          "recordVersionNumber": _s("7c1f")},
         {"key": _s("Migration3.0"), "cv": _s("CLIENT_VERSION_3x")},
+        {"key": _s("LeaderEpoch"), "epoch": _n(3)},
     ])
     before = [kcl.items(suffix) for suffix in ("", "-WorkerMetricStats", "-CoordinatorState")]
 
@@ -124,6 +125,7 @@ def test_single_stream_table_every_row_judged_and_nothing_written(kcl: KclTables
     assert rows["kcl-worker-1"][0] in ("ignore", "continue")  # the 3.5 entity in the lease table, the metrics row
     assert rows["kcl-worker-2"][0] == "refuse" and "lut" in rows["kcl-worker-2"][1]
     assert rows["Leader"][0] == "continue" and rows["Migration3.0"][0] == "ignore"
+    assert rows["LeaderEpoch"][0] == "continue" and "epoch counter" in rows["LeaderEpoch"][1]
     # Read only: every table is exactly as it was.
     assert [kcl.items(suffix) for suffix in ("", "-WorkerMetricStats", "-CoordinatorState")] == before
 

@@ -63,6 +63,19 @@ def test_api_lists_replicas_with_age_and_silence(store: LeaseStore) -> None:
     assert "CoordinatorReplicas" in replica.client.get("/v1/replicas").json()["error"]
 
 
+def test_a_killed_leaders_last_report_does_not_show_it_leading(store: LeaseStore) -> None:
+    """coord-dead reported itself leading, then died without another report; coord-a holds the lock now."""
+    replica = Replica(store)
+    replica.join("w1")
+    replica.step(1)  # coord-a takes the lock
+    dead = ReplicaReporter(store, "coord-dead", replica.clock, lambda: (True, 1))
+    assert dead.report()
+    alive = ReplicaReporter(store, "coord-a", replica.clock, lambda: (replica.lock.is_leader(), replica.lock.epoch()))
+    assert alive.report()
+    leading = {entry["replica_id"]: entry["leading"] for entry in replica.client.get("/v1/replicas").json()["items"]}
+    assert leading == {"coord-dead": False, "coord-a": True}
+
+
 def test_a_replica_reports_on_change_and_every_keepalive_reading_the_item_at_half_price(store: LeaseStore) -> None:
     """Issue 17: two replicas reporting every 5 s read 22 units a minute (a consistent read and a write each)."""
     meter = StoreMeter(store)

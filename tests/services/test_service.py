@@ -18,7 +18,7 @@ from shardherd.services.cli import main
 from shardherd.services.coordinator_service import CoordinatorService
 from shardherd.services.local_stack.state import ProcessEntry, StackState
 from shardherd.services.local_stack.status import lease_table, read_snapshot, worker_line
-from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shardherd.shared.config import load_settings
 from shardherd.shared.lease import new_lease
 from shardherd.shared.store import LeaseStore
@@ -275,3 +275,38 @@ def test_docs_page_renders_offline_in_headless_chromium(running: Running, tmp_pa
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert "/v1/workers/{worker_id}/drain" in dom.stdout  # Swagger UI drew the operations from local assets
     assert "opblock" in dom.stdout and "Unable to render" not in dom.stdout
+
+
+def _cell(html: str, lease_key: str, attribute: str) -> str:
+    """The value of `attribute` in the dashboard's row of `lease_key`."""
+    row = html[html.index(f'data-shard="{lease_key}"'):]
+    row = row[:row.index("</tr>")]
+    start = row.index(f'{attribute}="') + len(attribute) + 2
+    return row[start:row.index('"', start)]
+
+
+def test_dashboard_figures_stay_true_over_several_refreshes(running: Running, tmp_path: Path) -> None:
+    """Records/s and checkpoint age as Chromium shows them, page after page while the checkpoint moves: the age
+    within 2 s of the time since the checkpoint moved, the rate never 0.0 (nor blank) once 5 s of checkpoints exist,
+    the coordinator panel's last good run seconds old although the runs change nothing."""
+    binary = _chromium()
+    lease = next(lease for lease in running.store.scan_leases().leases if lease.lease_owner)
+    key, owner = lease.lease_key, str(lease.lease_owner)
+    base = 49590338271490256608559692538361571095921575989136588898
+    readings: list[tuple[str, float, float]] = []
+    for round_ in range(4):
+        records = 500 * (round_ + 1)
+        assert running.store.checkpoint(key, owner, Checkpoint(str(base + round_)),
+                                        progress=LeaseProgress(0, records, records * 10)).applied
+        moved = time.time()
+        dom = _headless(binary, tmp_path / f"profile-{round_}", "--dump-dom", running.url + "/", budget=7000)
+        assert dom.returncode == 0, dom.stderr[-2000:]
+        shown_by = time.time()
+        readings.append((_cell(dom.stdout, key, "data-rate"), float(_cell(dom.stdout, key, "data-checkpoint-age")),
+                         shown_by - moved))
+        last_run = dom.stdout[dom.stdout.index('data-last-good-run="') + 20:]
+        # The coordinator panel's last run comes from the lock's heartbeat (every run), not the status item.
+        assert float(last_run[:last_run.index('"')]) < 3.0, last_run[:200]
+    for _, shown_age, elapsed in readings:
+        assert -0.5 <= shown_age <= elapsed + 2.0, readings  # the leader's view: at most its scan interval behind
+    assert all(rate not in ("", "0.0", "0") and float(rate) > 0 for rate, _, _ in readings[2:]), readings

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import psutil
 import pytest
 
-from examples.spark_job import log_counts
+from examples.spark_job import default_checkpoint, log_counts
 from shardherd.agent.spark.schema import DDL
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
@@ -99,6 +99,7 @@ def test_spark_submit_of_the_example_reads_every_record_into_parquet_and_drains_
             job.wait()
     assert set(stack.owners().values()) == {None}, "the drain gave every lease back"
     assert sorted(parquet_payloads(output)) == sorted(stack.produced), "no record twice after the drain"
+    assert not (output / "_temporary").exists(), "the stop interrupted no write"
 
 
 def test_the_default_sink_logs_records_and_bytes_per_shard(spark: SparkSession,
@@ -114,3 +115,8 @@ def test_the_default_sink_logs_records_and_bytes_per_shard(spark: SparkSession,
     assert [record.getMessage() for record in caplog.records if record.name == "spark_job"] == [
         "batch 7: a/shardId-0 1 records 0 bytes", "batch 7: a/shardId-1 2 records 5 bytes",
         "batch 7: b/shardId-1 1 records 4 bytes"]
+
+
+def test_two_jobs_on_one_host_get_their_own_default_checkpoint() -> None:
+    first, second = default_checkpoint("host-a:101"), default_checkpoint("host-a:102")
+    assert first != second and first.endswith("checkpoint") and ":" not in Path(first).parent.name

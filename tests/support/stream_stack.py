@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+def active_stream(kinesis: Any, name: str, shards: int) -> None:
+    """Create stream `name` with `shards` shards and wait until it is ACTIVE."""
+    kinesis.create_stream(StreamName=name, ShardCount=shards)
+    wait_for(lambda: kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
+             == "ACTIVE", 30, f"stream {name} ACTIVE")
+
+
 def kill_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
     """SIGKILL every process still running (a test's own agent subprocesses) and reap it."""
     for process in processes:

@@ -1,5 +1,6 @@
 // The shardherd dashboard: polls the JSON API every few seconds and redraws. No framework, no build step.
-// History (sparklines, records/s) is kept in this page from its own polls: it starts when the page is opened.
+// History (sparklines) is kept in this page from its own polls: it starts when the page is opened. Records/s and
+// checkpoint ages come from the API, computed from the checkpoints' own progress and times (services/api/fleet.py).
 "use strict";
 
 const REFRESH_MS = 3000;
@@ -12,7 +13,6 @@ const TOKEN_KEY = "shardherd-token";
 const SVG = "http://www.w3.org/2000/svg";
 
 const history = new Map(); // worker id -> [{kbps, lag}]
-let lastRecords = new Map(); // lease key -> {holder, records, at}
 let pendingAction = null; // a drain/undrain waiting for the token
 
 function el(tag, attrs, ...children) {
@@ -234,23 +234,7 @@ function drawPlacement(leases, hot) {
     })))));
 }
 
-function recordRates(leases, now) {
-  const rates = new Map();
-  const seen = new Map();
-  for (const lease of leases) {
-    const holder = lease.checkpoint_owner || lease.owner;
-    if (holder === null || lease.records_processed === null) continue;
-    const before = lastRecords.get(lease.lease_key);
-    if (before && before.holder === holder && lease.records_processed >= before.records && now > before.at) {
-      rates.set(lease.lease_key, (lease.records_processed - before.records) / ((now - before.at) / 1000));
-    }
-    seen.set(lease.lease_key, {holder, records: lease.records_processed, at: now});
-  }
-  lastRecords = seen;
-  return rates;
-}
-
-function drawShards(leases, rates) {
+function drawShards(leases) {
   const open = leases.filter((lease) => lease.state !== "finished");
   const body = document.querySelector("#shards tbody");
   if (!open.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 9, class: "empty"}, "no open shards"))); return; }
@@ -263,7 +247,8 @@ function drawShards(leases, rates) {
       el("td", {}, badge(lease.state)),
       el("td", {class: lagClass, "data-lag": lease.millis_behind_latest ?? ""}, num(lease.millis_behind_latest)),
       el("td", {class: "num", "data-behind": lease.records_behind ?? ""}, num(lease.records_behind)),
-      el("td", {class: "num", "data-rate": ""}, rates.has(lease.lease_key) ? rates.get(lease.lease_key).toFixed(1) : "—"),
+      el("td", {class: "num", "data-rate": lease.records_per_second ?? ""},
+        lease.records_per_second === null ? "—" : lease.records_per_second.toFixed(1)),
       el("td", {class: "num", "data-kbps": lease.throughput_kbps ?? ""}, num(lease.throughput_kbps, 1)),
       el("td", {class: "num", "data-checkpoint-age": lease.checkpoint_age_seconds ?? ""},
         lease.checkpoint_age_seconds === null ? "—" : age(lease.checkpoint_age_seconds)),
@@ -303,14 +288,20 @@ function drawCoordinator(leader) {
     el("div", {class: "row"}, el("span", {}, "leader"), el("b", {"data-leader": leader.lock.owner || ""},
       (leader.lock.owner || "none") + " · epoch " + (leader.lock.epoch ?? "—"))),
   ];
+  // Every run shows through the lock's heartbeat (lastSuccessAt, every 1.5 s); the status item, with the runs below
+  // and the counters, is published only when a run changed something (services/leader_status.py).
+  lines.push(el("div", {class: "row"}, el("span", {}, "last good run"),
+    el("span", {"data-last-good-run": leader.last_success_age_seconds ?? ""},
+      leader.last_success_age_seconds === null ? "—" : age(leader.last_success_age_seconds) + " ago")));
   if (last) {
-    lines.push(el("div", {class: "row"}, el("span", {}, "last run"),
+    lines.push(el("div", {class: "row"}, el("span", {}, "last change"),
       el("span", {"data-last-run": last.ok ? "ok" : "failed"},
         new Date(last.started_at * 1000).toLocaleTimeString() + " · " + last.duration_ms.toFixed(0) + " ms · ",
         last.ok ? badge("ok", "fresh") : badge("failed", "stale"))));
   }
   if (status) {
-    lines.push(el("div", {class: "row"}, el("span", {}, "runs / failed"),
+    lines.push(el("div", {class: "row"}, el("span", {}, "runs / failed, as of " +
+      new Date(status.published_at * 1000).toLocaleTimeString()),
       el("span", {"data-failed-runs": status.totals.failed_runs}, status.totals.runs + " / " + status.totals.failed_runs)));
   }
   replace("coordinator", ...lines);
@@ -349,7 +340,7 @@ function drawMoveChart(leader) {
   chart.append(label(0, "start", new Date(first * 1000).toLocaleTimeString()),
     label(width, "end", new Date(lastAt * 1000).toLocaleTimeString()));
   box.replaceChildren(chart, el("div", {class: "muted"}, moves.length + " moves, " + top + " at most per " +
-    age(bucket) + " bucket (the leader keeps the last " + moves.length + ")"));
+    age(bucket) + " bucket (the last " + moves.length + " published, kept across leader changes)"));
 }
 
 function drawHot(hotLeases) {
@@ -398,7 +389,7 @@ async function refresh() {
     drawAlerts(leader, workers, leasesBody);
     drawWorkers(workers.items, leases);
     drawPlacement(leases, new Set(hotLeases.slice(0, 3).map((l) => l.lease_key)));
-    drawShards(leases, recordRates(leases, Date.now()));
+    drawShards(leases);
     drawCoordinator(leader);
     drawReplicas(replicas, leader);
     drawMoveChart(leader);
