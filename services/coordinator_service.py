@@ -55,9 +55,7 @@ def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None
     stream = settings.stream_name
     if stream is None and not settings.streams:
         return None
-    deadline = min(settings.failover_time_millis, settings.shard_sync_interval_millis) / 2000
-    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url,
-                         timeouts=listing_client_timeouts(deadline))
+    client = _listing_client(settings)
     retry = RetryPolicy(clock=clock)
     if stream is None:
         return MultiStreamSource(client, settings.streams, retry)
@@ -66,6 +64,13 @@ def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None
         return list_shards(client, stream, retry)
 
     return source
+
+
+def _listing_client(settings: Settings) -> Any:
+    """A Kinesis client whose every call ends within half the shorter of failover time and shard-sync interval."""
+    deadline = min(settings.failover_time_millis, settings.shard_sync_interval_millis) / 2000
+    return make_client("kinesis", settings.region, settings.kinesis_endpoint_url,
+                       timeouts=listing_client_timeouts(deadline))
 
 
 def require_streams(settings: Settings, clock: Clock) -> None:
@@ -77,7 +82,7 @@ def require_streams(settings: Settings, clock: Clock) -> None:
     """
     if not settings.stream_names:
         return
-    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
+    client = _listing_client(settings)  # a blackholed endpoint delays start-up by seconds, not minutes
     retry = RetryPolicy(clock=clock)
     missing = []
     for name in settings.stream_names:
