@@ -95,6 +95,11 @@ UNSUPPORTED_KEYS: dict[str, str] = {
     "streamArns": "use shardherd's multi-stream settings (SHARDHERD_STREAMS)",
 }
 
+# KCL 3.x's own table options (names, billing, tags...): shardherd names and creates these tables itself.
+TABLE_OPTION_PREFIXES = ("coordinatorState", "workerMetrics")
+TABLE_OPTIONS_REASON = ("shardherd creates and names <applicationName>-CoordinatorState and "
+                        "<applicationName>-WorkerMetricStats itself (on demand billing)")
+
 _ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _SEPARATOR = re.compile(r"(?<!\\)(\s*[=:]\s*|\s+)")
 _ARN = re.compile(r"^arn:[\w-]+:kinesis:[\w-]+:(\d{12}):stream/([A-Za-z0-9_.\-]{1,128})$")
@@ -217,6 +222,8 @@ def _apply(config: MultiLangConfig, key: str, value: str) -> None:
         config.ignored[key] = "no CloudWatch metrics"
     elif key in UNSUPPORTED_KEYS:
         raise ValueError(f"not supported: {UNSUPPORTED_KEYS[key]}")
+    elif key.startswith(TABLE_OPTION_PREFIXES):
+        raise ValueError(f"not supported: {TABLE_OPTIONS_REASON}")
     else:
         raise ValueError("unknown key (not a MultiLangDaemon property shardherd knows; check its spelling)")
 

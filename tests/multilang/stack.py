@@ -130,7 +130,10 @@ class MultiLangStack:
 
     def checkpoints(self) -> dict[str, str]:
         """The stored checkpoint of each lease of the application's table."""
-        items = self.dynamodb.scan(TableName=self.app, ConsistentRead=True)["Items"]
+        try:
+            items = self.dynamodb.scan(TableName=self.app, ConsistentRead=True)["Items"]
+        except self.dynamodb.exceptions.ResourceNotFoundException:
+            return {}  # the first worker has not created the table yet
         return {item["leaseKey"]["S"]: item["checkpoint"]["S"] for item in items
                 if item["leaseKey"]["S"].startswith("shardId-")}
 
