@@ -78,6 +78,7 @@ def test_the_amazon_kclpy_sample_runs_unmodified(moto_server: MotoServer, kinesa
         payloads = stack.produce(30, "sample")
         command = doc_command()
         assert command[-1] == "sample.properties"
+        assert " ".join(command) in " ".join((REPOSITORY / "README.md").read_text().split())  # the README's too
         log = open(tmp_path / "sample.log", "wb")  # noqa: SIM115 (closed below)
         venv_bin = str(Path(sys.executable).parent)
         env = {**stack.env("sample"), "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
