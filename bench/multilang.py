@@ -1,10 +1,11 @@
 """`shardherd multilang` against the Java MultiLangDaemon (kclpy-ext's KCL 3.1.3), side by side in one run.
 
-Both run the same amazon_kclpy processor (bench/multilang_processor.py: each batch appended to a ledger file, then a
-checkpoint at its last record) from the same properties file (tests/support/kcl_worker.py's, with `maxRecords` 1000,
-whose JVM options are the interop tests' small heap: -Xmx384m, SerialGC), on a fresh 8-shard stream each, on the same
-emulators; only `kinesisEndpoint` differs (the JVM reaches kinesalite through the h2c proxy). shardherd runs with its
-own defaults for everything the properties file does not set. Per side:
+Both run the same amazon_kclpy processor (tests/kcl/ledger_processor.py: each batch appended to a ledger file, then
+a checkpoint at its last record; it imports amazon_kclpy and the standard library only) from the same properties
+file (tests/support/kcl_worker.py's, with `maxRecords` 1000; its JVM options are the interop tests' small heap:
+-Xmx384m, SerialGC), each on a fresh 8-shard stream, on the same emulators; only `kinesisEndpoint` differs (the JVM
+reaches kinesalite through the h2c proxy). shardherd runs with its own defaults for everything the properties file
+does not set. Per side:
 * start to first record processed: from launching the process to the first ledger line;
 * resident memory of the process tree (daemon + 8 children) and of the daemon alone, peaks while it drains;
 * records/s at saturation: a backlog of `--records` produced before the start, counted from the moment every shard
@@ -17,23 +18,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 from shardherd.services.emulators.h2c_proxy import H2cProxy
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.moto_server import MotoServer
-from shardherd.shared.aws import make_client
+from tests.kcl.harness import InteropStack
 from tests.kcl.ledger_processor import WORKER_ENV
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.kcl_worker import KclWorker
@@ -41,45 +41,7 @@ from tests.support.waiting import wait_for
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SHARDS = 8
-PROCESSOR = REPOSITORY / "bench" / "multilang_processor.py"
-PROPERTIES = {"executableName": f"{sys.executable} {PROCESSOR}", "maxRecords": "1000"}
-
-
-class Stream:
-    """A fresh stream (and application name) on kinesalite with a producer."""
-
-    def __init__(self, kinesis_url: str, name: str, shards: int = SHARDS) -> None:
-        self.name = name
-        self.client = make_client("kinesis", "us-east-1", kinesis_url)
-        self.client.create_stream(StreamName=name, ShardCount=shards)
-        wait_for(lambda: self.client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"][
-            "StreamStatus"] == "ACTIVE", 60, "stream ACTIVE")
-
-    def produce(self, count: int, prefix: str) -> None:
-        """Put `count` small records spread over the shards."""
-        for start in range(0, count, 500):
-            batch = [f"{prefix}-{index}" for index in range(start, min(count, start + 500))]
-            self.client.put_records(StreamName=self.name, Records=[
-                {"Data": data.encode(), "PartitionKey": data} for data in batch])
-
-    @contextlib.contextmanager
-    def steady(self, per_second: int = 200) -> Iterator[None]:
-        """Produce about `per_second` records a second until the block ends."""
-        stop = threading.Event()
-
-        def run() -> None:
-            batch = 0
-            while not stop.wait(0.5):
-                self.produce(per_second // 2, f"s{batch}")
-                batch += 1
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            thread.join(10)
+PROPERTIES = {"maxRecords": "1000"}
 
 
 def tree_rss(pid: int) -> int:
@@ -157,82 +119,72 @@ def measure(start: Callable[[], int], ledger: Path, records: int, timeout: float
             "records/s": len(later) / max(times[-1] - running, 1e-3)}
 
 
-def side_by_side(moto: MotoServer, kinesalite: Kinesalite, proxy: H2cProxy, workdir: Path,
-                 records: int) -> dict[str, dict[str, float]]:
-    """The three figures for the Java daemon and for shardherd, each on its own fresh stream."""
-    results: dict[str, dict[str, float]] = {}
-    stream = Stream(kinesalite.endpoint_url, "bench-java")
-    stream.produce(records, "r")
-    java_ledger = workdir / "java.txt"
-    kcl = KclWorker(workdir, "java", stream.name, stream.name, proxy.endpoint_url, moto.endpoint_url, java_ledger,
-                    **PROPERTIES)
+def java_side(stack: InteropStack, records: int) -> dict[str, float]:
+    """The Java daemon draining `records` on its own stream."""
+    stack.produce(records, "r")
+    kcl = KclWorker(stack.workdir, "java", stack.app, stack.app, stack.proxy.endpoint_url, stack.moto.endpoint_url,
+                    stack.ledger, **PROPERTIES)
 
-    def start_java() -> int:
+    def start() -> int:
         kcl.start()
         assert kcl._process is not None
         return kcl._process.pid
 
     try:
-        results["Java MultiLangDaemon"] = measure(start_java, java_ledger, records, 600)
+        return measure(start, stack.ledger, records, 900)
     finally:
         kcl.kill()
-    stream = Stream(kinesalite.endpoint_url, "bench-shardherd")
-    stream.produce(records, "r")
-    daemon_properties = KclWorker(workdir, "props", stream.name, stream.name, proxy.endpoint_url,
-                                  moto.endpoint_url, workdir / "unused.txt", **PROPERTIES).properties
-    properties = workdir / "shardherd.properties"
-    properties.write_text(shardherd_properties(daemon_properties, kinesalite.endpoint_url, "shardherd"))
-    ledger = workdir / "shardherd.txt"
+
+
+def shardherd_side(stack: InteropStack, records: int, kinesis_url: str) -> dict[str, float]:
+    """`shardherd multilang` draining `records` on its own stream, from the daemon's properties file."""
+    stack.produce(records, "r")
+    properties = stack.workdir / "shardherd.properties"
+    properties.write_text(shardherd_properties(daemon_properties(stack), kinesis_url, "shardherd"))
     processes: list[subprocess.Popen[bytes]] = []
 
-    def start_shardherd_side() -> int:
-        processes.append(start_shardherd(properties, ledger, "shardherd", workdir))
+    def start() -> int:
+        processes.append(start_shardherd(properties, stack.ledger, "shardherd", stack.workdir))
         return processes[-1].pid
 
     try:
-        results["shardherd multilang"] = measure(start_shardherd_side, ledger, records, 600)
+        return measure(start, stack.ledger, records, 900)
     finally:
         for process in processes:
             end_group(process)
-    return results
 
 
-def owned_by(dynamodb: Any, table: str, worker: str) -> set[str]:
-    """The lease keys `worker` owns in `table` (none before the table exists)."""
-    try:
-        items = dynamodb.scan(TableName=table, ConsistentRead=True)["Items"]
-    except dynamodb.exceptions.ResourceNotFoundException:
-        return set()
-    return {item["leaseKey"]["S"] for item in items if item.get("leaseOwner", {}).get("S") == worker}
+def daemon_properties(stack: InteropStack) -> Path:
+    """The properties file the Java daemon would get for this stack's application."""
+    return KclWorker(stack.workdir, "properties", stack.app, stack.app, stack.proxy.endpoint_url,
+                     stack.moto.endpoint_url, stack.ledger, **PROPERTIES).properties
 
 
-def kill_failover(moto: MotoServer, kinesalite: Kinesalite, proxy: H2cProxy, workdir: Path) -> float:
+def kill_failover(stack: InteropStack, kinesis_url: str) -> float:
     """Two shardherd multilang workers at default timings; kill -9 one; seconds until its shards are read elsewhere."""
-    stream = Stream(kinesalite.endpoint_url, "bench-kill")
-    daemon_properties = KclWorker(workdir, "kill-props", stream.name, stream.name, proxy.endpoint_url,
-                                  moto.endpoint_url, workdir / "unused.txt", **PROPERTIES).properties
-    ledger = workdir / "kill.txt"
-    dynamodb = make_client("dynamodb", "us-east-1", moto.endpoint_url)
     workers: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        with stream.steady():
+        with stack.steady_load("s", per_second=200):
             for name in ("ml-a", "ml-b"):
-                properties = workdir / f"{name}.properties"
-                properties.write_text(shardherd_properties(daemon_properties, kinesalite.endpoint_url, name,
+                properties = stack.workdir / f"{name}.properties"
+                properties.write_text(shardherd_properties(daemon_properties(stack), kinesis_url, name,
                                                            keep_timings=False))
-                workers[name] = start_shardherd(properties, ledger, name, workdir)
-            wait_for(lambda: all(len(owned_by(dynamodb, stream.name, w)) >= 2 for w in workers), 180,
-                     "both workers holding leases")
+                workers[name] = start_shardherd(properties, stack.ledger, name, stack.workdir)
+
+            def owned(worker: str) -> set[str]:
+                return {key for key, owner in stack.owners().items() if owner == worker}
+
+            wait_for(lambda: all(len(owned(w)) >= 2 for w in workers), 240, "both workers holding leases")
             time.sleep(5)
-            victim = max(workers, key=lambda w: len(owned_by(dynamodb, stream.name, w)))
-            shards = owned_by(dynamodb, stream.name, victim)
+            victim = max(workers, key=lambda w: len(owned(w)))
+            shards = owned(victim)
             killed = time.time()
             end_group(workers[victim])
             survivor = next(w for w in workers if w != victim)
 
             def moved() -> bool:
-                seen = {shard for shard, _s, _ss, worker, at, _d in read_ledger(str(ledger))
-                        if worker == survivor and at > killed}
+                seen = {shard for shard, _s, _ss, worker, at, _d in stack.entries() if worker == survivor
+                        and at > killed}
                 return shards <= seen
 
             wait_for(moved, 120, f"{victim}'s shards processed by {survivor}", period=0.2)
@@ -246,21 +198,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=80_000, help="backlog drained by each side")
     parser.add_argument("--keep", type=Path, default=None, help="keep logs and ledgers in this directory")
+    parser.add_argument("--sides", default="java,shardherd,kill", help="which of java, shardherd, kill to run")
     args = parser.parse_args(argv)
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite, H2cProxy(kinesalite.port) as proxy, \
             tempfile.TemporaryDirectory() as tmp:
         workdir = args.keep or Path(tmp)
-        workdir.mkdir(parents=True, exist_ok=True)
-        results = side_by_side(moto, kinesalite, proxy, workdir, args.records)
-        java, ours = results["Java MultiLangDaemon"], results["shardherd multilang"]
+
+        def stack(name: str) -> InteropStack:
+            (workdir / name).mkdir(parents=True, exist_ok=True)
+            return InteropStack(moto, kinesalite, proxy, workdir / name, shards=SHARDS)
+
+        results: dict[str, dict[str, float]] = {}
+        if "java" in args.sides:
+            results["java"] = java_side(stack("java"), args.records)
+        if "shardherd" in args.sides:
+            results["shardherd"] = shardherd_side(stack("shardherd"), args.records, kinesalite.endpoint_url)
         print(f"\n{SHARDS} shards, backlog {args.records} records, same processor and properties")
         print(f"{'':28}{'Java daemon':>14}{'shardherd':>14}{'ratio':>10}  target")
         targets = {"first record s": "<= 0.33", "tree RSS MB": "<= 0.5", "daemon RSS MB": "", "records/s": ">= 1"}
+        java, ours = results.get("java", {}), results.get("shardherd", {})
         for key, target in targets.items():
-            print(f"{key:28}{java[key]:14.1f}{ours[key]:14.1f}{ours[key] / java[key]:10.2f}  {target}", flush=True)
-        seconds = kill_failover(moto, kinesalite, proxy, workdir)
-        print(f"kill -9 of a shardherd multilang worker -> its shards processed elsewhere: {seconds:.1f} s "
-              "(target < 15, default failover 10 s)")
+            ratio = ours[key] / java[key] if key in java and key in ours else math.nan
+            print(f"{key:28}{java.get(key, math.nan):14.1f}{ours.get(key, math.nan):14.1f}{ratio:10.2f}  {target}",
+                  flush=True)
+        if "kill" in args.sides:
+            seconds = kill_failover(stack("kill"), kinesalite.endpoint_url)
+            print(f"kill -9 of a shardherd multilang worker -> its shards processed elsewhere: {seconds:.1f} s "
+                  "(target < 15, default failover 10 s)")
     return 0
 
 

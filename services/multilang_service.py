@@ -65,7 +65,10 @@ class MultiLangDaemon:
             self.coordinator = CoordinatorService.build(
                 self.settings.model_copy(update={"worker_id": f"{self.settings.worker_id}-coordinator"}))
         options = child_options(self.config)
-        self.agent = Agent(self.settings, lambda: MultiLangProcessor(options), limits=read_limits(self.config))
+        # Read-ahead, as KCL's polling does: a child's round trip per batch (checkpoint included) overlaps the next
+        # GetRecords call instead of adding to it.
+        self.agent = Agent(self.settings, lambda: MultiLangProcessor(options), limits=read_limits(self.config),
+                           prefetch=True)
 
     @property
     def drain_timeout(self) -> float | None:

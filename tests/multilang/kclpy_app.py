@@ -18,7 +18,7 @@ from amazon_kclpy import kcl
 from amazon_kclpy.v2 import processor as v2
 from amazon_kclpy.v3 import processor as v3
 
-from tests.support.file_ledger import LEDGER_ENV, append_to_ledger
+from tests.support.ledger_lines import LEDGER_ENV, append_to_ledger
 
 WORKER = os.environ.get("MULTILANG_WORKER", os.environ.get("SHARDHERD_WORKER_ID", "multilang"))
 
@@ -69,8 +69,8 @@ class Ledger:
             checkpointer.checkpoint()
 
 
-class V3App(v3.RecordProcessorBase):  # type: ignore[misc]
-    """The amazon_kclpy v3 interface (leaseLost, shardEnded, shutdownRequested)."""
+class Delegating:
+    """initialize and process_records, the same in both API versions."""
 
     def __init__(self) -> None:
         self.ledger = Ledger()
@@ -80,6 +80,13 @@ class V3App(v3.RecordProcessorBase):  # type: ignore[misc]
 
     def process_records(self, process_records_input: Any) -> None:
         self.ledger.handle(process_records_input.records, process_records_input.checkpointer)
+
+    def shutdown_requested(self, shutdown_requested_input: Any) -> None:
+        self.ledger.finish("shutdownRequested", shutdown_requested_input.checkpointer)
+
+
+class V3App(Delegating, v3.RecordProcessorBase):  # type: ignore[misc]
+    """The amazon_kclpy v3 interface (leaseLost, shardEnded, shutdownRequested)."""
 
     def lease_lost(self, lease_lost_input: Any) -> None:
         self.ledger.note("leaseLost")
@@ -87,28 +94,13 @@ class V3App(v3.RecordProcessorBase):  # type: ignore[misc]
     def shard_ended(self, shard_ended_input: Any) -> None:
         self.ledger.finish("shardEnded", shard_ended_input.checkpointer)
 
-    def shutdown_requested(self, shutdown_requested_input: Any) -> None:
-        self.ledger.finish("shutdownRequested", shutdown_requested_input.checkpointer)
 
-
-class V2App(v2.RecordProcessorBase):  # type: ignore[misc]
+class V2App(Delegating, v2.RecordProcessorBase):  # type: ignore[misc]
     """The amazon_kclpy v2 interface (shutdown with a reason)."""
-
-    def __init__(self) -> None:
-        self.ledger = Ledger()
-
-    def initialize(self, initialize_input: Any) -> None:
-        self.ledger.started(initialize_input)
-
-    def process_records(self, process_records_input: Any) -> None:
-        self.ledger.handle(process_records_input.records, process_records_input.checkpointer)
 
     def shutdown(self, shutdown_input: Any) -> None:
         reason = shutdown_input.reason
         self.ledger.finish(f"shutdown {reason}", shutdown_input.checkpointer if reason == "TERMINATE" else None)
-
-    def shutdown_requested(self, shutdown_requested_input: Any) -> None:
-        self.ledger.finish("shutdownRequested", shutdown_requested_input.checkpointer)
 
 
 if __name__ == "__main__":

@@ -81,18 +81,16 @@ class MultiLangStack:
         self.workers[worker] = process
         return process
 
-    def stop(self, worker: str, timeout: float = 40.0) -> int:
-        """SIGTERM a worker (it drains: children get shutdownRequested and checkpoint) and wait for it."""
-        process = self.workers[worker]
-        process.send_signal(signal.SIGTERM)
-        return process.wait(timeout)
-
-    def kill(self, worker: str) -> None:
-        """SIGKILL a worker's whole process group (the worker and its children): a host dying."""
+    def end(self, worker: str, sig: signal.Signals = signal.SIGTERM) -> int:
+        """SIGTERM the worker (it drains: its children get shutdownRequested and checkpoint), or SIGKILL its whole
+        process group (the worker and its children: a host dying); its exit code."""
         process = self.workers[worker]
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(10)
+            if sig is signal.SIGKILL:
+                os.killpg(process.pid, sig)
+            else:
+                process.send_signal(sig)
+        return process.wait(40)
 
     def log(self, worker: str) -> str:
         """A worker's log so far."""
@@ -141,7 +139,7 @@ class MultiLangStack:
         """Kill every worker still running."""
         for worker, process in self.workers.items():
             if process.poll() is None:
-                self.kill(worker)
+                self.end(worker, signal.SIGKILL)
 
 
 def all_seen(stack: MultiLangStack, payloads: list[str]) -> bool:

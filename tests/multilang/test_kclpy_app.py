@@ -27,7 +27,7 @@ def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_sh
     assert sorted(n for n in notes if " initialize " in n) == sorted(
         f"{shard} initialize TRIM_HORIZON 0" for shard in expected)
     assert any(n.endswith("probe IllegalArgumentException") for n in notes), notes  # beyond the batch: refused
-    assert stack.stop("ml-1") == 0
+    assert stack.end("ml-1") == 0
     notes = stack.notes()
     for shard in expected:  # the daemon's graceful shutdown: shutdownRequested, then leaseLost
         mine = [n.split(" ", 1)[1] for n in notes if n.startswith(shard) and "probe" not in n]
@@ -48,5 +48,5 @@ def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_sh
     assert "delivering the same" in log
     expected = stack.last_sequences(first + second)
     wait_for(lambda: stack.checkpoints() == expected, 10, "checkpoint() without arguments at each shard's end")
-    assert stack.stop("ml-2") == 0
+    assert stack.end("ml-2") == 0
     assert [n for n in stack.notes() if n.endswith("shutdownRequested")][-2:]

@@ -45,6 +45,6 @@ def test_a_node_kcl_processor_runs_under_shardherd_multilang(two_shards: MultiLa
     wait_for(lambda: stack.checkpoints() == expected, 10, "the Node processors' checkpoints")
     assert sorted(n for n in stack.notes() if "initialize" in n) == sorted(
         f"{shard} initialize TRIM_HORIZON node" for shard in expected)
-    assert stack.stop("node-1") == 0
+    assert stack.end("node-1") == 0
     assert sum(n.endswith("shutdownRequested node") for n in stack.notes()) == len(expected)
     assert max(stack.delivered().values()) == 1
