@@ -10,8 +10,9 @@ does not set. Per side:
 * resident memory of the process tree (daemon + 8 children) and of the daemon alone, peaks while it drains;
 * records/s at saturation: a backlog of `--records` produced before the start, counted from the moment every shard
   has delivered its first record to the last record.
-Then kill -9 of one of two `shardherd multilang` workers (properties without timings: default failover 10 s) under a
-steady load: seconds until each of its shards is processed by the other worker (target < 15).
+Then kill -9 of one of three `shardherd multilang` workers (properties without timings: default failover 10 s)
+under a steady load, once one whose coordinator replica does not lead and once the leader's: seconds until each of
+its shards is processed by another worker (target < 15).
 """
 
 from __future__ import annotations
@@ -160,38 +161,50 @@ def daemon_properties(stack: InteropStack) -> Path:
                      stack.moto.endpoint_url, stack.ledger, **PROPERTIES).properties
 
 
-def kill_failover(stack: InteropStack, kinesis_url: str) -> float:
-    """Two shardherd multilang workers at default timings; kill -9 one; seconds until its shards are read elsewhere."""
+def kill_failover(stack: InteropStack, kinesis_url: str) -> dict[str, float]:
+    """shardherd multilang workers at default timings under a steady load; kill -9 a worker whose coordinator replica
+    does not lead, then (after a replacement joined) the one whose replica leads; seconds until the killed worker's
+    shards are processed by another worker, per case."""
     workers: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str) -> None:
+        properties = stack.workdir / f"{name}.properties"
+        properties.write_text(shardherd_properties(daemon_properties(stack), kinesis_url, name, keep_timings=False))
+        workers[name] = start_shardherd(properties, stack.ledger, name, stack.workdir)
+
+    def owned(worker: str) -> set[str]:
+        return {key for key, owner in stack.owners().items() if owner == worker}
+
+    def kill(victim: str) -> float:
+        shards = owned(victim)
+        killed = time.time()
+        end_group(workers.pop(victim))
+
+        def moved() -> bool:
+            seen = {shard for shard, _s, _ss, worker, at, _d in stack.entries() if worker != victim and at > killed}
+            return shards <= seen
+
+        wait_for(moved, 120, f"{victim}'s shards processed elsewhere", period=0.2)
+        return time.time() - killed
+
+    results: dict[str, float] = {}
     try:
         with stack.steady_load("s", per_second=200):
-            for name in ("ml-a", "ml-b"):
-                properties = stack.workdir / f"{name}.properties"
-                properties.write_text(shardherd_properties(daemon_properties(stack), kinesis_url, name,
-                                                           keep_timings=False))
-                workers[name] = start_shardherd(properties, stack.ledger, name, stack.workdir)
-
-            def owned(worker: str) -> set[str]:
-                return {key for key, owner in stack.owners().items() if owner == worker}
-
-            wait_for(lambda: all(len(owned(w)) >= 2 for w in workers), 240, "both workers holding leases")
-            time.sleep(5)
-            victim = max(workers, key=lambda w: len(owned(w)))
-            shards = owned(victim)
-            killed = time.time()
-            end_group(workers[victim])
-            survivor = next(w for w in workers if w != victim)
-
-            def moved() -> bool:
-                seen = {shard for shard, _s, _ss, worker, at, _d in stack.entries() if worker == survivor
-                        and at > killed}
-                return shards <= seen
-
-            wait_for(moved, 120, f"{victim}'s shards processed by {survivor}", period=0.2)
-            return time.time() - killed
+            for name in ("ml-a", "ml-b", "ml-c"):
+                start(name)
+            for case in ("worker whose replica does not lead", "worker whose replica leads"):
+                wait_for(lambda: len(workers) == 3 and all(len(owned(w)) >= 2 for w in workers), 240,
+                         "every worker holding leases")
+                leader = (stack.leader() or "").removesuffix("-coordinator")
+                victim = next(w for w in sorted(workers) if (w == leader) == case.endswith("leads"))
+                results[case] = kill(victim)
+                print(f"kill -9 of a {case} ({victim}): its shards processed elsewhere after {results[case]:.1f} s",
+                      flush=True)
+                start(f"{victim}-2")
     finally:
         for process in workers.values():
             end_group(process)
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,9 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key:28}{java.get(key, math.nan):14.1f}{ours.get(key, math.nan):14.1f}{ratio:10.2f}  {target}",
                   flush=True)
         if "kill" in args.sides:
-            seconds = kill_failover(stack("kill"), kinesalite.endpoint_url)
-            print(f"kill -9 of a shardherd multilang worker -> its shards processed elsewhere: {seconds:.1f} s "
-                  "(target < 15, default failover 10 s)")
+            for case, seconds in kill_failover(stack("kill"), kinesalite.endpoint_url).items():
+                print(f"kill -9 of a shardherd multilang {case} -> its shards processed elsewhere: {seconds:.1f} s "
+                      "(target < 15, default failover 10 s)")
     return 0
 
 

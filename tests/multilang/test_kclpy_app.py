@@ -12,7 +12,7 @@ import pytest
 from tests.multilang.stack import MultiLangStack, all_seen
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(120)]
 
 
 def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_shards: MultiLangStack) -> None:

@@ -22,7 +22,7 @@ from shardherd.services.emulators.moto_server import MotoServer
 from tests.multilang.stack import REPOSITORY, MultiLangStack
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(180)]
 
 UNREACHABLE = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
                "Network is unreachable", "ConnectionError", "ProxyError", "timed out")

@@ -12,7 +12,7 @@ import pytest
 from tests.multilang.stack import REPOSITORY, MultiLangStack, all_seen
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.timeout(150)]
+pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(150)]
 
 NODE_KCL = "aws-kcl@2.3.2"
 UNREACHABLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH", "network")
