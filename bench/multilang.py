@@ -2,9 +2,10 @@
 
 Both run the same amazon_kclpy processor (tests/kcl/ledger_processor.py: each batch appended to a ledger file, then
 a checkpoint at its last record; it imports amazon_kclpy and the standard library only) from the same properties
-file (tests/support/kcl_worker.py's, with `maxRecords` 1000; its JVM options are the interop tests' small heap:
--Xmx384m, SerialGC), each on a fresh 8-shard stream, on the same emulators; only `kinesisEndpoint` differs (the JVM
-reaches kinesalite through the h2c proxy). shardherd runs with its own defaults for everything the properties file
+file (tests/support/kcl_worker.py's, with `maxRecords` 1000; the JVM gets the interop tests' small heap, -Xmx384m and
+SerialGC, or with --jvm-defaults its own defaults, as amazon_kclpy's helper prints the command), each on a fresh
+8-shard stream, on the same emulators; only `kinesisEndpoint` differs (the JVM reaches kinesalite through the h2c
+proxy). shardherd runs with its own defaults for everything the properties file
 does not set. Per side:
 * start to first record processed: from launching the process to the first ledger line;
 * resident memory of the process tree (daemon + 8 children) and of the daemon alone, peaks while it drains;
@@ -37,7 +38,7 @@ from shardherd.services.emulators.moto_server import MotoServer
 from tests.kcl.harness import InteropStack
 from tests.kcl.ledger_processor import WORKER_ENV
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
-from tests.support.kcl_worker import KclWorker
+from tests.support.kcl_worker import EMULATOR_JVM_OPTIONS, JVM_OPTIONS, KclWorker
 from tests.support.waiting import wait_for
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -120,11 +121,12 @@ def measure(start: Callable[[], int], ledger: Path, records: int, timeout: float
             "records/s": len(later) / max(times[-1] - running, 1e-3)}
 
 
-def java_side(stack: InteropStack, records: int) -> dict[str, float]:
-    """The Java daemon draining `records` on its own stream."""
+def java_side(stack: InteropStack, records: int, jvm_defaults: bool) -> dict[str, float]:
+    """The Java daemon draining `records` on its own stream (the JVM's own defaults, or the tests' small heap)."""
     stack.produce(records, "r")
+    options = EMULATOR_JVM_OPTIONS if jvm_defaults else JVM_OPTIONS
     kcl = KclWorker(stack.workdir, "java", stack.app, stack.app, stack.proxy.endpoint_url, stack.moto.endpoint_url,
-                    stack.ledger, **PROPERTIES)
+                    stack.ledger, jvm_options=options, **PROPERTIES)
 
     def start() -> int:
         kcl.start()
@@ -211,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=80_000, help="backlog drained by each side")
     parser.add_argument("--keep", type=Path, default=None, help="keep logs and ledgers in this directory")
+    parser.add_argument("--jvm-defaults", action="store_true",
+                        help="run the JVM with its own heap defaults (as amazon_kclpy's helper prints the command), "
+                             "not the interop tests' -Xmx384m and SerialGC")
     parser.add_argument("--sides", default="java,shardherd,kill", help="which of java, shardherd, kill to run")
     args = parser.parse_args(argv)
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite, H2cProxy(kinesalite.port) as proxy, \
@@ -223,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
 
         results: dict[str, dict[str, float]] = {}
         if "java" in args.sides:
-            results["java"] = java_side(stack("java"), args.records)
+            results["java"] = java_side(stack("java"), args.records, args.jvm_defaults)
         if "shardherd" in args.sides:
             results["shardherd"] = shardherd_side(stack("shardherd"), args.records, kinesalite.endpoint_url)
         print(f"\n{SHARDS} shards, backlog {args.records} records, same processor and properties")

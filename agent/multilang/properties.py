@@ -274,7 +274,7 @@ def _initial_position_extended(config: MultiLangConfig, value: str) -> None:
     config.settings["initial_timestamp"] = datetime.fromtimestamp(int(value), UTC)
 
 
-def _positive_int(value: str) -> int:
+def _non_negative_int(value: str) -> int:
     number = int(value)
     if number < 0:
         raise ValueError(f"must be >= 0, got {number}")
@@ -282,11 +282,11 @@ def _positive_int(value: str) -> int:
 
 
 def _max_records(config: MultiLangConfig, value: str) -> None:
-    config.records_per_call = _positive_int(value)
+    config.records_per_call = _non_negative_int(value)
 
 
 def _idle_time(config: MultiLangConfig, value: str) -> None:
-    config.idle_between_reads = _positive_int(value) / 1000
+    config.idle_between_reads = _non_negative_int(value) / 1000
 
 
 def _call_empty(config: MultiLangConfig, value: str) -> None:
@@ -294,11 +294,11 @@ def _call_empty(config: MultiLangConfig, value: str) -> None:
 
 
 def _shutdown_grace(config: MultiLangConfig, value: str) -> None:
-    config.shutdown_grace_millis = _positive_int(value)
+    config.shutdown_grace_millis = _non_negative_int(value)
 
 
 def _timeout(config: MultiLangConfig, value: str) -> None:
-    seconds = _positive_int(value)
+    seconds = _non_negative_int(value)
     config.timeout_seconds = float(seconds) if seconds else None
 
 

@@ -14,7 +14,6 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from shardherd.shared.aws import make_client
 from tests.support.fast_settings import fast_env
@@ -147,9 +146,3 @@ def all_seen(stack: MultiLangStack, payloads: list[str]) -> bool:
     seen = stack.delivered()
     return all(data in seen for data in payloads)
 
-
-def dynamo_item(stack: MultiLangStack, key: str) -> dict[str, Any]:
-    """One lease item, raw."""
-    item: dict[str, Any] = stack.dynamodb.get_item(TableName=stack.app, Key={"leaseKey": {"S": key}},
-                                                   ConsistentRead=True)["Item"]
-    return item
