@@ -43,7 +43,7 @@ from tests.support.waiting import wait_for
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 SHARDS = 8
-PROPERTIES = {"maxRecords": "1000"}
+MAX_RECORDS = "1000"  # per GetRecords call, both sides
 
 
 def tree_rss(pid: int) -> int:
@@ -126,7 +126,7 @@ def java_side(stack: InteropStack, records: int, jvm_defaults: bool) -> dict[str
     stack.produce(records, "r")
     options = EMULATOR_JVM_OPTIONS if jvm_defaults else JVM_OPTIONS
     kcl = KclWorker(stack.workdir, "java", stack.app, stack.app, stack.proxy.endpoint_url, stack.moto.endpoint_url,
-                    stack.ledger, jvm_options=options, **PROPERTIES)
+                    stack.ledger, jvm_options=options, maxRecords=MAX_RECORDS)
 
     def start() -> int:
         kcl.start()
@@ -160,7 +160,7 @@ def shardherd_side(stack: InteropStack, records: int, kinesis_url: str) -> dict[
 def daemon_properties(stack: InteropStack) -> Path:
     """The properties file the Java daemon would get for this stack's application."""
     return KclWorker(stack.workdir, "properties", stack.app, stack.app, stack.proxy.endpoint_url,
-                     stack.moto.endpoint_url, stack.ledger, **PROPERTIES).properties
+                     stack.moto.endpoint_url, stack.ledger, maxRecords=MAX_RECORDS).properties
 
 
 def kill_failover(stack: InteropStack, kinesis_url: str) -> dict[str, float]:
