@@ -175,7 +175,10 @@ def kill_failover(stack: InteropStack, kinesis_url: str) -> dict[str, float]:
         workers[name] = start_shardherd(properties, stack.ledger, name, stack.workdir)
 
     def owned(worker: str) -> set[str]:
-        return {key for key, owner in stack.owners().items() if owner == worker}
+        try:
+            return {key for key, owner in stack.owners().items() if owner == worker}
+        except stack.dynamodb.exceptions.ResourceNotFoundException:
+            return set()  # no worker has created the table yet
 
     def kill(victim: str) -> float:
         shards = owned(victim)
