@@ -152,12 +152,13 @@ class MultiLangProcessor(RecordProcessor):
         """Send `line`, answer checkpoint requests until the child's status for `action`."""
         child = self._child
         assert child is not None
-        child.send(line)
+        child.send(line, self._options.timeout, action)
         while True:
             message = child.next_message(self._options.timeout, action)
             if isinstance(message, messages.CheckpointRequest):
                 error = self._checkpoint(message, checkpointer)
-                child.send(messages.checkpoint_reply(message.sequence_number, message.sub_sequence_number, error))
+                child.send(messages.checkpoint_reply(message.sequence_number, message.sub_sequence_number, error),
+                           self._options.timeout, "a checkpoint answer")
                 continue
             if message.response_for != action:
                 raise ChildFailed(f"{self._shard}: status for {message.response_for!r} while waiting for {action}")

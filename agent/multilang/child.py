@@ -1,7 +1,8 @@
 """One record processor executable run as a child process: messages in on stdin, out on stdout, stderr to the log.
 
-Invariants: a child's stdout is read by one thread into a queue (so a wait for its answer has a deadline and a child
-that prints garbage or nothing never blocks the shard thread beyond it); its stderr is forwarded to this process's
+Invariants: a child's stdout is read by one thread into a queue, and each message is written to its stdin by a
+thread of its own (so a wait for an answer or for a write has a deadline, and a child that prints garbage, nothing,
+or stops reading never blocks the shard thread beyond it); its stderr is forwarded to this process's
 log by another thread, line by line (a partial line when the child writes one without a newline), so a child never
 blocks on a full pipe; a child that exits, closes stdout or misses a deadline raises ChildFailed, and `close` always
 leaves no process behind (stdin closed, then SIGKILL after the grace period).
@@ -67,15 +68,40 @@ class ChildProcess:
         """The child's process id."""
         return self.process.pid
 
-    def send(self, line: bytes) -> None:
-        """Write one message line; ChildFailed if the child no longer reads."""
-        stdin = self.process.stdin
-        try:
-            assert stdin is not None
-            stdin.write(line)
-            stdin.flush()
-        except (OSError, ValueError) as exc:
-            raise ChildFailed(f"{self.shard_id}: cannot write to the record processor ({self._exit_note()})") from exc
+    def send(self, line: bytes, timeout: float | None, action: str) -> None:
+        """Write one message line within `timeout` seconds; ChildFailed if the child does not take it.
+
+        A child that stops reading fills the pipe: the write happens in a thread, so the wait has the same deadline
+        as an answer.
+        """
+        failure: list[BaseException] = []
+        written = threading.Event()
+
+        def write() -> None:
+            stdin = self.process.stdin
+            try:
+                assert stdin is not None
+                stdin.write(line)
+                stdin.flush()
+            except (OSError, ValueError) as exc:
+                failure.append(exc)
+            finally:
+                written.set()
+
+        threading.Thread(target=write, name=f"child-in-{self.shard_id}", daemon=True).start()
+        self._wait(written, timeout, f"writing {action}")
+        if failure:
+            raise ChildFailed(f"{self.shard_id}: cannot write {action} to the record processor "
+                              f"({self._exit_note()})") from failure[0]
+
+    def _wait(self, event: threading.Event, timeout: float | None, what: str) -> None:
+        """Wait for `event`, logging every READ_SLICE_SECONDS; ChildFailed once `timeout` seconds passed."""
+        started = time.monotonic()
+        while not event.wait(READ_SLICE_SECONDS if timeout is None else min(READ_SLICE_SECONDS, timeout)):
+            waited = time.monotonic() - started
+            if timeout is not None and waited >= timeout:
+                raise ChildFailed(f"{self.shard_id}: {what} took more than {timeout:.0f} s (timeoutInSeconds)")
+            log.warning("%s: still %s after %.0f s", self.shard_id, what, waited)
 
     def next_message(self, timeout: float | None, waiting_for: str) -> messages.ChildMessage:
         """The child's next message; ChildFailed once it ends its output or `timeout` seconds pass without one."""

@@ -2,7 +2,8 @@
 
 Script words: `noise` (print a non-message line and a stderr line at start), `checkpoint-in-init` (ask for a
 checkpoint while initializing), `hang-once` (sleep on the first processRecords of the first run), `wrong-status`
-(answer processRecords with the status of another action). Every message received and every checkpoint answer is
+(answer processRecords with the status of another action), `stop-reading` (stop reading stdin after initialize).
+Every message received and every checkpoint answer is
 appended to MULTILANG_TRACE as a JSON line.
 """
 
@@ -48,6 +49,8 @@ def main() -> None:
             send({"action": "status", "responseFor": "initialize"})
             continue
         send({"action": "status", "responseFor": action})
+        if action == "initialize" and "stop-reading" in SCRIPT:
+            time.sleep(60)
 
 
 if __name__ == "__main__":

@@ -79,3 +79,11 @@ def test_a_child_that_cannot_start_fails_the_attempt(tmp_path: Path) -> None:
     options = ChildOptions(command=("no-such-processor-executable",), workdir=tmp_path)
     with pytest.raises(ChildFailed, match="cannot start no-such-processor-executable"):
         MultiLangProcessor(options).initialize("shardId-1", Checkpoint("TRIM_HORIZON"))
+
+
+def test_a_child_that_stops_reading_fails_the_write_within_the_deadline(tmp_path: Path) -> None:
+    processor, _ = bridge(tmp_path, "stop-reading", timeout=1)
+    processor.initialize("shardId-1", Checkpoint("TRIM_HORIZON"))
+    big = Record("shardId-1", "49500", 0, "pk", None, None, b"x" * 2_000_000, False)  # more than a pipe holds
+    with pytest.raises(ChildFailed, match="writing processRecords took more than 1 s"):
+        processor.process_records([big], UNUSED, 0)
