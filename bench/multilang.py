@@ -200,7 +200,10 @@ def kill_failover(stack: InteropStack, kinesis_url: str) -> dict[str, float]:
             for case in ("worker whose replica does not lead", "worker whose replica leads"):
 
                 def candidates(leads: bool = case.endswith("leads")) -> list[str]:
-                    leader = (stack.leader() or "").removesuffix("-coordinator")
+                    try:
+                        leader = (stack.leader() or "").removesuffix("-coordinator")
+                    except stack.dynamodb.exceptions.ResourceNotFoundException:
+                        return []  # no replica has created the tables yet
                     return [w for w in sorted(workers) if (w == leader) == leads and owned(w)]
 
                 wait_for(lambda: bool(candidates()), 240, f"a {case} holding leases")
