@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 from shardherd.shared.aws import make_client
+from tests.kcl.harness import put_payloads
 from tests.support.fast_settings import fast_env
 from tests.support.file_ledger import LEDGER_ENV, read_ledger
 from tests.support.stores import unique_app
@@ -97,15 +98,7 @@ class MultiLangStack:
 
     def produce(self, count: int, prefix: str) -> list[str]:
         """Put records `<prefix>-<i>` spread over the shards; remember where each landed."""
-        payloads = [f"{prefix}-{index}" for index in range(count)]
-        for start in range(0, count, 500):
-            batch = payloads[start:start + 500]
-            response = self.kinesis.put_records(StreamName=self.app, Records=[
-                {"Data": data.encode(), "PartitionKey": data} for data in batch])
-            assert response.get("FailedRecordCount", 0) == 0
-            for data, entry in zip(batch, response["Records"], strict=True):
-                self.sequence[data] = (entry["ShardId"], entry["SequenceNumber"])
-        return payloads
+        return put_payloads(self.kinesis, self.app, count, prefix, self.sequence)
 
     def delivered(self) -> Counter[str]:
         """How often each payload reached a record processor."""
