@@ -110,7 +110,7 @@ class Agent:
 
     def __init__(self, settings: Settings, factory: ProcessorFactory, clock: Clock | None = None,
                  store: LeaseStore | None = None, kinesis: KinesisClient | None = None,
-                 limits: ReadLimits | None = None, rng: random.Random | None = None,
+                 limits: ReadLimits | None = None, rng: random.Random | None = None, prefetch: bool = False,
                  exit: Callable[[int], None] | None = None) -> None:
         if not settings.stream_names:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
@@ -146,6 +146,7 @@ class Agent:
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
+            prefetch=prefetch,
         )
         self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
         if self.watch is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent.consumer import Checkpointer, LeaseLost, RecordProcessor
 from shardherd.agent.metrics.throughput import ThroughputRecorder
+from shardherd.agent.prefetch import Prefetcher
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.read_spec import ReadLimits, StartPosition
 from shardherd.agent.reader import ShardNotFound, ShardReader, ShardReadError
@@ -64,6 +65,7 @@ class ShardContext:
     max_backoff: float = 30.0
     stream_names: frozenset[str] = frozenset()  # the streams of a multi-stream application
     stream_timestamps: Mapping[str, datetime | None] = field(default_factory=dict)  # per-stream AT_TIMESTAMP
+    prefetch: bool = False  # read the next batch while the processor handles the current one (agent/prefetch.py)
 
     def stream_of(self, lease: Lease) -> str:
         """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
@@ -86,7 +88,7 @@ class ShardWorker:
         self.lease = lease
         self._ctx = context
         self._stop: Stop | None = None
-        self._reader: ShardReader | None = None
+        self._reader: ShardReader | Prefetcher | None = None
         self._guard = threading.Lock()
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
@@ -162,11 +164,12 @@ class ShardWorker:
         while self._stop is None:
             if position.at_shard_end:
                 return True
-            reader = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position,
-                                 self._ctx.limits, self._ctx.clock)
+            plain = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits,
+                                self._ctx.clock)
             with self._guard:
                 if self._stop is not None:
                     return False
+                reader = Prefetcher(plain, f"prefetch-{self.lease.shard}") if self._ctx.prefetch else plain
                 self._reader = reader
             try:
                 while self._stop is None:
@@ -182,6 +185,8 @@ class ShardWorker:
             except ShardReadError as exc:
                 log.warning("%s: read failed, reopening from %s: %s", self.lease.lease_key, position, exc)
                 self._ctx.clock.sleep(self._ctx.retry_delay)
+            finally:
+                reader.stop()  # nothing reads ahead for a reader left behind
         return False
 
     def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:

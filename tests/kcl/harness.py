@@ -78,15 +78,7 @@ class InteropStack:
 
     def produce(self, count: int, prefix: str) -> None:
         """Put `count` records `<prefix>-<i>` spread over every shard; remember where each one landed."""
-        payloads = [f"{prefix}-{index}" for index in range(count)]
-        for start in range(0, count, 500):
-            batch = payloads[start:start + 500]
-            response = self.kinesis.put_records(StreamName=self.app, Records=[
-                {"Data": data.encode(), "PartitionKey": data} for data in batch])
-            assert response.get("FailedRecordCount", 0) == 0
-            for data, entry in zip(batch, response["Records"], strict=True):
-                self.sequence[data] = (entry["ShardId"], entry["SequenceNumber"])
-        self.produced.extend(payloads)
+        self.produced.extend(put_payloads(self.kinesis, self.app, count, prefix, self.sequence))
 
     @contextlib.contextmanager
     def steady_load(self, prefix: str, per_second: int = 100) -> Iterator[None]:
@@ -212,6 +204,20 @@ class InteropStack:
                 process.kill()
                 process.wait(10)
         self.stop_coordinator()
+
+
+def put_payloads(kinesis: Any, stream: str, count: int, prefix: str,
+                 sequence: dict[str, tuple[str, str]]) -> list[str]:
+    """Put records `<prefix>-<i>` (also their partition keys) into `stream`; note each one's (shard, sequence)."""
+    payloads = [f"{prefix}-{index}" for index in range(count)]
+    for start in range(0, count, 500):
+        batch = payloads[start:start + 500]
+        response = kinesis.put_records(StreamName=stream, Records=[
+            {"Data": data.encode(), "PartitionKey": data} for data in batch])
+        assert response.get("FailedRecordCount", 0) == 0
+        for data, entry in zip(batch, response["Records"], strict=True):
+            sequence[data] = (entry["ShardId"], entry["SequenceNumber"])
+    return payloads
 
 
 def first_sequence_after(sequences: list[str], checkpoint: str) -> str | None:

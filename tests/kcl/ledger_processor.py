@@ -15,7 +15,7 @@ from typing import Any
 from amazon_kclpy import kcl
 from amazon_kclpy.v3 import processor
 
-from tests.support.file_ledger import LEDGER_ENV, append_to_ledger
+from tests.support.ledger_lines import LEDGER_ENV, append_to_ledger
 
 WORKER_ENV = "KCL_TEST_WORKER_ID"
 

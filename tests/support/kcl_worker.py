@@ -27,8 +27,9 @@ REPOSITORY = Path(__file__).resolve().parents[2]
 PROCESSOR = REPOSITORY / "tests" / "kcl" / "ledger_processor.py"
 JARS_DIR = Path(amazon_kclpy.__file__).resolve().parent / "jars"
 DAEMON_CLASS = "software.amazon.kinesis.multilang.MultiLangDaemon"
+EMULATOR_JVM_OPTIONS = ("-Daws.cborEnabled=false", "-Daws.disableEc2Metadata=true")  # needed on the emulators
 JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k",
-               "-Daws.cborEnabled=false", "-Daws.disableEc2Metadata=true")
+               *EMULATOR_JVM_OPTIONS)
 # KCL's timings for tests (KCL defaults in brackets): a lease expires after 3 s [10 s], the leader assigns every
 # 2 s [20 s] and workers discover new leases every ~1 s [10 s]; metrics are reported every 2 s [30 s], so a worker
 # row goes stale 4 s after its worker died [60 s].
@@ -59,7 +60,9 @@ class KclWorker:
     """One MultiLangDaemon process (plus its per-shard Python processors) in its own process group."""
 
     def __init__(self, workdir: Path, worker_id: str, application: str, stream: str, kinesis_url: str,
-                 dynamodb_url: str, ledger: Path, **properties: str) -> None:
+                 dynamodb_url: str, ledger: Path, jvm_options: tuple[str, ...] = JVM_OPTIONS,
+                 **properties: str) -> None:
+        self.jvm_options = jvm_options
         self.worker_id = worker_id
         self.dir = (workdir / worker_id).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -99,7 +102,7 @@ class KclWorker:
         classpath = ":".join([*sorted(str(jar) for jar in JARS_DIR.glob("*.jar")), str(self.dir)])
         self._output = open(self.dir / "daemon.out", "ab")  # noqa: SIM115 (closed by the stop methods)
         self._process = subprocess.Popen(
-            [java, *JVM_OPTIONS, "-cp", classpath, DAEMON_CLASS, "--properties-file", str(self.properties),
+            [java, *self.jvm_options, "-cp", classpath, DAEMON_CLASS, "--properties-file", str(self.properties),
              "--log-configuration", str(self.dir / "logback.xml")],
             env={**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1",
                  LEDGER_ENV: str(self.ledger), WORKER_ENV: self.worker_id, "PYTHONPATH": str(REPOSITORY)},

@@ -1,0 +1,52 @@
+"""The real amazon_kclpy package driving processors written against its v3 and v2 APIs under `shardherd multilang`.
+
+One application, two workers one after the other (each start costs seconds): a v3 processor checkpointing at
+sequence numbers, stopped gracefully; then a v2 processor checkpointing without arguments, which crashes once on a
+record, continuing from the first one's checkpoints.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.multilang.stack import MultiLangStack, all_seen
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(120)]
+
+
+def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_shards: MultiLangStack) -> None:
+    stack = two_shards
+    first = stack.produce(40, "a")
+    properties = stack.properties()
+    stack.start("ml-1", properties, MULTILANG_API="v3", MULTILANG_PROBE="1")
+    wait_for(lambda: all_seen(stack, first), 40, "every record processed")
+    expected = stack.last_sequences(first)
+    wait_for(lambda: stack.checkpoints() == expected, 10, "checkpoints at each shard's last record")
+    notes = stack.notes()
+    assert sorted(n for n in notes if " initialize " in n) == sorted(
+        f"{shard} initialize TRIM_HORIZON 0" for shard in expected)
+    assert any(n.endswith("probe IllegalArgumentException") for n in notes), notes  # beyond the batch: refused
+    assert stack.end("ml-1") == 0
+    notes = stack.notes()
+    for shard in expected:  # the daemon's graceful shutdown: shutdownRequested, then leaseLost
+        mine = [n.split(" ", 1)[1] for n in notes if n.startswith(shard) and "probe" not in n]
+        assert mine[-2:] == ["shutdownRequested", "leaseLost"], mine
+
+    # A v2 processor continues every shard right after those checkpoints and crashes once on b-7.
+    second = stack.produce(20, "b")
+    stack.start("ml-2", properties, MULTILANG_API="v2", MULTILANG_CHECKPOINT="bare", MULTILANG_CRASH_ONCE="b-7")
+    wait_for(lambda: all_seen(stack, second), 40, "the new records processed by ml-2, b-7 after the crash")
+    for shard, sequence in expected.items():
+        assert f"{shard} initialize {sequence} 0" in stack.notes()
+    delivered = stack.delivered()
+    assert all(delivered[data] == 1 for data in first)  # nothing before the checkpoints read again
+    crashed = (stack.ledger.parent / "ledger.txt.crashed").read_text()
+    assert len([n for n in stack.notes() if n.startswith(crashed) and " initialize " in n]) == 3  # restarted
+    log = stack.log("ml-2")
+    assert "crashing at b-7" in log  # the child's stderr is in the worker's log
+    assert "delivering the same" in log
+    expected = stack.last_sequences(first + second)
+    wait_for(lambda: stack.checkpoints() == expected, 10, "checkpoint() without arguments at each shard's end")
+    assert stack.end("ml-2") == 0
+    assert [n for n in stack.notes() if n.endswith("shutdownRequested")][-2:]

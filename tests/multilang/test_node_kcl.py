@@ -1,0 +1,50 @@
+"""The Node.js KCL (npm package aws-kcl, installed here, not committed) under `shardherd multilang`: the protocol is
+the daemon's, not amazon_kclpy's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.multilang.stack import REPOSITORY, MultiLangStack, all_seen
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(150)]
+
+NODE_KCL = "aws-kcl@2.3.2"
+UNREACHABLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH", "network")
+
+
+def install_node_kcl(into: Path) -> Path:
+    """`npm install aws-kcl` into `into` (no install scripts: they fetch jars the Node KCL's own daemon needs)."""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.skip("Node.js and npm are not installed")
+    result = subprocess.run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", str(into),
+                             NODE_KCL], capture_output=True, text=True, timeout=120)
+    if result.returncode != 0:
+        output = result.stdout + result.stderr
+        if any(sign in output for sign in UNREACHABLE):
+            pytest.skip(f"the npm registry is unreachable: {output.strip().splitlines()[-1]}")
+        raise AssertionError(output)
+    return into / "node_modules"
+
+
+def test_a_node_kcl_processor_runs_under_shardherd_multilang(two_shards: MultiLangStack, tmp_path: Path) -> None:
+    stack = two_shards
+    modules = install_node_kcl(tmp_path / "node")
+    app = REPOSITORY / "tests" / "multilang" / "node_app.js"
+    properties = stack.properties("node.properties", executableName=f"node {app}", processingLanguage="nodejs")
+    payloads = stack.produce(30, "n")
+    stack.start("node-1", properties, NODE_PATH=str(modules))
+    wait_for(lambda: all_seen(stack, payloads), 60, "every record processed by the Node processors")
+    expected = stack.last_sequences(payloads)
+    wait_for(lambda: stack.checkpoints() == expected, 10, "the Node processors' checkpoints")
+    assert sorted(n for n in stack.notes() if "initialize" in n) == sorted(
+        f"{shard} initialize TRIM_HORIZON node" for shard in expected)
+    assert stack.end("node-1") == 0
+    assert sum(n.endswith("shutdownRequested node") for n in stack.notes()) == len(expected)
+    assert max(stack.delivered().values()) == 1
