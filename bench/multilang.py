@@ -2,8 +2,8 @@
 
 Both run the same amazon_kclpy processor (tests/kcl/ledger_processor.py: each batch appended to a ledger file, then
 a checkpoint at its last record; it imports amazon_kclpy and the standard library only) from the same properties
-file (tests/support/kcl_worker.py's, with `maxRecords` 1000; the JVM gets the interop tests' small heap, -Xmx384m and
-SerialGC, or with --jvm-defaults its own defaults, as amazon_kclpy's helper prints the command), each on a fresh
+file (tests/support/kcl_worker.py's, with `maxRecords` 1000; the JVM gets its own defaults, as amazon_kclpy's helper
+prints the command, or with --jvm-small-heap the interop tests' -Xmx384m and SerialGC), each on a fresh
 8-shard stream, on the same emulators; only `kinesisEndpoint` differs (the JVM reaches kinesalite through the h2c
 proxy). shardherd runs with its own defaults for everything the properties file
 does not set. Per side:
@@ -121,10 +121,10 @@ def measure(start: Callable[[], int], ledger: Path, records: int, timeout: float
             "records/s": len(later) / max(times[-1] - running, 1e-3)}
 
 
-def java_side(stack: InteropStack, records: int, jvm_defaults: bool) -> dict[str, float]:
+def java_side(stack: InteropStack, records: int, small_heap: bool) -> dict[str, float]:
     """The Java daemon draining `records` on its own stream (the JVM's own defaults, or the tests' small heap)."""
     stack.produce(records, "r")
-    options = EMULATOR_JVM_OPTIONS if jvm_defaults else JVM_OPTIONS
+    options = JVM_OPTIONS if small_heap else EMULATOR_JVM_OPTIONS
     kcl = KclWorker(stack.workdir, "java", stack.app, stack.app, stack.proxy.endpoint_url, stack.moto.endpoint_url,
                     stack.ledger, jvm_options=options, maxRecords=MAX_RECORDS)
 
@@ -221,9 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=80_000, help="backlog drained by each side")
     parser.add_argument("--keep", type=Path, default=None, help="keep logs and ledgers in this directory")
-    parser.add_argument("--jvm-defaults", action="store_true",
-                        help="run the JVM with its own heap defaults (as amazon_kclpy's helper prints the command), "
-                             "not the interop tests' -Xmx384m and SerialGC")
+    parser.add_argument("--jvm-small-heap", action="store_true",
+                        help="run the JVM with the interop tests' -Xmx384m and SerialGC instead of its own defaults "
+                             "(which amazon_kclpy's helper leaves it)")
     parser.add_argument("--sides", default="java,shardherd,kill", help="which of java, shardherd, kill to run")
     args = parser.parse_args(argv)
     with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite, H2cProxy(kinesalite.port) as proxy, \
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
         results: dict[str, dict[str, float]] = {}
         if "java" in args.sides:
-            results["java"] = java_side(stack("java"), args.records, args.jvm_defaults)
+            results["java"] = java_side(stack("java"), args.records, args.jvm_small_heap)
         if "shardherd" in args.sides:
             results["shardherd"] = shardherd_side(stack("shardherd"), args.records, kinesalite.endpoint_url)
         print(f"\n{SHARDS} shards, backlog {args.records} records, same processor and properties")
