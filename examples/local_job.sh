@@ -3,6 +3,7 @@
 set -euo pipefail
 shardherd up --no-spark --duration 600 > up.log 2>&1 &  # the stack: emulators, producer, 2 coordinators, 3 agents
 STACK=$!
+trap 'kill "$STACK" 2> /dev/null || true' EXIT          # the stack stops with this script, whatever happens
 until [ -f .shardherd/up/job.env ]; do sleep 1; done    # written once the stack's processes run
 set -a; . .shardherd/up/job.env; set +a                 # its application, stream, endpoints, coordinators, dummy keys
 export SHARDHERD_WORKER_ID=my-job                       # the job's name in the lease table

@@ -35,8 +35,8 @@ def test_the_documented_commands_run_a_job_that_drains_on_ctrl_c(tmp_path: Path)
         output, _ = script.communicate(timeout=420)
     finally:
         if script.poll() is None:
-            os.killpg(script.pid, signal.SIGKILL)
-            script.wait()
+            os.killpg(script.pid, signal.SIGTERM)  # the script's trap stops the stack
+            script.wait(120)
     text = output.decode(errors="replace")
     assert script.returncode == 0, text[-4000:] + (tmp_path / "up.log").read_text()[-2000:]
     records = tmp_path / "my-job" / "records"
