@@ -6,12 +6,12 @@ import base64
 import binascii
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseState
-from shardherd.services.leader_status import MalformedLeaderStatus, explain, read_status
+from shardherd.services.leader_status import explain
 
 router = APIRouter(prefix="/v1", tags=["assignments"], dependencies=[Depends(require_read_token)])
 
@@ -36,6 +36,7 @@ def decode_cursor(cursor: str) -> str:
             responses={400: {"model": ErrorBody, "description": "bad cursor"}, **AUTH_RESPONSES},
             summary="Every lease with its owner, checkpoint owner, checkpoint, state and throughput")
 def list_assignments(
+    request: Request,
     ctx: Annotated[ApiContext, Depends(context)],
     worker: Annotated[str | None, Query(description="only leases this worker processes or will process")] = None,
     stream: Annotated[str | None, Query(description="only leases of this stream")] = None,
@@ -46,7 +47,8 @@ def list_assignments(
 ) -> AssignmentsPage:
     """One page of leases sorted by key; filters apply before pagination."""
     after = decode_cursor(cursor) if cursor is not None else None
-    fleet = ctx.fleet()
+    snapshot = ctx.snapshot(access_of(request))
+    fleet = snapshot.fleet
     matching = [
         lease for lease in fleet.leases
         if (worker is None or worker in (lease.owner, lease.checkpoint_owner))
@@ -55,11 +57,10 @@ def list_assignments(
     ]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
     page = remaining[:limit]
-    if explain_ and page:
-        try:
-            reasons = explain(read_status(ctx.store), (lease.lease_key for lease in page))
-        except MalformedLeaderStatus as exc:
-            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {exc}") from exc
+    if explain_ and page:  # the snapshot's status: no store read per request
+        if snapshot.status_problem is not None:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {snapshot.status_problem}")
+        reasons = explain(snapshot.status, (lease.lease_key for lease in page))
         page = [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
     next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None
     return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases,

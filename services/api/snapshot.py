@@ -5,11 +5,13 @@ a dashboard paging through 10,000 leases every 3 s made that the biggest read co
 at most one snapshot per `max_age` seconds however many clients ask. The leader replica builds it from its newest
 run's scans, the lock as it last wrote it and the status it last published or read: no store read at all. A replica
 that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store itself only
-while the leader does not answer (docs/store-cost.md).
+while the leader does not answer (docs/store-cost.md), and never for an anonymous caller: that one gets what is at
+hand, however old (docs/decisions/0021-api-credentials-and-load.md).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +38,10 @@ class ApiSnapshot:
     status_problem: str | None
 
 
+class NothingAtHand(Exception):
+    """No snapshot can be served without reading the store (asked for a caller who may not cause a read)."""
+
+
 class SnapshotCache:
     """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old (thread-safe; one refresh at a time)."""
 
@@ -59,21 +65,30 @@ class SnapshotCache:
         self._taken = 0.0
         self._guard = threading.Lock()
 
-    def get(self) -> ApiSnapshot:
-        """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store."""
+    def get(self, may_read_store: bool = True) -> ApiSnapshot:
+        """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
+
+        Without `may_read_store` (an anonymous caller) the store is never read: the leader's own view however old
+        its scans, else the last snapshot however old, else NothingAtHand.
+        """
         with self._guard:
             now = self._clock.monotonic()
             if self._snapshot is not None and now - self._taken < self.max_age:
                 return self._snapshot
-            self._snapshot = self._own() or (self._from_leader() if self._from_leader is not None else None)
-            if self._snapshot is None:
-                self._snapshot = self._read()
+            fresh = self._own(self.max_age) or (self._from_leader() if self._from_leader is not None else None)
+            if fresh is None and not may_read_store:
+                kept = self._own(math.inf) or self._snapshot
+                if kept is None:
+                    raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
+                                        "read the store: retry shortly, or send the read token")
+                return kept  # not cached as fresh: the next caller with a token still refreshes
+            self._snapshot = fresh if fresh is not None else self._read()
             self._taken = now
             return self._snapshot
 
-    def _own(self) -> ApiSnapshot | None:
+    def _own(self, max_age: float) -> ApiSnapshot | None:
         """On the leader: its run's scans, its own lock item and status; None where one of them is not at hand."""
-        scans = self._leader_scans(self.max_age)
+        scans = self._leader_scans(max_age)
         lock = self._lock.own_view()
         known, status = self._own_status() if self._own_status is not None else (False, None)
         if scans is None or lock is None or not known:

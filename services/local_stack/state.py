@@ -22,6 +22,7 @@ DEFAULT_RUN_DIR = Path(".shardherd") / "up"
 STATE_FILE = "state.json"
 CONTROL_SOCKET = "control.sock"
 TOKEN_FILE = "api-token"
+READ_TOKEN_FILE = "api-read-token"
 LOCK_FILE = "lock"
 LOG_DIR = "logs"
 

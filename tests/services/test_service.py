@@ -113,7 +113,9 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().out.strip() == "drain requested for worker-beta"
     record = worker_record(running.store, "worker-beta")
     assert record is not None and record.drain_requested
-    assert main(["plan", "--url", running.url]) == 0
+    assert main(["plan", "--url", running.url]) == 2  # a dry run scans the store: not for anonymous callers
+    assert "HTTP 401" in capsys.readouterr().err
+    assert main(["plan", "--url", running.url, "--token-file", str(running.token_file)]) == 0
     assert "nothing was written" in capsys.readouterr().out
     assert main(["drain", "worker-beta", "--undo", "--url", running.url, "--token-file",
                  str(running.token_file)]) == 0
