@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
 from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
-from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseState
+from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseOut, LeaseState
+from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import explain
 
 router = APIRouter(prefix="/v1", tags=["assignments"], dependencies=[Depends(require_read_token)])
@@ -49,19 +50,25 @@ def list_assignments(
     after = decode_cursor(cursor) if cursor is not None else None
     snapshot = ctx.snapshot(access_of(request))
     fleet = snapshot.fleet
-    matching = [
-        lease for lease in fleet.leases
-        if (worker is None or worker in (lease.owner, lease.checkpoint_owner))
-        and (stream is None or lease.stream == stream)
-        and (state is None or lease.state == state)
-    ]
+    matching = [lease for lease in fleet.leases if _wanted(lease, worker, stream, state)]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
     page = remaining[:limit]
-    if explain_ and page:  # the snapshot's status: no store read per request
-        if snapshot.status_problem is not None:
-            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {snapshot.status_problem}")
-        reasons = explain(snapshot.status, (lease.lease_key for lease in page))
-        page = [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
+    if explain_ and page:
+        page = _explained(snapshot, page)
     next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None
     return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases,
                            repaired=fleet.repaired_leases)
+
+
+def _wanted(lease: LeaseOut, worker: str | None, stream: str | None, state: LeaseState | None) -> bool:
+    """Whether the lease passes the filters given (None: no filter)."""
+    return ((worker is None or worker in (lease.owner, lease.checkpoint_owner))
+            and (stream is None or lease.stream == stream) and (state is None or lease.state == state))
+
+
+def _explained(snapshot: ApiSnapshot, page: list[LeaseOut]) -> list[LeaseOut]:
+    """The page with what recent leader runs decided about each lease, from the snapshot's status (no store read)."""
+    if snapshot.status_problem is not None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {snapshot.status_problem}")
+    reasons = explain(snapshot.status, (lease.lease_key for lease in page))
+    return [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
