@@ -8,6 +8,11 @@ store.
 
 The watch also carries the keeper's news to the leader (`news()`, decision 0010): a short request with `news=true`
 from its own thread, so the leader scans the store at once rather than at its next full scan.
+
+It sends the read token (`api_read_token` / `api_read_token_file`; the admin token `api_token` only where no read
+token is given), read again whenever its file changes, so a rotated Secret is picked up without a restart. Without a
+valid token the coordinator answers but does not count the agent as listening or signalling (decision 0021); a
+refused token (401, 403) is logged as an error, once per spell of refusals, never silently.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from typing import Protocol
 
 import httpx
 
+from shardherd.shared.api_token import TokenSource
 from shardherd.shared.assignment_channel import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
+from shardherd.shared.errors import ConfigError
 from shardherd.shared.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -51,7 +58,8 @@ class AssignmentWatch:
         path = f"/v1/workers/{settings.worker_id}/assignments/changes"
         self._urls = [f"{base.rstrip('/')}{path}" for base in settings.coordinator_urls]
         self._at = 0  # the replica asked now: the next one after a failure or a 409 (it may lead)
-        self._token = _token(settings)
+        self._token = _credential(settings)
+        self._refused = False  # in a spell of refused tokens (logged once at its start)
         self._keeper = keeper
         self._clock = clock
         self._client = client or _client()
@@ -124,11 +132,31 @@ class AssignmentWatch:
                     except httpx.HTTPError as exc:
                         log.debug("assignment watch: news not delivered: %s", exc)
                         break
+                self._note_refusal(response)
                 if response.status_code == 200:
                     break
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        if self._token is None:
+            return {}
+        try:
+            token = self._token.current()
+        except ConfigError as exc:
+            log.error("assignment watch: %s; asking without a token", exc)
+            return {}
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _note_refusal(self, response: httpx.Response) -> None:
+        """Log a refused token loudly at the start of a spell of refusals; note its end."""
+        refused = response.status_code in (401, 403)
+        if refused and not self._refused:
+            setting = self._token.setting if self._token is not None else "api_read_token"
+            log.error("assignment watch: the coordinator refused this agent's token (HTTP %d: %s); the agent reads "
+                      "its leases from the store until %s(_file) holds a token the coordinator accepts (re-read at "
+                      "every request)", response.status_code, response.text[:200], setting)
+        elif not refused and self._refused:
+            log.warning("assignment watch: the coordinator accepts this agent's token again")
+        self._refused = refused
 
     def _ask(self, feed: str | None, version: int) -> FeedPosition | None:
         params: dict[str, str | int | float] = {"after": version, "wait": WAIT_SECONDS}
@@ -141,6 +169,7 @@ class AssignmentWatch:
             if not self._stop.is_set():
                 log.debug("assignment watch: %s", exc)
             return None
+        self._note_refusal(response)
         if response.status_code != 200:
             log.debug("assignment watch: HTTP %d from %s", response.status_code, self._urls[self._at])
             return None
@@ -158,13 +187,16 @@ def _client() -> httpx.Client:
     return httpx.Client(trust_env=False)
 
 
-def _token(settings: Settings) -> str | None:
-    """The API token agents send (reads may be protected): `api_token`, else the content of `api_token_file`."""
-    if settings.api_token is not None:
-        return settings.api_token.get_secret_value()
-    if settings.api_token_file:
-        try:
-            return Path(settings.api_token_file).read_text().strip() or None
-        except OSError as exc:
-            log.warning("assignment watch: cannot read api_token_file: %s", exc)
+def _credential(settings: Settings) -> TokenSource | None:
+    """The token this agent sends: the read token, else (with a warning) the admin token, else none."""
+    for setting in ("api_read_token", "api_token"):
+        if getattr(settings, setting) is not None or getattr(settings, f"{setting}_file"):
+            if setting == "api_token":
+                log.warning("assignment watch: this agent sends the admin token (api_token); give agents the read "
+                            "token instead (api_read_token_file), so none of them can drain workers")
+            try:
+                return TokenSource.of(settings, setting)
+            except ConfigError as exc:  # a missing file may appear later (a Secret being mounted): keep asking
+                log.error("assignment watch: %s", exc)
+                return TokenSource(setting, None, Path(getattr(settings, f"{setting}_file")), check=False)
     return None

@@ -16,6 +16,11 @@ channel while a request of it waits here or its last one ended within `REPOLL_GR
 once). A worker joining, a waiting request dropped by its client (a killed agent's socket closes at once) and an
 agent's news (it announced a drain, gave leases back or reached a shard's end) are signals: the leader scans the
 store at its next tick instead of waiting for its full-scan cadence.
+
+Invariants on load (docs/decisions/0021-api-credentials-and-load.md): only a request with a valid token is presence
+or a signal (the API passes `listen=False` for anonymous ones), so an anonymous caller never makes the leader scan;
+and signals wake the leader early at most once per `wake_gap` seconds (its assignment interval): whatever token
+holders send, signal-driven scans stay within about two per interval, and a signal in between waits for the next tick.
 """
 
 from __future__ import annotations
@@ -62,9 +67,11 @@ class AssignmentFeed:
     `wakeup` is set while signals wait, so the leader loop can run at once.
     """
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, wake_gap: float = 0.0) -> None:
         self._guard = threading.Lock()
         self._clock = clock or SystemClock()
+        self._wake_gap = wake_gap
+        self._woken_at: float | None = None
         self._name: str | None = None  # None while this replica does not lead
         self._versions: dict[str, int] = {}
         self._leases: dict[str, dict[str, str]] = {}
@@ -99,7 +106,10 @@ class AssignmentFeed:
 
     def _signal(self, worker: str, kind: str) -> None:
         self._signals.append((worker, kind))
-        self.wakeup.set()
+        now = self._clock.monotonic()
+        if self._woken_at is None or now - self._woken_at >= self._wake_gap:
+            self._woken_at = now
+            self.wakeup.set()
 
     def take_signals(self) -> list[tuple[str, str]]:
         """The signals since the last call, oldest first (the leader takes them at each tick)."""
@@ -159,11 +169,15 @@ class AssignmentFeed:
             raise NotLeading()
         return FeedPosition(self._name, self._versions.get(worker, 0), dict(self._leases.get(worker, {})))
 
-    async def wait(self, worker: str, feed: str | None, after: int, timeout: float) -> FeedPosition:
+    async def wait(self, worker: str, feed: str | None, after: int, timeout: float,
+                   listen: bool = True) -> FeedPosition:
         """The worker's position once it moves past (`feed`, `after`), or after `timeout` seconds unchanged.
 
-        The request counts as the worker's presence on the channel; cancelled (its client went away), as dropped.
+        With `listen` the request counts as the worker's presence on the channel; cancelled (its client went away),
+        as dropped. Without it (an anonymous caller) it is neither: nothing is remembered and nothing signalled.
         """
+        if not listen:
+            return await self._wait(worker, feed, after, timeout)
         self.connect(worker)
         dropped = False
         try:

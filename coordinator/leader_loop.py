@@ -193,7 +193,7 @@ class LeaderLoop:
         self._latest_guard = threading.Lock()
         self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
         self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
-        self.feed = AssignmentFeed(clock)  # what agents long-poll for (coordinator/assignment_feed.py)
+        self.feed = AssignmentFeed(clock, self._timing.interval)  # what agents long-poll for (assignment_feed.py)
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving

@@ -26,7 +26,7 @@ from shardherd.coordinator.run_summary import RunSummary
 from shardherd.coordinator.shard_listing import listing_client_timeouts
 from shardherd.coordinator.stream_source import MultiStreamSource
 from shardherd.services.api import ApiContext, ApiServer, create_app
-from shardherd.services.api.auth import TokenSource
+from shardherd.services.api.auth import ApiTokens
 from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import LeaderWatch
 from shardherd.services.peer_client import PeerClient
@@ -133,7 +133,7 @@ class CoordinatorService:
         store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
-        peers = PeerClient(TokenSource.from_settings(settings))
+        peers = PeerClient(ApiTokens.from_settings(settings).for_peers())
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
                           settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
                           last_success=watch.last_success_wall, holder_probe=peers.hold)

@@ -13,9 +13,9 @@ import httpx
 from pydantic import ValidationError
 
 from shardherd.coordinator.leader_lock import HolderReport
-from shardherd.services.api.auth import TokenSource
 from shardherd.services.api.peer import HoldOut, SnapshotOut
 from shardherd.services.api.snapshot import ApiSnapshot
+from shardherd.shared.api_token import TokenSource
 from shardherd.shared.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -123,9 +123,14 @@ def _stack(args: argparse.Namespace) -> StackState | None:
 
 
 def _token(args: argparse.Namespace, settings: Settings, stack: StackState | None) -> str | None:
+    """--token-file, else the admin token, else the stack's, else the read token (enough for `status` and `plan`)."""
     path = args.token_file or (None if settings.api_token else settings.api_token_file)
     if path is None and settings.api_token is None and stack is not None:
         path = stack.api_token_file
+    if path is None and settings.api_token is None:
+        path = None if settings.api_read_token else settings.api_read_token_file
+        if path is None and settings.api_read_token is not None:
+            return settings.api_read_token.get_secret_value()
     if path is None:
         return settings.api_token.get_secret_value() if settings.api_token is not None else None
     try:
@@ -257,7 +262,8 @@ def _connection_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run-dir", help="find the replicas and the token of the `shardherd up` stack there "
                                           "(default .shardherd/up, when a stack runs there)")
     parser.add_argument("--token-file", help="file holding the API token (default: api_token / api_token_file, "
-                                             "else the run dir's token)")
+                                             "else the run dir's token, else api_read_token / api_read_token_file; "
+                                             "drain needs the admin token)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
 
 

@@ -156,8 +156,12 @@ class Settings(BaseSettings):
     # Operator API (served by every coordinator replica).
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=0, le=65535)
-    api_token: SecretStr | None = None  # at least MIN_TOKEN_LENGTH characters
+    # Two credentials (docs/decisions/0021-api-credentials-and-load.md): the admin token (drain, undrain; reads too)
+    # and the read token agents send (reads, the assignment channel); each at least MIN_TOKEN_LENGTH characters.
+    api_token: SecretStr | None = None
     api_token_file: str | None = None
+    api_read_token: SecretStr | None = None
+    api_read_token_file: str | None = None
     api_protect_reads: bool = False
     # Where the other coordinator replicas reach this replica's API (e.g. http://<pod IP>:8080); default: the bound
     # address, which only works when `api_host` is an address they can reach (not 0.0.0.0).
@@ -183,7 +187,7 @@ class Settings(BaseSettings):
     initial_position_in_stream: InitialPosition = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None
 
-    @field_validator("api_token")
+    @field_validator("api_token", "api_read_token")
     @classmethod
     def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_TOKEN_LENGTH:
@@ -341,7 +345,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return section
 
 
-SECRET_SETTINGS = frozenset({"api_token", "sql_url"})
+SECRET_SETTINGS = frozenset({"api_token", "api_read_token", "sql_url"})
 URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
                           "api_advertise_url"})
 ENV_PREFIX = "SHARDHERD_"

@@ -6,12 +6,13 @@ import base64
 import binascii
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
-from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseState
-from shardherd.services.leader_status import MalformedLeaderStatus, explain, read_status
+from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseOut, LeaseState
+from shardherd.services.api.snapshot import ApiSnapshot
+from shardherd.services.leader_status import explain
 
 router = APIRouter(prefix="/v1", tags=["assignments"], dependencies=[Depends(require_read_token)])
 
@@ -36,6 +37,7 @@ def decode_cursor(cursor: str) -> str:
             responses={400: {"model": ErrorBody, "description": "bad cursor"}, **AUTH_RESPONSES},
             summary="Every lease with its owner, checkpoint owner, checkpoint, state and throughput")
 def list_assignments(
+    request: Request,
     ctx: Annotated[ApiContext, Depends(context)],
     worker: Annotated[str | None, Query(description="only leases this worker processes or will process")] = None,
     stream: Annotated[str | None, Query(description="only leases of this stream")] = None,
@@ -46,24 +48,30 @@ def list_assignments(
 ) -> AssignmentsPage:
     """One page of leases sorted by key; filters apply before pagination."""
     after = decode_cursor(cursor) if cursor is not None else None
-    fleet = ctx.fleet()
-    matching = [
-        lease for lease in fleet.leases
-        if (worker is None or worker in (lease.owner, lease.checkpoint_owner))
-        and (stream is None or lease.stream == stream)
-        and (state is None or lease.state == state)
-    ]
+    snapshot = ctx.snapshot(access_of(request))
+    fleet = snapshot.fleet
+    matching = [lease for lease in fleet.leases if _wanted(lease, worker, stream, state)]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
     now = ctx.clock.time()  # the snapshot may be seconds old: ages as of this answer, from when the moves were seen
     page = [lease if lease.checkpoint_moved_at is None else lease.model_copy(
         update={"checkpoint_age_seconds": round(max(0.0, now - lease.checkpoint_moved_at), 3)})
         for lease in remaining[:limit]]
     if explain_ and page:
-        try:
-            reasons = explain(read_status(ctx.store), (lease.lease_key for lease in page))
-        except MalformedLeaderStatus as exc:
-            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {exc}") from exc
-        page = [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
+        page = _explained(snapshot, page)
     next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None
     return AssignmentsPage(items=page, total=len(matching), next_cursor=next_cursor, malformed=fleet.malformed_leases,
                            repaired=fleet.repaired_leases)
+
+
+def _wanted(lease: LeaseOut, worker: str | None, stream: str | None, state: LeaseState | None) -> bool:
+    """Whether the lease passes the filters given (None: no filter)."""
+    return ((worker is None or worker in (lease.owner, lease.checkpoint_owner))
+            and (stream is None or lease.stream == stream) and (state is None or lease.state == state))
+
+
+def _explained(snapshot: ApiSnapshot, page: list[LeaseOut]) -> list[LeaseOut]:
+    """The page with what recent leader runs decided about each lease, from the snapshot's status (no store read)."""
+    if snapshot.status_problem is not None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {snapshot.status_problem}")
+    reasons = explain(snapshot.status, (lease.lease_key for lease in page))
+    return [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]

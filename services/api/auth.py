@@ -1,139 +1,168 @@
-"""Bearer-token checks: mutating endpoints always need the token; reads only when `api_protect_reads` is set.
+"""Bearer tokens: two credentials, and what a caller without one may cost the leader.
 
-The token comes from `api_token` or from the file named by `api_token_file` (a mounted Kubernetes Secret, re-read
-when the file changes so a rotated Secret takes effect without a restart). Tokens are compared with
-`hmac.compare_digest`. With no token configured, mutating endpoints are refused (fail closed) while reads, health
-and metrics keep working; `api_protect_reads` without a token is a configuration error.
-
-Read policy: reads are open by default (a cluster-internal API behind a NetworkPolicy), but a token that is sent
-is always checked: a wrong one is 401 on every endpoint, so a client with a stale or mistyped token learns it at
-once instead of when it first tries a mutation. The token itself is never logged or returned.
+Invariants (docs/decisions/0021-api-credentials-and-load.md):
+* The admin token (`api_token` / `api_token_file`) is the only credential that changes anything (drain, undrain);
+  it reads too. The read token (`api_read_token` / `api_read_token_file`) is what agents send: reads and the
+  assignment channel, never a mutation (403). The two must differ.
+* With a token configured, a caller is ADMIN or READ only with a valid token, and ANONYMOUS without a header. A sent
+  token is always checked: a wrong or malformed one is 401 on every endpoint, logged as a warning (at most one line
+  per `LOUD_EVERY_SECONDS`, with the count), never with the token.
+* With no token configured at all (development: an open API) callers cannot be told apart and every one counts as
+  READ: the rate limits below still hold, the "anonymous callers cost nothing" rule cannot (a warning at start).
+* Reads are open to anonymous callers unless `api_protect_reads`; an anonymous request never makes the replica read
+  the store or the leader scan (services/api/snapshot.py, changes.py, plan.py).
+* Each token comes from its setting or its file; a file is re-read when it changes, so a rotated Secret takes effect
+  without a restart. Tokens are compared with `hmac.compare_digest`.
 """
 
 from __future__ import annotations
 
-import hmac
-import os
+import enum
+import logging
 import threading
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Annotated
+import time
+from typing import Annotated, NoReturn
 
 from fastapi import Depends, HTTPException, Request, Security, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from shardherd.shared.config import MIN_TOKEN_LENGTH, Settings
+from shardherd.shared.api_token import TokenSource
+from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError
 
+log = logging.getLogger(__name__)
+
 BEARER = "bearer"
+LOUD_EVERY_SECONDS = 10.0
 
 
-@dataclass
-class _Cached:
-    mtime_ns: int
-    token: str
+class Access(enum.IntEnum):
+    """What a request's credential allows (ordered: each level allows what the ones below it do)."""
+
+    ANONYMOUS = 0
+    READ = 1
+    ADMIN = 2
 
 
-class TokenSource:
-    """The configured API token: a fixed value or a file's content (stripped), re-read when the file changes."""
+class _LoudLog:
+    """A warning per refused request, at most one line per LOUD_EVERY_SECONDS (with how many it stands for)."""
 
-    def __init__(self, token: str | None, path: Path | None, protect_reads: bool) -> None:
-        self._token = token
-        self._path = path
-        self.protect_reads = protect_reads
-        self._cached: _Cached | None = None
+    def __init__(self) -> None:
         self._guard = threading.Lock()
-        if protect_reads and token is None and path is None:
-            raise ConfigError("api_protect_reads needs api_token or api_token_file")
-        if path is not None:
-            self.current()  # a missing or empty token file fails at start, not at the first drain
+        self._last = -LOUD_EVERY_SECONDS
+        self._quiet = 0
+
+    def refused(self, request: Request, why: str) -> None:
+        now = time.monotonic()
+        with self._guard:
+            if now - self._last < LOUD_EVERY_SECONDS:
+                self._quiet += 1
+                return
+            quiet, self._quiet, self._last = self._quiet, 0, now
+        client = request.client.host if request.client is not None else "?"
+        more = f" ({quiet} more refused since the last line)" if quiet else ""
+        log.warning("API: refused %s %s from %s: %s%s", request.method, request.url.path, client, why, more)
+
+
+class ApiTokens:
+    """The replica's two credentials and its read policy; `access` tells what a request's header allows."""
+
+    def __init__(self, admin: TokenSource, read: TokenSource, protect_reads: bool) -> None:
+        self.admin = admin
+        self.read = read
+        self.protect_reads = protect_reads
+        self.loud = _LoudLog()
+        if protect_reads and not (admin.configured or read.configured):
+            raise ConfigError("api_protect_reads needs api_read_token(_file) or api_token(_file)")
+        if not (admin.configured or read.configured):
+            log.warning("API: no api_token or api_read_token is configured: every caller counts as a reader (its "
+                        "requests may make this replica read the store and the leader scan, at a limited rate)")
+        if admin.configured and read.configured and admin.current() == read.current():
+            raise ConfigError("api_read_token and api_token must differ: the read token is the agents', the admin "
+                              "token drains workers")
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TokenSource:
-        """The token source the settings describe (`api_token` wins over `api_token_file`)."""
-        path = Path(settings.api_token_file) if settings.api_token_file and not settings.api_token else None
-        token = settings.api_token.get_secret_value() if settings.api_token is not None else None
-        return cls(token, path, settings.api_protect_reads)
+    def from_settings(cls, settings: Settings) -> ApiTokens:
+        """The credentials the settings describe."""
+        return cls(TokenSource.of(settings, "api_token"), TokenSource.of(settings, "api_read_token"),
+                   settings.api_protect_reads)
 
-    @property
-    def configured(self) -> bool:
-        """True if a token is configured at all."""
-        return self._token is not None or self._path is not None
+    def for_peers(self) -> TokenSource:
+        """The token this replica sends to the others (reads only): the read token, else the admin token."""
+        return self.read if self.read.configured else self.admin
 
-    def current(self) -> str | None:
-        """The token now in force; ConfigError if the token file is missing or empty."""
-        if self._path is None:
-            return self._token
-        try:
-            mtime = os.stat(self._path).st_mtime_ns
-            with self._guard:
-                if self._cached is None or self._cached.mtime_ns != mtime:
-                    token = self._path.read_text(encoding="utf-8").strip()
-                    if len(token) < MIN_TOKEN_LENGTH:
-                        raise ConfigError(f"api_token_file {self._path}: the token must have at least "
-                                          f"{MIN_TOKEN_LENGTH} characters")
-                    self._cached = _Cached(mtime, token)
-                return self._cached.token
-        except OSError as exc:
-            raise ConfigError(f"api_token_file {self._path} cannot be read: {exc.strerror}") from exc
-
-    def check(self, header: str | None) -> None:
-        """Raise 401 without a bearer token or with a wrong one, 403 if no token is configured."""
-        expected = self.current()
-        if expected is None:
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                "mutating endpoints are disabled: no api_token or api_token_file is configured")
-        scheme, _, given = (header or "").partition(" ")
-        if scheme.lower() != BEARER or not given.strip():
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
-        self._verify(given)
-
-    def check_if_sent(self, header: str | None) -> None:
-        """Open reads: no header is fine; a sent header must hold the configured bearer token (401 otherwise)."""
+    def access(self, request: Request) -> Access:
+        """What the request's Authorization header allows; 401 (logged) for a malformed or wrong token."""
+        header = request.headers.get("authorization")
+        if not (self.admin.configured or self.read.configured):
+            return Access.READ  # an open API: nothing to tell callers apart by (a sent token is not checked)
         if header is None:
-            return
+            return Access.ANONYMOUS
         scheme, _, given = header.partition(" ")
-        if scheme.lower() != BEARER or not given.strip():
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "malformed Authorization header (Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
-        if self.configured:  # with no token configured there is nothing to check a sent one against
-            self._verify(given)
+        given = given.strip()
+        if scheme.lower() != BEARER or not given:
+            self._refuse(request, "malformed Authorization header (Bearer <token>)", "Bearer")
+        if self.admin.configured and self.admin.matches(given):
+            return Access.ADMIN
+        if self.read.configured and self.read.matches(given):
+            return Access.READ
+        self._refuse(request, "wrong bearer token", 'Bearer error="invalid_token"')
 
-    def _verify(self, given: str) -> None:
-        expected = self.current()
-        if expected is None or not hmac.compare_digest(given.strip().encode(), expected.encode()):
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "wrong bearer token",
-                                headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    def _refuse(self, request: Request, why: str, challenge: str) -> NoReturn:
+        self.loud.refused(request, why)
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, why, headers={"WWW-Authenticate": challenge})
 
 
 # Declares the scheme in the OpenAPI document (components.securitySchemes, and `security` on each operation that
-# checks a token); the check itself is TokenSource.check, which also answers 403 when no token is configured.
+# checks a token); the checks themselves are ApiTokens.access and the two dependencies below.
 BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearerToken",
-                           description="The API token (api_token / api_token_file). Mutating endpoints always need "
-                                       "it; reads and /metrics only with api_protect_reads.")
+                           description="The admin token (api_token / api_token_file) for mutating endpoints; the "
+                                       "read token (api_read_token / api_read_token_file) or the admin token for "
+                                       "reads, /metrics and the assignment channel (needed there with "
+                                       "api_protect_reads).")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)]
 
 
-def _tokens(request: Request) -> TokenSource:
-    tokens: TokenSource = request.app.state.ctx.tokens
+def _tokens(request: Request) -> ApiTokens:
+    tokens: ApiTokens = request.app.state.ctx.tokens
     return tokens
 
 
-def require_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)], _: Credentials) -> None:
-    """Dependency of every mutating endpoint."""
-    tokens.check(request.headers.get("authorization"))
+def require_token(request: Request, tokens: Annotated[ApiTokens, Depends(_tokens)], _: Credentials) -> None:
+    """Dependency of every mutating endpoint: the admin token (403 if none is configured, or for the read token)."""
+    if not tokens.admin.configured:
+        raise HTTPException(status.HTTP_403_FORBIDDEN,
+                            "mutating endpoints are disabled: no api_token or api_token_file is configured")
+    access = tokens.access(request)
+    if access is Access.ANONYMOUS:
+        tokens.loud.refused(request, "no bearer token")
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    if access is not Access.ADMIN:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the read token cannot change anything: send the admin token")
+    request.state.access = access
 
 
-def require_read_token(request: Request, tokens: Annotated[TokenSource, Depends(_tokens)], _: Credentials) -> None:
-    """Dependency of read endpoints: the token is required with `api_protect_reads`, else checked only if sent."""
-    if tokens.protect_reads:
-        tokens.check(request.headers.get("authorization"))
-    else:
-        tokens.check_if_sent(request.headers.get("authorization"))
+def require_read_token(request: Request, tokens: Annotated[ApiTokens, Depends(_tokens)], _: Credentials) -> None:
+    """Dependency of read endpoints: a token is required with `api_protect_reads`, else checked only if sent.
+
+    The caller's access is left on `request.state.access` for handlers that serve anonymous callers differently.
+    """
+    access = tokens.access(request)
+    if access is Access.ANONYMOUS and tokens.protect_reads:
+        tokens.loud.refused(request, "no bearer token (api_protect_reads)")
+        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
+                            headers={"WWW-Authenticate": "Bearer"})
+    request.state.access = access
+
+
+def access_of(request: Request) -> Access:
+    """The access `require_read_token` or `require_token` found for this request (ANONYMOUS if neither ran)."""
+    access: Access = getattr(request.state, "access", Access.ANONYMOUS)
+    return access
 
 
 AUTH_RESPONSES: dict[int | str, dict[str, object]] = {
     401: {"description": "missing (where required) or wrong bearer token"},
-    403: {"description": "no token configured: mutating endpoints are disabled"},
+    403: {"description": "no admin token configured, or the read token on a mutating endpoint"},
 }

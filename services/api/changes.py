@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from pydantic import BaseModel
 
 from shardherd.coordinator.assignment_feed import NEWS, NotLeading
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, Access, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.workers import WorkerId
 from shardherd.shared.assignment_channel import FeedPosition
@@ -47,11 +47,16 @@ async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotat
                              after: Annotated[int, Query(ge=0)] = 0,
                              wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 20.0,
                              news: bool = False) -> AssignmentChanges:
-    """Answer at once if the worker's position differs from (`feed`, `after`), else when it moves or `wait` ends."""
-    if news:
+    """Answer at once if the worker's position differs from (`feed`, `after`), else when it moves or `wait` ends.
+
+    Only a caller with a token is presence on the channel or a signal (news, a join, a dropped request): an
+    anonymous one is answered and forgotten, so it can never make the leader scan (decision 0021).
+    """
+    listen = access_of(request) is not Access.ANONYMOUS
+    if news and listen:
         ctx.loop.feed.signal(worker_id, NEWS)
     try:
-        position = await _unless_gone(request, ctx.loop.feed.wait(worker_id, feed, after, wait))
+        position = await _unless_gone(request, ctx.loop.feed.wait(worker_id, feed, after, wait, listen))
     except NotLeading:
         raise HTTPException(status.HTTP_409_CONFLICT, "this replica does not lead") from None
     return AssignmentChanges(feed=position.feed, version=position.version, leases=position.leases)

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fastapi import Request
+from fastapi import HTTPException, Request, status
 
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop, LoopTiming
-from shardherd.services.api.auth import TokenSource
-from shardherd.services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver
-from shardherd.services.api.snapshot import ApiSnapshot, SnapshotCache
+from shardherd.services.api.auth import Access, ApiTokens
+from shardherd.services.api.fleet import CheckpointAges, HeartbeatObserver
+from shardherd.services.api.plan_cache import PlanCache
+from shardherd.services.api.snapshot import ApiSnapshot, NothingAtHand, SnapshotCache
 from shardherd.services.leader_status import LeaderWatch
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
@@ -37,14 +38,15 @@ class ApiContext:
     from_leader: Callable[[], ApiSnapshot | None] | None = None
     # The replica's supervised threads: /healthz fails while a critical one makes no progress (decision 0022).
     supervisor: Supervisor | None = None
-    tokens: TokenSource = field(init=False)
+    tokens: ApiTokens = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
     checkpoints: CheckpointAges = field(init=False)
     timing: LoopTiming = field(init=False)
     snapshots: SnapshotCache = field(init=False)
+    plans: PlanCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokens = TokenSource.from_settings(self.settings)
+        self.tokens = ApiTokens.from_settings(self.settings)
         self.timing = LoopTiming.from_settings(self.settings)
         self.heartbeats = HeartbeatObserver(self.clock)
         self.checkpoints = CheckpointAges(self.clock)
@@ -52,18 +54,22 @@ class ApiContext:
                                        self.timing.grace, self.clock, self.settings.api_cache_millis / 1000,
                                        self.loop.latest_scans, self.checkpoints, self.watch.stored_status,
                                        self._leaders_snapshot)
+        # At most one dry run (two scans and a decide) per assignment interval, or per cache age if longer.
+        self.plans = PlanCache(self.loop.dry_run, self.clock, max(self.timing.interval, self.snapshots.max_age))
 
     def _leaders_snapshot(self) -> ApiSnapshot | None:
         """The leader replica's snapshot, asked for only while this replica does not lead."""
         return None if self.from_leader is None or self.lock.is_leader() else self.from_leader()
 
-    def snapshot(self) -> ApiSnapshot:
-        """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache)."""
-        return self.snapshots.get()
+    def snapshot(self, access: Access) -> ApiSnapshot:
+        """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache).
 
-    def fleet(self) -> Fleet:
-        """Workers and leases as this replica serves them now."""
-        return self.snapshot().fleet
+        For an anonymous caller only from what is at hand (never a store read): 503 when nothing is yet.
+        """
+        try:
+            return self.snapshots.get(may_read_store=access is not Access.ANONYMOUS)
+        except NothingAtHand as exc:
+            raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "2"}) from exc
 
     @property
     def stall_limit_seconds(self) -> float:

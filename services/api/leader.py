@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 
 from shardherd.coordinator.leader_lock import LockView
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import LeaderOut, LockOut
 from shardherd.services.leader_status import LeaderStatus
@@ -26,9 +26,9 @@ def last_success_at(status: LeaderStatus | None, view: LockView) -> float | None
 
 @router.get("/leader", response_model=LeaderOut, responses=AUTH_RESPONSES,
             summary="The current leader, its epoch, the age of its last successful run, and its last runs")
-def get_leader(ctx: Annotated[ApiContext, Depends(context)]) -> LeaderOut:
+def get_leader(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> LeaderOut:
     """The lock item and the leader's published status, as this replica read them last (see SnapshotCache)."""
-    snapshot = ctx.snapshot()
+    snapshot = ctx.snapshot(access_of(request))
     view, status, problem = snapshot.lock, snapshot.status, snapshot.status_problem
     newest = last_success_at(status, view)
     age = None if newest is None else round(max(0.0, ctx.clock.time() - newest), 3)

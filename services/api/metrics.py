@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
 from shardherd.services.api.leader import last_success_at
@@ -171,9 +171,9 @@ class _Families(Collector):
 @router.get("/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}},
                                                             **AUTH_RESPONSES},
             summary="Prometheus metrics (text format)")
-def metrics(ctx: Annotated[ApiContext, Depends(context)]) -> Response:
+def metrics(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> Response:
     """Fleet gauges, leader counters and this replica's lock changes."""
-    snapshot = ctx.snapshot()
+    snapshot = ctx.snapshot(access_of(request))
     status = snapshot.status
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families([*fleet_families(snapshot.fleet), *stuck_families(snapshot.fleet),

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, HTTPException, status
 from pydantic import BaseModel, Field
 
 from shardherd.coordinator.leader_lock import LockView
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, Access, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
 from shardherd.services.api.models import ErrorBody
@@ -66,7 +66,11 @@ def get_hold(ctx: Annotated[ApiContext, Depends(context)]) -> HoldOut:
             responses={409: {"model": ErrorBody, "description": "this replica does not lead"}, **AUTH_RESPONSES},
             summary="The leader replica's API snapshot (fleet, lock, status), which other replicas serve")
 def get_snapshot(ctx: Annotated[ApiContext, Depends(context)]) -> SnapshotOut:
-    """The leader's snapshot; 409 on a replica that does not lead (it would only pass on a copy or scan)."""
+    """The leader's snapshot; 409 on a replica that does not lead (it would only pass on a copy or scan).
+
+    Built from the leader's own view, never from a store read: another replica asks on behalf of its own callers,
+    anonymous ones included.
+    """
     if not ctx.lock.is_leader():
         raise HTTPException(status.HTTP_409_CONFLICT, f"replica {ctx.settings.worker_id} does not lead")
-    return SnapshotOut.of(ctx.settings.worker_id, ctx.snapshot())
+    return SnapshotOut.of(ctx.settings.worker_id, ctx.snapshot(Access.ANONYMOUS))

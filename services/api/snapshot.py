@@ -5,11 +5,13 @@ a dashboard paging through 10,000 leases every 3 s made that the biggest read co
 at most one snapshot per `max_age` seconds however many clients ask. The leader replica builds it from its newest
 run's scans, the lock as it last wrote it and the status it last published or read: no store read at all. A replica
 that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store itself only
-while the leader does not answer (docs/store-cost.md).
+while the leader does not answer (docs/store-cost.md), and never for an anonymous caller: that one gets what is at
+hand, however old (docs/decisions/0021-api-credentials-and-load.md).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +38,10 @@ class ApiSnapshot:
     status_problem: str | None
 
 
+class NothingAtHand(Exception):
+    """No snapshot can be served without reading the store (asked for a caller who may not cause a read)."""
+
+
 class SnapshotCache:
     """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old (thread-safe; one refresh at a time)."""
 
@@ -60,32 +66,41 @@ class SnapshotCache:
         self._taken = 0.0
         self._guard = threading.Lock()
 
-    def get(self) -> ApiSnapshot:
+    def get(self, may_read_store: bool = True) -> ApiSnapshot:
         """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
 
         On the leader a newer run's view replaces the cached snapshot at once (it costs no store read), so the ages
-        and rates served there are as fresh as the leader's own view.
+        and rates served there are as fresh as the leader's own view. Without `may_read_store` (an anonymous caller)
+        the store is never read: the leader's own view however old its scans, else the last snapshot however old,
+        else NothingAtHand.
         """
         with self._guard:
             now = self._clock.monotonic()
             if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view():
                 return self._snapshot
-            self._source = None
-            self._snapshot = self._own() or (self._from_leader() if self._from_leader is not None else None)
-            if self._snapshot is None:
-                self._snapshot = self._read()
+            own = self._own(self.max_age)
+            fresh = own[0] if own is not None else (self._from_leader() if self._from_leader is not None else None)
+            if fresh is None and not may_read_store:
+                kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
+                if kept is not None:
+                    return kept[0]
+                if self._snapshot is None:
+                    raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
+                                        "read the store: retry shortly, or send the read token")
+                return self._snapshot
+            self._source = own[1] if own is not None else None
+            self._snapshot = fresh if fresh is not None else self._read()
             self._taken = now
             return self._snapshot
 
-    def _own(self) -> ApiSnapshot | None:
-        """On the leader: its run's scans, its own lock item and status; None where one of them is not at hand."""
-        scans = self._leader_scans(self.max_age)
+    def _own(self, max_age: float) -> tuple[ApiSnapshot, TimedScans] | None:
+        """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand."""
+        scans = self._leader_scans(max_age)
         lock = self._lock.own_view()
         known, status = self._own_status() if self._own_status is not None else (False, None)
         if scans is None or lock is None or not known:
             return None
-        self._source = scans
-        return ApiSnapshot(self._judge(scans), lock, status, None)
+        return ApiSnapshot(self._judge(scans), lock, status, None), scans
 
     def _newer_view(self) -> bool:
         """The snapshot was built from the leader's view, and the leader has a newer one."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
 
 from shardherd.coordinator.assignment_feed import NEWS
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token, require_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token, require_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import DrainOut, ErrorBody, WorkersPage
 
@@ -19,9 +19,9 @@ WorkerId = Annotated[str, Path(min_length=1, max_length=256, description="the wo
 @router.get("/workers", response_model=WorkersPage, responses=AUTH_RESPONSES,
             dependencies=[Depends(require_read_token)],
             summary="Every worker with state, CPU history and EMA, throughput, lease count and heartbeat age")
-def list_workers(ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
+def list_workers(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
     """Every worker record, judged on this replica's clock."""
-    fleet = ctx.fleet()
+    fleet = ctx.snapshot(access_of(request)).fleet
     return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers, repaired=fleet.repaired_workers)
 
 

@@ -39,6 +39,7 @@ from shardherd.services.local_stack.state import (
     CONTROL_SOCKET,
     JOB_ENV_FILE,
     LOG_DIR,
+    READ_TOKEN_FILE,
     STATE_FILE,
     TOKEN_FILE,
     ProcessEntry,
@@ -181,7 +182,9 @@ class LocalStack:
                "SHARDHERD_APPLICATION_NAME": self.settings.application_name}
         configured = self.settings.model_fields_set
         if not {"api_token", "api_token_file"} & configured:
-            env["SHARDHERD_API_TOKEN_FILE"] = str(self._token_file())
+            env["SHARDHERD_API_TOKEN_FILE"] = str(self._token_file(TOKEN_FILE))
+        if not {"api_read_token", "api_read_token_file"} & configured:  # what the agents send (decision 0021)
+            env["SHARDHERD_API_READ_TOKEN_FILE"] = str(self._token_file(READ_TOKEN_FILE))
         for name, value in LOCAL_DEFAULTS.items():
             if name not in self.settings.model_fields_set:
                 env[f"SHARDHERD_{name.upper()}"] = str(value)
@@ -195,9 +198,9 @@ class LocalStack:
             env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
         return env
 
-    def _token_file(self) -> Path:
-        """A fresh random API token, readable by this user only, so scenarios may drain workers."""
-        path = self.options.run_dir / TOKEN_FILE
+    def _token_file(self, name: str) -> Path:
+        """A fresh random API token (admin: scenarios may drain workers; read: the agents'), for this user only."""
+        path = self.options.run_dir / name
         path.unlink(missing_ok=True)
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w", encoding="utf-8") as token:

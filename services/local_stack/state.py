@@ -23,6 +23,7 @@ STATE_FILE = "state.json"
 JOB_ENV_FILE = "job.env"  # variables of a job joining the stack as one more worker (docs/spark.md)
 CONTROL_SOCKET = "control.sock"
 TOKEN_FILE = "api-token"
+READ_TOKEN_FILE = "api-read-token"
 LOCK_FILE = "lock"
 LOG_DIR = "logs"
 

@@ -7,8 +7,10 @@ on 127.0.0.1. Only the leader answers the long-poll; the other answers 409.
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -86,3 +88,34 @@ def test_a_waiting_request_whose_client_goes_away_is_signalled_at_once(
         wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "the request waiting")
         assert leader.loop.feed.take_signals() == [("w1", JOINED)]
     wait_for(lambda: ("w1", DROPPED) in leader.loop.feed.take_signals(), 5, "the dropped request signalled")
+
+
+def test_a_refused_token_is_logged_as_an_error_and_a_rotated_one_is_picked_up_without_a_restart(
+        moto_server: MotoServer, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The coordinator rotated the read token before the agent's copy of the Secret followed (decision 0021)."""
+    served, held = tmp_path / "served", tmp_path / "held"
+    served.write_text("new-read-token-0123456789\n")
+    held.write_text("old-read-token-0123456789\n")
+    store = make_store("dynamodb", moto_url=moto_server.endpoint_url)
+    leader = Replica(store, shards=2, api_read_token_file=str(served))
+    leader.join("w1")
+    leader.step(3)
+    server = ApiServer(create_app(leader.context), "127.0.0.1", 0).start()
+    settings = load_settings(application_name="api-test", worker_id="w1", coordinator_url=server.url,
+                             api_read_token_file=str(held))
+    keeper = Keeper()
+    watch = AssignmentWatch(settings, keeper, SystemClock())
+    try:
+        with caplog.at_level(logging.ERROR, logger="shardherd.agent.assignment_watch"):
+            watch.start()
+            wait_for(lambda: any("refused this agent's token (HTTP 401" in r.message for r in caplog.records), 10,
+                     "the refusal logged as an error")
+        assert not keeper.told and not leader.loop.feed.on_channel("w1")
+        held.write_text("new-read-token-0123456789\n")  # the agent's copy of the Secret follows
+        wait_for(lambda: bool(keeper.told), 15, "an answer with the rotated token, no restart")
+        wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "w1 on the leader's channel")
+    finally:
+        leader.loop.feed.stand_down()
+        watch.stop()
+        server.stop()
+        store.close()

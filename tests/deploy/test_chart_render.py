@@ -86,7 +86,11 @@ def test_coordinator_pods_are_hardened(path: Path | None) -> None:
         assert writable == {"/tmp"}
 
 
-def test_defaults_give_two_replicas_a_budget_a_policy_and_a_token_secret() -> None:
+def _secrets(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in objects if obj["kind"] == "Secret"}
+
+
+def test_defaults_give_two_replicas_a_budget_a_policy_and_two_token_secrets() -> None:
     objects = manifests()
     deployment = only(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
@@ -99,21 +103,24 @@ def test_defaults_give_two_replicas_a_budget_a_policy_and_a_token_secret() -> No
     assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     assert policy["spec"]["ingress"][0]["from"], "an ingress rule without sources would admit every pod"
     assert only(objects, "Service")["spec"]["selector"] == selector
-    secret = only(objects, "Secret")
-    token = base64.b64decode(secret["data"]["token"]).decode()
-    assert len(token) >= 32 and token.isalnum()
+    secrets = _secrets(objects)
+    assert set(secrets) == {"shardherd-api-token", "shardherd-api-read-token"}  # admin, read (decision 0021)
+    tokens = {base64.b64decode(secret["data"]["token"]).decode() for secret in secrets.values()}
+    assert len(tokens) == 2 and all(len(token) >= 32 and token.isalnum() for token in tokens)
     assert not [obj for obj in objects if obj["kind"] == "ServiceMonitor"]
 
 
-def test_api_token_reaches_the_container_only_as_a_mounted_secret_file() -> None:
+@pytest.mark.parametrize(("variable", "secret_name"), [("SHARDHERD_API_TOKEN", "shardherd-api-token"),
+                                                       ("SHARDHERD_API_READ_TOKEN", "shardherd-api-read-token")])
+def test_each_api_token_reaches_the_container_only_as_a_mounted_secret_file(variable: str, secret_name: str) -> None:
     objects = manifests()
     deployment = only(objects, "Deployment")
-    secret_name = only(objects, "Secret")["metadata"]["name"]
+    assert secret_name in _secrets(objects)
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     (container,) = containers(deployment)
     env = {e["name"]: e for e in container["env"]}
-    assert "SHARDHERD_API_TOKEN" not in env
-    token_file = Path(env["SHARDHERD_API_TOKEN_FILE"]["value"])
+    assert variable not in env
+    token_file = Path(env[f"{variable}_FILE"]["value"])
     mount = next(m for m in container["volumeMounts"] if m["mountPath"] == str(token_file.parent))
     assert volumes[mount["name"]]["secret"]["secretName"] == secret_name
     assert volumes[mount["name"]]["secret"]["items"] == [{"key": "token", "path": token_file.name}]
@@ -127,6 +134,7 @@ def test_existing_secret_is_used_and_none_is_created() -> None:
     assert deployment["spec"]["replicas"] == 1
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
     assert volumes["api-token"]["secret"]["secretName"] == "shardherd-ops-token"
+    assert volumes["api-read-token"]["secret"]["secretName"] == "shardherd-agents-token"
     (container,) = containers(deployment)
     assert container["image"].endswith("@sha256:" + "0123456789abcdef" * 4)
     assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "shared-irsa"

@@ -18,6 +18,7 @@ from tests.support.stores import worker_record
 @pytest.fixture
 def replica(store: LeaseStore) -> Replica:
     replica = Replica(store, shards=6, api_token=TOKEN)
+    replica.client.headers.update(replica.auth())  # an operator: reads as fresh as the store (anonymous: test_auth)
     replica.join("w1", cpu=30.0)
     replica.join("w2", cpu=70.0)
     replica.step(2)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shardherd.services.api import create_app
-from shardherd.services.api.auth import TokenSource
+from shardherd.services.api.auth import ApiTokens
 from shardherd.services.api.server import ApiServer
 from shardherd.services.peer_client import PeerClient
 from shardherd.shared.store import LeaseStore
@@ -39,7 +39,7 @@ def test_a_follower_serves_the_leaders_snapshot_without_store_reads_and_reads_wh
     leader = Replica(meter, shards=6, **settings)
     follower = Replica(meter, shards=6, replica_id="coord-b", clock=leader.clock, **settings)
     server = ApiServer(create_app(leader.context), "127.0.0.1", 0).start()
-    peers = PeerClient(TokenSource.from_settings(follower.settings))
+    peers = PeerClient(ApiTokens.from_settings(follower.settings).for_peers())
     follower.context.from_leader = lambda: peers.snapshot(follower.lock.holder_url() or "", follower.lock.holder_id())
     follower.client.headers.update(leader.auth())
     leader.client.headers.update(leader.auth())

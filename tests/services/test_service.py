@@ -113,7 +113,9 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
     assert capsys.readouterr().out.strip() == "drain requested for worker-beta"
     record = worker_record(running.store, "worker-beta")
     assert record is not None and record.drain_requested
-    assert main(["plan", "--url", running.url]) == 0
+    assert main(["plan", "--url", running.url]) == 2  # a dry run scans the store: not for anonymous callers
+    assert "HTTP 401" in capsys.readouterr().err
+    assert main(["plan", "--url", running.url, "--token-file", str(running.token_file)]) == 0
     assert "nothing was written" in capsys.readouterr().out
     assert main(["drain", "worker-beta", "--undo", "--url", running.url, "--token-file",
                  str(running.token_file)]) == 0
@@ -256,7 +258,8 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     assert 'data-last-run="ok"' in html
     assert 'data-replica-row="coord-1"' in html  # the replica list (this fixture runs one replica)
     assert f'data-moves="{len(leader["status"]["recent_moves"])}"' in html  # moves over time
-    assert "UNASSIGNED" in html  # recent moves with their reasons
+    reasons = {move["reason"] for move in leader["status"]["recent_moves"]}
+    assert reasons and all(reason in html for reason in reasons)  # recent moves with their reasons
     assert 'id="problem" class="problem" hidden=""' in html  # no error banner
     assert "data-alert" not in html  # no failed runs, no rejected rows
     shot = tmp_path / "dashboard.png"

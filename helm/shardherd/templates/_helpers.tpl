@@ -64,6 +64,11 @@ app.kubernetes.io/component: coordinator
 {{- default (printf "%s-api-token" (include "shardherd.fullname" .)) .Values.apiToken.existingSecret }}
 {{- end }}
 
+{{/* The Secret holding the read token (agents). */}}
+{{- define "shardherd.readTokenSecretName" -}}
+{{- default (printf "%s-api-read-token" (include "shardherd.fullname" .)) .Values.readToken.existingSecret }}
+{{- end }}
+
 {{/* The in-cluster URL of the coordinator API. */}}
 {{- define "shardherd.coordinatorUrl" -}}
 {{- printf "http://%s.%s.svc:%d" (include "shardherd.fullname" .) .Release.Namespace (int .Values.service.port) }}
