@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, Field
 
-from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.replicas import KEEPALIVE_SECONDS, MalformedReplicas, ReplicaEntry, read_replicas
 
@@ -34,7 +34,7 @@ class ReplicasPage(BaseModel):
 
 @router.get("/replicas", response_model=ReplicasPage, responses=AUTH_RESPONSES,
             summary="Every coordinator replica: API URL, leading or following, last report, last error")
-def list_replicas(ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
+def list_replicas(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
     """The replica list every replica keeps fresh in the coordinator-state table.
 
     A replica counts as leading only while it holds the lock: a leader killed before it could report otherwise keeps
@@ -44,7 +44,7 @@ def list_replicas(ctx: Annotated[ApiContext, Depends(context)]) -> ReplicasPage:
         entries, _ = read_replicas(ctx.store)
     except MalformedReplicas as exc:
         return ReplicasPage(items=[], error=str(exc))
-    now, holder = ctx.clock.time(), ctx.snapshot().lock.owner
+    now, holder = ctx.clock.time(), ctx.snapshot(access_of(request)).lock.owner
     return ReplicasPage(items=[
         ReplicaOut(**entry.model_dump(exclude={"leading"}), leading=entry.leading and entry.replica_id == holder,
                    report_age_seconds=round(max(0.0, now - entry.reported_at), 3),
