@@ -128,7 +128,7 @@ class Agent:
                                       metric_name=CPU_METRIC)
         self._rng = rng or random.Random()
         # `exit` ends the process when a critical thread fails or stalls (default os._exit; tests record it).
-        self.supervisor = Supervisor(self.clock, give_up=self._let_go, **({} if exit is None else {"exit": exit}))
+        self.supervisor = Supervisor(self.clock, give_up=self._let_go, exit=exit)
         self.health: HealthServer | None = None
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
@@ -214,8 +214,9 @@ class Agent:
         self.keeper.delay_next_beat(jitter)  # a fleet started at once does not heartbeat in step
         failover = self.settings.failover_time_millis / 1000
         handoff = self.settings.graceful_lease_handoff_timeout_millis / 1000
-        # Bounds: a heartbeat that completes none for two failover times has had its leases fenced and moved (a
-        # starved host does not exit for a shorter pause); the keeper completes handoffs within their timeout.
+        # Health bounds: a heartbeat that completes none for two failover times has had its leases fenced and moved;
+        # the keeper completes handoffs within their timeout. The process exits on a stall once it is also past
+        # GIVE_UP_FLOOR_SECONDS (shared/supervision.py), at once on a failure.
         self._threads = [self.supervisor.loop(HEARTBEAT, self.keeper.beat, TICK_SECONDS, Kind.CRITICAL,
                                               2 * failover, self._stop),
                          self.supervisor.loop(LEASE_KEEPER, self.keeper.tick, TICK_SECONDS, Kind.CRITICAL,

@@ -104,6 +104,7 @@ class _Term:
 
     epoch: int
     tracker: LivenessTracker
+    started: float  # monotonic seconds: a shard listing started before the term is never applied in it
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
     reports: dict[str, _Reports] = field(default_factory=dict)
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
@@ -331,7 +332,7 @@ class LeaderLoop:
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, dict(term.handoff_seen) if term else {},
+        shadow = _Term(term.epoch if term else 0, tracker, now, dict(term.handoff_seen) if term else {},
                        streams=term.streams if term else frozenset(), figures=dict(term.figures) if term else {},
                        trends=dict(term.trends) if term else {})
         views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
@@ -372,7 +373,7 @@ class LeaderLoop:
         if self._contending is not None:
             tracker.start_from(self._contending.row_sightings())
             self._contending = None
-        return _Term(epoch, tracker)
+        return _Term(epoch, tracker, self._clock.monotonic())
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float, reason: str) -> RunSummary:
         """A full run (both tables scanned, for `reason`): shard sync, assignment, balancing; each fails on its own.
@@ -465,6 +466,8 @@ class LeaderLoop:
         if self.listing is None:
             return False, WriteTally(), None
         listed = self.listing.take()
+        if listed is not None and listed.started < term.started:
+            listed = None  # from before this term: another leader may have synced a newer listing since
         if listed is None and self._shard_sync_due(term, leases.values(), now):
             self.listing.request()  # inline without a listing thread: then it is done here
             listed = self.listing.take()

@@ -4,8 +4,10 @@ Invariants:
 1. At most one listing is in flight; `request` while one runs does nothing.
 2. A listing runs under a total deadline (`deadline` seconds: retries give up before it; each call's own connect and
    read timeouts are shorter, see `listing_client_timeouts`), so a blackholed Kinesis ends an attempt in seconds.
-3. The outcome (listings or the error) carries the monotonic time the attempt ENDED: the leader's backoff after a
-   failure counts from there, so a long attempt is not due again at once.
+3. The outcome (listings or the error) carries the monotonic times the attempt started and ENDED: the leader's
+   backoff after a failure counts from the end, so a long attempt is not due again at once; a listing started before
+   the leader's term is never applied (another leader may have synced a newer listing since: applied, the older one
+   would delete the children it created).
 4. With the thread started (`step` run by a supervised loop) the leader loop never waits for Kinesis: failing over
    expired leases goes on at the assignment interval whatever ListShards does. Without a thread (tests, tools),
    `request` lists inline.
@@ -30,6 +32,7 @@ REQUEST_WAIT_SECONDS = 0.25  # how long one step waits for a request before retu
 class Listed:
     """One finished listing attempt: what it found, or why it failed, and when it ended (monotonic seconds)."""
 
+    started: float
     ended: float
     found: Found | None = None
     error: Exception | None = None
@@ -81,11 +84,14 @@ class ShardListing:
             self._list()
 
     def _list(self) -> None:
+        started = self._clock.monotonic()
+        found: Found | None = None
+        error: Exception | None = None
         try:
-            with retry_deadline(self._clock.monotonic() + self._deadline):
-                listed = Listed(0.0, found=self._source())
+            with retry_deadline(started + self._deadline):
+                found = self._source()
         except Exception as exc:  # handed to the leader loop, which counts and reports it
-            listed = Listed(0.0, error=exc)
+            error = exc
         with self._guard:
-            self._done = Listed(self._clock.monotonic(), listed.found, listed.error)
+            self._done = Listed(started, self._clock.monotonic(), found, error)
             self._running = False

@@ -129,7 +129,7 @@ class CoordinatorService:
         require_streams(settings, clock)
         holder: list[LeaderLock] = []
         supervisor = Supervisor(clock, give_up=lambda why: _let_go(holder[0], clock),
-                                **({} if exit is None else {"exit": exit}))
+                                exit=exit)
         store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
@@ -161,9 +161,9 @@ class CoordinatorService:
         interval = self.settings.lease_assignment_interval_millis / 1000
         supervise = self.supervisor
         # The lock keeper ticks often enough that heartbeats are never late behind a slow leader run. A critical
-        # thread's bound is the larger of three of its intervals and two lock durations: a starved or slow host must
-        # not make a replica exit for a pause its lock survives, and a stalled lock keeper loses the lock anyway. The
-        # leader loop's fenced writes count as progress within a long run.
+        # thread past its bound (the larger of three of its intervals and two lock durations) fails /healthz; the
+        # process exits once it is also past GIVE_UP_FLOOR_SECONDS, so a loaded host's slow store calls do not end
+        # it. The leader loop's fenced writes count as progress within a long run.
         bound = 2 * duration
         self._threads = [
             supervise.loop(LOCK_KEEPER, self.lock.tick, period / 3, Kind.CRITICAL, bound, self._stop),

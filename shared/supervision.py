@@ -6,12 +6,12 @@ Invariants:
 2. A RESTARTABLE thread whose step (or body) raises runs it again after a backoff that starts at one interval
    (`BASE_BACKOFF_SECONDS` at least) and doubles up to `MAX_BACKOFF_SECONDS`, measured from the end of the failed
    attempt; a step that completes resets it. Restarts are counted per name (`snapshot`, /metrics, health).
-3. A CRITICAL loop whose step raises, or which completes no step for its `stall_after` bound, makes the process give
-   up, once: `give_up` lets go of what it holds (the leader lock; the worker's heartbeat and leases), then `exit`
-   ends the process with EXIT_GAVE_UP. The orchestrator starts it again; failover moves its work meanwhile.
-   A critical loop is what the process's holdings depend on, so a process never holds a lock or a lease for work
-   it is not doing for longer than that bound.
-4. Liveness is progress: `stalled()` names the critical loops that completed no step within their bound (a loop
+3. A CRITICAL loop whose step raises makes the process give up at once; one that completes no step for the larger
+   of its `stall_after` bound and `give_up_floor` (GIVE_UP_FLOOR_SECONDS: a loaded host's slow store calls are not
+   a hang) makes it give up then. Giving up happens once: `give_up` lets go of what it holds (the leader lock; the
+   worker's heartbeat and leases), then `exit` ends the process with EXIT_GAVE_UP. The orchestrator starts it
+   again; failover moves its work meanwhile.
+4. Liveness is progress: `stalled()` names the critical loops that completed no step within `stall_after` (a loop
    whose step is long calls `beat(name)` along the way); /healthz fails while one is stalled or the process gave up.
 Time comes from the injected clock; the watchdog checks bounds every WATCH_SECONDS.
 """
@@ -34,6 +34,7 @@ MAX_BACKOFF_SECONDS = 30.0
 WATCH_SECONDS = 0.1
 EXIT_GAVE_UP = 70  # EX_SOFTWARE: a critical loop failed or stalled; the orchestrator restarts the process
 STALL_INTERVALS = 3  # default bound of a critical loop: this many intervals without a completed step
+GIVE_UP_FLOOR_SECONDS = 30.0  # a critical loop stalled this long at least (and past its bound) ends the process
 
 
 class Kind(enum.Enum):
@@ -74,10 +75,11 @@ class Supervisor:
     """Runs and watches one process's long-lived threads; see the module invariants."""
 
     def __init__(self, clock: Clock | None = None, give_up: Callable[[str], None] | None = None,
-                 exit: Callable[[int], None] = os._exit) -> None:
+                 exit: Callable[[int], None] | None = None, give_up_floor: float = GIVE_UP_FLOOR_SECONDS) -> None:
         self._clock = clock or SystemClock()
+        self._floor = give_up_floor
         self._give_up = give_up
-        self._exit = exit
+        self._exit = exit or os._exit  # tests record the status instead
         self._entries: dict[str, _Entry] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
@@ -211,7 +213,8 @@ class Supervisor:
 
     def _watch(self) -> None:
         while not self._stop.wait(WATCH_SECONDS):
-            stalled = self.stalled()
+            stalled = [state for state in self.stalled()
+                       if state.seconds_since_progress > max(self._floor, state.stall_after or 0.0)]
             if stalled:
                 state = stalled[0]
                 self._abandon(f"{state.name} made no progress for {state.seconds_since_progress:.1f} s "

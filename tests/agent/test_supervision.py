@@ -90,7 +90,7 @@ def test_a_critical_loop_that_raises_lets_go_and_exits_once() -> None:
 
 def test_a_critical_loop_without_progress_fails_health_within_its_bound_and_gives_up() -> None:
     recorder = Recorder()
-    supervisor = Supervisor(give_up=recorder.give_up, exit=recorder.exit)
+    supervisor = Supervisor(give_up=recorder.give_up, exit=recorder.exit, give_up_floor=0.0)
     release = threading.Event()
     supervisor.loop("stuck", lambda: release.wait(10), 0.1, Kind.CRITICAL, stall_after=0.3)
     supervisor.watch()

@@ -348,3 +348,22 @@ def test_a_report_is_paired_with_the_throughput_of_the_interval_it_averages(loop
     w1 = next(w for w in summary.plan.workers if w.worker_id == "w1")
     assert (w1.leases_before, w1.leases_after) == (2, 2)  # no move in this run: `metrics_after` is the caught-up value
     assert w1.metrics_after["C"] == pytest.approx(70.1 - slope * 100.0, abs=0.1)
+
+
+def test_a_listing_started_before_the_term_is_never_applied(loop_store: LeaseStore) -> None:
+    """Decision 0022: a listing from an earlier term (the stream before a split, say) would delete newer leases."""
+    fleet = Fleet(loop_store, _even_shards(2))
+    fleet.join("w1")
+    fleet.loop.listing.threaded()  # type: ignore[union-attr]  # listings run in `step`, as on a replica
+    fleet.lock.tick()
+    assert fleet.loop.run_once() is not None  # leads; asks for a listing
+    fleet.loop.listing.step()  # type: ignore[union-attr]  # the listing thread lists the two shards
+    fleet.lock.release()  # the term ends before the listing is applied; another one begins
+    fleet.clock.advance(INTERVAL)
+    fleet.lock.tick()
+    stale = fleet.loop.run_once()
+    assert stale is not None and not stale.shard_sync_ran and loop_store.scan_leases().leases == []
+    fleet.loop.listing.step()  # type: ignore[union-attr]  # the listing this term asked for
+    fleet.clock.advance(INTERVAL)
+    fresh = fleet.loop.run_once()
+    assert fresh is not None and fresh.shard_sync_ran and len(loop_store.scan_leases().leases) == 2
