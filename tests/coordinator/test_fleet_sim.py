@@ -8,7 +8,7 @@ import pytest
 
 from bench.fleet.measures import greedy_moves, minimum_moves, within_bound
 from bench.fleet.model import KCL2, LEASE_COUNT, VARIANCE, VARIANCE_KCL, Fleet
-from bench.fleet.scenarios import FULL, QUICK, Result, run_scenario, run_variant, scenarios
+from bench.fleet.scenarios import QUICK, Result, run_scenario, run_variant, scenarios
 from bench.fleet.worker import AgentWorker
 from bench.fleet.world import Stream
 from bench.kcl2_taker import Kcl2Taker
