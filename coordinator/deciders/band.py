@@ -11,12 +11,13 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
    the agents' own) is filled on throughput up to the throughput band, in the same run, without any receiver's
    metric leaving its band (`ShareFill`; setting `rebalance_fill_on_throughput`).
 
-The load model: each metric's line `value = base + slope x throughput` is fitted over the settled reporting workers
-(coordinator/load_model.py); the averages count the load of leases that still need an owner; with no throughput figure
-at all (an idle stream) every worker is balanced on its lease count through the throughput-share metric.
+Load model: a line `value = base + slope x throughput` per metric fitted over the settled reporting workers
+(coordinator/load_model.py); averages count the load of leases that need an owner; an idle stream balances counts.
 """
 
 from __future__ import annotations
+
+import math
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.deciders.band_moves import Band, BandPass
@@ -33,9 +34,9 @@ SHARE_FILL_BELOW = 50.0
 
 def band_of(view: FleetView, metric: str) -> Band:
     """The band of `metric` around the view's average."""
-    cfg = view.config
-    return Band.around(metric, view.averages[metric], view.half_band(metric), view.min_gain(metric),
-                       cfg.rebalance_dead_band_percentage, view.count_only)
+    avg = view.averages[metric]  # idle stream: only a worker under half the average count (a new one) is filled
+    return Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
+                       view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
 
 
 def metric_to_balance(view: FleetView) -> Band | None:
@@ -97,8 +98,7 @@ def fill_on_share(plan: FleetPlan) -> str:
     half = max(view.config.rebalance_threshold_percentage, view.config.rebalance_min_band_points,
                2.0 * 100.0 * view.config.rebalance_min_gain_kbps / view.target_throughput)
     band = Band.around(THROUGHPUT_METRIC, 100.0, half, view.gain_floor(THROUGHPUT_METRIC),
-                       view.config.rebalance_dead_band_percentage, False)
-    band = Band(band.metric, band.avg, band.lower, band.upper, min(band.floor, SHARE_FILL_BELOW), band.min_gain)
+                       view.config.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
     fill = ShareFill(plan, band)
     fill.run()
     if not fill.moved:

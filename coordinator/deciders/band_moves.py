@@ -53,14 +53,11 @@ class Band:
 
     @classmethod
     def around(cls, metric: str, avg: float, half: float, min_gain: float, dead_band: float,
-               count_only: bool) -> Band:
-        """The band avg +- half; the floor a band's width and the dead-band share under its lower edge."""
+               floor_cap: float = math.inf) -> Band:
+        """The band avg +- half; the floor a band's width and the dead-band share under its lower edge (capped)."""
         slack = ROUNDING * max(1.0, abs(avg))
         lower, upper = avg - half - slack, avg + half + slack
-        floor = lower - half - avg * dead_band / 100.0
-        if count_only:  # idle stream: only a worker with less than half the average count (a new one)
-            floor = min(floor, avg / 2)
-        return cls(metric, avg, lower, upper, floor, min_gain)
+        return cls(metric, avg, lower, upper, min(floor_cap, lower - half - avg * dead_band / 100.0), min_gain)
 
 
 class BandPass:
@@ -157,9 +154,6 @@ class BandPass:
                                           if ledger.rebalanceable(k, True))
         return self._by_weight[wid]
 
-    def _takes(self, wid: str) -> bool:
-        return self.plan.assignable(wid)
-
     def _extremes(self, lowest: bool, exclude: str) -> list[str]:
         """Up to PROBES of the least (or most) loaded holders other than `exclude` (stale heap entries skipped)."""
         heap, sign = (self._low, 1.0) if lowest else (self._high, -1.0)
@@ -179,7 +173,7 @@ class BandPass:
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
         landed = self.level(receiver) + self.rise(receiver, weight)
-        ok = (self._takes(receiver) and landed <= min(self.limit(receiver), cap)
+        ok = (self.plan.assignable(receiver) and landed <= min(self.limit(receiver), cap)
               and not self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, weight))
         return landed if ok else None
 
@@ -191,7 +185,7 @@ class BandPass:
         for wid in self._extremes(True, donor):
             per_kbps = self.rise(wid, 1.0)
             room = min(self.limit(wid), cap) - self.level(wid)
-            if room >= 0 and self._takes(wid):
+            if room >= 0 and self.plan.assignable(wid):
                 receivers.append((wid, room / per_kbps if per_kbps > 0 else math.inf))
         heaviest = max((most for _, most in receivers), default=-1.0)
         for key in self._preferred(donor, value, ceiling):
@@ -245,7 +239,7 @@ class BandPass:
 
     def _fill_one(self, receiver: str) -> bool:
         """The giver's lease that lands the receiver nearest the average (else lifts it most); False if none."""
-        if not self._takes(receiver):
+        if not self.plan.assignable(receiver):
             return False
         base = self.level(receiver)
         lift: tuple[float, str, str] | None = None

@@ -1,21 +1,15 @@
-"""What the two variance strategies share: an immutable view of the fleet, and the small mutable plan built on it.
+"""What the variance strategies share: an immutable view of the fleet and a small mutable plan.
 
-`FleetView` is built once per snapshot and never changes afterwards: each worker's metric values (KCL's EMA of its
-history) caught up with the load its reports do not show yet, the values its recent reports confirm, operating ranges,
-the lines that turn a lease's KiB/s into metric points, and the averages balancing aims at. `FleetPlan` is the plan:
-the ledger (who holds what, coordinator/ledger.py) and each worker's projected values, changed only by `move`; it
-places unassigned, expired and draining leases and writes the `Plan`. Strategies read both through public methods.
+`FleetView`: values caught up with load the reports do not show yet, confirmed values, ranges, lines, averages; never
+changed after it is built. `FleetPlan`: the ledger (coordinator/ledger.py) and the projected values, changed only by
+`move`; it places unassigned, expired and draining leases and writes the `Plan`. Both are read through public methods.
 
-Kept from KCL: EMA of each worker's metric history (alpha 0.5, -1 skipped); invalid and failing workers take no part;
-workers without metrics get a synthetic throughput metric `T` (100 = an average share); unassigned then
-longest-silent expired leases go to the worker with most room; `max_leases_for_worker` and
-`max_throughput_per_host_kbps` are checked before adding a lease.
-
-Differences (docs/kcl-differences.md): ties in the worker queue break on (room, fewer leases, worker id); an idle
-stream weighs every lease 1; an expired lease avoids the owner it expired under (and a worker that gave it back)
-while another can take it; draining workers receive nothing and give everything first; the leader's record of the
-KiB/s each worker carried at its reports catches lagging values up (`_catch_up`); with `rebalance_persistent_reports`
-above 1 an excess counts only as far as the worker's recent reports agree (`_confirm`, decision 0013).
+As KCL: EMA of each metric history (-1 skipped); invalid and failing workers take no part; workers without metrics
+get a throughput-share metric `T` (100 = an average share); unassigned then longest-silent expired leases go to the
+worker with most room; `max_leases_for_worker`, `max_throughput_per_host_kbps`. Differences (docs/kcl-differences.md):
+queue ties break on (room, fewer leases, id); an idle stream weighs every lease 1; an expired lease avoids its old
+owner and refusers while another worker can take it; drains first; lagging values caught up (`_catch_up`); an excess
+counts only as far as recent reports agree (`_confirm`, decision 0013).
 """
 
 from __future__ import annotations
