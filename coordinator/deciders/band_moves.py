@@ -187,10 +187,10 @@ class BandPass:
             room = min(self.limit(wid), cap) - self.level(wid)
             if room >= 0 and self.plan.assignable(wid):
                 receivers.append((wid, room / per_kbps if per_kbps > 0 else math.inf))
-        heaviest = max((most for _, most in receivers), default=-1.0)
-        for key in self._preferred(donor, value, ceiling):
+        heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
+        for key in self._preferred(donor, value, ceiling, heaviest):
             weight = self.plan.ledger.weight[key]
-            if weight > heaviest * (1 + ROUNDING) or not value - self.fall(donor, key) < value:
+            if not value - self.fall(donor, key) < value:
                 continue
             for receiver, most in receivers:
                 landed = self._fits(receiver, key, weight, cap) if weight <= most * (1 + ROUNDING) else None
@@ -199,22 +199,23 @@ class BandPass:
                     return True
         return False
 
-    def _preferred(self, donor: str, value: float, ceiling: float) -> Iterator[str]:
+    def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float) -> Iterator[str]:
         """The donor's leases in order of preference (invariant 3).
 
         Those landing it inside the band, nearest the target first; then those landing it least far under the band;
-        then the heaviest that keep it above.
+        then the heaviest that keep it above. Only leases up to `heaviest` KiB/s (what some receiver can take).
         """
         movable = self._movable(donor)
+        cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
         rate = self.plan.rate(donor, self.metric)
         if not rate:
-            yield from (key for _, key in reversed(movable))
+            yield from (key for _, key in reversed(movable[:cap]))
             return
         low = self.band.floor + self.band.min_gain if self.view.config.allow_throughput_overshoot else self.band.lower
         target = min(self.band.avg, ceiling - (self.band.upper - self.band.avg) / 2)
-        first = bisect.bisect_left(movable, ((value - ceiling) / rate, ""))  # lands it at or under its ceiling
-        end = bisect.bisect_right(movable, ((value - self.band.lower) / rate, "\uffff"))  # ... and inside the band
-        below = bisect.bisect_right(movable, ((value - low) / rate, "\uffff"))  # ... or no lower than `low`
+        first = min(cap, bisect.bisect_left(movable, ((value - ceiling) / rate, "")))  # at or under its ceiling
+        end = min(cap, bisect.bisect_right(movable, ((value - self.band.lower) / rate, "\uffff")))  # inside the band
+        below = min(cap, bisect.bisect_right(movable, ((value - low) / rate, "\uffff")))  # no lower than `low`
         at = min(max(bisect.bisect_left(movable, ((value - target) / rate, "")), first), end)
         left, right = at - 1, at
         ideal = (value - target) / rate

@@ -70,6 +70,7 @@ class FleetView:
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
             self.averages = self._averages(ledger, self._centres())
+        self._upper: dict[str, float] = {}  # per metric, the band's upper edge (a cache: the view does not change)
 
     def _reports(self, snapshot: Snapshot, ledger: Ledger) -> tuple[Values, list[WorkerView]]:
         """The balanced workers' values as reported, and those that report metrics; sets `default` and `limits`."""
@@ -261,7 +262,9 @@ class FleetView:
 
     def ceiling(self, wid: str, metric: str) -> float:
         """The highest value the worker may reach on `metric`: the band's upper edge or its operating range."""
-        return min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
+        if metric not in self._upper:
+            self._upper[metric] = self.averages[metric] + self.half_band(metric)
+        return min(self._upper[metric], self.limits[wid][metric])
 
     def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` grows when it takes a lease of `weight` KiB/s (the line's slope)."""
