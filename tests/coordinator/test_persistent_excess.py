@@ -77,7 +77,7 @@ def test_a_load_change_counts_at_once_even_where_the_line_explains_only_part_of_
     # proportional line says (0.18 points per KiB/s: +7 for the 40 KiB/s). Its older reports, caught up along that
     # line, land at 27.15, inside the band (23.25 +- 4): were they asked to agree, A's excess (33.0 caught up) would
     # wait until they aged out of the 30 s window. A's load did not hold steady (the steady-load condition,
-    # `FleetState._steady`), so its moving average counts at once and A sheds one lease in this run.
+    # `FleetView._confirm`), so its moving average counts at once and A sheds one lease in this run.
     snapshot = _fleet({"A": [20.0] * 8 + [35.0] * 2, "B": [20.0] * 10, "C": [20.0] * 10, "D": [20.0] * 10},
                       carried={"A": [120.0] * 8 + [160.0] * 2}, leases={"A": 4})
     plan = decide(snapshot, DeciderConfig(rebalance_persistent_reports=8), balance=True)
