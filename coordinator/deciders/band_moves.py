@@ -183,9 +183,9 @@ class BandPass:
         cap = value - self.band.min_gain
         receivers = []  # (receiver, the heaviest lease it could take on the balanced metric)
         for wid in self._extremes(True, donor):
-            per_kbps = self.rise(wid, 1.0)
             room = min(self.limit(wid), cap) - self.level(wid)
-            if room >= 0 and self.plan.assignable(wid):
+            if room >= 0:
+                per_kbps = self.rise(wid, 1.0)
                 receivers.append((wid, room / per_kbps if per_kbps > 0 else math.inf))
         heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
         for key in self._preferred(donor, value, ceiling, heaviest):
