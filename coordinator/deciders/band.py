@@ -6,10 +6,10 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
    (`FleetPlan.place`, coordinator/deciders/fleet_state.py).
 2. On a balancing run, the metric whose workers' confirmed values stray furthest outside the band is balanced by
    one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
-3. With every metric inside its band, a worker carrying less than half an average share of the throughput in every
-   report of the persistence window (a joining worker: its CPU cannot tell it from the others when the CPU is mostly
-   the agents' own) is filled on throughput up to the throughput band, in the same run, without any receiver's
-   metric leaving its band (`ShareFill`; setting `rebalance_fill_on_throughput`).
+3. With every metric inside its band, a joining worker (at most half the average lease count, and less than half an
+   average share of the throughput at every report of the persistence window: its CPU cannot tell it from the others
+   when the CPU is mostly the agents' own) is filled on throughput into the throughput band in the same run, as far
+   as its metric's band allows (`ShareFill`; setting `rebalance_fill_on_throughput`).
 
 Load model: a line `value = base + slope x throughput` per metric fitted over the settled reporting workers
 (coordinator/load_model.py); averages count the load of leases that need an owner; an idle stream balances counts.
@@ -83,6 +83,10 @@ class ShareFill(BandPass):
     def fall(self, wid: str, key: str) -> float:
         """A lease's KiB/s in share points."""
         return self.rise(wid, self.plan.ledger.weight[key])
+
+    def fillable(self, wid: str) -> bool:
+        """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
+        return 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
 
     def run(self) -> None:
         """Fill only: nothing is shed on throughput."""

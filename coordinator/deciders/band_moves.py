@@ -106,6 +106,10 @@ class BandPass:
         """How much the balanced metric of `wid` falls when `key` leaves it."""
         return self.plan.drop(wid, self.metric, key)
 
+    def fillable(self, wid: str) -> bool:
+        """Whether a worker far below the band may be filled (any, on a reported metric)."""
+        return True
+
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every other metric of the receiver stays under its ceiling with the lease."""
         return all(value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
@@ -231,8 +235,8 @@ class BandPass:
 
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""
-        under = sorted((w for w in self.holders if max(self.level(w), self.confirmed(w)) < self.band.floor),
-                       key=lambda w: (self.level(w), w))
+        under = sorted((w for w in self.holders if max(self.level(w), self.confirmed(w)) < self.band.floor
+                        and self.fillable(w)), key=lambda w: (self.level(w), w))
         for receiver in under:
             while self.level(receiver) < self.band.lower:
                 if not self._fill_one(receiver):
