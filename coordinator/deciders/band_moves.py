@@ -2,9 +2,10 @@
 
 Invariants (each checked after every move by tests/coordinator/test_decider_properties.py):
 
-1. A move goes to a receiver with a fresh heartbeat whose figures are settled, below `max_leases_for_worker` and
-   `max_throughput_per_host_kbps`, that never gave the lease back; only leases balancing did not move in this run or
-   the last few runs move (a lease placed in this run may move on once).
+1. A move goes to a receiver with a fresh heartbeat, below `max_leases_for_worker` and
+   `max_throughput_per_host_kbps`, that never gave the lease back, from a giver with a fresh heartbeat whose lease
+   figures are settled (a worker whose figure still changes gives nothing but may receive); only leases balancing
+   did not move in this run or the last few runs move (a lease placed in this run may move on once).
 2. The receiver ends at or below its ceiling on every metric it reports (the band's upper edge or its operating
    range, the lower one) and at least the minimum gain below the giver's value before the move. So the peak of the
    pair falls, and the next run, on the same reports, cannot move the lease back: it would need the reverse gap.
