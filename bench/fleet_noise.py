@@ -15,11 +15,17 @@ by default and without the fill on throughput (`rebalance_fill_on_throughput=fal
     python -m bench.fleet_noise                  # 4 seeds, plain agents
     python -m bench.fleet_noise --spark          # deliveries once per Spark micro-batch, Spark agents' CPU
     python -m bench.fleet_noise --add-agent      # scale-out with the agents' CPU
+    python -m bench.fleet_noise --scenarios --seeds 24   # fleet_sim's scale-out, hot shards, crash, seeds 7-30
+
+With `--scenarios`, the fleet simulator's scale-out, hot-shards and crash scenarios (full size or `--quick`,
+Zipf 0.5) run with the live stack's noise (plain deliveries) for the default strategy only, one run per seed from
+7 on; it prints each seed's moves over the minimum and balancing runs, and the medians the targets are judged on.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from collections import defaultdict
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 
 from bench.fleet.model import VARIANCE, Fleet
 from bench.fleet.noise import PLAIN_DELIVERY, SPARK_DELIVERY, LiveNoise, NoiseModel
+from bench.fleet.scenarios import FULL, QUICK, Size, run_variant, scenarios
 from bench.fleet.worker import CpuModel
 from bench.fleet.world import Stream
 
@@ -143,6 +150,31 @@ def _scale_out(seeds: int, model: NoiseModel, cpu: CpuModel, kind: str, warmup: 
               f"({'MET' if met else 'MISSED'})", flush=True)
 
 
+# The fleet simulator's scenarios the `--scenarios` targets are judged on.
+SCENARIO_PREFIXES = ("scale-out", "hot-shards", "crash")
+
+
+def run_scenarios(seeds: int, model: NoiseModel, size: Size = FULL) -> None:
+    """Scale-out, hot shards and crash with the live stack's noise, default strategy: per seed and the medians."""
+    chosen = [s for s in scenarios(size) if s.name.startswith(SCENARIO_PREFIXES)]
+    for scenario in chosen:
+        factors: list[float] = []
+        runs: list[float] = []
+        for seed in range(7, 7 + seeds):
+            r = run_variant(scenario, VARIANCE, "worker", size, seed, 0.5, None, model)
+            factor = r.moves / r.minimum if r.minimum else (1.0 if r.moves == 0 else math.inf)
+            balancing = r.cpu.balancing_runs
+            factors.append(factor)
+            runs.append(math.inf if balancing is None else float(balancing))
+            print(f"  {scenario.name} seed {seed}: {r.moves} moves, minimum {r.minimum} (x {factor:.2f}), "
+                  f"balancing runs {'-' if balancing is None else balancing}, max/mean cpu {r.cpu.final:.3f}",
+                  flush=True)
+        factor, median_runs = statistics.median(factors), statistics.median(runs)
+        verdict = "MET" if factor <= 1.25 and median_runs <= 3 else "MISSED"
+        print(f"{scenario.name}: median over seeds 7-{6 + seeds}: x min {factor:.2f}, balancing runs "
+              f"{median_runs:.1f} (targets <= 1.25 and <= 3: {verdict})", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the steady-state scenario on several seeds and print owner changes per 10 minutes."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
@@ -152,7 +184,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=60.0)
     parser.add_argument("--add-agent", action="store_true",
                         help="scale-out: a fourth agent joins after the warm-up (60 s settle, 300 s watch)")
+    parser.add_argument("--scenarios", action="store_true",
+                        help="fleet_sim's scale-out, hot shards and crash with the live noise, per seed")
+    parser.add_argument("--quick", action="store_true", help="with --scenarios: fleet_sim's small fleets")
     args = parser.parse_args(argv)
+    if args.scenarios:
+        run_scenarios(args.seeds, NoiseModel(PLAIN_DELIVERY), QUICK if args.quick else FULL)
+        return 0
     model = NoiseModel(delivery_period=SPARK_DELIVERY if args.spark else PLAIN_DELIVERY)
     cpu = SPARK_CPU if args.spark else LOCAL_CPU
     kind = "Spark" if args.spark else "plain"

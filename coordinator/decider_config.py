@@ -48,11 +48,11 @@ class DeciderConfig:
     max_throughput_per_host_kbps: float = math.inf
     worker_metrics_ema_alpha: float = 0.5
     # Balancing counts a worker's metric only as far out as it was in each of its last this many reports (1: the
-    # newest alone, KCL), each caught up to the load carried now (FleetState._confirm; decision 0013). From the
+    # newest alone, KCL), each caught up to the load carried now (FleetView._confirm; decision 0013). From the
     # settings: the reports within `rebalance_persistence_millis` (`persistent_reports`).
     rebalance_persistent_reports: int = 1
     # Band strategy: with every worker inside its metric's band, fill workers far below the throughput band
-    # (band_moves.fill_on_share; decision 0014).
+    # (band.fill_on_share; decisions 0014, 0020).
     rebalance_fill_on_throughput: bool = True
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0

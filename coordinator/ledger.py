@@ -49,8 +49,6 @@ class Ledger:
                 if lease.expired:
                     self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}
-        # Per moved lease: where it came from and both sides' throughput figures before it moved (`take_back`).
-        self._before: dict[str, tuple[str | None, dict[str, tuple[float, float]]]] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
         self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
@@ -70,56 +68,46 @@ class Ledger:
         """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
         return self.count(worker) - self._expired_on.get(worker, 0)
 
-    def rebalanceable(self, key: str) -> bool:
-        """True if balancing may move the lease: movable, and not moved in the last few runs (no ping-pong)."""
-        return self.movable(key) and not self.leases[key].recently_moved
+    def rebalanceable(self, key: str, placed_too: bool = False) -> bool:
+        """True if balancing may move the lease: not pinned, not moved in this run or by balancing in the last few.
 
-    def movable(self, key: str) -> bool:
-        """True if the lease may still move in this run: not moved already and not pinned by a pending handoff."""
-        return key not in self.moves and not self.leases[key].pinned
+        With `placed_too`, a lease placed in this run (unassigned, expired, drained) may be moved on: the plan then
+        holds one move for it, from its owner before the run to its final worker, with the reason of the last.
+        """
+        earlier = self.moves.get(key)
+        return (not self.leases[key].pinned and not self.leases[key].recently_moved
+                and (earlier is None or (placed_too and not earlier.reason.is_balancing)))
 
     def move(self, key: str, to_worker: str, reason: MoveReason, detail: str) -> Move:
-        """Record that `key` goes to `to_worker`, updating counts and throughput of both sides."""
-        if key in self.moves:
+        """Record that `key` goes to `to_worker`, updating counts and throughput of both sides.
+
+        A lease moves once per run, except that one placed in this run may be moved on (`rebalanceable`).
+        """
+        earlier = self.moves.get(key)
+        if earlier is not None and earlier.reason.is_balancing:
             raise AssertionError(f"lease {key!r} was already moved in this run")
         source = self.owner[key]
         weight = self.weight[key]
         guessed = weight if self.leases[key].throughput_kbps is None else 0.0
-        sides = (to_worker,) if source is None else (source, to_worker)
-        self._before[key] = (source, {w: (self.throughput.get(w, 0.0), self._guessed.get(w, 0.0)) for w in sides})
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
             self._guessed[source] = self._guessed.get(source, 0.0) - guessed
             if not self.held_by[source]:  # exactly 0, not the rounding residue of the subtractions (1e-17 KiB/s)
                 self.throughput[source] = self._guessed[source] = 0.0
-            if self.leases[key].expired:
+            if self.leases[key].expired and earlier is None:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
         self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
         self.owner[key] = to_worker
-        move = Move(key, self.leases[key].actual_owner, to_worker, reason, detail)
+        first = self.leases[key].actual_owner
+        if earlier is not None and to_worker == first and not self.leases[key].needs_owner:  # no move after all
+            del self.moves[key]
+            return earlier
+        move = Move(key, first, to_worker, reason, detail)
         self.moves[key] = move
         return move
-
-    def take_back(self, key: str) -> str | None:
-        """Undo the move of `key` (a decider trying one option and then another); moves are undone newest first.
-
-        Restores both sides' figures exactly as they were (not by subtracting back, which leaves rounding residue).
-        Returns the worker the lease came from.
-        """
-        move = self.moves.pop(key)
-        source, figures = self._before.pop(key)
-        del self.held_by[move.to_worker][key]
-        if source is not None:
-            self.held_by[source][key] = None
-            if self.leases[key].expired:
-                self._expired_on[source] += 1
-        self.owner[key] = source
-        for wid, (throughput, guessed) in figures.items():
-            self.throughput[wid], self._guessed[wid] = throughput, guessed
-        return source
 
     def priority_leases(self) -> list[LeaseView]:
         """Unassigned leases first, then expired ones longest-silent first (KCL's order), ties largest first.

@@ -10,12 +10,21 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from shardherd.coordinator.deciders.band_moves import leases_to_cover
-
 if TYPE_CHECKING:
     from bench.fleet.model import Fleet
 
 THRESHOLD = 1.10  # max/mean load that counts as balanced (1 + reBalanceThresholdPercentage / 100)
+
+
+def leases_to_cover(weights: list[float], needed: float) -> int:
+    """How many of `weights`, largest first, add up to `needed` (one more than all of them if they cannot)."""
+    count, total = 0, 0.0
+    for weight in sorted(weights, reverse=True):
+        if total >= needed:
+            break
+        total += weight
+        count += 1
+    return count if total >= needed else len(weights) + 1
 
 
 def ratio(loads: dict[str, float]) -> float:

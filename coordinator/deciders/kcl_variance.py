@@ -2,7 +2,8 @@
 
 Chosen by `lease_assignment_strategy = variance` with `variance_balancing = kcl`. It reproduces the worked examples of
 KCL's `VarianceBasedLeaseAssignmentDecider` tests (tests/coordinator/test_variance.py). Placement, the catch-up of
-lagging reports and the projections are shared with strategy `band` (coordinator/deciders/fleet_state.py).
+lagging reports and the projections are shared with strategy `band` (coordinator/deciders/fleet_state.py: `FleetView`,
+`FleetPlan`).
 
 Kept from KCL: balancing on the metric with the largest dampened budget, donors above the band or their operating
 range, the strict `remaining - x > 0` walk, overshoot with the smallest lease, receivers never pushed past the fleet
@@ -26,8 +27,8 @@ import heapq
 from collections.abc import Mapping
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetState, HeapEntry
-from shardherd.coordinator.load_model import Line, proportional
+from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetPlan, FleetView, HeapEntry
+from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import MoveReason, Plan
 from shardherd.coordinator.snapshot import Snapshot
 from shardherd.shared.streams import stream_prefix
@@ -35,72 +36,57 @@ from shardherd.shared.streams import stream_prefix
 NAME = "kcl-variance"
 
 
-class KclVarianceFleet(FleetState):
-    """KCL's load model (every metric proportional to carried throughput, `T` as the run) and donor budgets."""
+class KclBalancer:
+    """KCL's donor budgets over a plan (`FleetPlan`, coordinator/deciders/fleet_state.py)."""
 
-    strategy = NAME
-    share_limit = 100.0
-
-    def _counts_only(self) -> bool:
-        return False
-
-    def _carried_throughput(self) -> float:
-        """KCL's `T`: the fleet's throughput over the non-draining workers (unowned and expired leases included)."""
-        return self.target_throughput
-
-    def _fit(self, lagged: Mapping[str, float]) -> dict[str, Line]:
-        return {}
-
-    def _fleet_means(self) -> dict[str, float]:
-        return self._averages()
-
-    def _balancing_averages(self) -> dict[str, float]:
-        """KCL's fleet averages (draining workers' values included), each metric proportional to throughput."""
-        averages = self._averages(values=self.centres)
-        self.lines = {m: proportional(avg, self.carried_throughput) for m, avg in averages.items()}
-        return averages
+    def __init__(self, plan: FleetPlan) -> None:
+        self.plan = plan
+        self.view = plan.view
+        self.ledger = plan.ledger
 
     def _donors(self) -> tuple[str, dict[str, float], str] | None:
-        """The metric to balance, its donors with their throughput budgets, and a note; None if nothing to do.
-
-        Workers whose reports do not show their last moves yet take part with the leader's projected values.
-        """
-        damp = self.config.dampening_percentage / 100.0
+        """The metric to balance (largest total budget), its donors' throughput budgets and a note; None if none."""
         best: tuple[str, dict[str, float], str] | None = None
         best_total = 0.0
-        for metric, avg in self.averages.items():
-            holders = [wid for wid in self.active if metric in self.values[wid]]
-            half = self.half_band(metric)
-            upper, lower = avg + half, avg - half
-            vals = {wid: self.confirmed[wid][metric] for wid in holders}  # what persisted (FleetState._confirm)
-            lim = {wid: self.limits[wid][metric] for wid in holders}
-            triggered = any(v > upper or v < lower or v > lim[w] for w, v in vals.items())
-            if not triggered:
-                continue
-            donors = [w for w, v in vals.items() if v >= upper or v > lim[w]]
-            if not donors:
-                donors = [min(holders, key=lambda w: (-vals[w], w))]
-            budgets: dict[str, float] = {}
-            for wid in donors:
-                v = vals[wid]
-                ref = min(avg, lim[wid]) if v > lim[wid] else avg
-                if v > 0 and v > ref:
-                    budgets[wid] = self.ledger.throughput.get(wid, 0.0) * (v - ref) / v * damp
+        for metric, avg in self.view.averages.items():
+            budgets = self._budgets(metric, avg)
             total = sum(budgets.values())
             if budgets and (total > best_total or best is None):
-                note = f"balancing {metric}: avg {avg:.2f}, band [{lower:.2f}, {upper:.2f}], {len(budgets)} donor(s)"
+                half = self.view.half_band(metric)
+                note = (f"balancing {metric}: avg {avg:.2f}, band [{avg - half:.2f}, {avg + half:.2f}], "
+                        f"{len(budgets)} donor(s)")
                 best, best_total = (metric, budgets, note), total
         return best
+
+    def _budgets(self, metric: str, avg: float) -> dict[str, float]:
+        """Each donor's dampened budget on `metric` (KiB/s); empty if no worker is out of band or range.
+
+        Donors: workers at or above the band or over their range, else the most loaded; the values are the confirmed
+        ones (what persisted, `FleetView._confirm`).
+        """
+        view = self.view
+        holders = [wid for wid in view.active if metric in view.values[wid]]
+        half = view.half_band(metric)
+        vals = {wid: view.confirmed[wid][metric] for wid in holders}
+        lim = {wid: view.limits[wid][metric] for wid in holders}
+        if not any(abs(v - avg) > half or v > lim[w] for w, v in vals.items()):
+            return {}
+        donors = [w for w, v in vals.items() if v >= avg + half or v > lim[w]] or [
+            min(holders, key=lambda w: (-vals[w], w))]
+        damp = view.config.dampening_percentage / 100.0
+        budgets = {wid: self.ledger.throughput.get(wid, 0.0) * _excess(vals[wid], avg, lim[wid]) * damp
+                   for wid in donors}
+        return {wid: budget for wid, budget in budgets.items() if _excess(vals[wid], avg, lim[wid]) > 0}
 
     def _pick(self, donor: str, budget: float) -> list[str]:
         """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
         ledger = self.ledger
         keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
-        if not keys or donor in self.stale:
+        if not keys or donor in self.view.stale:
             return []
         # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream
         # applications: a stream is not left piled on one worker); single-stream keys all tie on this.
-        per_stream = self.stream_counts(donor)
+        per_stream = self.plan.stream_counts(donor)
         if ledger.throughput.get(donor, 0.0) <= 0:
             return [min(keys, key=lambda k: (-per_stream[stream_prefix(k)], k))]
         keys.sort(key=lambda k: (-ledger.weight[k], -per_stream[stream_prefix(k)], k))
@@ -111,7 +97,7 @@ class KclVarianceFleet(FleetState):
             if remaining - weight > 0:
                 chosen.append(key)
                 remaining -= weight
-        if not chosen and self.config.allow_throughput_overshoot:
+        if not chosen and self.view.config.allow_throughput_overshoot:
             chosen.append(keys[-1])
         return chosen
 
@@ -122,21 +108,23 @@ class KclVarianceFleet(FleetState):
         move is accepted too: with few, uneven leases per worker no lease fits under the average, and a donor above
         the band would otherwise stay there.
         """
-        limits = self.limits[wid]
+        view = self.view
+        limits = view.limits[wid]
         if any(v > limits[m] for m, v in projected.items()):
             return False
-        if all(v <= self.averages[m] for m, v in projected.items()):
+        if all(v <= view.averages[m] for m, v in projected.items()):
             return True
-        if not self.config.allow_receiver_above_average:
+        if not view.config.allow_receiver_above_average:
             return False
-        donor_after = self.values[donor][metric] - self.drop(donor, metric, key)
-        inside = all(v < self.averages[m] + self.half_band(m) for m, v in projected.items())
+        donor_after = self.plan.value(donor, metric) - self.plan.drop(donor, metric, key)
+        inside = all(v < view.averages[m] + view.half_band(m) for m, v in projected.items())
         return inside and metric in projected and projected[metric] <= donor_after
 
     def _give(self, heap: list[HeapEntry], key: str, donor: str, metric: str, budget: float) -> None:
         """Move one donor lease to the first of a few most-room receivers that stays within average and range."""
-        weight = self.ledger.weight[key]
-        drop_pct = 100.0 * self.drop(donor, metric, key) / self.averages[metric] if self.averages[metric] else 0.0
+        weight, view, plan = self.ledger.weight[key], self.view, self.plan
+        avg = view.averages
+        drop_pct = 100.0 * plan.drop(donor, metric, key) / avg[metric] if avg[metric] else 0.0
         set_aside: list[HeapEntry] = []
         for _ in range(RECEIVER_PROBES):
             if not heap:
@@ -146,38 +134,42 @@ class KclVarianceFleet(FleetState):
             set_aside.append(entry)
             if wid == donor or self.ledger.leases[key].avoids(wid):  # never back to a worker that gave it back
                 continue
-            projected = self.projected(wid, weight)
+            projected = {m: v + view.rise(wid, m, weight) for m, v in plan.values(wid).items()}
             if not self._fits(wid, projected, donor, metric, key):
                 continue
-            rise_pct = max(
-                (100.0 * (projected[m] - self.values[wid][m]) / self.averages[m] if self.averages[m] else 0.0)
-                for m in projected
-            )
-            if drop_pct + rise_pct < self.config.rebalance_dead_band_percentage:
+            rise_pct = max((100.0 * (projected[m] - plan.value(wid, m)) / avg[m] if avg[m] else 0.0)
+                           for m in projected)
+            if drop_pct + rise_pct < view.config.rebalance_dead_band_percentage:
                 break
             set_aside.pop()
-            before = self.values[donor][metric]
+            before = plan.value(donor, metric)
             detail = (
-                f"donor {metric}={before:.2f} avg {self.averages[metric]:.2f} budget {budget:.1f} KiB/s; "
+                f"donor {metric}={before:.2f} avg {avg[metric]:.2f} budget {budget:.1f} KiB/s; "
                 f"lease {weight:.1f} KiB/s; receiver room {-entry[0]:.3g}"
             )
-            self.apply(key, wid, MoveReason.for_metric(metric), detail)
-            self._requeue(heap, wid)
+            plan.move(key, wid, MoveReason.for_metric(metric), detail)
+            plan.requeue(heap, wid)
             break
         for entry in set_aside:
             heapq.heappush(heap, entry)
 
-    def _balance(self, notes: list[str]) -> None:
+    def run(self) -> str:
+        """Each donor, largest budget first, gives its picked leases to the roomiest workers; a note on it."""
         chosen = self._donors()
         if chosen is None:
-            notes.append("balancing: no metric out of band")
-            return
+            return "balancing: no metric out of band"
         metric, budgets, note = chosen
-        notes.append(note)
-        heap = self._queue()
+        heap = self.plan.queue()
         for donor in sorted(budgets, key=lambda w: (-budgets[w], w)):
             for key in self._pick(donor, budgets[donor]):
                 self._give(heap, key, donor, metric, budgets[donor])
+        return note
+
+def _excess(value: float, avg: float, limit: float) -> float:
+    """The share of its load a donor is above its target: the average, or its range where it is over that."""
+    target = min(avg, limit) if value > limit else avg
+    return (value - target) / value if value > 0 and value > target else 0.0
+
 
 class KclVarianceDecider:
     """The `kcl-variance` strategy behind the `Decider` protocol."""
@@ -186,4 +178,8 @@ class KclVarianceDecider:
 
     def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
         """Priority assignment, drain, and (if `balance`) KCL's dampened-budget balancing."""
-        return KclVarianceFleet(snapshot, config).plan(balance)
+        ledger = Ledger(snapshot)
+        plan = FleetPlan(FleetView(snapshot, config, ledger, band=False), ledger)
+        plan.place()
+        notes = [KclBalancer(plan).run()] if balance else []
+        return plan.result(NAME, balance, notes)

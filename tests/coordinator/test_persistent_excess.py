@@ -77,11 +77,11 @@ def test_a_load_change_counts_at_once_even_where_the_line_explains_only_part_of_
     # proportional line says (0.18 points per KiB/s: +7 for the 40 KiB/s). Its older reports, caught up along that
     # line, land at 27.15, inside the band (23.25 +- 4): were they asked to agree, A's excess (33.0 caught up) would
     # wait until they aged out of the 30 s window. A's load did not hold steady (the steady-load condition,
-    # `FleetState._steady`), so its moving average counts at once and A sheds one lease in this run.
+    # `FleetView._confirm`), so its moving average counts at once and A sheds one lease in this run.
     snapshot = _fleet({"A": [20.0] * 8 + [35.0] * 2, "B": [20.0] * 10, "C": [20.0] * 10, "D": [20.0] * 10},
                       carried={"A": [120.0] * 8 + [160.0] * 2}, leases={"A": 4})
     plan = decide(snapshot, DeciderConfig(rebalance_persistent_reports=8), balance=True)
-    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A0", "A", "B")]
+    assert [(m.from_owner, m.to_worker) for m in plan.moves] == [("A", "B")]
     assert "band [19.25, 27.25] avg 23.25; C A 33.00 -> 24.75" in plan.moves[0].detail
 
 
@@ -105,7 +105,7 @@ def test_an_excess_seen_in_all_but_one_of_eight_reports_persisted() -> None:
     quiet, config = [10.0] * 10, DeciderConfig(rebalance_persistent_reports=8)
     one = _fleet({"A": [20.0] * 8 + [12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
     plan = decide(one, config, balance=True)
-    assert [(m.lease_key, m.from_owner, m.to_worker) for m in plan.moves] == [("A0", "A", "B")]
+    assert [(m.from_owner, m.to_worker) for m in plan.moves] == [("A", "B")]
     assert "band [8.00, 16.00] avg 12.00; C A 18.00 -> 12.00" in plan.moves[0].detail
     two = _fleet({"A": [20.0] * 7 + [12.0, 12.0, 20.0], "B": quiet, "C": quiet, "D": quiet})
     assert decide(two, config, balance=True).moves == ()

@@ -1,5 +1,5 @@
 """With every worker inside its CPU band, band balancing fills a new or idle worker on throughput
-(coordinator/deciders/band_moves.py `fill_on_share`; `rebalance_fill_on_throughput`; decision 0014).
+(coordinator/deciders/band.py `fill_on_share`; `rebalance_fill_on_throughput`; decisions 0014, 0020).
 
 Live (`python -m bench.churn --scenario add-agent`, CPU metrics on): the added agent reported 0.3 % CPU against
 2.6-3.8 % for the others. The CPU band (+-4 points: twice the minimum gain) is wider than that whole range, so the
@@ -79,17 +79,20 @@ def test_a_worker_empty_in_its_newest_report_only_is_not_filled() -> None:
     assert _moves(decide(_fleet(cpu, held, carried), newest, balance=True)) == filled
 
 
-def test_a_worker_holding_leases_is_not_filled_on_throughput() -> None:
-    # C's leases carry 6 % of a share but its CPU is level with the others': the CPU, which tells the workers apart
-    # no worse than throughput here, is what balancing trusts (C may do much work per record).
-    held = {**HELD, "C": {"s6": 0.1, "s7": 0.1}}
-    assert decide(_fleet({"A": 3.0, "B": 3.8, "C": 3.0}, held, {"C": [0.2] * 10}), CONFIG, balance=True).moves == ()
+def test_a_worker_carrying_half_a_share_or_more_is_not_filled_on_throughput() -> None:
+    # C's leases carry 55 % of a share: not a joining worker; the CPU, level with the others', is what counts.
+    held = {**HELD, "C": {"s6": 1.2, "s7": 1.0}}
+    assert decide(_fleet({"A": 3.0, "B": 3.8, "C": 3.0}, held), CONFIG, balance=True).moves == ()
 
 
-def test_a_worker_busy_by_cpu_is_not_filled_on_throughput() -> None:
-    # D holds nothing but its CPU is above the fleet's CPU average (inside the band): the CPU, which it does show,
-    # says it is not idle, so throughput does not overrule it.
-    assert decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 5.0}), CONFIG, balance=True).moves == ()
+def test_a_joining_worker_busy_by_cpu_is_filled_within_its_cpu_band() -> None:
+    # A Spark driver's agent reports more CPU than the others while it holds nothing (the driver's own work): it
+    # still gets its share of the throughput (issue 31: such a driver got no lease in 40 s), as far as its CPU band
+    # allows.
+    plan = decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 5.0}), CONFIG, balance=True)
+    assert [m.to_worker for m in plan.moves] == ["D"]
+    busy = decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 7.4}), CONFIG, balance=True)
+    assert all(w.metrics_after["C"] <= busy.averages["C"] + 4.0 for w in busy.workers)
 
 
 def test_the_cpu_band_goes_first() -> None:

@@ -1,0 +1,134 @@
+"""Properties of every strategy over random fleets (hypothesis): a plan never raises, the band's invariants
+(coordinator/deciders/band_moves.py) hold after every move, and a band plan applied and planned again on the reports
+it projects moves nothing. (kcl-variance's dampened budgets converge over several runs by design; lease-count does
+not move leases it placed or drained in the same run, so after a drain onto a full worker its next run moves one:
+hypothesis found it, and test_decide.py checks its one-run convergence without drains.)
+
+The fleets for the last property follow the load model exactly (CPU = k x carried KiB/s, or no metric at all), so the
+next run's reports are what the plan projected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardherd.coordinator.decide import decide
+from shardherd.coordinator.decider_config import DeciderConfig, Strategy
+from shardherd.coordinator.deciders.band import balance_pass
+from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
+from shardherd.coordinator.ledger import Ledger
+from shardherd.coordinator.moves import MoveReason, Plan
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+
+EPS = 1e-6
+
+
+@st.composite
+def fleets(draw: st.DrawFn, exact: bool = False) -> Snapshot:
+    """A random fleet; with `exact`, every worker's CPU is k x what it carries (or it reports no metric)."""
+    n_workers = draw(st.integers(1, 7))
+    wids = [f"w{i}" for i in range(n_workers)]
+    k = draw(st.sampled_from([0.01, 0.1, 0.5]))
+    default = exact and draw(st.booleans())
+    leases = []
+    for i in range(draw(st.integers(0, 24))):
+        owner = draw(st.sampled_from([*wids, None]))
+        kbps = draw(st.one_of(st.floats(0, 1000), st.sampled_from([0.0, 1.0, 1024.0])))
+        leases.append(LeaseView(
+            f"l{i:02d}", owner, throughput_kbps=None if not exact and draw(st.integers(0, 8)) == 0 else kbps,
+            expired=not exact and owner is not None and draw(st.integers(0, 5)) == 0,
+            recently_moved=draw(st.integers(0, 6)) == 0, settling=draw(st.integers(0, 8)) == 0,
+            refused_by=frozenset(draw(st.lists(st.sampled_from(wids), max_size=1)))))
+    carried = {w: sum(lease.throughput_kbps or 0.0 for lease in leases if lease.lease_owner == w) for w in wids}
+    workers = []
+    for wid in wids:
+        draining = draw(st.integers(0, 6)) == 0
+        stale = draw(st.integers(0, 6)) == 0
+        if default:
+            workers.append(WorkerView(wid, draining=draining, stale=stale))
+            continue
+        limit = draw(st.sampled_from([60.0, 100.0, 1000.0]))
+        value = k * carried[wid] if exact else draw(st.floats(0, 100))
+        workers.append(WorkerView(wid, {"C": (value, value)}, {"C": (limit,)}, draining=draining, stale=stale))
+    return Snapshot.of(leases, workers)
+
+
+CONFIGS = st.builds(DeciderConfig, strategy=st.sampled_from(list(Strategy)),
+                    max_leases_for_worker=st.sampled_from([2, 2**31 - 1]),
+                    rebalance_dead_band_percentage=st.sampled_from([0.0, 2.0]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshot=fleets(), config=CONFIGS, balance=st.booleans())
+def test_no_strategy_raises_and_each_lease_moves_at_most_once(snapshot: Snapshot, config: DeciderConfig,
+                                                            balance: bool) -> None:
+    plan = decide(snapshot, config, balance)
+    keys = [move.lease_key for move in plan.moves]
+    assert len(keys) == len(set(keys))
+    leases = {lease.key: lease for lease in snapshot.leases}
+    for move in plan.moves:
+        assert not leases[move.lease_key].pinned
+        if move.reason.is_balancing:
+            assert not leases[move.lease_key].recently_moved
+
+
+class CheckedPlan(FleetPlan):
+    """A plan that checks the band's invariants 1 and 2 at every balancing move."""
+
+    def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
+        """Check, then move."""
+        view, ledger = self.view, self.ledger
+        giver = ledger.owner[key]
+        if reason.is_balancing:
+            lease = ledger.leases[key]
+            assert self.assignable(wid) and not lease.avoids(wid) and not lease.pinned and not lease.recently_moved
+            assert giver not in view.stale and giver not in view.settling
+            before = {w: dict(self.values(w)) for w in (giver, wid) if w is not None and w in view.values}
+        super().move(key, wid, reason, detail)
+        if not reason.is_balancing or giver is None:
+            return
+        for metric, value in self.values(wid).items():
+            assert value <= view.ceiling(wid, metric) + EPS * max(1.0, value), (metric, value)
+            if metric in before.get(giver, {}) and reason is MoveReason.for_metric(metric):
+                assert value <= before[giver][metric] - view.min_gain(metric) + EPS * max(1.0, value)
+                assert self.value(giver, metric) < before[giver][metric]
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshot=fleets(), exact=fleets(exact=True), persistent=st.sampled_from([1, 3]))
+def test_band_invariants_hold_after_every_move(snapshot: Snapshot, exact: Snapshot, persistent: int) -> None:
+    config = DeciderConfig(rebalance_persistent_reports=persistent)
+    for fleet in (snapshot, exact):
+        ledger = Ledger(fleet)
+        plan = CheckedPlan(FleetView(fleet, config, ledger, band=True), ledger)
+        plan.place()
+        balance_pass(plan)
+
+
+def replanned(snapshot: Snapshot, plan: Plan) -> Snapshot:
+    """The next run once the plan is written and every worker reported what its load model says for its leases."""
+    to = {move.lease_key: move for move in plan.moves}
+    leases = [dataclasses.replace(lease, lease_owner=to[lease.key].to_worker, checkpoint_owner=None, expired=False,
+                                  handoff_blocked=False, recently_moved=to[lease.key].reason.is_balancing)
+              if lease.key in to else lease for lease in snapshot.leases]
+    carried = {w.worker_id: sum(lease.throughput_kbps or 0.0 for lease in leases if lease.lease_owner == w.worker_id)
+               for w in snapshot.workers}
+    held = {w.worker_id: sum(lease.throughput_kbps or 0.0 for lease in snapshot.leases
+                             if lease.lease_owner == w.worker_id) for w in snapshot.workers}
+    k = max((w.metric_stats["C"][-1] / held[w.worker_id] for w in snapshot.workers
+             if not w.uses_default_metric and held[w.worker_id] > 0), default=0.0)
+    workers = [worker if worker.uses_default_metric else dataclasses.replace(
+        worker, metric_stats={"C": (k * carried[worker.worker_id],) * 2}) for worker in snapshot.workers]
+    return Snapshot.of(leases, workers)
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshot=fleets(exact=True))
+def test_a_band_plan_applied_and_planned_again_moves_nothing(snapshot: Snapshot) -> None:
+    config = DeciderConfig()
+    plan = decide(snapshot, config, balance=True)
+    again = decide(replanned(snapshot, plan), config, balance=True)
+    assert again.moves == (), (plan.moves, again.moves)
