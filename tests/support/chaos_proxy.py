@@ -1,8 +1,11 @@
 """A long-running, switchable fault proxy: FaultyProxy plus live knobs for latency, error rates and a partition.
 
 Scheduled faults (FaultyProxy's queue) are served first; otherwise each request meets the current `Chaos` settings:
-a partition drops every connection unanswered, else a seeded draw picks a throttling reply, a 500, a dropped
-connection or a plain forward, each after the configured latency. One proxy per process makes it easy to cut a single
+a partition drops every connection unanswered; a hang holds every request unanswered until the hang is lifted (or
+HANG_LIMIT passes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a
+fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
+seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
+latency. One proxy per process makes it easy to cut a single
 agent off from the store while the others pass. The knobs are set from the test or bench in the same Python process.
 """
 
@@ -16,6 +19,8 @@ from dataclasses import dataclass, replace
 
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
 
+HUNG = Fault(0, code="hung")  # marker: hold the request while the hang lasts
+
 
 @dataclass(frozen=True)
 class Chaos:
@@ -26,6 +31,8 @@ class Chaos:
     error_rate: float = 0.0
     drop_rate: float = 0.0
     partitioned: bool = False
+    hang: bool = False
+    reply: Fault | None = None
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -34,6 +41,7 @@ class Chaos:
 
 
 CALM = Chaos()
+HANG_LIMIT = 600.0  # seconds a hung request is held at most
 
 
 class ChaosProxy(FaultyProxy):
@@ -44,7 +52,7 @@ class ChaosProxy(FaultyProxy):
         self._chaos = CALM
         self._rng = random.Random(seed)
         self._chaos_lock = threading.Lock()
-        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned
+        self.served: Counter[str] = Counter()  # replies by kind: throttled, error, dropped, partitioned, hung, replied
 
     @property
     def chaos(self) -> Chaos:
@@ -68,6 +76,12 @@ class ChaosProxy(FaultyProxy):
             if chaos.partitioned:
                 self.served["partitioned"] += 1
                 return 0.0, DROPPED
+            if chaos.hang:
+                self.served["hung"] += 1
+                return 0.0, HUNG
+            if chaos.reply is not None:
+                self.served["replied"] += 1
+                return chaos.latency, chaos.reply
             roll = self._rng.random()
             for kind, rate, fault in (("throttled", chaos.throttle_rate, THROTTLED),
                                       ("error", chaos.error_rate, INTERNAL_ERROR),
@@ -87,6 +101,11 @@ class ChaosProxy(FaultyProxy):
         if scheduled is not None:
             return scheduled
         latency, fault = self._draw()
+        if fault is HUNG:
+            deadline = time.monotonic() + HANG_LIMIT
+            while self.chaos.hang and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return DROPPED
         if latency:
             time.sleep(latency)
         return fault

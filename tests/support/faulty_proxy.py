@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -25,16 +26,20 @@ _TYPE_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 class Fault:
     """One canned reply: an HTTP status with a DynamoDB JSON body, or (status 0) a connection closed unanswered.
 
-    With `forward` the request still reaches the server first (applied there), and only the reply is replaced.
+    With `forward` the request still reaches the server first (applied there), and only the reply is replaced. `raw`
+    replaces the JSON body with those bytes (a 200 whose body is not what the service sends, as a broken proxy does).
     """
 
     status: int
     code: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     forward: bool = False
+    raw: bytes | None = None
 
     def body(self) -> bytes:
-        """The JSON body DynamoDB would send (error type and message, plus any extra fields)."""
+        """The JSON body the service would send (error type and message, plus any extra fields), or `raw`."""
+        if self.raw is not None:
+            return self.raw
         payload: dict[str, Any] = dict(self.extra)
         if self.code:
             payload.update({"__type": _TYPE_PREFIX + self.code, "message": f"injected {self.code}"})
@@ -45,6 +50,15 @@ THROTTLED = Fault(400, "ProvisionedThroughputExceededException")
 INTERNAL_ERROR = Fault(500, "InternalServerError")
 DROPPED = Fault(0)
 REPLY_LOST = Fault(0, forward=True)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hung up (a killed process, a timed-out call) is normal here: no traceback for it."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet about connections the client closed; report anything else as usual."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class FaultyProxy:
@@ -60,7 +74,7 @@ class FaultyProxy:
         self.faults_served = 0
         self.forwarded: list[str] = []  # the X-Amz-Target of every request that reached the server, in order
         self._received = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -1,0 +1,578 @@
+"""The fault matrix: one cell = one fault injected into a fresh loopback deployment, measured from the ledgers.
+
+Invariants:
+- Every cell starts from the same fleet (2 coordinator replicas serving the assignment channel, 3 agents, 4 shards,
+  CPU metrics on, a steady producer), every process behind its own ChaosProxy to DynamoDB and to Kinesis, its
+  credentials from a container credentials endpoint on 127.0.0.1, and a fault-injection hook (tests/chaos/inject.py).
+- A fault starts at `t0` and lasts `hold` seconds; then it is healed and the fleet watched for failover + 8 s more.
+  A cell with `probe` also kill -9s one other agent 2 s into the fault: can the fleet still fail over meanwhile?
+- The figures come only from what processes did (delivery and checkpoint ledgers), the lease table sampled every
+  0.25 s, the coordinators' health endpoints polled every 0.25 s, and the processes' logs; nothing is assumed.
+
+Figures per cell (seconds from t0 unless said):
+- `read again`: until every shard open at t0 is read again after its longest delivery gap over STALL_GAP (0 when no
+  shard stalled; None when a shard was never read again before the producer stopped);
+- `held unread`: the longest time any lease was held by a worker that delivered none of its records meanwhile;
+- `moved`: from the victim's fault (or the probe's kill) until its shards are all read by another worker;
+- `leader`: another replica holding the leader lock, when the victim is the leader;
+- `red`: first failed /healthz and first failed /readyz of any coordinator (agents have no health endpoint on main);
+- `lost`, `dups` (redeliveries) and `dups covered` (redeliveries of records a checkpoint already covered: must be 0),
+  `late` (deliveries by a stopped process after it resumed, of shards another worker then held), the threads that died
+  with a traceback ("Exception in thread ..." in a log), and the names of the chaos suite's checks that failed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import signal
+import sys
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.analysis import RunData, Timing, _resumed_elsewhere, analyse
+from tests.chaos.cluster import PROCESSOR, ChaosCluster, Member
+from tests.chaos.inject import INJECT_ENV
+from tests.chaos.ledgers import Delivery, read_deliveries
+from tests.chaos.scenario import SHORT_INTERVALS
+from tests.support.chaos_proxy import CALM, Chaos
+from tests.support.credentials_endpoint import CredentialsEndpoint
+from tests.support.faulty_proxy import THROTTLED, Fault
+from tests.support.waiting import wait_for
+
+STALL_GAP = 2.0  # a shard whose deliveries pause longer than this stalled (normal gaps are well under 1 s)
+PROBE_DELAY = 2.0
+API_TOKEN = "fault-matrix-token-0001"
+ROTATED_TOKEN = "fault-matrix-token-0002"
+ACCESS_DENIED = Fault(400, "AccessDeniedException")
+EXPIRED_TOKEN = Fault(400, "ExpiredTokenException")
+MALFORMED_200 = Fault(200, raw=b"<html><body>502 Bad Gateway (from a proxy)</body></html>")
+INJECT_COMMAND = [sys.executable, "-m", "tests.chaos.inject"]
+
+
+@dataclass
+class Run:
+    """One cell's live deployment: the cluster, its credentials endpoint, the victim and the health samples."""
+
+    cluster: ChaosCluster
+    credentials: CredentialsEndpoint
+    token_file: Path
+    victim: Member | None = None
+    probe: Member | None = None
+    t0: float = 0.0
+    health: list[tuple[float, str, str, int]] = field(default_factory=list)  # time, member, path, status (0: none)
+
+    @property
+    def failover(self) -> float:
+        """The failover time in seconds."""
+        return self.cluster.settings.failover_time_millis / 1000
+
+    def leader_member(self) -> Member:
+        """The coordinator replica holding the leader lock."""
+        wait_for(lambda: self.cluster.leader() is not None, 30, "a leader")
+        name = self.cluster.leader()
+        return next(m for m in self.cluster.coordinators() if m.name == name)
+
+    def busiest_agent(self, exclude: Member | None = None) -> Member:
+        """The live agent processing the most leases."""
+        agents = [m for m in self.cluster.agents() if m is not exclude]
+        return max(agents, key=lambda m: (len(self.cluster.owned_by(m.name)), m.name))
+
+    def inject(self, member: Member, command: str) -> None:
+        """Hand a command to the member's injection hook and wait (up to 5 s) until it was carried out."""
+        control = self.cluster.workdir / f"{member.name}.inject"
+        done = Path(f"{control}.done")
+        before = done.read_text(encoding="utf-8") if done.exists() else ""
+        control.write_text(command + "\n", encoding="utf-8")
+        wait_for(lambda: done.exists() and done.read_text(encoding="utf-8") != before, 5, f"inject {command}")
+        self.cluster.note("inject", member.name, done.read_text(encoding="utf-8")[len(before):].strip())
+
+
+Step = Callable[[Run], None]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One fault: what it does (for the doc), how to inject and heal it, how long it lasts, whether to probe."""
+
+    name: str
+    does: str
+    inject: Step
+    heal: Step = lambda run: None
+    hold: float = 10.0
+    probe: bool = False
+
+
+@dataclass
+class Result:
+    """One cell's figures (see the module docstring)."""
+
+    cell: str
+    read_again: float | None
+    held_unread: float
+    moved: float | None
+    leader: float | None
+    healthz_red: float | None
+    readyz_red: float | None
+    lost: int
+    produced: int
+    dups: int
+    dups_covered: int
+    late: int
+    dead_threads: list[str]
+    failed_checks: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------------- fault steps
+def _proxies(members: list[Member], chaos: Chaos, kinesis: bool) -> None:
+    for member in members:
+        proxy = member.kinesis_proxy if kinesis else member.proxy
+        if proxy is not None:
+            proxy.set(chaos)
+
+
+def store_fault(chaos: Chaos, who: str) -> tuple[Step, Step]:
+    """Inject and heal `chaos` on the DynamoDB proxies of `who` (agent, leader, all)."""
+    return _proxy_fault(chaos, who, kinesis=False)
+
+
+def kinesis_fault(chaos: Chaos, who: str) -> tuple[Step, Step]:
+    """Inject and heal `chaos` on the Kinesis proxies of `who` (agent, leader, all)."""
+    return _proxy_fault(chaos, who, kinesis=True)
+
+
+def _targets(run: Run, who: str) -> list[Member]:
+    if who == "all":
+        return [m for m in run.cluster.members.values() if m.alive]
+    run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
+    return [run.victim]
+
+
+def _proxy_fault(chaos: Chaos, who: str, kinesis: bool) -> tuple[Step, Step]:
+    hit: list[Member] = []
+
+    def inject(run: Run) -> None:
+        hit[:] = _targets(run, who)
+        _proxies(hit, chaos, kinesis)
+
+    def heal(run: Run) -> None:
+        _proxies(hit, CALM, kinesis)
+
+    return inject, heal
+
+
+def credentials_fault(who: str) -> tuple[Step, Step]:
+    """The victim's credential source starts failing (every process has its own endpoint flag: one shared here)."""
+    def inject(run: Run) -> None:
+        run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
+        run.credentials.failing = True
+
+    def heal(run: Run) -> None:
+        run.credentials.failing = False
+
+    return inject, heal
+
+
+def kill_victim(who: str) -> Step:
+    """kill -9 of the busiest agent or of the leader."""
+    def inject(run: Run) -> None:
+        run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
+        run.cluster.kill(run.victim)
+
+    return inject
+
+
+def stop_victim(who: str) -> tuple[Step, Step]:
+    """SIGSTOP of the busiest agent or of the leader, SIGCONT at heal (a long GC pause)."""
+    def inject(run: Run) -> None:
+        run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
+        run.victim.process.send_signal(signal.SIGSTOP)
+        run.cluster.note("sigstop", run.victim.name)
+
+    def heal(run: Run) -> None:
+        assert run.victim is not None
+        run.victim.process.send_signal(signal.SIGCONT)
+        run.cluster.note("sigcont", run.victim.name)
+
+    return inject, heal
+
+
+def raise_in_thread(who: str, thread: str) -> Step:
+    """An exception raised inside the named thread(s) of the busiest agent or of the leader."""
+    def inject(run: Run) -> None:
+        run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
+        run.inject(run.victim, f"raise {thread}")
+
+    return inject
+
+
+def clock_jump(seconds: float) -> Step:
+    """The busiest agent's wall clock steps by `seconds`."""
+    def inject(run: Run) -> None:
+        run.victim = run.busiest_agent()
+        run.inject(run.victim, f"jump {seconds}")
+
+    return inject
+
+
+def coordinators_down() -> tuple[Step, Step]:
+    """kill -9 of every coordinator replica (the API and the leader gone); heal starts two new ones."""
+    def inject(run: Run) -> None:
+        for member in run.cluster.coordinators():
+            run.cluster.kill(member)
+
+    def heal(run: Run) -> None:
+        for _ in range(2):
+            run.cluster.start_coordinator(_coordinator_env(run))
+
+    return inject, heal
+
+
+def rotate_token() -> Step:
+    """The API token file gets a new token: coordinators re-read it, agents keep the one they read at start."""
+    def inject(run: Run) -> None:
+        run.token_file.write_text(ROTATED_TOKEN, encoding="utf-8")
+        run.cluster.note("rotate_token")
+
+    return inject
+
+
+def _pair(steps: tuple[Step, Step]) -> dict[str, Step]:
+    return {"inject": steps[0], "heal": steps[1]}
+
+
+def cells() -> list[Cell]:
+    """Every cell of the plain-agent matrix, in the order the bench runs them."""
+    hang, slow = Chaos(hang=True), Chaos(latency=1.0)
+    return [
+        Cell("kill -9 agent", "SIGKILL of the busiest agent", kill_victim("agent")),
+        Cell("kill -9 leader", "SIGKILL of the leader replica", kill_victim("leader"), probe=True),
+        Cell("SIGSTOP agent 2x failover", "the busiest agent frozen for 2 failover times + 2 s, then SIGCONT",
+             hold=8.0, **_pair(stop_victim("agent"))),
+        Cell("SIGSTOP leader 2x failover", "the leader frozen for 2 failover times + 2 s, then SIGCONT",
+             hold=8.0, probe=True, **_pair(stop_victim("leader"))),
+        Cell("DynamoDB throttling, all", "80% of every process's DynamoDB calls answered 400 throughput exceeded",
+             **_pair(store_fault(Chaos(throttle_rate=0.8), "all"))),
+        Cell("DynamoDB 5xx, all", "80% of every process's DynamoDB calls answered 500", probe=True,
+             **_pair(store_fault(Chaos(error_rate=0.8), "all"))),
+        Cell("DynamoDB slow, all", "every DynamoDB call of every process answered 1 s late", probe=True,
+             **_pair(store_fault(slow, "all"))),
+        Cell("DynamoDB hang, agent", "the busiest agent's DynamoDB calls hang until its client times out",
+             **_pair(store_fault(hang, "agent"))),
+        Cell("DynamoDB hang, leader", "the leader's DynamoDB calls hang until its client times out", hold=15.0,
+             probe=True, **_pair(store_fault(hang, "leader"))),
+        Cell("DynamoDB AccessDenied, agent", "every DynamoDB call of the busiest agent answered AccessDenied",
+             **_pair(store_fault(Chaos(reply=ACCESS_DENIED), "agent"))),
+        Cell("DynamoDB AccessDenied, leader", "every DynamoDB call of the leader answered AccessDenied", hold=15.0,
+             probe=True, **_pair(store_fault(Chaos(reply=ACCESS_DENIED), "leader"))),
+        Cell("credentials fail to refresh, all", "the container credentials endpoint answers 500 while credentials "
+             "are due for refresh (every process)", hold=15.0, **_pair(credentials_fault("all"))),
+        Cell("Kinesis unreachable (hang), all", "every Kinesis call of every process hangs until its client times "
+             "out", hold=20.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
+        Cell("Kinesis unreachable (hang), leader", "the leader's Kinesis calls (shard sync) hang", hold=20.0,
+             probe=True, **_pair(kinesis_fault(hang, "leader"))),
+        Cell("Kinesis unreachable (hang), agent", "the busiest agent's Kinesis calls hang",
+             **_pair(kinesis_fault(hang, "agent"))),
+        Cell("Kinesis throttled, agent", "every Kinesis call of the busiest agent answered 400 throughput exceeded",
+             **_pair(kinesis_fault(Chaos(reply=THROTTLED), "agent"))),
+        Cell("Kinesis malformed 200, agent", "every Kinesis call of the busiest agent answered 200 with an HTML body",
+             **_pair(kinesis_fault(Chaos(reply=MALFORMED_200), "agent"))),
+        Cell("Kinesis ExpiredToken, agent", "every Kinesis call of the busiest agent answered ExpiredTokenException",
+             **_pair(kinesis_fault(Chaos(reply=EXPIRED_TOKEN), "agent"))),
+        Cell("coordinator API down", "SIGKILL of both replicas; two new ones start after the hold",
+             **_pair(coordinators_down())),
+        Cell("coordinator API 401 (token rotated)", "the token file changes; agents keep the old token",
+             rotate_token(), probe=True),
+        *[Cell(f"exception in agent {thread}", f"an exception raised inside the busiest agent's {thread} thread(s)",
+               raise_in_thread("agent", thread), probe=True)
+          for thread in ("lease-keeper", "heartbeat", "assignment-watch", "assignment-news",
+                         "shardherd-cpu-sampler", "shard")],
+        *[Cell(f"exception in leader {thread}", f"an exception raised inside the leader's {thread} thread",
+               raise_in_thread("leader", thread), probe=True)
+          for thread in ("leader-loop", "LockKeeper", "replica-report")],
+        Cell("agent clock jumps +300 s", "the busiest agent's wall clock steps 300 s ahead", clock_jump(300.0)),
+        Cell("agent clock jumps -300 s", "the busiest agent's wall clock steps 300 s back", clock_jump(-300.0)),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- running a cell
+def _coordinator_env(run: Run) -> dict[str, str]:
+    return {**run.credentials.env(), INJECT_ENV: str(run.cluster.workdir)}
+
+
+def _agent_command(skew: float) -> list[str]:
+    return [*INJECT_COMMAND, "agent", "--processor", PROCESSOR]
+
+
+class HealthPoller:
+    """Polls every coordinator's /healthz and /readyz every `period` seconds into `run.health`."""
+
+    def __init__(self, run: Run, period: float = 0.25) -> None:
+        self.run = run
+        self.period = period
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="health-poller", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.period):
+            for member in self.run.cluster.coordinators():
+                for path in ("/healthz", "/readyz"):
+                    self.run.health.append((time.time(), member.name, path, _status(member.port, path)))
+
+    def stop(self) -> None:
+        """Stop polling."""
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _status(port: int | None, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=1.0) as reply:
+            return int(reply.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+def run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: Callable[[str], None] = print,
+             overrides: dict[str, str] | None = None, agents: int = 3, watch: float = 8.0) -> Result:
+    """Bring a fresh fleet up, inject `cell`'s fault, heal it, watch for failover + `watch` s, and measure."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    token_file = workdir / "api-token"
+    token_file.write_text(API_TOKEN, encoding="utf-8")
+    env = {**SHORT_INTERVALS, "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
+    with CredentialsEndpoint() as credentials:
+        cluster = ChaosCluster(moto_url, kinesis_url, workdir, shards=4, overrides=env, agent_command=_agent_command,
+                               channel_slots=2, proxy_kinesis=True, coordinator_command=tuple(
+                                   [*INJECT_COMMAND, "coordinator"]))
+        run = Run(cluster, credentials, token_file)
+        poller: HealthPoller | None = None
+        try:
+            _start_fleet(run, agents)
+            poller = HealthPoller(run)
+            run.t0 = cluster.note("fault", cell.name).time
+            cell.inject(run)
+            _probe(run, cell)
+            time.sleep(max(0.0, run.t0 + cell.hold - time.time()))
+            cell.heal(run)
+            cluster.note("heal", cell.name)
+            time.sleep(run.failover + watch)
+            stopped = cluster.note("stop_producer").time
+            cluster.stop_producer()
+            _drain(cluster, log)
+            poller.stop()
+            cluster.stop_sampler()
+            timing = Timing(run.failover, cluster.settings.lease_assignment_interval_millis / 1000, 0.25)
+            return measure(run, cell, RunData.collect(cluster, timing), stopped)
+        finally:
+            if poller is not None:
+                poller.stop()
+            cluster.close()
+
+
+def _start_fleet(run: Run, agents: int) -> None:
+    cluster = run.cluster
+    for _ in range(2):
+        cluster.start_coordinator(_coordinator_env(run))
+    wait_for(lambda: cluster.leader() is not None, 60, "a leader")
+    for _ in range(agents):
+        cluster.start_agent(extra_env={**run.credentials.env(), INJECT_ENV: str(cluster.workdir)})
+    cluster.start_background(40.0)
+    wait_for(cluster.all_leases_owned_by_live_agents, 90, "every lease owned by a live agent", period=0.5)
+    time.sleep(2.0)
+
+
+def _probe(run: Run, cell: Cell) -> None:
+    if not cell.probe:
+        return
+    time.sleep(max(0.0, run.t0 + PROBE_DELAY - time.time()))
+    holders = [m for m in run.cluster.agents() if m is not run.victim and run.cluster.owned_by(m.name)]
+    if holders:
+        run.probe = max(holders, key=lambda m: (len(run.cluster.owned_by(m.name)), m.name))
+        run.cluster.kill(run.probe)
+
+
+def _drain(cluster: ChaosCluster, log: Callable[[str], None]) -> None:
+    produced = {p.data for p in cluster.producer.read()}
+    try:
+        wait_for(lambda: produced <= {d.data for d in read_deliveries(cluster.workdir)}, 20,
+                 "every produced record delivered", period=0.5)
+    except AssertionError as exc:
+        log(f"  {str(exc)[:200]}")
+
+
+# ---------------------------------------------------------------------------------------------- figures
+def measure(run: Run, cell: Cell, data: RunData, stopped: float) -> Result:
+    """Every figure of one cell from its run data (see the module docstring)."""
+    report = analyse(data)
+    counts = report.counts
+    no_loss = next(c for c in report.checks if c.name == "no loss")
+    produced = len(data.produced)
+    delivered = {d.data for d in data.deliveries}
+    lost = sum(1 for p in data.produced if p.data not in delivered)
+    covered = next(c for c in report.checks if c.name == "duplicates only after the last checkpoint")
+    return Result(
+        cell=cell.name,
+        read_again=read_again(data, run.t0, stopped),
+        held_unread=held_unread(data, run.t0, stopped),
+        moved=_moved(data, run),
+        leader=_new_leader(data, run),
+        healthz_red=_first_red(run, "/healthz"),
+        readyz_red=_first_red(run, "/readyz"),
+        lost=lost if produced else -1,
+        produced=produced,
+        dups=counts.get("duplicates", 0),
+        dups_covered=int(covered.detail.split(",")[1].split()[0]) if not covered.ok else 0,
+        late=late_writes(data, run),
+        dead_threads=dead_threads(run.cluster.workdir),
+        failed_checks=[c.name for c in report.checks if not c.ok and c is not no_loss and c is not covered],
+    )
+
+
+def _open_shards(data: RunData, at: float) -> list[str]:
+    before = [s for s in data.samples if s.time <= at]
+    if not before:
+        return []
+    return [key for key, row in before[-1].leases.items() if not row.checkpoint.is_shard_end]
+
+
+def _times(deliveries: list[Delivery]) -> dict[str, list[float]]:
+    times: dict[str, list[float]] = defaultdict(list)
+    for delivery in deliveries:
+        times[delivery.shard].append(delivery.time)
+    for values in times.values():
+        values.sort()
+    return times
+
+
+def read_again(data: RunData, t0: float, stopped: float) -> float | None:
+    """Seconds from t0 until every shard open at t0 was read again after its stall; None if one never was."""
+    times = _times(data.deliveries)
+    worst = 0.0
+    for shard in _open_shards(data, t0):
+        points = [t0, *(t for t in times.get(shard, []) if t0 < t < stopped), stopped]
+        for before, after in itertools.pairwise(points):
+            if after - before > STALL_GAP:
+                if after == stopped:
+                    return None
+                worst = max(worst, after - t0)
+    return worst
+
+
+def held_unread(data: RunData, t0: float, stopped: float) -> float:
+    """Longest time, within [t0, stopped], that a lease was held by a worker delivering none of its records."""
+    mine: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for delivery in data.deliveries:
+        mine[(delivery.shard, delivery.worker)].append(delivery.time)
+    for values in mine.values():
+        values.sort()
+    since: dict[str, tuple[str | None, float]] = {}  # shard -> (holder, first sample of this holding)
+    worst = 0.0
+    for sample in data.samples:
+        for key, row in sample.leases.items():
+            holder = row.checkpoint_owner or row.owner
+            if holder is None or row.checkpoint.is_shard_end:
+                since.pop(key, None)
+                continue
+            if since.get(key, (None, 0.0))[0] != holder:
+                since[key] = (holder, sample.time)
+            if not t0 <= sample.time <= stopped:
+                continue
+            delivered = [t for t in mine.get((key, holder), []) if t <= sample.time]
+            start = max(since[key][1], delivered[-1] if delivered else 0.0, t0)
+            worst = max(worst, sample.time - start)
+    return worst
+
+
+def _moved(data: RunData, run: Run) -> float | None:
+    """Seconds from the victim's fault (or the probe's kill) until another worker reads every shard it held.
+
+    The victim when it is an agent, else the agent the probe killed.
+    """
+    member = run.victim if run.victim is not None and run.victim.name.startswith("agent-") else run.probe
+    if member is None:
+        return None
+    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member.name), run.t0)
+    keys = [key for key in _open_shards(data, start)
+            if (data.samples and _holder_before(data, key, start) == member.name)]
+    by_shard: dict[str, list[Delivery]] = defaultdict(list)
+    for delivery in sorted(data.deliveries, key=lambda d: d.time):
+        by_shard[delivery.shard].append(delivery)
+    resumed = [_resumed_elsewhere(data, by_shard, key, member.name, start) for key in keys]
+    if not keys or any(at is None for at in resumed):
+        return None
+    return max(at for at in resumed if at is not None) - start
+
+
+def _holder_before(data: RunData, key: str, at: float) -> str | None:
+    before = [s for s in data.samples if s.time <= at and key in s.leases]
+    if not before:
+        return None
+    row = before[-1].leases[key]
+    return row.checkpoint_owner or row.owner
+
+
+def _new_leader(data: RunData, run: Run) -> float | None:
+    """Seconds from t0 until another replica than the victim holds the lock (victim the leader only)."""
+    if run.victim is None or not run.victim.name.startswith("coord-"):
+        return None
+    after = [s for s in data.samples if s.time > run.t0 and s.leader not in (None, run.victim.name)]
+    return after[0].time - run.t0 if after else None
+
+
+def _first_red(run: Run, path: str) -> float | None:
+    """Seconds from t0 to the first failed answer of `path` by a coordinator not killed by the harness."""
+    killed = {m.name for m in run.cluster.members.values() if m.how == "kill"}
+    red = [at for at, member, where, status in run.health
+           if where == path and at >= run.t0 and status != 200 and member not in killed]
+    return min(red) - run.t0 if red else None
+
+
+def late_writes(data: RunData, run: Run) -> int:
+    """Deliveries by a SIGSTOPped victim after its SIGCONT of shards another worker held at that moment."""
+    resumed = next((e.time for e in data.events if e.kind == "sigcont"), None)
+    if resumed is None or run.victim is None:
+        return 0
+    name = run.victim.name
+    return sum(1 for d in data.deliveries
+               if d.worker == name and d.time > resumed and _holder_before(data, d.shard, d.time) not in (name, None))
+
+
+EXCEPTION_LINE = re.compile(r"Exception in thread ([^:\s]+)")
+
+
+def dead_threads(workdir: Path) -> list[str]:
+    """`thread@process` for every thread that died with a traceback in a process log."""
+    found = []
+    for path in sorted(workdir.glob("*.log")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        found += [f"{name}@{path.stem}" for name in EXCEPTION_LINE.findall(text)]
+    return found
+
+
+def fmt(value: float | None, never: str = "never") -> str:
+    """A figure for the table."""
+    return never if value is None else f"{value:.1f}"
+
+
+def row(result: Result) -> str:
+    """One table row in Markdown."""
+    dead = ", ".join(sorted(set(result.dead_threads))) or "-"
+    checks = ", ".join(result.failed_checks) or "-"
+    return (f"| {result.cell} | {fmt(result.read_again)} | {result.held_unread:.1f} | {fmt(result.moved, '-')} | "
+            f"{fmt(result.leader, '-')} | {fmt(result.healthz_red, '-')} / {fmt(result.readyz_red, '-')} | "
+            f"{result.lost} of {result.produced} | {result.dups} ({result.dups_covered}) | {result.late} | {dead} | "
+            f"{checks} |")
+
+
+HEADER = ("| fault | read again s | held unread s | moved s | new leader s | red s (healthz / readyz) | lost | "
+          "dups (covered) | late writes | threads died | failed checks |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|")
