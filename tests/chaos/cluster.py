@@ -138,9 +138,11 @@ class ChaosCluster:
             key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
             if key.startswith("SHARDHERD_") and key != LEDGER_ENV})
         from shardherd.shared.dynamo.store import DynamoLeaseStore
+        from shardherd.shared.store_factory import open_store
 
-        self.store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_url),
-                                      TableNames.for_application(self.app))
+        # With store_backend sql (a SQLite file every process shares) the proxies to DynamoDB carry nothing.
+        self.store = open_store(self.settings) if self.settings.store_backend == "sql" else DynamoLeaseStore(
+            make_client("dynamodb", "us-east-1", moto_url), TableNames.for_application(self.app))
         self.store.ensure_tables()
         self.events: list[Event] = []
         self.members: dict[str, Member] = {}
