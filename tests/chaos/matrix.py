@@ -37,6 +37,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 from tests.chaos.analysis import RunData, Timing, _resumed_elsewhere, analyse
 from tests.chaos.cluster import PROCESSOR, ChaosCluster, Member
@@ -282,7 +283,14 @@ def _disk(run: Run) -> Path:
     return run.cluster.workdir / "disk"
 
 
-def _pair(steps: tuple[Step, Step]) -> dict[str, Step]:
+class Steps(TypedDict):
+    """A fault's inject and heal steps, as Cell's keyword arguments."""
+
+    inject: Step
+    heal: Step
+
+
+def _pair(steps: tuple[Step, Step]) -> Steps:
     return {"inject": steps[0], "heal": steps[1]}
 
 

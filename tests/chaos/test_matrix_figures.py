@@ -29,21 +29,21 @@ def _every(shard: str, worker: str, start: float, end: float, step: float = 0.5)
 
 def test_flowing_shards_have_no_stall() -> None:
     data = _data(_every(S0, "a", 0, 20) + _every(S1, "b", 0, 20),
-                 {t: {S0: "a", S1: "b"} for t in range(21)})
+                 {float(t): {S0: "a", S1: "b"} for t in range(21)})
     assert read_again(data, 5.0, 20.0) == 0.0
     assert held_unread(data, 5.0, 20.0) <= 0.5
 
 
 def test_a_killed_workers_shard_is_read_again_when_another_takes_it() -> None:
     deliveries = _every(S0, "a", 0, 5) + _every(S0, "b", 9.5, 20) + _every(S1, "b", 0, 20)
-    holders = {t: {S0: "a" if t < 9 else "b", S1: "b"} for t in range(21)}
+    holders = {float(t): {S0: "a" if t < 9 else "b", S1: "b"} for t in range(21)}
     data = _data(deliveries, holders)
     assert read_again(data, 5.0, 20.0) == 4.5
     assert held_unread(data, 5.0, 20.0) == 3.0  # "a" held S0 from its last delivery at 5.0 until 8.0
 
 
 def test_a_shard_never_read_again_is_none() -> None:
-    data = _data(_every(S0, "a", 0, 5) + _every(S1, "b", 0, 20), {t: {S0: "a", S1: "b"} for t in range(21)})
+    data = _data(_every(S0, "a", 0, 5) + _every(S1, "b", 0, 20), {float(t): {S0: "a", S1: "b"} for t in range(21)})
     assert read_again(data, 5.0, 20.0) is None
     assert held_unread(data, 5.0, 20.0) == 15.0
 
