@@ -4,8 +4,10 @@ The hook is a daemon thread that polls `<FAULT_INJECT_DIR>/<SHARDHERD_WORKER_ID>
 is read and removed, and each line is one command:
 
 - `raise NAME`: raise InjectedFault inside every thread whose name or class name is NAME, or whose name starts with
-  NAME followed by "-" (`shard` hits every `shard-<id>` worker), at the next bytecode it runs (an exception escaping
-  from wherever the thread is, as a bug or a failed library call would);
+  NAME followed by "-" (`shard` hits every `shard-<id>` worker), at the next bytecode it runs, as a bug or a failed
+  library call would; again every RAISE_EVERY seconds, RAISE_TIMES times at most, while such a thread is alive. One
+  raise usually lands inside an iteration, where the loop's own handler may catch it; a fault that recurs also meets
+  the thread between iterations, where only a supervisor can;
 - `jump SECONDS`: move this process's wall clock (`time.time`) by SECONDS from now on; monotonic time is untouched, as
   when NTP steps a host's clock.
 
@@ -24,6 +26,8 @@ from pathlib import Path
 
 INJECT_ENV = "FAULT_INJECT_DIR"
 POLL_SECONDS = 0.05
+RAISE_EVERY = 0.05
+RAISE_TIMES = 20
 
 
 class InjectedFault(Exception):
@@ -61,8 +65,15 @@ def apply(command: str, clock: WallClock) -> str:
     """Carry out one command line; returns what it did."""
     verb, _, argument = command.strip().partition(" ")
     if verb == "raise":
-        hit = [t.name for t in targets(argument) if raise_in(t)]
-        return f"raise {argument}: {','.join(hit) or 'no thread'}"
+        hit: set[str] = set()
+        raised = 0
+        while raised < RAISE_TIMES and (alive := targets(argument)):
+            hit.update(t.name for t in alive if raise_in(t))
+            raised += 1
+            time.sleep(RAISE_EVERY)
+        still = sorted(t.name for t in targets(argument))
+        return (f"raise {argument}: {','.join(sorted(hit)) or 'no thread'}, {raised} times; "
+                f"alive after: {','.join(still) or 'none'}")
     if verb == "jump":
         clock.offset += float(argument)
         return f"jump {argument}: offset {clock.offset:+.1f}"
