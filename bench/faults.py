@@ -1,6 +1,7 @@
 """The fault matrix on real processes: each fault of tests/chaos/matrix.py injected into a fresh loopback fleet.
 
     python -m bench.faults [--only SUBSTRING ...] [--keep DIR] [--out FILE]
+    python -m bench.faults --remeasure DIR [--out FILE]   # the table again from a kept run's cells
 
 Starts its own moto server and kinesalite on 127.0.0.1 and runs the cells one at a time (each about 45 s: fleet
 start, the fault's hold, failover + 8 s of watching, the drain). Timings are the CI's short ones (failover 3 s,
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.moto_server import MotoServer
-from tests.chaos.matrix import HEADER, cells, row, run_cell
+from tests.chaos.matrix import HEADER, OBSERVED, Observed, cells, measure, row, run_cell
 
 
 def main(argv: list[str]) -> int:
@@ -29,12 +30,28 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", action="append", default=[], help="run cells whose name contains this")
     parser.add_argument("--keep", type=Path, help="keep every cell's logs and ledgers under this directory")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
+    parser.add_argument("--remeasure", type=Path, help="compute the table again from the cells kept in this directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # unwind: every child process is ended
-    chosen = [c for c in cells() if not args.only or any(part in c.name for part in args.only)]
+    rows = remeasure(args.remeasure) if args.remeasure else run_cells(args.only, args.keep)
+    table = "\n".join([HEADER, *rows])
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+    return 0
+
+
+def remeasure(kept: Path) -> list[str]:
+    """One row per cell directory under `kept` that holds the cell's observations."""
+    return [row(measure(Observed.load(path))) for path in sorted(kept.glob(f"cell-*/{OBSERVED}"))]
+
+
+def run_cells(only: list[str], keep: Path | None) -> list[str]:
+    """Run the cells whose name contains one of `only` (all when empty), one at a time; one row each."""
+    chosen = [c for c in cells() if not only or any(part in c.name for part in only)]
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="faults-") as scratch, MotoServer() as moto, Kinesalite() as kinesis:
-        base = args.keep or Path(scratch)
+        base = keep or Path(scratch)
         for index, cell in enumerate(chosen):
             started = time.monotonic()
             print(f"{time.strftime('%H:%M:%S')} cell {index + 1}/{len(chosen)}: {cell.name}", flush=True)
@@ -45,11 +62,7 @@ def main(argv: list[str]) -> int:
                 traceback.print_exc()
                 rows.append(f"| {cell.name} | harness error: {str(exc)[:120]} |")
             print(f"  {rows[-1]}  ({time.monotonic() - started:.0f} s)", flush=True)
-    table = "\n".join([HEADER, *rows])
-    print(table)
-    if args.out:
-        args.out.write_text(table + "\n", encoding="utf-8")
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import pickle
 import re
 import signal
 import subprocess
@@ -50,6 +51,7 @@ from tests.support.faulty_proxy import THROTTLED, Fault
 from tests.support.waiting import wait_for
 
 DISK_MB = 32
+OBSERVED = "observed.pickle"
 DRAIN_SECONDS = 60.0  # after the producer stops, how long the fleet may take to deliver the rest (a loaded host)
 STALL_GAP = 2.0  # a shard whose deliveries pause longer than this stalled (normal gaps are well under 1 s)
 PROBE_DELAY = 2.0
@@ -135,6 +137,32 @@ class Result:
     dead_threads: list[str]
     failed_checks: list[str]
     notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Observed:
+    """What one cell left behind, in plain data (pickled next to its logs, so figures can be computed again)."""
+
+    cell: str
+    t0: float
+    stopped: float  # when the producer stopped
+    victim: str | None
+    probe: str | None
+    killed: set[str]
+    health: list[tuple[float, str, str, int]]
+    data: RunData
+    dead_threads: list[str]
+
+    def save(self, path: Path) -> None:
+        """Pickle to `path`."""
+        path.write_bytes(pickle.dumps(self))
+
+    @classmethod
+    def load(cls, path: Path) -> Observed:
+        """Read a pickle written by `save` (the harness's own files only)."""
+        observed = pickle.loads(path.read_bytes())  # the harness reads only its own files
+        assert isinstance(observed, cls)
+        return observed
 
 
 # ---------------------------------------------------------------------------------------------- fault steps
@@ -452,7 +480,12 @@ def _run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: C
             poller.stop()
             cluster.stop_sampler()
             timing = Timing(run.failover, cluster.settings.lease_assignment_interval_millis / 1000, 0.25)
-            return measure(run, cell, RunData.collect(cluster, timing), stopped)
+            observed = Observed(cell.name, run.t0, stopped, run.victim.name if run.victim else None,
+                                run.probe.name if run.probe else None,
+                                {m.name for m in cluster.members.values() if m.how == "kill"}, list(run.health),
+                                RunData.collect(cluster, timing), dead_threads(workdir))
+            observed.save(workdir / OBSERVED)
+            return measure(observed)
         finally:
             if poller is not None:
                 poller.stop()
@@ -496,8 +529,9 @@ def _drain(cluster: ChaosCluster, log: Callable[[str], None]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- figures
-def measure(run: Run, cell: Cell, data: RunData, stopped: float) -> Result:
-    """Every figure of one cell from its run data (see the module docstring)."""
+def measure(observed: Observed) -> Result:
+    """Every figure of one cell from what it left behind (see the module docstring)."""
+    data, t0, stopped = observed.data, observed.t0, observed.stopped
     report = analyse(data)
     counts = report.counts
     no_loss = next(c for c in report.checks if c.name == "no loss")
@@ -506,20 +540,20 @@ def measure(run: Run, cell: Cell, data: RunData, stopped: float) -> Result:
     lost = sum(1 for p in data.produced if p.data not in delivered)
     covered = next(c for c in report.checks if c.name == "duplicates only after the last checkpoint")
     return Result(
-        cell=cell.name,
-        read_again=read_again(data, run.t0, stopped),
-        held_unread=held_unread(data, run.t0, stopped),
-        moved=_moved(data, run, run.victim),
-        probe_moved=_moved(data, run, run.probe),
-        leader=_new_leader(data, run),
-        healthz_red=_first_red(run, "/healthz"),
-        readyz_red=_first_red(run, "/readyz"),
+        cell=observed.cell,
+        read_again=read_again(data, t0, stopped),
+        held_unread=held_unread(data, t0, stopped),
+        moved=_moved(data, t0, observed.victim),
+        probe_moved=_moved(data, t0, observed.probe),
+        leader=_new_leader(data, t0, observed.victim),
+        healthz_red=_first_red(observed, "/healthz"),
+        readyz_red=_first_red(observed, "/readyz"),
         lost=lost if produced else -1,
         produced=produced,
         dups=counts.get("duplicates", 0),
         dups_covered=int(covered.detail.split(",")[1].split()[0]) if not covered.ok else 0,
-        late=late_writes(data, run),
-        dead_threads=dead_threads(run.cluster.workdir),
+        late=late_writes(data, observed.victim),
+        dead_threads=observed.dead_threads,
         failed_checks=[c.name for c in report.checks if not c.ok and c is not no_loss and c is not covered],
     )
 
@@ -541,14 +575,18 @@ def _times(deliveries: list[Delivery]) -> dict[str, list[float]]:
 
 
 def read_again(data: RunData, t0: float, stopped: float) -> float | None:
-    """Seconds from t0 until every shard open at t0 was read again after its stall; None if one never was."""
+    """Seconds from t0 until every shard open at t0 was read again after its stall; None if one never was.
+
+    A stall is a gap over STALL_GAP between deliveries of a shard (t0 counts as one) that begins before the producer
+    stopped; it ends at the next delivery, which may come during the drain after the stop.
+    """
     times = _times(data.deliveries)
     worst = 0.0
     for shard in _open_shards(data, t0):
-        points = [t0, *(t for t in times.get(shard, []) if t0 < t < stopped), stopped]
-        for before, after in itertools.pairwise(points):
-            if after - before > STALL_GAP:
-                if after == stopped:
+        points = [t0, *(t for t in times.get(shard, []) if t > t0)]
+        for before, after in itertools.pairwise([*points, math.inf]):
+            if before < stopped and after - before > STALL_GAP and (after < math.inf or stopped - before > STALL_GAP):
+                if after == math.inf:
                     return None
                 worst = max(worst, after - t0)
     return worst
@@ -579,20 +617,20 @@ def held_unread(data: RunData, t0: float, stopped: float) -> float:
     return worst
 
 
-def _moved(data: RunData, run: Run, member: Member | None) -> float | None:
+def _moved(data: RunData, t0: float, member: str | None) -> float | None:
     """Seconds from `member`'s fault (or kill) until another worker reads every shard it held; inf if one never was.
 
     None when there is no such agent (the victim is a coordinator, or no probe ran).
     """
-    if member is None or not member.name.startswith("agent-"):
+    if member is None or not member.startswith("agent-"):
         return None
-    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member.name), run.t0)
+    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member), t0)
     keys = [key for key in _open_shards(data, start)
-            if (data.samples and _holder_before(data, key, start) == member.name)]
+            if (data.samples and _holder_before(data, key, start) == member)]
     by_shard: dict[str, list[Delivery]] = defaultdict(list)
     for delivery in sorted(data.deliveries, key=lambda d: d.time):
         by_shard[delivery.shard].append(delivery)
-    resumed = [_resumed_elsewhere(data, by_shard, key, member.name, start) for key in keys]
+    resumed = [_resumed_elsewhere(data, by_shard, key, member, start) for key in keys]
     if not keys:
         return None
     if any(at is None for at in resumed):
@@ -608,28 +646,27 @@ def _holder_before(data: RunData, key: str, at: float) -> str | None:
     return row.checkpoint_owner or row.owner
 
 
-def _new_leader(data: RunData, run: Run) -> float | None:
+def _new_leader(data: RunData, t0: float, victim: str | None) -> float | None:
     """Seconds from t0 until another replica than the victim holds the lock (victim the leader only)."""
-    if run.victim is None or not run.victim.name.startswith("coord-"):
+    if victim is None or not victim.startswith("coord-"):
         return None
-    after = [s for s in data.samples if s.time > run.t0 and s.leader not in (None, run.victim.name)]
-    return after[0].time - run.t0 if after else None
+    after = [s for s in data.samples if s.time > t0 and s.leader not in (None, victim)]
+    return after[0].time - t0 if after else None
 
 
-def _first_red(run: Run, path: str) -> float | None:
+def _first_red(observed: Observed, path: str) -> float | None:
     """Seconds from t0 to the first failed answer of `path` by a coordinator not killed by the harness."""
-    killed = {m.name for m in run.cluster.members.values() if m.how == "kill"}
-    red = [at for at, member, where, status in run.health
-           if where == path and at >= run.t0 and status != 200 and member not in killed]
-    return min(red) - run.t0 if red else None
+    red = [at for at, member, where, status in observed.health
+           if where == path and at >= observed.t0 and status != 200 and member not in observed.killed]
+    return min(red) - observed.t0 if red else None
 
 
-def late_writes(data: RunData, run: Run) -> int:
+def late_writes(data: RunData, victim: str | None) -> int:
     """Deliveries by a SIGSTOPped victim after its SIGCONT of shards another worker held at that moment."""
     resumed = next((e.time for e in data.events if e.kind == "sigcont"), None)
-    if resumed is None or run.victim is None:
+    if resumed is None or victim is None:
         return 0
-    name = run.victim.name
+    name = victim
     return sum(1 for d in data.deliveries
                if d.worker == name and d.time > resumed and _holder_before(data, d.shard, d.time) not in (name, None))
 
