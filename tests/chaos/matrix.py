@@ -16,8 +16,12 @@ Figures per cell (seconds from t0 unless said):
 - `moved`: from the fault until the victim agent's shards are all read by another worker, and `probe moved` from the
   probe's kill until its shards are (inf, shown "never": some shard was not read elsewhere before the end);
 - `leader`: another replica holding the leader lock, when the victim is the leader;
-- `red`: first failed /healthz and first failed /readyz of any coordinator (agents have no health endpoint on main);
-- `lost`, `dups` (redeliveries) and `dups covered` (redeliveries of records a checkpoint already covered: must be 0),
+- `red`: first failed /healthz (of a coordinator, or of an agent where agents serve one) and first failed /readyz
+  (coordinators) of a process the harness did not kill;
+- `lost` (records never delivered although their shard's checkpoint passed them: skipped for good; must be 0),
+  `stranded` (records not delivered by the end of the run, DRAIN_SECONDS after the producer stopped, and still
+  behind their shard's checkpoint: stuck behind a stalled lease, read once someone reads the shard again),
+  `dups` (redeliveries) and `dups covered` (redeliveries of records a checkpoint already covered: must be 0),
   `late` (deliveries by a stopped process after it resumed, of shards another worker then held), the threads that died
   with a traceback ("Exception in thread ..." in a log), and the names of the chaos suite's checks that failed.
 """
@@ -40,6 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+from shardherd.services.emulators.ports import free_port
+from shardherd.shared.config import Settings
 from tests.chaos.analysis import RunData, Timing, _resumed_elsewhere, analyse
 from tests.chaos.cluster import PROCESSOR, ChaosCluster, Member
 from tests.chaos.inject import INJECT_ENV
@@ -52,6 +58,8 @@ from tests.support.waiting import wait_for
 
 DISK_MB = 32
 OBSERVED = "observed.pickle"
+# Agents serve /healthz where the code has the setting (agent_health_port); the poller then watches them too.
+AGENT_HEALTH = "agent_health_port" in Settings.model_fields
 DRAIN_SECONDS = 60.0  # after the producer stops, how long the fleet may take to deliver the rest (a loaded host)
 STALL_GAP = 2.0  # a shard whose deliveries pause longer than this stalled (normal gaps are well under 1 s)
 PROBE_DELAY = 2.0
@@ -130,6 +138,7 @@ class Result:
     healthz_red: float | None
     readyz_red: float | None
     lost: int
+    stranded: int
     produced: int
     dups: int
     dups_covered: int
@@ -402,7 +411,7 @@ def _agent_command(skew: float) -> list[str]:
 
 
 class HealthPoller:
-    """Polls every coordinator's /healthz and /readyz every `period` seconds into `run.health`."""
+    """Polls every coordinator's /healthz and /readyz, and agents' /healthz if served, into `run.health`."""
 
     def __init__(self, run: Run, period: float = 0.25) -> None:
         self.run = run
@@ -416,6 +425,9 @@ class HealthPoller:
             for member in self.run.cluster.coordinators():
                 for path in ("/healthz", "/readyz"):
                     self.run.health.append((time.time(), member.name, path, _status(member.port, path)))
+            for member in self.run.cluster.agents():
+                if member.port is not None:
+                    self.run.health.append((time.time(), member.name, "/healthz", _status(member.port, "/healthz")))
 
     def stop(self) -> None:
         """Stop polling."""
@@ -498,7 +510,11 @@ def _start_fleet(run: Run, agents: int) -> None:
         cluster.start_coordinator(_coordinator_env(run))
     wait_for(lambda: cluster.leader() is not None, 60, "a leader")
     for _ in range(agents):
-        cluster.start_agent(extra_env={**run.credentials.env(), INJECT_ENV: str(cluster.workdir)})
+        extra = {**run.credentials.env(), INJECT_ENV: str(cluster.workdir)}
+        port = free_port() if AGENT_HEALTH else None
+        if port is not None:
+            extra["SHARDHERD_AGENT_HEALTH_PORT"] = str(port)
+        cluster.start_agent(extra_env=extra).port = port
     cluster.start_background(40.0)
     try:
         wait_for(cluster.all_leases_owned_by_live_agents, 120, "every agent reading", period=0.5)
@@ -537,7 +553,7 @@ def measure(observed: Observed) -> Result:
     no_loss = next(c for c in report.checks if c.name == "no loss")
     produced = len(data.produced)
     delivered = {d.data for d in data.deliveries}
-    lost = sum(1 for p in data.produced if p.data not in delivered)
+    lost, stranded = undelivered(data, delivered)
     covered = next(c for c in report.checks if c.name == "duplicates only after the last checkpoint")
     return Result(
         cell=observed.cell,
@@ -549,6 +565,7 @@ def measure(observed: Observed) -> Result:
         healthz_red=_first_red(observed, "/healthz"),
         readyz_red=_first_red(observed, "/readyz"),
         lost=lost if produced else -1,
+        stranded=stranded,
         produced=produced,
         dups=counts.get("duplicates", 0),
         dups_covered=int(covered.detail.split(",")[1].split()[0]) if not covered.ok else 0,
@@ -556,6 +573,20 @@ def measure(observed: Observed) -> Result:
         dead_threads=observed.dead_threads,
         failed_checks=[c.name for c in report.checks if not c.ok and c is not no_loss and c is not covered],
     )
+
+
+def undelivered(data: RunData, delivered: set[str]) -> tuple[int, int]:
+    """(lost, stranded): undelivered records at or before their shard's last sampled checkpoint, and after it."""
+    final = data.samples[-1].leases if data.samples else {}
+    lost = stranded = 0
+    for record in data.produced:
+        if record.data in delivered:
+            continue
+        row = final.get(record.shard)
+        done = row is not None and (row.checkpoint.is_shard_end or (
+            row.checkpoint.sequence_value is not None and row.checkpoint.sequence_value >= record.sequence))
+        lost, stranded = (lost + 1, stranded) if done else (lost, stranded + 1)
+    return lost, stranded
 
 
 def _open_shards(data: RunData, at: float) -> list[str]:
@@ -697,10 +728,10 @@ def row(result: Result) -> str:
     return (f"| {result.cell} | {fmt(result.read_again)} | {result.held_unread:.1f} | {fmt(result.moved, '-')} | "
             f"{fmt(result.probe_moved, '-')} | "
             f"{fmt(result.leader, '-')} | {fmt(result.healthz_red, '-')} / {fmt(result.readyz_red, '-')} | "
-            f"{result.lost} of {result.produced} | {result.dups} ({result.dups_covered}) | {result.late} | {dead} | "
-            f"{checks} |")
+            f"{result.lost} / {result.stranded} of {result.produced} | {result.dups} ({result.dups_covered}) | "
+            f"{result.late} | {dead} | {checks} |")
 
 
 HEADER = ("| fault | read again s | held unread s | victim's shards moved s | probe's shards moved s | new leader s | "
-          "red s (healthz / readyz) | lost | dups (covered) | late writes | threads died | failed checks |\n"
+          "red s (healthz / readyz) | lost / stranded | dups (covered) | late writes | threads died | failed checks |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")

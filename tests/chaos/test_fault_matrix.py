@@ -1,6 +1,6 @@
 """The fault matrix's quick form: a few cells of tests/chaos/matrix.py at short timings, with the issue's numbers.
 
-Per cell: no record lost, no redelivery of a record a checkpoint already covered, and the shards of the worker the
+Per cell: no record lost (none skipped, none left undelivered at the end), no redelivery of a record a checkpoint already covered, and the shards of the worker the
 fault took out (the victim, or the agent killed 2 s into a fault on the leader) read by another worker within
 failover + 5 s of the fault. The whole matrix is `python -m bench.faults`; docs/failure-model.md has its table.
 """
@@ -38,6 +38,7 @@ def test_cell_meets_the_numbers(cell: Cell, moto_server: MotoServer, kinesalite:
     failover = 3.0  # SHORT_INTERVALS
     assert result.produced > 0
     assert result.lost == 0, row(result)
+    assert result.stranded == 0, row(result)
     assert result.dups_covered == 0, row(result)
     assert result.moved is not None and result.moved <= failover + 5.0, row(result)
     assert result.read_again is not None, row(result)
