@@ -1,8 +1,9 @@
 """The fault matrix's quick form: a few cells of tests/chaos/matrix.py at short timings, with the issue's numbers.
 
-Per cell: no record lost (none skipped, none left undelivered at the end), no redelivery of a record a checkpoint already covered, and the shards of the worker the
-fault took out (the victim, or the agent killed 2 s into a fault on the leader) read by another worker within
-failover + 5 s of the fault. The whole matrix is `python -m bench.faults`; docs/failure-model.md has its table.
+Per cell: no record lost (none skipped, none left undelivered at the end), no redelivery of a record a checkpoint
+already covered, and the shards of the worker the fault took out (the victim, or the agent killed 2 s into a fault
+on the leader) read by another worker within failover + 5 s of the fault. The whole matrix is
+`python -m bench.faults`; docs/failure-model.md has its table.
 """
 
 from __future__ import annotations
