@@ -212,10 +212,9 @@ def _proxy_fault(chaos: Chaos, who: str, kinesis: bool) -> tuple[Step, Step]:
     return inject, heal
 
 
-def credentials_fault(who: str) -> tuple[Step, Step]:
-    """The victim's credential source starts failing (every process has its own endpoint flag: one shared here)."""
+def credentials_fault() -> tuple[Step, Step]:
+    """The credential source every process shares starts failing (no single victim)."""
     def inject(run: Run) -> None:
-        run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
         run.credentials.failing = True
 
     def heal(run: Run) -> None:
@@ -368,7 +367,7 @@ def _catalogue() -> list[Cell]:
         Cell("DynamoDB AccessDenied, leader", "every DynamoDB call of the leader answered AccessDenied", hold=15.0,
              probe=True, **_pair(store_fault(Chaos(reply=ACCESS_DENIED), "leader"))),
         Cell("credentials fail to refresh, all", "the container credentials endpoint answers 500 while credentials "
-             "are due for refresh (every process)", hold=15.0, **_pair(credentials_fault("all"))),
+             "are due for refresh (every process)", hold=15.0, **_pair(credentials_fault())),
         Cell("Kinesis unreachable (hang), all", "every Kinesis call of every process hangs until its client times "
              "out", hold=20.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
         Cell("Kinesis unreachable (hang), leader", "the leader's Kinesis calls (shard sync) hang", hold=20.0,
