@@ -1,6 +1,6 @@
 """The fault matrix on real processes: each fault of tests/chaos/matrix.py injected into a fresh loopback fleet.
 
-    python -m bench.faults [--only SUBSTRING ...] [--keep DIR] [--out FILE]
+    python -m bench.faults [--spark] [--only SUBSTRING ...] [--keep DIR] [--out FILE]
     python -m bench.faults --remeasure DIR [--out FILE]   # the table again from a kept run's cells
 
 Starts its own moto server and kinesalite on 127.0.0.1 and runs the cells one at a time (each about 45 s: fleet
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.moto_server import MotoServer
-from tests.chaos.matrix import HEADER, OBSERVED, Observed, cells, measure, row, run_cell
+from tests.chaos.matrix import HEADER, OBSERVED, Cell, Observed, cells, measure, row, run_cell, spark_cells
 
 
 def main(argv: list[str]) -> int:
@@ -30,10 +30,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--only", action="append", default=[], help="run cells whose name contains this")
     parser.add_argument("--keep", type=Path, help="keep every cell's logs and ledgers under this directory")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
-    parser.add_argument("--remeasure", type=Path, help="compute the table again from the cells kept in this directory")
+    parser.add_argument("--spark", action="store_true", help="the Spark-driver cells instead of the plain ones")
+    parser.add_argument("--remeasure", type=Path, help="the table again from the cells kept in this directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # unwind: every child process is ended
-    rows = remeasure(args.remeasure) if args.remeasure else run_cells(args.only, args.keep)
+    catalogue = spark_cells() if args.spark else cells()
+    rows = remeasure(args.remeasure) if args.remeasure else run_cells(catalogue, args.only, args.keep)
     table = "\n".join([HEADER, *rows])
     print(table)
     if args.out:
@@ -46,9 +48,9 @@ def remeasure(kept: Path) -> list[str]:
     return [row(measure(Observed.load(path))) for path in sorted(kept.glob(f"cell-*/{OBSERVED}"))]
 
 
-def run_cells(only: list[str], keep: Path | None) -> list[str]:
+def run_cells(catalogue: list[Cell], only: list[str], keep: Path | None) -> list[str]:
     """Run the cells whose name contains one of `only` (all when empty), one at a time; one row each."""
-    chosen = [c for c in cells() if not only or any(part in c.name for part in only)]
+    chosen = [c for c in catalogue if not only or any(part in c.name for part in only)]
     rows: list[str] = []
     with tempfile.TemporaryDirectory(prefix="faults-") as scratch, MotoServer() as moto, Kinesalite() as kinesis:
         base = keep or Path(scratch)

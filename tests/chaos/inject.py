@@ -1,5 +1,7 @@
 """`python -m tests.chaos.inject ARGS...`: run `shardherd ARGS` with a fault-injection hook the harness can pull.
 
+`python -m tests.chaos.inject -m MODULE ARGS...` runs that module instead (the Spark ledger driver).
+
 The hook is a daemon thread that polls `<FAULT_INJECT_DIR>/<SHARDHERD_WORKER_ID>.inject`. When the file appears it
 is read and removed, and each line is one command:
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import runpy
 import sys
 import threading
 import time
@@ -96,13 +99,17 @@ def watch(path: Path, clock: WallClock) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """Install the hook, then run the shardherd command line."""
+    """Install the hook, then run the shardherd command line (or, after `-m MODULE`, that module as a script)."""
     clock = WallClock()
     clock.install()
     directory = os.environ.get(INJECT_ENV)
     if directory:
         control = Path(directory) / f"{os.environ.get('SHARDHERD_WORKER_ID', 'process')}.inject"
         threading.Thread(target=watch, args=(control, clock), name="fault-inject", daemon=True).start()
+    if argv[:1] == ["-m"]:
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
     from shardherd.services.cli import main as shardherd
 
     return shardherd(argv)

@@ -44,12 +44,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypedDict
 
+import psutil
+
 from shardherd.services.emulators.ports import free_port
 from shardherd.shared.config import Settings
 from tests.chaos.analysis import RunData, Timing, _resumed_elsewhere, analyse
-from tests.chaos.cluster import PROCESSOR, ChaosCluster, Member
+from tests.chaos.cluster import PROCESSOR, ChaosCluster, Member, Sample
 from tests.chaos.inject import INJECT_ENV
-from tests.chaos.ledgers import Delivery, read_deliveries
+from tests.chaos.ledgers import CheckpointMark, Delivery, read_deliveries
 from tests.chaos.scenario import SHORT_INTERVALS
 from tests.support.chaos_proxy import CALM, Chaos
 from tests.support.credentials_endpoint import CredentialsEndpoint
@@ -122,7 +124,8 @@ class Cell:
     heal: Step = lambda run: None
     hold: float = 10.0
     probe: bool = False
-    disk: bool = False  # the store is a SQLite file on a small tmpfs of the cell's own (DISK_MB)
+    disk: str = ""  # "store": the store is a SQLite file on a tmpfs of the cell's own; "spark": Spark's files are
+    spark: bool = False  # the agents are Spark drivers (tests/chaos/spark_ledger_driver.py), 2 of them, no probe
 
 
 @dataclass
@@ -228,6 +231,19 @@ def kill_victim(who: str) -> Step:
     def inject(run: Run) -> None:
         run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
         run.cluster.kill(run.victim)
+
+    return inject
+
+
+def kill_jvm() -> Step:
+    """kill -9 of the busiest Spark driver's JVM (the Python driver process lives on)."""
+    def inject(run: Run) -> None:
+        run.victim = run.busiest_agent()
+        children = psutil.Process(run.victim.process.pid).children(recursive=True)
+        jvms = [child for child in children if child.name() == "java"]
+        for jvm in jvms:
+            jvm.send_signal(signal.SIGKILL)
+        run.cluster.note("kill_jvm", run.victim.name, f"{len(jvms)} JVM(s)")
 
     return inject
 
@@ -392,12 +408,37 @@ def _catalogue() -> list[Cell]:
                raise_in_thread("leader", thread), probe=True)
           for thread in ("leader-loop", "LockKeeper", "replica-report")],
         Cell("SQLite disk full", "the SQLite store's filesystem has no free byte left (every process shares the "
-             "file)", disk=True, **_pair(disk_full())),
-        Cell("SQLite read-only", "the SQLite store's filesystem is remounted read-only", disk=True,
+             "file)", disk="store", **_pair(disk_full())),
+        Cell("SQLite read-only", "the SQLite store's filesystem is remounted read-only", disk="store",
              **_pair(disk_read_only())),
         Cell("agent clock jumps +300 s", "the busiest agent's wall clock steps 300 s ahead", clock_jump(300.0)),
         Cell("agent clock jumps -300 s", "the busiest agent's wall clock steps 300 s back", clock_jump(-300.0)),
     ]
+
+
+def spark_cells() -> list[Cell]:
+    """The Spark-driver cells (2 drivers, each its own JVM in local mode)."""
+    return [Cell(f"Spark: {cell.name}", cell.does.replace("agent", "Spark driver"), cell.inject, cell.heal, cell.hold,
+                 disk=cell.disk, spark=True) for cell in [
+        Cell("kill -9 agent", "SIGKILL of the busiest agent", kill_victim("agent")),
+        Cell("kill -9 JVM", "SIGKILL of the busiest agent's JVM", kill_jvm()),
+        Cell("SIGSTOP agent 2x failover", "the busiest agent frozen for 2 failover times + 2 s, then SIGCONT", hold=8.0,
+             **_pair(stop_victim("agent"))),
+        Cell("exception in agent shard-prober", "an exception raised inside the busiest agent's shard-prober thread",
+             raise_in_thread("agent", "shard-prober")),
+        Cell("exception in agent spark-supervisor", "an exception raised inside the busiest agent's "
+             "spark-supervisor thread", raise_in_thread("agent", "spark-supervisor")),
+        Cell("exception in agent lease-keeper", "an exception raised inside the busiest agent's lease-keeper thread",
+             raise_in_thread("agent", "lease-keeper")),
+        Cell("Kinesis malformed 200, agent", "every Kinesis call of the busiest agent answered 200 with an HTML body",
+             **_pair(kinesis_fault(Chaos(reply=MALFORMED_200), "agent"))),
+        Cell("credentials fail to refresh, all", "the container credentials endpoint answers 500 while credentials "
+             "are due for refresh (every process)", hold=15.0, **_pair(credentials_fault())),
+        Cell("channel and checkpoint disk full", "the filesystem of every agent's channel and Spark checkpoint "
+             "directories has no free byte left", disk="spark", **_pair(disk_full())),
+        Cell("channel and checkpoint read-only", "the filesystem of every agent's channel and Spark checkpoint "
+             "directories is remounted read-only", disk="spark", **_pair(disk_read_only())),
+    ]]
 
 
 # ---------------------------------------------------------------------------------------------- running a cell
@@ -407,6 +448,29 @@ def _coordinator_env(run: Run) -> dict[str, str]:
 
 def _agent_command(skew: float) -> list[str]:
     return [*INJECT_COMMAND, "agent", "--processor", PROCESSOR]
+
+
+def _spark_command(files: Path) -> Callable[[float], list[str]]:
+    files.mkdir(parents=True, exist_ok=True)
+    return lambda skew: [*INJECT_COMMAND, "-m", "tests.chaos.spark_ledger_driver", "--dir", str(files)]
+
+
+def marks_from_samples(samples: list[Sample]) -> list[CheckpointMark]:
+    """Checkpoint marks from the sampled lease table (a Spark agent checkpoints after its sink returned).
+
+    Each mark carries the first sample time showing that checkpoint: later than the write, never earlier, so a
+    redelivery is judged covered only once the checkpoint certainly existed.
+    """
+    marks: list[CheckpointMark] = []
+    seen: dict[str, int] = {}
+    for sample in samples:
+        for key, row in sample.leases.items():
+            value = row.checkpoint.sequence_value
+            if value is not None and seen.get(key) != value:
+                seen[key] = value
+                marks.append(CheckpointMark(key, value, row.checkpoint.sub_sequence_number,
+                                            row.checkpoint_owner or row.owner or "?", sample.time))
+    return marks
 
 
 class HealthPoller:
@@ -452,7 +516,9 @@ def run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: Ca
     token_file.write_text(API_TOKEN, encoding="utf-8")
     env = {**SHORT_INTERVALS, "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
     if cell.disk:
-        env.update(SHARDHERD_STORE_BACKEND="sql", SHARDHERD_SQL_URL=f"sqlite:///{_mount(workdir / 'disk')}/store.db")
+        _mount(workdir / "disk")
+    if cell.disk == "store":
+        env.update(SHARDHERD_STORE_BACKEND="sql", SHARDHERD_SQL_URL=f"sqlite:///{workdir / 'disk'}/store.db")
     try:
         return _run_cell(cell, moto_url, kinesis_url, workdir, log, env, agents, watch)
     finally:
@@ -470,13 +536,15 @@ def _mount(path: Path) -> Path:
 def _run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: Callable[[str], None],
               env: dict[str, str], agents: int, watch: float) -> Result:
     with CredentialsEndpoint() as credentials:
-        cluster = ChaosCluster(moto_url, kinesis_url, workdir, shards=4, overrides=env, agent_command=_agent_command,
+        files = workdir / ("disk" if cell.disk == "spark" else "spark")
+        cluster = ChaosCluster(moto_url, kinesis_url, workdir, shards=4, overrides=env,
+                               agent_command=_spark_command(files) if cell.spark else _agent_command,
                                channel_slots=2, proxy_kinesis=True, coordinator_command=tuple(
                                    [*INJECT_COMMAND, "coordinator"]))
         run = Run(cluster, credentials, workdir / "api-token")
         poller: HealthPoller | None = None
         try:
-            _start_fleet(run, agents)
+            _start_fleet(run, 2 if cell.spark else agents)
             poller = HealthPoller(run)
             run.t0 = cluster.note("fault", cell.name).time
             cell.inject(run)
@@ -491,10 +559,13 @@ def _run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: C
             poller.stop()
             cluster.stop_sampler()
             timing = Timing(run.failover, cluster.settings.lease_assignment_interval_millis / 1000, 0.25)
+            data = RunData.collect(cluster, timing)
+            if cell.spark:
+                data.checkpoints = marks_from_samples(data.samples)
             observed = Observed(cell.name, run.t0, stopped, run.victim.name if run.victim else None,
                                 run.probe.name if run.probe else None,
                                 {m.name for m in cluster.members.values() if m.how == "kill"}, list(run.health),
-                                RunData.collect(cluster, timing), dead_threads(workdir))
+                                data, dead_threads(workdir))
             observed.save(workdir / OBSERVED)
             return measure(observed)
         finally:
@@ -525,7 +596,7 @@ def _start_fleet(run: Run, agents: int) -> None:
 
 
 def _probe(run: Run, cell: Cell) -> None:
-    if not cell.probe:
+    if not cell.probe or cell.spark:
         return
     time.sleep(max(0.0, run.t0 + PROBE_DELAY - time.time()))
     holders = [m for m in run.cluster.agents() if m is not run.victim and run.cluster.owned_by(m.name)]
