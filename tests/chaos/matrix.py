@@ -62,6 +62,7 @@ DISK_MB = 32
 OBSERVED = "observed.pickle"
 # Agents serve /healthz where the code has the setting (agent_health_port); the poller then watches them too.
 AGENT_HEALTH = "agent_health_port" in Settings.model_fields
+START_SECONDS = 180.0  # a fleet's start-up on a loaded 2-core host (a Spark driver's JVM and query included)
 DRAIN_SECONDS = 60.0  # after the producer stops, how long the fleet may take to deliver the rest (a loaded host)
 STALL_GAP = 2.0  # a shard whose deliveries pause longer than this stalled (normal gaps are well under 1 s)
 PROBE_DELAY = 2.0
@@ -578,7 +579,7 @@ def _start_fleet(run: Run, agents: int) -> None:
     cluster = run.cluster
     for _ in range(2):
         cluster.start_coordinator(_coordinator_env(run))
-    wait_for(lambda: cluster.leader() is not None, 60, "a leader")
+    wait_for(lambda: cluster.leader() is not None, START_SECONDS, "a leader")
     for _ in range(agents):
         extra = {**run.credentials.env(), INJECT_ENV: str(cluster.workdir)}
         port = free_port() if AGENT_HEALTH else None
@@ -587,10 +588,11 @@ def _start_fleet(run: Run, agents: int) -> None:
         cluster.start_agent(extra_env=extra).port = port
     cluster.start_background(40.0)
     try:
-        wait_for(cluster.all_leases_owned_by_live_agents, 120, "every agent reading", period=0.5)
+        wait_for(cluster.all_leases_owned_by_live_agents, START_SECONDS, "every agent reading", period=0.5)
     except AssertionError:  # a loaded host: go on once every lease is read by a live agent, balanced or not
         live = {m.name for m in cluster.agents()}
-        wait_for(lambda: set(cluster.lease_holders()) <= live, 60, "every lease owned by a live agent", period=0.5)
+        wait_for(lambda: set(cluster.lease_holders()) <= live, START_SECONDS, "every lease owned by a live agent",
+                 period=0.5)
         cluster.note("unbalanced_start")
     time.sleep(2.0)
 
