@@ -761,12 +761,18 @@ def _new_leader(data: RunData, t0: float, victim: str | None) -> float | None:
 def _first_red(observed: Observed, path: str) -> float | None:
     """Seconds from t0 to the first of RED_POLLS failed answers in a row of `path` by a process not killed.
 
-    One slow answer on a loaded host is not red; a probe with a failure threshold (Kubernetes) does the same.
+    One slow answer on a loaded host is not red; a probe with a failure threshold (Kubernetes) does the same. A
+    process that has not answered well yet is starting, not red.
     """
     streak: dict[str, list[float]] = defaultdict(list)
     first: list[float] = []
+    answered: set[str] = set()  # a process is watched from its first good answer on (not while it starts)
     for at, member, where, status in observed.health:
-        if where != path or at < observed.t0 or member in observed.killed:
+        if where != path or member in observed.killed:
+            continue
+        if status == 200:
+            answered.add(member)
+        if at < observed.t0 or member not in answered:
             continue
         streak[member] = [*streak[member], at] if status != 200 else []
         if len(streak[member]) == RED_POLLS:
