@@ -9,29 +9,28 @@ refresh failure (HTTP 500 from the endpoint), as when the credential source brea
 from __future__ import annotations
 
 import json
-import threading
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.faulty_proxy import LoopbackServer
 
 EXPIRES_IN = timedelta(minutes=5)  # botocore refreshes when less than 10 minutes are left
 
 
-class CredentialsEndpoint:
+class CredentialsEndpoint(LoopbackServer):
     """Serves dummy temporary credentials until `failing` is set, then 500s."""
 
     def __init__(self) -> None:
         self.failing = False
         self.served = 0
         self.refused = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="credentials-endpoint", daemon=True)
+        super().__init__(self._handler_class())
 
     @property
     def url(self) -> str:
         """The AWS_CONTAINER_CREDENTIALS_FULL_URI value."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}/credentials"
+        return f"http://127.0.0.1:{self.port}/credentials"
 
     def env(self) -> dict[str, str]:
         """Environment that makes a child process take its credentials from this endpoint only."""
@@ -64,13 +63,3 @@ class CredentialsEndpoint:
                 """Keep output quiet."""
 
         return Handler
-
-    def __enter__(self) -> CredentialsEndpoint:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)

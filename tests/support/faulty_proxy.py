@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 _JSON = "application/x-amz-json-1.0"
@@ -61,7 +61,30 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class FaultyProxy:
+class LoopbackServer:
+    """An HTTP server on a free port of 127.0.0.1, served by a daemon thread while the context is open."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self._server.server_address[1])
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class FaultyProxy(LoopbackServer):
     """Serves the scheduled faults first (None entries forward), then forwards every request to `upstream`."""
 
     def __init__(self, upstream: str, schedule: Iterable[Fault | None] = ()) -> None:
@@ -74,13 +97,12 @@ class FaultyProxy:
         self.faults_served = 0
         self.forwarded: list[str] = []  # the X-Amz-Target of every request that reached the server, in order
         self._received = 0
-        self._server = _QuietServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler_class())
 
     @property
     def endpoint_url(self) -> str:
         """Where to point the boto3 client."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def requests(self) -> int:
@@ -145,13 +167,3 @@ class FaultyProxy:
                 """Keep test output quiet."""
 
         return Handler
-
-    def __enter__(self) -> FaultyProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
