@@ -40,9 +40,9 @@ import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypedDict
+from typing import TypedDict, TypeVar
 
 import psutil
 
@@ -87,6 +87,7 @@ class Run:
     probe: Member | None = None
     t0: float = 0.0
     health: list[tuple[float, str, str, int]] = field(default_factory=list)  # time, member, path, status (0: none)
+    jump: float = 0.0  # seconds the victim's wall clock stepped
 
     @property
     def failover(self) -> float:
@@ -167,6 +168,7 @@ class Observed:
     health: list[tuple[float, str, str, int]]
     data: RunData
     dead_threads: list[str]
+    jump: float = 0.0  # seconds the victim's wall clock stepped (its ledger times are undone before measuring)
 
     def save(self, path: Path) -> None:
         """Pickle to `path`."""
@@ -280,6 +282,7 @@ def clock_jump(seconds: float) -> Step:
     def inject(run: Run) -> None:
         run.victim = run.busiest_agent()
         run.inject(run.victim, f"jump {seconds}")
+        run.jump = seconds
 
     return inject
 
@@ -568,7 +571,7 @@ def _run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: C
             observed = Observed(cell.name, run.t0, stopped, run.victim.name if run.victim else None,
                                 run.probe.name if run.probe else None,
                                 {m.name for m in cluster.members.values() if m.how == "kill"}, list(run.health),
-                                data, dead_threads(workdir))
+                                data, dead_threads(workdir), run.jump)
             observed.save(workdir / OBSERVED)
             return measure(observed)
         finally:
@@ -622,6 +625,9 @@ def _drain(cluster: ChaosCluster, log: Callable[[str], None]) -> None:
 def measure(observed: Observed) -> Result:
     """Every figure of one cell from what it left behind (see the module docstring)."""
     data, t0, stopped = observed.data, observed.t0, observed.stopped
+    if observed.jump and observed.victim is not None:
+        data.deliveries = undo_jump(data.deliveries, observed.victim, observed.jump)
+        data.checkpoints = undo_jump(data.checkpoints, observed.victim, observed.jump)
     report = analyse(data)
     counts = report.counts
     no_loss = next(c for c in report.checks if c.name == "no loss")
@@ -647,6 +653,27 @@ def measure(observed: Observed) -> Result:
         dead_threads=observed.dead_threads,
         failed_checks=[c.name for c in report.checks if not c.ok and c is not no_loss and c is not covered],
     )
+
+
+Stamped = TypeVar("Stamped", Delivery, CheckpointMark)
+
+
+def undo_jump(rows: list[Stamped], worker: str, seconds: float) -> list[Stamped]:
+    """`rows` with `worker`'s times after its wall clock stepped by `seconds` moved back to real time.
+
+    Ledger lines are appended in order, so the step shows as the first pair of the worker's consecutive times that
+    moved by more than half the step in its direction; every later time of that worker is shifted back.
+    """
+    out, previous, shifted = [], None, False
+    for row in rows:
+        if row.worker == worker:
+            if previous is not None and not shifted and (row.time - previous) * seconds > (seconds * seconds) / 2:
+                shifted = True
+            previous = row.time
+            if shifted:
+                row = replace(row, time=row.time - seconds)
+        out.append(row)
+    return out
 
 
 def undelivered(data: RunData, delivered: set[str]) -> tuple[int, int]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from shardherd.shared.checkpoint import Checkpoint, Sentinel
 from tests.chaos.analysis import Lifetime, RunData, Timing
 from tests.chaos.cluster import LeaseRow, Sample
 from tests.chaos.ledgers import Delivery, Produced
-from tests.chaos.matrix import dead_threads, held_unread, read_again
+from tests.chaos.matrix import dead_threads, held_unread, read_again, undo_jump
 
 S0, S1 = "shardId-000000000000", "shardId-000000000001"
 OPEN = LeaseRow("a", None, Checkpoint.of(Sentinel.TRIM_HORIZON), frozenset())
@@ -52,3 +53,12 @@ def test_dead_threads_are_read_from_logs(tmp_path: Path) -> None:
     (tmp_path / "coord-1.log").write_text("x\nException in thread leader-loop:\nTraceback\n", encoding="utf-8")
     (tmp_path / "agent-3.log").write_text("fine\n", encoding="utf-8")
     assert dead_threads(tmp_path) == ["leader-loop@coord-1"]
+
+
+def test_a_clock_jump_is_undone_from_the_step_on() -> None:
+    rows = [Delivery(S0, i, 0, "a", at, f"x{i}") for i, at in enumerate([10.0, 10.5, 311.0, 311.5])]
+    rows.append(Delivery(S1, 9, 0, "b", 11.0, "y"))
+    fixed = undo_jump(rows, "a", 300.0)
+    assert [d.time for d in fixed] == [10.0, 10.5, 11.0, 11.5, 11.0]
+    back = undo_jump([replace(d, time=d.time - 600.0 if d.time > 300 else d.time) for d in rows[:4]], "a", -300.0)
+    assert [d.time for d in back] == [10.0, 10.5, 11.0, 11.5]
