@@ -22,6 +22,7 @@ import httpx
 from shardherd.coordinator.assignment_feed import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
+from shardherd.shared.supervision import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -64,10 +65,14 @@ class AssignmentWatch:
         """True while a request answered within the last wait plus slack."""
         return self._clock.monotonic() < self._healthy_until
 
-    def start(self) -> AssignmentWatch:
-        """Start long-polling (and the thread that carries news)."""
-        self._thread.start()
-        self._notifier.start()
+    def start(self, supervisor: Supervisor | None = None) -> AssignmentWatch:
+        """Start long-polling (and the thread that carries news); under `supervisor` both restart after a failure."""
+        if supervisor is None:
+            self._thread.start()
+            self._notifier.start()
+        else:
+            self._thread = supervisor.thread(self._thread.name, self._run)
+            self._notifier = supervisor.thread(self._notifier.name, self._notify)
         return self
 
     def news(self) -> None:

@@ -350,6 +350,10 @@ class LeaseKeeper:
         """
         self._beats_apart = True
 
+    def delay_next_beat(self, seconds: float) -> None:
+        """The next liveness write comes `seconds` from now at the earliest (a start jitter)."""
+        self._next_heartbeat = self._clock.monotonic() + seconds
+
     def beat(self) -> None:
         """The liveness write (worker row; renewals in `lease` mode) if it is due; the heartbeat thread's loop."""
         now = self._clock.monotonic()
@@ -548,7 +552,13 @@ class LeaseKeeper:
         with self._guard:
             self._held[key] = HeldLease(lease, HeldState.PROCESSING, self._clock.monotonic())
         log.info("acquired %s at %s", key, lease.checkpoint)
-        self._listener.lease_acquired(lease)
+        try:
+            self._listener.lease_acquired(lease)
+        except Exception as exc:  # not started: not held either, so the next discovery offers it again
+            with self._guard:
+                self._held.pop(key, None)
+            log.error("starting to process %s failed (offered again at the next discovery): %s: %s", key,
+                      type(exc).__name__, exc)
         return False
 
     def _recheck(self, key: str, lease: Lease | Exception | None) -> None:

@@ -1,6 +1,7 @@
 """Per-lease progress the agent reports with its heartbeat: lag behind the stream tip, records and bytes handled.
 
-It also carries failed processing attempts, and the leases this worker gave back because it could not process them
+It also carries failed processing attempts, a batch the shard is stuck on (`failing`), and the leases this worker gave
+back because it could not process them
 (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another worker while one exists).
 """
 
@@ -11,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from shardherd.shared.clock import Clock, SystemClock
-from shardherd.shared.worker import LeaseProgress
+from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0
@@ -25,6 +26,7 @@ class ProgressBoard:
         self._refusal = refusal_seconds
         self._progress: dict[str, LeaseProgress] = {}
         self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
+        self._failing: dict[str, FailingBatch] = {}  # shards whose current batch failed, until it is delivered
         self._guard = threading.Lock()
 
     def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
@@ -61,6 +63,26 @@ class ProgressBoard:
             self._progress[lease_key] = replace(before, failures=before.failures + 1)
             return before.failures + 1
 
+    def batch_failed(self, lease_key: str, error: str) -> FailingBatch:
+        """One more failed delivery of the lease's current batch; the shard stays stuck on it until it succeeds."""
+        with self._guard:
+            before = self._failing.get(lease_key)
+            since = before.since if before is not None else self._clock.time()
+            failing = FailingBatch(since, (before.attempts if before is not None else 0) + 1,
+                                   error[:MAX_FAILING_ERROR_CHARS])
+            self._failing[lease_key] = failing
+            return failing
+
+    def batch_delivered(self, lease_key: str) -> None:
+        """The lease's current batch went through: it is no longer stuck."""
+        with self._guard:
+            self._failing.pop(lease_key, None)
+
+    def failing(self) -> dict[str, FailingBatch]:
+        """The shards stuck on a failing batch now, by lease key."""
+        with self._guard:
+            return dict(self._failing)
+
     def refuse(self, lease_key: str) -> None:
         """The worker gives the lease back: keep reporting it as refused for a while."""
         with self._guard:
@@ -71,12 +93,14 @@ class ProgressBoard:
         """Forget a lease this worker no longer holds (a refusal is kept until it expires)."""
         with self._guard:
             self._progress.pop(lease_key, None)
+            self._failing.pop(lease_key, None)
 
     def snapshot(self, lease_keys: Iterable[str]) -> dict[str, LeaseProgress]:
         """The progress of the given leases (those with any report), plus the leases refused lately."""
         now = self._clock.monotonic()
         with self._guard:
             self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
-            wanted = {key: self._progress[key] for key in lease_keys if key in self._progress}
+            wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key))
+                      for key in lease_keys if key in self._progress or key in self._failing}
             refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
             return {**refused, **wanted}

@@ -1,4 +1,10 @@
-"""The agent process: lease keeper, metrics, and one shard worker per owned lease; drains on shutdown."""
+"""The agent process: lease keeper, metrics, and one shard worker per owned lease; drains on shutdown.
+
+Every long-lived thread runs under the agent's Supervisor (shared/supervision.py, decision 0022): the heartbeat and
+the lease keeper are critical (a failure, or no completed step within its bound, stops the heartbeat, gives the leases
+back and exits non-zero); CPU sampling, the assignment watch and each shard worker are restartable. With
+`agent_health_port` set, /healthz and /metrics serve that state (agent/health_server.py).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent import kpl_decoding
 from shardherd.agent.assignment_watch import AssignmentWatch
+from shardherd.agent.health_server import HealthServer
 from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV
@@ -29,9 +36,10 @@ from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError, StoreUnavailable
 from shardherd.shared.lease import Lease
-from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
+from shardherd.shared.supervision import Kind, Supervisor
 from shardherd.shared.worker import CPU_METRIC, WorkerRecord, common_metric_kinds
 
 if TYPE_CHECKING:
@@ -40,6 +48,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TICK_SECONDS = 0.1
+HEARTBEAT = "heartbeat"
+LEASE_KEEPER = "lease-keeper"
+GIVE_UP_SECONDS = 1.0  # how long giving the leases back may take before the process exits anyway
 
 
 class MetricsReporter:
@@ -101,7 +112,8 @@ class Agent:
 
     def __init__(self, settings: Settings, factory: ProcessorFactory, clock: Clock | None = None,
                  store: LeaseStore | None = None, kinesis: KinesisClient | None = None,
-                 limits: ReadLimits | None = None, rng: random.Random | None = None) -> None:
+                 limits: ReadLimits | None = None, rng: random.Random | None = None,
+                 exit: Callable[[int], None] | None = None) -> None:
         if not settings.stream_names:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
         self.settings = settings
@@ -117,6 +129,9 @@ class Agent:
         self.sampler = MetricsSampler(source, settings.no_of_persisted_metrics_per_worker_metrics,
                                       metric_name=CPU_METRIC)
         self._rng = rng or random.Random()
+        # `exit` ends the process when a critical thread fails or stalls (default os._exit; tests record it).
+        self.supervisor = Supervisor(self.clock, give_up=self._let_go, exit=exit)
+        self.health: HealthServer | None = None
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
         reporter = MetricsReporter(self.sampler, self.clock, settings.effective_metrics_report_millis / 1000,
@@ -140,8 +155,7 @@ class Agent:
         self.workers: dict[str, ShardWorker] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-keeper", daemon=True)
-        self._heartbeat = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
+        self._threads: list[threading.Thread] = []  # the heartbeat and lease keeper loops, once started
 
     def _fleet_rows(self) -> list[WorkerRecord]:
         return self.store.scan_workers().workers
@@ -157,7 +171,7 @@ class Agent:
         worker = ShardWorker(lease, self._context)
         with self._guard:
             self.workers[lease.lease_key] = worker
-        worker.start()
+        worker.start(self.supervisor)
 
     def handoff_requested(self, lease: Lease) -> None:
         """Stop reading the lease; its worker checkpoints and tells the keeper to complete the transfer."""
@@ -195,31 +209,36 @@ class Agent:
                 log.warning("priming the CPU source failed: %s", exc)
         log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
                  self.settings.kpl_decoder)
-        self._sampling.start()
+        self._sampling.start(self.supervisor)
         self.keeper.beat_apart()
-        self._heartbeat.start()
-        self._thread.start()
+        jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
+        self.keeper.delay_next_beat(jitter)  # a fleet started at once does not heartbeat in step
+        failover = self.settings.failover_time_millis / 1000
+        handoff = self.settings.graceful_lease_handoff_timeout_millis / 1000
+        # Health bounds: a heartbeat that completes none for two failover times has had its leases fenced and moved;
+        # the keeper completes handoffs within their timeout. The process exits on a stall once it is also past
+        # GIVE_UP_FLOOR_SECONDS (shared/supervision.py), at once on a failure.
+        self._threads = [self.supervisor.loop(HEARTBEAT, self.keeper.beat, TICK_SECONDS, Kind.CRITICAL,
+                                              2 * failover, self._stop),
+                         self.supervisor.loop(LEASE_KEEPER, self.keeper.tick, TICK_SECONDS, Kind.CRITICAL,
+                                              failover + handoff, self._stop)]
         if self.watch is not None:
-            self.watch.start()
+            self.watch.start(self.supervisor)
+        self.supervisor.watch()
+        if self.settings.agent_health_port is not None:
+            self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time,
+                                       self.settings.agent_health_host, self.settings.agent_health_port).start()
         return self
 
-    def _beat(self) -> None:
-        """The heartbeat thread: liveness writes only, so no other store call of the keeper can delay one."""
-        jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
-        self._stop.wait(jitter)
-        self._loop(self.keeper.beat, "heartbeat")
+    def running(self) -> bool:
+        """True while the lease keeper's loop runs (started, not stopped, not given up)."""
+        return any(thread.name == LEASE_KEEPER and thread.is_alive() for thread in self._threads)
 
-    def _run(self) -> None:
-        """The keeper thread: fencing, discovery, handoffs (it acts once the first heartbeat made the agent live)."""
-        self._loop(self.keeper.tick, "lease keeper tick")
-
-    def _loop(self, step: Callable[[], None], what: str) -> None:
-        while not self._stop.is_set():
-            try:
-                step()
-            except Exception:
-                log.exception("%s failed", what)
-            self._stop.wait(TICK_SECONDS)
+    def _let_go(self, why: str) -> None:
+        """A critical thread failed or stalled: stop heartbeating and give the leases back before the exit."""
+        self._stop.set()
+        with retry_deadline(self.clock.monotonic() + GIVE_UP_SECONDS):
+            self.keeper.release_all()
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
         """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest.
@@ -236,8 +255,11 @@ class Agent:
             worker.thread.join(10)
         self.keeper.release_all()
         self._stop.set()
-        self._thread.join(10)
-        self._heartbeat.join(10)
+        self.supervisor.stop()
+        for thread in self._threads:
+            thread.join(10)
+        if self.health is not None:
+            self.health.stop()
         if self.watch is not None:
             self.watch.stop()
         self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh

@@ -26,6 +26,7 @@ from shardherd.shared.checkpoint import Sentinel
 from shardherd.shared.clock import Clock
 from shardherd.shared.lease import Lease
 from shardherd.shared.streams import stream_to_read
+from shardherd.shared.supervision import Supervisor
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -90,9 +91,12 @@ class ShardWorker:
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
 
-    def start(self) -> None:
-        """Start processing in the worker's thread."""
-        self.thread.start()
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Start processing in the worker's thread (under `supervisor`: restarted after an unexpected failure)."""
+        if supervisor is None:
+            self.thread.start()
+        else:
+            self.thread = supervisor.thread(self.thread.name, self._run)
 
     def request_stop(self, why: Stop) -> None:
         """Ask the thread to stop after the current batch (a sleeping read wakes at once)."""
@@ -181,7 +185,10 @@ class ShardWorker:
         return False
 
     def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:
-        """Hand one batch over; retry it (never skip it) while the processor raises.
+        """Hand one batch over; retry it (never skip it) while the processor raises, after 1, 2, 4 ... s (capped).
+
+        Each failed delivery is one log line and counts on the progress board (`failing`: the agent's /metrics shows
+        the shard stuck since when, after how many attempts, with the last error).
 
         Nothing is handed over once the lease's liveness deadline has passed (self-fencing): the shard may already be
         someone else's.
@@ -191,21 +198,25 @@ class ShardWorker:
         # (counted after, a lease's stored progress would trail by a batch and stay behind once the shard goes quiet).
         # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
+        key = self.lease.lease_key
         while True:
-            if not self._ctx.keeper.lease_live(self.lease.lease_key):
-                log.error("%s: liveness deadline passed; stopping without delivering", self.lease.lease_key)
-                raise LeaseLost(f"{self.lease.lease_key}: self-fenced")
+            if not self._ctx.keeper.lease_live(key):
+                log.error("%s: liveness deadline passed; stopping without delivering", key)
+                raise LeaseLost(f"{key}: self-fenced")
             try:
                 processor.process_records(records, self.checkpointer, lag)
                 break
             except LeaseLost:
                 raise
-            except Exception:
-                log.exception("%s: process_records failed; delivering the same %d records again",
-                              self.lease.lease_key, len(records))
-                self._ctx.clock.sleep(self._ctx.retry_delay)
+            except Exception as exc:  # the shard blocks on this batch (never skipped), visibly, with a growing wait
+                failing = self._ctx.progress.batch_failed(key, f"{type(exc).__name__}: {exc}")
+                delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
+                log.error("%s: process_records failed %d times on the same %d records (last: %s); delivering them "
+                          "again in %.1f s", key, failing.attempts, len(records), failing.last_error, delay)
+                self._pause(delay)
                 if self._stop is not None:
                     return
+        self._ctx.progress.batch_delivered(key)
         if records:
             self.checkpointer.last_delivered = records[-1]
             arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shardherd.shared.clock import Clock
-from shardherd.shared.errors import StoreUnavailable
+from shardherd.shared.errors import ShardherdError, StoreUnavailable
 from shardherd.shared.store import STATE_KEY_ATTRIBUTE, Fence, LeaseStore, StateValue
 from shardherd.shared.store_meter import acting_as, state_size
 
@@ -297,7 +297,7 @@ class LeaderLock:
         self._drop(GIVEN_UP)
         try:
             return self._store.delete_state(self._key, {OWNER: self._owner, VERSION: held.version})
-        except StoreUnavailable as exc:
+        except ShardherdError as exc:  # unavailable, or a permanent error (denied, disk full): it expires instead
             log.warning("leader lock: release failed, the lock will expire instead: %s", exc)
             return False
 
@@ -454,31 +454,6 @@ class LeaderLock:
             log.log(level, "leader lock: %s lost leadership (epoch %d): %s", self._owner, held.epoch, why)
             if self._on_change:
                 self._on_change(False, held.epoch)
-
-
-class LockKeeper(threading.Thread):
-    """A daemon thread that ticks a LeaderLock often enough that heartbeats are never late behind a slow leader run."""
-
-    def __init__(self, lock: LeaderLock, interval_seconds: float, clock: Clock) -> None:
-        super().__init__(name="leader-lock", daemon=True)
-        self._lock = lock
-        self._interval = interval_seconds
-        self._clock = clock
-        self._stop_requested = threading.Event()
-
-    def run(self) -> None:
-        """Tick until stopped, then release the lock."""
-        while not self._stop_requested.is_set():
-            try:
-                self._lock.tick()
-            except Exception:  # keep the thread alive whatever the store does
-                log.exception("leader lock tick failed")
-            self._stop_requested.wait(self._interval)
-        self._lock.release()
-
-    def stop(self) -> None:
-        """Stop ticking and release the lock (the thread does the release)."""
-        self._stop_requested.set()
 
 
 def _text(value: StateValue | None) -> str | None:

@@ -38,6 +38,7 @@ from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
+from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shardherd.coordinator.stream_sync import (
     Listings,
@@ -48,6 +49,7 @@ from shardherd.coordinator.stream_sync import (
 )
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
+from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.row_checks import report_row
 from shardherd.shared.shards import Shard
@@ -69,6 +71,14 @@ class ShardSyncFailed(Exception):
 # At most this many runs' carried throughput is kept per worker between two metric reports (a bound on memory).
 _CARRIED_RUNS = 64
 VERDICT_SLACK_SECONDS = 0.02  # a run for a worker's verdict comes this long after its failover time ends
+
+
+class LeaderGaveUp(Exception):
+    """Runs kept failing with a permanent error (denied, disk full, a bug): the lock was released; the replica exits.
+
+    Raised out of `run_once` so the replica's supervisor ends the process (decision 0022): a replica that cannot run
+    must not take the lock back after its stand-down. Transient trouble (StoreUnavailable) only stands down.
+    """
 
 
 class LeadershipLost(Exception):
@@ -108,7 +118,7 @@ class _Term:
     streams: frozenset[StreamIdentifier] = frozenset()
     shards_listed_at: float | None = None
     sync_failures: int = 0  # consecutive failed shard syncs; retried with backoff, up to the sync interval
-    sync_attempted_at: float | None = None
+    sync_ended_at: float | None = None  # when the last failed listing attempt ended (backoff counts from there)
     # The leader's view between full runs: the leases as its last run left them, and what that run left pending.
     leases: dict[str, Lease] = field(default_factory=dict)
     view: ViewState | None = None
@@ -130,6 +140,7 @@ class LoopTiming:
     failure_threshold: int
     stand_down: float
     heartbeat: float  # the agents' heartbeat period: a row unchanged for longer is watched for its verdict
+    listing_deadline: float  # a shard listing attempt gives up after this long (well under the failover time)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LoopTiming:
@@ -145,21 +156,27 @@ class LoopTiming:
             failure_threshold=settings.leader_failure_threshold,
             stand_down=settings.leader_stand_down_millis / 1000,
             heartbeat=settings.effective_heartbeat_interval_millis / 1000,
+            listing_deadline=min(settings.failover_time_millis, settings.shard_sync_interval_millis) / 2000,
         )
 
 
 class LeaderLoop:
-    """One coordinator replica's assignment loop; call `run_once()` every interval (or `run_forever`)."""
+    """One coordinator replica's assignment loop; call `run_once()` every interval (or `cycle` in a loop)."""
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, clock: Clock,
                  shard_source: ShardSource | None = None, history: RunHistory | None = None,
-                 on_run: Callable[[RunSummary], None] | None = None) -> None:
+                 on_run: Callable[[RunSummary], None] | None = None,
+                 on_progress: Callable[[], None] | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
         self._clock = clock
         self._shards = shard_source
         self._timing = LoopTiming.from_settings(settings)
+        # ListShards runs apart from the runs (on the replica's listing thread): a run only takes finished listings.
+        self.listing = None if shard_source is None else ShardListing(shard_source, clock,
+                                                                      self._timing.listing_deadline)
+        self._on_progress = on_progress  # a long run's fenced writes tell the supervisor it is not stalled
         self._decider = DeciderConfig.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
         # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong. (A cooldown
@@ -180,25 +197,25 @@ class LeaderLoop:
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
-    def run_forever(self, stop: threading.Event) -> None:
-        """Run every interval (fixed delay) until `stop` is set; a signal from the channel starts the next run early.
+    def cycle(self, stop: threading.Event) -> None:
+        """One run, then the wait until the next (fixed delay); a signal from the channel starts the next run early.
 
-        While this replica contends for a lock whose holder misses heartbeats it runs four times as often, so its
-        own watch of the worker rows (see `_watch_while_contending`) starts within half a second. A signal (a dropped
-        connection, an agent's news) starts a run a quarter interval after the last one at the earliest.
+        The replica's supervised `leader-loop` thread repeats this until `stop` is set (the service then stands the
+        feed down). While this replica contends for a lock whose holder misses heartbeats it runs four times as
+        often, so its own watch of the worker rows (see `_watch_while_contending`) starts within half a second. A
+        signal (a dropped connection, an agent's news) starts a run a quarter interval after the last one at the
+        earliest.
         """
-        while not stop.is_set():
-            self.run_once()
-            contending = self._term is None and self._lock.looks_abandoned()
-            if stop.wait(self._timing.interval / 4) or contending:
-                continue
-            deadline = time.monotonic() + self._timing.interval * 3 / 4
-            verdict = self._next_verdict()
-            if verdict is not None:
-                deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
-            while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
-                self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
-        self.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
+        self.run_once()
+        contending = self._term is None and self._lock.looks_abandoned()
+        if stop.wait(self._timing.interval / 4) or contending:
+            return
+        deadline = time.monotonic() + self._timing.interval * 3 / 4
+        verdict = self._next_verdict()
+        if verdict is not None:
+            deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
+        while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
+            self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
 
     def _next_verdict(self) -> float | None:
         """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
@@ -214,7 +231,11 @@ class LeaderLoop:
         return None if due is None else max(0.0, due - now)
 
     def run_once(self) -> RunSummary | None:
-        """One leader run; None when this replica is not the leader. Never raises for store trouble."""
+        """One leader run; None when this replica is not the leader.
+
+        Never raises for transient store trouble; LeaderGaveUp once runs failed `leader_failure_threshold` times in a
+        row with a permanent error (the lock is released first).
+        """
         with acting_as("leader"):
             return self._run_once()
 
@@ -256,15 +277,22 @@ class LeaderLoop:
                 self._term = None
                 self.feed.stand_down()
                 self._failures = 0
+                if not isinstance(exc, StoreUnavailable):
+                    self._publish(summary)
+                    raise LeaderGaveUp(f"{self._timing.failure_threshold} failed runs, the last: {_describe(exc)}") \
+                        from exc
         else:
             self._failures = 0
+        self._publish(summary)
+        return summary
+
+    def _publish(self, summary: RunSummary) -> None:
         self.history.append(summary)
         if self._on_run is not None:
             try:
                 self._on_run(summary)
             except Exception:  # publishing is best effort; it must never fail the loop
                 log.exception("leader loop: publishing the run summary failed")
-        return summary
 
     def published_sightings(self, room: int) -> bytes | None:
         """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat)."""
@@ -429,16 +457,30 @@ class LeaderLoop:
 
     def _sync_if_due(self, term: _Term, leases: dict[str, Lease], fence: Fence,
                      now: float) -> tuple[bool, WriteTally, str | None]:
-        """Shard sync if due (whether it ran, its writes, why it failed); a failure is counted, not raised."""
-        if self._shards is None or not self._shard_sync_due(term, leases.values(), now):
+        """Apply a finished shard listing, asking for the next when due: whether one was applied, writes, error.
+
+        A failure is counted, not raised. The listing itself never runs in this thread once the replica's listing
+        thread runs (coordinator/shard_listing.py), so a hanging ListShards never delays a failover.
+        """
+        if self.listing is None:
+            return False, WriteTally(), None
+        listed = self.listing.take()
+        if listed is None and self._shard_sync_due(term, leases.values(), now):
+            self.listing.request()  # inline without a listing thread: then it is done here
+            listed = self.listing.take()
+        if listed is None:
             return False, WriteTally(), None
         try:
-            tally, error = self._sync_shards(term, leases, fence, now)
+            if listed.error is not None:
+                raise listed.error
+            assert listed.found is not None
+            tally, error = self._sync_shards(term, leases, fence, listed)
         except LeadershipLost:
             raise
         except Exception as exc:  # ListShards down or denied, a listing that does not tile, foreign leases
             error = _describe(exc)
             term.sync_failures += 1
+            term.sync_ended_at = listed.ended
             log.warning("leader loop: shard sync failed (%d in a row), assigning anyway: %s",
                         term.sync_failures, error)
             return True, WriteTally(), error
@@ -567,27 +609,25 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
-        if term.sync_failures and term.sync_attempted_at is not None:
-            # After a failure: retry after 1, 2, 4, ... intervals (at most the sync interval), not every run, so a
-            # throttled ListShards is not hammered; assignment goes on meanwhile.
+        if term.sync_failures and term.sync_ended_at is not None:
+            # After a failure: retry 1, 2, 4, ... intervals after the failed attempt ENDED (at most the sync
+            # interval), not every run, so a throttled ListShards is not hammered; assignment goes on meanwhile.
             backoff = min(self._timing.shard_sync_interval,
                           self._timing.interval * (1 << min(term.sync_failures - 1, 30)))
-            return now - term.sync_attempted_at >= backoff
+            return now - term.sync_ended_at >= backoff
         if term.shards_listed_at is None or now - term.shards_listed_at >= self._timing.shard_sync_interval:
             return True
         # A finished parent whose children have no lease yet: list again now, so children start within a run or two.
         return children_waiting(term.shards or {}, leases)
 
     def _sync_shards(self, term: _Term, leases: dict[str, Lease], fence: Fence,
-                     now: float) -> tuple[WriteTally, str | None]:
-        assert self._shards is not None
-        term.sync_attempted_at = now
-        found = self._shards()
+                     listed: Listed) -> tuple[WriteTally, str | None]:
+        found: Found | None = listed.found
         listings: Listings
         if isinstance(found, StreamListings):
             term.streams, listings, errors = found.streams, found.shards, dict(found.errors)
         else:
-            listings, errors = {None: found}, {}
+            listings, errors = {None: found or []}, {}
         planned = plan_streams_sync(listings, leases.values(), self._position_of)
         errors.update(planned.errors)
         if errors and len(errors) >= len(term.streams or {None: None}):
@@ -596,7 +636,7 @@ class LeaderLoop:
         # Only listings the planner accepted replace the last good ones (used to spot children waiting for leases).
         good = {stream: shards for stream, shards in listings.items()
                 if (stream.serialized if stream else "stream") not in errors}
-        term.shards, term.shards_listed_at = {**(term.shards or {}), **good}, now
+        term.shards, term.shards_listed_at = {**(term.shards or {}), **good}, listed.ended
         term.sync_failures = 0
         created = deleted = 0
         for creation in plan.creates:
@@ -695,6 +735,8 @@ class LeaderLoop:
                 raise
             if outcome.conflict is Conflict.FENCED:
                 stop.set()
+            if self._on_progress is not None:
+                self._on_progress()
             return outcome
 
         threads = min(self._settings.leader_write_threads, len(moves))

@@ -1,35 +1,48 @@
-"""Wiring of one coordinator replica: store, leader lock keeper, leader loop, and the operator API."""
+"""Wiring of one coordinator replica: store, leader lock keeper, leader loop, shard listing, and the operator API.
+
+Every long-lived thread runs under the replica's Supervisor (shared/supervision.py, decision 0022): the lock keeper
+and the leader loop are critical (a failure or a stall releases the lock and exits non-zero), the shard listing and
+the replica report are restartable.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from shardherd.coordinator.leader_lock import LeaderLock, LockKeeper
+from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop, ShardSource
 from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.shard_listing import listing_client_timeouts
 from shardherd.coordinator.stream_source import MultiStreamSource
 from shardherd.services.api import ApiContext, ApiServer, create_app
 from shardherd.services.api.auth import TokenSource
 from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import LeaderWatch
 from shardherd.services.peer_client import PeerClient
-from shardherd.services.replicas import ReplicaReporter
+from shardherd.services.replicas import CHECK_SECONDS, ReplicaReporter
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings, load_settings
-from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.shard_lister import list_shards
 from shardherd.shared.shards import Shard
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
+from shardherd.shared.supervision import Kind, Supervisor
 
 log = logging.getLogger(__name__)
+
+LOCK_KEEPER = "leader-lock"
+LEADER_LOOP = "leader-loop"
+GIVE_UP_SECONDS = 1.0  # how long letting go of the lock may take before the process exits anyway
 
 
 def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None:
@@ -37,7 +50,9 @@ def kinesis_shard_source(settings: Settings, clock: Clock) -> ShardSource | None
     stream = settings.stream_name
     if stream is None and not settings.streams:
         return None
-    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url)
+    deadline = min(settings.failover_time_millis, settings.shard_sync_interval_millis) / 2000
+    client = make_client("kinesis", settings.region, settings.kinesis_endpoint_url,
+                         timeouts=listing_client_timeouts(deadline))
     retry = RetryPolicy(clock=clock)
     if stream is None:
         return MultiStreamSource(client, settings.streams, retry)
@@ -60,14 +75,22 @@ class CoordinatorService:
     watch: LeaderWatch
     replicas: ReplicaReporter
     peers: PeerClient
+    supervisor: Supervisor
     api: ApiServer | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
 
     @classmethod
-    def build(cls, settings: Settings, clock: Clock | None = None) -> CoordinatorService:
-        """Open the store (creating tables if needed) and construct the lock and the loop."""
+    def build(cls, settings: Settings, clock: Clock | None = None,
+              exit: Callable[[int], None] | None = None) -> CoordinatorService:
+        """Open the store (creating tables if needed) and construct the lock and the loop.
+
+        `exit` ends the process when a critical thread fails or stalls (default: os._exit; tests record it).
+        """
         clock = clock or SystemClock()
+        holder: list[LeaderLock] = []
+        supervisor = Supervisor(clock, give_up=lambda why: _let_go(holder[0], clock),
+                                exit=exit)
         store = open_store(settings, RetryPolicy(clock=clock), caller="coordinator")
         store.ensure_tables()
         watch = LeaderWatch(store, settings.worker_id, clock)
@@ -75,30 +98,45 @@ class CoordinatorService:
         lock = LeaderLock(store, settings.worker_id, clock, settings.leader_lock_lease_duration_millis,
                           settings.leader_lock_heartbeat_period_millis, on_change=watch.on_lock_change,
                           last_success=watch.last_success_wall, holder_probe=peers.hold)
+        holder.append(lock)
         replicas = ReplicaReporter(store, settings.worker_id, clock, lambda: (lock.is_leader(), lock.epoch()))
 
         def on_run(summary: RunSummary) -> None:
             replicas.note_run(summary)
             watch.on_run(summary)
 
-        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run)
-        return cls(settings, store, lock, loop, clock, watch, replicas, peers)
+        loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run,
+                          on_progress=lambda: supervisor.beat(LEADER_LOOP))
+        return cls(settings, store, lock, loop, clock, watch, replicas, peers, supervisor)
 
     def start(self) -> None:
         """Start the operator API (on api_host:api_port; `api.port` is the bound one), the lock keeper and the loop."""
         context = ApiContext(self.settings, self.store, self.lock, self.loop, self.watch, self.clock,
-                             from_leader=self._leaders_snapshot)
+                             from_leader=self._leaders_snapshot, supervisor=self.supervisor)
         self.api = ApiServer(create_app(context), self.settings.api_host, self.settings.api_port).start()
         url = self.settings.api_advertise_url or self.api.url
         self.replicas.set_api_url(url)
         self.lock.set_api_url(url)
-        keeper = LockKeeper(self.lock, self.settings.leader_lock_heartbeat_period_millis / 1000 / 3, self.clock)
-        runner = threading.Thread(target=self.loop.run_forever, args=(self._stop,), name="leader-loop", daemon=True)
-        reporter = threading.Thread(target=self.replicas.run, args=(self._stop,), name="replica-report", daemon=True)
-        self._threads = [keeper, runner, reporter]
-        keeper.start()
-        runner.start()
-        reporter.start()
+        period = self.settings.leader_lock_heartbeat_period_millis / 1000
+        duration = self.settings.leader_lock_lease_duration_millis / 1000
+        interval = self.settings.lease_assignment_interval_millis / 1000
+        supervise = self.supervisor
+        # The lock keeper ticks often enough that heartbeats are never late behind a slow leader run. A critical
+        # thread past its bound (the larger of three of its intervals and two lock durations) fails /healthz; the
+        # process exits once it is also past GIVE_UP_FLOOR_SECONDS, so a loaded host's slow store calls do not end
+        # it. The leader loop's fenced writes count as progress within a long run.
+        bound = 2 * duration
+        self._threads = [
+            supervise.loop(LOCK_KEEPER, self.lock.tick, period / 3, Kind.CRITICAL, bound, self._stop),
+            supervise.loop(LEADER_LOOP, lambda: self.loop.cycle(self._stop), 0.0, Kind.CRITICAL,
+                           max(3 * interval, bound), self._stop),
+            supervise.loop("replica-report", self.replicas.step, CHECK_SECONDS, Kind.RESTARTABLE, stop=self._stop),
+        ]
+        if self.loop.listing is not None:
+            self.loop.listing.threaded()
+            self._threads.append(supervise.loop("shard-listing", self.loop.listing.step, 0.0, Kind.RESTARTABLE,
+                                                stop=self._stop))
+        supervise.watch()
 
     def _leaders_snapshot(self) -> ApiSnapshot | None:
         url = self.lock.holder_url()
@@ -107,11 +145,11 @@ class CoordinatorService:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop, release the lock so a successor takes over immediately, close the store."""
         self._stop.set()
-        keeper = self._threads[0] if self._threads else None
-        if isinstance(keeper, LockKeeper):
-            keeper.stop()
+        self.supervisor.stop()
         for thread in self._threads:
             thread.join(timeout)
+        self.loop.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
+        self.lock.release()
         if self.api is not None:
             self.api.stop(timeout)
         self.peers.close()
@@ -128,6 +166,12 @@ class CoordinatorService:
         """
         while not self._stop.wait(0.2):
             pass
+
+
+def _let_go(lock: LeaderLock, clock: Clock) -> None:
+    """Before the process exits on a failed or stalled critical thread: release the lock, trying for a second."""
+    with retry_deadline(clock.monotonic() + GIVE_UP_SECONDS):
+        lock.release(math.inf)
 
 
 def register(sub: Any) -> None:

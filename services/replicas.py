@@ -140,15 +140,13 @@ class ReplicaReporter:
             self._reported_at = sent
         return written
 
-    def run(self, stop: threading.Event, period: float = CHECK_SECONDS) -> None:
-        """Report whenever `due()` (checked every `period` s) until `stop` is set (store trouble is logged only)."""
-        while not stop.is_set():
-            try:
-                if self.due() and not self.report():
-                    log.info("replica list changed under us; reporting again in %.0f s", period)
-            except ShardherdError as exc:
-                log.warning("could not report this replica: %s", exc)
-            stop.wait(period)
+    def step(self) -> None:
+        """Report if `due()` (the replica's supervised loop runs this every CHECK_SECONDS; store trouble is logged)."""
+        try:
+            if self.due() and not self.report():
+                log.info("replica list changed under us; reporting again in %.0f s", CHECK_SECONDS)
+        except ShardherdError as exc:
+            log.warning("could not report this replica: %s", exc)
 
 
 def _news(entry: ReplicaEntry) -> ReplicaEntry:

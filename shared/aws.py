@@ -13,13 +13,19 @@ _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, c
                         max_pool_connections=50)
 
 
-def make_client(service: str, region: str, endpoint_url: str | None = None) -> Any:
-    """A boto3 client for `service`; credentials come from the standard chain (dummy ones for an emulator)."""
+def make_client(service: str, region: str, endpoint_url: str | None = None,
+                timeouts: tuple[float, float] | None = None) -> Any:
+    """A boto3 client for `service`; credentials come from the standard chain (dummy ones for an emulator).
+
+    `timeouts` (connect, read seconds) replace the defaults for a caller with a deadline of its own (shard sync).
+    """
+    config = _CLIENT_CONFIG if timeouts is None else _CLIENT_CONFIG.merge(
+        Config(connect_timeout=timeouts[0], read_timeout=timeouts[1]))
     extra: dict[str, Any] = {}
     if endpoint_url:
         extra["endpoint_url"] = endpoint_url
         session = boto3.session.Session()
         if session.get_credentials() is None:
             extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-    client: Any = boto3.session.Session().client(service, region_name=region, config=_CLIENT_CONFIG, **extra)  # type: ignore[call-overload]
+    client: Any = boto3.session.Session().client(service, region_name=region, config=config, **extra)  # type: ignore[call-overload]
     return client

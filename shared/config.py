@@ -167,6 +167,12 @@ class Settings(BaseSettings):
     # its newest run's scans instead, whenever they are this fresh).
     api_cache_millis: int = Field(5_000, ge=0, le=HOUR_MILLIS)
 
+    # Agents (plain and Spark drivers): a small HTTP endpoint with /healthz (503 once a critical thread fails or
+    # stalls, decision 0022) and /metrics (thread restarts, shards stuck on a failing batch). Off unless a port is
+    # set (several agents share a host in the local stack); the Helm chart sets 8081 and host 0.0.0.0.
+    agent_health_port: int | None = Field(None, ge=0, le=65535)
+    agent_health_host: str = "127.0.0.1"
+
     # KPL de-aggregation: auto (the protobuf runtime's C decoder when installed, else pure Python) or python (force
     # the pure-Python decoder). agent/kpl_decoding.py; Spark executors get it with their partitions.
     kpl_decoder: Literal["auto", "python"] = "auto"

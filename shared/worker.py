@@ -20,6 +20,18 @@ THROUGHPUT_METRIC = "T"
 FAILED_SAMPLE = -1.0
 
 
+MAX_FAILING_ERROR_CHARS = 120  # of a failing batch's last error in the row (which stays under one write unit)
+
+
+@dataclass(frozen=True, slots=True)
+class FailingBatch:
+    """A shard stuck on a batch its processor keeps failing: since when (wall seconds), attempts, the last error."""
+
+    since: float
+    attempts: int
+    last_error: str
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseProgress:
     """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease.
@@ -37,6 +49,7 @@ class LeaseProgress:
     failures: int = 0
     refused: bool = False
     records_behind: int | None = None
+    failing: FailingBatch | None = None  # the shard is stuck on a failing batch (decision 0022)
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
@@ -50,12 +63,12 @@ NO_PROGRESS = LeaseProgress()
 
 
 def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
-    """The entries a worker row carries: leases this worker failed on or refused, which the leader must see soon.
+    """The entries a worker row carries: leases failed on, refused or stuck on here, which the leader must see soon.
 
     Lag, records and bytes go onto the lease with each checkpoint instead, so the heartbeat row stays under one write
     unit (1 KiB) however many leases the worker holds without trouble.
     """
-    return {key: value for key, value in progress.items() if value.failures or value.refused}
+    return {key: value for key, value in progress.items() if value.failures or value.refused or value.failing}
 
 
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:

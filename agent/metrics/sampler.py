@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from shardherd.agent.metrics import CpuSource, InvalidMetricInput, MetricSourceError
 from shardherd.shared.clock import Clock
 from shardherd.shared.rounding import round6
+from shardherd.shared.supervision import Supervisor
 from shardherd.shared.worker import CPU_METRIC, FAILED_SAMPLE
 
 log = logging.getLogger(__name__)
@@ -126,9 +127,12 @@ class SamplingThread:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shardherd-cpu-sampler", daemon=True)
 
-    def start(self) -> None:
-        """Begin sampling in the background."""
-        self._thread.start()
+    def start(self, supervisor: Supervisor | None = None) -> None:
+        """Begin sampling in the background (under `supervisor`: restarted after a failure, the restart counted)."""
+        if supervisor is None:
+            self._thread.start()
+        else:
+            self._thread = supervisor.thread(self._thread.name, self._run)
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop at once (the wait between samples is interrupted) and wait for the thread to end."""

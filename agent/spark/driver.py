@@ -13,6 +13,7 @@ import logging
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from shardherd.shared.errors import ShardherdError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.store import Conflict, LeaseStore
 from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, stream_to_read
+from shardherd.shared.supervision import Kind
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUPERVISE_SECONDS = 0.1
+SPARK_SUPERVISOR = "spark-supervisor"
 PROBE_THREADS = 8
 COMMIT_THREADS = 8
 CHECKPOINT_WAIT_SECONDS = 10.0  # on stop, how long the last batch's checkpoints may still take
@@ -80,8 +83,8 @@ class SparkAgent(Agent):
     def __init__(self, settings: Settings, channel: Path | None = None, caps: Caps | None = None,
                  probe_interval: float = 0.5, min_call_interval: float = 0.2, include_reader: bool = False,
                  store: LeaseStore | None = None, clock: Clock | None = None,
-                 max_partitions: int | None = None) -> None:
-        super().__init__(settings, _no_processor, clock=clock, store=store)
+                 max_partitions: int | None = None, exit: Callable[[int], None] | None = None) -> None:
+        super().__init__(settings, _no_processor, clock=clock, store=store, exit=exit)
         self.channel = channel or Path(tempfile.mkdtemp(prefix="shardherd-spark-"))
         # The source's stream option names a single-stream application's stream; a multi-stream source key names
         # its own (the option then lists the streams, for the record).
@@ -105,7 +108,9 @@ class SparkAgent(Agent):
         self._wake_prober = threading.Event()  # set on stop: the probe loop ends without waiting for its next round
         self._stopping = threading.Lock()
         self._stopped = False
-        self._threads: list[threading.Thread] = []
+        self._was_live = False  # the agent was live once since the query started
+        self._ending = False  # the query ended and the agent is stopping: supervision has nothing left to do
+        self._spark_threads: list[threading.Thread] = []
         self.stopped_because: str | None = None
 
     # ------------------------------------------------------------------ LeaseListener
@@ -268,13 +273,18 @@ class SparkAgent(Agent):
     def start(self) -> SparkAgent:
         """Start the keeper, metrics sampling and the probing thread."""
         super().start()
-        self._spawn(self._probe_loop, "shard-prober")
+        # Restartable: a probe that fails is a failed probe (Prober.probe), anything else restarts the loop.
+        self._spark_threads.append(self.supervisor.thread("shard-prober", self._probe_loop))
         return self
 
     def supervise(self, query: StreamingQuery) -> None:
         """Tie the agent to a running query: each one's end ends the other."""
         self._query = query
-        self._spawn(self._supervise_loop, "spark-supervisor")
+        failover = self.settings.failover_time_millis / 1000
+        # Critical: a query that cannot be asked whether it runs (a dead JVM: py4j raises) gives the leases back
+        # and ends the driver (decision 0022).
+        self._spark_threads.append(self.supervisor.loop(SPARK_SUPERVISOR, self._supervise_step, SUPERVISE_SECONDS,
+                                                        Kind.CRITICAL, 2 * failover, self._halt))
 
     def run_query(self, spark: SparkSession, write: BatchFunction, checkpoint_location: str,
                   processing_time: str = "1 second", available_now: bool = False) -> StreamingQuery:
@@ -288,7 +298,7 @@ class SparkAgent(Agent):
         reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
         """
         register_source(spark)
-        if available_now and not self._thread.is_alive():
+        if available_now and not self.running():
             self.start()
         options = self.source_options()
         if self.options.max_partitions is None:
@@ -303,7 +313,7 @@ class SparkAgent(Agent):
             trigger = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(processing_time)
             self.probe_schedule.trigger = int(trigger.intervalMs()) / 1000
         query = writer.start()
-        if not self._thread.is_alive():
+        if not self.running():
             self.start()
         self.supervise(query)
         return query
@@ -319,28 +329,24 @@ class SparkAgent(Agent):
             if self._stopped:
                 return
             query = self._query
-            if drain and query is not None and query.isActive and self._thread.is_alive():
+            active = query is not None and _answers(query)
+            if drain and query is not None and active and self.running():
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
             self._wake_prober.set()
-            if query is not None and query.isActive:
+            if query is not None and active and _answers(query):
                 query.stop()
             self.await_checkpoints(CHECKPOINT_WAIT_SECONDS)  # what was written is stored before leases are given back
             current = threading.current_thread()
-            for thread in self._threads:
+            for thread in self._spark_threads:
                 if thread is not current:
                     thread.join(10)
             self._probe_pool.shutdown(wait=False, cancel_futures=True)
             self._commit_pool.shutdown(wait=False)
-            if self._thread.is_alive():
+            if self.running():
                 super().stop(drain, drain_timeout)
             self._stopped = True
-
-    def _spawn(self, target: object, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
-        self._threads.append(thread)
-        thread.start()
 
     def _probe_loop(self) -> None:
         """Probe every owned shard in parallel on the probe schedule (a shard just acquired: `_probe_first`).
@@ -368,9 +374,12 @@ class SparkAgent(Agent):
 
         The probe loop may probe the shard at the same time; the book applies only the first result from a frontier.
         """
-        for target, frontier in self.book.to_probe(self._lookahead):
-            if target == shard:
-                self._probed(shard, frontier, self._probe_one((shard, frontier)))
+        try:
+            for target, frontier in self.book.to_probe(self._lookahead):
+                if target == shard:
+                    self._probed(shard, frontier, self._probe_one((shard, frontier)))
+        except Exception as exc:  # a pool task: nothing else would see it; the probe rounds cover the shard
+            log.error("first probe of %s failed (the probe rounds cover it): %s: %s", shard, type(exc).__name__, exc)
 
     def _probed(self, shard: str, frontier: StartPosition, result: ProbeResult) -> None:
         """Apply one probe: the book's segments, SHARD_END at a closed shard's end, the lease's lag."""
@@ -395,24 +404,37 @@ class SparkAgent(Agent):
             self.book.lost(key)  # still held (the leader cleans it up), never planned again
             self._prober.forget(shard)
 
-    def _supervise_loop(self) -> None:
-        was_live = False
-        while not self._halt.wait(SUPERVISE_SECONDS):
-            query = self._query
-            if query is None:
-                continue
-            if not query.isActive:
-                failure = query.exception()
-                self.stopped_because = f"query failed: {failure}" if failure else "query stopped"
-                log.warning("%s: draining the agent's leases", self.stopped_because)
-                threading.Thread(target=self.stop, name="spark-agent-stop", daemon=True).start()
-                return
-            live = self.keeper.is_live() and self._thread.is_alive()
-            was_live = was_live or live
-            if was_live and not live:
-                self.stopped_because = "agent lost liveness"
-                log.error("the agent stopped renewing: stopping the query before its shards fail over")
-                query.stop()
-                threading.Thread(target=self.stop, kwargs={"drain": False}, name="spark-agent-stop",
-                                 daemon=True).start()
-                return
+    def _supervise_step(self) -> None:
+        """One look at the query and the agent (every SUPERVISE_SECONDS): each one's end ends the other.
+
+        `query.isActive` raising (py4j: the JVM is gone) fails this critical loop, so the driver gives up its leases
+        and exits instead of heartbeating for shards nothing reads.
+        """
+        query = self._query
+        if query is None or self._ending:
+            return
+        if not query.isActive:
+            failure = query.exception()
+            self._end(f"query failed: {failure}" if failure else "query stopped", drain=True)
+            log.warning("%s: draining the agent's leases", self.stopped_because)
+            return
+        live = self.keeper.is_live() and self.running()
+        self._was_live = self._was_live or live
+        if self._was_live and not live:
+            log.error("the agent stopped renewing: stopping the query before its shards fail over")
+            query.stop()
+            self._end("agent lost liveness", drain=False)
+
+    def _end(self, why: str, drain: bool) -> None:
+        self._ending = True
+        self.stopped_because = why
+        threading.Thread(target=self.stop, kwargs={"drain": drain}, name="spark-agent-stop", daemon=True).start()
+
+
+def _answers(query: StreamingQuery) -> bool:
+    """True if the query is active; False if it is not, or its JVM no longer answers (it cannot be stopped then)."""
+    try:
+        return bool(query.isActive)
+    except Exception as exc:  # py4j: the JVM is gone
+        log.warning("the query does not answer (its JVM is gone?): %s: %s", type(exc).__name__, exc)
+        return False

@@ -18,7 +18,6 @@ from typing import Any
 from shardherd.agent.kpl import BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_aggregate
 from shardherd.agent.read_spec import StartPosition
-from shardherd.agent.reader import ShardReadError
 from shardherd.agent.spark.channel import Segment
 from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.shared.checkpoint import Checkpoint
@@ -83,11 +82,15 @@ class Prober:
         self._iterators: dict[str, tuple[StartPosition, str | None]] = {}
 
     def probe(self, shard_id: str, frontier: StartPosition, limit: int) -> ProbeResult:
-        """One GetRecords of at most `limit` records after `frontier` (plus an iterator when the frontier moved)."""
+        """One GetRecords of at most `limit` records after `frontier` (plus an iterator when the frontier moved).
+
+        Never raises: any failure is a failed probe (logged; the shard is probed again next round), so the probing
+        thread cannot die of one and leave held shards unplanned.
+        """
         try:
             return self._probe(shard_id, frontier, limit)
-        except ShardReadError as exc:
-            log.warning("probe of %s failed: %s", shard_id, exc)
+        except Exception as exc:  # read errors, credentials that fail to refresh, a body that is not JSON, ...
+            log.warning("probe of %s failed: %s: %s", shard_id, type(exc).__name__, exc)
             self._iterators.pop(shard_id, None)
             return ProbeResult()
 

@@ -113,7 +113,7 @@ class Fleet:
 
     def signal(self, worker_id: str, kind: str) -> None:
         """An agent's event on the coordinator channel (joined, dropped, news); the leader runs a quarter interval
-        later, as `LeaderLoop.run_forever` does when its feed signals."""
+        later, as `LeaderLoop.cycle` does when its feed signals."""
         if self.loop is None:
             return
         feed = self.loop.feed

@@ -16,6 +16,7 @@ from shardherd.services.leader_status import LeaderWatch
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.store import LeaseStore
+from shardherd.shared.supervision import Supervisor
 
 # /readyz on the leader fails after this many lease-assignment intervals without a successful run.
 STALL_INTERVALS = 5
@@ -34,6 +35,8 @@ class ApiContext:
     stall_intervals: int = STALL_INTERVALS
     # On a replica that does not lead: the leader's snapshot over HTTP (services/peer_client.py), None if it fails.
     from_leader: Callable[[], ApiSnapshot | None] | None = None
+    # The replica's supervised threads: /healthz fails while a critical one makes no progress (decision 0022).
+    supervisor: Supervisor | None = None
     tokens: TokenSource = field(init=False)
     heartbeats: HeartbeatObserver = field(init=False)
     checkpoints: CheckpointAges = field(init=False)

@@ -124,6 +124,8 @@ def _progress(lease: Lease, owner: WorkerRecord | None) -> LeaseProgress | None:
 def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseOut:
     owner = records.get(lease.actual_owner or "")
     progress = _progress(lease, owner)
+    reported = owner.lease_progress.get(lease.lease_key) if owner is not None else None
+    failing = reported.failing if reported is not None else None
     return LeaseOut(
         lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
@@ -135,6 +137,8 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         records_behind=progress.records_behind if progress else None,
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
+        failing_since=failing.since if failing else None, failing_attempts=failing.attempts if failing else None,
+        failing_error=failing.last_error if failing else None,
     )
 
 

@@ -1,4 +1,4 @@
-"""/healthz (the process answers) and /readyz (the store answers; on the leader, runs and shard syncs succeed)."""
+"""/healthz (every critical thread makes progress) and /readyz (the store answers; the leader's runs succeed)."""
 
 from __future__ import annotations
 
@@ -17,10 +17,18 @@ router = APIRouter(tags=["health"])
 _UNAVAILABLE: dict[int | str, dict[str, object]] = {503: {"model": HealthOut, "description": "not ready"}}
 
 
-@router.get("/healthz", response_model=HealthOut, summary="Liveness: the process serves requests")
-def healthz() -> HealthOut:
-    """Always ok while the process serves HTTP."""
-    return HealthOut(status="ok", detail="alive")
+@router.get("/healthz", response_model=HealthOut, responses=_UNAVAILABLE,
+            summary="Liveness: the lock keeper and the leader loop each completed an iteration lately")
+def healthz(ctx: Annotated[ApiContext, Depends(context)]) -> HealthOut | JSONResponse:
+    """503 once a critical thread failed or has not completed an iteration within its bound (decision 0022).
+
+    The replica then releases the lock and exits on its own; the probe catches what the process cannot (a wedged
+    interpreter). Store trouble alone never fails it: that is readiness.
+    """
+    problem = None if ctx.supervisor is None else ctx.supervisor.problem()
+    if problem is not None:
+        return _unavailable(problem)
+    return HealthOut(status="ok", detail="alive, every critical thread making progress")
 
 
 @router.get("/readyz", response_model=HealthOut, responses=_UNAVAILABLE,

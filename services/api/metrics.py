@@ -21,6 +21,7 @@ from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
 from shardherd.services.api.leader import last_success_at
 from shardherd.services.leader_status import LeaderStatus
+from shardherd.shared.supervision_report import supervision_families
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
 
@@ -134,14 +135,26 @@ def leader_families(status: LeaderStatus | None, readable: bool, now: float,
     return families
 
 
+def stuck_families(fleet: Fleet) -> list[Metric]:
+    """Leases whose owner is stuck on a batch its processor keeps failing: attempts so far (the shard blocks)."""
+    stuck = GaugeMetricFamily("shardherd_lease_failing_batch_attempts",
+                              "Failed deliveries of the batch the lease's owner is stuck on (0 leases: none stuck)",
+                              labels=["lease", "worker"])
+    for lease in fleet.leases:
+        if lease.failing_attempts:
+            stuck.add_metric([lease.lease_key, lease.checkpoint_owner or lease.owner or ""], lease.failing_attempts)
+    return [stuck]
+
+
 def replica_families(ctx: ApiContext) -> list[Metric]:
-    """What this replica alone knows: whether it leads and how often it gained or lost the lock."""
+    """What this replica alone knows: whether it leads, how often it gained or lost the lock, its threads' health."""
     changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
                                   labels=["change"])
     for change, count in sorted(ctx.watch.lock_changes().items()):
         changes.add_metric([change], count)
+    supervised = [] if ctx.supervisor is None else supervision_families(ctx.supervisor)
     return [_gauge("shardherd_replica_is_leader", "1 if this replica holds the leader lock",
-                   1 if ctx.lock.is_leader() else 0), changes]
+                   1 if ctx.lock.is_leader() else 0), changes, *supervised]
 
 
 class _Families(Collector):
@@ -163,7 +176,7 @@ def metrics(ctx: Annotated[ApiContext, Depends(context)]) -> Response:
     snapshot = ctx.snapshot()
     status = snapshot.status
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*fleet_families(snapshot.fleet),
+    registry.register(_Families([*fleet_families(snapshot.fleet), *stuck_families(snapshot.fleet),
                                  *leader_families(status, snapshot.status_problem is None, ctx.clock.time(),
                                                   last_success_at(status, snapshot.lock)),
                                  *replica_families(ctx)]))

@@ -81,6 +81,11 @@ class LeaseOut(BaseModel):
     checkpoint_age_seconds: Annotated[float | None, Field(
         description="seconds since the checkpoint last moved, as this replica saw it (counted from the replica's "
                     "first look at the lease)")] = None
+    failing_since: Annotated[float | None, Field(
+        description="the owner is stuck on a batch its processor keeps failing: since when (wall seconds on the "
+                    "owner); null while it is not")] = None
+    failing_attempts: Annotated[int | None, Field(description="failed deliveries of that batch so far")] = None
+    failing_error: Annotated[str | None, Field(description="the last error of that batch (shortened)")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(

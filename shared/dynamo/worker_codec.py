@@ -17,7 +17,7 @@ from shardherd.shared.dynamo.attributes import (
 from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
 from shardherd.shared.errors import MalformedWorker
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
-from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.worker import FailingBatch, LeaseProgress, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
 LAST_UPDATE = "lut"
@@ -89,10 +89,26 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
         behind = fields.get("behind")
         records_behind = int(_read_number(f"{LEASE_PROGRESS}.{key}.behind", behind)) if behind is not None else None
         try:
-            progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind)
+            progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind,
+                                          failing=_read_failing(key, fields.get("failing")))
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
+
+
+def _read_failing(key: str, value: AttributeValue | None) -> FailingBatch | None:
+    """A `failing` entry of leaseProgress (since, attempts, error), if any."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("M"), dict):
+        raise AttributeTypeError(f"{LEASE_PROGRESS}.{key}.failing must be of type M")
+    fields = value["M"]
+    error = fields.get("error", {"S": ""})
+    if not isinstance(error, dict) or not isinstance(error.get("S"), str):
+        raise AttributeTypeError(f"{LEASE_PROGRESS}.{key}.failing.error must be of type S")
+    return FailingBatch(float(_read_number(f"{LEASE_PROGRESS}.{key}.failing.since", fields.get("since"))),
+                        int(_read_number(f"{LEASE_PROGRESS}.{key}.failing.attempts", fields.get("attempts"))),
+                        error["S"])
 
 
 def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
@@ -107,6 +123,10 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
             fields["failures"] = integer(value.failures)
         if value.refused:
             fields["refused"] = {"BOOL": True}
+        if value.failing is not None:
+            fields["failing"] = {"M": {"since": integer(int(value.failing.since)),
+                                       "attempts": integer(value.failing.attempts),
+                                       "error": {"S": value.failing.last_error}}}
         entries[key] = {"M": fields}
     return {"M": entries}
 

@@ -10,7 +10,7 @@ from typing import Any
 from shardherd.shared.errors import MalformedWorker
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shardherd.shared.sql.values import read_int, read_json, read_optional_str
-from shardherd.shared.worker import FAILED_SAMPLE, LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.worker import FAILED_SAMPLE, FailingBatch, LeaseProgress, WorkerRecord, WorkerState
 
 
 def worker_values(record: WorkerRecord) -> dict[str, Any]:
@@ -36,6 +36,9 @@ def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
         entry["refused"] = True
     if progress.records_behind is not None:
         entry["behind"] = progress.records_behind
+    if progress.failing is not None:
+        failing = progress.failing
+        entry["failing"] = {"since": int(failing.since), "attempts": failing.attempts, "error": failing.last_error}
     return entry
 
 
@@ -78,6 +81,18 @@ def _throughput_map(value: object, repairs: list[str]) -> dict[str, float]:
     return throughput
 
 
+def _failing(key: str, value: object) -> FailingBatch | None:
+    """A `failing` entry (since, attempts, error), if any."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"progress of {key!r}: failing must be an object")
+    since, attempts, error = value.get("since"), value.get("attempts"), value.get("error", "")
+    if not isinstance(since, int) or not isinstance(attempts, int) or not isinstance(error, str):
+        raise ValueError(f"progress of {key!r}: failing needs integers since and attempts and a text error")
+    return FailingBatch(float(since), attempts, error)
+
+
 def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]:
     """Map lease key -> {lag, records, bytes}, from JSON text (NULL = none reported), without negative figures."""
     parsed = read_json(value)
@@ -97,7 +112,8 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
         if not isinstance(refused, bool):
             raise ValueError(f"progress of {key!r}: refused must be a boolean")
         try:
-            progress[key] = LeaseProgress(lag, records, size, failures, refused, behind)
+            progress[key] = LeaseProgress(lag, records, size, failures, refused, behind,
+                                          _failing(key, entry.get("failing")))
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress

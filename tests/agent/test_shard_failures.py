@@ -6,17 +6,23 @@ Real parts: a coordinator and agents in this process on moto server (DynamoDB) a
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 
+from shardherd.agent.consumer import Checkpointer
+from shardherd.agent.records import Record
 from shardherd.agent.runtime import Agent
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.supervision import EXIT_GAVE_UP
 from tests.support.fast_settings import FAST_READS
+from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stream_stack import StreamStack
 from tests.support.waiting import wait_for
@@ -35,6 +41,22 @@ class BrokenOn(LedgerProcessor):
         super().initialize(shard_id, start)
 
 
+class PoisonOn(LedgerProcessor):
+    """A ledger processor whose batches of one shard always fail (a record its sink rejects, say)."""
+
+    shard = ""
+
+    def initialize(self, shard_id: str, start: Checkpoint) -> None:
+        self.shard = shard_id
+        super().initialize(shard_id, start)
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None) -> None:
+        if self.shard == BAD_SHARD and records:
+            raise ValueError("the sink rejects record " + records[0].sequence_number)
+        super().process_records(records, checkpointer, millis_behind_latest)
+
+
 class Stack(StreamStack):
     """A coordinator and in-process agents; each agent's processor and settings are chosen by the test."""
 
@@ -43,9 +65,11 @@ class Stack(StreamStack):
         self.ledger = Ledger()
         self.agents: dict[str, Agent] = {}
 
-    def add_agent(self, worker: str, broken: bool = False, **settings: Any) -> Agent:
-        kind = BrokenOn if broken else LedgerProcessor
-        agent = Agent(self.settings(worker, **settings), lambda: kind(self.ledger, worker), limits=FAST_READS)
+    def add_agent(self, worker: str, broken: bool = False, kind: type[LedgerProcessor] | None = None,
+                  exit: Callable[[int], None] | None = None, **settings: Any) -> Agent:
+        made = kind or (BrokenOn if broken else LedgerProcessor)
+        agent = Agent(self.settings(worker, **settings), lambda: made(self.ledger, worker), limits=FAST_READS,
+                      exit=exit)
         self.agents[worker] = agent.start()
         return agent
 
@@ -107,3 +131,77 @@ def test_a_worker_without_the_initial_timestamp_gives_at_timestamp_leases_to_one
         assert {worker for shard in stack.owners() for worker in stack.ledger.workers_of(shard)} == {"agent-2"}
     finally:
         stack.close()
+
+
+def test_a_batch_that_always_fails_blocks_its_shard_visibly_with_a_growing_wait(
+        stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    """Bug 6: retried every second forever with a traceback each time, and nothing told the operator."""
+    with caplog.at_level(logging.ERROR):
+        agent = stack.add_agent("agent-1", kind=PoisonOn, agent_health_port=0)
+        wait_for(lambda: set(stack.owners().values()) == {"agent-1"} and len(stack.owners()) == 3, 30,
+                 "agent-1 holds every lease")
+        stack.produce(60, "p")
+        wait_for(lambda: BAD_SHARD in agent.progress.failing(), 30, "the shard stuck on its batch")
+        first = time.monotonic()
+        time.sleep(7.5)  # 1 + 2 + 4 s of backoff: four attempts (a second apart, it was eight)
+        failing = agent.progress.failing()[BAD_SHARD]
+        assert 3 <= failing.attempts <= 5 and failing.last_error.startswith("ValueError: the sink rejects record")
+        assert failing.since <= time.time() - (time.monotonic() - first) + 0.5
+        assert agent.health is not None
+        metrics = httpx.get(f"http://127.0.0.1:{agent.health.port}/metrics", timeout=5).text
+        assert 'shardherd_shard_failing_batch_attempts{last_error="ValueError: the sink rejects record' in metrics
+        assert f'shardherd_shard_failing_batch_seconds{{lease="{BAD_SHARD}"}}' in metrics
+        # The leader's view: the worker row carries it, the coordinator's API (and dashboard alert) shows it.
+        api = stack.coordinator.api
+        assert api is not None
+        wait_for(lambda: any(item["lease_key"] == BAD_SHARD and (item["failing_attempts"] or 0) >= 2
+                             for item in httpx.get(f"{api.url}/v1/assignments", timeout=5).json()["items"]), 10,
+                 "the stuck shard in the coordinator's API")
+    lines = [record for record in caplog.records if BAD_SHARD in record.getMessage()]
+    assert len(lines) == failing.attempts and all(record.exc_info is None for record in lines)  # no tracebacks
+    assert stack.owners()[BAD_SHARD] == "agent-1"  # it blocks (no skipping): the poison-record policy decides later
+    assert stack.ledger.workers_of(BAD_SHARD) == []  # nothing of the shard delivered past the failing batch
+    others = [key for key in stack.owners() if key != BAD_SHARD]
+    wait_for(lambda: all(stack.ledger.workers_of(key) for key in others), 30, "the other shards flowing")
+
+
+def test_a_heartbeat_thread_that_fails_turns_health_red_and_its_shards_move(
+        moto_server: MotoServer, kinesalite: NodeEmulator) -> None:
+    """A permanent store error (AccessDenied on the row's UpdateItem) escapes the heartbeat: a critical failure."""
+    stack = Stack(moto_server, kinesalite)
+    proxy = DeniesUpdates(moto_server.endpoint_url)
+    try:
+        with proxy:
+            exits: list[int] = []
+            doomed = stack.add_agent("agent-1", exit=exits.append, agent_health_port=0,
+                                     dynamodb_endpoint_url=proxy.endpoint_url)
+            stack.add_agent("agent-2")
+            wait_for(lambda: len(stack.owners()) == 3 and None not in stack.owners().values(), 30, "leases owned")
+            wait_for(lambda: "agent-1" in stack.owners().values(), 30, "agent-1 holding a lease")
+            assert doomed.health is not None
+            url = f"http://127.0.0.1:{doomed.health.port}/healthz"
+            assert httpx.get(url, timeout=5).status_code == 200
+            proxy.denying = True
+            denied = time.monotonic()
+            red = wait_for(lambda: httpx.get(url, timeout=5).status_code == 503, 10, "agent-1's health red")
+            assert exits == [EXIT_GAVE_UP]
+            moved = wait_for(lambda: "agent-1" not in stack.owners().values(), 30, "agent-1's leases elsewhere")
+            interval = doomed.settings.effective_heartbeat_interval_millis / 1000
+            failover = doomed.settings.failover_time_millis / 1000
+            print(f"\nheartbeat thread failing: health red after {red:.2f} s, leases elsewhere after "
+                  f"{time.monotonic() - denied:.1f} s")
+            assert red <= 3 * interval
+            assert moved <= failover + 5
+    finally:
+        stack.close()
+
+
+class DeniesUpdates(FaultyProxy):
+    """Answers UpdateItem with AccessDenied while `denying` (the role lost dynamodb:UpdateItem)."""
+
+    denying = False
+
+    def _next(self, target: str) -> Fault | None:
+        if self.denying and target.endswith(".UpdateItem"):
+            return Fault(400, "AccessDeniedException")
+        return super()._next(target)

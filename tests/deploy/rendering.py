@@ -14,7 +14,7 @@ CHART = REPO / "helm" / "shardherd"
 
 # Settings the chart sets per pod or from other values (pod name, Service URL, port, Secret file), never from `config`.
 CHART_MANAGED = frozenset({"worker_id", "api_host", "api_port", "api_token", "api_token_file", "coordinator_url",
-                           "api_advertise_url"})
+                           "api_advertise_url", "agent_health_port", "agent_health_host"})
 EXAMPLES = REPO / "helm" / "examples"
 VALUES_DIR = Path(__file__).resolve().parent / "values"
 RELEASE = "shardherd"

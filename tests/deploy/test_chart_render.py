@@ -10,7 +10,7 @@ import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import pytest
 from pydantic import SecretStr
 
-from shardherd.shared.config import Settings
+from shardherd.shared.config import Settings, load_settings
 from tests.deploy.rendering import (
     CHART,
     CHART_MANAGED,
@@ -210,3 +210,13 @@ def test_notes_warn_about_missing_stream_and_role() -> None:
     assert "serviceAccount.roleArn is empty" in notes
     configured = render(values_file(EXAMPLES / "values-eks.yaml"))
     assert "WARNING" not in next(text for path, text in configured.items() if path.endswith("NOTES.txt"))
+
+
+def test_agents_get_a_health_port_for_the_driver_pods_liveness_probe() -> None:
+    """Decision 0022: the agent env carries the port the driver pod template probes; null turns it off."""
+    env = named(manifests(None), "ConfigMap", "shardherd-agent-env")["data"]
+    assert env["SHARDHERD_AGENT_HEALTH_PORT"] == "8081" and env["SHARDHERD_AGENT_HEALTH_HOST"] == "0.0.0.0"
+    settings = load_settings(agent_health_port=env["SHARDHERD_AGENT_HEALTH_PORT"], worker_id="driver-0")
+    assert settings.agent_health_port == 8081
+    off = named(manifests({"agent": {"healthPort": None}}), "ConfigMap", "shardherd-agent-env")["data"]
+    assert "SHARDHERD_AGENT_HEALTH_PORT" not in off

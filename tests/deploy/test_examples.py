@@ -42,6 +42,12 @@ def test_driver_pod_template_is_a_valid_pod_that_uses_the_rendered_agent_objects
     assert env["SHARDHERD_WORKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert DRAIN in " ".join(container["lifecycle"]["preStop"]["exec"]["command"])
     assert template["metadata"]["labels"]["shardherd.io/client"] == "true"
+    # The agent's health endpoint (decision 0022): the probed port is the one the chart's agent env sets.
+    (agent_env,) = [o for o in manifests({"fullnameOverride": RELEASE})
+                    if o["metadata"]["name"] == f"{RELEASE}-agent-env"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz" and str(ports[probe["port"]]) == agent_env["data"]["SHARDHERD_AGENT_HEALTH_PORT"]
 
 
 def test_spark_application_embeds_the_agent_like_the_pod_template() -> None:

@@ -10,7 +10,7 @@ from shardherd.services.api.assignments import encode_cursor
 from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
-from shardherd.shared.worker import WorkerRecord
+from shardherd.shared.worker import FailingBatch, LeaseProgress, WorkerRecord
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 
 
@@ -262,3 +262,21 @@ def test_api_and_leader_judge_agents_and_kcl_workers_by_one_rule(store: LeaseSto
         summaries += replica.step()
     assert states() == {"agent-a": "expired", "kcl-b": "active"}
     assert summaries[-1] is not None and summaries[-1].active_workers == 1
+
+
+def test_a_shard_stuck_on_a_failing_batch_shows_in_assignments_and_metrics(replica: Replica) -> None:
+    """Decision 0022: the owner's row carries the stuck batch (every backend's codec), the API and /metrics show it."""
+    key, owner = next((key, owner) for key, owner in sorted(replica.owners().items()) if owner == "w1")
+    since = replica.clock.time() - 40
+    replica.lease_progress["w1"] = {key: LeaseProgress(failing=FailingBatch(since, 6, "ValueError: bad record 17"))}
+    replica.heartbeat()
+    row = replica.store.get_worker("w1")
+    assert row is not None and row.lease_progress[key].failing == FailingBatch(float(int(since)), 6,
+                                                                                "ValueError: bad record 17")
+    (lease,) = [item for item in replica.client.get("/v1/assignments").json()["items"] if item["lease_key"] == key]
+    assert (lease["failing_since"], lease["failing_attempts"], lease["failing_error"]) == (
+        float(int(since)), 6, "ValueError: bad record 17")
+    metrics = replica.client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+    assert f'shardherd_lease_failing_batch_attempts{{lease="{key}",worker="{owner}"}} 6.0' in metrics
+    others = [item for item in replica.client.get("/v1/assignments").json()["items"] if item["lease_key"] != key]
+    assert all(item["failing_attempts"] is None for item in others)

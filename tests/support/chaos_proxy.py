@@ -2,7 +2,7 @@
 
 Scheduled faults (FaultyProxy's queue) are served first; otherwise each request meets the current `Chaos` settings:
 a partition drops every connection unanswered; a hang holds every request unanswered until the hang is lifted (or
-HANG_LIMIT passes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a
+the proxy closes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a
 fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
 seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
 latency. One proxy per process makes it easy to cut a single
@@ -16,10 +16,9 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from types import TracebackType
 
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
-
-HUNG = Fault(0, code="hung")  # marker: hold the request while the hang lasts
 
 
 @dataclass(frozen=True)
@@ -31,8 +30,8 @@ class Chaos:
     error_rate: float = 0.0
     drop_rate: float = 0.0
     partitioned: bool = False
-    hang: bool = False
-    reply: Fault | None = None
+    hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
+    reply: Fault | None = None  # every request answered with this canned fault
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -41,7 +40,6 @@ class Chaos:
 
 
 CALM = Chaos()
-HANG_LIMIT = 600.0  # seconds a hung request is held at most
 
 
 class ChaosProxy(FaultyProxy):
@@ -52,7 +50,8 @@ class ChaosProxy(FaultyProxy):
         self._chaos = CALM
         self._rng = random.Random(seed)
         self._chaos_lock = threading.Lock()
-        self.served: Counter[str] = Counter()  # replies by kind: throttled, error, dropped, partitioned, hung, replied
+        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned, hung
+        self._closing = threading.Event()  # set on exit: hung requests end, so closing the server does not wait
 
     @property
     def chaos(self) -> Chaos:
@@ -76,9 +75,6 @@ class ChaosProxy(FaultyProxy):
             if chaos.partitioned:
                 self.served["partitioned"] += 1
                 return 0.0, DROPPED
-            if chaos.hang:
-                self.served["hung"] += 1
-                return 0.0, HUNG
             if chaos.reply is not None:
                 self.served["replied"] += 1
                 return chaos.latency, chaos.reply
@@ -96,16 +92,21 @@ class ChaosProxy(FaultyProxy):
         super().__enter__()
         return self
 
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._closing.set()
+        super().__exit__(exc_type, exc, tb)
+
     def _next(self, target: str) -> Fault | None:
         scheduled = super()._next(target)
         if scheduled is not None:
             return scheduled
-        latency, fault = self._draw()
-        if fault is HUNG:
-            deadline = time.monotonic() + HANG_LIMIT
-            while self.chaos.hang and time.monotonic() < deadline:
-                time.sleep(0.05)
+        if self.chaos.hang:
+            self.served["hung"] += 1
+            while self.chaos.hang and not self._closing.wait(0.1):
+                pass
             return DROPPED
+        latency, fault = self._draw()
         if latency:
             time.sleep(latency)
         return fault

@@ -151,6 +151,11 @@ function drawAlerts(leader, workersBody, leasesBody) {
     alerts.push(["warn", status.unplaced.length + " leases the newest run could not place: " +
       status.unplaced.slice(0, 5).map((item) => item.lease_key + " (" + item.reason + ")").join(", ")]);
   }
+  for (const lease of leasesBody.leases.filter((item) => item.failing_attempts).slice(0, 5)) {
+    alerts.push(["bad", "shard " + lease.shard_id + " stuck on a failing batch since " +
+      new Date(lease.failing_since * 1000).toLocaleTimeString() + ", " + lease.failing_attempts + " attempts, last error: " +
+      lease.failing_error]);
+  }
   replace("alerts", ...alerts.map(([level, text]) => el("div", {class: "alert " + level, "data-alert": level}, text)));
 }
 

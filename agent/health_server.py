@@ -1,0 +1,113 @@
+"""The agent's health port (plain agents and Spark drivers): /healthz for a livenessProbe, /metrics for Prometheus.
+
+/healthz answers 503 once a critical thread (heartbeat, lease keeper; a Spark driver's query supervisor) failed or
+made no progress within its bound (shared/supervision.py), 200 otherwise. /metrics carries the supervised threads'
+restarts and progress, and each shard stuck on a failing batch (since when, attempts, the last error as a label).
+Served by the standard library's threading HTTP server: no request touches the store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from shardherd.shared.supervision import Supervisor
+from shardherd.shared.supervision_report import supervision_families
+from shardherd.shared.worker import FailingBatch
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_LABEL = 200
+
+
+def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metric]:
+    """Per shard stuck on a failing batch: the attempts so far and the seconds since the first failure."""
+    attempts = GaugeMetricFamily("shardherd_shard_failing_batch_attempts",
+                                 "Failed deliveries of the batch a shard is stuck on (it blocks; nothing is skipped)",
+                                 labels=["lease", "last_error"])
+    stuck = GaugeMetricFamily("shardherd_shard_failing_batch_seconds",
+                              "Seconds a shard has been stuck on a failing batch", labels=["lease"])
+    for key, batch in sorted(failing.items()):
+        attempts.add_metric([key, batch.last_error[:MAX_ERROR_LABEL]], batch.attempts)
+        stuck.add_metric([key], max(0.0, now - batch.since))
+    return [attempts, stuck]
+
+
+class _Families(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        """The families of one scrape."""
+        return self._families
+
+
+class HealthServer:
+    """Serves /healthz and /metrics on `host:port` (port 0: any free port; `port` is then the bound one)."""
+
+    def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
+                 wall: Callable[[], float], host: str, port: int) -> None:
+        self._supervisor = supervisor
+        self._failing = failing
+        self._wall = wall
+        self._server = ThreadingHTTPServer((host, port), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="health-server", daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> HealthServer:
+        """Serve in a daemon thread."""
+        self._thread.start()
+        log.info("agent health endpoint on http://%s:%d/healthz", *self._server.server_address[:2])
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _metrics(self) -> bytes:
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Families([*supervision_families(self._supervisor),
+                                     *failing_families(self._failing(), self._wall())]))
+        return generate_latest(registry)
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                if self.path == "/healthz":
+                    problem = server._supervisor.problem()
+                    body = json.dumps({"status": "ok" if problem is None else "unavailable",
+                                       "detail": problem or "alive, every critical thread making progress"}).encode()
+                    self._send(200 if problem is None else 503, "application/json", body)
+                elif self.path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, server._metrics())
+                else:
+                    self._send(404, "application/json", b'{"status": "not found"}')
+
+            def _send(self, status: int, content_type: str, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Probes every few seconds would flood the log."""
+
+        return Handler
