@@ -106,13 +106,16 @@ class Run:
         return max(agents, key=lambda m: (len(self.cluster.owned_by(m.name)), m.name))
 
     def inject(self, member: Member, command: str) -> None:
-        """Hand a command to the member's injection hook and wait (up to 5 s) until it was carried out."""
+        """Hand a command to the member's injection hook; wait (5 s at most) until it was done or the process ended."""
         control = self.cluster.workdir / f"{member.name}.inject"
         done = Path(f"{control}.done")
         before = done.read_text(encoding="utf-8") if done.exists() else ""
         control.write_text(command + "\n", encoding="utf-8")
-        wait_for(lambda: done.exists() and done.read_text(encoding="utf-8") != before, 5, f"inject {command}")
-        self.cluster.note("inject", member.name, done.read_text(encoding="utf-8")[len(before):].strip())
+        # A process whose supervisor gives up on the failed thread may exit before the hook reports.
+        wait_for(lambda: (done.exists() and done.read_text(encoding="utf-8") != before)
+                 or member.process.poll() is not None, 5, f"inject {command}")
+        report = done.read_text(encoding="utf-8")[len(before):].strip() if done.exists() else ""
+        self.cluster.note("inject", member.name, report or f"process exited with {member.process.poll()}")
 
 
 Step = Callable[[Run], None]
