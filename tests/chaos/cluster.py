@@ -102,6 +102,7 @@ class Member:
     how: str = ""  # how it ended: kill, term, close
     ready: float | None = None  # when the sampler first saw it usable by the leader (heartbeat, and CPU report if on)
     port: int | None = None  # a coordinator's API port when the cluster chose it (channel_slots)
+    kinesis_proxy: ChaosProxy | None = None  # its own proxy to Kinesis when the cluster proxies Kinesis too
 
     @property
     def alive(self) -> bool:
@@ -114,8 +115,12 @@ class ChaosCluster:
 
     def __init__(self, moto_url: str, kinesis_url: str, workdir: Path, shards: int = 4,
                  overrides: dict[str, str] | None = None, seed: int = 7,
-                 agent_command: AgentCommand = plain_agent_command, channel_slots: int = 0) -> None:
+                 agent_command: AgentCommand = plain_agent_command, channel_slots: int = 0,
+                 proxy_kinesis: bool = False, coordinator_command: tuple[str, ...] = ()) -> None:
         self.moto_url = moto_url
+        self.kinesis_url = kinesis_url
+        self.proxy_kinesis = proxy_kinesis  # each process also reaches Kinesis through a ChaosProxy of its own
+        self.coordinator_command = list(coordinator_command) or [sys.executable, "-m", "shardherd", "coordinator"]
         self.workdir = workdir
         self.rng = random.Random(seed)
         self.agent_command = agent_command
@@ -133,9 +138,11 @@ class ChaosCluster:
             key[len("SHARDHERD_"):].lower(): value for key, value in self.env.items()
             if key.startswith("SHARDHERD_") and key != LEDGER_ENV})
         from shardherd.shared.dynamo.store import DynamoLeaseStore
+        from shardherd.shared.store_factory import open_store
 
-        self.store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_url),
-                                      TableNames.for_application(self.app))
+        # With store_backend sql (a SQLite file every process shares) the proxies to DynamoDB carry nothing.
+        self.store = open_store(self.settings) if self.settings.store_backend == "sql" else DynamoLeaseStore(
+            make_client("dynamodb", "us-east-1", moto_url), TableNames.for_application(self.app))
         self.store.ensure_tables()
         self.events: list[Event] = []
         self.members: dict[str, Member] = {}
@@ -162,34 +169,37 @@ class ChaosCluster:
 
     def _spawn(self, name: str, command: list[str], env: dict[str, str], skew: float = 0.0) -> Member:
         proxy = ChaosProxy(self.moto_url, seed=self.rng.randrange(2**32)).__enter__()
+        env = {**env, "SHARDHERD_WORKER_ID": name, "SHARDHERD_DYNAMODB_ENDPOINT_URL": proxy.endpoint_url}
+        kinesis_proxy = None
+        if self.proxy_kinesis:
+            kinesis_proxy = ChaosProxy(self.kinesis_url, seed=self.rng.randrange(2**32)).__enter__()
+            env["SHARDHERD_KINESIS_ENDPOINT_URL"] = kinesis_proxy.endpoint_url
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (closed in close())
-        process = subprocess.Popen(command, env={**env, "SHARDHERD_WORKER_ID": name,
-                                                 "SHARDHERD_DYNAMODB_ENDPOINT_URL": proxy.endpoint_url},
-                                   stdout=log, stderr=subprocess.STDOUT)
-        member = Member(name, process, proxy, log, skew)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        member = Member(name, process, proxy, log, skew, kinesis_proxy=kinesis_proxy)
         with self._lock:
             self.members[name] = member
         return member
 
-    def start_coordinator(self) -> Member:
-        """Start one more coordinator replica."""
+    def start_coordinator(self, extra_env: dict[str, str] | None = None) -> Member:
+        """Start one more coordinator replica (`extra_env` on top of the cluster's environment)."""
         name = f"coord-{next(self._names)}"
         self.note("start_coordinator", name)
-        env = self.env
+        env = {**self.env, **(extra_env or {})}
         if self.api_ports:
             taken = {member.port for member in self.coordinators()}
             port = next(port for port in self.api_ports if port not in taken)
             env = {**env, "SHARDHERD_API_PORT": str(port), "SHARDHERD_API_HOST": "127.0.0.1"}
-            member = self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], env)
+            member = self._spawn(name, self.coordinator_command, env)
             member.port = port
             return member
-        return self._spawn(name, [sys.executable, "-m", "shardherd", "coordinator"], env)
+        return self._spawn(name, self.coordinator_command, env)
 
-    def start_agent(self, skew: float = 0.0) -> Member:
+    def start_agent(self, skew: float = 0.0, extra_env: dict[str, str] | None = None) -> Member:
         """Start one more agent (wall clock off by `skew` seconds), writing its own ledger file."""
         name = f"agent-{next(self._names)}"
         self.note("start_agent", name, f"skew={skew:+.0f}s" if skew else "")
-        env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger")}
+        env = {**self.env, LEDGER_ENV: str(self.workdir / f"{name}.ledger"), **(extra_env or {})}
         if self.api_ports:
             env["SHARDHERD_COORDINATOR_URL"] = ",".join(f"http://127.0.0.1:{port}" for port in self.api_ports)
         if self.cpu is not None:
@@ -379,6 +389,8 @@ class ChaosCluster:
             if member.ended is None:
                 member.ended, member.how = time.time(), "close"
             member.proxy.__exit__(None, None, None)
+            if member.kinesis_proxy is not None:
+                member.kinesis_proxy.__exit__(None, None, None)
             member.log.close()
         for thread in self._threads:
             thread.join(10)

@@ -1,8 +1,11 @@
 """A long-running, switchable fault proxy: FaultyProxy plus live knobs for latency, error rates and a partition.
 
 Scheduled faults (FaultyProxy's queue) are served first; otherwise each request meets the current `Chaos` settings:
-a partition drops every connection unanswered, else a seeded draw picks a throttling reply, a 500, a dropped
-connection or a plain forward, each after the configured latency. One proxy per process makes it easy to cut a single
+a partition drops every connection unanswered; a hang holds every request unanswered until the hang is lifted (or
+the proxy closes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a
+fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
+seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
+latency. One proxy per process makes it easy to cut a single
 agent off from the store while the others pass. The knobs are set from the test or bench in the same Python process.
 """
 
@@ -28,6 +31,7 @@ class Chaos:
     drop_rate: float = 0.0
     partitioned: bool = False
     hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
+    reply: Fault | None = None  # every request answered with this canned fault
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -71,6 +75,9 @@ class ChaosProxy(FaultyProxy):
             if chaos.partitioned:
                 self.served["partitioned"] += 1
                 return 0.0, DROPPED
+            if chaos.reply is not None:
+                self.served["replied"] += 1
+                return chaos.latency, chaos.reply
             roll = self._rng.random()
             for kind, rate, fault in (("throttled", chaos.throttle_rate, THROTTLED),
                                       ("error", chaos.error_rate, INTERNAL_ERROR),

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 _JSON = "application/x-amz-json-1.0"
@@ -25,16 +26,20 @@ _TYPE_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 class Fault:
     """One canned reply: an HTTP status with a DynamoDB JSON body, or (status 0) a connection closed unanswered.
 
-    With `forward` the request still reaches the server first (applied there), and only the reply is replaced.
+    With `forward` the request still reaches the server first (applied there), and only the reply is replaced. `raw`
+    replaces the JSON body with those bytes (a 200 whose body is not what the service sends, as a broken proxy does).
     """
 
     status: int
     code: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     forward: bool = False
+    raw: bytes | None = None
 
     def body(self) -> bytes:
-        """The JSON body DynamoDB would send (error type and message, plus any extra fields)."""
+        """The JSON body the service would send (error type and message, plus any extra fields), or `raw`."""
+        if self.raw is not None:
+            return self.raw
         payload: dict[str, Any] = dict(self.extra)
         if self.code:
             payload.update({"__type": _TYPE_PREFIX + self.code, "message": f"injected {self.code}"})
@@ -47,7 +52,39 @@ DROPPED = Fault(0)
 REPLY_LOST = Fault(0, forward=True)
 
 
-class FaultyProxy:
+class _QuietServer(ThreadingHTTPServer):
+    """A client that hung up (a killed process, a timed-out call) is normal here: no traceback for it."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay quiet about connections the client closed; report anything else as usual."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class LoopbackServer:
+    """An HTTP server on a free port of 127.0.0.1, served by a daemon thread while the context is open."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self._server.server_address[1])
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class FaultyProxy(LoopbackServer):
     """Serves the scheduled faults first (None entries forward), then forwards every request to `upstream`."""
 
     def __init__(self, upstream: str, schedule: Iterable[Fault | None] = ()) -> None:
@@ -60,13 +97,12 @@ class FaultyProxy:
         self.faults_served = 0
         self.forwarded: list[str] = []  # the X-Amz-Target of every request that reached the server, in order
         self._received = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        super().__init__(self._handler_class())
 
     @property
     def endpoint_url(self) -> str:
         """Where to point the boto3 client."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     @property
     def requests(self) -> int:
@@ -131,13 +167,3 @@ class FaultyProxy:
                 """Keep test output quiet."""
 
         return Handler
-
-    def __enter__(self) -> FaultyProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
