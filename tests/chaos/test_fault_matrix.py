@@ -20,12 +20,10 @@ from tests.chaos.matrix import Cell, cells, row, run_cell
 pytestmark = pytest.mark.slow
 
 CATALOGUE = {cell.name: cell for cell in cells()}
-LEADER_LOOP_DIES = ("on main an exception ends the leader-loop thread and the replica keeps the lock (issue 30 #2): "
-                    "nothing is assigned, the probe-killed agent's shards are never read again")
 QUICK = [
     pytest.param(CATALOGUE["kill -9 agent"], id="kill-agent"),
-    pytest.param(CATALOGUE["exception in leader leader-loop"], id="leader-loop-exception",
-                 marks=pytest.mark.xfail(strict=True, reason=LEADER_LOOP_DIES)),
+    # Before supervision (decision 0022) the exception ended the leader-loop thread and the replica kept the lock.
+    pytest.param(CATALOGUE["exception in leader leader-loop"], id="leader-loop-exception"),
 ]
 
 
