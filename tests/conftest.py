@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from shardherd.shared.store import LeaseStore
 from tests.support.postgres import PostgresServer
 from tests.support.stores import BACKENDS, make_store
+
+# Property tests draw the same examples on every run (the standards: randomness is seeded); a search for new
+# counterexamples is `HYPOTHESIS_PROFILE=explore pytest ...`.
+settings.register_profile("seeded", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "seeded"))
 
 
 @pytest.fixture(scope="session")
