@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -171,6 +171,7 @@ class ShardReader:
             return self._batch([])
         started = self._clock.monotonic()
         response = self._get_records()
+        require_records(response, self._what)
         self._next_call_at = started + self._limits.min_call_interval
         raw_records = response.get("Records", [])
         if not raw_records:
@@ -304,6 +305,18 @@ class ShardReader:
             log.warning("%s: records past the closed shard's EndingSequenceNumber %s (up to %s) were delivered",
                         self._what, self._ending_sequence, last)
         return (last is not None and last >= self._ending_sequence) or caught_up
+
+
+def require_records(response: Mapping[str, Any], what: str) -> None:
+    """Raise ShardReadError unless `response` has GetRecords' shape (a `Records` list).
+
+    A 200 whose body is something else (a proxy's page, a cut body) parses to neither `Records` nor
+    `NextShardIterator`, which would otherwise read as the shard's end: a SHARD_END checkpoint on an open shard
+    (records lost for good). The caller reads again from its position instead.
+    """
+    if not isinstance(response.get("Records"), list):
+        raise ShardReadError(f"GetRecords on {what}: the answer has no Records list (not GetRecords' response); "
+                             "reading again, not taken as the shard's end")
 
 
 class _IteratorExpired(Exception):

@@ -20,7 +20,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from shardherd.agent.reader import ShardNotFound, ShardReadError
+from shardherd.agent.reader import ShardNotFound, ShardReadError, require_records
 from shardherd.shared.aws import make_client
 
 _TARGET = "Kinesis_20131202."
@@ -61,7 +61,9 @@ class RawKinesis:
 
     def get_records(self, iterator: str, limit: int) -> dict[str, Any]:
         """One GetRecords response as plain JSON: Records (Data base64 text, timestamps epoch s), NextShardIterator."""
-        return self.call("GetRecords", {"ShardIterator": iterator, "Limit": limit})
+        response = self.call("GetRecords", {"ShardIterator": iterator, "Limit": limit})
+        require_records(response, iterator[:16] + "...")
+        return response
 
     def call(self, operation: str, body: dict[str, Any]) -> dict[str, Any]:
         """One Kinesis JSON call with retries of throttling and transient failures; typed errors otherwise."""
@@ -75,15 +77,19 @@ class RawKinesis:
                     raise ShardReadError(f"{operation} failed: {exc}") from exc
             else:
                 if status == 200:
-                    result: dict[str, Any] = json.loads(data) if data else {}
-                    return result
-                code, message = _error(data)
-                if code == "ExpiredIteratorException":
-                    raise IteratorExpired(message)
-                if code == "ResourceNotFoundException":
-                    raise ShardNotFound(f"{operation}: {message}")
-                if not (code in _RETRYABLE or status >= 500) or attempt == self._attempts:
-                    raise ShardReadError(f"{operation} failed: HTTP {status} {code}: {message}")
+                    result = _json_object(data)
+                    if result is not None:
+                        return result
+                    if attempt == self._attempts:  # a 200 that is not Kinesis' answer (a proxy's page): retried
+                        raise ShardReadError(f"{operation} answered 200 without a JSON object: {data[:80]!r}")
+                else:
+                    code, message = _error(data)
+                    if code == "ExpiredIteratorException":
+                        raise IteratorExpired(message)
+                    if code == "ResourceNotFoundException":
+                        raise ShardNotFound(f"{operation}: {message}")
+                    if not (code in _RETRYABLE or status >= 500) or attempt == self._attempts:
+                        raise ShardReadError(f"{operation} failed: HTTP {status} {code}: {message}")
             time.sleep(self._rng.uniform(0, delay))
             delay = min(delay * 2, 2.0)
         raise ShardReadError(f"{operation} failed after {self._attempts} attempts")  # pragma: no cover
@@ -95,6 +101,15 @@ class RawKinesis:
         SigV4Auth(credentials, "kinesis", self._region).add_auth(request)
         response = self._http.request("POST", self._endpoint, body=payload, headers=dict(request.headers.items()))
         return response.status, response.data
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """A 200's body as Kinesis sends it (a JSON object; empty is {}), None where it is not one."""
+    try:
+        value = json.loads(data) if data else {}
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _error(data: bytes) -> tuple[str, str]:

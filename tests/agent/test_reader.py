@@ -18,6 +18,7 @@ from shardherd.agent.kpl import Aggregator, UserRecord
 from shardherd.agent.read_spec import ENDED, InvalidReadSpec, ReadLimits, ReadSpec, StartPosition
 from shardherd.agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup
 from shardherd.agent.records import Record
+from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.services.emulators.ports import wait_until
@@ -287,6 +288,35 @@ def test_child_shards_alone_end_the_shard(moto: Any) -> None:
                                             stop_when_caught_up=False))
     assert keys(records) == produced
     assert batches[-1].shard_ended and len(batches) == 2
+
+
+def test_a_200_that_is_not_get_records_answer_is_a_read_error_not_the_shards_end(moto: Any, moto_stream: Any) -> None:
+    """A proxy's HTML page with status 200 parses to neither Records nor NextShardIterator: never the shard's end.
+
+    (The fault matrix found it: the agent checkpointed SHARD_END on open shards and their later records were lost.)
+    """
+    name, shard_ids, produced = moto_stream
+    page = Fault(200, raw=b"<html><body>502 Bad Gateway (from a proxy)</body></html>")
+    with FaultyProxy(moto.meta.endpoint_url, [None, page]) as proxy:
+        reader = reader_for(kinesis_client(proxy.endpoint_url), name, shard_ids[0], StartPosition.after(TRIM_HORIZON))
+        with pytest.raises(ShardReadError, match="no Records list"):
+            reader.read_batch()
+        assert not reader.done
+        records, batches = drain(reader)
+    assert keys(records) == produced[shard_ids[0]]
+    assert not any(batch.shard_ended for batch in batches)
+
+
+def test_the_executors_client_reads_again_after_a_200_that_is_not_json(moto: Any, moto_stream: Any) -> None:
+    name, shard_ids, produced = moto_stream
+    page = Fault(200, raw=b"<html><body>502 Bad Gateway (from a proxy)</body></html>")
+    with FaultyProxy(moto.meta.endpoint_url, [None, page, None, Fault(200, extra={"MillisBehindLatest": 0})]) as proxy:
+        raw = RawKinesis("us-east-1", proxy.endpoint_url)
+        iterator = raw.get_shard_iterator(name, shard_ids[0], {"ShardIteratorType": "TRIM_HORIZON"})
+        answer = raw.get_records(iterator, 1000)  # the page is retried; the real answer follows
+        assert len(answer["Records"]) == len({key[0] for key in produced[shard_ids[0]]})
+        with pytest.raises(ShardReadError, match="no Records list"):  # JSON without Records: not an end either
+            raw.get_records(answer["NextShardIterator"], 1000)
 
 
 def test_throttling_is_retried_with_backoff(moto: Any, moto_stream: Any) -> None:
