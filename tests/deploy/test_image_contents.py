@@ -172,7 +172,8 @@ def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(t
     assert shown.returncode == 0, shown.stderr
     commands = re.search(r"\{([a-z,-]+)\}", shown.stdout)
     assert commands is not None, shown.stdout
-    assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan"}
+    assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan",
+                                                 "multilang"}
 
 
 def test_the_package_the_coordinator_image_installs_holds_the_dashboard(tmp_path: Path) -> None:
