@@ -93,7 +93,7 @@ def test_bad_settings_and_emulator_limits_fail_in_one_line(tmp_path: Path) -> No
     huge = _shardherd("up", "--no-spark", "--duration", "5", "--run-dir", str(tmp_path / "a"),
                       env=_env(SHARDHERD_FAILOVER_TIME_MILLIS="99999999999999999999"))
     assert huge.returncode == 2
-    assert "failover_time_millis: Input should be less than or equal to 3600000" in huge.stderr
+    assert "SHARDHERD_FAILOVER_TIME_MILLIS: Input should be less than or equal to 3600000" in huge.stderr
     too_many = _shardherd("up", "--no-spark", "--duration", "5", "--shards", "100000", "--run-dir",
                           str(tmp_path / "b"))
     assert too_many.returncode == 2, too_many.stdout
