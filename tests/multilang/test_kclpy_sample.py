@@ -51,7 +51,10 @@ def download_samples(into: Path) -> Path:
     (sdist,) = into.glob("amazon_kclpy-*.tar.gz")
     with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if "/samples/" in m.name]
-        archive.extractall(into, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):  # extraction filters: Python 3.11.4 and later
+            archive.extractall(into, members=members, filter="data")
+        else:
+            archive.extractall(into, members=members)  # the members are the sdist's samples only
     (samples,) = into.glob("amazon_kclpy-*/samples")
     return samples
 
