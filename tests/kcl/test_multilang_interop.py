@@ -20,6 +20,7 @@ import pytest
 from tests.kcl.harness import InteropStack, timed
 from tests.kcl.ledger_processor import WORKER_ENV
 from tests.kcl.test_migration import kcl_reads, resumed_exactly_after
+from tests.support.kcl_worker import REPOSITORY
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.kcl, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -56,8 +57,8 @@ def test_daemon_then_shardherd_multilang_then_daemon_resume_at_each_checkpoint(i
     started = time.monotonic()
     log = open(stack.workdir / "ml-1.log", "wb")  # noqa: SIM115 (closed below)
     process = subprocess.Popen([sys.executable, "-m", "shardherd", "multilang", "--properties", str(properties)],
-                               env={**stack.env, WORKER_ENV: "ml-1"}, cwd=stack.workdir, stdout=log,
-                               stderr=subprocess.STDOUT)
+                               env={**stack.env, WORKER_ENV: "ml-1", "PYTHONPATH": str(REPOSITORY)},  # as the daemon's
+                               cwd=stack.workdir, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: stack.all_delivered("b-"), 60, "shardherd multilang reads the records after the daemon's")
         timed("shardherd multilang start to all read", started, figures)
