@@ -25,9 +25,9 @@ def install_node_kcl(into: Path) -> Path:
         pytest.skip("Node.js and npm are not installed")
     try:
         result = subprocess.run([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix",
-                                 str(into), NODE_KCL], capture_output=True, text=True, timeout=300)
+                                 str(into), NODE_KCL], capture_output=True, text=True, timeout=100)
     except subprocess.TimeoutExpired:
-        pytest.skip("the npm registry did not answer within 300 s")
+        pytest.skip("the npm registry did not answer within 100 s")
     if result.returncode != 0:
         output = result.stdout + result.stderr
         if any(sign in output for sign in UNREACHABLE):

@@ -307,7 +307,7 @@ def test_dashboard_figures_stay_true_over_several_refreshes(running: Running, tm
         records = 500 * (round_ + 1)
         assert running.store.checkpoint(key, owner, Checkpoint(str(base + round_)),
                                         progress=LeaseProgress(0, records, records * 10)).applied
-        moved = time.time()
+        moved = time.time()  # rounds 3 s apart: the rate needs 5 s of checkpoints, which readings[2:] then have
         dom = _headless(binary, tmp_path / f"profile-{round_}", "--dump-dom", running.url + "/", budget=7000)
         assert dom.returncode == 0, dom.stderr[-2000:]
         shown_by = time.time()
@@ -316,6 +316,7 @@ def test_dashboard_figures_stay_true_over_several_refreshes(running: Running, tm
         last_run = dom.stdout[dom.stdout.index('data-last-good-run="') + 20:]
         # The coordinator panel's last run comes from the lock's heartbeat (every run), not the status item.
         assert float(last_run[:last_run.index('"')]) < 3.0, last_run[:200]
+        time.sleep(max(0.0, moved + 3.0 - time.time()))
     for _, shown_age, elapsed in readings:
         assert -0.5 <= shown_age <= elapsed + 2.0, readings  # the leader's view: at most its scan interval behind
     assert all(rate not in ("", "0.0", "0") and float(rate) > 0 for rate, _, _ in readings[2:]), readings
