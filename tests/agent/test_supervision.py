@@ -32,6 +32,7 @@ from shardherd.shared.store import LeaseStore
 from shardherd.shared.supervision import EXIT_GAVE_UP, Kind, Supervisor
 from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.stores import make_store, unique_app, worker_record
+from tests.support.stream_stack import active_stream
 from tests.support.waiting import wait_for
 
 KEY = "shardId-000000000000"
@@ -154,9 +155,7 @@ def test_a_probe_that_meets_a_non_json_answer_is_a_failed_probe_not_a_dead_threa
     """Bug 3: Prober.probe caught only ShardReadError, so this killed the driver's probing thread."""
     kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
     stream = unique_app("garbage")
-    kinesis.create_stream(StreamName=stream, ShardCount=1)
-    wait_for(lambda: kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"]
-             == "ACTIVE", 30, "stream active")
+    active_stream(kinesis, stream, 1)
     kinesis.put_record(StreamName=stream, Data=b"one", PartitionKey="k")
     with FaultyProxy(kinesalite.endpoint_url, [Garbage(200)] * 2) as proxy:  # the client's every attempt
         prober = Prober(RawKinesis("us-east-1", proxy.endpoint_url, attempts=2), stream)
