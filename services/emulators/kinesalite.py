@@ -145,7 +145,7 @@ class NodeEmulator:
         """Stop the emulator and everything in its process group; idempotent."""
         process, self._process = self._process, None
         if process is not None:
-            _end_process_group(process)
+            end_process_group(process)
         if self._log is not None:
             self._log.close()
             self._log = None
@@ -215,7 +215,7 @@ class KinesisLocal(NodeEmulator):
         return env
 
 
-def _end_process_group(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+def end_process_group(process: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """SIGTERM the process's group, then SIGKILL it if it has not exited within `grace` seconds."""
     if process.stdin is not None:
         process.stdin.close()
