@@ -1,8 +1,11 @@
 """ShardReader: reads one shard with GetRecords, within Kinesis' limits, and hands out de-aggregated batches.
 
 The plain agent and Spark executors share it. It starts from a StartPosition (usually built from a lease
-checkpoint), paces GetRecords to at most one call per `min_call_interval`, waits `idle_backoff` after an empty
-response, retries throttling and transient failures with jittered backoff on an injected clock, refreshes an expired
+checkpoint), and paces GetRecords by whether it is caught up: after a call that left it at the stream's tip (no
+records, or MillisBehindLatest 0 on a page that was not full) it waits `idle_backoff` (1 s: one call per shard per
+second); while behind it calls again after `min_call_interval` and after the bytes just read are paid for at
+`read_bytes_per_second`, its share of the shard's limits (docs/decisions/0029-kinesis-limits-model.md). It retries
+throttling and transient failures with jittered backoff on an injected clock (counting throttles), refreshes an expired
 iterator from the last delivered position, and detects the end of a closed shard three ways: no
 `NextShardIterator` (AWS, kinesalite), `ChildShards` in the response (kinesis-local), or an optional lookup of the
 shard's `EndingSequenceNumber` (moto, which never signals shard end on its own).
@@ -37,6 +40,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _EXPIRED = "ExpiredIteratorException"
+_THROTTLED = "ProvisionedThroughputExceededException"
 _KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
 _SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
 
@@ -77,6 +81,7 @@ class ReaderStats:
     iterators_requested: int = 0
     transient_failures: int = 0
     expired_iterators: int = 0
+    throttled: int = 0  # calls Kinesis refused with ProvisionedThroughputExceededException (retried after a backoff)
 
 
 class ShardReader:
@@ -96,6 +101,7 @@ class ShardReader:
         rng: random.Random | None = None,
         ending_sequence_number: EndingSequenceLookup | None = None,
         counters: DeaggregationCounters | None = None,
+        stats: ReaderStats | None = None,
     ) -> None:
         self._client = client
         self.stream_name = stream_name
@@ -111,7 +117,7 @@ class ShardReader:
         )
         self._ending_lookup = ending_sequence_number
         self.counters = counters or DeaggregationCounters()
-        self.stats = ReaderStats()
+        self.stats = stats or ReaderStats()  # a caller's own, to keep counting across readers of one lease
         self._position = start
         self._iterator: str | None = None
         self._skip_through: Checkpoint | None = None
@@ -172,11 +178,9 @@ class ShardReader:
         started = self._clock.monotonic()
         response = self._get_records()
         require_records(response, self._what)
-        self._next_call_at = started + self._limits.min_call_interval
         raw_records = response.get("Records", [])
-        if not raw_records:
-            self._next_call_at = max(self._next_call_at, self._clock.monotonic() + self._limits.idle_backoff)
         lag = response.get("MillisBehindLatest")
+        self._next_call_at = self._next_call(started, raw_records, lag)
         self.millis_behind_latest = lag
         records = self._skip_processed([
             record for raw in raw_records for record in records_from_kinesis(self.shard_id, raw, self.counters)
@@ -199,6 +203,14 @@ class ShardReader:
             self._iterator = None
             self._position = ENDED
         return self._batch(records)
+
+    def _next_call(self, started: float, raw_records: list[Any], lag: int | None) -> float:
+        """When the next GetRecords may go: 1 call per `idle_backoff` once caught up, else the share of the limits."""
+        limits = self._limits
+        if not raw_records or (not lag and len(raw_records) < limits.records_per_call):
+            return self._clock.monotonic() + limits.idle_backoff
+        data_bytes = sum(len(raw.get("Data", b"")) for raw in raw_records)
+        return started + max(limits.min_call_interval, data_bytes / limits.read_bytes_per_second)
 
     def _batch(self, records: list[Record]) -> Batch:
         return Batch(records, self.millis_behind_latest, self._ended, self._position)
@@ -263,7 +275,10 @@ class ShardReader:
             raise ShardReadError(f"{what} on {self._what} failed: {exc}") from exc
 
     def _is_transient(self, exc: BaseException) -> bool:
-        transient = is_transient(exc) or (isinstance(exc, ClientError) and error_code(exc) in _KINESIS_TRANSIENT)
+        code = error_code(exc) if isinstance(exc, ClientError) else None
+        transient = is_transient(exc) or code in _KINESIS_TRANSIENT
+        if code == _THROTTLED:
+            self.stats.throttled += 1
         if transient:
             self.stats.transient_failures += 1
             log.debug("%s: transient failure, backing off: %s", self._what, exc)

@@ -207,9 +207,13 @@ def test_pacing_and_idle_backoff_on_the_injected_clock(moto: Any, moto_stream: A
         delivered += batch.records
     assert keys(delivered) == produced[shard_ids[2]]
     gaps = [b - a for a, b in itertools.pairwise(calls)]
-    assert min(gaps) >= 0.2 - 1e-9  # at most 5 calls per second
+    # Full pages (3 Kinesis records) leave the reader behind: 0.2 s apart. The last page was short at lag 0: the
+    # reader is caught up and the call after it (the empty one) waits idle_backoff.
+    behind, caught_up = gaps[:-1], gaps[-1]
+    assert behind and all(0.2 - 1e-9 <= gap < 0.2 + 0.05 for gap in behind), gaps  # at most 5 calls per second
+    assert caught_up >= 2.5 - 1e-9  # a caught-up reader calls once per idle_backoff
     assert reader.stats.get_records_calls == len(calls)
-    assert clock.monotonic() - start < 0.2 * len(calls) + 1  # no waiting beyond the pacing
+    assert clock.monotonic() - start < 0.2 * len(behind) + 2.5 + 1  # no waiting beyond the pacing
     idle_from = clock.monotonic()
     assert reader.read_batch().records == []
     assert clock.monotonic() - idle_from >= 2.5 - 1e-9
@@ -398,3 +402,19 @@ def test_read_spec_pickles_and_reads_in_a_spawned_process(moto_server: MotoServe
     with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
         assert pool.submit(read_in_another_process, pickle.dumps(spec)).result(timeout=120) == expected[5:]
 
+
+
+def test_a_reader_behind_waits_for_the_bytes_it_read_at_its_share_of_the_read_limit(moto: Any,
+                                                                                     moto_stream: Any) -> None:
+    name, shard_ids, _ = moto_stream
+    clock = ManualClock()
+    reader = reader_for(moto, name, shard_ids[0], StartPosition.after(TRIM_HORIZON), clock, records_per_call=3,
+                        stop_when_caught_up=False, min_call_interval=0.2, read_bytes_per_second=100.0)
+    page = moto.get_records(ShardIterator=moto.get_shard_iterator(
+        StreamName=name, ShardId=shard_ids[0], ShardIteratorType="TRIM_HORIZON")["ShardIterator"], Limit=3)
+    first_page_bytes = sum(len(record["Data"]) for record in page["Records"])
+    assert first_page_bytes > 20  # so the byte pacing, not min_call_interval, decides the wait
+    reader.read_batch()
+    started = clock.monotonic()
+    reader.read_batch()
+    assert clock.monotonic() - started == pytest.approx(first_page_bytes / 100.0)
