@@ -58,6 +58,9 @@ def register(sub: Any) -> None:
     up.add_argument("--aws", action="store_true",
                     help="start no emulators: real AWS through the standard boto3 credential chain")
     up.add_argument("--create-stream", action="store_true", help="create the stream on real AWS if it is missing")
+    up.add_argument("--aws-limits", action=argparse.BooleanOptionalAction, default=True,
+                    help="put the Kinesis limits proxy (AWS's per-shard limits and throttling errors) in front of the "
+                         "stack's kinesalite (default on; decision 0029)")
     up.add_argument("--api-port", type=int, default=None,
                     help="coordinator-N serves its API on this port + N - 1 (default: SHARDHERD_API_PORT if set, "
                          "else free ports)")
@@ -115,6 +118,7 @@ def run_up(args: argparse.Namespace) -> int:
     options = StackOptions(run_dir=directory, shards=args.shards, agents=args.agents, coordinators=args.coordinators,
                            rate=args.rate, aggregated_fraction=args.aggregated, seed=args.seed,
                            use_aws=args.aws, create_stream=args.create_stream, api_port=_api_port(args, settings),
+                           aws_limits=args.aws_limits,
                            spark=args.spark, spark_master=args.spark_master,
                            spark_driver_memory=args.spark_driver_memory)
     stopping = threading.Event()

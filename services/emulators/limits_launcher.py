@@ -50,6 +50,11 @@ class KinesisLimits:
         return self._process.pid if self._process is not None else None
 
     @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it ended by itself; None while it runs or after stop()."""
+        return self._process.poll() if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         """True while the proxy process is alive."""
         return self._process is not None and self._process.poll() is None

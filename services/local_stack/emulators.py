@@ -1,5 +1,9 @@
 """The AWS emulators of the stack, on 127.0.0.1: moto server for DynamoDB, kinesalite for Kinesis.
 
+With `aws_limits` (the default of `shardherd up`) every Kinesis client of the stack talks to the limits proxy
+(services/emulators/limits_proxy.py) in front of kinesalite, which enforces AWS's per-shard limits; its counts are
+on `GET <kinesis endpoint>/limits`.
+
 Each is started only when nothing else is configured: an endpoint URL in the settings, `--aws` (real AWS through the
 standard boto3 credential chain) or the SQL store backend (no DynamoDB needed) means that emulator is not started.
 """
@@ -10,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
 from shardherd.services.local_stack.state import ProcessEntry
 from shardherd.services.local_stack.supervisor import Child, Supervisor, log_tail
@@ -36,12 +41,14 @@ class Endpoints:
 class Emulators:
     """Starts the emulators the configuration lacks, and stops them."""
 
-    def __init__(self, settings: Settings, supervisor: Supervisor, use_aws: bool) -> None:
+    def __init__(self, settings: Settings, supervisor: Supervisor, use_aws: bool, aws_limits: bool = True) -> None:
         self._settings = settings
         self._supervisor = supervisor
         self._use_aws = use_aws
+        self._aws_limits = aws_limits
         self.moto: Child | None = None
         self.kinesalite: Kinesalite | None = None
+        self.limits: KinesisLimits | None = None
         self._kinesis_exit_reported = False
 
     def start(self) -> Endpoints:
@@ -58,6 +65,10 @@ class Emulators:
             self.kinesalite = Kinesalite(startup_timeout=STARTUP_TIMEOUT,
                                          log_path=self._supervisor.log_dir / "kinesalite.log").start()
             kinesis = self.kinesalite.endpoint_url
+            if self._aws_limits:
+                self.limits = KinesisLimits(self.kinesalite.port, startup_timeout=STARTUP_TIMEOUT,
+                                            log_path=self._supervisor.log_dir / "kinesis-limits.log").start()
+                kinesis = self.limits.endpoint_url
         if self.moto is not None:
             moto = self.moto
             try:
@@ -71,11 +82,13 @@ class Emulators:
 
         Not a supervised child (it is stopped with its process group), so the stack asks here on each status tick.
         """
-        emulator = self.kinesalite
-        if emulator is None or self._kinesis_exit_reported or (code := emulator.exit_code) is None:
+        if self._kinesis_exit_reported:
             return None
-        self._kinesis_exit_reported = True
-        return f"kinesalite exited on its own (code {code}); log: {emulator.log_path}"
+        for name, emulator in (("kinesalite", self.kinesalite), ("the kinesis limits proxy", self.limits)):
+            if emulator is not None and (code := emulator.exit_code) is not None:
+                self._kinesis_exit_reported = True
+                return f"{name} exited on its own (code {code}); log: {emulator.log_path}"
+        return None
 
     def entries(self) -> list[ProcessEntry]:
         """The emulator processes, for the state file."""
@@ -85,11 +98,15 @@ class Emulators:
         if self.kinesalite is not None and self.kinesalite.pid is not None:
             found.append(ProcessEntry("kinesalite", KINESIS_EMULATOR, self.kinesalite.pid,
                                       port=self.kinesalite.port))
+        if self.limits is not None and self.limits.pid is not None:
+            found.append(ProcessEntry("kinesis-limits", KINESIS_EMULATOR, self.limits.pid, port=self.limits.port))
         return found
 
     def stop(self) -> None:
         """Stop both (idempotent)."""
         if self.moto is not None:
             self._supervisor.stop([self.moto], grace=5.0)
+        if self.limits is not None:
+            self.limits.stop()
         if self.kinesalite is not None:
             self.kinesalite.stop()

@@ -3,7 +3,10 @@
 Partition keys are drawn from a seeded Zipf-like distribution (key i has weight 1/(i+1)^s), so the shards that the
 most popular keys hash to receive far more records than the rest. A fraction of the user records is packed into KPL
 aggregates, which the agents de-aggregate. `make_hot` adds an extra rate aimed at one shard through an explicit hash
-key inside the shard's range. Records PutRecords rejects are sent again on the next tick, never dropped.
+key inside the shard's range. Records PutRecords rejects are sent again, never dropped: after a tick in which Kinesis
+throttled any record (ProvisionedThroughputExceededException, per record), the producer holds everything for a
+full-jitter backoff (uniform up to 0.1 s * 2^n, at most 2 s) before it puts again, as AWS asks of clients; the throttled
+records are counted per shard.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -28,6 +32,10 @@ log = logging.getLogger(__name__)
 PUT_RECORDS_LIMIT = 500
 TICK_SECONDS = 0.2
 AGGREGATE_RECORDS = 10
+THROTTLED = "ProvisionedThroughputExceededException"
+BACKOFF_BASE = 0.1
+BACKOFF_CAP = 2.0
+_SHARD_ID = re.compile(r"shardId-\d+")
 
 
 class UnknownShard(ShardherdError, KeyError):
@@ -54,11 +62,14 @@ class ProducerStats:
     """What the producer has put so far."""
 
     user_records: int = 0
+    made_records: int = 0  # Kinesis records made (written, rejected and held, or in flight)
     kinesis_records: int = 0
     aggregated_user_records: int = 0
     retried: int = 0
     errors: int = 0
     by_shard: Counter[str] = field(default_factory=Counter)
+    throttled: int = 0
+    throttled_by_shard: Counter[str] = field(default_factory=Counter)
 
 
 class Producer:
@@ -77,6 +88,8 @@ class Producer:
         self._rng = rng
         self._hot: dict[str, tuple[str, float]] = {}  # shard id -> (explicit hash key, extra records/s)
         self._pending: list[dict[str, Any]] = []
+        self._resume_at = 0.0  # monotonic time before which a throttled producer puts nothing
+        self._throttled_ticks = 0
         self._serial = itertools.count()
         self.stats = ProducerStats()
         self._guard = threading.Lock()
@@ -92,6 +105,11 @@ class Producer:
         """Stop after the current tick."""
         self._stop.set()
         self._thread.join(10)
+
+    @property
+    def pending(self) -> int:
+        """Kinesis records made but not yet accepted (rejected or held during a throttling backoff)."""
+        return len(self._pending)
 
     def make_hot(self, shard_id: str, extra_rate: float) -> None:
         """Send `extra_rate` more records per second to `shard_id` (0 ends it); UnknownShard if it is not open."""
@@ -123,12 +141,22 @@ class Producer:
                 due = int(owed[target])
                 owed[target] -= due
                 entries += self._entries(due, hash_key or None)
+            if now < self._resume_at:
+                self._pending = entries
+                continue
             try:
-                self._put(entries)
+                self._back_off(now, self._put(entries))
             except Exception as exc:  # the emulator may be going away while we stop
                 self.stats.errors += 1
                 self._pending = entries
                 log.warning("producer: PutRecords failed (%s); will retry", exc)
+
+    def _back_off(self, now: float, throttled: bool) -> None:
+        """After a throttled tick, hold puts for a full-jitter backoff that doubles with each throttled tick."""
+        self._throttled_ticks = self._throttled_ticks + 1 if throttled else 0
+        if throttled:
+            ceiling = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** min(self._throttled_ticks, 10))
+            self._resume_at = now + self._rng.uniform(0.0, ceiling)
 
     def _entries(self, count: int, hash_key: str | None) -> list[dict[str, Any]]:
         """PutRecords entries carrying `count` user records: a fraction of them packed into aggregates."""
@@ -145,10 +173,13 @@ class Producer:
             for aggregate in aggregator.pack(records[start:start + AGGREGATE_RECORDS]):
                 entries.append(_entry(aggregate.partition_key, aggregate.explicit_hash_key, aggregate.data,
                                       len(aggregate.records), aggregated=True))
+        self.stats.made_records += len(entries)
         return entries
 
-    def _put(self, entries: list[dict[str, Any]]) -> None:
+    def _put(self, entries: list[dict[str, Any]]) -> bool:
+        """Put `entries`, keeping those Kinesis rejected for the next put; True if Kinesis throttled any."""
         self._pending = []
+        throttled = False
         for start in range(0, len(entries), PUT_RECORDS_LIMIT):
             batch = entries[start:start + PUT_RECORDS_LIMIT]
             answer = self._kinesis.put_records(StreamName=self._stream,
@@ -157,12 +188,21 @@ class Producer:
                 if "ErrorCode" in result:
                     self._pending.append(entry)
                     self.stats.retried += 1
+                    if result["ErrorCode"] == THROTTLED:
+                        throttled = True
+                        self._count_throttle(str(result.get("ErrorMessage", "")))
                     continue
                 self.stats.kinesis_records += 1
                 self.stats.user_records += entry["user_records"]
                 if entry["aggregated"]:
                     self.stats.aggregated_user_records += entry["user_records"]
                 self.stats.by_shard[result["ShardId"]] += entry["user_records"]
+        return throttled
+
+    def _count_throttle(self, message: str) -> None:
+        self.stats.throttled += 1
+        shard = _SHARD_ID.search(message)
+        self.stats.throttled_by_shard[shard.group(0) if shard else "unknown"] += 1
 
 
 def _entry(partition_key: str, hash_key: str | None, data: bytes, user_records: int,

@@ -94,6 +94,7 @@ class StackOptions:
     seed: int = 7
     use_aws: bool = False
     create_stream: bool = False
+    aws_limits: bool = True  # the limits proxy in front of the stack's own kinesalite (decision 0029)
     api_port: int = 8080  # coordinator-N serves on api_port + N - 1; 0 picks free ports
     drain_timeout: float = 5.0  # per agent on stop, before it gives its leases back itself
     stop_grace: float = 30.0
@@ -125,7 +126,7 @@ class LocalStack:
         self.restarts = Restarts(self.supervisor, (AGENT, COORDINATOR))
         self._lock = RunDirLock(options.run_dir)
         self._owner = False
-        self.emulators = Emulators(settings, self.supervisor, options.use_aws)
+        self.emulators = Emulators(settings, self.supervisor, options.use_aws, options.aws_limits)
         self.endpoints = Endpoints(settings.dynamodb_endpoint_url, settings.kinesis_endpoint_url)
         self.producer: Producer | None = None
         self.control: ControlServer | None = None

@@ -57,9 +57,12 @@ def test_sigkill_takes_the_child_and_what_it_started_in_other_groups(tmp_path: P
 def test_the_stack_reports_kinesalite_exiting_by_itself_once_with_its_log(tmp_path: Path) -> None:
     settings = load_settings(store_backend="sql", stream_name="reports")  # SQL store: no moto, only kinesalite
     emulators = Emulators(settings, make_supervisor(tmp_path), use_aws=False)
-    emulators.start()
+    endpoints = emulators.start()
     try:
         assert emulators.kinesis_exit() is None  # running
+        # By default every Kinesis client of the stack goes through the limits proxy (decision 0029).
+        assert emulators.limits is not None and endpoints.kinesis == emulators.limits.endpoint_url
+        assert emulators.limits.counts()["limits"]["read_calls_per_second"] == 5
         kinesalite = emulators.kinesalite
         assert kinesalite is not None and kinesalite.pid is not None
         os.kill(kinesalite.pid, signal.SIGKILL)
