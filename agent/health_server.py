@@ -2,7 +2,8 @@
 
 /healthz answers 503 once a critical thread (heartbeat, lease keeper; a Spark driver's query supervisor) failed or
 made no progress within its bound (shared/supervision.py), 200 otherwise. /metrics carries the supervised threads'
-restarts and progress, and each shard stuck on a failing batch (since when, attempts, the last error as a label).
+restarts and progress, each shard stuck on a failing batch (since when, attempts, the last error as a label), and on
+plain agents each shard's GetRecords calls and Kinesis throttles (ProvisionedThroughputExceededException).
 Served by the standard library's threading HTTP server: no request touches the store.
 """
 
@@ -11,15 +12,16 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shardherd.agent.reader import ReaderStats
 from shardherd.shared.supervision import Supervisor
 from shardherd.shared.supervision_report import supervision_families
 from shardherd.shared.worker import FailingBatch
@@ -42,6 +44,20 @@ def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metri
     return [attempts, stuck]
 
 
+def read_families(reads: Mapping[str, ReaderStats]) -> list[Metric]:
+    """Per lease read on this worker: GetRecords calls made and calls Kinesis throttled (since the agent started)."""
+    calls = CounterMetricFamily("shardherd_shard_get_records_calls", "GetRecords calls made on the shard",
+                                labels=["lease"])
+    throttled = CounterMetricFamily("shardherd_shard_read_throttled",
+                                    "GetRecords and GetShardIterator calls Kinesis throttled on the shard "
+                                    "(ProvisionedThroughputExceededException; retried after a jittered backoff)",
+                                    labels=["lease"])
+    for key, stats in sorted(reads.items()):
+        calls.add_metric([key], stats.get_records_calls)
+        throttled.add_metric([key], stats.throttled)
+    return [calls, throttled]
+
+
 class _Families(Collector):
     def __init__(self, families: list[Metric]) -> None:
         self._families = families
@@ -55,9 +71,11 @@ class HealthServer:
     """Serves /healthz and /metrics on `host:port` (port 0: any free port; `port` is then the bound one)."""
 
     def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
-                 wall: Callable[[], float], host: str, port: int) -> None:
+                 wall: Callable[[], float], host: str, port: int,
+                 reads: Callable[[], Mapping[str, ReaderStats]] | None = None) -> None:
         self._supervisor = supervisor
         self._failing = failing
+        self._reads = reads
         self._wall = wall
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -82,7 +100,8 @@ class HealthServer:
     def _metrics(self) -> bytes:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families([*supervision_families(self._supervisor),
-                                     *failing_families(self._failing(), self._wall())]))
+                                     *failing_families(self._failing(), self._wall()),
+                                     *(read_families(self._reads()) if self._reads is not None else [])]))
         return generate_latest(registry)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -226,7 +226,8 @@ class Agent:
         self.supervisor.watch()
         if self.settings.agent_health_port is not None:
             self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time,
-                                       self.settings.agent_health_host, self.settings.agent_health_port).start()
+                                       self.settings.agent_health_host, self.settings.agent_health_port,
+                                       reads=lambda: dict(self._context.reads)).start()
         return self
 
     def running(self) -> bool:

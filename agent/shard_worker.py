@@ -21,7 +21,7 @@ from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.prefetch import Prefetcher
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.read_spec import ReadLimits, StartPosition
-from shardherd.agent.reader import ShardNotFound, ShardReader, ShardReadError
+from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, ShardReadError
 from shardherd.agent.records import Record
 from shardherd.shared.checkpoint import Sentinel
 from shardherd.shared.clock import Clock
@@ -66,6 +66,7 @@ class ShardContext:
     stream_names: frozenset[str] = frozenset()  # the streams of a multi-stream application
     stream_timestamps: Mapping[str, datetime | None] = field(default_factory=dict)  # per-stream AT_TIMESTAMP
     prefetch: bool = False  # read the next batch while the processor handles the current one (agent/prefetch.py)
+    reads: dict[str, ReaderStats] = field(default_factory=dict)  # per lease: GetRecords calls, throttles (/metrics)
 
     def stream_of(self, lease: Lease) -> str:
         """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
@@ -165,7 +166,7 @@ class ShardWorker:
             if position.at_shard_end:
                 return True
             plain = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits,
-                                self._ctx.clock)
+                                self._ctx.clock, stats=self._ctx.reads.setdefault(self.lease.lease_key, ReaderStats()))
             with self._guard:
                 if self._stop is not None:
                     return False

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shardherd.agent.spark.session import local_spark as spark_session
 from shardherd.services.coordinator_service import CoordinatorService
 from shardherd.services.emulators.kinesalite import Kinesalite, NodeEmulator
+from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import Settings, load_settings
@@ -40,7 +41,7 @@ def kill_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
 class StreamStack:
     """The stream, the coordinator and the settings every worker of one test application shares."""
 
-    def __init__(self, moto: MotoServer, emulator: NodeEmulator, shards: int, prefix: str = "e2e",
+    def __init__(self, moto: MotoServer, emulator: NodeEmulator | KinesisLimits, shards: int, prefix: str = "e2e",
                  failover_millis: int = 2000, handoff_timeout_millis: int = 5000,
                  extra_streams: tuple[str, ...] = (), **overrides: Any) -> None:
         """`extra_streams` (existing streams) make it a multi-stream application over the app's stream and them."""
