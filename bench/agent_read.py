@@ -5,7 +5,8 @@ shards with seeded random records through PutRecords, then reads every shard fro
 a bare loop (GetShardIterator, then GetRecords Limit 10000 round-robin over the shards until each returns nothing),
 and ShardReaders (de-aggregation check, Record objects, checkpoint tracking) stopping when caught up, their pacing
 off: this bench measures the reader's own cost, and the bare loop is not paced either (on AWS both would be held to
-the shard's limits; the reader's default pacing to half of them is decision 0029's, measured by bench/two_consumers). Both use the same kind of boto3 client, in one thread. Rounds
+the shard's limits; the reader's default pacing to half of them is decision 0029's, measured by bench/two_consumers).
+Both use the same kind of boto3 client, in one thread. Rounds
 alternate which goes first; medians are reported, with the ratio reader/bare (target at least 0.9). Absolute rates
 measure the emulator as much as the reader: compare the ratio.
 Run: `python -m bench.agent_read [--shards 6] [--records 10000] [--record-bytes 256] [--rounds 3] [--kpl]`.

@@ -8,6 +8,7 @@ shard per second (the agents' own /metrics) and what the proxy counted (calls, t
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -97,6 +98,14 @@ def _produce(kinesis: Any, stream: str, rate: float, size: int, seconds: float) 
     return written
 
 
+def _owns_all(stack: StreamStack, worker: str, shards: int) -> bool:
+    return list(stack.owners().values()) == [worker] * shards
+
+
+def _delivered(ledger: Ledger, count: int) -> bool:
+    return len(ledger.payloads()) >= count
+
+
 def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate: float, size: int,
                       seconds: float, read_limits: ReadLimits | None = None) -> TwoConsumers:
     """Two applications on one `shards`-shard stream written at `rate` records/s of `size` bytes for `seconds`."""
@@ -107,12 +116,11 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
     agents: dict[str, Agent] = {}
     try:
         for name, stack in stacks.items():
-            worker = f"{name}-1"
-            agents[name] = Agent(stack.settings(worker, agent_health_port=0),
-                                 lambda name=name, worker=worker: LedgerProcessor(ledgers[name], worker),
+            agents[name] = Agent(stack.settings(f"{name}-1", agent_health_port=0),
+                                 functools.partial(LedgerProcessor, ledgers[name], f"{name}-1"),
                                  limits=read_limits).start()
         for name, stack in stacks.items():
-            wait_for(lambda stack=stack, name=name: list(stack.owners().values()) == [f"{name}-1"] * shards, 60,
+            wait_for(functools.partial(_owns_all, stack, f"{name}-1", shards), 60,
                      f"application {name} owns every lease")
         time.sleep(1.5)  # both caught up on the empty stream
         before = {name: _agent_calls(agent) for name, agent in agents.items()}
@@ -124,7 +132,7 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
         window = stopped - started
         after = {name: _agent_calls(agent) for name, agent in agents.items()}
         counts_after = _stream_counts(limits, first.app)
-        drains = {name: wait_for(lambda ledger=ledger: len(ledger.payloads()) >= written, 30,
+        drains = {name: wait_for(functools.partial(_delivered, ledger, written), 30,
                                  f"application {name} delivered all {written} records")
                   for name, ledger in ledgers.items()}
     finally:
