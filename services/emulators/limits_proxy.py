@@ -246,15 +246,7 @@ class LimitsProxy:
         stream, entries = stream_of(payload), payload.get("Records")
         if not isinstance(entries, list) or not 1 <= len(entries) <= 500:
             return await self.upstream.post(request.headers, request.body)  # the emulator's validation error
-        results: list[dict[str, Any] | None] = [None] * len(entries)
-        admitted: list[int] = []
-        for index, entry in enumerate(entries):
-            shard = await self._shard_for(request, stream, entry)
-            key = ShardKey(stream, shard or "")
-            if shard is None or self.model.admit_write(key, caller, self._record_size(entry)):
-                admitted.append(index)
-            else:
-                results[index] = self._write_refused(key)
+        admitted, results = await self._admit_records(request, stream, entries, caller)
         answer: Message | None = None
         if admitted:
             body = json.dumps({**payload, "Records": [entries[index] for index in admitted]}).encode()
@@ -266,6 +258,20 @@ class LimitsProxy:
         final = [result or {} for result in results]
         merged = {"FailedRecordCount": sum(1 for result in final if "ErrorCode" in result), "Records": final}
         return _json_answer(merged, answer or Message("", {"content-type": _JSON}, b"", 200))
+
+    async def _admit_records(self, request: Message, stream: str, entries: list[dict[str, Any]],
+                             caller: str) -> tuple[list[int], list[dict[str, Any] | None]]:
+        """The indexes of the records admitted, and each refused record's result entry in its place."""
+        results: list[dict[str, Any] | None] = [None] * len(entries)
+        admitted: list[int] = []
+        for index, entry in enumerate(entries):
+            shard = await self._shard_for(request, stream, entry)
+            key = ShardKey(stream, shard or "")
+            if shard is None or self.model.admit_write(key, caller, self._record_size(entry)):
+                admitted.append(index)
+            else:
+                results[index] = self._write_refused(key)
+        return admitted, results
 
     _handlers = {
         "GetShardIterator": _get_shard_iterator,
