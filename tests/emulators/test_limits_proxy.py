@@ -43,21 +43,29 @@ def test_reads_are_throttled_per_shard_across_callers_with_aws_error(limits: Kin
     active_stream(spark, stream, 1)
     iterator = spark.get_shard_iterator(StreamName=stream, ShardId=SHARD,
                                         ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-    started = time.monotonic()
-    for caller in (spark, kcl, spark, kcl, spark):
-        iterator = caller.get_records(ShardIterator=iterator)["NextShardIterator"]
-    with pytest.raises(ClientError) as throttled:
-        kcl.get_records(ShardIterator=iterator)
-    assert time.monotonic() - started < 1.0, "the machine was too slow for a 1 s window test"
-    error = throttled.value.response
+    made = {"spark-app": 0, "kcl-app": 0}
+    refused = {"spark-app": 0, "kcl-app": 0}
+    error: Any = None
+    for _ in range(3):  # six calls at once exceed 5 per second (a slow machine may spread them: try again)
+        time.sleep(1.0)
+        for name, caller in [("spark-app", spark), ("kcl-app", kcl)] * 3:
+            try:
+                iterator = caller.get_records(ShardIterator=iterator)["NextShardIterator"]
+                made[name] += 1
+            except ClientError as exc:
+                error = exc.response
+                refused[name] += 1
+        if error is not None:
+            break
+    assert error is not None, "six GetRecords calls in a row were never throttled"
     assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
     assert error["Error"]["Code"] == "ProvisionedThroughputExceededException"
     assert error["Error"]["Message"] == f"Rate exceeded for Shard - 000000000000/{stream}/{SHARD}"
     counts = limits.counts()
-    pair = {(row["caller"], row["shard"]): row for row in counts["by_shard_and_caller"] if row["stream"] == stream}
-    assert pair[("kcl-app", SHARD)]["ReadProvisionedThroughputExceeded"] == 1
-    assert pair[("kcl-app", SHARD)]["GetRecords.Success"] == 2
-    assert pair[("spark-app", SHARD)]["GetRecords.Success"] == 3
+    pair = {row["caller"]: row for row in counts["by_shard_and_caller"] if row["stream"] == stream}
+    for name in made:  # both callers draw on the shard's one budget, and each is counted on its own
+        assert pair[name].get("GetRecords.Success", 0) == made[name]
+        assert pair[name].get("ReadProvisionedThroughputExceeded", 0) == refused[name]
     assert counts["shards"][f"{stream}/{SHARD}"]["GetShardIterator.Success"] == 1
 
 
@@ -77,13 +85,23 @@ def test_writes_over_the_limit_fail_per_record_and_put_record_fails_whole(limits
     counts = limits.counts()["callers"]["producer"]
     assert counts["WriteProvisionedThroughputExceeded"] == len(failed)
     assert counts["IncomingRecords"] == written
-    hot = next(entry for answer in answers for entry in answer["Records"] if "ErrorCode" in entry)
-    shard_of_hot = hot["ErrorMessage"].split()[4]
-    index = next(i for answer in answers for i, entry in enumerate(answer["Records"]) if entry is hot)
-    with pytest.raises(ClientError) as throttled:
-        producer.put_record(StreamName=stream, Data=b"x", PartitionKey=records[index]["PartitionKey"])
-    assert throttled.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
-    assert shard_of_hot in throttled.value.response["Error"]["Message"]
+    # PutRecord fails whole: right after a PutRecords that filled one shard's second (retried: a slow machine may
+    # let the second pass between the two calls).
+    same_shard = [{"Data": b"y", "PartitionKey": "hot"}] * 300
+    error: Any = None
+    for _ in range(3):
+        time.sleep(1.0)
+        producer.put_records(StreamName=stream, Records=same_shard)
+        try:
+            producer.put_record(StreamName=stream, Data=b"x", PartitionKey="hot")
+        except ClientError as exc:
+            error = exc.response
+            break
+    else:
+        pytest.fail("PutRecord was never throttled right after its shard's limit was reached")
+    assert error["Error"]["Code"] == "ProvisionedThroughputExceededException"
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert error["Error"]["Message"].startswith("Rate exceeded for shard shardId-00000000000")
     listed = producer.describe_stream_summary(StreamName=stream)  # calls the proxy does not model pass through
     assert listed["StreamDescriptionSummary"]["OpenShardCount"] == 2
 
