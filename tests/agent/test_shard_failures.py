@@ -6,6 +6,7 @@ Real parts: a coordinator and agents in this process on moto server (DynamoDB) a
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -152,6 +153,9 @@ def test_a_batch_that_always_fails_blocks_its_shard_visibly_with_a_growing_wait(
         metrics = httpx.get(f"http://127.0.0.1:{agent.health.port}/metrics", timeout=5).text
         assert 'shardherd_shard_failing_batch_attempts{last_error="ValueError: the sink rejects record' in metrics
         assert f'shardherd_shard_failing_batch_seconds{{lease="{BAD_SHARD}"}}' in metrics
+        calls = re.search(rf'^shardherd_shard_get_records_calls_total{{lease="{BAD_SHARD}"}} (\d+)', metrics, re.M)
+        assert calls is not None and int(calls[1]) >= 1  # each shard's reads and throttles (decision 0029)
+        assert f'shardherd_shard_read_throttled_total{{lease="{BAD_SHARD}"}} 0.0' in metrics
         # The leader's view: the worker row carries it, the coordinator's API (and dashboard alert) shows it.
         api = stack.coordinator.api
         assert api is not None
