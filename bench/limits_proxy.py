@@ -3,7 +3,9 @@
 Starts kinesalite and the proxy (services/emulators/limits_proxy.py) on 127.0.0.1, creates a stream with limits
 left unreached (PutRecords of `--batch` records of `--size` bytes spread over `--shards` shards; GetRecords of up to
 `--batch` records, one shard at a time within its 5 calls/s), and times the same calls in alternating rounds, direct
-and through the proxy. Prints the median milliseconds per call of each and the ratio proxy/direct, per operation.
+and through the proxy. Prints the median milliseconds per call of each and the ratio proxy/direct, per operation,
+and the proxy process's own CPU time per call it served (latency on a loaded machine is mostly kinesalite's noise;
+the CPU time is what the proxy adds to a 2-core stack).
 Run: `python -m bench.limits_proxy [--rounds 5] [--calls 20] [--batch 100] [--size 1000] [--shards 4]`.
 """
 
@@ -13,6 +15,8 @@ import argparse
 import statistics
 import time
 from typing import Any
+
+import psutil
 
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
@@ -61,6 +65,8 @@ def main() -> None:
                 != "ACTIVE":
             time.sleep(0.05)
         shards = [shard["ShardId"] for shard in direct.list_shards(StreamName=STREAM)["Shards"]]
+        proxy = psutil.Process(limits.pid)
+        cpu_before = sum(proxy.cpu_times()[:2])
         times: dict[tuple[str, str], list[float]] = {}
         for round_ in range(args.rounds):
             order = [("direct", direct), ("proxy", proxied)]
@@ -68,11 +74,15 @@ def main() -> None:
                 times.setdefault(("PutRecords", label), []).append(_put(client, args.calls, args.batch, args.size))
                 times.setdefault(("GetRecords", label), []).append(_get(client, args.calls, args.batch, shards))
                 time.sleep(1.0)  # the writes' 1 s window empties between rounds
+        cpu_ms = (sum(proxy.cpu_times()[:2]) - cpu_before) * 1000
+        proxied_calls = args.rounds * args.calls * 2 + args.rounds * len(shards)  # puts, gets and iterators
     for operation in ("PutRecords", "GetRecords"):
         direct_ms = statistics.median(times[(operation, "direct")])
         proxy_ms = statistics.median(times[(operation, "proxy")])
         print(f"{operation:<10} direct {direct_ms:7.2f} ms/call  proxy {proxy_ms:7.2f} ms/call  "
               f"ratio proxy/direct {proxy_ms / direct_ms:.2f}  (+{proxy_ms - direct_ms:.2f} ms)")
+    print(f"proxy CPU: {cpu_ms / proxied_calls:.2f} ms per call served ({proxied_calls} calls, "
+          f"{args.batch} records of {args.size} B per put or get)")
 
 
 if __name__ == "__main__":
