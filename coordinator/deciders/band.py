@@ -55,6 +55,16 @@ def metric_to_balance(view: FleetView) -> Band | None:
     return None if best is None else best[1]
 
 
+def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
+    """The ceiling of a joining worker at `value` on `metric` while it carries `carried` KiB/s (see ShareFill).
+
+    The band's edge raised by its own load's excess over the fleet's fitted base, never past its operating range.
+    """
+    edge = view.ceiling(wid, metric)
+    excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
+    return max(edge, min(edge + excess, view.limits[wid][metric]))
+
+
 class ShareFill(BandPass):
     """Fill only, on each worker's share of the average throughput, while its reported metrics stay in band."""
 
@@ -99,12 +109,9 @@ class ShareFill(BandPass):
         """
         carried = self.plan.ledger.throughput.get(wid, 0.0)
         view = self.view
-        for metric, value in self.plan.values(wid).items():
-            excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
-            ceiling = max(view.ceiling(wid, metric), min(view.ceiling(wid, metric) + excess, view.limits[wid][metric]))
-            if value + view.rise(wid, metric, weight) > ceiling + ROUNDING * max(1.0, value):
-                return False
-        return True
+        return all(value + view.rise(wid, metric, weight)
+                   <= joiner_ceiling(view, wid, metric, value, carried) + ROUNDING * max(1.0, value)
+                   for metric, value in self.plan.values(wid).items())
 
     def run(self) -> None:
         """Fill only: nothing is shed on throughput."""
