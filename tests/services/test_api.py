@@ -330,3 +330,10 @@ def test_moves_a_killed_leader_made_after_its_last_publication_are_shown_and_kep
     assert status is not None and status.leader_id == "coord-b"
     assert {(m.lease_key, m.to_worker) for m in status.recent_moves if m.reason == "EXPIRED"} \
         == set(expired_rows.items())
+
+
+def test_the_leaders_last_good_run_is_its_newest_run_not_the_last_heartbeat(replica: Replica) -> None:
+    """The lock heartbeat (written before each run here) lags a run; the leader replica knows its newest run itself."""
+    replica.step(3)  # runs that change nothing: the status is not published again
+    body = replica.client.get("/v1/leader").json()
+    assert body["replica_is_leader"] and body["last_success_age_seconds"] == pytest.approx(INTERVAL)
