@@ -45,7 +45,7 @@ from shardherd.services.local_stack.state import StackNotRunning, StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-START_TIMEOUT = 240.0
+START_TIMEOUT = 400.0  # Spark drivers on a loaded 2-core host: 200 s to a running query at load 50
 
 
 @dataclass
@@ -280,7 +280,8 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
     run_dir = Path(args.run_root).resolve() / f"run-{int(time.time())}-{index}"
     settings = dict(item.split("=", 1) for item in args.set)
     extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
-             "--seed", str(args.seed + index), "--duration", str(args.warmup + args.settle + args.window + 600)]
+             "--seed", str(args.seed + index), "--duration", str(args.warmup + args.settle + args.window + 600),
+             "--startup-timeout", str(START_TIMEOUT)]
     stack = StackRun(run_dir, args.spark, settings, extra)
     try:
         state = stack.wait_ready(args.shards)
