@@ -349,58 +349,78 @@ class LeaderWatch:
         record = RunRecord.of(summary)
         with self._guard:
             if self._totals is None or self._epoch != summary.epoch:
-                previous, self._replaces = self._previous()
-                self._continue_from(previous)
-                self._stored = (previous,) if previous is not None or self._replaces is None else None
-                self._epoch, self._seen = summary.epoch, None
-                self._deposed = self._replaces is not None and self._replaces > summary.epoch
-                self._unfolded = True
+                self._begin_term(summary.epoch)
             if self._unfolded and leases is not None:
                 self._fold(leases)
-            assert self._totals is not None
-            self._totals = self._totals.plus(record)
-            if record.ok:
-                moves, unplaced = decisions_of(summary)
-                self._moves.extend(moves)
-                self._unplaced = tuple(unplaced[:MAX_UNPLACED])
-                self._last_success_at = record.started_at
-                self._last_success = self._clock.monotonic()
-            if record.shard_sync_error is not None:
-                first = self._sync_failing or (record.started_at, self._clock.monotonic(), "")
-                self._sync_failing = (first[0], first[1], record.shard_sync_error)
-            elif summary.shard_sync_ran and record.ok:
-                self._sync_failing = None
-            since, _, error = self._sync_failing or (None, None, None)
-            shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
-            if shape != self._seen:
-                self._seen, self._dirty = shape, True
-                self._runs.append(record)
-            now = self._clock.monotonic()
-            if self._refilled is not None:
-                gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
-                self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
-            self._refilled = now
-            health = (record.ok, record.error, record.balancing_error, since, error)
-            urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
-            self._health = health
-            if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
+            since, error = self._note(record, summary)
+            if not self._due(record, summary, since, error):
                 return
-            self._tokens = max(0.0, self._tokens - 1)
+            assert self._totals is not None
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
             replaces = self._replaces
+        self._publish(status, replaces)
+
+    def _begin_term(self, epoch: int) -> None:
+        """A new term: continue the stored status (caller holds the guard)."""
+        previous, self._replaces = self._previous()
+        self._continue_from(previous)
+        self._stored = (previous,) if previous is not None or self._replaces is None else None
+        self._epoch, self._seen = epoch, None
+        self._deposed = self._replaces is not None and self._replaces > epoch
+        self._unfolded = True
+
+    def _note(self, record: RunRecord, summary: RunSummary) -> tuple[float | None, str | None]:
+        """Count the run, keep its moves, follow the shard-sync failure streak; the streak's start and error."""
+        assert self._totals is not None
+        self._totals = self._totals.plus(record)
+        if record.ok:
+            moves, unplaced = decisions_of(summary)
+            self._moves.extend(moves)
+            self._unplaced = tuple(unplaced[:MAX_UNPLACED])
+            self._last_success_at = record.started_at
+            self._last_success = self._clock.monotonic()
+        if record.shard_sync_error is not None:
+            first = self._sync_failing or (record.started_at, self._clock.monotonic(), "")
+            self._sync_failing = (first[0], first[1], record.shard_sync_error)
+        elif summary.shard_sync_ran and record.ok:
+            self._sync_failing = None
+        since, _, error = self._sync_failing or (None, None, None)
+        return since, error
+
+    def _due(self, record: RunRecord, summary: RunSummary, since: float | None, error: str | None) -> bool:
+        """Whether to publish now: news not yet published, and a token (failures starting or ending need none)."""
+        shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
+        if shape != self._seen:
+            self._seen, self._dirty = shape, True
+            self._runs.append(record)
+        now = self._clock.monotonic()
+        if self._refilled is not None:
+            gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
+            self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
+        self._refilled = now
+        health = (record.ok, record.error, record.balancing_error, since, error)
+        urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
+        self._health = health
+        if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
+            return False
+        self._tokens = max(0.0, self._tokens - 1)
+        return True
+
+    def _publish(self, status: LeaderStatus, replaces: int | None) -> None:
+        """Write the status fenced on `replaces`; a refusal means a newer leader's status is stored."""
         if write_status(self._store, status, replaces):
             stored = LeaderStatus.model_validate_json(encode(status))  # as readers decode it: shrunk to the bound
             with self._guard:
-                self._replaces, self._dirty = summary.epoch, False
-                self._stored = (stored,) if self._epoch == summary.epoch else None
+                self._replaces, self._dirty = status.epoch, False
+                self._stored = (stored,) if self._epoch == status.epoch else None
             return
-        log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
+        log.info("leader status of epoch %d not published: a newer leader's status is stored", status.epoch)
         with self._guard:
             _, self._replaces = self._previous()
-            self._deposed = self._replaces is not None and self._replaces > summary.epoch
+            self._deposed = self._replaces is not None and self._replaces > status.epoch
             self._stored = None
 
     def _fold(self, leases: Callable[[], Iterable[Lease] | None]) -> None:
