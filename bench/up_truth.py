@@ -6,7 +6,8 @@ Starts `shardherd up` with the user defaults (Spark agents unless `--no-spark`) 
 and records are checkpointed, reads for `--watch` seconds what the dashboard reads every 3 s (`/v1/assignments`,
 `/v1/leader`) while a side thread reads the lease rows from the stack's DynamoDB every 0.25 s: the truth of each
 shard's checkpoint time and processed count. It prints (issue 33's numbers):
-- records/s readings of 0.0 (or none) on a shard whose checkpointed count rose in the 10 s before the reading;
+- records/s readings of 0.0, and of none (shown as a dash), on a shard whose checkpointed count rose in the 10 s
+  before the reading;
 - the largest gap between a shown checkpoint age and the truth (now less the time the row's checkpoint last changed,
   within the side thread's 0.25 s);
 - the oldest "last good run" shown, in assignment intervals (2 s);
@@ -88,14 +89,18 @@ def _state(run_dir: Path, process: subprocess.Popen[str]) -> StackState:
 
 
 def _dashboard_reads(state: StackState, truth: Truth, seconds: float) -> dict[str, Any]:
-    zero = readings = 0
+    zero = unknown = readings = failed = 0
     worst_age = worst_run = 0.0
-    client = OperatorClient(state.api_urls(), state.api_token(), timeout=3.0)
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=10.0)
     began = time.monotonic()
     try:
         while time.monotonic() - began < seconds:
-            leases = client.leases()
-            leader = client.call("GET", "/v1/leader")
+            try:
+                leases = client.leases()
+                leader = client.call("GET", "/v1/leader")
+            except ApiError:  # a loaded host: the page would show its last values; count it and read again
+                failed += 1
+                continue
             now = time.time()
             worst_run = max(worst_run, leader["last_success_age_seconds"] or 1e9)
             for lease in leases:
@@ -104,7 +109,8 @@ def _dashboard_reads(state: StackState, truth: Truth, seconds: float) -> dict[st
                     continue
                 if truth.rising(key, now):
                     readings += 1
-                    zero += not lease["records_per_second"]
+                    zero += lease["records_per_second"] == 0
+                    unknown += lease["records_per_second"] is None
                 with truth.guard:
                     changed = truth.changed.get(key)
                 if changed is not None and lease["checkpoint_age_seconds"] is not None:
@@ -112,9 +118,10 @@ def _dashboard_reads(state: StackState, truth: Truth, seconds: float) -> dict[st
             time.sleep(max(0.0, REFRESH - (time.monotonic() - began) % REFRESH))
     finally:
         client.close()
-    return {"rate readings on shards receiving records": readings, "of them 0.0 or none": zero,
+    return {"rate readings on shards receiving records": readings, "of them 0.0": zero, "of them none": unknown,
             "largest checkpoint-age error s": round(worst_age, 2),
-            "oldest last good run s": round(worst_run, 2), "in intervals": round(worst_run / INTERVAL, 2)}
+            "oldest last good run s": round(worst_run, 2), "in intervals": round(worst_run / INTERVAL, 2),
+            "reads that failed": failed}
 
 
 def main(argv: list[str] | None = None) -> int:
