@@ -45,7 +45,7 @@ from shardherd.services.local_stack.state import StackNotRunning, StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-START_TIMEOUT = 240.0
+START_TIMEOUT = 400.0  # Spark drivers on a loaded 2-core host: 200 s to a running query at load 50
 
 
 @dataclass
@@ -280,7 +280,8 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
     run_dir = Path(args.run_root).resolve() / f"run-{int(time.time())}-{index}"
     settings = dict(item.split("=", 1) for item in args.set)
     extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
-             "--seed", str(args.seed + index), "--duration", str(args.warmup + args.settle + args.window + 600)]
+             "--seed", str(args.seed + index), "--duration", str(args.warmup + args.settle + args.window + 600),
+             "--startup-timeout", str(START_TIMEOUT)]
     stack = StackRun(run_dir, args.spark, settings, extra)
     try:
         state = stack.wait_ready(args.shards)
@@ -319,28 +320,39 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
                       up_startup_line(run_dir), join)
 
 
-def follow_join(state: StackState, name: str, share: int, seconds: float) -> tuple[float | None, float | None]:
-    """Seconds after now until `name` owned its first lease and until it owned `share` leases (None: not seen)."""
+Join = tuple[float | None, float | None, float | None]  # seconds to: first heartbeat, first lease, its share
+
+
+def follow_join(state: StackState, name: str, share: int, seconds: float) -> Join:
+    """Seconds after now until `name` first heartbeat (its worker row appeared), owned its first lease and owned
+    `share` leases (None: not seen); keeps watching `seconds` past the heartbeat (a Spark driver starts slowly)."""
     began = time.monotonic()
-    first = held = None
-    while time.monotonic() - began < seconds:
+    beat = first = held = None
+    while time.monotonic() - began < seconds + (beat or 0.0) and held is None:
         leases = _poll(state.api_urls(), state.api_token()) or {}
         owned = sum(1 for lease in leases.values() if lease["owner"] == name and not lease["checkpoint_owner"])
         now = time.monotonic() - began
+        if beat is None and name in (_cpu_histories(state.api_urls(), state.api_token()) or {}):
+            beat = now
         first = first if first is not None or not owned else now
         held = held if held is not None or owned < share else now
         time.sleep(0.5)
-    return first, held
+    return beat, first, held
 
 
-def join_line(joined: tuple[float | None, float | None], moves: list[dict[str, Any]], acted: float) -> str:
-    """`first lease after X s, its share after Y s (N balancing runs with moves before it)`."""
-    first, held = joined
+def join_line(joined: Join, moves: list[dict[str, Any]], acted: float) -> str:
+    """`first heartbeat after W s, first lease after X s, its share after Y s (N balancing runs with moves from the
+    heartbeat to it)`."""
+    beat, first, held = joined
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} s"
+
     runs = "-" if held is None else str(len({move["run_started_at"] for move in moves
                                              if move["reason"].startswith("BALANCE")
-                                             and move["run_started_at"] <= acted + held}))
-    return (f"first lease after {'-' if first is None else f'{first:.1f} s'}, its share after "
-            f"{'-' if held is None else f'{held:.1f} s'} ({runs} balancing runs with moves before it)")
+                                             and acted + (beat or 0.0) <= move["run_started_at"] <= acted + held}))
+    return (f"first heartbeat after {seconds(beat)}, first lease after {seconds(first)}, its share after "
+            f"{seconds(held)} ({runs} balancing runs with moves from the heartbeat to it)")
 
 
 def up_startup_line(run_dir: Path) -> str | None:

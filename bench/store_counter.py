@@ -94,15 +94,16 @@ class CountingStore(LeaseStore):
                                                      during_handoff))
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Counted as `assign`."""
         return self._wrote("assign", self.inner.assign(lease_key, new_owner, expected_owner,
-                                                       expected_checkpoint_owner, fence))
+                                                       expected_checkpoint_owner, fence, move))
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Counted as `handoff_start`."""
-        return self._wrote("handoff_start", self.inner.start_handoff(lease_key, new_owner, current_owner, fence))
+        return self._wrote("handoff_start", self.inner.start_handoff(lease_key, new_owner, current_owner,
+                                                                           fence, move))
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
         """Counted as `handoff_complete`."""

@@ -15,6 +15,7 @@ import contextvars
 import copy
 import dataclasses
 import logging
+import math
 import statistics
 import threading
 import time
@@ -35,6 +36,7 @@ from shardherd.coordinator.liveness import (
     encode_sightings,
 )
 from shardherd.coordinator.load_model import Line
+from shardherd.coordinator.move_record import MoveRecord
 from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
@@ -316,6 +318,11 @@ class LeaderLoop:
             return None
         return latest
 
+    def viewed_leases(self) -> list[Lease] | None:
+        """The lease rows of the leader's newest view (its writes applied), however old; None before its first."""
+        latest = self.latest_scans(math.inf)
+        return None if latest is None else latest[0].leases
+
     def dry_run(self) -> Plan:
         """What the decider would do now (a balancing run), from the store and, on the leader, its observations.
 
@@ -406,7 +413,7 @@ class LeaderLoop:
         # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.
         if balance and balance_error is None:
             term.rebalancing = any(move.reason.is_balancing for move in plan.moves)
-        tally = self._write(term, plan, leases, views, fence, tally)
+        tally = self._write(term, plan, leases, views, fence, tally, started_wall)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         self.feed.observe(term.epoch, leases.values())
@@ -689,14 +696,16 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ writes
     def _write(self, term: _Term, plan: Plan, leases: dict[str, Lease], views: list[LeaseView], fence: Fence,
-               tally: WriteTally) -> WriteTally:
+               tally: WriteTally, started_wall: float) -> WriteTally:
         """Apply the plan's moves, up to `leader_write_threads` fenced writes at once; tally them in plan order.
+
+        Each write carries the move's record (coordinator/move_record.py), stamped with this run's epoch and start.
 
         Every write stays conditional and fenced. Once one finds the fence lost, writes not yet started are skipped
         and LeadershipLost is raised after those in flight return (they fail on the same fence).
         """
         expired = {view.key for view in views if view.expired}
-        outcomes = self._outcomes(plan.moves, leases, expired, fence)
+        outcomes = self._outcomes(plan.moves, leases, expired, fence, (term.epoch, started_wall))
         handoffs = assigned = lost = 0
         for move, outcome in zip(plan.moves, outcomes, strict=True):
             if outcome is None or outcome.conflict is Conflict.FENCED:
@@ -720,7 +729,7 @@ class LeaderLoop:
         return WriteTally(handoffs, assigned, lost, tally.created, tally.deleted)
 
     def _outcomes(self, moves: Sequence[Move], leases: dict[str, Lease], expired: set[str],
-                  fence: Fence) -> list[Outcome | None]:
+                  fence: Fence, run: tuple[int, float]) -> list[Outcome | None]:
         """Each move's outcome, in order; None for a move skipped because the fence was lost or a write failed.
 
         A store error is raised (the first in plan order) after the writes in flight return, as one write at a time
@@ -732,7 +741,8 @@ class LeaderLoop:
             if stop.is_set():
                 return None
             try:
-                outcome = self._apply(move, leases[move.lease_key], move.lease_key in expired, fence)
+                outcome = self._apply(move, leases[move.lease_key], move.lease_key in expired, fence,
+                                      MoveRecord.of(move, *run).encode())
             except BaseException:
                 stop.set()
                 raise
@@ -751,14 +761,15 @@ class LeaderLoop:
                 pool.submit(contextvars.copy_context().run, write, move) for move in moves]
             return [future.result() for future in futures]
 
-    def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence) -> Outcome:
+    def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence, record: str) -> Outcome:
         graceful = (self._graceful and not expired and not lease.is_finished and lease.checkpoint_owner is None
                     and lease.lease_owner is not None)
         if graceful:
             assert lease.lease_owner is not None
-            return self._store.start_handoff(lease.lease_key, move.to_worker, lease.lease_owner, fence=fence)
+            return self._store.start_handoff(lease.lease_key, move.to_worker, lease.lease_owner, fence=fence,
+                                             move=record)
         return self._store.assign(lease.lease_key, move.to_worker, lease.lease_owner, lease.checkpoint_owner,
-                                  fence=fence)
+                                  fence=fence, move=record)
 
     @staticmethod
     def _check_fence(outcome: Outcome) -> None:

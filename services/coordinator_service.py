@@ -142,7 +142,7 @@ class CoordinatorService:
 
         def on_run(summary: RunSummary) -> None:
             replicas.note_run(summary)
-            watch.on_run(summary)
+            watch.on_run(summary, loop.viewed_leases)
 
         loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run,
                           on_progress=lambda: supervisor.beat(LEADER_LOOP))

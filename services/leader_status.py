@@ -8,7 +8,10 @@ per started KiB on DynamoDB: at most four) and written only when a run changed s
 counts, errors), at once after a quiet spell but on average at most once per MIN_PUBLISH_SECONDS while every run
 changes something (a token bucket of PUBLISH_BURST; changes in between go out together; a failure starting or
 ending goes out at once), never once per run;
-freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). Every write is fenced by the leader's
+freshness rides on the leader lock's heartbeat instead (`lastSuccessAt`). A move made between two publications is
+not lost with its leader: the leader's owner write of each move also stores the move's record on the lease row
+(`lastMove`, coordinator/move_record.py; no extra write), a new leader folds those records into its history at its
+term's first run, and a replica reading the store folds them into what it serves. Every write is fenced by the leader's
 epoch: it only replaces an item of its own term, or of the term it read before, so a deposed leader cannot overwrite
 its successor's status. Readers get a typed error for a malformed item.
 """
@@ -18,14 +21,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shardherd.coordinator.move_record import MalformedMoveRecord, MoveRecord
 from shardherd.coordinator.run_summary import RunSummary
 from shardherd.shared.clock import Clock
 from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lease import Lease
 from shardherd.shared.store import LeaseStore, StateValue
 from shardherd.shared.store_meter import state_size
 
@@ -81,6 +86,44 @@ def decisions_of(summary: RunSummary) -> tuple[list[Decision], list[Decision]]:
                          reason=u.reason.value, detail=u.detail[:MAX_DETAIL_CHARS], from_owner=u.owner)
                 for u in (*plan.spillover, *plan.held)]
     return moves, unplaced
+
+
+def recorded_moves(leases: Iterable[Lease]) -> list[Decision]:
+    """The moves recorded on lease rows (`Lease.last_move`) as decisions; an unreadable record is logged, skipped."""
+    found = []
+    for lease in leases:
+        if lease.last_move is None:
+            continue
+        try:
+            record = MoveRecord.decode(lease.last_move)
+        except MalformedMoveRecord as exc:
+            log.warning("lease %s: %s", lease.lease_key, exc)
+            continue
+        found.append(Decision(lease_key=lease.lease_key, epoch=record.epoch, run_started_at=record.run_started_at,
+                              kind="move", reason=record.reason, detail=record.detail,
+                              from_owner=record.from_owner, to_worker=record.to_worker))
+    return found
+
+
+def _identity(move: Decision) -> tuple[str, int, float]:
+    return move.lease_key, move.epoch, round(move.run_started_at, 3)  # as a move record stores the time
+
+
+def merge_moves(known: Iterable[Decision], found: Iterable[Decision]) -> tuple[Decision, ...]:
+    """`known` plus the moves of `found` it lacks, oldest first (by run start), the newest MAX_RECENT_MOVES."""
+    moves = list(known)
+    seen = {_identity(move) for move in moves}
+    moves.extend(move for move in found if _identity(move) not in seen)
+    moves.sort(key=lambda move: move.run_started_at)  # stable: a run's moves keep the decider's order
+    return tuple(moves[-MAX_RECENT_MOVES:])
+
+
+def with_recorded_moves(status: LeaderStatus | None, leases: Iterable[Lease]) -> LeaderStatus | None:
+    """The status with the moves recorded on `leases` that it lacks (made after the leader's last publication)."""
+    if status is None:
+        return None
+    moves = merge_moves(status.recent_moves, recorded_moves(leases))
+    return status if moves == status.recent_moves else status.model_copy(update={"recent_moves": moves})
 
 
 class RunRecord(_Frozen):
@@ -276,6 +319,7 @@ class LeaderWatch:
         self._refilled: float | None = None  # monotonic time the tokens were last counted
         self._health: tuple[object, ...] | None = None  # failures of the newest run (see on_run)
         self._deposed = False  # a newer leader's status is stored: this term publishes nothing more
+        self._unfolded = False  # this term has not yet folded the moves recorded on lease rows into its history
         # The stored status as this term knows it (read at the term's first run, then each publication), so the
         # leader replica's API serves it without reading the item; None until known.
         self._stored: tuple[LeaderStatus | None] | None = None
@@ -290,10 +334,12 @@ class LeaderWatch:
             self._sync_failing = None
             self._stored = None
 
-    def on_run(self, summary: RunSummary) -> None:
+    def on_run(self, summary: RunSummary, leases: Callable[[], Iterable[Lease] | None] | None = None) -> None:
         """LeaderLoop hook: record the run; publish the status if the run changed something.
 
-        Store errors propagate (the loop logs them).
+        `leases` gives the lease rows as the leader's newest scan saw them (None: none at hand): the term's first run
+        that has them folds the moves recorded there into the history (moves its predecessor made after its last
+        publication). Store errors propagate (the loop logs them).
         """
         if summary.ok and not summary.scanned and not summary.shard_sync_ran:  # a tick on the view: fresh, no news
             with self._guard:
@@ -303,56 +349,91 @@ class LeaderWatch:
         record = RunRecord.of(summary)
         with self._guard:
             if self._totals is None or self._epoch != summary.epoch:
-                previous, self._replaces = self._previous()
-                self._continue_from(previous)
-                self._stored = (previous,) if previous is not None or self._replaces is None else None
-                self._epoch, self._seen = summary.epoch, None
-                self._deposed = self._replaces is not None and self._replaces > summary.epoch
-            assert self._totals is not None
-            self._totals = self._totals.plus(record)
-            if record.ok:
-                moves, unplaced = decisions_of(summary)
-                self._moves.extend(moves)
-                self._unplaced = tuple(unplaced[:MAX_UNPLACED])
-                self._last_success_at = record.started_at
-                self._last_success = self._clock.monotonic()
-            if record.shard_sync_error is not None:
-                first = self._sync_failing or (record.started_at, self._clock.monotonic(), "")
-                self._sync_failing = (first[0], first[1], record.shard_sync_error)
-            elif summary.shard_sync_ran and record.ok:
-                self._sync_failing = None
-            since, _, error = self._sync_failing or (None, None, None)
-            shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
-            if shape != self._seen:
-                self._seen, self._dirty = shape, True
-                self._runs.append(record)
-            now = self._clock.monotonic()
-            if self._refilled is not None:
-                gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
-                self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
-            self._refilled = now
-            health = (record.ok, record.error, record.balancing_error, since, error)
-            urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
-            self._health = health
-            if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
+                self._begin_term(summary.epoch)
+            if self._unfolded and leases is not None:
+                self._fold(leases)
+            since, error = self._note(record, summary)
+            if not self._due(record, summary, since, error):
                 return
-            self._tokens = max(0.0, self._tokens - 1)
+            assert self._totals is not None
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),
                                   recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
             replaces = self._replaces
+        self._publish(status, replaces)
+
+    def _begin_term(self, epoch: int) -> None:
+        """A new term: continue the stored status (caller holds the guard)."""
+        previous, self._replaces = self._previous()
+        self._continue_from(previous)
+        self._stored = (previous,) if previous is not None or self._replaces is None else None
+        self._epoch, self._seen = epoch, None
+        self._deposed = self._replaces is not None and self._replaces > epoch
+        self._unfolded = True
+
+    def _note(self, record: RunRecord, summary: RunSummary) -> tuple[float | None, str | None]:
+        """Count the run, keep its moves, follow the shard-sync failure streak; the streak's start and error."""
+        assert self._totals is not None
+        self._totals = self._totals.plus(record)
+        if record.ok:
+            moves, unplaced = decisions_of(summary)
+            self._moves.extend(moves)
+            self._unplaced = tuple(unplaced[:MAX_UNPLACED])
+            self._last_success_at = record.started_at
+            self._last_success = self._clock.monotonic()
+        if record.shard_sync_error is not None:
+            first = self._sync_failing or (record.started_at, self._clock.monotonic(), "")
+            self._sync_failing = (first[0], first[1], record.shard_sync_error)
+        elif summary.shard_sync_ran and record.ok:
+            self._sync_failing = None
+        since, _, error = self._sync_failing or (None, None, None)
+        return since, error
+
+    def _due(self, record: RunRecord, summary: RunSummary, since: float | None, error: str | None) -> bool:
+        """Whether to publish now: news not yet published, and a token (failures starting or ending need none)."""
+        shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
+        if shape != self._seen:
+            self._seen, self._dirty = shape, True
+            self._runs.append(record)
+        now = self._clock.monotonic()
+        if self._refilled is not None:
+            gained = (now - self._refilled) / self._min_interval if self._min_interval > 0 else PUBLISH_BURST
+            self._tokens = min(float(PUBLISH_BURST), self._tokens + gained)
+        self._refilled = now
+        health = (record.ok, record.error, record.balancing_error, since, error)
+        urgent = health != self._health  # failures starting or ending skip the bucket: operators wait on them
+        self._health = health
+        if self._deposed or not self._dirty or (self._tokens < 1 and not urgent):
+            return False
+        self._tokens = max(0.0, self._tokens - 1)
+        return True
+
+    def _publish(self, status: LeaderStatus, replaces: int | None) -> None:
+        """Write the status fenced on `replaces`; a refusal means a newer leader's status is stored."""
         if write_status(self._store, status, replaces):
             stored = LeaderStatus.model_validate_json(encode(status))  # as readers decode it: shrunk to the bound
             with self._guard:
-                self._replaces, self._dirty = summary.epoch, False
-                self._stored = (stored,) if self._epoch == summary.epoch else None
+                self._replaces, self._dirty = status.epoch, False
+                self._stored = (stored,) if self._epoch == status.epoch else None
             return
-        log.info("leader status of epoch %d not published: a newer leader's status is stored", summary.epoch)
+        log.info("leader status of epoch %d not published: a newer leader's status is stored", status.epoch)
         with self._guard:
             _, self._replaces = self._previous()
-            self._deposed = self._replaces is not None and self._replaces > summary.epoch
+            self._deposed = self._replaces is not None and self._replaces > status.epoch
             self._stored = None
+
+    def _fold(self, leases: Callable[[], Iterable[Lease] | None]) -> None:
+        """Fold the moves recorded on the lease rows into the history, once per term (caller holds the guard)."""
+        rows = leases()
+        if rows is None:
+            return
+        self._unfolded = False
+        merged = merge_moves(self._moves, recorded_moves(rows))
+        if merged != tuple(self._moves):
+            self._moves.clear()
+            self._moves.extend(merged)
+            self._dirty = True
 
     def stored_status(self) -> tuple[bool, LeaderStatus | None]:
         """(known, status): the LeaderStatus item as this leader's term last read or wrote it, without a store read.

@@ -18,6 +18,9 @@ class Lease:
     `millis_behind_latest`, `records_processed`, `bytes_processed` and `records_behind` are the processing worker's
     progress as of its last checkpoint (shardherd's attributes; the checkpoint write carries them, so they cost no
     extra write and keep the worker's heartbeat row small).
+    `last_move` is the leader's record of the move that gave the lease its owner (shardherd's attribute, opaque
+    here: services/leader_status.py writes and reads it), stored by the very write that moved it, so no move's record
+    is lost with a leader killed before it published its status.
     `repairs` says what a decoder had to drop from the stored row (see shared/row_checks.py); it is never stored.
     Construction enforces what every consumer assumes: a non-empty key, a throughput that is None or a plausible
     finite number >= 0 (InvalidRowValue otherwise).
@@ -42,6 +45,7 @@ class Lease:
     records_processed: int | None = None
     bytes_processed: int | None = None
     records_behind: int | None = None
+    last_move: str | None = None
     repairs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:

@@ -122,22 +122,24 @@ class MemoryLeaseStore(LeaseStore):
         return self._write(lease_key, check, change)
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (not the counter)."""
         switched = ((expected_owner is not None and expected_owner != new_owner)
                     or expected_checkpoint_owner == new_owner)
 
         def change(lease: Lease) -> Lease:
             return replace(lease, lease_owner=new_owner, checkpoint_owner=None, lease_counter=lease.lease_counter + 1,
-                           owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint + int(switched))
+                           owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint + int(switched),
+                           last_move=move)
 
         return self._write(lease_key, _owners_are(expected_owner, expected_checkpoint_owner), change, fence)
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Make `new_owner` the owner and `current_owner` the checkpoint owner; the counter is untouched."""
         return self._write(lease_key, _owners_are(current_owner, None),
-                           lambda lease: replace(lease, lease_owner=new_owner, checkpoint_owner=current_owner), fence)
+                           lambda lease: replace(lease, lease_owner=new_owner, checkpoint_owner=current_owner,
+                                                 last_move=move), fence)
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:
         """The old owner ends its handoff: checkpointOwner removed, counter+1, ownerSwitches+1."""

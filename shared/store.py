@@ -147,16 +147,20 @@ class LeaseStore(ABC):
 
     @abstractmethod
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Leader assignment (KCL assignLease): conditioned on both owner fields, not on the counter.
 
         Sets `leaseOwner`, removes `checkpointOwner`, counter+1, and ownerSwitches+1 when the owner really changes.
+        `move` (the leader's record of this move) becomes `lastMove` in the same write; without one it is removed.
         """
 
     @abstractmethod
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
-        """Graceful handoff step 1: `leaseOwner := new_owner`, `checkpointOwner := current_owner`; counter untouched."""
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
+        """Graceful handoff step 1: `leaseOwner := new_owner`, `checkpointOwner := current_owner`; counter untouched.
+
+        `move` becomes `lastMove` in the same write, as with `assign`.
+        """
 
     @abstractmethod
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:

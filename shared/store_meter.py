@@ -339,15 +339,15 @@ class StoreMeter(LeaseStore):
         return self._lease_write("renew", lease_key, outcome, before_owner=owner, owner_known=True)
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Conditional UpdateItem, a transaction when fenced."""
-        outcome = self.inner.assign(lease_key, new_owner, expected_owner, expected_checkpoint_owner, fence)
+        outcome = self.inner.assign(lease_key, new_owner, expected_owner, expected_checkpoint_owner, fence, move)
         return self._lease_write("assign", lease_key, outcome, fence, before_owner=expected_owner, owner_known=True)
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Conditional UpdateItem, a transaction when fenced."""
-        outcome = self.inner.start_handoff(lease_key, new_owner, current_owner, fence)
+        outcome = self.inner.start_handoff(lease_key, new_owner, current_owner, fence, move)
         return self._lease_write("handoff_start", lease_key, outcome, fence, before_owner=current_owner,
                                  owner_known=True)
 

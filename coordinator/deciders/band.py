@@ -6,10 +6,11 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
    (`FleetPlan.place`, coordinator/deciders/fleet_state.py).
 2. On a balancing run, the metric whose workers' confirmed values stray furthest outside the band is balanced by
    one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
-3. With every metric inside its band, a joining worker (at most half the average lease count, and less than half an
-   average share of the throughput at every report of the persistence window: its CPU cannot tell it from the others
-   when the CPU is mostly the agents' own) is filled on throughput into the throughput band in the same run, as far
-   as its metric's band allows (`ShareFill`; setting `rebalance_fill_on_throughput`).
+3. With every metric inside its band (or none moved by the pass), a joining worker (at most half the average lease
+   count, and less than half an average share of the throughput at every report of the persistence window: its CPU
+   cannot tell it from the others when the CPU is mostly the agents' own) is filled on throughput into the
+   throughput band in the same run, as far as its metric's band allows, that band raised by its own load's excess
+   over the fleet's base (`ShareFill`; setting `rebalance_fill_on_throughput`).
 
 Load model: a line `value = base + slope x throughput` per metric fitted over the settled reporting workers
 (coordinator/load_model.py); averages count the load of leases that need an owner; an idle stream balances counts.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import Band, BandPass
+from shardherd.coordinator.deciders.band_moves import ROUNDING, Band, BandPass
 from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import Plan
@@ -52,6 +53,16 @@ def metric_to_balance(view: FleetView) -> Band | None:
         if stray > 0 and (best is None or stray > best[0]):
             best = (stray, band)
     return None if best is None else best[1]
+
+
+def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
+    """The ceiling of a joining worker at `value` on `metric` while it carries `carried` KiB/s (see ShareFill).
+
+    The band's edge raised by its own load's excess over the fleet's fitted base, never past its operating range.
+    """
+    edge = view.ceiling(wid, metric)
+    excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
+    return max(edge, min(edge + excess, view.limits[wid][metric]))
 
 
 class ShareFill(BandPass):
@@ -88,17 +99,31 @@ class ShareFill(BandPass):
         """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
         return 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
 
+    def room_left(self, wid: str, weight: float) -> bool:
+        """Whether every metric the joining worker reports stays under its ceiling with the lease.
+
+        Its own load (its value less what its leases add: a Spark driver's JVM, say) may sit above the fleet's fitted
+        base: leases did not put it there, and no placement changes it. Its ceiling is the band's upper edge raised by
+        that excess, so it may take the lease load an average worker carries (plus half a band), never past its
+        operating range. Without that, such a worker was never filled (issue 33: a new Spark driver held no lease).
+        """
+        carried = self.plan.ledger.throughput.get(wid, 0.0)
+        view = self.view
+        return all(value + view.rise(wid, metric, weight)
+                   <= joiner_ceiling(view, wid, metric, value, carried) + ROUNDING * max(1.0, value)
+                   for metric, value in self.plan.values(wid).items())
+
     def run(self) -> None:
         """Fill only: nothing is shed on throughput."""
         self.fill()
 
 
-def fill_on_share(plan: FleetPlan) -> str:
-    """With no metric out of band, fill joining workers on throughput; the note says what happened."""
+def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band") -> str:
+    """With no metric out of band (`why`), fill joining workers on throughput; the note says what happened."""
     view = plan.view
     if not view.config.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
-        return "balancing: no metric out of band"
+        return why
     half = max(view.config.rebalance_threshold_percentage, view.config.rebalance_min_band_points,
                2.0 * 100.0 * view.config.rebalance_min_gain_kbps / view.target_throughput)
     band = Band.around(THROUGHPUT_METRIC, 100.0, half, view.gain_floor(THROUGHPUT_METRIC),
@@ -106,8 +131,8 @@ def fill_on_share(plan: FleetPlan) -> str:
     fill = ShareFill(plan, band)
     fill.run()
     if not fill.moved:
-        return "balancing: no metric out of band"
-    return (f"balancing: no metric out of band; filling on {THROUGHPUT_METRIC}: "
+        return why
+    return (f"{why}; filling on {THROUGHPUT_METRIC}: "
             f"band [{band.lower:.2f}, {band.upper:.2f}]")
 
 
@@ -118,8 +143,13 @@ def balance_pass(plan: FleetPlan) -> str:
     band = metric_to_balance(plan.view)
     if band is None:
         return fill_on_share(plan)
-    BandPass(plan, band).run()
-    return f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
+    balancing = BandPass(plan, band)
+    balancing.run()
+    note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
+    if balancing.moved:
+        return note
+    # Out of band but nothing to move (a joining worker's own load above the band, say): fill as if in band.
+    return fill_on_share(plan, f"{note}: nothing to move")
 
 
 class BandDecider:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from shardherd.coordinator.leader_lock import LeaderLock, LockView
 from shardherd.coordinator.liveness import WorkerGrace
 from shardherd.services.api.fleet import CheckpointAges, Fleet, HeartbeatObserver, judge_fleet
-from shardherd.services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status
+from shardherd.services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status, with_recorded_moves
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.store import LeaseScan, LeaseStore, WorkerScan
@@ -113,7 +113,9 @@ class SnapshotCache:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
         try:  # views for operators: eventually consistent reads (half price) are fresh enough
-            status, problem = read_status(self._store, consistent=False), None
+            # With the moves recorded on the lease rows: a killed leader's last moves are there before its successor
+            # publishes them.
+            status, problem = with_recorded_moves(read_status(self._store, consistent=False), scans[0].leases), None
         except MalformedLeaderStatus as exc:
             status, problem = None, str(exc)
         return ApiSnapshot(self._judge(scans), self._lock.read(consistent=False), status, problem)

@@ -47,6 +47,7 @@ MILLIS_BEHIND_LATEST = "millisBehindLatest"
 RECORDS_PROCESSED = "recordsProcessed"
 BYTES_PROCESSED = "bytesProcessed"
 RECORDS_BEHIND = "recordsBehind"
+LAST_MOVE = "lastMove"  # shardherd's: the leader's record of the move that set the owner (Lease.last_move)
 PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
                        "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND}
 
@@ -124,6 +125,7 @@ def _decode_lease(item: Item) -> Lease:
             "checkpoint_owner": read_string(item, CHECKPOINT_OWNER),
             "stream_name": read_string(item, STREAM_NAME),
             "shard_id": read_string(item, SHARD_ID),
+            "last_move": read_string(item, LAST_MOVE),
         }
         fields["throughput_kbps"], throughput_repairs = checked_throughput(read_float(item, THROUGHPUT_KBPS),
                                                                            THROUGHPUT_KBPS)
@@ -143,6 +145,14 @@ def set_progress(update: Expression, progress: LeaseProgress) -> None:
             update.remove(PROGRESS_ATTRIBUTES[field])
         else:
             update.set(PROGRESS_ATTRIBUTES[field], integer(value))
+
+
+def set_last_move(update: Expression, move: str | None) -> None:
+    """Add the leader's record of a move to an owner write (None removes an older one)."""
+    if move is None:
+        update.remove(LAST_MOVE)
+    else:
+        update.set(LAST_MOVE, string(move))
 
 
 def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
@@ -175,6 +185,7 @@ def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
         CHECKPOINT_OWNER: lease.checkpoint_owner,
         STREAM_NAME: lease.stream_name,
         SHARD_ID: lease.shard_id,
+        LAST_MOVE: lease.last_move,
     }
     item.update({name: string(value) for name, value in optional_strings.items() if value is not None})
     return item

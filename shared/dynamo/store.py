@@ -219,21 +219,23 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         return self._write(lease_key, expression, "renew", own_result=renewed_by_me)
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (never on the counter)."""
         expression = (_existing_lease().require_string(lc.LEASE_OWNER, expected_owner)
                       .require_string(lc.CHECKPOINT_OWNER, expected_checkpoint_owner))
         expression.set(lc.LEASE_OWNER, string(new_owner)).remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1)
         if (expected_owner is not None and expected_owner != new_owner) or expected_checkpoint_owner == new_owner:
             expression.add(lc.OWNER_SWITCHES, 1)
+        lc.set_last_move(expression, move)
         return self._write(lease_key, expression, "assign", fence)
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Handoff start: leaseOwner := new, checkpointOwner := current, if current owns it and none runs."""
         expression = (_existing_lease().require_string(lc.LEASE_OWNER, current_owner)
                       .require_absent(lc.CHECKPOINT_OWNER))
         expression.set(lc.LEASE_OWNER, string(new_owner)).set(lc.CHECKPOINT_OWNER, string(current_owner))
+        lc.set_last_move(expression, move)
         return self._write(lease_key, expression, "start_handoff", fence)
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:

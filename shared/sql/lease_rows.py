@@ -53,6 +53,7 @@ def lease_values(lease: Lease) -> dict[str, Any]:
         "records_processed": lease.records_processed,
         "bytes_processed": lease.bytes_processed,
         "records_behind": lease.records_behind,
+        "last_move": lease.last_move,
     }
 
 
@@ -125,5 +126,6 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         records_processed=progress[LEASE_ATTRIBUTES["records_processed"]],
         bytes_processed=progress[LEASE_ATTRIBUTES["bytes_processed"]],
         records_behind=progress[LEASE_ATTRIBUTES["records_behind"]],
+        last_move=column("last_move", read_optional_str),
         repairs=repairs + progress_repairs,
     )

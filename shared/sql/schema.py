@@ -44,6 +44,7 @@ LEASE_ATTRIBUTES: dict[str, str] = {
     "records_processed": "recordsProcessed",
     "bytes_processed": "bytesProcessed",
     "records_behind": "recordsBehind",
+    "last_move": "lastMove",  # shardherd's: the leader's record of the move that set the owner (migration 0004)
 }
 
 # The owner's progress as of its last checkpoint (shardherd's columns, added by migration 0003).

@@ -252,21 +252,22 @@ class SqlLeaseStore(LeaseStore):
         return self._update("renewal", lease_key, conditions, values)
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Leader assignment conditioned on both owner fields (not the counter)."""
         c = self._schema.leases.c
-        values: dict[str, Any] = {"lease_owner": new_owner, "checkpoint_owner": None, "lease_counter": self._bump()}
+        values: dict[str, Any] = {"lease_owner": new_owner, "checkpoint_owner": None, "lease_counter": self._bump(),
+                                  "last_move": move}
         if (expected_owner is not None and expected_owner != new_owner) or expected_checkpoint_owner == new_owner:
             values["owner_switches_since_checkpoint"] = self._switch()
         conditions = [_matches(c.lease_owner, expected_owner), _matches(c.checkpoint_owner, expected_checkpoint_owner)]
         return self._update("assignment", lease_key, conditions, values, fence)
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
-                      fence: Fence | None = None) -> Outcome:
+                      fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Make `new_owner` the owner and `current_owner` the checkpoint owner; the counter is untouched."""
         c = self._schema.leases.c
         conditions = [c.lease_owner == current_owner, c.checkpoint_owner.is_(None)]
-        values = {"lease_owner": new_owner, "checkpoint_owner": current_owner}
+        values = {"lease_owner": new_owner, "checkpoint_owner": current_owner, "last_move": move}
         return self._update("handoff start", lease_key, conditions, values, fence)
 
     def complete_handoff(self, lease_key: str, checkpoint_owner: str) -> Outcome:

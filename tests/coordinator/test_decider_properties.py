@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig, Strategy
-from shardherd.coordinator.deciders.band import balance_pass
+from shardherd.coordinator.deciders.band import balance_pass, joiner_ceiling
 from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import MoveReason, Plan
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 EPS = 1e-6
 
@@ -87,11 +88,17 @@ class CheckedPlan(FleetPlan):
             assert self.assignable(wid) and not lease.avoids(wid) and not lease.pinned and not lease.recently_moved
             assert giver not in view.stale and giver not in view.settling
             before = {w: dict(self.values(w)) for w in (giver, wid) if w is not None and w in view.values}
+            carried = ledger.throughput.get(wid, 0.0)
         super().move(key, wid, reason, detail)
         if not reason.is_balancing or giver is None:
             return
+        # The fill on throughput (no T band) lets a joining worker's ceiling rise by its own load's excess.
+        share_fill = reason is MoveReason.BALANCE_THROUGHPUT and THROUGHPUT_METRIC not in view.averages
         for metric, value in self.values(wid).items():
-            assert value <= view.ceiling(wid, metric) + EPS * max(1.0, value), (metric, value)
+            ceiling = view.ceiling(wid, metric)
+            if share_fill and metric in before.get(wid, {}):
+                ceiling = joiner_ceiling(view, wid, metric, before[wid][metric], carried)
+            assert value <= ceiling + EPS * max(1.0, value), (metric, value)
             if metric in before.get(giver, {}) and reason is MoveReason.for_metric(metric):
                 assert value <= before[giver][metric] - view.min_gain(metric) + EPS * max(1.0, value)
                 assert self.value(giver, metric) < before[giver][metric]

@@ -40,7 +40,7 @@ class _Watched:
         return getattr(self.inner, name)
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
-               expected_checkpoint_owner: str | None, fence: Fence | None = None) -> Outcome:
+               expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         with self._guard:
             self.calls += 1
             call = self.calls
@@ -55,7 +55,8 @@ class _Watched:
                 self.lock.release()
                 with self._guard:
                     self.released = True
-            return self.inner.assign(lease_key, new_owner, expected_owner, expected_checkpoint_owner, fence=fence)
+            return self.inner.assign(lease_key, new_owner, expected_owner, expected_checkpoint_owner, fence=fence,
+                                     move=move)
         finally:
             with self._guard:
                 self.in_flight -= 1

@@ -85,14 +85,21 @@ def test_a_worker_carrying_half_a_share_or_more_is_not_filled_on_throughput() ->
     assert decide(_fleet({"A": 3.0, "B": 3.8, "C": 3.0}, held), CONFIG, balance=True).moves == ()
 
 
-def test_a_joining_worker_busy_by_cpu_is_filled_within_its_cpu_band() -> None:
-    # A Spark driver's agent reports more CPU than the others while it holds nothing (the driver's own work): it
-    # still gets its share of the throughput (issue 31: such a driver got no lease in 40 s), as far as its CPU band
-    # allows.
+def test_a_joining_worker_busy_by_its_own_cpu_is_filled_below_its_operating_range() -> None:
+    # A Spark driver's agent reports more CPU than the others while it holds nothing (the driver's own JVM): it still
+    # gets its share of the throughput (issues 31 and 33: such a driver got no lease in 40-60 s). Its own load above
+    # the fleet's base raises its ceiling by as much: it takes what an average worker carries.
     plan = decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 5.0}), CONFIG, balance=True)
     assert [m.to_worker for m in plan.moves] == ["D"]
     busy = decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 7.4}), CONFIG, balance=True)
-    assert all(w.metrics_after["C"] <= busy.averages["C"] + 4.0 for w in busy.workers)
+    assert _moves(busy) == [("s5", "B", "D")]
+    # Above the band while holding nothing: the CPU pass has nothing to move, so the fill runs (it used to wait for
+    # an in-band run that never came).
+    hot = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}), CONFIG, balance=True)
+    assert _moves(hot) == [("s5", "B", "D")] and "nothing to move; filling on T" in hot.notes[0]
+    # Never past its operating range (100 % CPU).
+    full = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 99.5}), CONFIG, balance=True)
+    assert full.moves == () and all(w.metrics_after["C"] <= 100.0 for w in busy.workers + hot.workers)
 
 
 def test_the_cpu_band_goes_first() -> None:

@@ -10,7 +10,7 @@ from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop
 from shardherd.coordinator.run_summary import RunSummary
 from shardherd.services.api import ApiContext, create_app
-from shardherd.services.leader_status import LeaderWatch
+from shardherd.services.leader_status import MIN_PUBLISH_SECONDS, LeaderWatch
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
 from shardherd.shared.shards import MAX_HASH_KEY, Shard
@@ -32,7 +32,8 @@ class Replica:
     """One coordinator replica (lock, loop, watch, API) plus workers that heartbeat through the store."""
 
     def __init__(self, store: LeaseStore, shards: int = 6, replica_id: str = "coord-a",
-                 clock: ManualClock | None = None, **settings: Any) -> None:
+                 clock: ManualClock | None = None, publish_every: float = MIN_PUBLISH_SECONDS,
+                 **settings: Any) -> None:
         self.store = store
         self.clock = clock or ManualClock()
         self.shards = even_shards(shards)
@@ -40,12 +41,12 @@ class Replica:
         settings.setdefault("api_cache_millis", 0)
         self.settings = load_settings(application_name="api-test", worker_id=replica_id,
                                       lease_assignment_interval_millis=int(INTERVAL * 1000), **settings)
-        self.watch = LeaderWatch(store, replica_id, self.clock)
+        self.watch = LeaderWatch(store, replica_id, self.clock, min_interval=publish_every)
         self.lock = LeaderLock(store, replica_id, self.clock, self.settings.leader_lock_lease_duration_millis,
                                self.settings.leader_lock_heartbeat_period_millis, on_change=self.watch.on_lock_change,
                                last_success=self.watch.last_success_wall)
         self.loop = LeaderLoop(store, self.lock, self.settings, self.clock, shard_source=lambda: list(self.shards),
-                               on_run=self.watch.on_run)
+                               on_run=lambda summary: self.watch.on_run(summary, self.loop.viewed_leases))
         self.context = ApiContext(self.settings, store, self.lock, self.loop, self.watch, self.clock)
         self.client = TestClient(create_app(self.context))
         self.beats: dict[str, int] = {}

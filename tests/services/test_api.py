@@ -7,7 +7,7 @@ import pytest
 from shardherd.coordinator.assignment_feed import NEWS
 from shardherd.coordinator.moves import MoveReason
 from shardherd.services.api.assignments import encode_cursor
-from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE
+from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE, read_status
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.worker import FailingBatch, LeaseProgress, WorkerRecord
@@ -288,3 +288,52 @@ def test_the_favicon_a_browser_asks_for_is_served(replica: Replica) -> None:
     icon = replica.client.get("/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert b"<svg" in icon.content
+
+
+def test_moves_a_killed_leader_made_after_its_last_publication_are_shown_and_kept(replica: Replica) -> None:
+    """Under churn the leader publishes at most once per MIN_PUBLISH_SECONDS, so its newest moves may be on their
+    lease rows only (`lastMove`) when it is killed: a follower's API shows them, and the next leader publishes them."""
+    store = replica.store
+    replica = Replica(store, shards=6, replica_id="coord-c", clock=replica.clock, publish_every=3600.0)
+    replica.client.headers.update({"Authorization": f"Bearer {TOKEN}"})
+    replica.clock.advance(replica.settings.leader_lock_lease_duration_millis / 1000 + INTERVAL)
+    replica.join("w1", cpu=30.0)
+    replica.join("w2", cpu=70.0)
+    replica.join("w3", cpu=50.0)
+    replica.step(3)  # leads, w3 gets leases: moves, published with the burst's tokens (the bucket refills hourly)
+    replica.leave("w2")
+    for _ in range(12):  # w2's leases expire and move on: news the bucket does not publish
+        replica.step(1)
+    moved = {lease.lease_key for lease in replica.store.scan_leases().leases if lease.last_move is not None}
+    published = read_status(store)
+    assert published is not None and published.leader_id == "coord-c"
+    expired_rows = {lease.lease_key: lease.lease_owner for lease in replica.store.scan_leases().leases
+                    if lease.last_move is not None and '"r":"EXPIRED"' in lease.last_move}
+    assert expired_rows and not {m.lease_key for m in published.recent_moves if m.reason == "EXPIRED"}, \
+        "the precondition: the newest moves are not published yet"
+    # The leader is killed (it never runs again); a follower serves the API before it leads.
+    follower = Replica(replica.store, replica_id="coord-b", clock=replica.clock)
+    follower.client.headers.update(replica.auth())
+    shown = follower.client.get("/v1/leader").json()["status"]["recent_moves"]
+    assert {(m["lease_key"], m["to_worker"]) for m in shown if m["reason"] == "EXPIRED"} == set(expired_rows.items())
+    assert moved <= {m["lease_key"] for m in shown}  # every lease row's last move
+    explained = follower.client.get("/v1/assignments", params={"explain": "true"}).json()["items"]
+    assert {lease["lease_key"] for lease in explained if lease["explanation"]
+            and lease["explanation"][0]["reason"] == "EXPIRED"} == set(expired_rows)
+    # It takes over; its first run publishes the moves its predecessor never did.
+    follower.lock.tick()  # sees the lock item; it takes it once that stayed unchanged a lock duration
+    replica.clock.advance(replica.settings.leader_lock_lease_duration_millis / 1000 + INTERVAL)
+    follower.cpu, follower.beats = {"w1": 30.0, "w3": 50.0}, dict(replica.beats)
+    follower.step(1)
+    assert follower.lock.is_leader()
+    status = read_status(replica.store)
+    assert status is not None and status.leader_id == "coord-b"
+    assert {(m.lease_key, m.to_worker) for m in status.recent_moves if m.reason == "EXPIRED"} \
+        == set(expired_rows.items())
+
+
+def test_the_leaders_last_good_run_is_its_newest_run_not_the_last_heartbeat(replica: Replica) -> None:
+    """The lock heartbeat (written before each run here) lags a run; the leader replica knows its newest run itself."""
+    replica.step(3)  # runs that change nothing: the status is not published again
+    body = replica.client.get("/v1/leader").json()
+    assert body["replica_is_leader"] and body["last_success_age_seconds"] == pytest.approx(INTERVAL)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from shardherd.coordinator.move_record import MalformedMoveRecord, MoveRecord
 from shardherd.coordinator.moves import Move, MoveReason, Plan, Unplaced, UnplacedReason
 from shardherd.coordinator.run_summary import RunSummary, WriteTally
 from shardherd.services.leader_status import (
@@ -21,8 +22,11 @@ from shardherd.services.leader_status import (
     decode,
     encode,
     read_status,
+    recorded_moves,
+    with_recorded_moves,
 )
 from shardherd.shared.clock import ManualClock
+from shardherd.shared.lease import Lease
 from shardherd.shared.store import LeaseStore, StateValue
 from shardherd.shared.store_meter import StoreMeter, state_size
 from tests.support.stores import make_store
@@ -178,3 +182,30 @@ def test_a_leader_that_changes_something_every_run_publishes_about_once_per_min_
     assert 8 <= puts <= 10  # three at once (the burst), then one per MIN_PUBLISH_SECONDS
     status = read_status(sqlite_store)
     assert status is not None and status.totals.runs >= 26  # the totals of the runs up to the last publication
+
+
+def test_moves_recorded_on_lease_rows_are_merged_once_and_a_bad_record_is_skipped(sqlite_store: LeaseStore) -> None:
+    move = Move("shard-a", "w-1", "w-2", MoveReason.BALANCE_CPU, "y" * 300)
+    record = MoveRecord.of(move, 4, 1_700_000_100.1234)
+    assert len(record.encode()) < 300 and MoveRecord.decode(record.encode()) == dataclasses.replace(
+        record, run_started_at=1_700_000_100.123)
+    with pytest.raises(MalformedMoveRecord):
+        MoveRecord.decode('{"e": "four"}')
+    with pytest.raises(MalformedMoveRecord):
+        MoveRecord.decode('{"e":true,"t":1,"r":"X","d":"","f":null,"w":"w"}')
+    rows = [Lease("shard-a", "w-2", last_move=record.encode()), Lease("shard-b", "w-1", last_move="not json"),
+            Lease("shard-c", "w-1")]
+    found = recorded_moves(rows)
+    assert [(d.lease_key, d.epoch, d.reason, d.from_owner, d.to_worker, len(d.detail)) for d in found] == [
+        ("shard-a", 4, "BALANCE_CPU", "w-1", "w-2", 120)]
+    published = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
+    summary = dataclasses.replace(_summary(4, 1, random.Random(2)), started_at=1_700_000_100.1234,
+                                  plan=Plan("variance", True, (move,), (), (), ()))
+    published.on_run(summary)
+    status = read_status(sqlite_store)
+    assert status is not None and len(status.recent_moves) == 1
+    assert with_recorded_moves(status, rows) == status  # the same move, published and recorded: shown once
+    older = Lease("shard-d", "w-3", last_move=MoveRecord.of(move, 3, 1_700_000_000.0).encode())
+    merged = with_recorded_moves(status, [*rows, older])
+    assert merged is not None and [m.lease_key for m in merged.recent_moves] == ["shard-d", "shard-a"]
+    assert with_recorded_moves(None, rows) is None

@@ -30,6 +30,7 @@ def full_lease() -> Lease:
         throughput_kbps=12.5,
         stream_name="app:stream:1700000000",
         shard_id="shardId-000000000007",
+        last_move='{"e":1,"t":1700000000.5,"r":"UNASSIGNED","d":"","f":null,"w":"worker-a"}',
     )
 
 
@@ -148,6 +149,18 @@ def test_assign_back_to_the_checkpoint_owner_counts_one_switch(store: LeaseStore
     after = expect_applied(store.assign(KEY, "worker-a", "worker-b", "worker-a"))
     assert (after.lease_owner, after.checkpoint_owner) == ("worker-a", None)
     assert after.owner_switches_since_checkpoint == before.owner_switches_since_checkpoint + 1
+
+
+def test_the_move_record_rides_on_the_owner_write_and_goes_with_an_unrecorded_one(store: LeaseStore,
+                                                                                  leases: Leases,
+                                                                                  leader_fence: Fence) -> None:
+    leases.owned("worker-a")
+    handed = expect_applied(store.start_handoff(KEY, "worker-b", "worker-a", fence=leader_fence, move="to b"))
+    assert handed.last_move == "to b" and store.get_lease(KEY) == handed
+    assigned = expect_applied(store.assign(KEY, "worker-c", "worker-b", "worker-a", fence=leader_fence, move="to c"))
+    assert assigned.last_move == "to c" and store.scan_leases().leases == [assigned]
+    plain = expect_applied(store.assign(KEY, "worker-a", "worker-c", None))
+    assert plain.last_move is None and store.get_lease(KEY) == plain
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,22 @@
+"""Leases carry the leader's record of the move that set their owner.
+
+The column `last_move` (issue 33): the leader writes it with the owner itself, so a move's reason and time survive a
+leader killed before it published its status (services/leader_status.py).
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from shardherd.shared.store import TableNames
+
+revision = "0004"
+down_revision = "0003"
+
+
+def upgrade(tables: TableNames) -> None:
+    """Add the nullable text column to the lease table where missing."""
+    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.leases)}
+    if "last_move" not in columns:
+        op.add_column(tables.leases, sa.Column("last_move", sa.Text()))

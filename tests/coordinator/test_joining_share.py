@@ -1,0 +1,59 @@
+"""A worker joining a balanced fleet holds its share within 2 balancing runs of its first heartbeat (issue 33).
+
+The real leader loop, lock and store on a virtual clock (tests/services/harness.py). Three workers hold 8 leases of
+equal throughput, each reporting a CPU of its own load plus one point per lease; a fourth starts heartbeating. Live,
+a new Spark driver's agent reports more CPU than the others while it holds nothing (its JVM), which kept the band
+from filling it; each case here is such a joiner's own load.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from shardherd.shared.store import LeaseStore
+from tests.services.harness import Replica
+from tests.support.stores import make_store
+
+KIBPS = 3.0
+OWN = 2.0
+
+
+def _settle(replica: Replica, own: dict[str, float]) -> None:
+    """Each worker completes the handoffs it gives away and reports what it holds (throughput and CPU)."""
+    for lease in replica.store.scan_leases().leases:
+        if lease.checkpoint_owner is not None:
+            replica.store.complete_handoff(lease.lease_key, lease.checkpoint_owner)
+    owners = replica.owners()
+    for worker in replica.cpu:
+        mine = [key for key, owner in owners.items() if owner == worker]
+        replica.lease_throughput[worker] = dict.fromkeys(mine, KIBPS)
+        replica.cpu[worker] = own[worker] + len(mine)
+
+
+@pytest.fixture
+def store() -> LeaseStore:
+    return make_store("memory")
+
+
+@pytest.mark.parametrize("joiner_own", [OWN, 12.0, 40.0], ids=["like-the-others", "jvm-busy", "far-above-band"])
+def test_a_joining_worker_holds_its_share_within_two_balancing_runs(store: LeaseStore, joiner_own: float) -> None:
+    replica = Replica(store, shards=8)
+    own = dict.fromkeys(("agent-1", "agent-2", "agent-3"), OWN)
+    for worker in own:
+        replica.join(worker)
+    for _ in range(30):  # a minute: every lease placed, reports past the persistence window
+        _settle(replica, own)
+        replica.step()
+    assert set(replica.owners().values()) == set(own)
+    own["agent-4"] = joiner_own
+    replica.join("agent-4")
+    balancing_runs = 0
+    for _ in range(15):
+        _settle(replica, own)
+        summary = replica.step()[0]
+        assert summary is not None and summary.ok
+        balancing_runs += summary.balanced_this_run
+        if sum(owner == "agent-4" for owner in replica.owners().values()) >= 2:
+            break
+    held = sum(owner == "agent-4" for owner in replica.owners().values())
+    assert held == 2 and balancing_runs <= 2, f"agent-4 holds {held} after {balancing_runs} balancing runs"
