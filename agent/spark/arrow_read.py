@@ -187,29 +187,33 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
     iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
     taken, pacer, batches = _Taken(plan), _Pacer(min_call_interval), []
     behind: int | None = None
+    at_tip = False
     deadline = time.monotonic() + OPEN_READ_SECONDS
     while iterator is not None and taken.room() > 0:
         pacer.wait()
+        limit = min(MAX_RECORDS_PER_CALL, taken.room())
         try:
-            response = kinesis.get_records(iterator, min(MAX_RECORDS_PER_CALL, taken.room()))
+            response = kinesis.get_records(iterator, limit)
         except IteratorExpired:
             iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
             skip = position.skips_through
             continue
-        records, cut = taken.take(skip_covered(response.get("Records", []), skip))
+        answered = response.get("Records", [])
+        records, cut = taken.take(skip_covered(answered, skip))
         behind = _behind(response)
+        at_tip = behind == 0 and len(answered) < limit and not cut
         if records:
             skip_through = _partial(records, skip)
             skip = None
             position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
             batches.append(arrow_batch(stream, shard, records, include_reader, skip_through))
         iterator = None if cut else response.get("NextShardIterator")
-        if cut or behind == 0 or (not records and time.monotonic() > deadline):
+        if cut or at_tip or (not records and time.monotonic() > deadline):
             break
         if not records:
             pacer.idle()
     end = BatchEnd(plan.tenure, plan.run, plan.number, taken.end, taken.records, taken.bytes, iterator, behind,
-                   taken.first_arrival, taken.last_arrival)
+                   taken.first_arrival, taken.last_arrival, at_tip)
     return batches, end
 
 

@@ -34,7 +34,11 @@ class StaleBatch(ShardReadError):
 
 @dataclass(frozen=True, slots=True)
 class BatchEnd:
-    """Where the read of one plan stopped: `end` None if it read nothing (the checkpoint stays)."""
+    """Where the read of one plan stopped: `end` None if it read nothing (the checkpoint stays).
+
+    MillisBehindLatest alone does not say the read reached the tip: records written in the same millisecond as the
+    last one read are 0 ms behind it. A read is caught up when its last answer was also shorter than asked.
+    """
 
     tenure: str
     run: str
@@ -46,11 +50,7 @@ class BatchEnd:
     behind_millis: int | None = None
     first_arrival: float | None = None
     last_arrival: float | None = None
-
-    @property
-    def caught_up(self) -> bool:
-        """True if the read ended at the shard's tip (Kinesis said 0 ms behind)."""
-        return self.behind_millis == 0
+    caught_up: bool = False  # the read ended at the shard's tip: its last answer was short and 0 ms behind
 
     def to_item(self) -> dict[str, str | int]:
         """The coordinator-state attributes (the number apart, for the write's condition)."""
