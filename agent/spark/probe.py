@@ -69,15 +69,21 @@ class Prober:
             iterator = self._iterator(shard_id, position)
             response = self._kinesis.get_records(iterator, 1)
         records = response.get("Records", [])
+        if records and not skip_covered(records, skip):
+            # An AT_SEQUENCE_NUMBER iterator (a new lease) answered the checkpoint's own record, fully covered:
+            # one more call from after it says whether anything follows.
+            iterator = response.get("NextShardIterator")
+            if iterator is None:
+                return ProbeResult(ended=True)
+            response = self._kinesis.get_records(iterator, 1)
+            records = response.get("Records", [])
         following: str | None = response.get("NextShardIterator")
         behind = response.get("MillisBehindLatest")
         behind_millis = None if behind is None else int(behind)
-        if skip_covered(records, skip):
+        if records:
             arrival = records[0].get("ApproximateArrivalTimestamp")
             return ProbeResult(True, iterator=iterator, behind_millis=behind_millis,
                                first_arrival=None if arrival is None else float(arrival))
-        if records:  # the checkpoint's own record, fully covered: what follows it is the position's
-            return ProbeResult(iterator=following, behind_millis=behind_millis)
         ended = following is None or bool(response.get("ChildShards"))
         return ProbeResult(ended=ended, iterator=following, behind_millis=behind_millis)
 
