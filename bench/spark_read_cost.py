@@ -188,15 +188,22 @@ def pipeline_main(args: argparse.Namespace) -> None:
     with local_stream_stack("bench-cost", args.shards) as stack, \
             KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
         spark = local_spark("bench-spark-read-cost")
-        agent = SparkAgent(stack.settings("bench-driver", kinesis_endpoint_url=counter.endpoint_url),
-                           caps=Caps(10_000))
         producer = Producer(make_writer(counter.endpoint_url), stack.app, args.rate)
+        agent: SparkAgent | None = None
         try:
-            query = agent.run_query(spark, sink, f"/tmp/bench-spark-read-cost-{time.time_ns()}",
-                                    processing_time=args.trigger)
-            deadline = time.monotonic() + 120
-            while len(agent.book.held_shards()) < args.shards and time.monotonic() < deadline:
-                time.sleep(0.5)
+            for attempt in range(3):  # on a starved host the query's source runner may fail to start in time
+                agent = SparkAgent(stack.settings(f"bench-driver-{attempt}", kinesis_endpoint_url=counter.endpoint_url),
+                                   caps=Caps(10_000))
+                query = agent.run_query(spark, sink, f"/tmp/bench-spark-read-cost-{time.time_ns()}",
+                                        processing_time=args.trigger)
+                deadline = time.monotonic() + 120
+                while (query.isActive and len(agent.book.held_shards()) < args.shards
+                       and time.monotonic() < deadline):
+                    time.sleep(0.5)
+                if query.isActive:
+                    break
+                print(f"query failed to start ({query.exception()}); again")
+                agent.stop(drain=False)
             producer.start()
             time.sleep(args.warmup)
             counter.reset()
@@ -207,7 +214,8 @@ def pipeline_main(args: argparse.Namespace) -> None:
             assert query.isActive, f"the query ended during the bench: {query.exception()}"
         finally:
             producer.halt.set()
-            agent.stop(drain=False)
+            if agent is not None:
+                agent.stop(drain=False)
             spark.stop()
 
 
