@@ -11,7 +11,6 @@ agent and the query together: the agent losing liveness stops the query before t
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import tempfile
 import threading
@@ -291,7 +290,7 @@ class SparkAgent(Agent):
         self.throughput.record(key, end.bytes, end.first_arrival, end.last_arrival)
 
     def _forget_hold(self, tenure: str | None) -> None:
-        """Delete an ended hold's recorded batch end, in the background (nothing reads it any more)."""
+        """Delete an ended hold's recorded batch end (nothing reads it any more): in the background, inline on stop."""
         if tenure is None:
             return
 
@@ -301,8 +300,10 @@ class SparkAgent(Agent):
             except Exception as exc:  # an item left behind is only an item
                 log.warning("recorded batch end of hold %s not deleted: %s: %s", tenure, type(exc).__name__, exc)
 
-        with contextlib.suppress(RuntimeError):  # the pool is shut down: the driver is stopping
+        try:
             self._commit_pool.submit(forget)
+        except RuntimeError:  # the pool is shut down: the driver is stopping and gives its leases back now
+            forget()
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SparkAgent:
