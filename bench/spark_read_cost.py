@@ -191,20 +191,19 @@ def pipeline_main(args: argparse.Namespace) -> None:
         producer = Producer(make_writer(counter.endpoint_url), stack.app, args.rate)
         agent: SparkAgent | None = None
         try:
-            for attempt in range(3):  # on a starved host the query's source runner may fail to start in time
+            producer.start()
+            for attempt in range(4):  # on a starved host the query's source runner may fail to start in time
                 agent = SparkAgent(stack.settings(f"bench-driver-{attempt}", kinesis_endpoint_url=counter.endpoint_url),
                                    caps=Caps(10_000))
                 query = agent.run_query(spark, sink, f"/tmp/bench-spark-read-cost-{time.time_ns()}",
                                         processing_time=args.trigger)
-                deadline = time.monotonic() + 120
-                while (query.isActive and len(agent.book.held_shards()) < args.shards
-                       and time.monotonic() < deadline):
+                deadline = time.monotonic() + 180
+                while query.isActive and not batches and time.monotonic() < deadline:
                     time.sleep(0.5)
                 if query.isActive:
                     break
-                print(f"query failed to start ({query.exception()}); again")
+                print(f"query failed to start ({str(query.exception()).splitlines()[0]}); again")
                 agent.stop(drain=False)
-            producer.start()
             time.sleep(args.warmup)
             counter.reset()
             latencies.clear()
