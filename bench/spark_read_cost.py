@@ -12,11 +12,12 @@
   With `--kpl` the raw path also runs with the pure-Python KPL decoder, so the decoder's share shows.
 
 `pipeline`: a Spark driver (SparkAgent, local[2], a sink that collects each batch's arrival times: one action, so
-every record is read once by it) on a `--shards` stream with a producer at `--rate` records/s, all Kinesis calls
-through bench/kinesis_counter.py. After a warm-up it counts `--seconds` and prints payload read per payload written
-(the baseline: what the producer wrote in the same window), GetRecords calls per shard per second (driver probes of
-Limit 1 and executor reads), the busiest shard-second, GetShardIterator calls per shard per second, and the records'
-end-to-end latency (arrival at Kinesis to the end of the sink's action) against the trigger.
+every record is read once by it; with `--no-spark` the source's own code in a loop on the trigger's grid instead,
+for a host too loaded for Spark's source runner to start) on a `--shards` stream with a producer at `--rate`
+records/s, all Kinesis calls through bench/kinesis_counter.py. After a warm-up it counts `--seconds` and prints
+payload read per payload written (the baseline: what the producer wrote in the same window), GetRecords calls per
+shard per second (driver probes of Limit 1 and executor reads), the busiest shard-second, GetShardIterator calls
+per shard per second, and the records' end-to-end latency (arrival at Kinesis to the end of the sink's action).
 """
 
 from __future__ import annotations
@@ -218,6 +219,62 @@ def pipeline_main(args: argparse.Namespace) -> None:
             spark.stop()
 
 
+def loop_main(args: argparse.Namespace) -> None:
+    """The pipeline's Kinesis calls without the JVM: the source's own planning, partitions and reads, in process.
+
+    A starved host (load 40+ on 2 cores) can keep Spark's streaming source runner from connecting back to the JVM
+    within its fixed 10 s, so no query starts. This loop runs the same code the runner and the executors run
+    (`ShardherdStreamReader.latestOffset`, `partitions`, `read`) on the trigger's grid, and the agent's sink side
+    (`begin_write`, `commit_progress`): every Kinesis call the pipeline makes, made by the same functions.
+    """
+    from bench.kinesis_counter import KinesisCounter
+    from shardherd.agent.spark.driver import SparkAgent
+    from shardherd.agent.spark.offsets import BatchOffset, Caps
+    from shardherd.agent.spark.source import ShardherdStreamReader, SourceOptions
+
+    trigger = float(args.trigger.split()[0])
+    latencies: list[float] = []
+    batches: list[int] = []
+    with local_stream_stack("bench-cost", args.shards) as stack, \
+            KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
+        agent = SparkAgent(stack.settings("bench-driver", kinesis_endpoint_url=counter.endpoint_url),
+                           caps=Caps(10_000))
+        agent.probe_schedule.trigger = trigger
+        producer = Producer(make_writer(counter.endpoint_url), stack.app, args.rate)
+        try:
+            agent.start()
+            deadline = time.monotonic() + 120
+            while len(agent.book.held_shards()) < args.shards and time.monotonic() < deadline:
+                time.sleep(0.2)
+            producer.start()
+            reader = ShardherdStreamReader(SourceOptions.parse(agent.source_options()))
+            start = BatchOffset().to_json()
+            began = time.monotonic()
+            measuring = False
+            while time.monotonic() - began < args.warmup + args.seconds:
+                if not measuring and time.monotonic() - began >= args.warmup:
+                    counter.reset()
+                    latencies.clear()
+                    batches.clear()
+                    measuring = True
+                time.sleep(trigger - time.time() % trigger)  # Spark's processing-time grid
+                end = reader.latestOffset(start, reader.getDefaultReadLimit())
+                if end == start:
+                    continue
+                arrivals = [value.timestamp() for part in reader.partitions(start, end) for batch in reader.read(part)
+                            for value in batch.column("arrival_timestamp").to_pylist()]
+                now = time.time()
+                latencies.extend(now - arrival for arrival in arrivals)
+                batches.append(len(arrivals))
+                plans = agent.begin_write(list(BatchOffset.from_json(end).shards.values()))
+                agent.commit_progress(len(batches), plans)
+                start = end
+            report(counter, args, latencies, batches)
+        finally:
+            producer.halt.set()
+            agent.stop(drain=False)
+
+
 def make_writer(endpoint_url: str) -> Any:
     return boto3.client("kinesis", region_name="us-east-1", endpoint_url=endpoint_url,
                         aws_access_key_id="local", aws_secret_access_key="local")
@@ -262,10 +319,13 @@ def main() -> None:
     pipeline.add_argument("--seconds", type=float, default=60)
     pipeline.add_argument("--warmup", type=float, default=15)
     pipeline.add_argument("--trigger", default="1 second")
+    pipeline.add_argument("--no-spark", action="store_true", help="the source's code in a loop, without the JVM")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "cpu":
         cpu_main(args)
+    elif args.no_spark:
+        loop_main(args)
     else:
         pipeline_main(args)
 
