@@ -1,10 +1,13 @@
 """Executor reads of one shard plan, as Arrow record batches: exactly the plan's records, whatever the attempt.
 
-A plan fixes its first and last record (agent/spark/offsets.py), so a read goes from the start position through the
-end record (all of its user records) and stops there: a task retried after a lost executor, or a batch replayed
-after a crash, yields the same rows. Records are handed over per GetRecords response as columns: payloads are
-base64-decoded with `binascii` in one pass, arrival times (epoch seconds in the JSON) become a timestamp column in
-one Arrow cast, and KPL aggregates are expanded into their user records.
+A plan fixes its start and caps (agent/spark/offsets.py). Its first read takes records up to the caps or until it
+caught up with the shard, records where it stopped (agent/spark/batch_ends.py) and only then hands the rows out;
+every later read (a task retried after a lost executor, a second action of the sink, a batch replayed after a
+crash) goes from the start through that recorded end and stops there, so it yields the same rows. A read starts
+from the plan's iterator (the previous read's NextShardIterator) when it has one: GetShardIterator only for a new
+hold, an expired iterator or a position that moved. Records are handed over per GetRecords response as columns:
+payloads are base64-decoded with `binascii` in one pass, arrival times (epoch seconds in the JSON) become a
+timestamp column in one Arrow cast, and KPL aggregates are expanded into their user records.
 """
 
 from __future__ import annotations
@@ -25,9 +28,13 @@ from shardherd.agent.kpl import MAGIC, BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_columns
 from shardherd.agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from shardherd.agent.reader import ShardReadError
+from shardherd.agent.spark.batch_ends import BatchEnd, record_end, recorded_end
 from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
+from shardherd.agent.spark.kinesis_records import data_size, skip_covered
+from shardherd.agent.spark.kinesis_records import record_end as record_checkpoint
 from shardherd.agent.spark.offsets import ShardPlan
 from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.store import LeaseStore
 from shardherd.shared.streams import read_target
 
 ARROW_FIELDS = [
@@ -38,12 +45,13 @@ ARROW_FIELDS = [
 ]
 ARROW_SCHEMA = pa.schema(ARROW_FIELDS)
 READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
-END_WAIT_SECONDS = 60.0  # how long a read waits for its planned end record to become readable before failing
+END_WAIT_SECONDS = 60.0  # how long a read waits for its recorded end record to become readable before failing
+OPEN_READ_SECONDS = 1.0  # how long a first read keeps calling through empty answers while Kinesis says it is behind
 READ_AHEAD = 4  # Arrow batches (GetRecords responses) a shard read may hold ahead of the one being handed over
 
 
 class PlannedEndMissing(ShardReadError):
-    """A read could not reach the record its plan ends at (shard ended before it, or it stayed invisible)."""
+    """A read could not reach the recorded end of its plan (shard ended before it, or it stayed invisible)."""
 
 
 def arrow_batch(stream: str, shard_id: str, records: list[dict[str, Any]], include_reader: bool,
@@ -111,37 +119,142 @@ def within_end(records: list[dict[str, Any]], end: int) -> tuple[list[dict[str, 
     return records, True  # pragma: no cover - the last record is >= end
 
 
-def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader: bool = False,
-              min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the plan's records, from its start through its end record; PlannedEndMissing if unreachable.
+class _Pacer:
+    """Spaces one read's GetRecords calls at least `interval` seconds apart."""
 
-    `stream` is the stream of a single-stream application; a multi-stream plan names its stream in its key.
-    """
-    stream, shard = read_target(plan.shard_id, stream)
-    position: StartPosition = plan.position
-    skip: Checkpoint | None = position.skips_through
-    end = int(plan.end.sequence_number)
-    iterator: str | None = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
-    remaining = max(1, plan.records)
-    deadline: float | None = None
-    next_call = 0.0
-    while True:
-        if iterator is None:
-            raise PlannedEndMissing(f"{plan.shard_id} ended before its planned end {plan.end}")
-        pause = next_call - time.monotonic()
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._next = 0.0
+
+    def wait(self) -> None:
+        pause = self._next - time.monotonic()
         if pause > 0:
             time.sleep(pause)
-        next_call = time.monotonic() + min_call_interval
+        self._next = time.monotonic() + self.interval
+
+    def idle(self) -> None:
+        """An empty answer at the tip: the next call waits a little longer."""
+        self._next = max(self._next, time.monotonic() + 0.05)
+
+
+class _Taken:
+    """What an open read took so far, within the plan's caps and its `until`."""
+
+    def __init__(self, plan: ShardPlan) -> None:
+        self.caps = plan.caps
+        self.until = plan.until
+        self.records = self.bytes = 0
+        self.end: Checkpoint | None = None
+        self.first_arrival: float | None = None
+        self.last_arrival: float | None = None
+
+    def room(self) -> int:
+        """Kinesis records the read may still take (0: a cap is reached)."""
+        full = self.caps.max_bytes is not None and self.bytes >= self.caps.max_bytes
+        return 0 if full else self.caps.max_records - self.records
+
+    def take(self, records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], bool]:
+        """The leading records within the caps and `until` (at least one while none was taken); True if cut short."""
+        taken = 0
+        for record in records:
+            arrival = record.get("ApproximateArrivalTimestamp")
+            size = data_size(record["Data"])
+            over_bytes = self.caps.max_bytes is not None and self.bytes + size > self.caps.max_bytes
+            late = self.until is not None and arrival is not None and float(arrival) > self.until
+            if late or self.room() == 0 or (over_bytes and self.records > 0):
+                break
+            taken += 1
+            self.records += 1
+            self.bytes += size
+            if arrival is not None:
+                self.first_arrival = float(arrival) if self.first_arrival is None else self.first_arrival
+                self.last_arrival = float(arrival)
+        if taken:
+            self.end = record_checkpoint(records[taken - 1])
+        return records[:taken], taken < len(records)
+
+
+def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, include_reader: bool = False,
+              min_call_interval: float = 0.0) -> tuple[list[pa.RecordBatch], BatchEnd]:
+    """The first read of a plan: records from its start within its caps, until caught up; where it stopped.
+
+    It stops at a cap, at the first record after `until`, at the shard's tip (MillisBehindLatest 0) or its end, or
+    after OPEN_READ_SECONDS of empty answers while behind. Rows are held until the caller recorded the end.
+    """
+    stream, shard = target
+    position: StartPosition = plan.position
+    skip: Checkpoint | None = position.skips_through
+    iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+    taken, pacer, batches = _Taken(plan), _Pacer(min_call_interval), []
+    behind: int | None = None
+    at_tip = False
+    deadline = time.monotonic() + OPEN_READ_SECONDS
+    while iterator is not None and taken.room() > 0:
+        pacer.wait()
+        limit = min(MAX_RECORDS_PER_CALL, taken.room())
+        try:
+            response = kinesis.get_records(iterator, limit)
+        except IteratorExpired:
+            iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+            skip = position.skips_through
+            continue
+        answered = response.get("Records", [])
+        records, cut = taken.take(skip_covered(answered, skip))
+        behind = _behind(response)
+        at_tip = behind == 0 and len(answered) < limit and not cut
+        if records:
+            skip_through = _partial(records, skip)
+            skip = None
+            position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
+            batches.append(arrow_batch(stream, shard, records, include_reader, skip_through))
+        iterator = None if cut else response.get("NextShardIterator")
+        if cut or at_tip or (not records and time.monotonic() > deadline):
+            break
+        if not records:
+            pacer.idle()
+    end = BatchEnd(plan.tenure, plan.run, plan.number, taken.end, taken.records, taken.bytes, iterator, behind,
+                   taken.first_arrival, taken.last_arrival, at_tip)
+    return batches, end
+
+
+def _behind(response: dict[str, Any]) -> int | None:
+    behind = response.get("MillisBehindLatest")
+    return None if behind is None else int(behind)
+
+
+def _partial(records: list[dict[str, Any]], skip: Checkpoint | None) -> int:
+    """The sub-sequence to skip through in the first record (a start inside an aggregate), else -1."""
+    if skip is not None and records[0]["SequenceNumber"] == skip.sequence_number:
+        return skip.sub_sequence_number
+    return -1
+
+
+def read_through(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, recorded: BatchEnd,
+                 include_reader: bool = False, min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of a plan read again: from its start through its recorded end; PlannedEndMissing if unreachable."""
+    if recorded.end is None:
+        return
+    stream, shard = target
+    position: StartPosition = plan.position
+    skip: Checkpoint | None = position.skips_through
+    end = int(recorded.end.sequence_number)
+    iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+    remaining = max(1, recorded.records)
+    deadline: float | None = None
+    pacer = _Pacer(min_call_interval)
+    while True:
+        if iterator is None:
+            raise PlannedEndMissing(f"{plan.shard_id} ended before its recorded end {recorded.end}")
+        pacer.wait()
         try:
             response = kinesis.get_records(iterator, min(MAX_RECORDS_PER_CALL, remaining + 1))
         except IteratorExpired:
             iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
             skip = position.skips_through
             continue
-        records, reached = within_end(response.get("Records", []), end)
+        records, reached = within_end(skip_covered(response.get("Records", []), skip), end)
         if records:
-            skip_through = (skip.sub_sequence_number if skip is not None
-                            and records[0]["SequenceNumber"] == skip.sequence_number else -1)
+            skip_through = _partial(records, skip)
             skip = None
             remaining = max(1, remaining - len(records))
             position = StartPosition.after(Checkpoint(str(records[-1]["SequenceNumber"])), record_complete=True)
@@ -153,14 +266,31 @@ def read_plan(kinesis: RawKinesis, stream: str, plan: ShardPlan, include_reader:
         if not records:
             deadline = deadline or time.monotonic() + END_WAIT_SECONDS
             if time.monotonic() > deadline:
-                raise PlannedEndMissing(f"{plan.shard_id}: planned end {plan.end} not readable after "
+                raise PlannedEndMissing(f"{plan.shard_id}: recorded end {recorded.end} not readable after "
                                         f"{END_WAIT_SECONDS:.0f} s")
             if not response.get("MillisBehindLatest"):
-                next_call = max(next_call, time.monotonic() + 0.05)
+                pacer.idle()
 
 
-def read_plans(kinesis: RawKinesis, stream: str, plans: tuple[ShardPlan, ...], include_reader: bool = False,
-               min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+def read_plan(kinesis: RawKinesis, store: LeaseStore, stream: str, plan: ShardPlan, include_reader: bool = False,
+              min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the plan's records: exactly those of its recorded end, which the first read records.
+
+    `stream` is the stream of a single-stream application; a multi-stream plan names its stream in its key.
+    """
+    target = read_target(plan.shard_id, stream)
+    recorded = recorded_end(store, plan.tenure, plan.run, plan.number)
+    if recorded is None:
+        batches, end = read_open(kinesis, target, plan, include_reader, min_call_interval)
+        recorded = record_end(store, end)
+        if recorded == end:  # this read fixed the end: its rows are the plan's
+            yield from batches
+            return
+    yield from read_through(kinesis, target, plan, recorded, include_reader, min_call_interval)
+
+
+def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple[ShardPlan, ...],
+               include_reader: bool = False, min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
     """Arrow batches of several plans (one partition of shards, planning.group_plans), their shards read at once.
 
     Each plan is read by its own thread, as `read_plan` reads it, into a queue of READ_AHEAD responses; the batches
@@ -168,13 +298,13 @@ def read_plans(kinesis: RawKinesis, stream: str, plans: tuple[ShardPlan, ...], i
     every read. The first failure of any plan fails the partition; closing the iterator stops the threads.
     """
     if len(plans) == 1:
-        yield from read_plan(kinesis, stream, plans[0], include_reader, min_call_interval)
+        yield from read_plan(kinesis, store, stream, plans[0], include_reader, min_call_interval)
         return
     stop = threading.Event()
     queues: list[queue.Queue[object]] = [queue.Queue(READ_AHEAD) for _ in plans]
     for plan, out in zip(plans, queues, strict=True):
-        threading.Thread(target=_fill, args=(read_plan(kinesis, stream, plan, include_reader, min_call_interval),
-                                             out, stop), name=f"read-{plan.shard_id}", daemon=True).start()
+        batches = read_plan(kinesis, store, stream, plan, include_reader, min_call_interval)
+        threading.Thread(target=_fill, args=(batches, out, stop), name=f"read-{plan.shard_id}", daemon=True).start()
     try:
         for out in queues:
             while (item := out.get()) is not _DONE:

@@ -1,7 +1,9 @@
 """The driver's book of held shards (Spark-free, thread-safe): what the runner may plan, and when handoffs finish.
 
 The keeper thread (acquire, handoff, loss), the probing threads and the foreachBatch thread all change it; every
-change is published to the channel as a new numbered snapshot.
+change is published to the channel as a new numbered snapshot. A shard is pending (planned by the next batch) once
+a probe saw a record after its checkpoint, or when its last batch read records (a busy shard is read again without a
+probe; a read that finds nothing makes it idle again, and only idle shards are probed).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 
 from shardherd.agent.read_spec import StartPosition
-from shardherd.agent.spark.channel import Segment, ShardState, ShardView, Snapshot, write_snapshot
+from shardherd.agent.spark.batch_ends import BatchEnd
+from shardherd.agent.spark.channel import ShardState, ShardView, Snapshot, write_snapshot
 from shardherd.agent.spark.offsets import ShardPlan
 from shardherd.agent.spark.probe import ProbeResult
-from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.lease import Lease
 from shardherd.shared.streams import stream_prefix
 
@@ -34,15 +36,12 @@ class ShardBook:
     `shardherd.shared.streams.read_target` turns it back into stream and shard).
     """
 
-    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None,
-                 merge_below: int = 0) -> None:
+    def __init__(self, worker_id: str, channel: Path, initial_timestamp: datetime | None = None) -> None:
         self._worker = worker_id
-        self._merge_below = merge_below
         self._channel = channel
         self._timestamp = initial_timestamp.timestamp() if initial_timestamp is not None else None
         self._views: dict[str, ShardView] = {}
         self._keys: dict[str, str] = {}
-        self._parts: dict[str, tuple[Segment, ...]] = {}  # each shard's probed segments before merging
         self._writing: dict[str, int] = {}  # shard -> sink writes in flight that will checkpoint it
         self._incoming: frozenset[str] = frozenset()  # lease keys handed to us, their previous owner still finishing
         self._version = 0
@@ -56,7 +55,6 @@ class ShardBook:
             source = source_key(lease)
             self._keys[source] = lease.lease_key
             self._incoming -= {lease.lease_key}
-            self._parts[source] = ()
             self._views[source] = ShardView(lease.checkpoint, timestamp=self._timestamp,
                                             tenure=uuid.uuid4().hex[:12])
             self._publish()
@@ -77,81 +75,69 @@ class ShardBook:
             shard = self._shard_of(lease_key)
             if shard is None:
                 return False
-            self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, segments=())
-            self._parts[shard] = ()
+            self._views[shard] = replace(self._views[shard], state=ShardState.HANDING_OFF, pending=False)
             self._publish()
             return self._writing.get(shard, 0) > 0
 
     def lost(self, lease_key: str) -> str | None:
-        """Forget a shard no longer held; returns its shard id if it was in the book."""
+        """Forget a shard no longer held; returns the tenure of that hold if it was in the book."""
         with self._guard:
             shard = self._shard_of(lease_key)
             if shard is None:
                 return None
-            del self._views[shard], self._keys[shard], self._parts[shard]
+            tenure = self._views[shard].tenure
+            del self._views[shard], self._keys[shard]
             self._publish()
-            return shard
+            return tenure
 
     # ------------------------------------------------------------------ probing and progress
-    def to_probe(self, lookahead: int) -> list[tuple[str, StartPosition]]:
-        """Owned shards with fewer than `lookahead` probed records waiting, with the frontier to probe from."""
+    def to_probe(self) -> list[tuple[str, StartPosition, str | None]]:
+        """Owned shards not known to have records waiting: the position to probe at and the iterator kept there."""
         with self._guard:
-            return [(shard, view.frontier) for shard, view in sorted(self._views.items())
-                    if view.state is ShardState.OWNED and sum(item.records for item in view.segments) < lookahead]
+            return [(shard, view.position, view.iterator) for shard, view in sorted(self._views.items())
+                    if view.state is ShardState.OWNED and not view.pending]
 
-    def probed(self, shard: str, frontier: StartPosition, result: ProbeResult) -> bool:
-        """Apply a probe made from `frontier` (ignored if the shard moved on); True if the shard ended, all read."""
+    def probed(self, shard: str, position: StartPosition, result: ProbeResult) -> bool:
+        """Apply a probe made at `position` (ignored if the shard moved on meanwhile); True if the shard ended."""
         with self._guard:
             view = self._views.get(shard)
-            if view is None or view.frontier != frontier:
+            if view is None or view.position != position or view.pending or result.failed:
                 return False
             behind = result.behind_millis if result.behind_millis is not None else view.behind_millis
-            if result.segment is not None:
-                self._parts[shard] = (*self._parts[shard], result.segment)
-            segments = self._appended(view.segments, result.segment)
-            if segments != view.segments or behind != view.behind_millis:
-                self._views[shard] = replace(view, segments=segments, behind_millis=behind)
+            updated = replace(view, pending=result.pending, iterator=result.iterator or view.iterator,
+                              behind_millis=behind, waiting_since=result.first_arrival)
+            if updated != view:
+                self._views[shard] = updated
                 self._publish()
-            return result.ended and not segments
+            return result.ended
 
-    def checkpointed(self, shard: str, tenure: str, checkpoint: Checkpoint) -> tuple[Segment, ...]:
-        """A batch's checkpoint was stored: resume after it; returns the probed segments it covered.
+    def checkpointed(self, shard: str, tenure: str, end: BatchEnd | None) -> None:
+        """A batch of the shard was written: resume after its recorded end (None: nothing recorded, read again).
 
-        The covered segments carry their arrival times (empty if the checkpoint was not this hold's).
-        A plan ends at a probed segment's end, but the probe may since have merged newer records into that segment;
-        the waiting segments are rebuilt from the unmerged ones after the checkpoint, so nothing counts twice.
+        The shard stays pending if the batch read records (a busy shard: the next batch reads it without a probe)
+        or stopped before the shard's tip.
         """
         with self._guard:
             view = self._views.get(shard)
             if view is None or view.tenure != tenure:
-                return ()
-            covered = tuple(item for item in self._parts[shard] if item.end <= checkpoint)
-            self._parts[shard], self._views[shard] = self._after(shard, view, checkpoint)
+                return
+            if end is None:
+                self._views[shard] = replace(view, pending=True)
+            else:
+                self._views[shard] = replace(
+                    view, checkpoint=end.end or view.checkpoint, iterator=end.iterator,
+                    pending=end.records > 0 or not end.caught_up, behind_millis=end.behind_millis,
+                    waiting_since=None)
             self._publish()
-            return covered
-
-    def progress_after(self, shard: str, tenure: str, checkpoint: Checkpoint, now: float) -> tuple[int | None,
-                                                                                                   int | None]:
-        """Lag (ms) and records behind as they will be once `checkpoint` is stored, changing nothing.
-
-        What the checkpoint itself carries onto the lease, so the stored figures are its own batch's, not the
-        previous one's. (None, None) if the shard is no longer held under `tenure`.
-        """
-        with self._guard:
-            view = self._views.get(shard)
-            if view is None or view.tenure != tenure:
-                return None, None
-            _, after = self._after(shard, view, checkpoint)
-            return _lag(after, now), _behind(after)
 
     def lag_millis(self, shard: str, now: float) -> int | None:
-        """How far behind the stream the shard is: age of the first waiting record, else the probe's lag."""
+        """How far behind the stream the shard is: age of the first waiting record, else Kinesis' last figure."""
         with self._guard:
             view = self._views.get(shard)
             return None if view is None else _lag(view, now)
 
     def records_behind(self, shard: str) -> int | None:
-        """Records waiting after the checkpoint, where known: the probe reached the stream's tip (else None)."""
+        """Records waiting after the checkpoint where known: 0 when the last probe or read was at the tip."""
         with self._guard:
             view = self._views.get(shard)
             return None if view is None else _behind(view)
@@ -237,27 +223,6 @@ class ShardBook:
         """The book as a snapshot of its current version (caller holds the guard)."""
         return Snapshot(self._version, self._worker, dict(self._views), self._incoming)
 
-    def _after(self, shard: str, view: ShardView, checkpoint: Checkpoint) -> tuple[tuple[Segment, ...], ShardView]:
-        """The shard's probed parts and view once `checkpoint` is stored (caller holds the guard)."""
-        parts = tuple(item for item in self._parts[shard] if item.end > checkpoint)
-        left: tuple[Segment, ...] = ()
-        for part in parts:
-            left = self._appended(left, part)
-        return parts, replace(view, checkpoint=checkpoint, segments=left)
-
-    def _appended(self, segments: tuple[Segment, ...], new: Segment | None) -> tuple[Segment, ...]:
-        """Segments with a new one at the end, merged into the last while both together stay under `merge_below`.
-
-        Merging keeps the snapshot small when a slow stream yields a segment of a few records per probe.
-        """
-        if new is None:
-            return segments
-        if segments and segments[-1].records + new.records < self._merge_below:
-            last = segments[-1]
-            return (*segments[:-1], Segment(new.end, last.records + new.records, last.bytes + new.bytes,
-                                            last.first_arrival))
-        return (*segments, new)
-
     def _shard_of(self, lease_key: str) -> str | None:
         for shard, key in self._keys.items():
             if key == lease_key:
@@ -266,26 +231,10 @@ class ShardBook:
 
 
 def _lag(view: ShardView, now: float) -> int | None:
-    first = view.next_arrival
-    if first is not None:
-        return max(0, round((now - first) * 1000))
+    if view.waiting_since is not None:
+        return max(0, round((now - view.waiting_since) * 1000))
     return view.behind_millis
 
 
 def _behind(view: ShardView) -> int | None:
-    return None if view.behind_millis != 0 else sum(item.records for item in view.segments)
-
-
-def arrival_spans(covered: tuple[Segment, ...], total: int) -> list[tuple[int, float, float]] | None:
-    """(bytes, first arrival, last arrival) of each segment a committed batch covered, for the throughput recorder.
-
-    None if an arrival time is unknown or the segments do not add up to the batch's bytes.
-    A segment's records arrived from its first arrival until the next segment's (the last one: at its first). Booked
-    at commit time instead, over the time since the previous commit, a shard's figure followed the batches'
-    irregular spacing: sd/mean 0.5-0.7 in steady state against 0.04-0.08 for plain agents (bench/churn.py --noise).
-    """
-    arrivals = [part.first_arrival for part in covered if part.first_arrival is not None]
-    if not covered or len(arrivals) < len(covered) or sum(part.bytes for part in covered) != total:
-        return None
-    return [(part.bytes, first, max(first, last))
-            for part, first, last in zip(covered, arrivals, [*arrivals[1:], arrivals[-1]], strict=True)]
+    return 0 if view.behind_millis == 0 else None

@@ -1,9 +1,9 @@
 """The local channel between the agent in the driver and the source's runner process: two small JSON files.
 
 The streaming source runs in a Python process the Spark JVM spawns, sharing no memory with the driver's agent. The
-agent publishes a `Snapshot` of its shards (checkpoint, state, probed segments waiting) by atomically replacing
-`snapshot.json`; the runner reads it in every `latestOffset` and answers with `ack.json`: the snapshot version it
-planned from and its pid (diagnostics and tests: which process plans, and that it saw a given snapshot).
+agent publishes a `Snapshot` of its shards (checkpoint, state, whether records wait, an iterator) by atomically
+replacing `snapshot.json`; the runner reads it in every `latestOffset` and answers with `ack.json`: the snapshot
+version it planned from and its pid (diagnostics and tests: which process plans, and that it saw a given snapshot).
 """
 
 from __future__ import annotations
@@ -36,58 +36,28 @@ class ShardState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Segment:
-    """A run of records the driver's probe saw after a shard's checkpoint: its last record and what it holds.
-
-    `end` is the last Kinesis record with the sub-sequence of its last user record (so a checkpoint there covers
-    the whole record); `records` counts Kinesis records, `bytes` their data; arrivals are epoch seconds.
-    """
-
-    end: Checkpoint
-    records: int
-    bytes: int
-    first_arrival: float | None = None
-
-    def to_json(self) -> list[Any]:
-        """Compact JSON form."""
-        return [self.end.sequence_number, self.end.sub_sequence_number, self.records, self.bytes, self.first_arrival]
-
-    @classmethod
-    def from_json(cls, value: list[Any]) -> Segment:
-        """Parse the compact form (ValueError/TypeError/IndexError on bad input)."""
-        return cls(Checkpoint(str(value[0]), int(value[1])), int(value[2]), int(value[3]),
-                   None if value[4] is None else float(value[4]))
-
-
-@dataclass(frozen=True, slots=True)
 class ShardView:
-    """One held shard as the runner sees it: where it resumes and the probed segments waiting after that.
+    """One held shard as the runner sees it: where it resumes, and whether records are known to wait after that.
 
-    `behind_millis` is the probe's MillisBehindLatest at its frontier (None before the first probe); `tenure`
-    names this hold of the lease (a new one each time the driver acquires it).
+    `pending` says records wait (a probe saw one, or the last batch read some or stopped behind the tip);
+    `waiting_since` is the arrival (epoch s) of the first waiting record when a probe saw it. `behind_millis` is
+    Kinesis' MillisBehindLatest at the last probe or read (None before the first). `iterator` is a shard iterator at
+    the resume position, when the driver has one. `tenure` names this hold of the lease (new at each acquisition).
     """
 
     checkpoint: Checkpoint
     state: ShardState = ShardState.OWNED
-    segments: tuple[Segment, ...] = ()
+    pending: bool = False
     timestamp: float | None = None
     behind_millis: int | None = None
     tenure: str = ""
-
-    @property
-    def pending(self) -> bool:
-        """True if records are known to wait after the checkpoint."""
-        return bool(self.segments)
+    iterator: str | None = None
+    waiting_since: float | None = None
 
     @property
     def unprobed(self) -> bool:
         """True for an owned shard the agent has not probed yet (just acquired): whether records wait is unknown."""
-        return self.state is ShardState.OWNED and self.behind_millis is None and not self.segments
-
-    @property
-    def next_arrival(self) -> float | None:
-        """Arrival time (epoch s) of the first waiting record, when known."""
-        return self.segments[0].first_arrival if self.segments else None
+        return self.state is ShardState.OWNED and self.behind_millis is None and not self.pending
 
     @property
     def position(self) -> StartPosition:
@@ -96,26 +66,21 @@ class ShardView:
             return StartPosition.at_timestamp(self.timestamp)
         return StartPosition.after(self.checkpoint)
 
-    @property
-    def frontier(self) -> StartPosition:
-        """Where the next probe starts: after the last probed segment, else at the checkpoint."""
-        if self.segments:
-            return StartPosition.after(self.segments[-1].end, record_complete=True)
-        return self.position
-
     def to_json(self) -> dict[str, Any]:
         """JSON form for the snapshot file."""
         return {"cp": self.checkpoint.sequence_number, "sub": self.checkpoint.sub_sequence_number,
-                "state": self.state.value, "segments": [segment.to_json() for segment in self.segments],
-                "ts": self.timestamp, "behind": self.behind_millis, "tenure": self.tenure}
+                "state": self.state.value, "pending": self.pending, "ts": self.timestamp,
+                "behind": self.behind_millis, "tenure": self.tenure, "it": self.iterator,
+                "since": self.waiting_since}
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ShardView:
         """Parse the JSON form (KeyError/ValueError on bad input; `read_snapshot` turns them into ChannelError)."""
-        behind = value.get("behind")
+        behind, iterator, since = value.get("behind"), value.get("it"), value.get("since")
         return cls(Checkpoint(value["cp"], int(value.get("sub", 0))), ShardState(value["state"]),
-                   tuple(Segment.from_json(item) for item in value.get("segments", [])), value.get("ts"),
-                   None if behind is None else int(behind), str(value.get("tenure", "")))
+                   bool(value.get("pending", False)), value.get("ts"), None if behind is None else int(behind),
+                   str(value.get("tenure", "")), None if iterator is None else str(iterator),
+                   None if since is None else float(since))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,18 @@
-"""Checkpointing after the sink: the lease table advances only after a batch was written, to the plan's end.
+"""Checkpointing after the sink: the lease table advances only after a batch was written, to its recorded end.
 
 The user's foreachBatch function is wrapped. A batch's plan (Spark's offset log entry for the batch) fixes each
-shard's first and last record, and every read of the plan gives the same rows, so the checkpoint a written batch
-earns is the plan's end: known without looking at the data, so the user's write is the batch's only Spark job (no
-persist, no summary job, no cached block whose loss could let a checkpoint pass records never written).
+shard's start; its first read records where it stopped (agent/spark/batch_ends.py) before any row leaves, and every
+read of the plan gives the same rows, so the checkpoint a written batch earns is that recorded end: known without
+looking at the data, so the user's write is the batch's only Spark job (no persist, no summary job, no cached block
+whose loss could let a checkpoint pass records never written).
 
 Order per batch: mark the planned shards held under the plan's tenure and not handing off as being written -> drop
-rows of the others -> the user's write -> each shard still held under that tenure moves on to the plan's end in the
-driver's book (the next plan starts there) -> one fenced checkpoint per shard, stored in the background (shards under
-handoff first), each shard unmarked right after its own checkpoint was stored, which completes its handoff if one
-waited for it. A handoff requested before the write started excludes the shard from it, so it completes at once,
-never waiting for a batch. A lost lease turns that shard's checkpoint into a logged no-op; the query keeps running for
-the other shards. A failed write checkpoints nothing and reaches Spark as
+rows of the others -> the user's write -> each shard still held under that tenure moves on to its recorded end in
+the driver's book (the next plan starts there) -> one fenced checkpoint per shard, stored in the background
+(shards under handoff first), each shard unmarked right after its own checkpoint was stored, which completes its
+handoff if one waited for it. A handoff requested before the write started excludes the shard from it, so it
+completes at once, never waiting for a batch. A lost lease turns that shard's checkpoint into a logged no-op; the
+query keeps running for the other shards. A failed write checkpoints nothing and reaches Spark as
 a `BatchWriteFailed` with a bounded message (agent/spark/write_errors.py).
 
 Stopping: `close()` lets the batch being written finish and makes later batches return without writing, so the

@@ -1,11 +1,13 @@
-"""Spark offsets of the `shardherd` source: self-describing batch plans with fixed ends, never progress (Spark-free).
+"""Spark offsets of the `shardherd` source: batch plans, never progress (Spark-free).
 
-A batch's end offset says, per shard, where to start (the lease checkpoint when the batch was planned) and the last
-record to read, inclusive: a Kinesis sequence number the driver's probe saw, with the KPL sub-sequence of its last
-user record. Records of a shard never change order or content, so reading a plan again (a re-executed task, a lost
-block, a batch replayed after a crash) gives exactly the same rows, and the checkpoint a written batch earns is
-known from the plan alone. `records` and `bytes` are what the probe counted (Kinesis records, data bytes) between
-the start and the end. `number` grows with every plan so that a new plan never equals the last one.
+A batch's end offset says, per shard, where to start (the lease checkpoint when the batch was planned), the caps of
+the read and the hold (tenure) it was planned under; not where to stop. The driver cannot know that without reading
+the records, so the first executor read of a plan reads up to the caps (or until it caught up with the shard) and
+records where it stopped before handing out any row (agent/spark/batch_ends.py); every later read of the plan (a
+re-executed task, a second action of the sink, a replayed batch) reads exactly through that recorded end, and the
+checkpoint the written batch earns is that end. `number` grows with every plan of a query's `run` (a random name a
+fresh Spark checkpoint starts, which a query restarted on its checkpoint continues) so that a new plan never equals
+the last one; with the run and the tenure it names the recorded end.
 """
 
 from __future__ import annotations
@@ -43,29 +45,35 @@ class Caps:
 
 @dataclass(frozen=True, slots=True)
 class ShardPlan:
-    """What one partition reads: a shard from a position through a fixed last record (inclusive).
+    """What one partition reads: a shard from a position, at most `caps`, its end fixed by the first read.
 
-    `tenure` names the driver's hold of the lease the plan was made under: a plan is read, and its end
-    checkpointed, only while that same hold lasts (never after the lease was lost, even if it came back).
+    `number` is the plan's number (the offset's) and `tenure` names the driver's hold of the lease the plan was
+    made under: together they key the end the first read records (agent/spark/batch_ends.py), which every later
+    read of the plan follows. A plan is read, and its end checkpointed, only while that same hold lasts (never after
+    the lease was lost, even if it came back). `iterator` is a shard iterator at `position` if the driver has one
+    (the last read's NextShardIterator): a read starts with GetShardIterator only without it or when it expired.
+    `until` (availableNow) leaves out records that arrived after it.
     """
 
     shard_id: str
     position: StartPosition
-    end: Checkpoint
-    records: int = 0
-    bytes: int = 0
+    caps: Caps = field(default_factory=Caps)
     tenure: str = ""
+    run: str = ""
+    number: int = 0
+    iterator: str | None = None
+    until: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON form stored in Spark's offset log (sequence numbers stay strings)."""
+        """The JSON form stored in Spark's offset log (sequence numbers stay strings; the number is the offset's)."""
         checkpoint = self.position.checkpoint
         return {"after": checkpoint.sequence_number, "sub": checkpoint.sub_sequence_number,
                 "whole": self.position.record_complete, "ts": self.position.timestamp,
-                "end": self.end.sequence_number, "endSub": self.end.sub_sequence_number,
-                "records": self.records, "bytes": self.bytes, "tenure": self.tenure}
+                "max": self.caps.max_records, "maxBytes": self.caps.max_bytes, "tenure": self.tenure,
+                "it": self.iterator, "until": self.until}
 
     @classmethod
-    def from_json(cls, shard_id: str, value: Any) -> ShardPlan:
+    def from_json(cls, shard_id: str, value: Any, run: str = "", number: int = 0) -> ShardPlan:
         """Parse one shard's plan, raising InvalidOffset for anything malformed."""
         if not isinstance(value, dict):
             raise InvalidOffset(f"plan of {shard_id} must be an object, got {value!r}")
@@ -76,17 +84,20 @@ class ShardPlan:
                 position = StartPosition.at_timestamp(timestamp)
             else:
                 position = StartPosition.after(checkpoint, bool(value.get("whole", False)))
-            end = Checkpoint.at(str(value["end"]), int(value.get("endSub", 0)))
-            if end.sentinel is not None:
-                raise InvalidOffset(f"the end of a plan must be a sequence number, got {end}")
-            return cls(shard_id, position, end, int(value.get("records", 0)), int(value.get("bytes", 0)),
-                       str(value.get("tenure", "")))
+            max_bytes = value.get("maxBytes")
+            caps = Caps(int(value["max"]), None if max_bytes is None else int(max_bytes))
+            iterator = value.get("it")
+            return cls(shard_id, position, caps, str(value.get("tenure", "")), run, number,
+                       None if iterator is None else str(iterator), _optional_float(value.get("until"), "until"))
         except (KeyError, TypeError, ValueError, InvalidCheckpoint) as exc:
             raise InvalidOffset(f"bad plan for {shard_id}: {value!r}: {exc}") from exc
 
     def starting_after(self, checkpoint: Checkpoint) -> ShardPlan:
-        """The same plan starting after a later checkpoint (used to skip what was processed meanwhile)."""
-        return replace(self, position=StartPosition.after(checkpoint))
+        """The same plan starting after a later checkpoint (used to skip what was processed meanwhile).
+
+        The iterator was for the old position, so it is dropped.
+        """
+        return replace(self, position=StartPosition.after(checkpoint), iterator=None)
 
 
 def _optional_float(value: Any, name: str) -> float | None:
@@ -100,14 +111,16 @@ def _optional_float(value: Any, name: str) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class BatchOffset:
-    """A Spark offset of this source: the plan number and the shard plans of the batch that ends here."""
+    """A Spark offset of this source: the run, the plan number and the shard plans of the batch that ends here."""
 
     number: int = 0
     shards: dict[str, ShardPlan] = field(default_factory=dict)
+    run: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The dict handed to Spark."""
-        return {"n": self.number, "shards": {shard: plan.to_json() for shard, plan in sorted(self.shards.items())}}
+        return {"run": self.run, "n": self.number,
+                "shards": {shard: plan.to_json() for shard, plan in sorted(self.shards.items())}}
 
     @classmethod
     def from_json(cls, value: Any) -> BatchOffset:
@@ -122,4 +135,6 @@ class BatchOffset:
         number = value.get("n", 0)
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise InvalidOffset(f"offset number must be a non-negative integer, got {number!r}")
-        return cls(number, {shard: ShardPlan.from_json(shard, plan) for shard, plan in value["shards"].items()})
+        run = str(value.get("run", ""))
+        return cls(number, {shard: ShardPlan.from_json(shard, plan, run, number)
+                            for shard, plan in value["shards"].items()}, run)

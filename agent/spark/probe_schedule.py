@@ -34,17 +34,16 @@ class ProbeSchedule:
         self._round_seconds += EMA_WEIGHT * (seconds - self._round_seconds)
 
     def aligned_period(self) -> float:
-        """Seconds between rounds on the trigger grid: the period stretched to divide the trigger, or to a multiple.
+        """Seconds between rounds on the trigger grid: the smallest multiple of the trigger not below the period.
 
-        So rounds are never more frequent than `period` (each costs one GetRecords per shard, against the shard's 5
-        calls a second), and every round ends just before a trigger.
+        A batch plans only at a trigger, so a round between two triggers would find nothing sooner: at most one round
+        per trigger (each costs an idle shard one GetRecords of Limit 1, against the shard's 5 calls a second shared
+        with every consumer), never more frequent than `period`, and every round ends just before a trigger.
         """
         period, trigger = self.period, self.trigger
         if not trigger:
             return period
-        if trigger >= period:
-            return trigger / math.floor(trigger / period)
-        return trigger * math.ceil(period / trigger)
+        return trigger * math.ceil(period / trigger - 1e-9)
 
     def delay(self, now: float) -> float:
         """Seconds from `now` (epoch seconds, after a round ended) to the next round's start.

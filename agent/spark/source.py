@@ -1,9 +1,10 @@
-"""The `shardherd` streaming source: plans each held shard per batch; executors read them, a task per shard or group.
+"""The `shardherd` streaming source: plans each held shard with records waiting; executors read and fix each end.
 
 Which process runs what (PySpark 4.x): `latestOffset`/`partitions`/`commit` run in a "streaming source runner"
 process the JVM spawns, which shares nothing with the driver's agent, so the reader learns the held shards from the
-channel (agent/spark/channel.py). `read` runs on executors and depends only on its partition, so a replayed batch
-reads the same records. `__init__` runs in several processes and therefore does nothing but keep the options.
+channel (agent/spark/channel.py). `read` runs on executors and depends only on its partition and the end its first
+read recorded in the store (agent/spark/batch_ends.py), so a replayed batch reads the same records. `__init__`
+runs in several processes and therefore does nothing but keep the options.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +33,31 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from shardherd.agent.spark.kinesis_raw import RawKinesis
+    from shardherd.shared.store import LeaseStore
 
 FORMAT = "shardherd"
 FIRST_PROBE_WAIT_SECONDS = 1.0  # how long a plan may wait for shards on their way here and their first probe
 FIRST_PROBE_POLL_SECONDS = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """Where executors record each batch's end: the application's store (its coordinator-state table).
+
+    A SQL store's URL is not an option (it may hold a password): executors take it from SHARDHERD_SQL_URL.
+    """
+
+    application: str = "shardherd"
+    backend: str = "dynamodb"
+    endpoint_url: str | None = None
+
+    def open(self, region: str) -> LeaseStore:
+        """The store, as the driver's agent opens it (executors only: it imports boto3 or SQLAlchemy)."""
+        from shardherd.shared.config import load_settings
+        from shardherd.shared.store_factory import open_store
+
+        return open_store(load_settings(application_name=self.application, store_backend=self.backend, region=region,
+                                        dynamodb_endpoint_url=self.endpoint_url, store_meter_dir=None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +73,7 @@ class SourceOptions:
     include_reader: bool = False
     kpl_decoder: str = "auto"
     max_partitions: int | None = None
+    store: StoreOptions = field(default_factory=lambda: StoreOptions())
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -72,16 +96,23 @@ class SourceOptions:
         decoder = lower.get("kpldecoder", "auto").lower()
         if decoder not in KPL_DECODERS:
             raise InvalidOffset(f"kplDecoder must be one of {list(KPL_DECODERS)}, got {decoder!r}")
+        backend = lower.get("storebackend", "dynamodb")
+        if backend not in ("dynamodb", "sql"):
+            raise InvalidOffset(f"storeBackend must be dynamodb or sql, got {backend!r}")
+        store = StoreOptions(lower.get("application", "shardherd"), backend, lower.get("storeendpoint") or None)
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
-                   lower.get("includereader", "false").lower() == "true", decoder, partitions)
+                   lower.get("includereader", "false").lower() == "true", decoder, partitions, store)
 
     def to_options(self) -> dict[str, str]:
         """The options map to pass to `spark.readStream.format("shardherd").options(...)`."""
         options = {"channel": str(self.channel), "stream": self.stream_name, "region": self.region,
                    "maxRecordsPerShard": str(self.caps.max_records),
                    "minCallIntervalMs": str(round(self.min_call_interval * 1000)),
-                   "includeReader": str(self.include_reader).lower(), "kplDecoder": self.kpl_decoder}
+                   "includeReader": str(self.include_reader).lower(), "kplDecoder": self.kpl_decoder,
+                   "application": self.store.application, "storeBackend": self.store.backend}
+        if self.store.endpoint_url:
+            options["storeEndpoint"] = self.store.endpoint_url
         if self.endpoint_url:
             options["endpoint"] = self.endpoint_url
         if self.caps.max_bytes is not None:
@@ -103,9 +134,11 @@ class ShardPartition(InputPartition):
         self.min_call_interval = options.min_call_interval
         self.include_reader = options.include_reader
         self.kpl_decoder = options.kpl_decoder
+        self.store = options.store
 
 
 _clients: dict[tuple[str, str | None], RawKinesis] = {}
+_stores: dict[tuple[StoreOptions, str], LeaseStore] = {}
 _clients_guard = threading.Lock()
 
 
@@ -123,14 +156,23 @@ def _client(region: str, endpoint_url: str | None) -> RawKinesis:
         return client
 
 
+def _store(options: StoreOptions, region: str) -> LeaseStore:
+    """One store client per executor process and store."""
+    with _clients_guard:
+        store = _stores.get((options, region))
+        if store is None:
+            store = _stores[(options, region)] = options.open(region)
+        return store
+
+
 def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
-    """The Arrow batches of one partition: exactly the records its plans name."""
+    """The Arrow batches of one partition: exactly the records its plans name (their recorded ends)."""
     from shardherd.agent.kpl_decoding import use
     from shardherd.agent.spark.arrow_read import read_plans
 
     use(partition.kpl_decoder)  # the driver's choice, in whichever executor process reads the partition
-    return read_plans(_client(partition.region, partition.endpoint_url), partition.stream_name, partition.plans,
-                      partition.include_reader, partition.min_call_interval)
+    return read_plans(_client(partition.region, partition.endpoint_url), _store(partition.store, partition.region),
+                      partition.stream_name, partition.plans, partition.include_reader, partition.min_call_interval)
 
 
 class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -141,6 +183,7 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._until: float | None = None
         self._seen: set[str] = set()  # tenures of the last snapshot planned from: each hold is waited for once
         self._expected: frozenset[str] = frozenset()  # leases on their way here already waited for once
+        self._run = uuid.uuid4().hex[:8]  # the plans' run if Spark's checkpoint is fresh (planning.plan_next)
 
     @override
     def initialOffset(self) -> dict[str, Any]:
@@ -156,7 +199,7 @@ class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The next plan from the agent's snapshot, or `start` unchanged (no batch) when nothing waits."""
         snapshot = self._snapshot_probed()
-        end = plan_next(BatchOffset.from_json(start), snapshot, self._caps(limit), self._until)
+        end = plan_next(BatchOffset.from_json(start), snapshot, self._caps(limit), self._until, self._run)
         if snapshot is not None:
             write_ack(self._options.channel, Ack(snapshot.version, os.getpid()))
         return end.to_json()

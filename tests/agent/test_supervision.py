@@ -160,10 +160,10 @@ def test_a_probe_that_meets_a_non_json_answer_is_a_failed_probe_not_a_dead_threa
     with FaultyProxy(kinesalite.endpoint_url, [Garbage(200)] * 2) as proxy:  # the client's every attempt
         prober = Prober(RawKinesis("us-east-1", proxy.endpoint_url, attempts=2), stream)
         start = StartPosition.after(TRIM_HORIZON)
-        failed = prober.probe(KEY, start, 10)
-        assert failed.segment is None and not failed.ended and proxy.faults_served == 2
-        probed = prober.probe(KEY, start, 10)  # the next round works again
-        assert probed.segment is not None and probed.segment.records == 1
+        failed = prober.probe(KEY, start, None)
+        assert failed.failed and not failed.pending and not failed.ended and proxy.faults_served == 2
+        probed = prober.probe(KEY, start, None)  # the next round works again
+        assert probed.pending and not probed.failed
 
 
 class DeadJvmQuery:

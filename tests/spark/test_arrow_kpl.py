@@ -18,8 +18,8 @@ import pytest
 from shardherd.agent import kpl_decoding
 from shardherd.agent.kpl import MAGIC, UserRecord, encode_aggregate
 from shardherd.agent.spark.arrow_read import arrow_batch
+from shardherd.agent.spark.kinesis_records import last_sub_sequence
 from shardherd.agent.spark.offsets import Caps
-from shardherd.agent.spark.probe import last_sub_sequence
 from tests.spark.conftest import SparkStack
 from tests.support.waiting import wait_for
 

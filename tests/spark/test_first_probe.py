@@ -50,7 +50,7 @@ def test_a_shard_just_acquired_is_in_the_next_plan(kinesalite: NodeEmulator, mot
         start = reader.latestOffset(BatchOffset().to_json(), limit)  # nothing held yet: no batch
         agent.lease_acquired(Lease(SHARD, lease_owner="w1", checkpoint=TRIM_HORIZON))  # what the keeper calls
         planned = BatchOffset.from_json(reader.latestOffset(start, limit))
-        assert set(planned.shards) == {SHARD} and planned.shards[SHARD].records == 5
+        assert set(planned.shards) == {SHARD} and planned.shards[SHARD].iterator is not None  # the probe's
     finally:
         agent.stop(drain=False)
         store.close()
@@ -92,7 +92,7 @@ def test_a_lease_on_its_way_is_in_the_plan_made_while_its_previous_owner_finishe
         finishing.join(10)
         assert set(agent.keeper.held()) == {SHARD}
         assert set(planned.shards) == {SHARD}  # this plan, not the next trigger's
-        assert planned.shards[SHARD].position.checkpoint == final and planned.shards[SHARD].records == 3
+        assert planned.shards[SHARD].position.checkpoint == final and planned.shards[SHARD].iterator is not None
     finally:
         agent.stop(drain=False)
         store.close()

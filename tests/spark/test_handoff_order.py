@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.spark.batch_ends import BatchEnd, record_end
 from shardherd.agent.spark.driver import SparkAgent
-from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
@@ -19,6 +20,16 @@ from shardherd.shared.lease import new_lease
 from shardherd.shared.store import LeaseStore, Outcome
 
 FIRST, SECOND = "shardId-000000000000", "shardId-000000000001"
+
+
+def _plan(key: str, start: Checkpoint, tenure: str, number: int) -> ShardPlan:
+    return ShardPlan(key, StartPosition.after(start), Caps(), tenure, "r", number)
+
+
+def _read(store: LeaseStore, plan: ShardPlan, end: str) -> ShardPlan:
+    """Record where the executors' read of `plan` stopped, as its first read does."""
+    record_end(store, BatchEnd(plan.tenure, plan.run, plan.number, Checkpoint.at(end), 5, 50, caught_up=True))
+    return plan
 
 
 class CallLog:
@@ -67,7 +78,7 @@ def test_a_shard_under_handoff_is_released_with_its_checkpoint_while_the_batch_s
         agent.keeper.tick()
         assert set(agent.keeper.held()) == {FIRST, SECOND}
         views = agent.book.snapshot().shards
-        plans = [ShardPlan(key, StartPosition.after(TRIM_HORIZON), Checkpoint.at(end), 5, 50, views[key].tenure)
+        plans = [_read(store, _plan(key, TRIM_HORIZON, views[key].tenure, 1), end)
                  for key, end in ((FIRST, "100"), (SECOND, "200"))]
         written = agent.begin_write(plans)
         assert written == plans
@@ -121,8 +132,7 @@ def _holding_first(store: LeaseStore, agent_store: object, channel: Path,
     store.assign(FIRST, "w1", None, None)
     agent.keeper.tick()
     tenure = agent.book.snapshot().shards[FIRST].tenure
-    return agent, (ShardPlan(FIRST, StartPosition.after(TRIM_HORIZON), Checkpoint.at("100"), 5, 50, tenure),
-                   ShardPlan(FIRST, StartPosition.after(Checkpoint.at("100")), Checkpoint.at("200"), 5, 50, tenure))
+    return agent, (_plan(FIRST, TRIM_HORIZON, tenure, 1), _plan(FIRST, Checkpoint.at("100"), tenure, 2))
 
 
 def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_still_being_stored(
@@ -130,11 +140,11 @@ def test_the_next_plan_starts_after_a_written_batch_while_its_checkpoint_is_stil
     slow = SlowCheckpoints(store)
     agent, (first, second) = _holding_first(store, slow, tmp_path, ManualClock())
     try:
-        agent.commit_progress(1, agent.begin_write([first]))  # returns while the store holds the checkpoint
+        agent.commit_progress(1, agent.begin_write([_read(store, first, "100")]))  # returns while the checkpoint waits
         assert agent.book.snapshot().shards[FIRST].checkpoint == Checkpoint.at("100")
         assert store.get_lease(FIRST).checkpoint == TRIM_HORIZON  # type: ignore[union-attr]
 
-        written = agent.begin_write([second])
+        written = agent.begin_write([_read(store, second, "200")])
         committed = threading.Thread(target=agent.commit_progress, args=(2, written))
         committed.start()
         committed.join(0.3)
@@ -162,14 +172,14 @@ def test_a_handoff_waiting_for_two_writes_is_handed_over_only_with_the_last_one_
         agent.keeper.tick()
         assert agent.book.is_handing_off(FIRST)
 
-        agent.commit_progress(1, [first])
+        agent.commit_progress(1, [_read(store, first, "100")])
         agent.await_checkpoints(10)
         stored = store.get_lease(FIRST)
         assert stored is not None and stored.checkpoint == Checkpoint.at("100")
         assert (stored.lease_owner, stored.checkpoint_owner) == ("w2", "w1")  # still ours: a write is still out
         assert FIRST in agent.keeper.held()
 
-        agent.commit_progress(2, [second])
+        agent.commit_progress(2, [_read(store, second, "200")])
         agent.await_checkpoints(10)
         stored = store.get_lease(FIRST)
         assert stored is not None and stored.checkpoint == Checkpoint.at("200")

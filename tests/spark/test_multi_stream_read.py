@@ -12,12 +12,14 @@ from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.spark.arrow_read import read_plan
 from shardherd.agent.spark.book import source_key
 from shardherd.agent.spark.kinesis_raw import RawKinesis
-from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.probe import Prober
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import TRIM_HORIZON
 from shardherd.shared.lease import Lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
 from shardherd.shared.streams import StreamIdentifier, read_target
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for
@@ -49,9 +51,10 @@ def test_probes_and_reads_follow_the_stream_in_the_key(kinesalite: NodeEmulator)
     prober = Prober(raw, ",".join(names))
     for name in names:
         key = StreamIdentifier("000000000000", name, 1).lease_key("shardId-000000000000")
-        segment = prober.probe(key, StartPosition.after(TRIM_HORIZON), 100).segment
-        assert segment is not None and segment.records == 3
-        plan = ShardPlan(key, StartPosition.after(TRIM_HORIZON), segment.end, segment.records, segment.bytes, "t")
-        rows = [row for batch in read_plan(raw, ",".join(names), plan) for row in batch.to_pylist()]
+        probe = prober.probe(key, StartPosition.after(TRIM_HORIZON), None)
+        assert probe.pending
+        plan = ShardPlan(key, StartPosition.after(TRIM_HORIZON), Caps(100), f"t-{name}", "r", 1, probe.iterator)
+        store = MemoryLeaseStore(TableNames.for_application("multi"))
+        rows = [row for batch in read_plan(raw, store, ",".join(names), plan) for row in batch.to_pylist()]
         assert [(row["stream_name"], row["shard_id"], row["data"]) for row in rows] == [
             (name, "shardId-000000000000", f"{name}-{i}".encode()) for i in range(3)]

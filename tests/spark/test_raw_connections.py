@@ -10,11 +10,12 @@ import pytest
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.spark.arrow_read import read_plans
 from shardherd.agent.spark.kinesis_raw import RawKinesis
-from shardherd.agent.spark.offsets import ShardPlan
-from shardherd.agent.spark.probe import Prober
+from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for
 
@@ -35,12 +36,11 @@ def test_a_task_of_many_shards_keeps_a_connection_per_shard(
             for index in range(3):
                 kinesis.put_record(StreamName=stream, Data=f"{shard}-{index}".encode(), PartitionKey="k",
                                    ExplicitHashKey=hash_key)
-            segment = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100).segment
-            assert segment is not None and segment.records == 3
-            plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, 3, segment.bytes, "t"))
+            plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(100), f"t-{shard}", "r", 1))
+        store = MemoryLeaseStore(TableNames.for_application("wide"))
         caplog.set_level("DEBUG", logger="urllib3")
-        reads = [[row for batch in read_plans(raw, stream, tuple(plans)) for row in batch.column("data").to_pylist()]
-                 for _ in range(3)]
+        reads = [[row for batch in read_plans(raw, store, stream, tuple(plans))
+                  for row in batch.column("data").to_pylist()] for _ in range(3)]
         assert reads[0] == reads[1] == reads[2] and len(reads[0]) == 3 * shards
         assert not [record for record in caplog.records if "pool is full" in record.getMessage()]
         opened = [record for record in caplog.records if record.getMessage().startswith("Starting new HTTP connection")]

@@ -1,6 +1,7 @@
 """Deterministic replay: a plan read again gives the same rows, and no checkpoint passes a record never written.
 
-Reads go through kinesalite over HTTP; the Spark test reruns each batch's partitions inside the sink (no persist:
+The first read of a plan records where it stopped; every other read follows that record. Reads go through
+kinesalite over HTTP; the Spark test reruns each batch's partitions inside the sink (no persist:
 the second action recomputes every partition, as Spark does for a lost block or a re-executed task) while new
 records keep arriving, and checks the lease checkpoints against what was written at every batch.
 """
@@ -17,12 +18,15 @@ from shardherd.agent.kpl import UserRecord, encode_aggregate
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.reader import ShardNotFound
 from shardherd.agent.spark.arrow_read import read_plan, read_plans
+from shardherd.agent.spark.batch_ends import recorded_end
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.probe import Prober
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
 from tests.spark.conftest import SparkStack
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for
@@ -40,6 +44,10 @@ def _table(batches: list[pa.RecordBatch]) -> list[tuple[str, int, bytes]]:
             for batch in batches for row in batch.to_pylist()]
 
 
+def _store() -> MemoryLeaseStore:
+    return MemoryLeaseStore(TableNames.for_application("replay"))
+
+
 def test_a_plan_read_again_after_more_records_arrived_gives_the_same_rows(
         kinesalite: NodeEmulator) -> None:
     stream = unique_app("replay")
@@ -50,28 +58,41 @@ def test_a_plan_read_again_after_more_records_arrived_gives_the_same_rows(
     shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
     aggregate = encode_aggregate([UserRecord("k", f"agg-{index}".encode()) for index in range(3)])
     _put(kinesis, stream, [b"a-0", b"a-1", aggregate, b"a-2"])
-    _put(kinesis, stream, [aggregate])  # the probed segment ends at an aggregate: the plan takes all of it
+    _put(kinesis, stream, [aggregate])  # the read ends at an aggregate: the end covers all of it
 
     raw = RawKinesis("us-east-1", kinesalite.endpoint_url)
-    result = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100)
-    segment = result.segment
-    assert segment is not None and segment.records == 5 and segment.end.sub_sequence_number == 2
-    plan = ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, segment.records, segment.bytes, "t")
+    probe = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), None)
+    assert probe.pending and probe.iterator is not None and probe.first_arrival is not None
+    store = _store()
+    plan = ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(100), "t", "r", 1, probe.iterator)
 
-    first = _table(list(read_plan(raw, stream, plan)))
+    first = _table(list(read_plan(raw, store, stream, plan)))
+    recorded = recorded_end(store, "t", "r", 1)
+    assert recorded is not None and (recorded.records, recorded.caught_up) == (5, True)  # read to the tip
+    assert recorded.end == Checkpoint(first[-1][0], 2)  # the end covers the whole last aggregate
     _put(kinesis, stream, [b"later-0", b"later-1"])
-    second = _table(list(read_plan(raw, stream, plan)))
+    second = _table(list(read_plan(raw, store, stream, plan)))
     assert first == second  # a re-executed partition returns exactly the same rows
     assert [data for *_, data in first] == [b"a-0", b"a-1", b"agg-0", b"agg-1", b"agg-2", b"a-2",
                                             b"agg-0", b"agg-1", b"agg-2"]
-    assert (first[-1][0], first[-1][1]) == (segment.end.sequence_number, 2)  # the plan's end is its last row
+
+    capped = ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(2), "t2", "r", 1)
+    assert [data for *_, data in _table(list(read_plan(raw, store, stream, capped)))] == [b"a-0", b"a-1"]
+    capped_end = recorded_end(store, "t2", "r", 1)
+    assert capped_end is not None and capped_end.records == 2 and not capped_end.caught_up
 
     mid = Checkpoint(first[2][0], 0)  # a checkpoint inside the first aggregate resumes with its next user record
-    resumed = ShardPlan(shard, StartPosition.after(mid), segment.end, segment.records, 0, "t")
-    assert [data for *_, data in _table(list(read_plan(raw, stream, resumed)))] == [
+    resumed = ShardPlan(shard, StartPosition.after(mid), Caps(3), "t3", "r", 1)
+    assert [data for *_, data in _table(list(read_plan(raw, store, stream, resumed)))] == [
         b"agg-1", b"agg-2", b"a-2", b"agg-0", b"agg-1", b"agg-2"]
-    later = Prober(raw, stream).probe(shard, StartPosition.after(segment.end, record_complete=True), 100).segment
-    assert later is not None and later.records == 2
+    after = Prober(raw, stream).probe(shard, StartPosition.after(recorded.end), recorded.iterator)
+    assert after.pending  # the two later records: seen from the read's own NextShardIterator
+    later = ShardPlan(shard, StartPosition.after(recorded.end), Caps(100), "t", "r", 2, recorded.iterator)
+    assert [data for *_, data in _table(list(read_plan(raw, store, stream, later)))] == [b"later-0", b"later-1"]
+    tip = recorded_end(store, "t", "r", 2)
+    assert tip is not None and tip.iterator is not None
+    idle = Prober(raw, stream).probe(shard, StartPosition.after(tip.end or TRIM_HORIZON), tip.iterator)
+    assert not idle.pending and not idle.ended and idle.iterator is not None
 
 
 def test_a_partition_of_several_shards_reads_each_plan_exactly_in_plan_order(kinesalite: NodeEmulator) -> None:
@@ -87,22 +108,19 @@ def test_a_partition_of_several_shards_reads_each_plan_exactly_in_plan_order(kin
                 {"Data": f"{index}-{part}-{n}".encode(), "PartitionKey": "k",
                  "ExplicitHashKey": _hash_key(kinesis, stream, shard)} for n in range(2)])
     raw = RawKinesis("us-east-1", kinesalite.endpoint_url)
-    plans = []
-    for shard in shards:
-        segment = Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), 100).segment
-        assert segment is not None and segment.records == 6
-        plans.append(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), segment.end, segment.records, 0, "t"))
-    _put(kinesis, stream, [b"later"] * 3)  # past every plan's end: never read
-
-    alone = [_table(list(read_plan(raw, stream, plan))) for plan in plans]
-    together = _table(list(read_plans(raw, stream, tuple(plans))))
+    store = _store()
+    plans = tuple(ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(100), f"t{index}", "r", 1)
+                  for index, shard in enumerate(shards))
+    together = _table(list(read_plans(raw, store, stream, plans)))  # the first read: it records each end
+    _put(kinesis, stream, [b"later"] * 3)  # past every recorded end: never read
+    alone = [_table(list(read_plan(raw, store, stream, plan))) for plan in plans]
     assert together == [row for rows in alone for row in rows]  # each plan's rows, plan after plan
     assert [data for *_, data in together] == [f"{i}-{p}-{n}".encode() for i in range(3) for p in range(3)
                                                for n in range(2)]
 
-    missing = ShardPlan("shardId-000000000099", StartPosition.after(TRIM_HORIZON), plans[0].end, 6, 0, "t")
+    missing = ShardPlan("shardId-000000000099", StartPosition.after(TRIM_HORIZON), Caps(6), "t9", "r", 1)
     with pytest.raises(ShardNotFound):  # any plan's failure fails the whole partition
-        list(read_plans(raw, stream, (plans[0], missing)))
+        list(read_plans(raw, store, stream, (plans[0], missing)))
 
 
 def _hash_key(kinesis: Any, stream: str, shard: str) -> str:
