@@ -1,8 +1,10 @@
 """The agent's health port (plain agents and Spark drivers): /healthz for a livenessProbe, /metrics for Prometheus.
 
 /healthz answers 503 once a critical thread (heartbeat, lease keeper; a Spark driver's query supervisor) failed or
-made no progress within its bound (shared/supervision.py), 200 otherwise. /metrics carries the supervised threads'
-restarts and progress, and each shard stuck on a failing batch (since when, attempts, the last error as a label).
+made no progress within its bound (shared/supervision.py), or while a held lease's reader makes none
+(agent/stall_watch.py), 200 otherwise. /metrics carries the supervised threads'
+restarts and progress, the stalled leases and those given back for it, and each shard stuck on a failing batch
+(since when, attempts, the last error as a label).
 Served by the standard library's threading HTTP server: no request touches the store.
 """
 
@@ -16,10 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shardherd.agent.stall_watch import StallWatch
 from shardherd.shared.supervision import Supervisor
 from shardherd.shared.supervision_report import supervision_families
 from shardherd.shared.worker import FailingBatch
@@ -42,6 +45,19 @@ def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metri
     return [attempts, stuck]
 
 
+def stall_families(stalls: StallWatch) -> list[Metric]:
+    """Held leases whose reader makes no progress (seconds), and how many leases were given back for it."""
+    stalled = GaugeMetricFamily("shardherd_lease_stalled_seconds",
+                                "Seconds a held lease's reader has made no progress (past the red bound)",
+                                labels=["lease", "reader_running"])
+    for state in stalls.stalled():
+        stalled.add_metric([state.lease_key, str(state.running).lower()], state.seconds)
+    given_up = CounterMetricFamily("shardherd_leases_given_up", "Held leases given back because their reader made "
+                                   "no progress (dead, not restarted, or hung past the failover time)",
+                                   value=stalls.given_up)
+    return [stalled, given_up]
+
+
 class _Families(Collector):
     def __init__(self, families: list[Metric]) -> None:
         self._families = families
@@ -55,8 +71,9 @@ class HealthServer:
     """Serves /healthz and /metrics on `host:port` (port 0: any free port; `port` is then the bound one)."""
 
     def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
-                 wall: Callable[[], float], host: str, port: int) -> None:
+                 wall: Callable[[], float], stalls: StallWatch, host: str, port: int) -> None:
         self._supervisor = supervisor
+        self._stalls = stalls
         self._failing = failing
         self._wall = wall
         self._server = ThreadingHTTPServer((host, port), self._handler())
@@ -82,7 +99,8 @@ class HealthServer:
     def _metrics(self) -> bytes:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families([*supervision_families(self._supervisor),
-                                     *failing_families(self._failing(), self._wall())]))
+                                     *failing_families(self._failing(), self._wall()),
+                                     *stall_families(self._stalls)]))
         return generate_latest(registry)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
@@ -91,9 +109,10 @@ class HealthServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/healthz":
-                    problem = server._supervisor.problem()
+                    problem = server._supervisor.problem() or server._stalls.problem()
                     body = json.dumps({"status": "ok" if problem is None else "unavailable",
-                                       "detail": problem or "alive, every critical thread making progress"}).encode()
+                                       "detail": problem or "alive, every critical thread and held lease making "
+                                                            "progress"}).encode()
                     self._send(200 if problem is None else 503, "application/json", body)
                 elif self.path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, server._metrics())

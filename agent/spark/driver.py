@@ -256,6 +256,7 @@ class SparkAgent(Agent):
         elif outcome.applied:
             self._record_arrivals(key, plan.bytes, advance.covered)
             self.progress.record(key, plan.records, plan.bytes, lag, behind)
+            self.stalls.progressed(key)
         elif outcome.conflict is Conflict.STALE_CHECKPOINT:
             log.info("batch %d: %s already checkpointed past %s", batch_id, key, plan.end)
         else:
@@ -391,6 +392,8 @@ class SparkAgent(Agent):
             self._finish_shard(shard)
         key = self.book.lease_key(shard)
         if key is not None:
+            if not result.failed:  # a probe that answered is the lease's progress; reads that fail for good give
+                self.stalls.progressed(key)  # it back (agent/stall_watch.py)
             self.progress.record(key, 0, 0, self.book.lag_millis(shard, time.time()), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:

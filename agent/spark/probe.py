@@ -28,11 +28,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
-    """What a probe saw after a frontier: a new segment, the shard's end, and the lag at the frontier."""
+    """What a probe saw after a frontier: a new segment, the shard's end, and the lag at the frontier (or it failed)."""
 
     segment: Segment | None = None
     ended: bool = False
     behind_millis: int | None = None
+    failed: bool = False  # the read did not answer: no progress for the lease (agent/stall_watch.py)
 
 
 def data_size(encoded: str) -> int:
@@ -92,7 +93,7 @@ class Prober:
         except Exception as exc:  # read errors, credentials that fail to refresh, a body that is not JSON, ...
             log.warning("probe of %s failed: %s: %s", shard_id, type(exc).__name__, exc)
             self._iterators.pop(shard_id, None)
-            return ProbeResult()
+            return ProbeResult(failed=True)
 
     def _probe(self, shard_id: str, frontier: StartPosition, limit: int) -> ProbeResult:
         if frontier.at_shard_end:

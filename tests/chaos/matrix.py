@@ -271,11 +271,12 @@ def stop_victim(who: str) -> tuple[Step, Step]:
     return inject, heal
 
 
-def raise_in_thread(who: str, thread: str) -> Step:
-    """An exception raised inside the named thread(s) of the busiest agent or of the leader."""
+def raise_in_thread(who: str, thread: str, verb: str = "raise") -> Step:
+    """An exception raised once inside the named thread(s) of the busiest agent or of the leader (`die`: one that
+    ends the thread, tests/chaos/inject.py)."""
     def inject(run: Run) -> None:
         run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
-        run.inject(run.victim, f"raise {thread}")
+        run.inject(run.victim, f"{verb} {thread}")
 
     return inject
 
@@ -413,6 +414,8 @@ def _catalogue() -> list[Cell]:
                raise_in_thread("agent", thread), probe=True)
           for thread in ("lease-keeper", "heartbeat", "assignment-watch", "assignment-news",
                          "shardherd-cpu-sampler", "shard")],
+        Cell("agent shard threads die", "an exception no `except Exception` catches ends the busiest agent's shard "
+             "threads", raise_in_thread("agent", "shard-shardId", "die"), probe=True),
         *[Cell(f"exception in leader {thread}", f"an exception raised inside the leader's {thread} thread",
                raise_in_thread("leader", thread), probe=True)
           for thread in ("leader-loop", "LockKeeper", "replica-report")],
