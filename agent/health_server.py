@@ -5,17 +5,23 @@ made no progress within its bound (shared/supervision.py), or while a held lease
 (agent/stall_watch.py), 200 otherwise. /metrics carries the supervised threads'
 restarts and progress, the stalled leases and those given back for it, and each shard stuck on a failing batch
 (since when, attempts, the last error as a label).
+`POST /drain[?wait=SECONDS]` makes the agent drain itself and stop (its leases handed on gracefully), waiting up to
+`wait` seconds for that: 200 once stopped, 202 while still draining. Only a caller on the loopback interface may ask
+(403 otherwise): a preStop hook in the agent's own pod, which so needs no credential at all, where the coordinator's
+drain endpoint takes the admin token (least privilege: nothing outside the pod can drain it through this port).
 Served by the standard library's threading HTTP server: no request touches the store.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -30,6 +36,19 @@ from shardherd.shared.worker import FailingBatch
 log = logging.getLogger(__name__)
 
 MAX_ERROR_LABEL = 200
+MAX_DRAIN_WAIT_SECONDS = 300.0
+
+SelfDrain = Callable[[float], bool]  # start draining (once); True if the agent stopped within the seconds given
+
+
+def is_loopback(host: str) -> bool:
+    """True for a caller on the loopback interface (127.0.0.0/8, ::1, an IPv4-mapped loopback)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metric]:
@@ -71,9 +90,11 @@ class HealthServer:
     """Serves /healthz and /metrics on `host:port` (port 0: any free port; `port` is then the bound one)."""
 
     def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
-                 wall: Callable[[], float], stalls: StallWatch, host: str, port: int) -> None:
+                 wall: Callable[[], float], stalls: StallWatch, host: str, port: int,
+                 drain: SelfDrain | None = None) -> None:
         self._supervisor = supervisor
         self._stalls = stalls
+        self._drain = drain
         self._failing = failing
         self._wall = wall
         self._server = ThreadingHTTPServer((host, port), self._handler())
@@ -118,6 +139,24 @@ class HealthServer:
                     self._send(200, CONTENT_TYPE_LATEST, server._metrics())
                 else:
                     self._send(404, "application/json", b'{"status": "not found"}')
+
+            def do_POST(self) -> None:
+                url = urlsplit(self.path)
+                if url.path != "/drain" or server._drain is None:
+                    self._send(404, "application/json", b'{"status": "not found"}')
+                elif not is_loopback(self.client_address[0]):
+                    log.warning("refused a drain request from %s: only the agent's own pod may ask (loopback)",
+                                self.client_address[0])
+                    self._send(403, "application/json", b'{"status": "forbidden: loopback callers only"}')
+                else:
+                    try:
+                        wait = min(MAX_DRAIN_WAIT_SECONDS, max(0.0, float(parse_qs(url.query).get("wait", ["0"])[0])))
+                    except ValueError:
+                        self._send(400, "application/json", b'{"status": "wait must be a number of seconds"}')
+                        return
+                    stopped = server._drain(wait)
+                    body = json.dumps({"status": "stopped" if stopped else "draining"}).encode()
+                    self._send(200 if stopped else 202, "application/json", body)
 
             def _send(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)

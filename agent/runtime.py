@@ -162,6 +162,8 @@ class Agent:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []  # the heartbeat and lease keeper loops, once started
+        self._self_drain: threading.Thread | None = None
+        self.stopped = threading.Event()  # set once `stop` finished
 
     def _fleet_rows(self) -> list[WorkerRecord]:
         return self.store.scan_workers().workers
@@ -251,7 +253,8 @@ class Agent:
         self.supervisor.watch()
         if self.settings.agent_health_port is not None:
             self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time, self.stalls,
-                                       self.settings.agent_health_host, self.settings.agent_health_port).start()
+                                       self.settings.agent_health_host, self.settings.agent_health_port,
+                                       drain=self.drain_itself).start()
         return self
 
     def running(self) -> bool:
@@ -288,6 +291,22 @@ class Agent:
             self.watch.stop()
         self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
+        self.stopped.set()
+
+    def drain_itself(self, wait: float) -> bool:
+        """Drain and stop, as on SIGTERM (a preStop hook asks through the health port); True once stopped.
+
+        The first call starts it on a thread of its own; every call waits up to `wait` seconds for the end.
+        """
+        with self._guard:
+            if self._self_drain is None:
+                log.info("drain requested through the health port: handing the leases on, then stopping")
+                self._self_drain = threading.Thread(target=self.stop, kwargs={"drain": True}, name="self-drain",
+                                                    daemon=True)
+                self._self_drain.start()
+            thread = self._self_drain
+        thread.join(wait)
+        return not thread.is_alive()
 
     def _drain(self, timeout: float | None) -> None:
         """Announce DRAINING, then wait while the leader hands leases on; give up early if no handoff ever starts."""
