@@ -524,12 +524,16 @@ def _status(port: int | None, path: str) -> int:
 
 
 def run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: Callable[[str], None] = print,
-             overrides: dict[str, str] | None = None, agents: int = 3, watch: float = 8.0) -> Result:
-    """Bring a fresh fleet up, inject `cell`'s fault, heal it, watch for failover + `watch` s, and measure."""
+             overrides: dict[str, str] | None = None, agents: int = 3, watch: float = 8.0,
+             defaults: bool = False) -> Result:
+    """Bring a fresh fleet up, inject `cell`'s fault, heal it, watch for failover + `watch` s, and measure.
+
+    `defaults`: shardherd's default timings (failover 10 s, assignment interval 2 s) instead of the short ones.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     token_file = workdir / "api-token"
     token_file.write_text(API_TOKEN, encoding="utf-8")
-    env = {**SHORT_INTERVALS, "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
+    env = {**({} if defaults else SHORT_INTERVALS), "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
     if cell.disk:
         _mount(workdir / "disk")
     if cell.disk == "store":
