@@ -399,6 +399,9 @@ def _catalogue() -> list[Cell]:
              "out", hold=20.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
         Cell("Kinesis blackholed 5 min, all", "every Kinesis call of every process hangs for 5 minutes (the issue's "
              "blackhole)", hold=300.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
+        Cell("Kinesis SYN-blackholed, all", "no process's new Kinesis connection is accepted (SYNs dropped: connect "
+             "timeouts) and requests on open ones hang", hold=20.0, probe=True,
+             **_pair(kinesis_fault(Chaos(syn_dropped=True), "all"))),
         Cell("Kinesis unreachable (hang), leader", "the leader's Kinesis calls (shard sync) hang", hold=20.0,
              probe=True, **_pair(kinesis_fault(hang, "leader"))),
         Cell("Kinesis unreachable (hang), agent", "the busiest agent's Kinesis calls hang",
