@@ -366,10 +366,18 @@ class SparkAgent(Agent):
                 return
             began = time.monotonic()
             targets = self.book.to_probe(self._lookahead)
+            self._ahead(self.book.held_shards() - {shard for shard, _ in targets})
             results = self._probe_pool.map(self._probe_one, targets)
             for (shard, frontier), result in zip(targets, results, strict=True):
                 self._probed(shard, frontier, result)
             self.probe_schedule.round_took(time.monotonic() - began)
+
+    def _ahead(self, shards: set[str]) -> None:
+        """Shards not probed because a full lookahead waits: the reading side is ahead, which is progress."""
+        for shard in shards:
+            key = self.book.lease_key(shard)
+            if key is not None:
+                self.stalls.progressed(key)
 
     def _probe_one(self, target: tuple[str, StartPosition]) -> ProbeResult:
         return self._prober.probe(target[0], target[1], self._probe_limit)
