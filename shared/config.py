@@ -114,8 +114,8 @@ class Settings(BaseSettings):
     # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
     leader_stand_down_millis: int = Field(6_000, ge=0, le=HOUR_MILLIS)
     # The deadline of one store call (connect plus answer; retries come on top, each under its caller's deadline).
-    # Unset: half the smaller of the failover time and the leader lock's duration (3 s at the defaults; 1 s at least),
-    # so a call
+    # Unset: the smaller of the failover time and the leader lock's duration (6 s at the defaults; 1 s at least), so
+    # a call
     # that hangs fails in time for the caller to act before its leases or the lock are taken from it.
     store_call_timeout_millis: int | None = Field(None, ge=100, le=HOUR_MILLIS)
     graceful_lease_handoff_enabled: bool = True
@@ -289,13 +289,13 @@ class Settings(BaseSettings):
 
     @property
     def effective_store_call_timeout_millis(self) -> int:
-        """One store call's deadline: configured, else half of min(failover time, leader lock duration), 1 s at least.
+        """One store call's deadline: configured, else min(failover time, leader lock duration), 1 s at least.
 
-        The floor keeps short test timings (failover 2 s) from failing calls a loaded host's emulator answers late.
+        The floor keeps very short test timings from failing calls a loaded host's emulator answers late.
         """
         if self.store_call_timeout_millis is not None:
             return self.store_call_timeout_millis
-        return max(1000, min(self.failover_time_millis, self.leader_lock_lease_duration_millis) // 2)
+        return max(1000, min(self.failover_time_millis, self.leader_lock_lease_duration_millis))
 
     @property
     def effective_metrics_report_millis(self) -> int:

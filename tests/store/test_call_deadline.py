@@ -21,9 +21,11 @@ from tests.support.stores import unique_app
 
 
 def test_the_deadline_follows_the_failover_time_and_the_lock_duration_unless_set() -> None:
-    assert load_settings().effective_store_call_timeout_millis == 3000  # min(10 s failover, 6 s lock) / 2
-    assert load_settings(failover_time_millis=3000).effective_store_call_timeout_millis == 1500
-    assert load_settings(failover_time_millis=1000).effective_store_call_timeout_millis == 1000  # the floor
+    assert load_settings().effective_store_call_timeout_millis == 6000  # min(10 s failover, 6 s lock)
+    assert load_settings(failover_time_millis=3000).effective_store_call_timeout_millis == 3000
+    assert load_settings(failover_time_millis=500, leader_lock_lease_duration_millis=500,
+                         leader_lock_heartbeat_period_millis=100, heartbeat_interval_millis=100,
+                         leader_stand_down_millis=0).effective_store_call_timeout_millis == 1000  # the floor
     assert load_settings(store_call_timeout_millis=750).effective_store_call_timeout_millis == 750
     assert call_timeouts(3.0) == (1.5, 3.0)
 
