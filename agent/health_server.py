@@ -1,20 +1,28 @@
 """The agent's health port (plain agents and Spark drivers): /healthz for a livenessProbe, /metrics for Prometheus.
 
 /healthz answers 503 once a critical thread (heartbeat, lease keeper; a Spark driver's query supervisor) failed or
-made no progress within its bound (shared/supervision.py), 200 otherwise. /metrics carries the supervised threads'
-restarts and progress, each shard stuck on a failing batch (since when, attempts, the last error as a label), and on
-plain agents each shard's GetRecords calls and Kinesis throttles (ProvisionedThroughputExceededException).
+made no progress within its bound (shared/supervision.py), or while a held lease's reader makes none
+(agent/stall_watch.py), 200 otherwise. /metrics carries the supervised threads'
+restarts and progress, the stalled leases and those given back for it, each shard stuck on a failing batch
+(since when, attempts, the last error as a label), and on plain agents each shard's GetRecords calls and Kinesis
+throttles (ProvisionedThroughputExceededException).
+`POST /drain[?wait=SECONDS]` makes the agent drain itself and stop (its leases handed on gracefully), waiting up to
+`wait` seconds for that: 200 once stopped, 202 while still draining. Only a caller on the loopback interface may ask
+(403 otherwise): a preStop hook in the agent's own pod, which so needs no credential at all, where the coordinator's
+drain endpoint takes the admin token (least privilege: nothing outside the pod can drain it through this port).
 Served by the standard library's threading HTTP server: no request touches the store.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -22,6 +30,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from shardherd.agent.reader import ReaderStats
+from shardherd.agent.stall_watch import StallWatch
 from shardherd.shared.supervision import Supervisor
 from shardherd.shared.supervision_report import supervision_families
 from shardherd.shared.worker import FailingBatch
@@ -29,6 +38,19 @@ from shardherd.shared.worker import FailingBatch
 log = logging.getLogger(__name__)
 
 MAX_ERROR_LABEL = 200
+MAX_DRAIN_WAIT_SECONDS = 300.0
+
+SelfDrain = Callable[[float], bool]  # start draining (once); True if the agent stopped within the seconds given
+
+
+def is_loopback(host: str) -> bool:
+    """True for a caller on the loopback interface (127.0.0.0/8, ::1, an IPv4-mapped loopback)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool(address.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metric]:
@@ -58,6 +80,19 @@ def read_families(reads: Mapping[str, ReaderStats]) -> list[Metric]:
     return [calls, throttled]
 
 
+def stall_families(stalls: StallWatch) -> list[Metric]:
+    """Held leases whose reader makes no progress (seconds), and how many leases were given back for it."""
+    stalled = GaugeMetricFamily("shardherd_lease_stalled_seconds",
+                                "Seconds a held lease's reader has made no progress (past the red bound)",
+                                labels=["lease", "reader_running"])
+    for state in stalls.stalled():
+        stalled.add_metric([state.lease_key, str(state.running).lower()], state.seconds)
+    given_up = CounterMetricFamily("shardherd_leases_given_up", "Held leases given back because their reader made "
+                                   "no progress (dead, not restarted, or hung past the failover time)",
+                                   value=stalls.given_up)
+    return [stalled, given_up]
+
+
 class _Families(Collector):
     def __init__(self, families: list[Metric]) -> None:
         self._families = families
@@ -71,9 +106,11 @@ class HealthServer:
     """Serves /healthz and /metrics on `host:port` (port 0: any free port; `port` is then the bound one)."""
 
     def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
-                 wall: Callable[[], float], host: str, port: int,
-                 reads: Callable[[], Mapping[str, ReaderStats]] | None = None) -> None:
+                 wall: Callable[[], float], stalls: StallWatch, host: str, port: int,
+                 reads: Callable[[], Mapping[str, ReaderStats]] | None = None, drain: SelfDrain | None = None) -> None:
         self._supervisor = supervisor
+        self._stalls = stalls
+        self._drain = drain
         self._failing = failing
         self._reads = reads
         self._wall = wall
@@ -101,6 +138,7 @@ class HealthServer:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families([*supervision_families(self._supervisor),
                                      *failing_families(self._failing(), self._wall()),
+                                     *stall_families(self._stalls),
                                      *(read_families(self._reads()) if self._reads is not None else [])]))
         return generate_latest(registry)
 
@@ -110,14 +148,33 @@ class HealthServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/healthz":
-                    problem = server._supervisor.problem()
+                    problem = server._supervisor.problem() or server._stalls.problem()
                     body = json.dumps({"status": "ok" if problem is None else "unavailable",
-                                       "detail": problem or "alive, every critical thread making progress"}).encode()
+                                       "detail": problem or "alive, every critical thread and held lease making "
+                                                            "progress"}).encode()
                     self._send(200 if problem is None else 503, "application/json", body)
                 elif self.path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, server._metrics())
                 else:
                     self._send(404, "application/json", b'{"status": "not found"}')
+
+            def do_POST(self) -> None:
+                url = urlsplit(self.path)
+                if url.path != "/drain" or server._drain is None:
+                    self._send(404, "application/json", b'{"status": "not found"}')
+                elif not is_loopback(self.client_address[0]):
+                    log.warning("refused a drain request from %s: only the agent's own pod may ask (loopback)",
+                                self.client_address[0])
+                    self._send(403, "application/json", b'{"status": "forbidden: loopback callers only"}')
+                else:
+                    try:
+                        wait = min(MAX_DRAIN_WAIT_SECONDS, max(0.0, float(parse_qs(url.query).get("wait", ["0"])[0])))
+                    except ValueError:
+                        self._send(400, "application/json", b'{"status": "wait must be a number of seconds"}')
+                        return
+                    stopped = server._drain(wait)
+                    body = json.dumps({"status": "stopped" if stopped else "draining"}).encode()
+                    self._send(200 if stopped else 202, "application/json", body)
 
             def _send(self, status: int, content_type: str, body: bytes) -> None:
                 self.send_response(status)

@@ -3,7 +3,9 @@
 Every long-lived thread runs under the agent's Supervisor (shared/supervision.py, decision 0022): the heartbeat and
 the lease keeper are critical (a failure, or no completed step within its bound, stops the heartbeat, gives the leases
 back and exits non-zero); CPU sampling, the assignment watch and each shard worker are restartable. With
-`agent_health_port` set, /healthz and /metrics serve that state (agent/health_server.py).
+`agent_health_port` set, /healthz and /metrics serve that state (agent/health_server.py). A held lease whose
+shard worker makes no progress turns /healthz red and is given back once its worker cannot be restarted
+(agent/stall_watch.py).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
+from shardherd.agent.stall_watch import StallBounds, StallWatch
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
@@ -48,6 +51,8 @@ log = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 HEARTBEAT = "heartbeat"
 LEASE_KEEPER = "lease-keeper"
+STALL_WATCH = "stall-watch"
+STALL_WATCH_SECONDS = 0.25
 GIVE_UP_SECONDS = 1.0  # how long giving the leases back may take before the process exits anyway
 
 
@@ -138,6 +143,8 @@ class Agent:
         self.progress = ProgressBoard(self.clock)
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
+        self.stalls = StallWatch(self.clock, StallBounds.from_settings(settings), self._reading,
+                                 self._give_up_lease, self._worker_running)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
@@ -146,7 +153,7 @@ class Agent:
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
-            prefetch=prefetch,
+            prefetch=prefetch, progressed=self.stalls.progressed,
         )
         self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
         if self.watch is not None:
@@ -155,9 +162,28 @@ class Agent:
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []  # the heartbeat and lease keeper loops, once started
+        self._self_drain: threading.Thread | None = None
+        self.stopped = threading.Event()  # set once `stop` finished
 
     def _fleet_rows(self) -> list[WorkerRecord]:
         return self.store.scan_workers().workers
+
+    # ------------------------------------------------------------------ stalled leases (agent/stall_watch.py)
+    def _reading(self) -> list[str]:
+        """The held leases someone must be reading: processing here, the shard not finished."""
+        return [key for key, held in self.keeper.held_items()
+                if held.state is HeldState.PROCESSING and not held.lease.is_finished]
+
+    def _worker_running(self, lease_key: str) -> bool:
+        """False while the lease's shard worker is dead or waiting for a restart (True without one of ours)."""
+        with self._guard:
+            worker = self.workers.get(lease_key)
+        return worker is None or worker.running
+
+    def _give_up_lease(self, lease_key: str, why: str) -> None:
+        """A lease nobody here reads: report it refused (the leader gives it to another worker) and release it."""
+        self.progress.refuse(lease_key)
+        self.keeper.give_back(lease_key)
 
     # ------------------------------------------------------------------ LeaseListener
     def lease_acquired(self, lease: Lease) -> None:
@@ -221,13 +247,14 @@ class Agent:
                                               2 * failover, self._stop),
                          self.supervisor.loop(LEASE_KEEPER, self.keeper.tick, TICK_SECONDS, Kind.CRITICAL,
                                               failover + handoff, self._stop)]
+        self.supervisor.loop(STALL_WATCH, self.stalls.check, STALL_WATCH_SECONDS, Kind.RESTARTABLE, stop=self._stop)
         if self.watch is not None:
             self.watch.start(self.supervisor)
         self.supervisor.watch()
         if self.settings.agent_health_port is not None:
-            self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time,
+            self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time, self.stalls,
                                        self.settings.agent_health_host, self.settings.agent_health_port,
-                                       reads=lambda: dict(self._context.reads)).start()
+                                       reads=lambda: dict(self._context.reads), drain=self.drain_itself).start()
         return self
 
     def running(self) -> bool:
@@ -264,6 +291,22 @@ class Agent:
             self.watch.stop()
         self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
+        self.stopped.set()
+
+    def drain_itself(self, wait: float) -> bool:
+        """Drain and stop, as on SIGTERM (a preStop hook asks through the health port); True once stopped.
+
+        The first call starts it on a thread of its own; every call waits up to `wait` seconds for the end.
+        """
+        with self._guard:
+            if self._self_drain is None:
+                log.info("drain requested through the health port: handing the leases on, then stopping")
+                self._self_drain = threading.Thread(target=self.stop, kwargs={"drain": True}, name="self-drain",
+                                                    daemon=True)
+                self._self_drain.start()
+            thread = self._self_drain
+        thread.join(wait)
+        return not thread.is_alive()
 
     def _drain(self, timeout: float | None) -> None:
         """Announce DRAINING, then wait while the leader hands leases on; give up early if no handoff ever starts."""

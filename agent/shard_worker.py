@@ -4,6 +4,10 @@ A shard this worker cannot process (the processor factory or `initialize()` rais
 no start position, reading fails unexpectedly) is retried with exponential backoff; after `attempts` failures the
 lease is given back (released, logged, and reported as refused in the worker record so the leader gives it to another
 worker if there is one). It is never held without being processed.
+
+Each step of the worker's loop (a read that returned, a step of a backoff wait; not a read that failed) is progress
+(`ShardContext.progressed`); `running` is False while its thread is dead or waiting for a restart. The agent's
+StallWatch (agent/stall_watch.py) turns health red and gives the lease back from those two.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class ShardContext:
     stream_timestamps: Mapping[str, datetime | None] = field(default_factory=dict)  # per-stream AT_TIMESTAMP
     prefetch: bool = False  # read the next batch while the processor handles the current one (agent/prefetch.py)
     reads: dict[str, ReaderStats] = field(default_factory=dict)  # per lease: GetRecords calls, throttles (/metrics)
+    progressed: Callable[[str], None] = lambda lease_key: None  # a step of a lease's worker completed
 
     def stream_of(self, lease: Lease) -> str:
         """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
@@ -91,15 +96,33 @@ class ShardWorker:
         self._stop: Stop | None = None
         self._reader: ShardReader | Prefetcher | None = None
         self._guard = threading.Lock()
+        self._running = False
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
 
     def start(self, supervisor: Supervisor | None = None) -> None:
         """Start processing in the worker's thread (under `supervisor`: restarted after an unexpected failure)."""
+        self._running = True  # from now until the body ends or fails
         if supervisor is None:
             self.thread.start()
         else:
-            self.thread = supervisor.thread(self.thread.name, self._run)
+            self.thread = supervisor.thread(self.thread.name, self._body)
+
+    @property
+    def running(self) -> bool:
+        """True while the worker's body runs (False once it ended, failed and awaits a restart, or its thread died)."""
+        return self._running and self.thread.is_alive()
+
+    def _body(self) -> None:
+        """The supervised body: `_run`, with `running` telling whether it is inside it."""
+        self._running = True
+        try:
+            self._run()
+        finally:
+            self._running = False
+
+    def _beat(self) -> None:
+        self._ctx.progressed(self.lease.lease_key)
 
     def request_stop(self, why: Stop) -> None:
         """Ask the thread to stop after the current batch (a sleeping read wakes at once)."""
@@ -113,6 +136,7 @@ class ShardWorker:
     def _run(self) -> None:
         key = self.lease.lease_key
         while True:
+            self._beat()
             failure = self._attempt()
             if failure is None or self._stop is not None:
                 break
@@ -133,6 +157,7 @@ class ShardWorker:
         """Wait before the next attempt, in short steps so a stop request ends the wait."""
         until = self._ctx.clock.monotonic() + seconds
         while self._stop is None and (left := until - self._ctx.clock.monotonic()) > 0:
+            self._beat()  # waiting under a retry policy is progress
             self._ctx.clock.sleep(min(0.1, left))
 
     def _attempt(self) -> str | None:
@@ -175,6 +200,7 @@ class ShardWorker:
             try:
                 while self._stop is None:
                     batch = reader.read_batch()
+                    self._beat()
                     if self._stop is not None:
                         break  # a batch read after a stop request is not delivered: the next owner reads it
                     self._deliver(processor, batch.records, batch.millis_behind_latest)

@@ -1,12 +1,13 @@
 """The fault matrix on real processes: each fault of tests/chaos/matrix.py injected into a fresh loopback fleet.
 
-    python -m bench.faults [--spark] [--only SUBSTRING ...] [--keep DIR] [--out FILE]
+    python -m bench.faults [--spark] [--defaults] [--only SUBSTRING ...] [--keep DIR] [--out FILE]
     python -m bench.faults --remeasure DIR [--out FILE]   # the table again from a kept run's cells
 
 Starts its own moto server and kinesalite on 127.0.0.1 and runs the cells one at a time (each about 45 s: fleet
 start, the fault's hold, failover + 8 s of watching, the drain). Timings are the CI's short ones (failover 3 s,
-leader interval 0.3 s). Prints one Markdown row per cell as it finishes and the whole table at the end (also to
-`--out`). The columns are explained in tests/chaos/matrix.py and docs/failure-model.md.
+leader interval 0.3 s), or with `--defaults` shardherd's defaults (failover 10 s, leader interval 2 s). Prints one
+Markdown row per cell as it finishes and the whole table at the end (also to `--out`). The columns are explained in
+tests/chaos/matrix.py and docs/failure-model.md.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keep", type=Path, help="keep every cell's logs and ledgers under this directory")
     parser.add_argument("--out", type=Path, help="also write the table to this file")
     parser.add_argument("--spark", action="store_true", help="the Spark-driver cells instead of the plain ones")
+    parser.add_argument("--defaults", action="store_true", help="default timings (failover 10 s) instead of short ones")
     parser.add_argument("--remeasure", type=Path, help="the table again from the cells kept in this directory")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # unwind: every child process is ended
     catalogue = spark_cells() if args.spark else cells()
-    rows = remeasure(args.remeasure) if args.remeasure else run_cells(catalogue, args.only, args.keep)
+    rows = remeasure(args.remeasure) if args.remeasure else run_cells(catalogue, args.only, args.keep, args.defaults)
     table = "\n".join([HEADER, *rows])
     print(table)
     if args.out:
@@ -48,7 +50,7 @@ def remeasure(kept: Path) -> list[str]:
     return [row(measure(Observed.load(path))) for path in sorted(kept.glob(f"cell-*/{OBSERVED}"))]
 
 
-def run_cells(catalogue: list[Cell], only: list[str], keep: Path | None) -> list[str]:
+def run_cells(catalogue: list[Cell], only: list[str], keep: Path | None, defaults: bool = False) -> list[str]:
     """Run the cells whose name contains one of `only` (all when empty), one at a time; one row each."""
     chosen = [c for c in catalogue if not only or any(part in c.name for part in only)]
     rows: list[str] = []
@@ -58,7 +60,8 @@ def run_cells(catalogue: list[Cell], only: list[str], keep: Path | None) -> list
             started = time.monotonic()
             print(f"{time.strftime('%H:%M:%S')} cell {index + 1}/{len(chosen)}: {cell.name}", flush=True)
             try:
-                result = run_cell(cell, moto.endpoint_url, kinesis.endpoint_url, base / f"cell-{index:02d}")
+                result = run_cell(cell, moto.endpoint_url, kinesis.endpoint_url, base / f"cell-{index:02d}",
+                                  defaults=defaults)
                 rows.append(row(result))
             except Exception as exc:  # one broken cell must not lose the others' figures
                 traceback.print_exc()

@@ -65,14 +65,15 @@ class StopSignals:
             signal.signal(sig, self._handle)
         return self
 
-    def wait(self) -> None:
-        """Block until a stop signal came.
+    def wait(self, ended: threading.Event | None = None) -> None:
+        """Block until a stop signal came (or `ended` is set: the agent drained itself through its health port).
 
         Waits in slices: a signal delivered to another thread does not wake a main thread blocked without a timeout,
         so its handler would run only when something else woke that thread.
         """
         while not self.stopping.wait(SIGNAL_POLL_SECONDS):
-            pass
+            if ended is not None and ended.is_set():
+                return
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         # A second signal's handler can run nested inside this one, between any two of its bytecodes (the stack's
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     signals = StopSignals(agent.keeper.begin_drain).install()
     agent.start()
     log.info("agent %s running on stream(s) %s", agent.settings.worker_id, ", ".join(agent.settings.stream_names))
-    signals.wait()
-    agent.stop(drain=signals.drain, drain_timeout=args.drain_timeout)
+    signals.wait(agent.stopped)
+    if not agent.stopped.is_set():
+        agent.stop(drain=signals.drain, drain_timeout=args.drain_timeout)
     return 0

@@ -87,7 +87,8 @@ class MultiLangDaemon:
 
     def stop(self, drain: bool = True) -> None:
         """Stop the agent (draining: children checkpoint on shutdownRequested), then the coordinator replica."""
-        self.agent.stop(drain=drain, drain_timeout=self.drain_timeout)
+        if not self.agent.stopped.is_set():  # it may have drained itself (its health port's POST /drain)
+            self.agent.stop(drain=drain, drain_timeout=self.drain_timeout)
         if self.coordinator is not None:
             self.coordinator.stop()
 
@@ -108,6 +109,6 @@ def run(args: argparse.Namespace) -> int:
     daemon = MultiLangDaemon(args.properties, coordinator=not args.no_coordinator)
     signals = StopSignals(daemon.agent.keeper.begin_drain).install()
     daemon.start()
-    signals.wait()
+    signals.wait(daemon.agent.stopped)
     daemon.stop(drain=signals.drain)
     return 0

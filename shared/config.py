@@ -113,6 +113,11 @@ class Settings(BaseSettings):
     # After releasing the lock for failed runs, the replica stays out of the election this long, so another replica
     # leads (one whose store and network may work); alone, it takes the lock back afterwards. 0: no stand-down.
     leader_stand_down_millis: int = Field(6_000, ge=0, le=HOUR_MILLIS)
+    # The deadline of one store call (connect plus answer; retries come on top, each under its caller's deadline).
+    # Unset: the smaller of the failover time and the leader lock's duration (6 s at the defaults; 1 s at least), so
+    # a call
+    # that hangs fails in time for the caller to act before its leases or the lock are taken from it.
+    store_call_timeout_millis: int | None = Field(None, ge=100, le=HOUR_MILLIS)
     graceful_lease_handoff_enabled: bool = True
     graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     consistent_reads: bool = False
@@ -281,6 +286,16 @@ class Settings(BaseSettings):
             return self.heartbeat_interval_millis
         share = self.failover_time_millis // 3 if self.liveness_mode == "lease" else self.failover_time_millis * 2 // 5
         return max(10, share - self.epsilon_millis)
+
+    @property
+    def effective_store_call_timeout_millis(self) -> int:
+        """One store call's deadline: configured, else min(failover time, leader lock duration), 1 s at least.
+
+        The floor keeps very short test timings from failing calls a loaded host's emulator answers late.
+        """
+        if self.store_call_timeout_millis is not None:
+            return self.store_call_timeout_millis
+        return max(1000, min(self.failover_time_millis, self.leader_lock_lease_duration_millis))
 
     @property
     def effective_metrics_report_millis(self) -> int:

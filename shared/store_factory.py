@@ -1,4 +1,8 @@
-"""Opens the configured store backend from Settings, so processes never construct backends by hand."""
+"""Opens the configured store backend from Settings, so processes never construct backends by hand.
+
+Every store call has a deadline consistent with the failover time (`store_call_timeout_millis`): the DynamoDB
+client's connect and read timeouts, SQLite's busy wait, PostgreSQL's connect, statement and TCP timeouts.
+"""
 
 from __future__ import annotations
 
@@ -27,11 +31,22 @@ def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str
                       default_caller=caller, dump_path=path)
 
 
+def call_timeouts(deadline: float) -> tuple[float, float]:
+    """Connect and read timeouts (seconds) of the DynamoDB client: half of one call's deadline, and all of it.
+
+    A call that hangs (a blackholed endpoint drops the SYN, or the connection's answer never comes) then fails within
+    `deadline` instead of botocore's 5 s connect or 30 s read timeout, well inside the failover time
+    (Settings.effective_store_call_timeout_millis).
+    """
+    return deadline / 2, deadline
+
+
 def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
     if settings.store_backend == "dynamodb":
         from shardherd.shared.dynamo.store import DynamoLeaseStore
 
-        client = make_client("dynamodb", settings.region, settings.dynamodb_endpoint_url)
+        client = make_client("dynamodb", settings.region, settings.dynamodb_endpoint_url,
+                             timeouts=call_timeouts(settings.effective_store_call_timeout_millis / 1000))
         return DynamoLeaseStore(
             client,
             settings.table_names,
@@ -43,4 +58,5 @@ def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
         )
     from shardherd.shared.sql.store import SqlLeaseStore
 
-    return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry)
+    return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry,
+                         call_timeout=settings.effective_store_call_timeout_millis / 1000)

@@ -272,6 +272,7 @@ class SparkAgent(Agent):
         elif outcome.applied:
             self._record_arrivals(key, end)
             self.progress.record(key, end.records, end.bytes, lag, behind)
+            self.stalls.progressed(key)
         elif outcome.conflict is Conflict.STALE_CHECKPOINT:
             log.info("batch %d: %s already checkpointed past %s", batch_id, key, end.end)
         else:
@@ -399,10 +400,21 @@ class SparkAgent(Agent):
                 return
             began = time.monotonic()
             targets = self.book.to_probe()
+            self._ahead(self.book.held_shards() - {shard for shard, _, _ in targets})
             results = self._probe_pool.map(self._probe_one, targets)
             for (shard, position, _), result in zip(targets, results, strict=True):
                 self._probed(shard, position, result)
             self.probe_schedule.round_took(time.monotonic() - began)
+
+    def _ahead(self, shards: set[str]) -> None:
+        """Mark held shards that were not probed (records known to wait for the next batch) as making progress.
+
+        The next batch reads them; a batch that keeps failing shows as a failing batch, not here.
+        """
+        for shard in shards:
+            key = self.book.lease_key(shard)
+            if key is not None:
+                self.stalls.progressed(key)
 
     def _probe_one(self, target: tuple[str, StartPosition, str | None]) -> ProbeResult:
         return self._prober.probe(*target)
@@ -425,6 +437,8 @@ class SparkAgent(Agent):
             self._finish_shard(shard)
         key = self.book.lease_key(shard)
         if key is not None:
+            if not result.failed:  # a probe that answered is the lease's progress; reads that fail for good give
+                self.stalls.progressed(key)  # it back (agent/stall_watch.py)
             self.progress.record(key, 0, 0, self.book.lag_millis(shard, time.time()), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:

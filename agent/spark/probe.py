@@ -34,7 +34,7 @@ class ProbeResult:
     iterator: str | None = None
     behind_millis: int | None = None
     first_arrival: float | None = None
-    failed: bool = False
+    failed: bool = False  # the read did not answer: no progress for the lease (agent/stall_watch.py)
 
 
 class Prober:

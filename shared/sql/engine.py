@@ -30,8 +30,13 @@ _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "
 _TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED")
 
 
-def make_engines(url: str, pool_size: int) -> tuple[Engine, Engine]:
-    """(read engine, write engine) sharing one pool; on SQLite the write engine's transactions begin IMMEDIATE."""
+def make_engines(url: str, pool_size: int, call_timeout: float | None = None) -> tuple[Engine, Engine]:
+    """(read engine, write engine) sharing one pool; on SQLite the write engine's transactions begin IMMEDIATE.
+
+    `call_timeout` (seconds) bounds one call: SQLite's busy wait (unless the URL sets `timeout`); PostgreSQL's connect
+    timeout and TCP user timeout (sent data unacknowledged: a dead network), and the wait for a pooled connection. No
+    statement timeout: a migration waits on the DDL lock for as long as another process migrates.
+    """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
@@ -42,13 +47,19 @@ def make_engines(url: str, pool_size: int) -> tuple[Engine, Engine]:
             raise ConfigError(f"SQLite {sqlite3.sqlite_version} is too old; shardherd needs 3.35 or newer (RETURNING)")
         connect_args: dict[str, Any] = {"check_same_thread": False}
         if "timeout" not in parsed.query:
-            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT
+            connect_args["timeout"] = SQLITE_BUSY_TIMEOUT if call_timeout is None else call_timeout
         engine = create_engine(parsed, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine, engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
     if backend == "postgresql":
-        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+        if call_timeout is None:
+            engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+            return engine, engine
+        millis = int(call_timeout * 1000)
+        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_timeout=call_timeout,
+                               connect_args={"connect_timeout": max(1, round(call_timeout)),
+                                             "tcp_user_timeout": millis})
         return engine, engine
     raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
                       "use sqlite:///<file> or postgresql+psycopg://...")

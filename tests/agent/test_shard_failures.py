@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,7 @@ from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.supervision import EXIT_GAVE_UP
+from tests.chaos.inject import raise_in, targets
 from tests.support.fast_settings import FAST_READS
 from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.ledger import Ledger, LedgerProcessor
@@ -210,3 +212,95 @@ class DeniesUpdates(FaultyProxy):
         if self.denying and target.endswith(".UpdateItem"):
             return Fault(400, "AccessDeniedException")
         return super()._next(target)
+
+
+class ThreadDeath(BaseException):
+    """What no `except Exception` catches (a `sys.exit()` in user code, say): the shard's thread ends."""
+
+
+class DiesOn(PoisonOn):
+    """A ledger processor whose first batch of BAD_SHARD ends its thread (once per test)."""
+
+    died = False
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None) -> None:
+        if self.shard == BAD_SHARD and records and not DiesOn.died:
+            DiesOn.died = True
+            raise ThreadDeath("the shard thread ends here")
+        LedgerProcessor.process_records(self, records, checkpointer, millis_behind_latest)
+
+
+class HangsOn(DiesOn):
+    """A ledger processor whose first batch of BAD_SHARD hangs (a sink that never answers) until `release` is set."""
+
+    release = threading.Event()
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None) -> None:
+        if self.shard == BAD_SHARD and records and not HangsOn.died:
+            HangsOn.died = True
+            HangsOn.release.wait(60)
+            return
+        LedgerProcessor.process_records(self, records, checkpointer, millis_behind_latest)
+
+
+def _health(agent: Agent) -> tuple[int, str]:
+    assert agent.health is not None
+    answer = httpx.get(f"http://127.0.0.1:{agent.health.port}/healthz", timeout=5)
+    return answer.status_code, answer.json()["detail"]
+
+
+def _metrics(agent: Agent) -> str:
+    assert agent.health is not None
+    return httpx.get(f"http://127.0.0.1:{agent.health.port}/metrics", timeout=5).text
+
+
+@pytest.mark.parametrize("kind", [DiesOn, HangsOn], ids=["thread dies", "processor hangs"])
+def test_a_held_lease_whose_worker_makes_no_progress_turns_health_red_and_is_given_back(
+        stack: Stack, kind: type[DiesOn]) -> None:
+    """Issue 30: /healthz stayed green while shard threads were dead, and the agent kept their leases for good."""
+    kind.died = False
+    HangsOn.release.clear()
+    try:
+        agent = stack.add_agent("agent-1", kind=kind, agent_health_port=0)
+        wait_for(lambda: set(stack.owners().values()) == {"agent-1"} and len(stack.owners()) == 3, 30,
+                 "agent-1 holds every lease")
+        assert _health(agent)[0] == 200
+        stack.produce(60, "s")
+        wait_for(lambda: kind.died, 30, "the shard's worker stopped making progress")
+        stopped = time.monotonic()
+        bounds = agent.stalls.bounds
+        if kind is HangsOn:  # a reader that still runs: red from 3 intervals until the failover time more
+            red = wait_for(lambda: _health(agent)[0] == 503, bounds.red_after + 2, "health red")
+            assert BAD_SHARD in _health(agent)[1] and agent.stalls.given_up == 0
+        wait_for(lambda: agent.stalls.given_up == 1, bounds.give_up_after + 2, "the lease given back")
+        given = time.monotonic() - stopped
+        print(f"\n{kind.__name__}: given back after {given:.2f} s (bounds {bounds.red_after:.1f} / "
+              f"{bounds.give_up_after:.1f} s){f', red after {red:.2f} s' if kind is HangsOn else ''}")
+        assert "shardherd_leases_given_up_total 1.0" in _metrics(agent)
+        if kind is DiesOn:  # a dead thread cannot be restarted: given back at the red bound
+            assert given <= bounds.red_after + 1.0
+        else:
+            assert bounds.red_after < given <= bounds.give_up_after + 1.0
+        stack.add_agent("agent-2")
+        wait_for(stack.all_delivered, 60, "every record delivered (the shard read again)")
+        wait_for(lambda: _health(agent)[0] == 200, 10, "health green once nothing unread is held")
+    finally:
+        HangsOn.release.set()
+
+
+def test_a_one_shot_exception_in_a_shard_thread_is_survived_and_health_stays_green(stack: Stack) -> None:
+    """The fault matrix's injection, once (tests/chaos/inject.py): the worker goes on, nothing is given back."""
+    agent = stack.add_agent("agent-1", agent_health_port=0)
+    wait_for(lambda: set(stack.owners().values()) == {"agent-1"} and len(stack.owners()) == 3, 30,
+             "agent-1 holds every lease")
+    stack.produce(30, "x")
+    wait_for(stack.all_delivered, 30, "the first records delivered")
+    hit = [thread.name for thread in targets("shard-shardId") if raise_in(thread)]
+    assert len(hit) == 3
+    time.sleep(agent.stalls.bounds.red_after + 0.5)
+    stack.produce(30, "y")
+    wait_for(stack.all_delivered, 30, "records after the raise delivered")
+    assert set(stack.owners().values()) == {"agent-1"} and agent.stalls.given_up == 0
+    assert _health(agent)[0] == 200

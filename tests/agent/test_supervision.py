@@ -30,6 +30,7 @@ from shardherd.shared.config import load_settings
 from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.supervision import EXIT_GAVE_UP, Kind, Supervisor
+from tests.support.chaos_proxy import Chaos, ChaosProxy
 from tests.support.faulty_proxy import Fault, FaultyProxy
 from tests.support.stores import make_store, unique_app, worker_record
 from tests.support.stream_stack import active_stream
@@ -209,3 +210,49 @@ def test_a_driver_whose_jvm_died_gives_its_leases_back_and_exits(moto_server: Mo
     finally:
         agent.stop(drain=False)
         store.close()
+
+
+@pytest.mark.slow
+def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
+        moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> None:
+    """Issue 30: a Spark prober whose reads fail for good (here ExpiredToken) kept its leases.
+
+    While the reads answer, the lease is kept well past the give-up bound; once every read fails it is red after 3
+    heartbeat intervals and given back after the failover time more (agent/stall_watch.py).
+    """
+    stream = unique_app("failing-reads")
+    kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+    active_stream(kinesis, stream, 1)
+    with ChaosProxy(kinesalite.endpoint_url) as proxy:
+        settings = load_settings(worker_id="w1", application_name=stream, stream_name=stream,
+                                 kinesis_endpoint_url=proxy.endpoint_url, disable_worker_metrics=True,
+                                 failover_time_millis=2000, discovery_interval_millis=200, agent_health_port=0)
+        store = make_store("dynamodb", moto_url=moto_server.endpoint_url)
+        store.create_lease(new_lease(KEY, TRIM_HORIZON))
+        store.assign(KEY, "w1", None, None)
+        agent = SparkAgent(settings, channel=tmp_path, store=store).start()
+        try:
+            wait_for(lambda: KEY in agent.keeper.held(), 10, "w1 holds the lease")
+            assert agent.health is not None
+            bounds = agent.stalls.bounds
+            time.sleep(bounds.give_up_after + 1.0)  # probes answer: progress, so the lease stays
+            assert KEY in agent.keeper.held() and agent.stalls.given_up == 0
+            proxy.set(Chaos(reply=Fault(400, "ExpiredTokenException")))
+            failing = time.monotonic()
+            url = f"http://127.0.0.1:{agent.health.port}"
+            red = wait_for(lambda: httpx.get(f"{url}/healthz", timeout=5).status_code == 503, bounds.give_up_after,
+                           "health red")
+            assert KEY in httpx.get(f"{url}/healthz", timeout=5).json()["detail"]
+            wait_for(lambda: agent.stalls.given_up == 1, bounds.give_up_after + 2, "the lease given back")
+            given = time.monotonic() - failing
+            print(f"\nreads failing: health red after {red:.2f} s, lease given back after {given:.2f} s "
+                  f"(bounds {bounds.red_after:.1f} / {bounds.give_up_after:.1f} s)")
+            assert bounds.red_after - 0.5 <= red <= bounds.red_after + 1.5
+            assert bounds.give_up_after - 0.5 <= given <= bounds.give_up_after + 1.5
+            lease = store.get_lease(KEY)
+            assert lease is not None and lease.lease_owner != "w1"
+            assert "shardherd_leases_given_up_total 1.0" in httpx.get(f"{url}/metrics", timeout=5).text
+        finally:
+            proxy.set(Chaos())
+            agent.stop(drain=False)
+            store.close()

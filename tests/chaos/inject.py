@@ -5,11 +5,13 @@
 The hook is a daemon thread that polls `<FAULT_INJECT_DIR>/<SHARDHERD_WORKER_ID>.inject`. When the file appears it
 is read and removed, and each line is one command:
 
-- `raise NAME`: raise InjectedFault inside every thread whose name or class name is NAME, or whose name starts with
-  NAME followed by "-" (`shard` hits every `shard-<id>` worker), at the next bytecode it runs, as a bug or a failed
-  library call would; again every RAISE_EVERY seconds, RAISE_TIMES times at most, while such a thread is alive. One
-  raise usually lands inside an iteration, where the loop's own handler may catch it; a fault that recurs also meets
-  the thread between iterations, where only a supervisor can;
+- `raise NAME`: raise InjectedFault once inside every thread whose name or class name is NAME, or whose name starts
+  with NAME followed by "-" (`shard` hits every `shard-<id>` worker), at the next bytecode it runs, as a bug or a
+  failed library call would. One raise, as a real fault gives: it lands wherever the thread is (inside an iteration,
+  where the loop's own handler may catch it, or in its supervisor's code). An earlier version raised every 50 ms for a
+  second, so a raise could land in the supervisor's own backoff wait and kill a thread for a reason no bug gives;
+- `die NAME`: the same with InjectedDeath, a BaseException no `except Exception` catches (as a `sys.exit()` in a
+  library would raise): the thread ends unless something catches everything;
 - `jump SECONDS`: move this process's wall clock (`time.time`) by SECONDS from now on; monotonic time is untouched, as
   when NTP steps a host's clock.
 
@@ -29,12 +31,14 @@ from pathlib import Path
 
 INJECT_ENV = "FAULT_INJECT_DIR"
 POLL_SECONDS = 0.05
-RAISE_EVERY = 0.05
-RAISE_TIMES = 20
 
 
 class InjectedFault(Exception):
     """The exception a `raise` command puts into a thread."""
+
+
+class InjectedDeath(BaseException):
+    """The exception a `die` command puts into a thread: past every `except Exception`."""
 
 
 class WallClock:
@@ -55,28 +59,24 @@ def targets(name: str) -> list[threading.Thread]:
             if t.name == name or type(t).__name__ == name or t.name.startswith(name + "-")]
 
 
-def raise_in(thread: threading.Thread) -> bool:
-    """Schedule InjectedFault in `thread`; True if the interpreter found it."""
+def raise_in(thread: threading.Thread, kind: type[BaseException] = InjectedFault) -> bool:
+    """Schedule `kind` in `thread`; True if the interpreter found it."""
     ident = thread.ident
     if ident is None:
         return False
-    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(InjectedFault))
+    hit = ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(kind))
     return bool(hit == 1)
 
 
 def apply(command: str, clock: WallClock) -> str:
     """Carry out one command line; returns what it did."""
     verb, _, argument = command.strip().partition(" ")
-    if verb == "raise":
-        hit: set[str] = set()
-        raised = 0
-        while raised < RAISE_TIMES and (alive := targets(argument)):
-            hit.update(t.name for t in alive if raise_in(t))
-            raised += 1
-            time.sleep(RAISE_EVERY)
+    if verb in ("raise", "die"):
+        kind = InjectedFault if verb == "raise" else InjectedDeath
+        hit = sorted(t.name for t in targets(argument) if raise_in(t, kind))
+        time.sleep(POLL_SECONDS)  # let the raise land before looking who is alive
         still = sorted(t.name for t in targets(argument))
-        return (f"raise {argument}: {','.join(sorted(hit)) or 'no thread'}, {raised} times; "
-                f"alive after: {','.join(still) or 'none'}")
+        return f"{verb} {argument}: {','.join(hit) or 'no thread'}; alive after: {','.join(still) or 'none'}"
     if verb == "jump":
         clock.offset += float(argument)
         return f"jump {argument}: offset {clock.offset:+.1f}"

@@ -156,6 +156,7 @@ class Result:
     dead_threads: list[str]
     failed_checks: list[str]
     notes: list[str] = field(default_factory=list)
+    probe_owned: float | None = None  # from the probe's kill until live workers own every lease it held
 
 
 @dataclass
@@ -271,11 +272,12 @@ def stop_victim(who: str) -> tuple[Step, Step]:
     return inject, heal
 
 
-def raise_in_thread(who: str, thread: str) -> Step:
-    """An exception raised inside the named thread(s) of the busiest agent or of the leader."""
+def raise_in_thread(who: str, thread: str, verb: str = "raise") -> Step:
+    """An exception raised once inside the named thread(s) of the busiest agent or of the leader (`die`: one that
+    ends the thread, tests/chaos/inject.py)."""
     def inject(run: Run) -> None:
         run.victim = run.leader_member() if who == "leader" else run.busiest_agent()
-        run.inject(run.victim, f"raise {thread}")
+        run.inject(run.victim, f"{verb} {thread}")
 
     return inject
 
@@ -395,6 +397,11 @@ def _catalogue() -> list[Cell]:
              "are due for refresh (every process)", hold=15.0, **_pair(credentials_fault())),
         Cell("Kinesis unreachable (hang), all", "every Kinesis call of every process hangs until its client times "
              "out", hold=20.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
+        Cell("Kinesis blackholed 5 min, all", "every Kinesis call of every process hangs for 5 minutes (the issue's "
+             "blackhole)", hold=300.0, probe=True, **_pair(kinesis_fault(hang, "all"))),
+        Cell("Kinesis SYN-blackholed, all", "no process's new Kinesis connection is accepted (SYNs dropped: connect "
+             "timeouts) and requests on open ones hang", hold=20.0, probe=True,
+             **_pair(kinesis_fault(Chaos(syn_dropped=True), "all"))),
         Cell("Kinesis unreachable (hang), leader", "the leader's Kinesis calls (shard sync) hang", hold=20.0,
              probe=True, **_pair(kinesis_fault(hang, "leader"))),
         Cell("Kinesis unreachable (hang), agent", "the busiest agent's Kinesis calls hang",
@@ -413,6 +420,8 @@ def _catalogue() -> list[Cell]:
                raise_in_thread("agent", thread), probe=True)
           for thread in ("lease-keeper", "heartbeat", "assignment-watch", "assignment-news",
                          "shardherd-cpu-sampler", "shard")],
+        Cell("agent shard threads die", "an exception no `except Exception` catches ends the busiest agent's shard "
+             "threads", raise_in_thread("agent", "shard-shardId", "die"), probe=True),
         *[Cell(f"exception in leader {thread}", f"an exception raised inside the leader's {thread} thread",
                raise_in_thread("leader", thread), probe=True)
           for thread in ("leader-loop", "LockKeeper", "replica-report")],
@@ -518,12 +527,16 @@ def _status(port: int | None, path: str) -> int:
 
 
 def run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: Callable[[str], None] = print,
-             overrides: dict[str, str] | None = None, agents: int = 3, watch: float = 8.0) -> Result:
-    """Bring a fresh fleet up, inject `cell`'s fault, heal it, watch for failover + `watch` s, and measure."""
+             overrides: dict[str, str] | None = None, agents: int = 3, watch: float = 8.0,
+             defaults: bool = False) -> Result:
+    """Bring a fresh fleet up, inject `cell`'s fault, heal it, watch for failover + `watch` s, and measure.
+
+    `defaults`: shardherd's default timings (failover 10 s, assignment interval 2 s) instead of the short ones.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     token_file = workdir / "api-token"
     token_file.write_text(API_TOKEN, encoding="utf-8")
-    env = {**SHORT_INTERVALS, "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
+    env = {**({} if defaults else SHORT_INTERVALS), "SHARDHERD_API_TOKEN_FILE": str(token_file), **(overrides or {})}
     if cell.disk:
         _mount(workdir / "disk")
     if cell.disk == "store":
@@ -655,6 +668,7 @@ def measure(observed: Observed) -> Result:
         late=late_writes(data, observed.victim),
         dead_threads=observed.dead_threads,
         failed_checks=[c.name for c in report.checks if not c.ok and c is not no_loss and c is not covered],
+        probe_owned=_owned_elsewhere(data, t0, observed.probe),
     )
 
 
@@ -773,6 +787,23 @@ def _moved(data: RunData, t0: float, member: str | None) -> float | None:
     return max(at for at in resumed if at is not None) - start
 
 
+def _owned_elsewhere(data: RunData, t0: float, member: str | None) -> float | None:
+    """Seconds from `member`'s kill until no lease it held is owned by it (the table samples); inf if never.
+
+    Ownership, not reading: under a Kinesis blackhole nobody reads, but failover must still move the leases.
+    """
+    if member is None or not member.startswith("agent-"):
+        return None
+    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member), t0)
+    keys = [key for key in _open_shards(data, start) if _holder_before(data, key, start) == member]
+    if not keys:
+        return None
+    after = (s for s in data.samples if s.time > start)
+    done = next((s.time for s in after if all(s.leases[k].owner not in (member, None) for k in keys
+                                             if k in s.leases)), None)
+    return math.inf if done is None else done - start
+
+
 def _holder_before(data: RunData, key: str, at: float) -> str | None:
     before = [s for s in data.samples if s.time <= at and key in s.leases]
     if not before:
@@ -844,13 +875,15 @@ def row(result: Result) -> str:
     """One table row in Markdown."""
     dead = ", ".join(sorted(set(result.dead_threads))) or "-"
     checks = ", ".join(result.failed_checks) or "-"
+    owned = "" if result.probe_owned is None else f" (owned {fmt(result.probe_owned)})"
     return (f"| {result.cell} | {fmt(result.read_again)} | {result.held_unread:.1f} | {fmt(result.moved, '-')} | "
-            f"{fmt(result.probe_moved, '-')} | "
+            f"{fmt(result.probe_moved, '-')}{owned} | "
             f"{fmt(result.leader, '-')} | {fmt(result.healthz_red, '-')} / {fmt(result.readyz_red, '-')} | "
             f"{result.lost} / {result.stranded} of {result.produced} | {result.dups} ({result.dups_covered}) | "
             f"{result.late} | {dead} | {checks} |")
 
 
-HEADER = ("| fault | read again s | held unread s | victim's shards moved s | probe's shards moved s | new leader s | "
-          "red s (healthz / readyz) | lost / stranded | dups (covered) | late writes | threads died | failed checks |\n"
+HEADER = ("| fault | read again s | held unread s | victim's shards moved s | probe's shards moved s (owned "
+          "elsewhere) | new leader s | red s (healthz / readyz) | lost / stranded | dups (covered) | late writes | "
+          "threads died | failed checks |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -1,11 +1,8 @@
 from __future__ import annotations
 
-import http.server
 import shutil
 import subprocess
 import sys
-import threading
-from pathlib import Path
 
 import kubernetes_validate  # type: ignore[import-untyped]  # ships no py.typed
 import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dev dependency
@@ -13,7 +10,7 @@ import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dev depende
 from tests.deploy.rendering import CHART, EXAMPLES, KUBERNETES_VERSION, RELEASE, REPO, manifests
 
 YAMLLINT_CONFIG = "{extends: default, rules: {line-length: {max: 120}, document-start: disable}}"
-DRAIN = "/v1/workers/"
+DRAIN = "/drain?wait="
 
 
 def test_yaml_files_pass_yamllint() -> None:
@@ -74,34 +71,9 @@ def test_spark_submit_script_parses_and_uses_the_pod_template() -> None:
     assert missing.returncode != 0 and "API_SERVER" in missing.stderr
 
 
-def test_prestop_hook_posts_a_drain_with_the_token_to_the_coordinator(tmp_path: Path) -> None:
-    template = yaml.safe_load((EXAMPLES / "driver-pod-template.yaml").read_text(encoding="utf-8"))
-    command = template["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
-    seen: list[tuple[str, str | None]] = []
-
-    class Coordinator(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            seen.append((self.path, self.headers.get("Authorization")))
-            self.send_response(202)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Coordinator)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    token = tmp_path / "token"
-    token.write_text("s3cret\n", encoding="utf-8")
-    env = {
-        "SHARDHERD_API_TOKEN_FILE": str(token),
-        "SHARDHERD_WORKER_ID": "orders-driver",
-        "SHARDHERD_COORDINATOR_URL": f"http://127.0.0.1:{server.server_port}",
-    }
-    try:
-        subprocess.run([sys.executable, *command[1:]], env=env, check=True, timeout=30)
-    finally:
-        server.shutdown()
-        thread.join()
-    assert command[0] == "python"
-    assert seen == [("/v1/workers/orders-driver/drain", "Bearer s3cret")]
+def test_spark_drivers_mount_the_read_token_only() -> None:
+    """The preStop drain asks the agent over loopback (tests/agent/test_self_drain.py runs it): no admin token."""
+    for name in ("driver-pod-template.yaml", "spark-application.yaml"):
+        text = (EXAMPLES / name).read_text(encoding="utf-8")
+        assert "shardherd-api-read-token" in text and "SHARDHERD_API_READ_TOKEN_FILE" in text
+        assert "shardherd-api-token" not in text and "SHARDHERD_API_TOKEN_FILE" not in text

@@ -2,7 +2,9 @@
 
 Scheduled faults (FaultyProxy's queue) are served first; otherwise each request meets the current `Chaos` settings:
 a partition drops every connection unanswered; a hang holds every request unanswered until the hang is lifted (or
-the proxy closes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a
+the proxy closes) and then drops it, so clients wait out their own timeouts as against a blackholed endpoint; a SYN
+blackhole also stops accepting connections (the listen backlog fills, then the kernel drops every SYN: clients wait
+out their connect timeout, as against a firewall that drops packets) while requests on open ones hang; a
 fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
 seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
 latency. One proxy per process makes it easy to cut a single
@@ -17,6 +19,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from types import TracebackType
+from typing import Any
 
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
 
@@ -32,6 +35,7 @@ class Chaos:
     partitioned: bool = False
     hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
     reply: Fault | None = None  # every request answered with this canned fault
+    syn_dropped: bool = False  # no connection accepted (SYNs dropped once the backlog is full); open ones hang
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -52,6 +56,15 @@ class ChaosProxy(FaultyProxy):
         self._chaos_lock = threading.Lock()
         self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned, hung
         self._closing = threading.Event()  # set on exit: hung requests end, so closing the server does not wait
+        accept = self._server.get_request
+
+        def get_request() -> tuple[Any, Any]:
+            """Accept nothing while SYNs are dropped: the kernel's backlog fills and it drops the rest."""
+            while self.chaos.syn_dropped and not self._closing.wait(0.1):
+                pass
+            return accept()
+
+        self._server.get_request = get_request  # type: ignore[method-assign]
 
     @property
     def chaos(self) -> Chaos:
@@ -101,9 +114,9 @@ class ChaosProxy(FaultyProxy):
         scheduled = super()._next(target)
         if scheduled is not None:
             return scheduled
-        if self.chaos.hang:
+        if self.chaos.hang or self.chaos.syn_dropped:
             self.served["hung"] += 1
-            while self.chaos.hang and not self._closing.wait(0.1):
+            while (self.chaos.hang or self.chaos.syn_dropped) and not self._closing.wait(0.1):
                 pass
             return DROPPED
         latency, fault = self._draw()

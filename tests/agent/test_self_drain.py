@@ -1,0 +1,73 @@
+"""An agent drains itself through its health port (the Spark driver pod's preStop hook): no admin token in the pod.
+
+Real parts: a coordinator in this process and agents on moto server and kinesalite over HTTP; the hook is the command
+of helm/examples/driver-pod-template.yaml, run as written in a child process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dev dependency
+
+from shardherd.agent.health_server import is_loopback
+from shardherd.agent.runtime import Agent
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.moto_server import MotoServer
+from tests.deploy.rendering import EXAMPLES
+from tests.support.ledger import Ledger, LedgerProcessor
+from tests.support.stream_stack import StreamStack
+from tests.support.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def stack(moto_server: MotoServer, kinesalite: NodeEmulator) -> Iterator[StreamStack]:
+    created = StreamStack(moto_server, kinesalite, 2, prefix="self-drain")
+    yield created
+    created.close()
+
+
+def test_only_loopback_callers_count_as_the_agents_own_pod() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("127.5.0.1") and is_loopback("::1")
+    assert is_loopback("::ffff:127.0.0.1")
+    assert not is_loopback("10.0.3.7") and not is_loopback("::ffff:10.0.3.7") and not is_loopback("localhost")
+
+
+def test_the_prestop_hook_drains_the_agent_through_its_health_port(stack: StreamStack) -> None:
+    ledger = Ledger()
+
+    def start(name: str) -> Agent:
+        return Agent(stack.settings(name, agent_health_port=0), lambda: LedgerProcessor(ledger, name)).start()
+
+    agents = {name: start(name) for name in ("driver-1", "driver-2")}
+    try:
+        wait_for(lambda: {"driver-1", "driver-2"} <= set(stack.owners().values()), 60, "both agents hold leases")
+        doomed = agents["driver-1"]
+        assert doomed.health is not None
+        port = doomed.health.port
+        stack.produce(40, "d")
+        wait_for(lambda: len(ledger.payloads()) >= 40, 30, "records delivered")
+        template = yaml.safe_load((EXAMPLES / "driver-pod-template.yaml").read_text(encoding="utf-8"))
+        command = template["spec"]["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        assert command[0] == "python"
+        env = {"PATH": os.environ.get("PATH", ""), "SHARDHERD_AGENT_HEALTH_PORT": str(port)}  # no token at all
+        subprocess.run([sys.executable, *command[1:]], env=env, check=True, timeout=60)
+        assert doomed.stopped.is_set()  # the hook returned once the agent had drained and stopped
+        assert set(stack.owners().values()) == {"driver-2"}
+        with pytest.raises(httpx.TransportError):  # the health port closed with the agent
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+        stack.produce(40, "e")
+        wait_for(lambda: set(ledger.payloads()) >= set(stack.produced), 30, "every record delivered")
+        payloads = ledger.payloads()
+        assert len(payloads) == len(set(payloads))  # a graceful drain repeats nothing
+    finally:
+        for agent in agents.values():
+            if not agent.stopped.is_set():
+                agent.stop(drain=False)
