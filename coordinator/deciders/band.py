@@ -39,14 +39,18 @@ def band_of(view: FleetView, metric: str) -> Band:
                        view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
 
 
-def metric_to_balance(view: FleetView) -> Band | None:
-    """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does."""
+def metric_to_balance(plan: FleetPlan) -> Band | None:
+    """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does.
+
+    A worker a move of this run changed (a placed or drained lease) counts at its projected value.
+    """
+    view = plan.view
     best: tuple[float, Band] | None = None
     for metric in view.averages:
         band = band_of(view, metric)
         stray = 0.0
         for wid in view.active:
-            value = view.confirmed[wid].get(metric)
+            value = (plan.values(wid) if wid in plan.changed else view.confirmed[wid]).get(metric)
             if value is not None:
                 stray += max(0.0, value - min(band.upper, view.limits[wid][metric])) + max(0.0, band.lower - value)
         if stray > 0 and (best is None or stray > best[0]):
@@ -67,7 +71,7 @@ class ShareFill(BandPass):
 
     def confirmed(self, wid: str) -> float:
         """Its share now or at a report of the persistence window, whichever is nearest the average."""
-        if wid in self.touched:
+        if wid in self.plan.changed:
             return self.level(wid)
         past = [100.0 * kbps / self.view.target_throughput for kbps in self.view.carried_history.get(wid, ())]
         return min((self.level(wid), *past), key=lambda v: (abs(v - 100.0), v))
@@ -115,7 +119,7 @@ def balance_pass(plan: FleetPlan) -> str:
     """One balancing pass on the metric furthest out of band, else the fill on throughput; a note on what it did."""
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
-    band = metric_to_balance(plan.view)
+    band = metric_to_balance(plan)
     if band is None:
         return fill_on_share(plan)
     BandPass(plan, band).run()
