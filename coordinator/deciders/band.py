@@ -92,10 +92,6 @@ class ShareFill(BandPass):
         """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
         return 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
 
-    def run(self) -> None:
-        """Fill only: nothing is shed on throughput."""
-        self.fill()
-
 
 def fill_on_share(plan: FleetPlan) -> str:
     """With no metric out of band, fill joining workers on throughput; the note says what happened."""
@@ -108,7 +104,7 @@ def fill_on_share(plan: FleetPlan) -> str:
     band = Band.around(THROUGHPUT_METRIC, 100.0, half, view.gain_floor(THROUGHPUT_METRIC),
                        view.config.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
     fill = ShareFill(plan, band)
-    fill.run()
+    fill.fill()  # fill only: nothing is shed on throughput
     if not fill.moved:
         return "balancing: no metric out of band"
     return (f"balancing: no metric out of band; filling on {THROUGHPUT_METRIC}: "

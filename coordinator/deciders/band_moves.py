@@ -69,8 +69,7 @@ class BandPass:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
-        self.holders = [w for w in self.view.active if self.has_metric(w)]
-        self._holding = frozenset(self.holders)
+        self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._weights: dict[str, list[float]] = {}  # the weights of the leases held, sorted (kept on a move)
@@ -279,7 +278,6 @@ class BandPass:
             bisect.insort(self._weights[receiver], weight)
         for wid in (giver, receiver):
             self._ceilings.pop(wid, None)
-            if wid in self._holding:
-                del self._ranked[bisect.bisect_left(self._ranked, (self._at[wid], wid))]
-                self._at[wid] = self.level(wid)
-                bisect.insort(self._ranked, (self._at[wid], wid))
+            del self._ranked[bisect.bisect_left(self._ranked, (self._at[wid], wid))]
+            self._at[wid] = self.level(wid)
+            bisect.insort(self._ranked, (self._at[wid], wid))

@@ -74,7 +74,6 @@ class FleetView:
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
             self.averages = self._averages(self._centres())
-        self._upper: dict[str, float] = {}  # per metric, the band's upper edge (a cache: the view does not change)
 
     def _reports(self, snapshot: Snapshot, ledger: Ledger) -> tuple[Values, list[WorkerView]]:
         """The balanced workers' values as reported, and those that report metrics; sets `default` and `limits`."""
@@ -265,9 +264,7 @@ class FleetView:
 
     def ceiling(self, wid: str, metric: str) -> float:
         """The highest value the worker may reach on `metric`: the band's upper edge or its operating range."""
-        if metric not in self._upper:
-            self._upper[metric] = self.averages[metric] + self.half_band(metric)
-        return min(self._upper[metric], self.limits[wid][metric])
+        return min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
 
     def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` grows when it takes a lease of `weight` KiB/s (the line's slope)."""
@@ -356,17 +353,15 @@ class FleetPlan:
         heap = self.queue()
         stale_ok = not heap and bool(self.view.stale)
         priority = self.queue(stale_ok=True) if stale_ok else heap
+        none = UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
         for lease in self.ledger.priority_leases():
             why = f"silent {lease.silent_ms} ms"
             if not self._place_one(priority, lease.key, priority_reason(lease), why, stale_ok):
-                self.ledger.spill(lease, self._no_receiver(), "no worker can take it")
+                self.ledger.spill(lease, none, "no worker can take it")
         for key in self.ledger.drain_leases(self.view.draining):
             owner = self.ledger.owner[key]
             if not self._place_one(heap, key, MoveReason.DRAIN, f"{owner} draining"):
-                self.ledger.held.append(Unplaced(key, owner, self._no_receiver(), "draining; no worker can take it"))
-
-    def _no_receiver(self) -> UnplacedReason:
-        return UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
+                self.ledger.held.append(Unplaced(key, owner, none, "draining; no worker can take it"))
 
     def _place_one(self, heap: list[HeapEntry], key: str, reason: MoveReason, why: str,
                    stale_ok: bool = False) -> bool:
