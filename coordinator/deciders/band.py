@@ -4,8 +4,8 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
 
 1. Unassigned and expired leases, then draining workers' leases, go to the worker with most room
    (`FleetPlan.place`, coordinator/deciders/fleet_state.py).
-2. On a balancing run, the metric whose workers' confirmed values stray furthest outside the band is balanced by
-   one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
+2. On a balancing run, the metric whose workers' confirmed values (projected ones for workers step 1 changed) stray
+   furthest outside the band is balanced by one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
 3. With every metric inside its band, a joining worker (at most half the average lease count, and less than half an
    average share of the throughput at every report of the persistence window: its CPU cannot tell it from the others
    when the CPU is mostly the agents' own) is filled on throughput into the throughput band in the same run, as far

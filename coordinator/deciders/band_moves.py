@@ -9,11 +9,11 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 2. The receiver ends at or below its ceiling on every metric it reports (the band's upper edge or its operating
    range, the lower one) and at least the minimum gain below the giver's value before the move. So the peak of the
    pair falls, and the next run, on the same reports, cannot move the lease back: it would need the reverse gap.
-3. A donor is a worker above its ceiling (its reports confirm it, or an earlier move of this pass already showed a
-   real change); it sheds while it is above, each move lowering it and landing it no lower than a noise margin (the
-   minimum gain) above the fill floor. A donor whose heaviest lease alone tops the band's edge may keep that lease
-   plus half a band (shedding its other leases would not get it inside), but never above its operating range: there
-   it sheds what it can, as KCL does.
+3. A donor is a worker above its ceiling (its reports confirm it, or a move of this run, placement and drain
+   included, changed it: its projection is then what the next reports show); it sheds while it is above, each move
+   lowering it and landing it no lower than a noise margin (the minimum gain) above the fill floor. A donor whose
+   heaviest lease alone tops the band's edge may keep that lease plus half a band (shedding its other leases would
+   not get it inside), but never above its operating range: there it sheds what it can, as KCL does.
 4. A worker far below the band (its value and confirmed value a band's width under it: a new or emptied worker) is
    filled, least loaded first, from the most loaded workers above the average, none of which ends below the band.
 5. The pass repeats shed and fill until a round moves nothing: the plan it leaves is one the same pass, re-run on
@@ -21,7 +21,8 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
-least loaded receiver that can take it.
+least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
+of a fill the last); ceilings, movable leases and held weights are cached per worker and updated on a move.
 """
 
 from __future__ import annotations
