@@ -236,7 +236,7 @@ class BandPass:
         if not self.plan.assignable(receiver):
             return False
         base = self._at[receiver]
-        lift: tuple[float, str, str] | None = None
+        lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
         for giver_value, giver in self._extremes(False, receiver):
             if giver_value <= self.band.avg:
                 break
