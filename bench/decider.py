@@ -2,7 +2,8 @@
 
 Prints median and p95 milliseconds per pass for each strategy: `band` (the default), `kcl-variance` (KCL's dampened
 budgets) and `lease-count`, and each one's median over `kcl-variance`'s median on the same snapshot in the same run
-(the baseline: KCL's reference strategy). Targets (issue 31): band <= 50 ms median and <= 100 ms p95 at 10,000 leases
+(the baseline: KCL's reference strategy). The strategies take turns, one pass each, so a shared host's load falls on
+all of them alike. Targets (issue 31): band <= 50 ms median and <= 100 ms p95 at 10,000 leases
 x 1,000 and x 100 workers, and at most 1.5 x kcl-variance. The snapshot is a random assignment (every worker far from
 its share), so balancing moves hundreds of leases in one pass.
 Run: `python -m bench.decider [--repeat N]`.
@@ -14,7 +15,7 @@ import argparse
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 
 from shardherd.coordinator.decide import decide
@@ -57,13 +58,14 @@ def build(n_leases: int, n_workers: int, seed: int = 42) -> Snapshot:
     return Snapshot.of(leases, views)
 
 
-def timed(action: Callable[[], object], repeat: int) -> list[float]:
-    """Wall times of `repeat` calls, in milliseconds."""
-    out = []
+def timed(actions: Sequence[Callable[[], object]], repeat: int) -> list[list[float]]:
+    """Wall times of `repeat` calls of each action, in milliseconds; the actions take turns."""
+    out: list[list[float]] = [[] for _ in actions]
     for _ in range(repeat):
-        start = time.perf_counter()
-        action()
-        out.append((time.perf_counter() - start) * 1000.0)
+        for action, times in zip(actions, out, strict=True):
+            start = time.perf_counter()
+            action()
+            times.append((time.perf_counter() - start) * 1000.0)
     return out
 
 
@@ -84,9 +86,9 @@ def main() -> None:
     baseline: dict[tuple[int, int], float] = {}
     for n_leases, n_workers in SIZES:
         snapshot = build(n_leases, n_workers)
-        for strategy in Strategy:
-            config = DeciderConfig(strategy=strategy)
-            runs = timed(partial(decide, snapshot, config, True), args.repeat)
+        configs = [DeciderConfig(strategy=strategy) for strategy in Strategy]
+        times = timed([partial(decide, snapshot, config, True) for config in configs], args.repeat)
+        for strategy, config, runs in zip(Strategy, configs, times, strict=True):
             moves = len(decide(snapshot, config, balance=True).moves)
             if strategy is Strategy.KCL_VARIANCE:
                 baseline[(n_leases, n_workers)] = statistics.median(runs)

@@ -16,6 +16,7 @@ by default and without the fill on throughput (`rebalance_fill_on_throughput=fal
     python -m bench.fleet_noise --spark          # deliveries once per Spark micro-batch, Spark agents' CPU
     python -m bench.fleet_noise --add-agent      # scale-out with the agents' CPU
     python -m bench.fleet_noise --scenarios --seeds 24   # fleet_sim's scale-out, hot shards, crash, seeds 7-30
+    python -m bench.fleet_noise --scenarios --quick --only crash   # one scenario, small fleets
 
 With `--scenarios`, the fleet simulator's scale-out, hot-shards and crash scenarios (full size or `--quick`,
 Zipf 0.5) run with the live stack's noise (plain deliveries) for the default strategy only, one run per seed from
@@ -154,9 +155,9 @@ def _scale_out(seeds: int, model: NoiseModel, cpu: CpuModel, kind: str, warmup: 
 SCENARIO_PREFIXES = ("scale-out", "hot-shards", "crash")
 
 
-def run_scenarios(seeds: int, model: NoiseModel, size: Size = FULL) -> None:
-    """Scale-out, hot shards and crash with the live stack's noise, default strategy: per seed and the medians."""
-    chosen = [s for s in scenarios(size) if s.name.startswith(SCENARIO_PREFIXES)]
+def run_scenarios(seeds: int, model: NoiseModel, size: Size = FULL, only: Sequence[str] = SCENARIO_PREFIXES) -> None:
+    """Scale-out, hot shards and crash (or those of `only`) with the live stack's noise: per seed and the medians."""
+    chosen = [s for s in scenarios(size) if s.name.startswith(tuple(only))]
     for scenario in chosen:
         factors: list[float] = []
         runs: list[float] = []
@@ -187,9 +188,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", action="store_true",
                         help="fleet_sim's scale-out, hot shards and crash with the live noise, per seed")
     parser.add_argument("--quick", action="store_true", help="with --scenarios: fleet_sim's small fleets")
+    parser.add_argument("--only", choices=SCENARIO_PREFIXES, action="append",
+                        help="with --scenarios: this scenario only (repeatable), e.g. to run them in parallel")
     args = parser.parse_args(argv)
     if args.scenarios:
-        run_scenarios(args.seeds, NoiseModel(PLAIN_DELIVERY), QUICK if args.quick else FULL)
+        run_scenarios(args.seeds, NoiseModel(PLAIN_DELIVERY), QUICK if args.quick else FULL,
+                      args.only or SCENARIO_PREFIXES)
         return 0
     model = NoiseModel(delivery_period=SPARK_DELIVERY if args.spark else PLAIN_DELIVERY)
     cpu = SPARK_CPU if args.spark else LOCAL_CPU

@@ -4,8 +4,8 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
 
 1. Unassigned and expired leases, then draining workers' leases, go to the worker with most room
    (`FleetPlan.place`, coordinator/deciders/fleet_state.py).
-2. On a balancing run, the metric whose workers' confirmed values stray furthest outside the band is balanced by
-   one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
+2. On a balancing run, the metric whose workers' confirmed values (projected ones for workers step 1 changed) stray
+   furthest outside the band is balanced by one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
 3. With every metric inside its band (or none moved by the pass), a joining worker (at most half the average lease
    count, and less than half an average share of the throughput at every report of the persistence window: its CPU
    cannot tell it from the others when the CPU is mostly the agents' own) is filled on throughput into the
@@ -40,14 +40,18 @@ def band_of(view: FleetView, metric: str) -> Band:
                        view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
 
 
-def metric_to_balance(view: FleetView) -> Band | None:
-    """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does."""
+def metric_to_balance(plan: FleetPlan) -> Band | None:
+    """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does.
+
+    A worker a move of this run changed (a placed or drained lease) counts at its projected value.
+    """
+    view = plan.view
     best: tuple[float, Band] | None = None
     for metric in view.averages:
         band = band_of(view, metric)
         stray = 0.0
         for wid in view.active:
-            value = view.confirmed[wid].get(metric)
+            value = (plan.values(wid) if wid in plan.changed else view.confirmed[wid]).get(metric)
             if value is not None:
                 stray += max(0.0, value - min(band.upper, view.limits[wid][metric])) + max(0.0, band.lower - value)
         if stray > 0 and (best is None or stray > best[0]):
@@ -78,7 +82,7 @@ class ShareFill(BandPass):
 
     def confirmed(self, wid: str) -> float:
         """Its share now or at a report of the persistence window, whichever is nearest the average."""
-        if wid in self.touched:
+        if wid in self.plan.changed:
             return self.level(wid)
         past = [100.0 * kbps / self.view.target_throughput for kbps in self.view.carried_history.get(wid, ())]
         return min((self.level(wid), *past), key=lambda v: (abs(v - 100.0), v))
@@ -113,10 +117,6 @@ class ShareFill(BandPass):
                    <= joiner_ceiling(view, wid, metric, value, carried) + ROUNDING * max(1.0, value)
                    for metric, value in self.plan.values(wid).items())
 
-    def run(self) -> None:
-        """Fill only: nothing is shed on throughput."""
-        self.fill()
-
 
 def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band") -> str:
     """With no metric out of band (`why`), fill joining workers on throughput; the note says what happened."""
@@ -129,7 +129,7 @@ def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band"
     band = Band.around(THROUGHPUT_METRIC, 100.0, half, view.gain_floor(THROUGHPUT_METRIC),
                        view.config.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
     fill = ShareFill(plan, band)
-    fill.run()
+    fill.fill()  # fill only: nothing is shed on throughput
     if not fill.moved:
         return why
     return (f"{why}; filling on {THROUGHPUT_METRIC}: "
@@ -140,7 +140,7 @@ def balance_pass(plan: FleetPlan) -> str:
     """One balancing pass on the metric furthest out of band, else the fill on throughput; a note on what it did."""
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
-    band = metric_to_balance(plan.view)
+    band = metric_to_balance(plan)
     if band is None:
         return fill_on_share(plan)
     balancing = BandPass(plan, band)

@@ -9,11 +9,11 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 2. The receiver ends at or below its ceiling on every metric it reports (the band's upper edge or its operating
    range, the lower one) and at least the minimum gain below the giver's value before the move. So the peak of the
    pair falls, and the next run, on the same reports, cannot move the lease back: it would need the reverse gap.
-3. A donor is a worker above its ceiling (its reports confirm it, or an earlier move of this pass already showed a
-   real change); it sheds while it is above, each move lowering it and landing it no lower than a noise margin (the
-   minimum gain) above the fill floor. A donor whose heaviest lease alone tops the band's edge may keep that lease
-   plus half a band (shedding its other leases would not get it inside), but never above its operating range: there
-   it sheds what it can, as KCL does.
+3. A donor is a worker above its ceiling (its reports confirm it, or a move of this run, placement and drain
+   included, changed it: its projection is then what the next reports show); it sheds while it is above, each move
+   lowering it and landing it no lower than a noise margin (the minimum gain) above the fill floor. A donor whose
+   heaviest lease alone tops the band's edge may keep that lease plus half a band (shedding its other leases would
+   not get it inside), but never above its operating range: there it sheds what it can, as KCL does.
 4. A worker far below the band (its value and confirmed value a band's width under it: a new or emptied worker) is
    filled, least loaded first, from the most loaded workers above the average, none of which ends below the band.
 5. The pass repeats shed and fill until a round moves nothing: the plan it leaves is one the same pass, re-run on
@@ -21,13 +21,13 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
-least loaded receiver that can take it.
+least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
+of a fill the last); ceilings, movable leases and held weights are cached per worker and updated on a move.
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -70,16 +70,16 @@ class BandPass:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
-        self.holders = [w for w in self.view.active if self.has_metric(w)]
-        self._holding = frozenset(self.holders)
+        self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
-        self.touched: set[str] = set()  # workers a move of this pass gave or took a lease
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._heaviest: dict[str, float] = {}  # heaviest lease held (dropped on a move)
-        self._low = [(self.level(w), w) for w in self.holders]
-        self._high = [(-self.level(w), w) for w in self.holders]
-        heapq.heapify(self._low)
-        heapq.heapify(self._high)
+        self._weights: dict[str, list[float]] = {}  # the weights of the leases held, sorted (kept on a move)
+        self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
+        self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
+        self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
+        self._limits = {w: self.limit(w) for w in self.holders}
+        self._per_kbps = {w: self.rise(w, 1.0) for w in self.holders}  # the rise is linear in the KiB/s
+        self._kbps_per_point = {w: 1.0 / rise if rise > 0 else math.inf for w, rise in self._per_kbps.items()}
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -93,7 +93,7 @@ class BandPass:
 
     def confirmed(self, wid: str) -> float:
         """The worker's value as far from the average as its last reports agree (its projection once it moved)."""
-        return self.level(wid) if wid in self.touched else self.view.confirmed[wid][self.metric]
+        return self.level(wid) if wid in self.plan.changed else self.view.confirmed[wid][self.metric]
 
     def limit(self, wid: str) -> float:
         """The worker's ceiling on the balanced metric: the band's edge or its operating range."""
@@ -129,24 +129,27 @@ class BandPass:
 
     def ceiling(self, wid: str) -> float:
         """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range)."""
+        if wid in self._ceilings:
+            return self._ceilings[wid]
         edge = self.band.upper
         ledger = self.plan.ledger
-        if wid not in self._heaviest:
-            self._heaviest[wid] = max((ledger.weight[k] for k in ledger.held_by.get(wid, {})), default=0.0)
+        if wid not in self._weights:
+            self._weights[wid] = sorted(ledger.weight[k] for k in ledger.held_by.get(wid, {}))
         rate = self.plan.rate(wid, self.metric)
-        if rate is not None:
-            alone = self.level(wid) - rate * (ledger.throughput[wid] - self._heaviest[wid])
+        if rate is not None and self._weights[wid]:
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._weights[wid][-1])
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
-        return min(edge, self.view.limits[wid][self.metric])
+        self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
+        return self._ceilings[wid]
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
         over = [(w, self.ceiling(w)) for w in self.holders]
-        donors = sorted(((w, c) for w, c in over if self.level(w) > c and (self.moved or self.confirmed(w) > c)),
-                        key=lambda wc: (wc[1] - self.level(wc[0]), wc[0]))
+        donors = sorted(((w, c) for w, c in over if self._at[w] > c and (self.moved or self.confirmed(w) > c)),
+                        key=lambda wc: (wc[1] - self._at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self.level(donor) > self.ceiling(donor) and self._shed_one(donor):
+            while self._at[donor] > self.ceiling(donor) and self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -159,48 +162,33 @@ class BandPass:
                                           if ledger.rebalanceable(k, True))
         return self._by_weight[wid]
 
-    def _extremes(self, lowest: bool, exclude: str) -> list[str]:
-        """Up to PROBES of the least (or most) loaded holders other than `exclude` (stale heap entries skipped)."""
-        heap, sign = (self._low, 1.0) if lowest else (self._high, -1.0)
-        found: list[str] = []
-        kept: list[tuple[float, str]] = []
-        while heap and len(found) < PROBES:
-            entry = heapq.heappop(heap)
-            if entry[0] != sign * self.level(entry[1]) or entry in kept:
-                continue
-            kept.append(entry)
-            if entry[1] != exclude:
-                found.append(entry[1])
-        for entry in kept:
-            heapq.heappush(heap, entry)
-        return found
+    def _extremes(self, lowest: bool, exclude: str) -> list[tuple[float, str]]:
+        """Up to PROBES of the least (or most) loaded holders other than `exclude`, with their levels."""
+        ends = self._ranked[:PROBES + 1] if lowest else self._ranked[:-PROBES - 2:-1]
+        return [e for e in ends if e[1] != exclude][:PROBES]
 
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
-        landed = self.level(receiver) + self.rise(receiver, weight)
-        ok = (self.plan.assignable(receiver) and landed <= min(self.limit(receiver), cap)
+        landed = self._at[receiver] + self._per_kbps[receiver] * weight
+        ok = (landed <= min(self._limits[receiver], cap) and self.plan.assignable(receiver)
               and not self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, weight))
         return landed if ok else None
 
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
-        value, ceiling = self.level(donor), self.ceiling(donor)
+        value, ceiling = self._at[donor], self.ceiling(donor)
         cap = value - self.band.min_gain
-        receivers = []  # (receiver, the heaviest lease it could take on the balanced metric)
-        for wid in self._extremes(True, donor):
-            room = min(self.limit(wid), cap) - self.level(wid)
-            if room >= 0:
-                per_kbps = self.rise(wid, 1.0)
-                receivers.append((wid, room / per_kbps if per_kbps > 0 else math.inf))
+        receivers = [(wid, (min(self._limits[wid], cap) - level) * self._kbps_per_point[wid])
+                     for level, wid in self._extremes(True, donor) if min(self._limits[wid], cap) > level]
         heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
         for key in self._preferred(donor, value, ceiling, heaviest):
-            weight = self.plan.ledger.weight[key]
-            if not value - self.fall(donor, key) < value:
+            weight, after = self.plan.ledger.weight[key], value - self.fall(donor, key)
+            if not after < value:
                 continue
             for receiver, most in receivers:
                 landed = self._fits(receiver, key, weight, cap) if weight <= most * (1 + ROUNDING) else None
                 if landed is not None:
-                    self._move(key, donor, receiver, landed, "above the band: shed")
+                    self._move(key, (donor, after), (receiver, landed), "above the band: shed")
                     return True
         return False
 
@@ -236,10 +224,10 @@ class BandPass:
 
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""
-        under = sorted((w for w in self.holders if max(self.level(w), self.confirmed(w)) < self.band.floor
-                        and self.fillable(w)), key=lambda w: (self.level(w), w))
+        under = sorted((w for w in self.holders if max(self._at[w], self.confirmed(w)) < self.band.floor
+                        and self.fillable(w)), key=lambda w: (self._at[w], w))
         for receiver in under:
-            while self.level(receiver) < self.band.lower:
+            while self._at[receiver] < self.band.lower:
                 if not self._fill_one(receiver):
                     return  # nothing fits the least loaded receiver: nothing fits the fuller ones either
 
@@ -247,10 +235,9 @@ class BandPass:
         """The giver's lease that lands the receiver nearest the average (else lifts it most); False if none."""
         if not self.plan.assignable(receiver):
             return False
-        base = self.level(receiver)
-        lift: tuple[float, str, str] | None = None
-        for giver in self._extremes(False, receiver):
-            giver_value = self.level(giver)
+        base = self._at[receiver]
+        lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
+        for giver_value, giver in self._extremes(False, receiver):
             if giver_value <= self.band.avg:
                 break
             options = []
@@ -260,37 +247,38 @@ class BandPass:
                     continue
                 landed = self._fits(receiver, key, weight, giver_value - self.band.min_gain)
                 if landed is not None and landed > base:
-                    options.append((abs(landed - self.band.avg), landed, key))
+                    options.append((abs(landed - self.band.avg), landed, key, after))
             inside = [o for o in options if o[1] >= self.band.lower]
             if inside:
-                _, landed, key = min(inside)
-                self._move(key, giver, receiver, landed, "below the band: fill")
+                _, landed, key, after = min(inside)
+                self._move(key, (giver, after), (receiver, landed), "below the band: fill")
                 return True
             best = max(options, key=lambda o: (o[1], o[2]), default=None)
             if best is not None and (lift is None or best[1] > lift[0]):
-                lift = (best[1], best[2], giver)
+                lift = (best[1], best[2], giver, best[3])
         if lift is None:
             return False
-        self._move(lift[1], lift[2], receiver, lift[0], "below the band: fill")
+        self._move(lift[1], (lift[2], lift[3]), (receiver, lift[0]), "below the band: fill")
         return True
 
-    def _move(self, key: str, giver: str, receiver: str, landed: float, why: str) -> None:
-        b, before = self.band, self.level(giver)
-        detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} {before:.2f} -> "
-                  f"{before - self.fall(giver, key):.2f}, {receiver} {self.level(receiver):.2f} -> {landed:.2f}")
+    def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
+        """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
+        (giver, after), (receiver, landed), b = giving, taking, self.band
+        detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
+                  f"{self._at[giver]:.2f} -> {after:.2f}, {receiver} {self._at[receiver]:.2f} -> {landed:.2f}")
         self.plan.move(key, receiver, self.reason, detail)
         self.moved += 1
-        self.touched.update((giver, receiver))
         weight = self.plan.ledger.weight[key]
         movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
         at = bisect.bisect_left(movable, (weight, key))
         if at < len(movable) and movable[at] == (weight, key):
             del movable[at]
-        if self._heaviest.get(giver) == weight:
-            del self._heaviest[giver]
-        if receiver in self._heaviest:
-            self._heaviest[receiver] = max(self._heaviest[receiver], weight)
+        if giver in self._weights:
+            del self._weights[giver][bisect.bisect_left(self._weights[giver], weight)]
+        if receiver in self._weights:
+            bisect.insort(self._weights[receiver], weight)
         for wid in (giver, receiver):
-            if wid in self._holding:
-                heapq.heappush(self._low, (self.level(wid), wid))
-                heapq.heappush(self._high, (-self.level(wid), wid))
+            self._ceilings.pop(wid, None)
+            del self._ranked[bisect.bisect_left(self._ranked, (self._at[wid], wid))]
+            self._at[wid] = self.level(wid)
+            bisect.insort(self._ranked, (self._at[wid], wid))

@@ -60,17 +60,20 @@ class FleetView:
         self.count_only = band and ledger.unit_weights
         values, reporting = self._reports(snapshot, ledger)
         lagged, now = self._lags(reporting, ledger)
-        self.carried = self._carried_throughput(ledger, reporting)
+        needy = [lease.key for lease in snapshot.leases if lease.needs_owner] if band else []  # unassigned, expired
+        self.carried = self._carried_throughput(ledger, reporting, needy)
+        # KiB/s that needs an owner: unassigned, expired, on a draining worker
+        self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in self.draining) + sum(
+            ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self.fitted = self._fit(values, lagged, ledger) if band else {}
         self.lines = self._lines(snapshot, values)
         self.values = self._catch_up(values, lagged, now)
-        self.averages = self._averages(ledger)
+        self.averages = self._averages()
         self.carried_history = {w.worker_id: tuple(w.throughput_history[-config.rebalance_persistent_reports:])
                                 for w in reporting}
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
-            self.averages = self._averages(ledger, self._centres())
-        self._upper: dict[str, float] = {}  # per metric, the band's upper edge (a cache: the view does not change)
+            self.averages = self._averages(self._centres())
 
     def _reports(self, snapshot: Snapshot, ledger: Ledger) -> tuple[Values, list[WorkerView]]:
         """The balanced workers' values as reported, and those that report metrics; sets `default` and `limits`."""
@@ -131,12 +134,13 @@ class FleetView:
         return ({m: ema(h, alpha) for m, h in worker.metric_stats.items()},
                 {m: worker.operating_range[m][0] for m in worker.metric_stats})
 
-    def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView]) -> float:
+    def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
         """The KiB/s a worker at the average carries: KCL's `T`, or (band) what reporting workers hold on average."""
         if not self.band:
             return self.target_throughput
-        carried = sum(ledger.weight[key] for w in reporting for key in ledger.held_by.get(w.worker_id, {})
-                      if not ledger.leases[key].needs_owner)
+        ids = {w.worker_id for w in reporting}
+        carried = sum(ledger.throughput.get(w, 0.0) for w in ids) - sum(
+            ledger.weight[key] for key in needy if ledger.owner[key] in ids)
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
     def _fit(self, values: Values, lagged: Mapping[str, float], ledger: Ledger) -> dict[str, Line]:
@@ -188,7 +192,7 @@ class FleetView:
         return {w: {m: v if self.side(m, v) == self.side(m, self.confirmed[w][m]) else self.confirmed[w][m]
                     for m, v in vals.items()} for w, vals in self.values.items()}
 
-    def _averages(self, ledger: Ledger, values: Values | None = None) -> dict[str, float]:
+    def _averages(self, values: Values | None = None) -> dict[str, float]:
         """Each metric's average once every lease has an owner.
 
         Band: the non-draining workers' mean plus the projected load of leases that still need an owner (unassigned,
@@ -197,9 +201,7 @@ class FleetView:
         means = self._mean(self.values if values is None else values, self.band)
         if not self.band:
             return means
-        orphaned = sum(weight for key, weight in ledger.weight.items()
-                       if ledger.leases[key].needs_owner or ledger.owner[key] in self.draining)
-        share = orphaned / max(1, len(self.active))
+        share = self.orphaned / max(1, len(self.active))
         extra = {m: self.lines[m].slope * share for m in means}
         return {m: mean + extra[m] if math.isfinite(extra[m]) else mean for m, mean in means.items()}
 
@@ -262,9 +264,7 @@ class FleetView:
 
     def ceiling(self, wid: str, metric: str) -> float:
         """The highest value the worker may reach on `metric`: the band's upper edge or its operating range."""
-        if metric not in self._upper:
-            self._upper[metric] = self.averages[metric] + self.half_band(metric)
-        return min(self._upper[metric], self.limits[wid][metric])
+        return min(self.averages[metric] + self.half_band(metric), self.limits[wid][metric])
 
     def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` grows when it takes a lease of `weight` KiB/s (the line's slope)."""
@@ -282,6 +282,7 @@ class FleetPlan:
         self.view = view
         self.ledger = ledger
         self._values: Values = {w: dict(vals) for w, vals in view.values.items()}
+        self.changed: set[str] = set()  # workers a move of this run gave or took a lease: their projection is known
 
     def value(self, wid: str, metric: str) -> float:
         """The worker's projected value of `metric` after the moves so far."""
@@ -326,6 +327,7 @@ class FleetPlan:
         if wid in self._values:
             self._values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()}
         self.ledger.move(key, wid, reason, detail)
+        self.changed.update((wid,) if source is None else (source, wid))
 
     # -- placement ----------------------------------------------------------------------------------------------
 
@@ -351,17 +353,15 @@ class FleetPlan:
         heap = self.queue()
         stale_ok = not heap and bool(self.view.stale)
         priority = self.queue(stale_ok=True) if stale_ok else heap
+        none = UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
         for lease in self.ledger.priority_leases():
             why = f"silent {lease.silent_ms} ms"
             if not self._place_one(priority, lease.key, priority_reason(lease), why, stale_ok):
-                self.ledger.spill(lease, self._no_receiver(), "no worker can take it")
+                self.ledger.spill(lease, none, "no worker can take it")
         for key in self.ledger.drain_leases(self.view.draining):
             owner = self.ledger.owner[key]
             if not self._place_one(heap, key, MoveReason.DRAIN, f"{owner} draining"):
-                self.ledger.held.append(Unplaced(key, owner, self._no_receiver(), "draining; no worker can take it"))
-
-    def _no_receiver(self) -> UnplacedReason:
-        return UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
+                self.ledger.held.append(Unplaced(key, owner, none, "draining; no worker can take it"))
 
     def _place_one(self, heap: list[HeapEntry], key: str, reason: MoveReason, why: str,
                    stale_ok: bool = False) -> bool:
