@@ -17,6 +17,12 @@ once). A worker joining, a waiting request dropped by its client (a killed agent
 agent's news (it announced a drain, gave leases back or reached a shard's end) are signals: the leader scans the
 store at its next tick instead of waiting for its full-scan cadence.
 
+A waiting request proves little by itself: the socket of a frozen agent (SIGSTOP, a long GC pause, a VM paused)
+stays open, so its request would count as presence for as long as it waits and the leader would never look at the
+agent's row. A listening request therefore waits at most `hold` seconds (the agents' heartbeat period) whatever wait
+it asked for; the watch asks again at once, so a live agent starts a request at least every `hold` seconds, and a
+frozen one is off the channel within `hold + REPOLL_GRACE_SECONDS` (its row then decides, docs/failure-model.md).
+
 Invariants on load (docs/decisions/0021-api-credentials-and-load.md): only a request with a valid token is presence
 or a signal (the API passes `listen=False` for anonymous ones), so an anonymous caller never makes the leader scan;
 and signals wake the leader early at most once per `wake_gap` seconds (its assignment interval): whatever token
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 import threading
 from collections.abc import Iterable
@@ -67,10 +74,11 @@ class AssignmentFeed:
     `wakeup` is set while signals wait, so the leader loop can run at once.
     """
 
-    def __init__(self, clock: Clock | None = None, wake_gap: float = 0.0) -> None:
+    def __init__(self, clock: Clock | None = None, wake_gap: float = 0.0, hold: float = math.inf) -> None:
         self._guard = threading.Lock()
         self._clock = clock or SystemClock()
         self._wake_gap = wake_gap
+        self._hold = hold  # the longest a listening request waits here (see the module's docstring)
         self._woken_at: float | None = None
         self._name: str | None = None  # None while this replica does not lead
         self._versions: dict[str, int] = {}
@@ -173,15 +181,16 @@ class AssignmentFeed:
                    listen: bool = True) -> FeedPosition:
         """The worker's position once it moves past (`feed`, `after`), or after `timeout` seconds unchanged.
 
-        With `listen` the request counts as the worker's presence on the channel; cancelled (its client went away),
-        as dropped. Without it (an anonymous caller) it is neither: nothing is remembered and nothing signalled.
+        With `listen` the request counts as the worker's presence on the channel (and waits at most `hold` seconds);
+        cancelled (its client went away), as dropped. Without it (an anonymous caller) it is neither: nothing is
+        remembered and nothing signalled.
         """
         if not listen:
             return await self._wait(worker, feed, after, timeout)
         self.connect(worker)
         dropped = False
         try:
-            return await self._wait(worker, feed, after, timeout)
+            return await self._wait(worker, feed, after, min(timeout, self._hold))
         except asyncio.CancelledError:
             dropped = True
             raise

@@ -194,7 +194,9 @@ class LeaderLoop:
         self._latest_guard = threading.Lock()
         self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
         self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
-        self.feed = AssignmentFeed(clock, self._timing.interval)  # what agents long-poll for (assignment_feed.py)
+        # What agents long-poll for (assignment_feed.py); a request is held at most a heartbeat period, so a frozen
+        # agent leaves the channel (and the leader watches its row) within that period plus the re-poll grace.
+        self.feed = AssignmentFeed(clock, self._timing.interval, hold=self._timing.heartbeat)
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
@@ -215,8 +217,17 @@ class LeaderLoop:
         verdict = self._next_verdict()
         if verdict is not None:
             deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
-        while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
+        while (not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline
+               and not self._lock_just_taken()):
             self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    def _lock_just_taken(self) -> bool:
+        """True once this replica holds the lock but has not run in the term yet: its first run is due now.
+
+        After a takeover every second counts (a dead worker's leases wait for the new leader's runs), so the wait
+        between runs ends within a quarter second of the lock being taken instead of at the interval's end.
+        """
+        return self._term is None and self._lock.epoch() is not None
 
     def _next_verdict(self) -> float | None:
         """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
@@ -371,7 +382,7 @@ class LeaderLoop:
             except MalformedSightings as exc:
                 log.warning("leader loop: ignoring the previous leader's sightings: %s", exc)
         if self._contending is not None:
-            tracker.start_from(self._contending.row_sightings())
+            tracker.start_from(self._contending.row_sightings(), self._contending.confirmed_workers())
             self._contending = None
         return _Term(epoch, tracker, self._clock.monotonic())
 

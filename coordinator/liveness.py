@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardherd.shared.config import Settings
@@ -109,14 +109,19 @@ class ChangeWatcher:
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None,
-                starts: Mapping[str, float] | None = None) -> None:
-        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given."""
+                starts: Mapping[str, float] | None = None, confirmed: Collection[str] = ()) -> None:
+        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given.
+
+        A new key in `confirmed` counts as seen changing already (this process watched it change before, e.g. while
+        contending for the lock, on the same monotonic clock).
+        """
         fresh: dict[str, _Seen] = {}
         for key, version in versions.items():
             previous = self._seen.get(key)
             if previous is None:
                 start = now if unseen_start is None else unseen_start
-                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start)
+                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start,
+                                   confirmed=key in confirmed)
             elif previous.version != version:
                 fresh[key] = _Seen(version, now, confirmed=True)
             else:
@@ -296,6 +301,7 @@ class LivenessTracker:
     owners: ChangeWatcher = field(default_factory=ChangeWatcher)
     records: dict[str, WorkerRecord] = field(default_factory=dict)  # the rows of the last observation
     handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see start_from
+    handed_confirmed: set[str] = field(default_factory=set)  # handed-over rows this process saw changing
     published: tuple[Sightings, float] | None = None  # see take_over
 
     def take_over(self, sightings: Sightings, published_before: float) -> None:
@@ -306,16 +312,23 @@ class LivenessTracker:
         """
         self.published = (sightings, published_before)
 
-    def start_from(self, rows: Mapping[str, tuple[int, int, float]]) -> None:
+    def start_from(self, rows: Mapping[str, tuple[int, int, float]], confirmed: Collection[str] = ()) -> None:
         """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
 
-        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence).
+        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence). Workers in
+        `confirmed` were seen changing by this process (its own watch, same clock): still the row sighted, they are
+        alive at once instead of after their next heartbeat (a new leader's receivers for a dead worker's leases).
         """
         for worker, (heartbeat, last_update, since) in rows.items():
             known = self.handed_over.get(worker)
             if known is not None and known[:2] == (heartbeat, last_update):
                 since = min(since, known[2])
             self.handed_over[worker] = (heartbeat, last_update, since)
+        self.handed_confirmed |= set(confirmed) & rows.keys()
+
+    def confirmed_workers(self) -> set[str]:
+        """The workers whose rows this tracker saw changing (positive evidence of life, on this process's clock)."""
+        return {worker for worker in self.records if self.workers.confirmed(worker)}
 
     def row_sightings(self) -> dict[str, tuple[int, int, float]]:
         """Worker -> (hb, lut, when its row last changed) as of the last observation: what a leader publishes."""
@@ -332,6 +345,7 @@ class LivenessTracker:
         self.records = {w.worker_id: w for w in records}
         starts = {w.worker_id: self.handed_over[w.worker_id][2] for w in records
                   if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
+        confirmed = self.handed_confirmed & starts.keys()
         if self.published is not None:
             sightings, published_before = self.published
             matched = sightings.silences(records)
@@ -339,8 +353,9 @@ class LivenessTracker:
                      len(matched), len(sightings))
             for worker, silent in matched.items():
                 starts[worker] = min(starts.get(worker, published_before), published_before - silent)
-        self.handed_over, self.published = {}, None
-        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
+        self.handed_over, self.handed_confirmed, self.published = {}, set(), None
+        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts,
+                             confirmed=confirmed)
         lease_list = list(leases)
         if self.mode == "lease":
             self.leases.observe({lease.lease_key: lease.lease_counter for lease in lease_list}, now)
@@ -362,14 +377,16 @@ class LivenessTracker:
                 and self.workers.confirmed(worker_id))
 
     def next_verdict(self, now: float, quiet: float) -> float | None:
-        """When the first live worker whose row has been unchanged for over `quiet` seconds would count as gone.
+        """When the first worker whose row has been unchanged for over `quiet` seconds would count as gone.
 
         A run at that moment moves a dead worker's leases at once, instead of at the next interval's run (up to an
-        interval later). Workers that wrote within `quiet` (their heartbeat period) are left out: they beat on.
+        interval later). Workers that wrote within `quiet` (their heartbeat period) are left out: they beat on; so are
+        workers already gone. A row a new leader has not yet seen change counts too: after a takeover the dead
+        worker's row is usually one of these, and its verdict must not wait for the next interval's run either.
         """
-        due = [since + self.grace.of(self.records.get(worker)) for worker in self.records
-               if self.worker_alive(worker, now) and (since := self.workers.since(worker)) is not None
-               and now - since > quiet]
+        due = [since + grace for worker in self.records
+               if (since := self.workers.since(worker)) is not None
+               and quiet < now - since <= (grace := self.grace.of(self.records.get(worker)))]
         return min(due) if due else None
 
     def worker_receives(self, worker_id: str, now: float) -> bool:
