@@ -65,6 +65,7 @@ class _Presence:
 
     open: int = 0
     ended_at: float | None = None
+    started_at: float | None = None  # when the newest request arrived
 
 
 class AssignmentFeed:
@@ -97,6 +98,7 @@ class AssignmentFeed:
                 presence = self._present[worker] = _Presence()
                 self._signal(worker, JOINED)
             presence.open += 1
+            presence.started_at = self._clock.monotonic()
 
     def disconnect(self, worker: str, dropped: bool) -> None:
         """A request of `worker` ended: answered, or `dropped` by its client before the answer (a DROPPED signal)."""
@@ -132,15 +134,18 @@ class AssignmentFeed:
         return taken
 
     def on_channel(self, worker: str) -> bool:
-        """True while a request of `worker` waits here or its last one ended within REPOLL_GRACE_SECONDS."""
+        """True while a fresh request of `worker` waits here, or its last one ended within REPOLL_GRACE_SECONDS.
+
+        Fresh: the newest request arrived within `hold` plus REPOLL_GRACE_SECONDS (a frozen agent's stays open).
+        """
         with self._guard:
             presence = self._present.get(worker)
             if presence is None:
                 return False
-            if presence.open > 0:
-                return True
-            return (presence.ended_at is not None
-                    and self._clock.monotonic() - presence.ended_at <= REPOLL_GRACE_SECONDS)
+            now = self._clock.monotonic()
+            if presence.open > 0 and presence.started_at is not None:
+                return now - presence.started_at <= self._hold + REPOLL_GRACE_SECONDS
+            return presence.ended_at is not None and now - presence.ended_at <= REPOLL_GRACE_SECONDS
 
     def observe(self, epoch: int, leases: Iterable[Lease]) -> None:
         """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed."""
