@@ -149,15 +149,22 @@ class ShardWorker:
         if lease is None:
             return None  # lost meanwhile
         self.lease = lease
+        early: Prefetcher | None = None
         try:
             stream = self._ctx.stream_of(lease)
             processor = self._ctx.factory()
             position = start_position(lease, self._ctx.stream_timestamps.get(stream, self._ctx.initial_timestamp))
+            if self._ctx.prefetch and not position.at_shard_end:
+                # The first batch is read while the processor initializes (a MultiLang child starting an interpreter:
+                # most of the time from a takeover to the first record processed).
+                early = Prefetcher(self._reader_at(stream, position), f"prefetch-{lease.shard}")
             processor.initialize(lease.shard, lease.checkpoint)
         except Exception as exc:  # any failure of user code or configuration is retried, then the lease given back
+            if early is not None:
+                early.stop()
             return f"{type(exc).__name__}: {exc}"
         try:
-            ended = self._loop(processor, stream, position)
+            ended = self._loop(processor, stream, position, early)
         except LeaseLost:
             ended = False
             with self._guard:
@@ -165,20 +172,30 @@ class ShardWorker:
         except Exception as exc:  # shard not found, an unexpected read or processor error
             self._finish(processor, False, Stop.SHUTDOWN)  # let it checkpoint what it completed
             return f"{type(exc).__name__}: {exc}"
+        finally:
+            if early is not None:
+                early.stop()  # a reader the loop never took (stopped first) reads nothing more
         self._finish(processor, ended)
         return None
 
-    def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition) -> bool:
-        """Read and process until stopped; True when the shard ended."""
+    def _reader_at(self, stream: str, position: StartPosition) -> ShardReader:
+        return ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits, self._ctx.clock)
+
+    def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition,
+              early: Prefetcher | None = None) -> bool:
+        """Read and process until stopped (starting with `early`'s batches, if given); True when the shard ended."""
         while self._stop is None:
             if position.at_shard_end:
                 return True
-            plain = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits,
-                                self._ctx.clock)
             with self._guard:
                 if self._stop is not None:
                     return False
-                reader = Prefetcher(plain, f"prefetch-{self.lease.shard}") if self._ctx.prefetch else plain
+                reader: ShardReader | Prefetcher
+                if early is not None:
+                    reader, early = early, None
+                else:
+                    plain = self._reader_at(stream, position)
+                    reader = Prefetcher(plain, f"prefetch-{self.lease.shard}") if self._ctx.prefetch else plain
                 self._reader = reader
             try:
                 while self._stop is None:
@@ -206,7 +223,7 @@ class ShardWorker:
         # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
         if not self._until_done(lambda: processor.process_records(records, self.checkpointer, lag),
-                                f"process_records failed on the same {len(records)} records"):
+                                f"process_records failed on the same {len(records)} records", "delivering them again"):
             return
         if records:
             self.checkpointer.last_delivered = records[-1]
@@ -217,7 +234,7 @@ class ShardWorker:
         elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
             self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
-    def _until_done(self, attempt: Callable[[], None], failing_what: str) -> bool:
+    def _until_done(self, attempt: Callable[[], None], failing_what: str, again: str) -> bool:
         """Run `attempt` until it returns; False if a stop request ended the retries first.
 
         While it raises, the shard blocks on it (nothing skipped), visibly: each failure is one log line and counts on
@@ -239,8 +256,8 @@ class ShardWorker:
             except Exception as exc:  # the shard blocks on this step (never skipped), visibly, with a growing wait
                 failing = self._ctx.progress.batch_failed(key, f"{type(exc).__name__}: {exc}")
                 delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
-                log.error("%s: %s %d times (last: %s); trying again in %.1f s", key, failing_what, failing.attempts,
-                          failing.last_error, delay)
+                log.error("%s: %s %d times (last: %s); %s in %.1f s", key, failing_what, failing.attempts,
+                          failing.last_error, again, delay)
                 self._pause(delay)
                 if self._stop is not None:
                     return False
@@ -258,7 +275,8 @@ class ShardWorker:
             if not self._shard_end_stored():
                 raise ShardEndNotCheckpointed("shard_ended returned without checkpointing SHARD_END")
 
-        self._until_done(attempt, "the shard ended and SHARD_END is not checkpointed; its children wait;")
+        self._until_done(attempt, "shard_ended did not store SHARD_END (the shard's children wait for it)",
+                         "asking again")
 
     def _shard_end_stored(self) -> bool:
         written = self.checkpointer.last_written

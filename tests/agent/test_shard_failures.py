@@ -241,5 +241,5 @@ def test_a_shard_end_without_its_checkpoint_is_asked_again_visibly_until_stored(
         wait_for(lambda: stack.checkpoints().get(parent) == "SHARD_END", 30, "SHARD_END stored on a later attempt")
         wait_for(lambda: parent not in agent.progress.failing(), 10, "the shard no longer stuck")
     assert ForgetsShardEnd.calls == 3
-    lines = [record for record in caplog.records if "SHARD_END is not checkpointed" in record.getMessage()]
+    lines = [record for record in caplog.records if "did not store SHARD_END" in record.getMessage()]
     assert len(lines) == 2 and all(record.exc_info is None for record in lines)  # one line per attempt
