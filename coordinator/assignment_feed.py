@@ -23,6 +23,11 @@ agent's row. A listening request therefore waits at most `hold` seconds (the age
 it asked for; the watch asks again at once, so a live agent starts a request at least every `hold` seconds, and a
 frozen one is off the channel within `hold + REPOLL_GRACE_SECONDS` (its row then decides, docs/failure-model.md).
 
+An agent's request also names the worker row it last wrote (`hb`, `lut`): `report_beat` keeps, per worker, the
+newest such row and when a request first named it. That time comes after the row's write was sent, so the leader may
+count the row as unchanged since then (coordinator/liveness.py): its verdicts and the sightings it publishes for a
+successor stay as fresh as the channel, not as old as its last scan.
+
 Invariants on load (docs/decisions/0021-api-credentials-and-load.md): only a request with a valid token is presence
 or a signal (the API passes `listen=False` for anonymous ones), so an anonymous caller never makes the leader scan;
 and signals wake the leader early at most once per `wake_gap` seconds (its assignment interval): whatever token
@@ -87,6 +92,7 @@ class AssignmentFeed:
         self._waiters: dict[str, list[_Waiter]] = {}
         self._present: dict[str, _Presence] = {}
         self._signals: list[tuple[str, str]] = []  # (worker, JOINED | DROPPED | NEWS), oldest first
+        self._beats: dict[str, tuple[int, int, float]] = {}  # worker -> (hb, lut, when a request first named it)
         self.wakeup = threading.Event()
 
     # ------------------------------------------------------------------ who listens
@@ -108,6 +114,18 @@ class AssignmentFeed:
             presence.ended_at = self._clock.monotonic()
             if dropped:
                 self._signal(worker, DROPPED)
+
+    def report_beat(self, worker: str, heartbeat: int, last_update: int) -> None:
+        """A request of `worker` says its last written row has this `hb` and `lut` (sent before the request)."""
+        with self._guard:
+            known = self._beats.get(worker)
+            if known is None or known[:2] != (heartbeat, last_update):
+                self._beats[worker] = (heartbeat, last_update, self._clock.monotonic())
+
+    def beats(self) -> dict[str, tuple[int, int, float]]:
+        """Worker -> (hb, lut, monotonic time a request first named that row) as the agents last reported."""
+        with self._guard:
+            return dict(self._beats)
 
     def signal(self, worker: str, kind: str) -> None:
         """Something the leader should look at now (an agent's news, or a connection event)."""
@@ -131,6 +149,7 @@ class AssignmentFeed:
                     and presence.ended_at is not None and now - presence.ended_at > FORGET_SECONDS]
             for worker in gone:
                 del self._present[worker]
+                self._beats.pop(worker, None)
         return taken
 
     def on_channel(self, worker: str) -> bool:

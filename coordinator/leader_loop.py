@@ -307,8 +307,16 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
 
     def published_sightings(self, room: int) -> bytes | None:
-        """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat)."""
-        sightings = self._sightings if self._term is not None else {}
+        """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat).
+
+        A row an agent named on the channel after the leader's last scan replaces that worker's sighting: between
+        full scans (20 s by default) the publication stays as fresh as the agents' requests (one per heartbeat).
+        """
+        sightings = dict(self._sightings) if self._term is not None else {}
+        for worker, (heartbeat, last_update, named_at) in self.feed.beats().items():
+            known = sightings.get(worker)
+            if known is not None and known[:2] != (heartbeat, last_update) and named_at > known[2]:
+                sightings[worker] = (heartbeat, last_update, named_at)
         return encode_sightings(sightings, self._clock.monotonic(), room) if sightings else None
 
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan, float] | None:
@@ -398,6 +406,7 @@ class LeaderLoop:
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
+        term.tracker.start_from(self.feed.beats())  # rows the agents named on the channel: unchanged since then
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         self._sightings = term.tracker.row_sightings()
         synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)

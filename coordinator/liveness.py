@@ -10,6 +10,10 @@ API: a shardherd agent (its row carries the `hb` counter) rewrites its row every
 modes, so it is gone after one failover time; a Java KCL worker (no `hb`) rewrites its row only every reporter
 interval, so it is gone after KCL's own expiry, two reporter intervals.
 
+Agents also name the row they last wrote in each request on the coordinator channel (coordinator/assignment_feed.py,
+`beats`): a row still the one named counts as unchanged since that request first named it (it was written before),
+so a leader that scans rarely still knows when rows changed, for its own verdicts and for what it publishes.
+
 A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
 worker row unchanged (`encode_sightings`: 8 bytes a worker, within the lock item's one write unit). The successor
 takes over only after watching that lock item unchanged for the lock's lease duration, so the publication is at least
@@ -110,7 +114,9 @@ class ChangeWatcher:
 
     def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None,
                 starts: Mapping[str, float] | None = None, confirmed: Collection[str] = ()) -> None:
-        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given.
+        """Record this run's versions; a new or changed key starts at `now`, or at `starts[key]` if earlier.
+
+        A new key without a start starts at `unseen_start` if given.
 
         A new key in `confirmed` counts as seen changing already (this process watched it change before, e.g. while
         contending for the lock, on the same monotonic clock).
@@ -123,7 +129,7 @@ class ChangeWatcher:
                 fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start,
                                    confirmed=key in confirmed)
             elif previous.version != version:
-                fresh[key] = _Seen(version, now, confirmed=True)
+                fresh[key] = _Seen(version, min(now, starts.get(key, now)) if starts else now, confirmed=True)
             else:
                 fresh[key] = previous
         self._seen = fresh

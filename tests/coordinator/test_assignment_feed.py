@@ -118,3 +118,14 @@ def test_a_listening_request_is_held_at_most_a_heartbeat_so_a_frozen_agent_leave
     assert feed.on_channel("w1")  # a live agent asks again at once
     clock.advance(REPOLL_GRACE_SECONDS + 0.1)
     assert not feed.on_channel("w1")  # a frozen one does not: the leader scans and judges its row
+
+
+def test_a_row_named_by_requests_counts_from_the_first_request_that_named_it() -> None:
+    clock = ManualClock()
+    feed = AssignmentFeed(clock)
+    feed.report_beat("w1", 7, 1000)
+    clock.advance(3.0)
+    feed.report_beat("w1", 7, 1000)  # the same row again: still unchanged since the first naming
+    assert feed.beats() == {"w1": (7, 1000, 1000.0)}
+    feed.report_beat("w1", 8, 1004)
+    assert feed.beats() == {"w1": (8, 1004, 1003.0)}

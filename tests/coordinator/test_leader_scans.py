@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from shardherd.coordinator.assignment_feed import NEWS, REPOLL_GRACE_SECONDS
+from shardherd.coordinator.liveness import decode_sightings
 from shardherd.coordinator.scan_policy import CADENCE
 from shardherd.services.leader_status import STATUS_KEY, LeaderWatch
 from shardherd.shared.store import LeaseStore
@@ -40,6 +41,9 @@ class ListeningFleet(Fleet):
         for worker in sorted(self.listening):  # answered (the hold ended), and asked again at once
             self.loop.feed.disconnect(worker, dropped=False)
             self.loop.feed.connect(worker)
+            record = worker_record(self.store, worker)  # the request names the row the agent last wrote
+            assert record is not None
+            self.loop.feed.report_beat(worker, record.heartbeat, record.last_update)
         for worker in sorted(self.draining & self.alive):
             record = worker_record(self.store, worker)
             assert record is not None
@@ -155,4 +159,18 @@ def test_a_frozen_agent_whose_request_stays_open_is_watched_and_failed_over_in_t
             break
     assert scans and scans[0] <= heartbeat + REPOLL_GRACE_SECONDS + INTERVAL, scans
     failover = fleet.settings.failover_time_millis / 1000
-    assert moved_after is not None and moved_after <= scans[0] + failover + 2 * INTERVAL, (scans, moved_after)
+    # Its last row was named on the channel just before it froze: silent since then, not since the scan.
+    assert moved_after is not None and moved_after <= failover + 2 * INTERVAL, (scans, moved_after)
+
+
+def test_the_published_sightings_stay_as_fresh_as_the_channel_between_full_scans(loop_store: LeaseStore) -> None:
+    """A successor starts from them: rows sighted at the last full scan (up to 20 s ago) no longer match a row that
+    beat since, and it had to watch that worker for a whole failover time from zero."""
+    fleet = _settled(loop_store, "w1", "w2")
+    summaries = fleet.run(FULL_SCAN / 2)
+    assert not any(s is not None and s.scanned for s in summaries[1:])  # ticks on the view: no scan
+    published = fleet.loop.published_sightings(1000)
+    assert published is not None
+    rows = [record for worker in ("w1", "w2") if (record := worker_record(fleet.store, worker)) is not None]
+    silences = decode_sightings(published).silences(rows)
+    assert set(silences) == {"w1", "w2"} and max(silences.values()) <= INTERVAL + 0.1, silences
