@@ -104,6 +104,7 @@ class _Seen:
     version: Hashable
     changed_at: float
     confirmed: bool = False  # the version changed at least once while watched: positive evidence of life
+    learned_at: float | None = None  # when this process first read the version (changed_at may be earlier: see beats)
 
 
 @dataclass
@@ -127,9 +128,10 @@ class ChangeWatcher:
             if previous is None:
                 start = now if unseen_start is None else unseen_start
                 fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start,
-                                   confirmed=key in confirmed)
+                                   confirmed=key in confirmed, learned_at=now)
             elif previous.version != version:
-                fresh[key] = _Seen(version, min(now, starts.get(key, now)) if starts else now, confirmed=True)
+                fresh[key] = _Seen(version, min(now, starts.get(key, now)) if starts else now, confirmed=True,
+                                   learned_at=now)
             else:
                 fresh[key] = previous
         self._seen = fresh
@@ -143,6 +145,13 @@ class ChangeWatcher:
         """Seconds since `key`'s version last changed, or None if it was not observed."""
         seen = self._seen.get(key)
         return None if seen is None else now - seen.changed_at
+
+    def unread_for(self, key: str, now: float) -> float | None:
+        """Seconds since this process first read `key`'s current version, or None if it was not observed."""
+        seen = self._seen.get(key)
+        if seen is None:
+            return None
+        return now - (seen.changed_at if seen.learned_at is None else seen.learned_at)
 
     def confirmed(self, key: str) -> bool:
         """True once `key`'s version was seen changing (not merely present) while watched."""
@@ -396,8 +405,13 @@ class LivenessTracker:
         return min(due) if due else None
 
     def worker_receives(self, worker_id: str, now: float) -> bool:
-        """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace)."""
-        silent = self.workers.silent_for(worker_id, now)
+        """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace).
+
+        Counted from when this leader read the row's version (the grace allows for the leader's lag in seeing it),
+        not from the earlier time a request on the channel named it: that makes a row older, never younger, and
+        would hold back receivers whose heartbeat writes are slow.
+        """
+        silent = self.workers.unread_for(worker_id, now)
         return silent is not None and silent <= self.grace.receiver(self.records.get(worker_id))
 
     def worker_silent(self, worker_id: str, now: float) -> bool:
