@@ -227,7 +227,7 @@ class LeaderLoop:
         After a takeover every second counts (a dead worker's leases wait for the new leader's runs), so the wait
         between runs ends within a quarter second of the lock being taken instead of at the interval's end.
         """
-        return self._term is None and self._lock.epoch() is not None
+        return self._term is None and self._lock.is_leader()
 
     def _next_verdict(self) -> float | None:
         """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
