@@ -328,9 +328,10 @@ class LivenessTracker:
         self.published = (sightings, published_before)
 
     def start_from(self, rows: Mapping[str, tuple[int, int, float]], confirmed: Collection[str] = ()) -> None:
-        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
+        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the newer row wins.
 
-        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence). Workers in
+        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence); of two
+        different rows, the one sighted later (the contending watch's, or one an agent named on the channel). Workers in
         `confirmed` were seen changing by this process (its own watch, same clock): still the row sighted, they are
         alive at once instead of after their next heartbeat (a new leader's receivers for a dead worker's leases).
         """
@@ -338,6 +339,8 @@ class LivenessTracker:
             known = self.handed_over.get(worker)
             if known is not None and known[:2] == (heartbeat, last_update):
                 since = min(since, known[2])
+            elif known is not None and known[2] > since:
+                continue  # a row sighted later is already known: this one is older
             self.handed_over[worker] = (heartbeat, last_update, since)
         self.handed_confirmed |= set(confirmed) & rows.keys()
 
