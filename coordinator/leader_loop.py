@@ -218,16 +218,20 @@ class LeaderLoop:
         if verdict is not None:
             deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
         while (not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline
-               and not self._lock_just_taken()):
+               and not self._lock_changing()):
             self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
 
-    def _lock_just_taken(self) -> bool:
-        """True once this replica holds the lock but has not run in the term yet: its first run is due now.
+    def _lock_changing(self) -> bool:
+        """True when a run is due at once: the lock was just taken, or (not leading) its holder looks abandoned.
 
-        After a takeover every second counts (a dead worker's leases wait for the new leader's runs), so the wait
-        between runs ends within a quarter second of the lock being taken instead of at the interval's end.
+        A replica that just took the lock has not run in the term yet; one whose holder looks abandoned should start
+        watching the worker rows now.
+
+        Across a leader change every second counts (a dead worker's leases wait for the new leader's runs, and the
+        earlier a contender first reads the dead worker's row, the earlier that row's failover time ends), so the
+        wait between runs ends within a quarter second instead of at the interval's end.
         """
-        return self._term is None and self._lock.is_leader()
+        return self._term is None and (self._lock.is_leader() or self._lock.looks_abandoned())
 
     def _next_verdict(self) -> float | None:
         """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
