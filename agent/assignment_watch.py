@@ -48,6 +48,9 @@ class Told(Protocol):
     def discover_soon(self) -> None:
         """The channel stopped answering: look in the store now."""
 
+    def last_beat(self) -> tuple[int, int] | None:
+        """The `hb` and `lut` of the worker row last written (sent with each request), if any."""
+
 
 class AssignmentWatch:
     """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
@@ -162,6 +165,9 @@ class AssignmentWatch:
         params: dict[str, str | int | float] = {"after": version, "wait": WAIT_SECONDS}
         if feed is not None:
             params["feed"] = feed
+        beat = self._keeper.last_beat()
+        if beat is not None:  # the row this agent last wrote: the leader's sightings stay fresh without a scan
+            params["hb"], params["lut"] = beat
         try:
             response = self._client.get(self._urls[self._at], params=params, headers=self._headers(),
                                         timeout=WAIT_SECONDS + SLACK_SECONDS)

@@ -212,6 +212,15 @@ class LeaseKeeper:
             held.handoff_ready = True
         self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
 
+    def last_beat(self) -> tuple[int, int] | None:
+        """The `hb` and `lut` of the last worker row this keeper wrote successfully (None before the first).
+
+        The agent tells the leader on the channel (agent/assignment_watch.py): the leader then knows when this row
+        changed without scanning for it, and so does its successor (coordinator/liveness.py).
+        """
+        last = self._last_record
+        return None if last is None else (last.heartbeat, last.last_update)
+
     def lease_live(self, lease_key: str) -> bool:
         """True while this worker may still process `lease_key`: held, and its liveness deadline not passed.
 

@@ -8,6 +8,10 @@ worker if there is one). It is never held without being processed.
 Each step of the worker's loop (a read that returned, a step of a backoff wait; not a read that failed) is progress
 (`ShardContext.progressed`); `running` is False while its thread is dead or waiting for a restart. The agent's
 StallWatch (agent/stall_watch.py) turns health red and gives the lease back from those two.
+
+A batch the processor keeps failing, and a shard end whose SHARD_END checkpoint the processor does not store, block the
+shard (nothing is skipped, the children of an ended shard wait) and are retried with a growing wait, the shard shown
+stuck (`failing` on the progress board) until they go through.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, Shar
 from shardherd.agent.records import Record
 from shardherd.shared.checkpoint import Sentinel
 from shardherd.shared.clock import Clock
+from shardherd.shared.errors import ShardherdError
 from shardherd.shared.lease import Lease
 from shardherd.shared.streams import stream_to_read
 from shardherd.shared.supervision import Supervisor
@@ -41,6 +46,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ProcessorFactory = Callable[[], RecordProcessor]
+
+
+class ShardEndNotCheckpointed(ShardherdError):
+    """`shard_ended` returned without the SHARD_END checkpoint stored (it is asked again, with backoff)."""
 
 
 class Stop(enum.Enum):
@@ -166,15 +175,22 @@ class ShardWorker:
         if lease is None:
             return None  # lost meanwhile
         self.lease = lease
+        early: Prefetcher | None = None
         try:
             stream = self._ctx.stream_of(lease)
             processor = self._ctx.factory()
             position = start_position(lease, self._ctx.stream_timestamps.get(stream, self._ctx.initial_timestamp))
+            if self._ctx.prefetch and not position.at_shard_end:
+                # The first batch is read while the processor initializes (a MultiLang child starting an interpreter:
+                # most of the time from a takeover to the first record processed).
+                early = Prefetcher(self._reader_at(stream, position), f"prefetch-{lease.shard}")
             processor.initialize(lease.shard, lease.checkpoint)
         except Exception as exc:  # any failure of user code or configuration is retried, then the lease given back
+            if early is not None:
+                early.stop()
             return f"{type(exc).__name__}: {exc}"
         try:
-            ended = self._loop(processor, stream, position)
+            ended = self._loop(processor, stream, position, early)
         except LeaseLost:
             ended = False
             with self._guard:
@@ -182,20 +198,31 @@ class ShardWorker:
         except Exception as exc:  # shard not found, an unexpected read or processor error
             self._finish(processor, False, Stop.SHUTDOWN)  # let it checkpoint what it completed
             return f"{type(exc).__name__}: {exc}"
+        finally:
+            if early is not None:
+                early.stop()  # a reader the loop never took (stopped first) reads nothing more
         self._finish(processor, ended)
         return None
 
-    def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition) -> bool:
-        """Read and process until stopped; True when the shard ended."""
+    def _reader_at(self, stream: str, position: StartPosition) -> ShardReader:
+        return ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits, self._ctx.clock,
+                           stats=self._ctx.reads.setdefault(self.lease.lease_key, ReaderStats()))
+
+    def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition,
+              early: Prefetcher | None = None) -> bool:
+        """Read and process until stopped (starting with `early`'s batches, if given); True when the shard ended."""
         while self._stop is None:
             if position.at_shard_end:
                 return True
-            plain = ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits,
-                                self._ctx.clock, stats=self._ctx.reads.setdefault(self.lease.lease_key, ReaderStats()))
             with self._guard:
                 if self._stop is not None:
                     return False
-                reader = Prefetcher(plain, f"prefetch-{self.lease.shard}") if self._ctx.prefetch else plain
+                reader: ShardReader | Prefetcher
+                if early is not None:
+                    reader, early = early, None
+                else:
+                    plain = self._reader_at(stream, position)
+                    reader = Prefetcher(plain, f"prefetch-{self.lease.shard}") if self._ctx.prefetch else plain
                 self._reader = reader
             try:
                 while self._stop is None:
@@ -217,38 +244,15 @@ class ShardWorker:
         return False
 
     def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:
-        """Hand one batch over; retry it (never skip it) while the processor raises, after 1, 2, 4 ... s (capped).
-
-        Each failed delivery is one log line and counts on the progress board (`failing`: the agent's /metrics shows
-        the shard stuck since when, after how many attempts, with the last error).
-
-        Nothing is handed over once the lease's liveness deadline has passed (self-fencing): the shard may already be
-        someone else's.
-        """
+        """Hand one batch over; retry it (never skip it) while the processor raises (see `_until_done`)."""
         size = sum(len(record.data) for record in records)
         # Counted once as handed over, before the processor's checkpoints, which carry these figures onto the lease
         # (counted after, a lease's stored progress would trail by a batch and stay behind once the shard goes quiet).
         # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
-        key = self.lease.lease_key
-        while True:
-            if not self._ctx.keeper.lease_live(key):
-                log.error("%s: liveness deadline passed; stopping without delivering", key)
-                raise LeaseLost(f"{key}: self-fenced")
-            try:
-                processor.process_records(records, self.checkpointer, lag)
-                break
-            except LeaseLost:
-                raise
-            except Exception as exc:  # the shard blocks on this batch (never skipped), visibly, with a growing wait
-                failing = self._ctx.progress.batch_failed(key, f"{type(exc).__name__}: {exc}")
-                delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
-                log.error("%s: process_records failed %d times on the same %d records (last: %s); delivering them "
-                          "again in %.1f s", key, failing.attempts, len(records), failing.last_error, delay)
-                self._pause(delay)
-                if self._stop is not None:
-                    return
-        self._ctx.progress.batch_delivered(key)
+        if not self._until_done(lambda: processor.process_records(records, self.checkpointer, lag),
+                                f"process_records failed on the same {len(records)} records", "delivering them again"):
+            return
         if records:
             self.checkpointer.last_delivered = records[-1]
             arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records
@@ -258,6 +262,55 @@ class ShardWorker:
         elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
             self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
+    def _until_done(self, attempt: Callable[[], None], failing_what: str, again: str) -> bool:
+        """Run `attempt` until it returns; False if a stop request ended the retries first.
+
+        While it raises, the shard blocks on it (nothing skipped), visibly: each failure is one log line and counts on
+        the progress board (`failing`: the worker row, the agent's and the coordinator's /metrics and the dashboard
+        show the shard stuck since when, after how many attempts, with the last error), and the next attempt comes
+        after 1, 2, 4 ... s (capped at `max_backoff`). Nothing is attempted once the lease's liveness deadline has
+        passed (self-fencing): the shard may already be someone else's.
+        """
+        key = self.lease.lease_key
+        while True:
+            if not self._ctx.keeper.lease_live(key):
+                log.error("%s: liveness deadline passed; stopping without delivering", key)
+                raise LeaseLost(f"{key}: self-fenced")
+            try:
+                attempt()
+                break
+            except LeaseLost:
+                raise
+            except Exception as exc:  # the shard blocks on this step (never skipped), visibly, with a growing wait
+                failing = self._ctx.progress.batch_failed(key, f"{type(exc).__name__}: {exc}")
+                delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
+                log.error("%s: %s %d times (last: %s); %s in %.1f s", key, failing_what, failing.attempts,
+                          failing.last_error, again, delay)
+                self._pause(delay)
+                if self._stop is not None:
+                    return False
+        self._ctx.progress.batch_delivered(key)
+        return True
+
+    def _end_shard(self, processor: RecordProcessor) -> None:
+        """Call `shard_ended` until the SHARD_END checkpoint is stored (the shard's children wait for it).
+
+        A processor that returns without checkpointing SHARD_END (or raises) is asked again with backoff, the shard
+        shown stuck meanwhile (`_until_done`), instead of the lease staying held with nothing processing it.
+        """
+        def attempt() -> None:
+            processor.shard_ended(self.lease.shard, self.checkpointer)
+            if not self._shard_end_stored():
+                raise ShardEndNotCheckpointed("shard_ended returned without checkpointing SHARD_END")
+
+        self._until_done(attempt, "shard_ended did not store SHARD_END (the shard's children wait for it)",
+                         "asking again")
+
+    def _shard_end_stored(self) -> bool:
+        written = self.checkpointer.last_written
+        held = self._ctx.keeper.held().get(self.lease.lease_key)
+        return (written is not None and written.is_shard_end) or (held is not None and held.checkpoint.is_shard_end)
+
     def _finish(self, processor: RecordProcessor, ended: bool, stop: Stop | None = None) -> None:
         """Tell the processor how its shard ends (`stop` overrides the stop requested, for a failed attempt)."""
         shard = self.lease.shard
@@ -266,7 +319,7 @@ class ShardWorker:
             if stop is Stop.LOST:
                 processor.lease_lost(shard)
             elif ended:
-                processor.shard_ended(shard, self.checkpointer)
+                self._end_shard(processor)
             elif stop in (Stop.HANDOFF, Stop.SHUTDOWN):
                 processor.shutdown_requested(shard, self.checkpointer)
         except LeaseLost:

@@ -17,6 +17,17 @@ once). A worker joining, a waiting request dropped by its client (a killed agent
 agent's news (it announced a drain, gave leases back or reached a shard's end) are signals: the leader scans the
 store at its next tick instead of waiting for its full-scan cadence.
 
+A waiting request proves little by itself: the socket of a frozen agent (SIGSTOP, a long GC pause, a VM paused)
+stays open, so its request would count as presence for as long as it waits and the leader would never look at the
+agent's row. A listening request therefore waits at most `hold` seconds (the agents' heartbeat period) whatever wait
+it asked for; the watch asks again at once, so a live agent starts a request at least every `hold` seconds, and a
+frozen one is off the channel within `hold + REPOLL_GRACE_SECONDS` (its row then decides, docs/failure-model.md).
+
+An agent's request also names the worker row it last wrote (`hb`, `lut`): `report_beat` keeps, per worker, the
+newest such row and when a request first named it. That time comes after the row's write was sent, so the leader may
+count the row as unchanged since then (coordinator/liveness.py): its verdicts and the sightings it publishes for a
+successor stay as fresh as the channel, not as old as its last scan.
+
 Invariants on load (docs/decisions/0021-api-credentials-and-load.md): only a request with a valid token is presence
 or a signal (the API passes `listen=False` for anonymous ones), so an anonymous caller never makes the leader scan;
 and signals wake the leader early at most once per `wake_gap` seconds (its assignment interval): whatever token
@@ -27,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 import threading
 from collections.abc import Iterable
@@ -58,6 +70,7 @@ class _Presence:
 
     open: int = 0
     ended_at: float | None = None
+    started_at: float | None = None  # when the newest request arrived
 
 
 class AssignmentFeed:
@@ -67,10 +80,11 @@ class AssignmentFeed:
     `wakeup` is set while signals wait, so the leader loop can run at once.
     """
 
-    def __init__(self, clock: Clock | None = None, wake_gap: float = 0.0) -> None:
+    def __init__(self, clock: Clock | None = None, wake_gap: float = 0.0, hold: float = math.inf) -> None:
         self._guard = threading.Lock()
         self._clock = clock or SystemClock()
         self._wake_gap = wake_gap
+        self._hold = hold  # the longest a listening request waits here (see the module's docstring)
         self._woken_at: float | None = None
         self._name: str | None = None  # None while this replica does not lead
         self._versions: dict[str, int] = {}
@@ -78,6 +92,7 @@ class AssignmentFeed:
         self._waiters: dict[str, list[_Waiter]] = {}
         self._present: dict[str, _Presence] = {}
         self._signals: list[tuple[str, str]] = []  # (worker, JOINED | DROPPED | NEWS), oldest first
+        self._beats: dict[str, tuple[int, int, float]] = {}  # worker -> (hb, lut, when a request first named it)
         self.wakeup = threading.Event()
 
     # ------------------------------------------------------------------ who listens
@@ -89,6 +104,7 @@ class AssignmentFeed:
                 presence = self._present[worker] = _Presence()
                 self._signal(worker, JOINED)
             presence.open += 1
+            presence.started_at = self._clock.monotonic()
 
     def disconnect(self, worker: str, dropped: bool) -> None:
         """A request of `worker` ended: answered, or `dropped` by its client before the answer (a DROPPED signal)."""
@@ -98,6 +114,18 @@ class AssignmentFeed:
             presence.ended_at = self._clock.monotonic()
             if dropped:
                 self._signal(worker, DROPPED)
+
+    def report_beat(self, worker: str, heartbeat: int, last_update: int) -> None:
+        """A request of `worker` says its last written row has this `hb` and `lut` (sent before the request)."""
+        with self._guard:
+            known = self._beats.get(worker)
+            if known is None or known[:2] != (heartbeat, last_update):
+                self._beats[worker] = (heartbeat, last_update, self._clock.monotonic())
+
+    def beats(self) -> dict[str, tuple[int, int, float]]:
+        """Worker -> (hb, lut, monotonic time a request first named that row) as the agents last reported."""
+        with self._guard:
+            return dict(self._beats)
 
     def signal(self, worker: str, kind: str) -> None:
         """Something the leader should look at now (an agent's news, or a connection event)."""
@@ -121,18 +149,22 @@ class AssignmentFeed:
                     and presence.ended_at is not None and now - presence.ended_at > FORGET_SECONDS]
             for worker in gone:
                 del self._present[worker]
+                self._beats.pop(worker, None)
         return taken
 
     def on_channel(self, worker: str) -> bool:
-        """True while a request of `worker` waits here or its last one ended within REPOLL_GRACE_SECONDS."""
+        """True while a fresh request of `worker` waits here, or its last one ended within REPOLL_GRACE_SECONDS.
+
+        Fresh: the newest request arrived within `hold` plus REPOLL_GRACE_SECONDS (a frozen agent's stays open).
+        """
         with self._guard:
             presence = self._present.get(worker)
             if presence is None:
                 return False
-            if presence.open > 0:
-                return True
-            return (presence.ended_at is not None
-                    and self._clock.monotonic() - presence.ended_at <= REPOLL_GRACE_SECONDS)
+            now = self._clock.monotonic()
+            if presence.open > 0 and presence.started_at is not None:
+                return now - presence.started_at <= self._hold + REPOLL_GRACE_SECONDS
+            return presence.ended_at is not None and now - presence.ended_at <= REPOLL_GRACE_SECONDS
 
     def observe(self, epoch: int, leases: Iterable[Lease]) -> None:
         """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed."""
@@ -173,15 +205,16 @@ class AssignmentFeed:
                    listen: bool = True) -> FeedPosition:
         """The worker's position once it moves past (`feed`, `after`), or after `timeout` seconds unchanged.
 
-        With `listen` the request counts as the worker's presence on the channel; cancelled (its client went away),
-        as dropped. Without it (an anonymous caller) it is neither: nothing is remembered and nothing signalled.
+        With `listen` the request counts as the worker's presence on the channel (and waits at most `hold` seconds);
+        cancelled (its client went away), as dropped. Without it (an anonymous caller) it is neither: nothing is
+        remembered and nothing signalled.
         """
         if not listen:
             return await self._wait(worker, feed, after, timeout)
         self.connect(worker)
         dropped = False
         try:
-            return await self._wait(worker, feed, after, timeout)
+            return await self._wait(worker, feed, after, min(timeout, self._hold))
         except asyncio.CancelledError:
             dropped = True
             raise

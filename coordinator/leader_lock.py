@@ -360,7 +360,9 @@ class LeaderLock:
                                        item.get(OBSERVED))
             return
         if seen.from_probe:  # the sightings of this version and its duration come with its first read
-            seen.from_probe, seen.observed_rows, seen.read_at = False, item.get(OBSERVED), read_at
+            # `read_at` stays when the holder first answered with this version: it computed the version's sightings
+            # before it answered, so they are at least that old (a later read would throw away the time between).
+            seen.from_probe, seen.observed_rows = False, item.get(OBSERVED)
             seen.duration = duration / 1000.0 if duration else self._duration
             # Heard from the holder within two periods (a routine store check): no heartbeat is known to be missed.
             seen.repeated = seen.repeated or sent - seen.first_seen > 2 * self._period

@@ -196,7 +196,9 @@ class LeaderLoop:
         self._latest_guard = threading.Lock()
         self._sightings: dict[str, tuple[int, int, float]] = {}  # this term's newest row sightings (replaced whole)
         self._contending: LivenessTracker | None = None  # rows watched while the lock's holder looks dead
-        self.feed = AssignmentFeed(clock, self._timing.interval)  # what agents long-poll for (assignment_feed.py)
+        # What agents long-poll for (assignment_feed.py); a request is held at most a heartbeat period, so a frozen
+        # agent leaves the channel (and the leader watches its row) within that period plus the re-poll grace.
+        self.feed = AssignmentFeed(clock, self._timing.interval, hold=self._timing.heartbeat)
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
@@ -217,8 +219,21 @@ class LeaderLoop:
         verdict = self._next_verdict()
         if verdict is not None:
             deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
-        while not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline:
+        while (not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline
+               and not self._lock_changing()):
             self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
+
+    def _lock_changing(self) -> bool:
+        """True when a run is due at once: the lock was just taken, or (not leading) its holder looks abandoned.
+
+        A replica that just took the lock has not run in the term yet; one whose holder looks abandoned should start
+        watching the worker rows now.
+
+        Across a leader change every second counts (a dead worker's leases wait for the new leader's runs, and the
+        earlier a contender first reads the dead worker's row, the earlier that row's failover time ends), so the
+        wait between runs ends within a quarter second instead of at the interval's end.
+        """
+        return self._term is None and (self._lock.is_leader() or self._lock.looks_abandoned())
 
     def _next_verdict(self) -> float | None:
         """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
@@ -298,8 +313,16 @@ class LeaderLoop:
                 log.exception("leader loop: publishing the run summary failed")
 
     def published_sightings(self, room: int) -> bytes | None:
-        """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat)."""
-        sightings = self._sightings if self._term is not None else {}
+        """The leader's newest worker-row sightings as of now, in `room` bytes (sent with each lock heartbeat).
+
+        A row an agent named on the channel after the leader's last scan replaces that worker's sighting: between
+        full scans (20 s by default) the publication stays as fresh as the agents' requests (one per heartbeat).
+        """
+        sightings = dict(self._sightings) if self._term is not None else {}
+        for worker, (heartbeat, last_update, named_at) in self.feed.beats().items():
+            known = sightings.get(worker)
+            if known is not None and known[:2] != (heartbeat, last_update) and named_at > known[2]:
+                sightings[worker] = (heartbeat, last_update, named_at)
         return encode_sightings(sightings, self._clock.monotonic(), room) if sightings else None
 
     def latest_scans(self, max_age: float) -> tuple[LeaseScan, WorkerScan, float] | None:
@@ -378,7 +401,7 @@ class LeaderLoop:
             except MalformedSightings as exc:
                 log.warning("leader loop: ignoring the previous leader's sightings: %s", exc)
         if self._contending is not None:
-            tracker.start_from(self._contending.row_sightings())
+            tracker.start_from(self._contending.row_sightings(), self._contending.confirmed_workers())
             self._contending = None
         return _Term(epoch, tracker, self._clock.monotonic())
 
@@ -394,6 +417,7 @@ class LeaderLoop:
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
+        term.tracker.start_from(self.feed.beats())  # rows the agents named on the channel: unchanged since then
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         self._sightings = term.tracker.row_sightings()
         synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)

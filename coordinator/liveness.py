@@ -10,6 +10,10 @@ API: a shardherd agent (its row carries the `hb` counter) rewrites its row every
 modes, so it is gone after one failover time; a Java KCL worker (no `hb`) rewrites its row only every reporter
 interval, so it is gone after KCL's own expiry, two reporter intervals.
 
+Agents also name the row they last wrote in each request on the coordinator channel (coordinator/assignment_feed.py,
+`beats`): a row still the one named counts as unchanged since that request first named it (it was written before),
+so a leader that scans rarely still knows when rows changed, for its own verdicts and for what it publishes.
+
 A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
 worker row unchanged (`encode_sightings`: 8 bytes a worker, within the lock item's one write unit). The successor
 takes over only after watching that lock item unchanged for the lock's lease duration, so the publication is at least
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from shardherd.shared.config import Settings
@@ -100,6 +104,7 @@ class _Seen:
     version: Hashable
     changed_at: float
     confirmed: bool = False  # the version changed at least once while watched: positive evidence of life
+    learned_at: float | None = None  # when this process first read the version (changed_at may be earlier: see beats)
 
 
 @dataclass
@@ -109,16 +114,24 @@ class ChangeWatcher:
     _seen: dict[str, _Seen] = field(default_factory=dict)
 
     def observe(self, versions: Mapping[str, Hashable], now: float, unseen_start: float | None = None,
-                starts: Mapping[str, float] | None = None) -> None:
-        """Record this run's versions; a new key starts at `now`, or at `starts[key]` / `unseen_start` if given."""
+                starts: Mapping[str, float] | None = None, confirmed: Collection[str] = ()) -> None:
+        """Record this run's versions; a new or changed key starts at `now`, or at `starts[key]` if earlier.
+
+        A new key without a start starts at `unseen_start` if given.
+
+        A new key in `confirmed` counts as seen changing already (this process watched it change before, e.g. while
+        contending for the lock, on the same monotonic clock).
+        """
         fresh: dict[str, _Seen] = {}
         for key, version in versions.items():
             previous = self._seen.get(key)
             if previous is None:
                 start = now if unseen_start is None else unseen_start
-                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start)
+                fresh[key] = _Seen(version, min(now, starts.get(key, start)) if starts else start,
+                                   confirmed=key in confirmed, learned_at=now)
             elif previous.version != version:
-                fresh[key] = _Seen(version, now, confirmed=True)
+                fresh[key] = _Seen(version, min(now, starts.get(key, now)) if starts else now, confirmed=True,
+                                   learned_at=now)
             else:
                 fresh[key] = previous
         self._seen = fresh
@@ -132,6 +145,13 @@ class ChangeWatcher:
         """Seconds since `key`'s version last changed, or None if it was not observed."""
         seen = self._seen.get(key)
         return None if seen is None else now - seen.changed_at
+
+    def unread_for(self, key: str, now: float) -> float | None:
+        """Seconds since this process first read `key`'s current version, or None if it was not observed."""
+        seen = self._seen.get(key)
+        if seen is None:
+            return None
+        return now - (seen.changed_at if seen.learned_at is None else seen.learned_at)
 
     def confirmed(self, key: str) -> bool:
         """True once `key`'s version was seen changing (not merely present) while watched."""
@@ -296,6 +316,7 @@ class LivenessTracker:
     owners: ChangeWatcher = field(default_factory=ChangeWatcher)
     records: dict[str, WorkerRecord] = field(default_factory=dict)  # the rows of the last observation
     handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see start_from
+    handed_confirmed: set[str] = field(default_factory=set)  # handed-over rows this process saw changing
     published: tuple[Sightings, float] | None = None  # see take_over
 
     def take_over(self, sightings: Sightings, published_before: float) -> None:
@@ -306,16 +327,26 @@ class LivenessTracker:
         """
         self.published = (sightings, published_before)
 
-    def start_from(self, rows: Mapping[str, tuple[int, int, float]]) -> None:
-        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the later row wins.
+    def start_from(self, rows: Mapping[str, tuple[int, int, float]], confirmed: Collection[str] = ()) -> None:
+        """Add sightings (worker -> hb, lut, unchanged since) for the next observation; the newer row wins.
 
-        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence).
+        For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence); of two
+        different rows, the one sighted later (the contending watch's, or one an agent named on the channel). Workers in
+        `confirmed` were seen changing by this process (its own watch, same clock): still the row sighted, they are
+        alive at once instead of after their next heartbeat (a new leader's receivers for a dead worker's leases).
         """
         for worker, (heartbeat, last_update, since) in rows.items():
             known = self.handed_over.get(worker)
             if known is not None and known[:2] == (heartbeat, last_update):
                 since = min(since, known[2])
+            elif known is not None and known[2] > since:
+                continue  # a row sighted later is already known: this one is older
             self.handed_over[worker] = (heartbeat, last_update, since)
+        self.handed_confirmed |= set(confirmed) & rows.keys()
+
+    def confirmed_workers(self) -> set[str]:
+        """The workers whose rows this tracker saw changing (positive evidence of life, on this process's clock)."""
+        return {worker for worker in self.records if self.workers.confirmed(worker)}
 
     def row_sightings(self) -> dict[str, tuple[int, int, float]]:
         """Worker -> (hb, lut, when its row last changed) as of the last observation: what a leader publishes."""
@@ -332,6 +363,7 @@ class LivenessTracker:
         self.records = {w.worker_id: w for w in records}
         starts = {w.worker_id: self.handed_over[w.worker_id][2] for w in records
                   if self.handed_over.get(w.worker_id, (None, None))[:2] == (w.heartbeat, w.last_update)}
+        confirmed = self.handed_confirmed & starts.keys()
         if self.published is not None:
             sightings, published_before = self.published
             matched = sightings.silences(records)
@@ -339,8 +371,9 @@ class LivenessTracker:
                      len(matched), len(sightings))
             for worker, silent in matched.items():
                 starts[worker] = min(starts.get(worker, published_before), published_before - silent)
-        self.handed_over, self.published = {}, None
-        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts)
+        self.handed_over, self.handed_confirmed, self.published = {}, set(), None
+        self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts,
+                             confirmed=confirmed)
         lease_list = list(leases)
         if self.mode == "lease":
             self.leases.observe({lease.lease_key: lease.lease_counter for lease in lease_list}, now)
@@ -362,19 +395,26 @@ class LivenessTracker:
                 and self.workers.confirmed(worker_id))
 
     def next_verdict(self, now: float, quiet: float) -> float | None:
-        """When the first live worker whose row has been unchanged for over `quiet` seconds would count as gone.
+        """When the first worker whose row has been unchanged for over `quiet` seconds would count as gone.
 
         A run at that moment moves a dead worker's leases at once, instead of at the next interval's run (up to an
-        interval later). Workers that wrote within `quiet` (their heartbeat period) are left out: they beat on.
+        interval later). Workers that wrote within `quiet` (their heartbeat period) are left out: they beat on; so are
+        workers already gone. A row a new leader has not yet seen change counts too: after a takeover the dead
+        worker's row is usually one of these, and its verdict must not wait for the next interval's run either.
         """
-        due = [since + self.grace.of(self.records.get(worker)) for worker in self.records
-               if self.worker_alive(worker, now) and (since := self.workers.since(worker)) is not None
-               and now - since > quiet]
+        due = [since + grace for worker in self.records
+               if (since := self.workers.since(worker)) is not None
+               and quiet < now - since <= (grace := self.grace.of(self.records.get(worker)))]
         return min(due) if due else None
 
     def worker_receives(self, worker_id: str, now: float) -> bool:
-        """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace)."""
-        silent = self.workers.silent_for(worker_id, now)
+        """True if the worker's row changed recently enough that it may be handed leases (see WorkerGrace).
+
+        Counted from when this leader read the row's version (the grace allows for the leader's lag in seeing it),
+        not from the earlier time a request on the channel named it: that makes a row older, never younger, and
+        would hold back receivers whose heartbeat writes are slow.
+        """
+        silent = self.workers.unread_for(worker_id, now)
         return silent is not None and silent <= self.grace.receiver(self.records.get(worker_id))
 
     def worker_silent(self, worker_id: str, now: float) -> bool:

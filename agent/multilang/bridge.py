@@ -10,14 +10,15 @@ Invariants:
   same batch raises: the shard worker delivers it again (never skipped) to a new child, initialized at the last
   checkpoint (the daemon would exit the whole JVM instead);
 - shutdownRequested is followed by leaseLost and end of input, as the daemon's graceful shutdown does; shardEnded
-  must be answered with the SHARD_END checkpoint (KCL requires it before the shard's children start), else the child
-  is asked again and, after `SHARD_END_ATTEMPTS`, ShardEndNotCheckpointed is raised.
+  must be answered with the SHARD_END checkpoint (KCL requires it before the shard's children start). One call is one
+  attempt; a child that answers without it has ended, and the shard worker calls again after a growing wait (a new
+  child, initialized at the last checkpoint, gets shardEnded), with the shard shown stuck meanwhile
+  (agent/shard_worker.py). The Java daemon asks its child once and then only logs, every task backoff, forever.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,13 +31,6 @@ from shardherd.shared.checkpoint import SHARD_END, Checkpoint, parse_checkpoint
 from shardherd.shared.errors import InvalidCheckpoint, ShardherdError, StoreUnavailable
 
 log = logging.getLogger(__name__)
-
-SHARD_END_ATTEMPTS = 3
-
-
-class ShardEndNotCheckpointed(ShardherdError):
-    """The record processor answered shardEnded without checkpointing SHARD_END (every attempt)."""
-
 
 @dataclass(frozen=True, slots=True)
 class ChildOptions:
@@ -107,24 +101,19 @@ class MultiLangProcessor(RecordProcessor):
         self._end()
 
     def shard_ended(self, shard_id: str, checkpointer: Checkpointer) -> None:
-        """Every record was delivered: the child must checkpoint SHARD_END (asked again, on a new child, if not)."""
+        """Every record was delivered: ask the child (a new one if none runs) for the SHARD_END checkpoint, once.
+
+        The shard worker checks that SHARD_END was stored and calls again, with backoff, if not.
+        """
         self._largest = SHARD_END
-        for attempt in range(1, SHARD_END_ATTEMPTS + 1):
-            try:
-                if self._child is None:
-                    self._start_child()
-                self._exchange(messages.SHARD_ENDED, messages.bare(messages.SHARD_ENDED), checkpointer)
-            except ChildFailed as exc:
-                log.error("%s: the record processor failed on shardEnded: %s", shard_id, exc)
-                self._discard()
-            else:
-                self._end()
-            if self._last.is_shard_end:
-                return
-            log.error("%s: shardEnded answered without the SHARD_END checkpoint (attempt %d of %d); the shard's "
-                      "children wait for it", shard_id, attempt, SHARD_END_ATTEMPTS)
-            time.sleep(attempt)
-        raise ShardEndNotCheckpointed(f"{shard_id}: the record processor never checkpointed SHARD_END in shardEnded")
+        try:
+            if self._child is None:
+                self._start_child()
+            self._exchange(messages.SHARD_ENDED, messages.bare(messages.SHARD_ENDED), checkpointer)
+        except ChildFailed:
+            self._discard()
+            raise
+        self._end()
 
     # ------------------------------------------------------------------ the child
     def _start_child(self) -> None:

@@ -8,6 +8,8 @@ sees them. It costs no store read: the leader's own runs feed it.
 The request is also the agent's presence on the channel (docs/decisions/0010-leader-scans.md): a client that goes
 away while its request waits (a killed agent) is noticed at once and signalled to the leader, and `news=true` (an
 agent that announced a drain, gave leases back or reached a shard's end) asks the leader to look at the store now.
+`hb` and `lut` are the agent's last written worker row, as the leader's liveness sightings take them (the feed's
+`report_beat`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotat
                              feed: Annotated[str | None, Query(max_length=64)] = None,
                              after: Annotated[int, Query(ge=0)] = 0,
                              wait: Annotated[float, Query(ge=0, le=MAX_WAIT_SECONDS)] = 20.0,
-                             news: bool = False) -> AssignmentChanges:
+                             news: bool = False,
+                             hb: Annotated[int | None, Query(ge=0)] = None,
+                             lut: Annotated[int | None, Query(ge=0)] = None) -> AssignmentChanges:
     """Answer at once if the worker's position differs from (`feed`, `after`), else when it moves or `wait` ends.
 
     Only a caller with a token is presence on the channel or a signal (news, a join, a dropped request): an
@@ -55,6 +59,8 @@ async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotat
     listen = access_of(request) is not Access.ANONYMOUS
     if news and listen:
         ctx.loop.feed.signal(worker_id, NEWS)
+    if hb is not None and lut is not None and listen:
+        ctx.loop.feed.report_beat(worker_id, hb, lut)
     try:
         position = await _unless_gone(request, ctx.loop.feed.wait(worker_id, feed, after, wait, listen))
     except NotLeading:

@@ -39,6 +39,9 @@ class Keeper:
     def discover_soon(self) -> None:
         pass
 
+    def last_beat(self) -> tuple[int, int] | None:
+        return (7, 1_700_000_000)  # the row the agent last wrote: each request names it
+
 
 @pytest.fixture
 def replicas(moto_server: MotoServer) -> Iterator[tuple[Replica, Replica, list[str]]]:
@@ -68,6 +71,7 @@ def test_the_watch_finds_the_leader_carries_news_and_its_end_is_signalled(
         assert set(keeper.told[-1].values()) == {"owns"} and len(keeper.told[-1]) == 2
         wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "w1 on the leader's channel")
         assert (("w1", JOINED)) in leader.loop.feed.take_signals()
+        assert leader.loop.feed.beats()["w1"][:2] == (7, 1_700_000_000)  # the leader knows the row without a scan
         watch.news()
         wait_for(lambda: ("w1", NEWS) in leader.loop.feed.take_signals(), 10, "the news at the leader")
     finally:

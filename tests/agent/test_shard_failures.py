@@ -304,3 +304,40 @@ def test_a_one_shot_exception_in_a_shard_thread_is_survived_and_health_stays_gre
     wait_for(stack.all_delivered, 30, "records after the raise delivered")
     assert set(stack.owners().values()) == {"agent-1"} and agent.stalls.given_up == 0
     assert _health(agent)[0] == 200
+
+
+class ForgetsShardEnd(LedgerProcessor):
+    """A ledger processor whose `shard_ended` returns twice without checkpointing SHARD_END, then checkpoints it."""
+
+    calls = 0
+
+    def shard_ended(self, shard_id: str, checkpointer: Checkpointer) -> None:
+        ForgetsShardEnd.calls += 1
+        if ForgetsShardEnd.calls > 2:
+            super().shard_ended(shard_id, checkpointer)
+
+
+def test_a_shard_end_without_its_checkpoint_is_asked_again_visibly_until_stored(
+        stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 35: a processor that does not checkpoint SHARD_END kept its lease with nothing processing it, silently."""
+    with caplog.at_level(logging.ERROR):
+        agent = stack.add_agent("agent-1", kind=ForgetsShardEnd, agent_health_port=0)
+        wait_for(lambda: set(stack.owners().values()) == {"agent-1"} and len(stack.owners()) == 3, 30,
+                 "agent-1 holds every lease")
+        parent = BAD_SHARD
+        description = stack.kinesis.describe_stream(StreamName=stack.app)["StreamDescription"]
+        hash_range = next(s["HashKeyRange"] for s in description["Shards"] if s["ShardId"] == parent)
+        middle = (int(hash_range["StartingHashKey"]) + int(hash_range["EndingHashKey"])) // 2
+        stack.kinesis.split_shard(StreamName=stack.app, ShardToSplit=parent, NewStartingHashKey=str(middle))
+        wait_for(lambda: parent in agent.progress.failing(), 30, "the ended shard shown stuck")
+        failing = agent.progress.failing()[parent]
+        assert failing.last_error.startswith("ShardEndNotCheckpointed")
+        assert agent.health is not None
+        metrics = httpx.get(f"http://127.0.0.1:{agent.health.port}/metrics", timeout=5).text
+        assert f'shardherd_shard_failing_batch_seconds{{lease="{parent}"}}' in metrics
+        # Asked again after 1 s, then 2 s: the third call stores SHARD_END and the children follow.
+        wait_for(lambda: stack.checkpoints().get(parent) == "SHARD_END", 30, "SHARD_END stored on a later attempt")
+        wait_for(lambda: parent not in agent.progress.failing(), 10, "the shard no longer stuck")
+    assert ForgetsShardEnd.calls == 3
+    lines = [record for record in caplog.records if "did not store SHARD_END" in record.getMessage()]
+    assert len(lines) == 2 and all(record.exc_info is None for record in lines)  # one line per attempt

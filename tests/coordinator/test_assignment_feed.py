@@ -95,3 +95,37 @@ def test_presence_follows_requests_and_joins_drops_and_news_are_signalled_once()
     feed.take_signals()  # long gone: forgotten, so the map of who listens stays bounded
     feed.connect("w1")
     assert feed.take_signals() == [("w1", JOINED)]
+
+
+def test_a_listening_request_is_held_at_most_a_heartbeat_so_a_frozen_agent_leaves_the_channel() -> None:
+    """A frozen agent's socket stays open: its request must not count as presence for the whole wait it asked for."""
+    clock = ManualClock()
+    feed = AssignmentFeed(clock, hold=0.2)
+    feed.observe(1, [Lease("a", lease_owner="w1")])
+    start = feed.position("w1")
+
+    async def scenario() -> float:
+        began = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(feed.wait("w1", start.feed, start.version, 30), 5)
+        assert answer == start  # unchanged: answered when the hold ended, not after the 30 s asked for
+        anonymous = asyncio.ensure_future(feed.wait("w1", start.feed, start.version, 0.6, listen=False))
+        await asyncio.sleep(0.4)
+        assert not anonymous.done()  # the hold is about presence: an anonymous wait is neither held nor presence
+        await anonymous
+        return asyncio.get_running_loop().time() - began
+
+    assert asyncio.run(scenario()) < 2.0
+    assert feed.on_channel("w1")  # a live agent asks again at once
+    clock.advance(REPOLL_GRACE_SECONDS + 0.1)
+    assert not feed.on_channel("w1")  # a frozen one does not: the leader scans and judges its row
+
+
+def test_a_row_named_by_requests_counts_from_the_first_request_that_named_it() -> None:
+    clock = ManualClock()
+    feed = AssignmentFeed(clock)
+    feed.report_beat("w1", 7, 1000)
+    clock.advance(3.0)
+    feed.report_beat("w1", 7, 1000)  # the same row again: still unchanged since the first naming
+    assert feed.beats() == {"w1": (7, 1000, 1000.0)}
+    feed.report_beat("w1", 8, 1004)
+    assert feed.beats() == {"w1": (8, 1004, 1003.0)}

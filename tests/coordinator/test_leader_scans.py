@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from shardherd.coordinator.assignment_feed import NEWS
+from shardherd.coordinator.assignment_feed import NEWS, REPOLL_GRACE_SECONDS
+from shardherd.coordinator.liveness import decode_sightings
 from shardherd.coordinator.scan_policy import CADENCE
 from shardherd.services.leader_status import STATUS_KEY, LeaderWatch
 from shardherd.shared.store import LeaseStore
@@ -28,13 +29,21 @@ class ListeningFleet(Fleet):
         self.meter = StoreMeter(store, consistent_reads=False, default_caller="agent")
         super().__init__(self.meter, _even_shards(shards))
         self.draining: set[str] = set()
+        self.listening: set[str] = set()  # each asks again every step (the leader answers within its hold)
 
     def listen(self, *workers: str) -> None:
         for worker in workers:
             self.loop.feed.connect(worker)
+            self.listening.add(worker)
 
     def heartbeat(self) -> None:
         super().heartbeat()
+        for worker in sorted(self.listening):  # answered (the hold ended), and asked again at once
+            self.loop.feed.disconnect(worker, dropped=False)
+            self.loop.feed.connect(worker)
+            record = worker_record(self.store, worker)  # the request names the row the agent last wrote
+            assert record is not None
+            self.loop.feed.report_beat(worker, record.heartbeat, record.last_update)
         for worker in sorted(self.draining & self.alive):
             record = worker_record(self.store, worker)
             assert record is not None
@@ -77,6 +86,7 @@ def test_a_dropped_connection_makes_the_leader_watch_and_fail_the_dead_worker_ov
     fleet.run(INTERVAL)  # a quiet tick
     victims = {key for key, owner in fleet.owners().items() if owner == "w2"}
     fleet.alive.discard("w2")  # kill -9: no more heartbeats, and its long-poll's socket closes
+    fleet.listening.discard("w2")
     fleet.loop.feed.disconnect("w2", dropped=True)
     first = fleet.run(INTERVAL)[0]
     assert first is not None and first.scan_reason == "dropped: w2"
@@ -124,3 +134,43 @@ def test_quiet_ticks_keep_the_leader_fresh_without_publishing_its_status(loop_st
     assert watch.last_success_wall() == ticks[-1].started_at
     assert usage_total(fleet.meter.rows(), caller="status").write_units == 0
     assert fleet.store.get_state(STATUS_KEY) == published
+
+
+def test_a_frozen_agent_whose_request_stays_open_is_watched_and_failed_over_in_time(loop_store: LeaseStore) -> None:
+    """SIGSTOP (a long GC pause): no heartbeat, no new request, but the socket of its last request stays open.
+
+    Before the hold, that open request counted as presence for the whole 20 s wait: the leader kept ticking on its
+    view and moved nothing while the agent was stopped (the fault matrix's SIGSTOP cell: never moved).
+    """
+    fleet = _settled(loop_store, "w1", "w2")
+    fleet.run(INTERVAL)
+    victims = {key for key, owner in fleet.owners().items() if owner == "w2"}
+    fleet.alive.discard("w2")  # frozen: no heartbeat, and its request neither ends nor is asked again
+    fleet.listening.discard("w2")
+    heartbeat = fleet.settings.effective_heartbeat_interval_millis / 1000
+    scans: list[float] = []
+    moved_after = None
+    for step in range(1, 60):
+        summary = fleet.run(INTERVAL)[0]
+        if summary is not None and summary.scan_reason == "not on the channel: w2" and not scans:
+            scans.append(step * INTERVAL)
+        if all(fleet.owners()[key] == "w1" for key in victims):
+            moved_after = step * INTERVAL
+            break
+    assert scans and scans[0] <= heartbeat + REPOLL_GRACE_SECONDS + INTERVAL, scans
+    failover = fleet.settings.failover_time_millis / 1000
+    # Its last row was named on the channel just before it froze: silent since then, not since the scan.
+    assert moved_after is not None and moved_after <= failover + 2 * INTERVAL, (scans, moved_after)
+
+
+def test_the_published_sightings_stay_as_fresh_as_the_channel_between_full_scans(loop_store: LeaseStore) -> None:
+    """A successor starts from them: rows sighted at the last full scan (up to 20 s ago) no longer match a row that
+    beat since, and it had to watch that worker for a whole failover time from zero."""
+    fleet = _settled(loop_store, "w1", "w2")
+    summaries = fleet.run(FULL_SCAN / 2)
+    assert not any(s is not None and s.scanned for s in summaries[1:])  # ticks on the view: no scan
+    published = fleet.loop.published_sightings(1000)
+    assert published is not None
+    rows = [record for worker in ("w1", "w2") if (record := worker_record(fleet.store, worker)) is not None]
+    silences = decode_sightings(published).silences(rows)
+    assert set(silences) == {"w1", "w2"} and max(silences.values()) <= INTERVAL + 0.1, silences

@@ -107,3 +107,30 @@ def test_the_next_verdict_is_when_a_quiet_live_worker_would_count_as_gone() -> N
     assert tracker.next_verdict(104.0, quiet=1.2) == 102.0 + FAILOVER  # b went quiet: its failover ends then
     assert tracker.next_verdict(104.0, quiet=5.0) is None
     assert tracker.next_verdict(102.0 + FAILOVER + 0.1, quiet=9.0) is None  # b is gone, a not quiet that long
+
+
+def test_a_new_leaders_verdict_on_a_row_it_never_saw_change_is_scheduled_too() -> None:
+    # After a takeover the dead worker's row is one the new leader has not seen change: its verdict must still get
+    # a run of its own (one failover after the row was first seen), not wait for the next interval's run.
+    tracker = _tracker("worker")
+    tracker.observe([Lease("s-0", lease_owner="dead")], [_worker("dead", 41, 1000)], 100.0)
+    assert not tracker.worker_alive("dead", 103.0)
+    assert tracker.next_verdict(103.0, quiet=1.2) == 100.0 + FAILOVER
+    assert tracker.next_verdict(100.0 + FAILOVER + 0.1, quiet=1.2) is None  # gone: nothing left to schedule
+
+
+def test_rows_seen_changing_while_contending_are_alive_at_once_for_the_new_leader() -> None:
+    # The receivers of a dead worker's leases: the replica saw them beat while it contended for the lock, on its own
+    # clock, so as leader it need not wait for their next heartbeat before handing them leases.
+    contending = _tracker("worker")
+    contending.observe((), [_worker("live", 7, 1000), _worker("dead", 41, 1000)], 10.0)
+    contending.observe((), [_worker("live", 8, 1004), _worker("dead", 41, 1000)], 14.0)
+    leader = _tracker("worker")
+    leader.start_from(contending.row_sightings(), contending.confirmed_workers())
+    leader.observe([Lease("s-0", lease_owner="dead")], [_worker("live", 8, 1004), _worker("dead", 41, 1000)], 16.0)
+    assert leader.worker_alive("live", 16.0) and not leader.worker_alive("dead", 16.0)
+    assert leader.lease(Lease("s-0", lease_owner="dead"), 10.0 + FAILOVER + 0.1).expired  # silent since 10.0
+    stale = _tracker("worker")  # a row that changed since it was sighted is judged afresh, confirmed or not
+    stale.start_from(contending.row_sightings(), contending.confirmed_workers())
+    stale.observe((), [_worker("live", 9, 1008)], 18.0)
+    assert not stale.worker_alive("live", 18.0)

@@ -87,3 +87,14 @@ def test_a_child_that_stops_reading_fails_the_write_within_the_deadline(tmp_path
     big = Record("shardId-1", "49500", 0, "pk", None, None, b"x" * 2_000_000, False)  # more than a pipe holds
     with pytest.raises(ChildFailed, match="writing processRecords took more than 1 s"):
         processor.process_records([big], UNUSED, 0)
+
+
+def test_a_child_that_answers_shard_ended_without_checkpointing_is_asked_again_by_a_new_one(tmp_path: Path) -> None:
+    """The shard worker calls shard_ended again (with backoff) until SHARD_END is stored: each call is a fresh child,
+    initialized at the last checkpoint, asked once (the Java daemon never asks again and only logs)."""
+    processor, trace = bridge(tmp_path, "")
+    processor.initialize("shardId-1", Checkpoint("49000"))
+    processor.shard_ended("shardId-1", UNUSED)  # the scripted child answers without checkpointing
+    processor.shard_ended("shardId-1", UNUSED)
+    actions = [(m["action"], m.get("sequenceNumber")) for m in traced(trace)]
+    assert actions == [("initialize", "49000"), ("shardEnded", None), ("initialize", "49000"), ("shardEnded", None)]
