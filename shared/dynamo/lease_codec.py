@@ -50,6 +50,10 @@ RECORDS_BEHIND = "recordsBehind"
 PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
                        "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND}
 
+# shardherd's pause attributes (shared/pause.py): the operator's reason and the worker that stopped for it.
+PAUSED = "shardherdPaused"
+PAUSED_BY = "shardherdPausedBy"
+
 LEASE_ENTITY = "LEASE"
 
 
@@ -124,6 +128,8 @@ def _decode_lease(item: Item) -> Lease:
             "checkpoint_owner": read_string(item, CHECKPOINT_OWNER),
             "stream_name": read_string(item, STREAM_NAME),
             "shard_id": read_string(item, SHARD_ID),
+            "paused": read_string(item, PAUSED),
+            "paused_by": read_string(item, PAUSED_BY),
         }
         fields["throughput_kbps"], throughput_repairs = checked_throughput(read_float(item, THROUGHPUT_KBPS),
                                                                            THROUGHPUT_KBPS)
@@ -175,6 +181,8 @@ def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
         CHECKPOINT_OWNER: lease.checkpoint_owner,
         STREAM_NAME: lease.stream_name,
         SHARD_ID: lease.shard_id,
+        PAUSED: lease.paused,
+        PAUSED_BY: lease.paused_by,
     }
     item.update({name: string(value) for name, value in optional_strings.items() if value is not None})
     return item

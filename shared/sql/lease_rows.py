@@ -53,6 +53,8 @@ def lease_values(lease: Lease) -> dict[str, Any]:
         "records_processed": lease.records_processed,
         "bytes_processed": lease.bytes_processed,
         "records_behind": lease.records_behind,
+        "paused": lease.paused,
+        "paused_by": lease.paused_by,
     }
 
 
@@ -125,5 +127,7 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         records_processed=progress[LEASE_ATTRIBUTES["records_processed"]],
         bytes_processed=progress[LEASE_ATTRIBUTES["bytes_processed"]],
         records_behind=progress[LEASE_ATTRIBUTES["records_behind"]],
+        paused=column("paused", read_optional_str),
+        paused_by=column("paused_by", read_optional_str),
         repairs=repairs + progress_repairs,
     )
