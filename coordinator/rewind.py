@@ -1,0 +1,227 @@
+"""Rewind (or fast-forward) shards online: pause them, wait until nobody processes them, rewrite, resume.
+
+Invariants (decision 0031):
+* Nothing is written before the whole request is checked and every shard's new position is resolved: bad input or
+  a shard that cannot be read is one error and no write.
+* One rewind at a time: the coordinator-state item `rewind-running` is created only where absent and deleted at the
+  end; one left by a run that died is taken over after RUN_LIMIT_SECONDS.
+* A checkpoint is rewritten only while its lease is paused and nobody processes it (its owner acknowledged the pause,
+  or it has none), conditioned on the row as read (LeaseStore.rewrite_checkpoint): an owner change or a checkpoint
+  in between makes the write fail and the row is read again. An owner's in-flight batch was delivered and
+  checkpointed before it acknowledged, so no batch planned before the rewind is checkpointed after it.
+* Leases the rewind paused are resumed at the end whatever happened; leases an operator had paused stay paused.
+* Each rewind leaves one record (who, when, every shard's checkpoint before and after) in `rewind-history`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from shardherd.coordinator.rewind_positions import RewindRecord, RewindRow, parse_sequences, parse_time, position_at
+from shardherd.coordinator.rewind_probe import probe, retention_hours
+from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import Clock
+from shardherd.shared.config import Settings
+from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lease import Lease
+from shardherd.shared.pause import BadControlRequest, select_leases
+from shardherd.shared.store import LeaseStore
+from shardherd.shared.streams import stream_name_of
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+
+log = logging.getLogger(__name__)
+
+RUNNING_KEY = "rewind-running"
+HISTORY_KEY = "rewind-history"
+HISTORY = 20  # records kept
+RUN_LIMIT_SECONDS = 300.0
+STOP_TIMEOUT_SECONDS = 30.0
+POLL_SECONDS = 0.1
+REWRITE_ATTEMPTS = 5
+REWIND_REASON = "rewind "  # + the rewind id: the pause reason of the leases a rewind paused
+
+
+class RewindFailed(ShardherdError):
+    """A rewind could not complete (an owner did not stop, the store refused); its record says what was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class RewindRequest:
+    """What an operator asked: a time or per-shard sequences, which shards or streams (none: all), a dry run."""
+
+    who: str
+    to: str | None = None
+    sequences: Sequence[str] = ()
+    shards: Sequence[str] = ()
+    streams: Sequence[str] = ()
+    dry_run: bool = False
+
+
+class Rewinder:
+    """Runs rewinds against one application's store and streams; `news(worker)` makes the leader look at once."""
+
+    def __init__(self, store: LeaseStore, kinesis: KinesisClient, settings: Settings, clock: Clock,
+                 news: Callable[[str], None]) -> None:
+        self._store = store
+        self._kinesis = kinesis
+        self._settings = settings
+        self._clock = clock
+        self._news = news
+
+    def run(self, request: RewindRequest) -> RewindRecord:
+        """Plan the rewind, and unless it is a dry run carry it out; the record of what was (or would be) done."""
+        now = self._clock.time()
+        leases = self._store.scan_leases().leases
+        chosen = select_leases(leases, request.shards, request.streams) if (request.shards or request.streams) \
+            else sorted(leases, key=lambda lease: lease.lease_key)
+        if not chosen:
+            raise BadControlRequest("the application has no leases to rewind")
+        targets = self._targets(request, chosen, now)
+        record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run,
+                              tuple(RewindRow(lease.lease_key, lease.shard, lease.actual_owner, str(lease.checkpoint),
+                                              str(target), note) for lease, target, note in targets))
+        if request.dry_run:
+            return record
+        self._take_lock(record, now)
+        try:
+            return self._carry_out(record, {lease.lease_key: target for lease, target, _ in targets})
+        finally:
+            self._store.delete_state(RUNNING_KEY, {"id": record.rewind_id})
+
+    # ------------------------------------------------------------------ planning (reads only)
+    def _targets(self, request: RewindRequest, chosen: list[Lease], now: float) -> list[tuple[Lease, Checkpoint, str]]:
+        if (request.to is None) == (not request.sequences):
+            raise BadControlRequest("give either --to TIME or --to-sequence SHARD=SEQUENCE")
+        if request.sequences:
+            sequences = parse_sequences(list(request.sequences))
+            named = select_leases(chosen, list(sequences))
+            return [(lease, sequences.get(lease.shard, sequences.get(lease.lease_key, lease.checkpoint)),
+                     "sequence given") for lease in named]
+        assert request.to is not None
+        when = parse_time(request.to, now)
+        at = datetime.fromtimestamp(now, UTC)
+        retention: dict[str, int] = {}
+        targets = []
+        for lease in chosen:
+            stream = self._settings.stream_name or stream_name_of(lease)
+            if stream is None:
+                raise BadControlRequest(f"lease {lease.lease_key!r} names no stream of this application")
+            if stream not in retention:
+                retention[stream] = retention_hours(self._kinesis, stream)
+            checkpoint, note = position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream]))
+            targets.append((lease, checkpoint, note))
+        return targets
+
+    def _take_lock(self, record: RewindRecord, now: float) -> None:
+        running = self._store.get_state(RUNNING_KEY)
+        condition: dict[str, str | int | bytes | None] = {"key": None}
+        if running is not None:
+            started = float(str(running.get("started", "0")))
+            if now - started < RUN_LIMIT_SECONDS:
+                raise BadControlRequest(f"rewind {running.get('id')!s:.12} by {running.get('who')!s} is running since "
+                                        f"{datetime.fromtimestamp(started, UTC).isoformat()}")
+            condition = {"id": running.get("id")}
+        attributes = {"id": record.rewind_id, "who": record.who, "started": str(now)}
+        if not self._store.put_state(RUNNING_KEY, attributes, condition):
+            raise BadControlRequest("another rewind started just now")
+
+    # ------------------------------------------------------------------ carrying out
+    def _carry_out(self, record: RewindRecord, targets: dict[str, Checkpoint]) -> RewindRecord:
+        reason = REWIND_REASON + record.rewind_id
+        ours = [key for key in targets if self._pause(key, reason)]
+        rows: dict[str, RewindRow] = {}
+        outcome = "failed"
+        try:
+            stopped = self._wait_stopped(list(targets))
+            for row in record.rows:
+                before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
+                rows[row.lease_key] = replace(row, before=str(before.checkpoint), owner=after.actual_owner)
+            outcome = "done"
+        finally:
+            for key in ours:
+                self._resume(key, reason)
+            finished = replace(record, rows=tuple(rows.get(row.lease_key, replace(row, note=row.note + "; not written"))
+                                                  for row in record.rows),
+                               finished_at=self._clock.time(), outcome=outcome)
+            self._remember(finished)
+        return finished
+
+    def _pause(self, key: str, reason: str) -> bool:
+        """Pause one lease for the rewind; False when an operator's pause already holds it (it stays theirs)."""
+        lease = self._store.get_lease(key)
+        if lease is None:
+            raise RewindFailed(f"lease {key} vanished")
+        if lease.is_paused:
+            return False
+        outcome = self._store.set_pause(key, reason)
+        if outcome.lease is not None and outcome.lease.actual_owner is not None:
+            self._news(outcome.lease.actual_owner)
+        return outcome.applied
+
+    def _resume(self, key: str, reason: str) -> None:
+        try:
+            lease = self._store.get_lease(key)
+            if lease is not None and lease.paused == reason:
+                self._store.set_pause(key, None)
+                if lease.actual_owner is not None:
+                    self._news(lease.actual_owner)
+        except ShardherdError as exc:  # the record says so; an operator resumes it by hand
+            log.error("resuming %s after the rewind failed (shardherd resume %s): %s", key, key, exc)
+
+    def _wait_stopped(self, keys: list[str]) -> dict[str, Lease]:
+        """Each lease's row once nobody processes it (acknowledged, or no owner); RewindFailed after the timeout."""
+        deadline = self._clock.monotonic() + STOP_TIMEOUT_SECONDS
+        stopped: dict[str, Lease] = {}
+        while True:
+            for key in keys:
+                lease = self._store.get_lease(key)
+                if lease is not None and (lease.actual_owner is None or lease.pause_acknowledged):
+                    stopped[key] = lease
+                else:
+                    stopped.pop(key, None)
+            waiting = [key for key in keys if key not in stopped]
+            if not waiting:
+                return stopped
+            if self._clock.monotonic() >= deadline:
+                raise RewindFailed(f"{len(waiting)} shard(s) still processed after {STOP_TIMEOUT_SECONDS:.0f} s "
+                                   f"(e.g. {waiting[0]}): nothing was rewritten")
+            self._clock.sleep(POLL_SECONDS)
+
+    def _rewrite(self, lease: Lease, target: Checkpoint) -> tuple[Lease, Lease]:
+        """Rewrite one stopped lease: (the row rewritten, the row after); a row that moved is waited for again."""
+        for _ in range(REWRITE_ATTEMPTS):
+            outcome = self._store.rewrite_checkpoint(lease.lease_key, lease, target)
+            if outcome.applied and outcome.lease is not None:
+                return lease, outcome.lease
+            lease = self._wait_stopped([lease.lease_key])[lease.lease_key]  # e.g. a new owner after a failover
+        raise RewindFailed(f"{lease.lease_key} kept changing while paused: the shards before it were rewritten, "
+                           "it and the rest were not")
+
+    def _remember(self, record: RewindRecord) -> None:
+        try:
+            self._store.put_state(HISTORY_KEY, {"records": json.dumps(
+                [json.loads(record.to_json()), *[json.loads(text) for text in history_json(self._store)]][:HISTORY])})
+        except ShardherdError as exc:
+            log.error("keeping the record of rewind %s failed: %s (record: %s)", record.rewind_id, exc,
+                      record.to_json())
+
+
+def history_json(store: LeaseStore) -> list[str]:
+    """The kept rewind records, newest first, each as a JSON object."""
+    item = store.get_state(HISTORY_KEY)
+    if item is None:
+        return []
+    return [json.dumps(entry) for entry in json.loads(str(item.get("records", "[]")))]
+
+
+def history(store: LeaseStore) -> list[RewindRecord]:
+    """The kept rewind records, newest first."""
+    return [RewindRecord.from_json(text) for text in history_json(store)]
