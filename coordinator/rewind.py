@@ -19,6 +19,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -46,6 +47,7 @@ RUN_LIMIT_SECONDS = 300.0
 STOP_TIMEOUT_SECONDS = 30.0
 POLL_SECONDS = 0.1
 REWRITE_ATTEMPTS = 5
+PROBE_THREADS = 8  # shards probed at once
 REWIND_REASON = "rewind "  # + the rewind id: the pause reason of the leases a rewind paused
 
 
@@ -108,17 +110,18 @@ class Rewinder:
         assert request.to is not None
         when = parse_time(request.to, now)
         at = datetime.fromtimestamp(now, UTC)
-        retention: dict[str, int] = {}
-        targets = []
-        for lease in chosen:
-            stream = self._settings.stream_name or stream_name_of(lease)
-            if stream is None:
-                raise BadControlRequest(f"lease {lease.lease_key!r} names no stream of this application")
-            if stream not in retention:
-                retention[stream] = retention_hours(self._kinesis, stream)
-            checkpoint, note = position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream]))
-            targets.append((lease, checkpoint, note))
-        return targets
+        streams = {lease.lease_key: self._settings.stream_name or stream_name_of(lease) for lease in chosen}
+        if None in streams.values():
+            raise BadControlRequest("a lease names no stream of this application")
+        retention = {stream: retention_hours(self._kinesis, stream) for stream in set(streams.values()) if stream}
+
+        def place(lease: Lease) -> tuple[Lease, Checkpoint, str]:
+            stream = streams[lease.lease_key]
+            assert stream is not None
+            return (lease, *position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream])))
+
+        with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind-probe") as pool:
+            return list(pool.map(place, chosen))
 
     def _take_lock(self, record: RewindRecord, now: float) -> None:
         running = self._store.get_state(RUNNING_KEY)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
 LOOK_BACK_SECONDS = (2.0, 30.0, 300.0, 3600.0)
-MAX_CALLS = 200  # GetRecords calls per look-back before the probe gives up (a very busy shard)
+READ_LIMIT = 2000  # records per GetRecords call: the look-back is short, most reads end early
+MAX_CALLS = 500  # GetRecords calls per look-back before the probe gives up (a very busy shard)
 
 
 class ProbeFailed(ShardherdError):
@@ -55,7 +56,7 @@ def _read_around(kinesis: KinesisClient, stream: str, shard: str, start: datetim
     for _ in range(MAX_CALLS):
         if iterator is None:
             return last, False, True
-        response: dict[str, Any] = dict(kinesis.get_records(ShardIterator=iterator, Limit=10_000))
+        response: dict[str, Any] = dict(kinesis.get_records(ShardIterator=iterator, Limit=READ_LIMIT))
         for record in response.get("Records", []):
             if record["ApproximateArrivalTimestamp"] >= when:
                 return last, True, False

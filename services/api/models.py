@@ -92,6 +92,10 @@ class LeaseOut(BaseModel):
                     "owner); null while it is not")] = None
     failing_attempts: Annotated[int | None, Field(description="failed deliveries of that batch so far")] = None
     failing_error: Annotated[str | None, Field(description="the last error of that batch (shortened)")] = None
+    paused: Annotated[str | None, Field(
+        description="an operator's pause and its reason (shardherd pause); null while the shard runs")] = None
+    paused_by: Annotated[str | None, Field(
+        description="the worker that stopped processing for the pause (null until it did)")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(
