@@ -9,7 +9,7 @@ Pause (shared/pause.py): a held lease whose row shows an operator's pause is sto
 side checkpoints what it delivered and calls `finish_handoff`), then acknowledged in the row and reported to the
 listener as lost for PAUSED while the keeper keeps it; a row seen without the pause again starts it with
 `lease_acquired`. Rows are seen at acquisition, in checkpoint and renewal replies, on a channel change of the
-lease's pause mark, and at each discovery for paused leases.
+lease's pause mark, and every discovery interval for paused leases (one read each, to see a resume).
 
 Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
 counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
@@ -160,6 +160,7 @@ class LeaseKeeper:
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
         self._next_await_check = 0.0
+        self._next_pause_check = 0.0  # paused leases are re-read every discovery interval, to see a resume
         self._beats_apart = False  # liveness writes run on their own thread (beat), not in tick
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lease-read")  # threads made on demand
 
@@ -399,6 +400,9 @@ class LeaseKeeper:
             elif self._awaiting and now >= self._next_await_check and self.is_live():
                 self._next_await_check = now + AWAIT_RECHECK_SECONDS
                 self._recheck_awaiting()
+            if now >= self._next_pause_check and self.is_live():
+                self._next_pause_check = now + self._timing.discovery
+                self._recheck_paused()
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -513,7 +517,7 @@ class LeaseKeeper:
                 return
         held = self.held()
         new, gone = sorted(owned - held.keys()), sorted(held.keys() - owned)
-        watched = sorted(pause_rechecks(held, owned, told))
+        watched = sorted(pause_rechecks(held, owned, told)) if told is not None else []
         rows = self._read_leases(new + gone + watched)
         self._set_awaiting({key for key in new if self._consider_new(key, rows[key])})
         for key in gone:
@@ -553,6 +557,17 @@ class LeaseKeeper:
         context = contextvars.copy_context()  # e.g. the store meter's caller, as in this thread
         futures = {key: self._readers.submit(context.copy().run, read, key) for key in keys}
         return {key: future.result() for key, future in futures.items()}
+
+    def _recheck_paused(self) -> None:
+        """Re-read the paused leases (only those): start each one resumed; acknowledge where that failed before."""
+        keys = sorted(key for key, held in self.held_items() if held.state is HeldState.PAUSED)
+        for key, row in self._read_leases(keys).items():
+            if not isinstance(row, Lease):
+                continue
+            if row.is_paused and row.paused_by != self._me:
+                self._pause_stopped(key)
+            else:
+                self._follow_pause(key, row)
 
     def _set_awaiting(self, awaiting: set[str]) -> None:
         """Keep the leases that wait for their previous owner; tell the listener when that set changed."""

@@ -94,7 +94,8 @@ class Rewinder:
             return record
         self._take_lock(record, now)
         try:
-            return self._carry_out(record, {lease.lease_key: target for lease, target, _ in targets})
+            return self._carry_out(record, {lease.lease_key: target for lease, target, _ in targets},
+                                   {lease.lease_key for lease in chosen if lease.is_paused})
         finally:
             self._store.delete_state(RUNNING_KEY, {"id": record.rewind_id})
 
@@ -137,59 +138,57 @@ class Rewinder:
             raise BadControlRequest("another rewind started just now")
 
     # ------------------------------------------------------------------ carrying out
-    def _carry_out(self, record: RewindRecord, targets: dict[str, Checkpoint]) -> RewindRecord:
+    def _carry_out(self, record: RewindRecord, targets: dict[str, Checkpoint],
+                   operator_paused: set[str]) -> RewindRecord:
         reason = REWIND_REASON + record.rewind_id
-        ours = [key for key in targets if self._pause(key, reason)]
+        ours = [key for key in targets if key not in operator_paused]
         rows: dict[str, RewindRow] = {}
         outcome = "failed"
-        try:
-            stopped = self._wait_stopped(list(targets))
-            for row in record.rows:
-                before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
-                rows[row.lease_key] = replace(row, before=str(before.checkpoint), owner=after.actual_owner)
-            outcome = "done"
-        finally:
-            for key in ours:
-                self._resume(key, reason)
-            finished = replace(record, rows=tuple(rows.get(row.lease_key, replace(row, note=row.note + "; not written"))
-                                                  for row in record.rows),
-                               finished_at=self._clock.time(), outcome=outcome)
-            self._remember(finished)
+        with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind") as pool:
+            try:
+                self._tell(list(pool.map(lambda key: self._store.set_pause(key, reason).lease, ours)))
+                stopped = self._wait_stopped(list(targets), pool)
+
+                def rewrite(row: RewindRow) -> RewindRow:
+                    before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
+                    return replace(row, before=str(before.checkpoint), owner=after.actual_owner)
+
+                rows = {row.lease_key: row for row in pool.map(rewrite, record.rows)}
+                outcome = "done"
+            finally:
+                self._tell(list(pool.map(lambda key: self._resume(key), ours)))
+                finished = replace(record, rows=tuple(rows.get(row.lease_key, replace(row, note=f"{row.note}; not "
+                                                                                       "written"))
+                                                      for row in record.rows),
+                                   finished_at=self._clock.time(), outcome=outcome)
+                self._remember(finished)
         return finished
 
-    def _pause(self, key: str, reason: str) -> bool:
-        """Pause one lease for the rewind; False when an operator's pause already holds it (it stays theirs)."""
-        lease = self._store.get_lease(key)
-        if lease is None:
-            raise RewindFailed(f"lease {key} vanished")
-        if lease.is_paused:
-            return False
-        outcome = self._store.set_pause(key, reason)
-        if outcome.lease is not None and outcome.lease.actual_owner is not None:
-            self._news(outcome.lease.actual_owner)
-        return outcome.applied
+    def _tell(self, rows: list[Lease | None]) -> None:
+        """Make the leader look at once: it publishes the pause marks to the owners over the channel."""
+        for owner in sorted({row.actual_owner for row in rows if row is not None and row.actual_owner}):
+            self._news(owner)
 
-    def _resume(self, key: str, reason: str) -> None:
+    def _resume(self, key: str) -> Lease | None:
         try:
-            lease = self._store.get_lease(key)
-            if lease is not None and lease.paused == reason:
-                self._store.set_pause(key, None)
-                if lease.actual_owner is not None:
-                    self._news(lease.actual_owner)
+            return self._store.set_pause(key, None).lease
         except ShardherdError as exc:  # the record says so; an operator resumes it by hand
             log.error("resuming %s after the rewind failed (shardherd resume %s): %s", key, key, exc)
+            return None
 
-    def _wait_stopped(self, keys: list[str]) -> dict[str, Lease]:
-        """Each lease's row once nobody processes it (acknowledged, or no owner); RewindFailed after the timeout."""
+    def _wait_stopped(self, keys: list[str], pool: ThreadPoolExecutor | None = None) -> dict[str, Lease]:
+        """Each lease's row once nobody processes it (acknowledged, or no owner); RewindFailed after the timeout.
+
+        The rows are read in `pool` when given (never from one of its own threads: that could wait for itself).
+        """
+        read = pool.map if pool is not None else map
         deadline = self._clock.monotonic() + STOP_TIMEOUT_SECONDS
         stopped: dict[str, Lease] = {}
         while True:
-            for key in keys:
-                lease = self._store.get_lease(key)
+            waiting = [key for key in keys if key not in stopped]
+            for key, lease in zip(waiting, read(self._store.get_lease, waiting), strict=True):
                 if lease is not None and (lease.actual_owner is None or lease.pause_acknowledged):
                     stopped[key] = lease
-                else:
-                    stopped.pop(key, None)
             waiting = [key for key in keys if key not in stopped]
             if not waiting:
                 return stopped

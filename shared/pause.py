@@ -10,7 +10,7 @@ Invariants (decision 0031):
 * A paused lease stays assigned: the leader neither rebalances it nor counts it idle or stuck; only a failover (its
   owner died) or a drain moves it, and the new owner stays paused.
 * The owner learns of a pause from any row it reads or writes (checkpoint and renewal replies), from the coordinator
-  channel's pause mark on the lease, and, for a paused lease, from a re-read at each discovery (to see a resume).
+  channel's pause mark on the lease, and, for a paused lease, from a re-read every discovery interval (a resume).
 """
 
 from __future__ import annotations
@@ -38,16 +38,10 @@ def pause_reason(text: str | None) -> str:
     return reason
 
 
-def pause_rechecks(held: Mapping[str, Lease], owned: Collection[str], told: Mapping[str, str] | None) -> set[str]:
-    """Held leases whose row a discovery re-reads for a pause change.
-
-    With the coordinator's view (`told`): those whose pause mark differs from the row last seen. From the owner index
-    (no view): the paused ones, to see a resume.
-    """
-    keys = set(held).intersection(owned)
-    if told is None:
-        return {key for key in keys if held[key].is_paused}
-    return {key for key in keys if told.get(key, "").endswith(PAUSED_MARK) != held[key].is_paused}
+def pause_rechecks(held: Mapping[str, Lease], owned: Collection[str], told: Mapping[str, str]) -> set[str]:
+    """Held leases whose pause mark in the coordinator's view (`told`) differs from the row last seen: re-read them."""
+    return {key for key in set(held).intersection(owned)
+            if told.get(key, "").endswith(PAUSED_MARK) != held[key].is_paused}
 
 
 def select_leases(leases: Collection[Lease], shards: Collection[str] = (),

@@ -8,6 +8,7 @@ timings are printed and the counts are skipped (their output is Parquet).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -157,32 +158,32 @@ class ControlScenarios:
     # ------------------------------------------------------------------ rewind
     def rewind(self, ago: float, shards: list[str]) -> list[Outcome]:
         """Rewind every shard (or `shards`) to `ago` s back; time each shard's redelivery and count every record."""
-        kinesis = self.base._kinesis()
         all_shards = sorted({lease["shard_id"] for lease in self.base.snapshot().unfinished})
         chosen = shards or all_shards
         to = datetime.now(UTC) - timedelta(seconds=ago)
-        before = sink_counts(self.records) if self.counting else Counter()
+        watch = RedeliveryWatch(self.records) if self.counting else None
+        before = watch.counts.copy() if watch is not None else Counter()
         asked = time.time()
         started = time.monotonic()
-        record = self._call("/v1/rewind", to=to.isoformat(), shard=shards, who="scenario rewind")
-        answered = time.monotonic() - started
-        self.say(f"rewind {record['rewind_id']} to {to.isoformat(timespec='seconds')} {record['outcome']} "
-                 f"after {answered:.1f} s:")
-        for row in record["rows"]:
-            self.say(f"  {row['shard']}: {row['before']} -> {row['after']} ({row['note']})")
-        if not self.counting:
-            return [Outcome("rewind", None, answered)]
-        held = stream_keys(kinesis, self.base.state.stream_name, chosen)
-        again = {shard: [k for k, arrived in held.items() if k[0] == shard and to.timestamp() <= arrived < asked
-                         and before[k]] for shard in chosen}
+        if watch is not None:
+            watch.start()
+        try:
+            record = self._call("/v1/rewind", to=to.isoformat(), shard=shards, who="scenario rewind")
+            self.say(f"rewind {record['rewind_id']} to {to.isoformat(timespec='seconds')} {record['outcome']} "
+                     f"after {time.monotonic() - started:.1f} s:")
+            for row in record["rows"]:
+                self.say(f"  {row['shard']}: {row['before']} -> {row['after']} ({row['note']})")
+            if watch is None:
+                return [Outcome("rewind", None, time.monotonic() - started)]
+            self._wait("every shard delivers records again", started, lambda: set(chosen) <= watch.first.keys())
+        finally:
+            if watch is not None:
+                watch.stop()
         outcomes = []
         for shard in chosen:
-            keys = again[shard]
-            if not keys:
-                self.say(f"{shard}: no record between the time and the command")
-                continue
-            seconds = self._wait(f"{shard} delivers from the time again", started,
-                                 lambda keys=keys: any(sink_counts(self.records)[k] > before[k] for k in keys))
+            seconds = watch.first[shard] - started if shard in watch.first else None
+            self.say(f"{shard}: first record delivered again " + (f"{seconds:.1f} s after the command"
+                                                                  if seconds is not None else "not seen"))
             outcomes.append(Outcome(shard, None, seconds))
         return outcomes + self._count_rewind(chosen, to.timestamp(), asked, before)
 
@@ -207,6 +208,46 @@ class ControlScenarios:
                  f"delivered again: {earlier}; records never delivered: {skipped}")
         bad = len(short) + thrice + skipped
         return [Outcome("rewind counts", None if bad else "ok", None if bad else 0.0)]
+
+
+class RedeliveryWatch:
+    """Tails the agents' key files on a thread: when each shard first delivers a record it had delivered before."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._offsets: dict[Path, int] = {}
+        self.counts: Counter[Key] = Counter()
+        self.first: dict[str, float] = {}  # shard -> monotonic time of its first redelivery
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="redelivery-watch", daemon=True)
+        self._read(record=False)
+
+    def start(self) -> None:
+        """Watch from now on."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching (the counts stay as read)."""
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self._read(record=True)
+
+    def _read(self, record: bool) -> None:
+        for path in self._directory.glob(f"*/*{KEYS_SUFFIX}"):
+            shard = path.name.removesuffix(KEYS_SUFFIX)
+            with path.open("rb") as keys:
+                keys.seek(self._offsets.get(path, 0))
+                chunk = keys.read()
+            complete = chunk[:chunk.rfind(b"\n") + 1]
+            self._offsets[path] = self._offsets.get(path, 0) + len(complete)
+            for line in complete.decode("ascii").splitlines():
+                key = (shard, line)
+                if record and self.counts[key] and shard not in self.first:
+                    self.first[shard] = time.monotonic()
+                self.counts[key] += 1
 
 
 def _acknowledged(lease: dict[str, Any]) -> bool:
