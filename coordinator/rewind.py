@@ -89,7 +89,8 @@ class Rewinder:
         targets = self._targets(request, chosen, now)
         record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run,
                               tuple(RewindRow(lease.lease_key, lease.shard, lease.actual_owner, str(lease.checkpoint),
-                                              str(target), note) for lease, target, note in targets))
+                                              str(target), note) for lease, target, note in targets),
+                              planned_at=self._clock.time())
         if request.dry_run:
             return record
         self._take_lock(record, now)
@@ -148,6 +149,7 @@ class Rewinder:
             try:
                 self._tell(list(pool.map(lambda key: self._store.set_pause(key, reason).lease, ours)))
                 stopped = self._wait_stopped(list(targets), pool)
+                record = replace(record, stopped_at=self._clock.time())
 
                 def rewrite(row: RewindRow) -> RewindRow:
                     before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])

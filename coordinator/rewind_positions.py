@@ -90,7 +90,9 @@ class RewindRecord:
     to: str  # the ISO time, or "sequences"
     dry_run: bool
     rows: tuple[RewindRow, ...] = field(default=())
-    finished_at: float | None = None
+    planned_at: float | None = None  # every shard's position resolved
+    stopped_at: float | None = None  # every shard paused and stopped by its owner
+    finished_at: float | None = None  # rewritten and resumed
     outcome: str = "planned"
 
     def to_json(self) -> str:

@@ -21,6 +21,10 @@ from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.scenarios import POLL_SECONDS, Outcome, ScenarioFailed, Scenarios
 from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.aws import make_client
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.lease import Lease
+from shardherd.shared.store import TableNames
 
 Key = tuple[str, str]  # (shard, "sequence sub-sequence") as the counting processor writes it
 
@@ -69,6 +73,9 @@ class ControlScenarios:
         self.say = scenarios.say
         self.records = records
         self.counting = records.is_dir()
+        state = scenarios.state
+        self._store = DynamoLeaseStore(make_client("dynamodb", state.region, state.dynamodb_endpoint_url),
+                                       TableNames.for_application(state.application_name))
 
     def _client(self) -> OperatorClient:
         return OperatorClient(self.base.state.api_urls(), self.base.state.api_token(), timeout=60.0)
@@ -82,11 +89,12 @@ class ControlScenarios:
         finally:
             client.close()
 
-    def _lease(self, key: str) -> dict[str, Any]:
-        found = {lease["lease_key"]: lease for lease in self.base.snapshot().leases}.get(key)
-        if found is None:
+    def _row(self, key: str) -> Lease:
+        """The lease row as stored now (the API's view may be a scan old)."""
+        row = self._store.get_lease(key)
+        if row is None:
             raise ScenarioFailed(f"no lease {key}")
-        return found
+        return row
 
     def _wait(self, what: str, started: float, done: Any) -> float | None:
         while time.monotonic() - started < self.base.timeout:
@@ -107,21 +115,21 @@ class ControlScenarios:
         key = shard or sorted(lease["lease_key"] for lease in self.base.snapshot().unfinished)[0]
         self._call("/v1/pause", shard=[key], reason="scenario pause")
         started = time.monotonic()
-        self.say(f"paused {key} (owner {self._lease(key)['owner']})")
+        self.say(f"paused {key} (owner {self._row(key).actual_owner})")
         acknowledged = self._wait(f"{key}: its owner stopped and acknowledged", started,
-                                  lambda: _acknowledged(self._lease(key)))
-        outcomes = [Outcome(key, self._lease(key)["owner"], acknowledged)]
+                                  lambda: self._row(key).pause_acknowledged)
+        outcomes = [Outcome(key, self._row(key).actual_owner, acknowledged)]
         frozen = self._delivered(key) if self.counting else 0
         if chaos:
             outcomes += self.base.kill_leader()
-            owner = self._lease(key)["owner"]
+            owner = self._row(key).actual_owner
             request(self.base.state.control_socket, "kill", name=owner, signal="SIGKILL")
             killed = time.monotonic()
             self.say(f"killed {owner} (SIGKILL), the paused shard's owner")
             moved = self._wait(f"{key}: a new owner holds it, paused", killed,
-                               lambda: self._lease(key)["owner"] not in (None, owner)
-                               and _acknowledged(self._lease(key)))
-            outcomes.append(Outcome(key, self._lease(key)["owner"], moved))
+                               lambda: self._row(key).actual_owner not in (None, owner)
+                               and self._row(key).pause_acknowledged)
+            outcomes.append(Outcome(key, self._row(key).actual_owner, moved))
         time.sleep(2.0)
         if self.counting:
             extra = self._delivered(key) - frozen
@@ -137,10 +145,10 @@ class ControlScenarios:
         self.say(f"resumed {key}")
         first = self._wait(f"{key}: records delivered again", started,
                            lambda: not self.counting or self._delivered(key) > before)
-        outcomes = [Outcome(f"{key} resumed", self._lease(key)["owner"], first)]
+        outcomes = [Outcome(f"{key} resumed", self._row(key).actual_owner, first)]
         if self.counting:
             time.sleep(3.0)
-            lost = self._missing(key, self._lease(key)["checkpoint"])
+            lost = self._missing(key, str(self._row(key).checkpoint))
             self.say(f"{key}: {lost} records up to its checkpoint missing from the output")
             if lost:
                 outcomes.append(Outcome(f"{key} lost records", None, None))
@@ -151,7 +159,7 @@ class ControlScenarios:
         upto = int(checkpoint.split("/")[0]) if checkpoint[:1].isdigit() else None
         held = sink_counts(self.records)
         kinesis = self.base._kinesis()
-        shard = self._lease(key)["shard_id"]
+        shard = self._row(key).shard
         return sum(1 for record in stream_keys(kinesis, self.base.state.stream_name, [shard])
                    if (upto is None or int(record[1].split()[0]) <= upto) and not held[record])
 
@@ -170,7 +178,8 @@ class ControlScenarios:
         try:
             record = self._call("/v1/rewind", to=to.isoformat(), shard=shards, who="scenario rewind")
             self.say(f"rewind {record['rewind_id']} to {to.isoformat(timespec='seconds')} {record['outcome']} "
-                     f"after {time.monotonic() - started:.1f} s:")
+                     f"after {time.monotonic() - started:.1f} s (planned {_since(record, 'planned_at')}, owners "
+                     f"stopped {_since(record, 'stopped_at')}, rewritten and resumed {_since(record, 'finished_at')}):")
             for row in record["rows"]:
                 self.say(f"  {row['shard']}: {row['before']} -> {row['after']} ({row['note']})")
             if watch is None:
@@ -250,6 +259,7 @@ class RedeliveryWatch:
                 self.counts[key] += 1
 
 
-def _acknowledged(lease: dict[str, Any]) -> bool:
-    processor = lease["checkpoint_owner"] or lease["owner"]
-    return bool(lease["paused"]) and processor is not None and lease["paused_by"] == processor
+def _since(record: dict[str, Any], field: str) -> str:
+    """A rewind record's phase time as seconds after its request."""
+    value = record.get(field)
+    return "-" if value is None else f"+{value - record['requested_at']:.1f} s"
