@@ -9,7 +9,8 @@ Pause (shared/pause.py): a held lease whose row shows an operator's pause is sto
 side checkpoints what it delivered and calls `finish_handoff`), then acknowledged in the row and reported to the
 listener as lost for PAUSED while the keeper keeps it; a row seen without the pause again starts it with
 `lease_acquired`. Rows are seen at acquisition, in checkpoint and renewal replies, on a channel change of the
-lease's pause mark, and every discovery interval for paused leases (one read each, to see a resume).
+lease's pause mark, every discovery interval for paused leases (one read each, to see a resume), and without the
+channel every UNCHANNELED_PAUSE_POLL_SECONDS for every held lease.
 
 Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
 counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 8  # leases read at once when discovery or a recheck reads several (a drain hands over many)
 AWAIT_RECHECK_SECONDS = 0.2  # how often a lease handed to this worker is re-read while its previous owner finishes
+# Without the coordinator channel (no coordinator_url, or no replica answers), a processing lease's pause is seen in
+# the replies to its checkpoints; a shard too quiet to checkpoint is re-read this often.
+UNCHANNELED_PAUSE_POLL_SECONDS = 5.0
 
 MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
 ThroughputProvider = Callable[[str], float | None]
@@ -161,6 +165,7 @@ class LeaseKeeper:
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
         self._next_await_check = 0.0
         self._next_pause_check = 0.0  # paused leases are re-read every discovery interval, to see a resume
+        self._next_unchanneled_check = 0.0  # without the coordinator channel, every held lease now and then
         self._beats_apart = False  # liveness writes run on their own thread (beat), not in tick
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lease-read")  # threads made on demand
 
@@ -402,7 +407,9 @@ class LeaseKeeper:
                 self._recheck_awaiting()
             if now >= self._next_pause_check and self.is_live():
                 self._next_pause_check = now + self._timing.discovery
-                self._recheck_paused()
+                self._recheck_paused(every=now >= self._next_unchanneled_check and not self._channel_healthy())
+                if now >= self._next_unchanneled_check:
+                    self._next_unchanneled_check = now + UNCHANNELED_PAUSE_POLL_SECONDS
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -558,13 +565,17 @@ class LeaseKeeper:
         futures = {key: self._readers.submit(context.copy().run, read, key) for key in keys}
         return {key: future.result() for key, future in futures.items()}
 
-    def _recheck_paused(self) -> None:
-        """Re-read the paused leases (only those): start each one resumed; acknowledge where that failed before."""
-        keys = sorted(key for key, held in self.held_items() if held.state is HeldState.PAUSED)
+    def _channel_healthy(self) -> bool:
+        return self._channel is not None and self._channel()
+
+    def _recheck_paused(self, every: bool) -> None:
+        """Re-read the paused leases (`every`: all held ones, to see a pause): resume, pause, or acknowledge again."""
+        states = {key: held.state for key, held in self.held_items()}
+        keys = sorted(key for key, state in states.items() if every or state is HeldState.PAUSED)
         for key, row in self._read_leases(keys).items():
             if not isinstance(row, Lease):
                 continue
-            if row.is_paused and row.paused_by != self._me:
+            if states[key] is HeldState.PAUSED and row.is_paused and row.paused_by != self._me:
                 self._pause_stopped(key)
             else:
                 self._follow_pause(key, row)

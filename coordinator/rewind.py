@@ -51,6 +51,9 @@ PROBE_THREADS = 8  # shards probed at once
 REWIND_REASON = "rewind "  # + the rewind id: the pause reason of the leases a rewind paused
 
 
+Placer = Callable[[Lease], tuple[Checkpoint, str]]  # a lease's new checkpoint and how it was chosen
+
+
 class RewindFailed(ShardherdError):
     """A rewind could not complete (an owner did not stop, the store refused); its record says what was written."""
 
@@ -86,44 +89,55 @@ class Rewinder:
             else sorted(leases, key=lambda lease: lease.lease_key)
         if not chosen:
             raise BadControlRequest("the application has no leases to rewind")
-        targets = self._targets(request, chosen, now)
-        record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run,
-                              tuple(RewindRow(lease.lease_key, lease.shard, lease.actual_owner, str(lease.checkpoint),
-                                              str(target), note) for lease, target, note in targets),
-                              planned_at=self._clock.time())
+        chosen, place = self._placer(request, chosen, now)
+        record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run)
         if request.dry_run:
-            return record
+            _, rows, planned_at = self._plan(place, chosen)
+            return replace(record, rows=rows, planned_at=planned_at)
         self._take_lock(record, now)
         try:
-            return self._carry_out(record, {lease.lease_key: target for lease, target, _ in targets},
-                                   {lease.lease_key for lease in chosen if lease.is_paused})
+            return self._carry_out(record, chosen, place)
         finally:
             self._store.delete_state(RUNNING_KEY, {"id": record.rewind_id})
 
     # ------------------------------------------------------------------ planning (reads only)
-    def _targets(self, request: RewindRequest, chosen: list[Lease], now: float) -> list[tuple[Lease, Checkpoint, str]]:
+    def _placer(self, request: RewindRequest, chosen: list[Lease], now: float) -> tuple[list[Lease], Placer]:
+        """The leases to rewind and how to find each one's new checkpoint; BadControlRequest for bad input."""
         if (request.to is None) == (not request.sequences):
             raise BadControlRequest("give either --to TIME or --to-sequence SHARD=SEQUENCE")
         if request.sequences:
             sequences = parse_sequences(list(request.sequences))
             named = select_leases(chosen, list(sequences))
-            return [(lease, sequences.get(lease.shard, sequences.get(lease.lease_key, lease.checkpoint)),
-                     "sequence given") for lease in named]
+            return named, lambda lease: (sequences.get(lease.shard, sequences.get(lease.lease_key, lease.checkpoint)),
+                                         "sequence given")
         assert request.to is not None
         when = parse_time(request.to, now)
         at = datetime.fromtimestamp(now, UTC)
         streams = {lease.lease_key: self._settings.stream_name or stream_name_of(lease) for lease in chosen}
         if None in streams.values():
             raise BadControlRequest("a lease names no stream of this application")
-        retention = {stream: retention_hours(self._kinesis, stream) for stream in set(streams.values()) if stream}
+        retention: dict[str, int] = {}
 
-        def place(lease: Lease) -> tuple[Lease, Checkpoint, str]:
+        def place(lease: Lease) -> tuple[Checkpoint, str]:
             stream = streams[lease.lease_key]
             assert stream is not None
-            return (lease, *position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream])))
+            if stream not in retention:
+                retention[stream] = retention_hours(self._kinesis, stream)
+            return position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream]))
+
+        return chosen, place
+
+    def _plan(self, place: Placer, chosen: list[Lease]) -> tuple[dict[str, Checkpoint], tuple[RewindRow, ...], float]:
+        """Every chosen shard's new checkpoint and row (Kinesis reads, in parallel), and when that was known."""
+
+        def row(lease: Lease) -> tuple[Checkpoint, RewindRow]:
+            target, note = place(lease)
+            return target, RewindRow(lease.lease_key, lease.shard, lease.actual_owner, str(lease.checkpoint),
+                                     str(target), note)
 
         with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind-probe") as pool:
-            return list(pool.map(place, chosen))
+            found = list(pool.map(row, chosen))
+        return {row.lease_key: target for target, row in found}, tuple(row for _, row in found), self._clock.time()
 
     def _take_lock(self, record: RewindRecord, now: float) -> None:
         running = self._store.get_state(RUNNING_KEY)
@@ -139,32 +153,34 @@ class Rewinder:
             raise BadControlRequest("another rewind started just now")
 
     # ------------------------------------------------------------------ carrying out
-    def _carry_out(self, record: RewindRecord, targets: dict[str, Checkpoint],
-                   operator_paused: set[str]) -> RewindRecord:
+    def _carry_out(self, record: RewindRecord, chosen: list[Lease], place: Placer) -> RewindRecord:
+        """Pause, resolve positions while the owners stop, rewrite once all stopped, resume; keep the record."""
         reason = REWIND_REASON + record.rewind_id
-        ours = [key for key in targets if key not in operator_paused]
-        rows: dict[str, RewindRow] = {}
-        outcome = "failed"
-        with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind") as pool:
+        ours = [lease.lease_key for lease in chosen if not lease.is_paused]  # an operator's pause stays theirs
+        keys = [lease.lease_key for lease in chosen]
+        written: dict[str, RewindRow] = {}
+        with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind") as pool, \
+                ThreadPoolExecutor(1, thread_name_prefix="rewind-plan") as planner:
             try:
                 self._tell(list(pool.map(lambda key: self._store.set_pause(key, reason).lease, ours)))
-                stopped = self._wait_stopped(list(targets), pool)
-                record = replace(record, stopped_at=self._clock.time())
+                planned = planner.submit(self._plan, place, chosen)  # the Kinesis reads while the owners stop
+                stopped = self._wait_stopped(keys, pool)
+                targets, rows, planned_at = planned.result()
+                record = replace(record, rows=rows, planned_at=planned_at, stopped_at=self._clock.time())
 
                 def rewrite(row: RewindRow) -> RewindRow:
                     before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
                     return replace(row, before=str(before.checkpoint), owner=after.actual_owner)
 
-                rows = {row.lease_key: row for row in pool.map(rewrite, record.rows)}
-                outcome = "done"
+                written = {row.lease_key: row for row in pool.map(rewrite, record.rows)}
             finally:
                 self._tell(list(pool.map(lambda key: self._resume(key), ours)))
-                finished = replace(record, rows=tuple(rows.get(row.lease_key, replace(row, note=f"{row.note}; not "
-                                                                                       "written"))
-                                                      for row in record.rows),
-                                   finished_at=self._clock.time(), outcome=outcome)
-                self._remember(finished)
-        return finished
+                rows = tuple(written.get(row.lease_key, replace(row, note=f"{row.note}; not written"))
+                             for row in record.rows)
+                record = replace(record, rows=rows, finished_at=self._clock.time(),
+                                 outcome="done" if len(written) == len(keys) else "failed")
+                self._remember(record)
+        return record
 
     def _tell(self, rows: list[Lease | None]) -> None:
         """Make the leader look at once: it publishes the pause marks to the owners over the channel."""
