@@ -1,4 +1,4 @@
-"""The keeper follows a pause in the lease row: stops, acknowledges, keeps the lease, resumes; a new owner stays paused."""
+"""The keeper follows a pause in its lease rows: stops, acknowledges, keeps the lease, resumes; new owners stay paused."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_a_pause_seen_in_a_checkpoint_reply_stops_acknowledges_and_keeps_the_lea
 
 def test_a_new_owner_of_a_paused_lease_stays_paused() -> None:
     clock, store = ManualClock(), _store()
-    keeper, events = _holding(store, "w1", clock)
+    _holding(store, "w1", clock)
     assert store.set_pause(KEY, "hold").applied
     assert store.assign(KEY, "w2", "w1", None).applied  # failover after w1 died
     other, other_events = _keeper(store, "w2", clock)
