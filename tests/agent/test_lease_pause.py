@@ -1,4 +1,4 @@
-"""The keeper follows a pause in its lease rows: stops, acknowledges, keeps the lease, resumes; new owners stay paused."""
+"""The keeper follows a pause in its lease rows: stops, acknowledges, keeps the lease, resumes; new owners wait."""
 
 from __future__ import annotations
 
