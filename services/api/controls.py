@@ -115,6 +115,20 @@ def rewinds(ctx: Annotated[ApiContext, Depends(context)]) -> list[dict[str, Any]
     return [_plain(record) for record in history(ctx.store)]
 
 
+HISTORY_CACHE_SECONDS = 10.0  # /v1/leader answers from a copy this old at most (it is polled; a rewind is rare)
+_history_cache: dict[int, tuple[float, list[dict[str, Any]]]] = {}
+
+
+def recent_rewinds(ctx: ApiContext) -> list[dict[str, Any]]:
+    """The kept rewind records for /v1/leader, read from the store at most every HISTORY_CACHE_SECONDS."""
+    now = ctx.clock.monotonic()
+    cached = _history_cache.get(id(ctx))
+    if cached is None or now - cached[0] >= HISTORY_CACHE_SECONDS:
+        cached = (now, [_plain(record) for record in history(ctx.store)])
+        _history_cache[id(ctx)] = cached
+    return cached[1]
+
+
 def _plain(record: RewindRecord) -> dict[str, Any]:
     plain: dict[str, Any] = json.loads(record.to_json())
     return plain

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -134,6 +134,9 @@ class LeaderOut(BaseModel):
     stale: bool = Field(description="true when the last successful run is older than the readiness limit")
     status: LeaderStatus | None
     status_error: Annotated[str | None, Field(description="why the published status could not be read")] = None
+    rewinds: list[dict[str, Any]] = Field(
+        default_factory=list, description="the last rewinds, newest first (GET /v1/rewinds; none for anonymous "
+                                           "callers): who, when, every shard's checkpoint before and after")
 
 
 class DrainOut(BaseModel):
