@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from shardherd.agent.lease_keeper import HeldState, LossReason
 from shardherd.shared.assignment_channel import OWNS, PAUSED_MARK
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.clock import ManualClock
+from shardherd.shared.lease import Lease
 from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.pause import BadControlRequest, select_leases
 from shardherd.shared.store import TableNames
 from tests.agent.test_lease_keeper import KEY, _holding, _keeper, _step
 
@@ -54,3 +58,15 @@ def test_the_channel_mark_makes_the_owner_read_the_row() -> None:
     keeper.tell({KEY: OWNS + PAUSED_MARK})
     keeper.tick()
     assert events.handoffs == [KEY]
+
+
+def test_a_request_names_shards_or_every_shard_of_a_stream() -> None:
+    leases = [Lease(lease_key=f"123456789012:{stream}:1700000000:shardId-00000000000{i}") for stream in ("a", "b")
+              for i in range(2)]
+    assert [lease.lease_key for lease in select_leases(leases, streams=["b"])] == [
+        "123456789012:b:1700000000:shardId-000000000000", "123456789012:b:1700000000:shardId-000000000001"]
+    assert len(select_leases(leases, shards=["shardId-000000000001"])) == 2  # that shard id in both streams
+    for shards, streams, said in (([], [], "at least one"), (["shardId-9"], [], "no lease for shard"),
+                                  ([], ["c"], "no lease of stream 'c'")):
+        with pytest.raises(BadControlRequest, match=said):
+            select_leases(leases, shards, streams)
