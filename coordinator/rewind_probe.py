@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from shardherd.agent.kpl import BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_aggregate
 from shardherd.coordinator.rewind_positions import Found
@@ -30,13 +32,26 @@ class ProbeFailed(ShardherdError):
 
 
 def retention_hours(kinesis: KinesisClient, stream: str) -> int:
-    """The stream's retention period in hours."""
-    summary = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    """The stream's retention period in hours (ProbeFailed if the stream cannot be described)."""
+    try:
+        summary = kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    except (ClientError, BotoCoreError) as exc:
+        raise ProbeFailed(f"stream {stream} cannot be described: {exc}") from None
     return int(summary["RetentionPeriodHours"])
 
 
 def probe(kinesis: KinesisClient, stream: str, shard: str, when: datetime, now: datetime, retention: int) -> Found:
-    """What the shard holds around `when`: the last record before it, whether any follows, whether it is closed."""
+    """What the shard holds around `when`: the last record before it, whether any follows, whether it is closed.
+
+    ProbeFailed (with Kinesis' reason) when the shard cannot be read.
+    """
+    try:
+        return _probe(kinesis, stream, shard, when, now, retention)
+    except (ClientError, BotoCoreError) as exc:
+        raise ProbeFailed(f"{stream}/{shard} cannot be read around {when.isoformat()}: {exc}") from None
+
+
+def _probe(kinesis: KinesisClient, stream: str, shard: str, when: datetime, now: datetime, retention: int) -> Found:
     oldest = now - timedelta(hours=retention)
     closed = False
     for seconds in (*LOOK_BACK_SECONDS, (when - oldest).total_seconds()):

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from shardherd.coordinator.assignment_feed import NEWS
 from shardherd.coordinator.rewind import Rewinder, RewindFailed, RewindRequest, history
 from shardherd.coordinator.rewind_positions import RewindRecord
+from shardherd.coordinator.rewind_probe import ProbeFailed
 from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token, require_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import ErrorBody
@@ -103,7 +104,7 @@ def rewind(request: Request, ctx: Annotated[ApiContext, Depends(context)], to: s
         record = _rewinder(request, ctx).run(asked)
     except BadControlRequest as exc:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
-    except RewindFailed as exc:
+    except (RewindFailed, ProbeFailed) as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     return _plain(record)
 
