@@ -26,6 +26,7 @@ def replica() -> Replica:
 
 def test_pause_and_resume_a_shard(replica: Replica) -> None:
     owner = replica.owners()[KEY]
+    assert owner is not None
     response = replica.client.post("/v1/pause", params={"shard": KEY, "reason": "bad deploy"}, headers=replica.auth())
     assert response.status_code == 200, response.text
     assert response.json() == {"leases": [{"lease_key": KEY, "owner": owner, "paused": "bad deploy"}]}
