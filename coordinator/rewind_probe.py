@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
 LOOK_BACK_SECONDS = (2.0, 30.0, 300.0, 3600.0)
-READ_LIMIT = 2000  # records per GetRecords call: the look-back is short, most reads end early
+# Records per GetRecords call: small at first (the time is usually a few records in), doubling up to Kinesis' limit.
+FIRST_LIMIT = 100
+MAX_LIMIT = 10_000
 MAX_CALLS = 500  # GetRecords calls per look-back before the probe gives up (a very busy shard)
 
 
@@ -68,10 +70,12 @@ def _read_around(kinesis: KinesisClient, stream: str, shard: str, start: datetim
     iterator: str | None = kinesis.get_shard_iterator(
         StreamName=stream, ShardId=shard, ShardIteratorType="AT_TIMESTAMP", Timestamp=start)["ShardIterator"]
     last: Checkpoint | None = None
+    limit = FIRST_LIMIT
     for _ in range(MAX_CALLS):
         if iterator is None:
             return last, False, True
-        response: dict[str, Any] = dict(kinesis.get_records(ShardIterator=iterator, Limit=READ_LIMIT))
+        response: dict[str, Any] = dict(kinesis.get_records(ShardIterator=iterator, Limit=limit))
+        limit = min(MAX_LIMIT, limit * 2)
         for record in response.get("Records", []):
             if record["ApproximateArrivalTimestamp"] >= when:
                 return last, True, False
