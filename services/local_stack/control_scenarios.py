@@ -166,7 +166,7 @@ class ControlScenarios:
     # ------------------------------------------------------------------ rewind
     def rewind(self, ago: float, shards: list[str]) -> list[Outcome]:
         """Rewind every shard (or `shards`) to `ago` s back; time each shard's redelivery and count every record."""
-        all_shards = sorted({lease["shard_id"] for lease in self.base.snapshot().unfinished})
+        all_shards = sorted({lease["shard_id"] for lease in self.base.snapshot().leases})
         chosen = shards or all_shards
         to = datetime.now(UTC) - timedelta(seconds=ago)
         watch = RedeliveryWatch(self.records) if self.counting else None
