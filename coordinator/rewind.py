@@ -25,13 +25,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from shardherd.coordinator.rewind_positions import RewindRecord, RewindRow, parse_sequences, parse_time, position_at
-from shardherd.coordinator.rewind_probe import probe, retention_hours
-from shardherd.shared.checkpoint import Checkpoint
+from shardherd.coordinator.rewind_probe import ProbeFailed, probe, retention_hours
+from shardherd.shared.checkpoint import SHARD_END, Checkpoint
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ShardherdError
-from shardherd.shared.lease import Lease
+from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.pause import BadControlRequest, select_leases
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.streams import stream_name_of
 
@@ -90,6 +92,8 @@ class Rewinder:
         if not chosen:
             raise BadControlRequest("the application has no leases to rewind")
         chosen, place = self._placer(request, chosen, now)
+        if request.to is not None and not (request.shards or request.streams):
+            chosen += self._cleaned_up(leases)
         record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run)
         if request.dry_run:
             _, rows, planned_at = self._plan(place, chosen)
@@ -127,6 +131,24 @@ class Rewinder:
 
         return chosen, place
 
+    def _cleaned_up(self, leases: list[Lease]) -> list[Lease]:
+        """Closed shards still in a single-stream application's stream whose finished lease shard sync deleted.
+
+        They come back as unowned leases at SHARD_END (only in memory until the rewrite creates them), so a time
+        before a split or merge restarts the parent. Multi-stream applications: not yet (their rows say nothing).
+        """
+        stream = self._settings.stream_name
+        if stream is None:
+            return []
+        try:
+            shards = list_shards(self._kinesis, stream, RetryPolicy())
+        except ShardherdError as exc:
+            raise ProbeFailed(f"listing the shards of {stream} failed: {exc}") from None
+        known = {lease.shard for lease in leases}
+        return [new_lease(shard.shard_id, SHARD_END, frozenset(shard.parent_ids),
+                          (shard.starting_hash_key, shard.ending_hash_key))
+                for shard in shards if shard.ending_sequence_number is not None and shard.shard_id not in known]
+
     def _plan(self, place: Placer, chosen: list[Lease]) -> tuple[dict[str, Checkpoint], tuple[RewindRow, ...], float]:
         """Every chosen shard's new checkpoint and row (Kinesis reads, in parallel), and when that was known."""
 
@@ -156,8 +178,10 @@ class Rewinder:
     def _carry_out(self, record: RewindRecord, chosen: list[Lease], place: Placer) -> RewindRecord:
         """Pause, resolve positions while the owners stop, rewrite once all stopped, resume; keep the record."""
         reason = REWIND_REASON + record.rewind_id
-        ours = [lease.lease_key for lease in chosen if not lease.is_paused]  # an operator's pause stays theirs
-        keys = [lease.lease_key for lease in chosen]
+        absent = {lease.lease_key: lease for lease in chosen if lease.lease_counter == 0 and lease.lease_owner is None
+                  and self._store.get_lease(lease.lease_key) is None}  # cleaned up after it finished
+        ours = [lease.lease_key for lease in chosen if not lease.is_paused and lease.lease_key not in absent]
+        keys = [lease.lease_key for lease in chosen if lease.lease_key not in absent]
         written: dict[str, RewindRow] = {}
         with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind") as pool, \
                 ThreadPoolExecutor(1, thread_name_prefix="rewind-plan") as planner:
@@ -168,19 +192,30 @@ class Rewinder:
                 targets, rows, planned_at = planned.result()
                 record = replace(record, rows=rows, planned_at=planned_at, stopped_at=self._clock.time())
 
-                def rewrite(row: RewindRow) -> RewindRow:
+                def rewrite(row: RewindRow) -> RewindRow | None:
+                    if row.lease_key in absent:
+                        return self._recreate(absent[row.lease_key], targets[row.lease_key], row)
                     before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
                     return replace(row, before=str(before.checkpoint), owner=after.actual_owner)
 
-                written = {row.lease_key: row for row in pool.map(rewrite, record.rows)}
+                written = {row.lease_key: row for row in pool.map(rewrite, record.rows) if row is not None}
             finally:
                 self._tell(list(pool.map(lambda key: self._resume(key), ours)))
                 rows = tuple(written.get(row.lease_key, replace(row, note=f"{row.note}; not written"))
-                             for row in record.rows)
+                             for row in record.rows if row.lease_key not in absent or row.lease_key in written)
                 record = replace(record, rows=rows, finished_at=self._clock.time(),
-                                 outcome="done" if len(written) == len(keys) else "failed")
+                                 outcome="done" if set(keys) <= written.keys() else "failed")
                 self._remember(record)
         return record
+
+    def _recreate(self, lease: Lease, target: Checkpoint, row: RewindRow) -> RewindRow | None:
+        """Create a cleaned-up shard's lease again at `target`, unless the shard ended before the time anyway."""
+        if target.is_shard_end:
+            return None  # nothing of it after the time: it stays cleaned up
+        outcome = self._store.create_lease(lease.with_changes(checkpoint=target))
+        if not outcome.applied:
+            raise RewindFailed(f"{lease.lease_key}: its lease could not be created again ({outcome.conflict.value})")
+        return replace(row, before="(cleaned up)", note=f"{row.note}; lease created again")
 
     def _tell(self, rows: list[Lease | None]) -> None:
         """Make the leader look at once: it publishes the pause marks to the owners over the channel."""
