@@ -123,7 +123,7 @@ class Rewinder:
         retention: dict[str, int] = {}
 
         def place(lease: Lease) -> tuple[Checkpoint, str]:
-            stream = streams[lease.lease_key]
+            stream = streams.get(lease.lease_key) or self._settings.stream_name  # a cleaned-up shard: single-stream
             assert stream is not None
             if stream not in retention:
                 retention[stream] = retention_hours(self._kinesis, stream)
