@@ -5,6 +5,13 @@ reads or processes records; it tells a `LeaseListener` when a lease is acquired,
 it writes checkpoints fenced by ownership. Liveness follows the coordinator's mode: `worker` (one heartbeat row per
 worker, default) or `lease` (KCL-compatible renewal of every lease).
 
+Pause (shared/pause.py): a held lease whose row shows an operator's pause is stopped like a handoff (the processing
+side checkpoints what it delivered and calls `finish_handoff`), then acknowledged in the row and reported to the
+listener as lost for PAUSED while the keeper keeps it; a row seen without the pause again starts it with
+`lease_acquired`. Rows are seen at acquisition, in checkpoint and renewal replies, on a channel change of the
+lease's pause mark, every discovery interval for paused leases (one read each, to see a resume), and without the
+channel every UNCHANNELED_PAUSE_POLL_SECONDS for every held lease.
+
 Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
 counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
 sent. The keeper stops every lease once `failover - margin` has passed since that send time, so processing always ends
@@ -22,12 +29,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardherd.shared.assignment_channel import HANDS_OFF
+from shardherd.shared.assignment_channel import HANDS_OFF, base_relation
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import MalformedLease, StoreUnavailable
 from shardherd.shared.lease import Lease
+from shardherd.shared.pause import pause_rechecks
 from shardherd.shared.retry import retry_deadline
 from shardherd.shared.store import Conflict, LeaseStore, Outcome
 from shardherd.shared.worker import LeaseProgress, WorkerRecord, WorkerState, troubled
@@ -36,6 +44,9 @@ log = logging.getLogger(__name__)
 
 READ_THREADS = 8  # leases read at once when discovery or a recheck reads several (a drain hands over many)
 AWAIT_RECHECK_SECONDS = 0.2  # how often a lease handed to this worker is re-read while its previous owner finishes
+# Without the coordinator channel (no coordinator_url, or no replica answers), a processing lease's pause is seen in
+# the replies to its checkpoints; a shard too quiet to checkpoint is re-read this often.
+UNCHANNELED_PAUSE_POLL_SECONDS = 5.0
 
 MetricsProvider = Callable[[], tuple[Mapping[str, tuple[float, ...]], Mapping[str, tuple[float, ...]]]]
 ThroughputProvider = Callable[[str], float | None]
@@ -50,6 +61,7 @@ class LossReason(enum.Enum):
     SELF_FENCED = "self_fenced"  # liveness writes failed for too long: stopped before anyone could take over
     HANDED_OFF = "handed_off"  # graceful handoff completed: the next owner continues from our checkpoint
     RELEASED = "released"  # given back on drain, or because this worker could not process it
+    PAUSED = "paused"  # an operator paused it: processing stopped, the lease stays held (lease_acquired resumes it)
 
 
 class LeaseListener(Protocol):
@@ -77,6 +89,8 @@ class HeldState(enum.Enum):
 
     PROCESSING = "processing"
     HANDING_OFF = "handing_off"
+    PAUSING = "pausing"  # paused by an operator: the processing side finishes its batch and checkpoints
+    PAUSED = "paused"  # stopped and acknowledged in the row; held (liveness goes on), nothing processes it
 
 
 @dataclass(slots=True)
@@ -150,6 +164,8 @@ class LeaseKeeper:
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
         self._next_await_check = 0.0
+        self._next_pause_check = 0.0  # paused leases are re-read every discovery interval, to see a resume
+        self._next_unchanneled_check = 0.0  # without the coordinator channel, every held lease now and then
         self._beats_apart = False  # liveness writes run on their own thread (beat), not in tick
         self._readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="lease-read")  # threads made on demand
 
@@ -196,6 +212,7 @@ class LeaseKeeper:
             with self._guard:
                 if lease_key in self._held:
                     self._held[lease_key].lease = outcome.lease
+            self._follow_pause(lease_key, outcome.lease)
             if checkpoint.is_shard_end:
                 self._tell_news()  # shard sync creates the children once the leader sees this
         elif outcome.conflict in (Conflict.OWNERSHIP, Conflict.NOT_FOUND):
@@ -204,13 +221,20 @@ class LeaseKeeper:
         return outcome
 
     def finish_handoff(self, lease_key: str) -> None:
-        """The processing side has checkpointed a lease under handoff: complete the transfer now (or at a tick)."""
+        """The processing side has checkpointed a lease under handoff (or pause): complete the transfer (or pause)."""
         with self._guard:
             held = self._held.get(lease_key)
-            if held is None or held.state is not HeldState.HANDING_OFF:
+            if held is None or held.state not in (HeldState.HANDING_OFF, HeldState.PAUSING):
                 return
-            held.handoff_ready = True
-        self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
+            pausing = held.state is HeldState.PAUSING
+            if pausing:
+                held.state = HeldState.PAUSED
+            else:
+                held.handoff_ready = True
+        if pausing:
+            self._pause_stopped(lease_key)
+        else:
+            self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
 
     def last_beat(self) -> tuple[int, int] | None:
         """The `hb` and `lut` of the last worker row this keeper wrote successfully (None before the first).
@@ -390,6 +414,11 @@ class LeaseKeeper:
             elif self._awaiting and now >= self._next_await_check and self.is_live():
                 self._next_await_check = now + AWAIT_RECHECK_SECONDS
                 self._recheck_awaiting()
+            if now >= self._next_pause_check and self.is_live():
+                self._next_pause_check = now + self._timing.discovery
+                self._recheck_paused(every=now >= self._next_unchanneled_check and not self._channel_healthy())
+                if now >= self._next_unchanneled_check:
+                    self._next_unchanneled_check = now + UNCHANNELED_PAUSE_POLL_SECONDS
             self._progress_handoffs(self._clock.monotonic())
             if self._giving_back:
                 self._release_given_back()
@@ -467,6 +496,7 @@ class LeaseKeeper:
                 if key in self._held:
                     self._held[key].lease = outcome.lease
                     self._held[key].last_renewed_send = sent
+            self._follow_pause(key, outcome.lease)
         elif outcome.conflict is Conflict.NOT_FOUND:
             self._lose(key, LossReason.DELETED)
         else:
@@ -494,7 +524,7 @@ class LeaseKeeper:
         with self._guard:
             told, self._told = self._told, None
         if told is not None:  # the coordinator's view: what the owner index would list (lease owner is us)
-            owned = {key for key, relation in told.items() if relation != HANDS_OFF}
+            owned = {key for key, relation in told.items() if base_relation(relation) != HANDS_OFF}
         else:
             try:
                 owned = set(self._store.list_owned_keys(self._me))
@@ -503,10 +533,15 @@ class LeaseKeeper:
                 return
         held = self.held()
         new, gone = sorted(owned - held.keys()), sorted(held.keys() - owned)
-        rows = self._read_leases(new + gone)
+        watched = sorted(pause_rechecks(held, owned, told)) if told is not None else []
+        rows = self._read_leases(new + gone + watched)
         self._set_awaiting({key for key in new if self._consider_new(key, rows[key])})
         for key in gone:
             self._recheck(key, rows[key])
+        for key in watched:
+            row = rows[key]
+            if isinstance(row, Lease):
+                self._follow_pause(key, row)
 
     def _recheck_awaiting(self) -> None:
         """Re-read only the leases handed to us that wait for their previous owner: take each once it finished.
@@ -539,6 +574,21 @@ class LeaseKeeper:
         futures = {key: self._readers.submit(context.copy().run, read, key) for key in keys}
         return {key: future.result() for key, future in futures.items()}
 
+    def _channel_healthy(self) -> bool:
+        return self._channel is not None and self._channel()
+
+    def _recheck_paused(self, every: bool) -> None:
+        """Re-read the paused leases (`every`: all held ones, to see a pause): resume, pause, or acknowledge again."""
+        states = {key: held.state for key, held in self.held_items()}
+        keys = sorted(key for key, state in states.items() if every or state is HeldState.PAUSED)
+        for key, row in self._read_leases(keys).items():
+            if not isinstance(row, Lease):
+                continue
+            if states[key] is HeldState.PAUSED and row.is_paused and row.paused_by != self._me:
+                self._pause_stopped(key)
+            else:
+                self._follow_pause(key, row)
+
     def _set_awaiting(self, awaiting: set[str]) -> None:
         """Keep the leases that wait for their previous owner; tell the listener when that set changed."""
         changed, self._awaiting = awaiting != self._awaiting, awaiting
@@ -558,6 +608,13 @@ class LeaseKeeper:
             return False  # stale index entry (or view)
         if lease.checkpoint_owner is not None:
             return True  # still draining from its previous owner: look again at the next discovery
+        if lease.is_paused:
+            with self._guard:
+                self._held[key] = HeldLease(lease, HeldState.PAUSED, self._clock.monotonic())
+            log.info("acquired %s at %s, paused (%s): not processed until resumed", key, lease.checkpoint,
+                     lease.paused)
+            self._pause_stopped(key)
+            return False
         with self._guard:
             self._held[key] = HeldLease(lease, HeldState.PROCESSING, self._clock.monotonic())
         log.info("acquired %s at %s", key, lease.checkpoint)
@@ -585,15 +642,57 @@ class LeaseKeeper:
         elif lease.lease_owner != self._me:
             self._lose(key, LossReason.TAKEN)
 
+    def _follow_pause(self, key: str, row: Lease) -> None:
+        """A fresh row of a held lease: stop it if it was paused, start it again if it was resumed."""
+        with self._guard:
+            held = self._held.get(key)
+            if held is None or held.lease.lease_counter > row.lease_counter:
+                return  # gone, or a newer row was seen meanwhile
+            held.lease = row
+            state = held.state
+            if row.is_paused and state is HeldState.PROCESSING:
+                held.state = HeldState.PAUSING
+            elif not row.is_paused and state is HeldState.PAUSED:
+                held.state = HeldState.PROCESSING
+            else:
+                return
+        if row.is_paused:
+            log.info("%s paused (%s): stopping after the batch in hand", key, row.paused)
+            self._listener.handoff_requested(row)  # finish, checkpoint, then finish_handoff (which pauses)
+            return
+        log.info("%s resumed at %s", key, row.checkpoint)
+        try:
+            self._listener.lease_acquired(row)
+        except Exception as exc:  # not started: the lease goes back to paused-and-held, retried at a discovery
+            with self._guard:
+                if key in self._held:
+                    self._held[key].state = HeldState.PAUSED
+            log.error("resuming %s failed: %s: %s", key, type(exc).__name__, exc)
+
+    def _pause_stopped(self, key: str) -> None:
+        """Nothing processes the paused lease any more: say so in its row, and tell the listener it stopped."""
+        try:
+            outcome = self._store.acknowledge_pause(key, self._me)
+        except StoreUnavailable as exc:
+            log.warning("acknowledging the pause of %s failed (again at the next discovery): %s", key, exc)
+            outcome = None
+        self._listener.lease_lost(key, LossReason.PAUSED)
+        if outcome is not None and outcome.lease is not None:
+            self._follow_pause(key, outcome.lease)  # resumed meanwhile: start again
+
     def _request_handoff(self, key: str, lease: Lease) -> None:
         with self._guard:
             held = self._held.get(key)
             if held is None or held.state is HeldState.HANDING_OFF:
                 return
+            was_paused = held.state is HeldState.PAUSED
             held.lease = lease
             held.state = HeldState.HANDING_OFF
             held.handoff_deadline = self._clock.monotonic() + self._timing.handoff_timeout
         log.info("handoff of %s to %s requested", key, lease.lease_owner)
+        if was_paused:  # nothing processes it: transfer at once
+            self.finish_handoff(key)
+            return
         self._listener.handoff_requested(lease)
 
     def _progress_handoffs(self, now: float) -> None:

@@ -106,6 +106,7 @@ class ShardWorker:
         self._reader: ShardReader | Prefetcher | None = None
         self._guard = threading.Lock()
         self._running = False
+        self._hand_over = False  # the processing side finished a handoff (or pause): tell the keeper once stopped
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
 
@@ -161,6 +162,8 @@ class ShardWorker:
             self._pause(delay)
         self._ctx.throughput.drop(key)
         self._ctx.progress.drop(key)
+        if self._hand_over:  # last: a paused lease may be resumed at once, and its new worker's figures must stay
+            self._ctx.keeper.finish_handoff(key)
 
     def _pause(self, seconds: float) -> None:
         """Wait before the next attempt, in short steps so a stop request ends the wait."""
@@ -326,5 +329,4 @@ class ShardWorker:
             processor.lease_lost(shard)
         except Exception:
             log.exception("%s: processor failed while finishing", self.lease.lease_key)
-        if stop is Stop.HANDOFF and self._stop is Stop.HANDOFF:
-            self._ctx.keeper.finish_handoff(self.lease.lease_key)
+        self._hand_over = stop is Stop.HANDOFF and self._stop is Stop.HANDOFF

@@ -22,7 +22,7 @@ WORKER_PAGE_ITEMS = 1000
 
 READ_KINDS = ("scan_page", "worker_scan_page", "get_lease", "gsi_query", "state_get")
 WRITE_KINDS = ("renew", "heartbeat", "assign", "handoff_start", "handoff_complete", "checkpoint", "create", "delete",
-               "release", "drain_flag", "worker_delete", "state_write")
+               "release", "pause", "drain_flag", "worker_delete", "state_write")
 
 
 def _pages(items: int, page_size: int) -> int:
@@ -119,6 +119,19 @@ class CountingStore(LeaseStore):
     def release(self, lease_key: str, owner: str) -> Outcome:
         """Counted as `release`."""
         return self._wrote("release", self.inner.release(lease_key, owner))
+
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """Counted as `pause`."""
+        return self._wrote("pause", self.inner.set_pause(lease_key, reason))
+
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """Counted as `pause`."""
+        return self._wrote("pause", self.inner.acknowledge_pause(lease_key, worker))
+
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Counted as `checkpoint`."""
+        return self._wrote("checkpoint", self.inner.rewrite_checkpoint(lease_key, expected, checkpoint, fence))
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:

@@ -38,6 +38,7 @@ from shardherd.coordinator.liveness import (
 from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.move_record import MoveRecord
 from shardherd.coordinator.moves import Move, Plan
+from shardherd.coordinator.paused_leases import hold_paused
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
@@ -432,6 +433,7 @@ class LeaderLoop:
                                           self._stale(term.tracker, w.worker_id, now)) for w in active)
         deciding = time.perf_counter()
         plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
+        plan = hold_paused(plan, leases)
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
         # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.

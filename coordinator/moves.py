@@ -50,6 +50,7 @@ class UnplacedReason(enum.Enum):
     NO_ACTIVE_WORKER = "NO_ACTIVE_WORKER"
     NO_CAPACITY = "NO_CAPACITY"
     HANDOFF_PENDING = "HANDOFF_PENDING"
+    PAUSED = "PAUSED"  # an operator paused it: balancing leaves it with its owner (coordinator/paused_leases.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,20 @@ DEV_COMMANDS = ("shardherd.services.demo", "shardherd.services.up_cli")
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered (the development ones where they are installed)."""
-    from shardherd.services import agent_service, check_table, coordinator_service, multilang_service, status_cli
+    from shardherd.services import (
+        agent_service,
+        check_table,
+        controls_cli,
+        coordinator_service,
+        multilang_service,
+        status_cli,
+    )
 
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
     agent_service.register(sub)
     check_table.register(sub)
+    controls_cli.register(sub)
     coordinator_service.register(sub)
     multilang_service.register(sub)
     status_cli.register(sub)

@@ -19,11 +19,12 @@ from typing import Any
 from rich.console import Console
 
 from shardherd.services.cli import STARTED
+from shardherd.services.local_stack.control_scenarios import ControlScenarios
 from shardherd.services.local_stack.pipeline import distinct_records
 from shardherd.services.local_stack.processor import distinct_keys
 from shardherd.services.local_stack.producer import ProducerStats
 from shardherd.services.local_stack.scenarios import Outcome, Scenarios
-from shardherd.services.local_stack.stack import LocalStack, StackFailed, StackOptions
+from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR, LocalStack, StackFailed, StackOptions
 from shardherd.services.local_stack.state import StackState, run_dir
 from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, memory_line
 from shardherd.services.local_stack.supervisor import log_tail
@@ -92,7 +93,13 @@ def register(sub: Any) -> None:
     hot.add_argument("shard")
     hot.add_argument("--rate", type=float, default=1000.0, help="extra records per second (0 ends it)")
     hot.add_argument("--watch", type=float, default=30.0, help="seconds to watch for moves")
-    for action in (add, kill, leader, drain, split, merge, hot):  # after the scenario's name too, as for `status`
+    pause = actions.add_parser("pause", help="pause a shard, kill the leader and its owner, resume; count records")
+    pause.add_argument("shard", nargs="?", help="lease key (default: the first)")
+    pause.add_argument("--no-chaos", dest="chaos", action="store_false", help="do not kill the leader and owner")
+    rewind = actions.add_parser("rewind", help="rewind shards a little while back; time and count redeliveries")
+    rewind.add_argument("--ago", type=float, default=30.0, help="seconds back from now (default 30)")
+    rewind.add_argument("--shards", nargs="+", default=[], help="only these shards (default: all)")
+    for action in (add, kill, leader, drain, split, merge, hot, pause, rewind):  # after the name too, as for status
         action.add_argument("--run-dir", default=argparse.SUPPRESS, help="the stack's run directory")
         action.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for the effect")
     scenario.set_defaults(run=run_scenario)
@@ -276,6 +283,10 @@ def run_scenario(args: argparse.Namespace) -> int:
         outcomes = scenarios.split(args.shard)
     elif args.action == "merge":
         outcomes = scenarios.merge(args.first, args.second)
+    elif args.action in ("pause", "rewind"):
+        controls = ControlScenarios(scenarios, run_dir(args.run_dir) / PLAIN_RECORDS_DIR)
+        outcomes = (controls.pause(args.shard, args.chaos) if args.action == "pause"
+                    else controls.rewind(args.ago, args.shards))
     else:
         outcomes = scenarios.hot_shard(args.shard, args.rate, args.watch)
     print(f"done in {time.monotonic() - started:.1f} s")

@@ -9,6 +9,8 @@ Invariants:
   owner. A lease without an owner relates to nobody.
 * A position is (feed, version, leases): the feed names one leader term of one replica, so versions of different
   feeds are never compared; within a feed a worker's version grows whenever its leases change.
+* A paused lease's relation carries PAUSED_MARK (`owns+paused`), so its owner re-reads the row when a pause starts
+  or ends (shared/pause.py); `base_relation` strips it.
 * The channel is advice: an agent reads every lease it starts or stops from the store, so a stale position can delay
   a pickup but never make a worker process a lease it does not own.
 """
@@ -24,6 +26,12 @@ from shardherd.shared.lease import Lease
 OWNS = "owns"
 RECEIVES = "receives"
 HANDS_OFF = "hands_off"
+PAUSED_MARK = "+paused"
+
+
+def base_relation(relation: str) -> str:
+    """The relation without its pause mark."""
+    return relation.removesuffix(PAUSED_MARK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +47,11 @@ def relations(leases: Iterable[Lease]) -> dict[str, dict[str, str]]:
     """Worker -> (lease key -> relation) for every lease that names the worker as owner or checkpoint owner."""
     result: dict[str, dict[str, str]] = {}
     for lease in leases:
+        mark = PAUSED_MARK if lease.is_paused else ""
         if lease.checkpoint_owner is not None:
-            result.setdefault(lease.checkpoint_owner, {})[lease.lease_key] = HANDS_OFF
+            result.setdefault(lease.checkpoint_owner, {})[lease.lease_key] = HANDS_OFF + mark
             if lease.lease_owner is not None and lease.lease_owner != lease.checkpoint_owner:
-                result.setdefault(lease.lease_owner, {})[lease.lease_key] = RECEIVES
+                result.setdefault(lease.lease_owner, {})[lease.lease_key] = RECEIVES + mark
         elif lease.lease_owner is not None:
-            result.setdefault(lease.lease_owner, {})[lease.lease_key] = OWNS
+            result.setdefault(lease.lease_owner, {})[lease.lease_key] = OWNS + mark
     return result

@@ -21,6 +21,8 @@ class Lease:
     `last_move` is the leader's record of the move that gave the lease its owner (shardherd's attribute, opaque
     here: services/leader_status.py writes and reads it), stored by the very write that moved it, so no move's record
     is lost with a leader killed before it published its status.
+    `paused` is the operator's pause (its reason; None while the shard runs) and `paused_by` the worker that
+    acknowledged it by stopping (shared/pause.py; shardherd's attributes, which KCL ignores and keeps).
     `repairs` says what a decoder had to drop from the stored row (see shared/row_checks.py); it is never stored.
     Construction enforces what every consumer assumes: a non-empty key, a throughput that is None or a plausible
     finite number >= 0 (InvalidRowValue otherwise).
@@ -46,6 +48,8 @@ class Lease:
     bytes_processed: int | None = None
     records_behind: int | None = None
     last_move: str | None = None
+    paused: str | None = None
+    paused_by: str | None = None
     repairs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
@@ -73,6 +77,16 @@ class Lease:
     def in_handoff(self) -> bool:
         """True while a graceful handoff from `checkpoint_owner` to `lease_owner` is in progress."""
         return self.checkpoint_owner is not None
+
+    @property
+    def is_paused(self) -> bool:
+        """True while an operator's pause holds the shard (its owner keeps the lease but reads nothing)."""
+        return self.paused is not None
+
+    @property
+    def pause_acknowledged(self) -> bool:
+        """True once the worker processing the paused lease has stopped and said so."""
+        return self.paused is not None and self.paused_by is not None and self.paused_by == self.actual_owner
 
     @property
     def is_finished(self) -> bool:

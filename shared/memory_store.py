@@ -183,6 +183,36 @@ class MemoryLeaseStore(LeaseStore):
         return self._write(lease_key, _owners_are(owner, None),
                            lambda lease: replace(lease, lease_owner=None, lease_counter=lease.lease_counter + 1))
 
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """Set the pause reason, or remove the pause and its acknowledgement; owners and counter untouched."""
+        if reason is None:
+            return self._write(lease_key, lambda lease: None,
+                               lambda lease: replace(lease, paused=None, paused_by=None))
+        return self._write(lease_key, lambda lease: None, lambda lease: replace(lease, paused=reason))
+
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """`paused_by := worker` while paused and `worker` is the actual owner."""
+
+        def check(lease: Lease) -> Conflict | None:
+            return None if lease.is_paused and lease.actual_owner == worker else Conflict.OWNERSHIP
+
+        return self._write(lease_key, check, lambda lease: replace(lease, paused_by=worker))
+
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Any checkpoint for a paused lease still as `expected`; counter+1, pending fields removed."""
+
+        def check(lease: Lease) -> Conflict | None:
+            same = (lease.is_paused, lease.lease_owner, lease.checkpoint_owner, lease.checkpoint, lease.paused_by)
+            wanted = (True, expected.lease_owner, expected.checkpoint_owner, expected.checkpoint, expected.paused_by)
+            return None if same == wanted else Conflict.OWNERSHIP
+
+        def change(lease: Lease) -> Lease:
+            return replace(lease, checkpoint=checkpoint, pending_checkpoint=None, pending_checkpoint_state=None,
+                           lease_counter=lease.lease_counter + 1)
+
+        return self._write(lease_key, check, change, fence)
+
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
         """Delete the lease (only while its checkpoint equals `expected_checkpoint`, if given); returns that row."""

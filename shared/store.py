@@ -195,6 +195,32 @@ class LeaseStore(ABC):
                      fence: Fence | None = None) -> Outcome:
         """Delete a lease; if `expected_checkpoint` is given, only while the checkpoint still equals it."""
 
+    # ---------------------------------------------------------------- operator controls (shared/pause.py)
+    @abstractmethod
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """Pause a lease (`reason`) or resume it (None: the pause and its acknowledgement are removed).
+
+        Owners and counter are untouched, so a renewing owner (KCL's or ours) is never disturbed; pausing a paused
+        lease only replaces its reason. NOT_FOUND if there is no such lease.
+        """
+
+    @abstractmethod
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """`worker` stopped processing the paused lease: `paused_by := worker`.
+
+        Applied only while the lease is paused and `worker` is its actual owner (OWNERSHIP otherwise).
+        """
+
+    @abstractmethod
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Move a paused lease's checkpoint anywhere, backwards included (a rewind), counter+1.
+
+        Conditioned on the row still being `expected` in owners, checkpoint, pause and acknowledgement, and on the
+        lease being paused (OWNERSHIP otherwise): nobody processes it, so nothing can checkpoint over the rewrite.
+        KCL's pending-checkpoint fields are removed, as a checkpoint removes them.
+        """
+
     # ---------------------------------------------------------------- workers
     @abstractmethod
     def upsert_worker(self, record: WorkerRecord) -> None:

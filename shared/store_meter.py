@@ -371,6 +371,23 @@ class StoreMeter(LeaseStore):
         return self._lease_write("release", lease_key, self.inner.release(lease_key, owner), before_owner=owner,
                                  owner_known=True)
 
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """Conditional UpdateItem (owner unchanged)."""
+        outcome = self.inner.set_pause(lease_key, reason)
+        return self._lease_write("pause", lease_key, outcome, before_owner=_owner(outcome), owner_known=True)
+
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """Conditional UpdateItem (owner unchanged)."""
+        outcome = self.inner.acknowledge_pause(lease_key, worker)
+        return self._lease_write("pause_ack", lease_key, outcome, before_owner=_owner(outcome), owner_known=True)
+
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Conditional UpdateItem (owner unchanged), a transaction when fenced."""
+        outcome = self.inner.rewrite_checkpoint(lease_key, expected, checkpoint, fence)
+        return self._lease_write("rewrite", lease_key, outcome, fence, before_owner=expected.lease_owner,
+                                 owner_known=True)
+
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
         """Conditional DeleteItem, a transaction when fenced."""
@@ -470,3 +487,8 @@ def usage_total(rows: Sequence[UsageRow], **match: Any) -> Usage:
         if all(getattr(row, name) == value for name, value in match.items()):
             total.add(row)
     return total
+
+
+def _owner(outcome: Outcome) -> str | None:
+    """The lease owner after a write that never changes it."""
+    return outcome.lease.lease_owner if outcome.lease is not None else None

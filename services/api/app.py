@@ -15,7 +15,18 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from shardherd.services.api import assignments, changes, health, leader, metrics, peer, plan, replicas, workers
+from shardherd.services.api import (
+    assignments,
+    changes,
+    controls,
+    health,
+    leader,
+    metrics,
+    peer,
+    plan,
+    replicas,
+    workers,
+)
 from shardherd.services.api.context import ApiContext
 from shardherd.shared.errors import ShardherdError
 from shardherd.shared.store_meter import acting_as
@@ -35,7 +46,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         docs_url=None, redoc_url=None,
     )
     app.state.ctx = ctx
-    for module in (assignments, workers, changes, leader, replicas, peer, plan, health, metrics):
+    for module in (assignments, workers, changes, leader, replicas, peer, plan, health, metrics, controls):
         app.include_router(module.router)
 
     @app.exception_handler(ShardherdError)

@@ -193,7 +193,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
         failing_since=failing.since if failing else None, failing_attempts=failing.attempts if failing else None,
-        failing_error=failing.last_error if failing else None,
+        failing_error=failing.last_error if failing else None, paused=lease.paused, paused_by=lease.paused_by,
     )
 
 

@@ -7,8 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 
 from shardherd.coordinator.leader_lock import LockView
-from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, Access, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
+from shardherd.services.api.controls import recent_rewinds
 from shardherd.services.api.models import LeaderOut, LockOut
 from shardherd.services.leader_status import LeaderStatus
 
@@ -41,4 +42,5 @@ def get_leader(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -
         lock=LockOut(owner=view.owner, epoch=view.epoch, released=view.released,
                      lease_duration_millis=view.lease_duration_millis),
         last_success_age_seconds=age, stale=stale, status=status, status_error=problem,
+        rewinds=recent_rewinds(ctx) if access_of(request) is not Access.ANONYMOUS else [],
     )

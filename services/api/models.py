@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -92,6 +92,10 @@ class LeaseOut(BaseModel):
                     "owner); null while it is not")] = None
     failing_attempts: Annotated[int | None, Field(description="failed deliveries of that batch so far")] = None
     failing_error: Annotated[str | None, Field(description="the last error of that batch (shortened)")] = None
+    paused: Annotated[str | None, Field(
+        description="an operator's pause and its reason (shardherd pause); null while the shard runs")] = None
+    paused_by: Annotated[str | None, Field(
+        description="the worker that stopped processing for the pause (null until it did)")] = None
     parent_shard_ids: list[str]
     child_shard_ids: list[str]
     explanation: Annotated[list[Decision] | None, Field(
@@ -130,6 +134,9 @@ class LeaderOut(BaseModel):
     stale: bool = Field(description="true when the last successful run is older than the readiness limit")
     status: LeaderStatus | None
     status_error: Annotated[str | None, Field(description="why the published status could not be read")] = None
+    rewinds: list[dict[str, Any]] = Field(
+        default_factory=list, description="the last rewinds, newest first (GET /v1/rewinds; none for anonymous "
+                                           "callers): who, when, every shard's checkpoint before and after")
 
 
 class DrainOut(BaseModel):

@@ -59,6 +59,11 @@ class Expression:
         self._conditions.append(f"{self.name(attribute)} = {self.value(value)}")
         return self
 
+    def require(self, clause: str) -> Expression:
+        """Condition: a clause written with this expression's own placeholders (`name()`, `value()`)."""
+        self._conditions.append(clause)
+        return self
+
     def require_absent(self, attribute: str) -> Expression:
         """Condition: the attribute does not exist."""
         self._conditions.append(f"attribute_not_exists({self.name(attribute)})")

@@ -51,6 +51,10 @@ LAST_MOVE = "lastMove"  # shardherd's: the leader's record of the move that set 
 PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
                        "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND}
 
+# shardherd's pause attributes (shared/pause.py): the operator's reason and the worker that stopped for it.
+PAUSED = "shardherdPaused"
+PAUSED_BY = "shardherdPausedBy"
+
 LEASE_ENTITY = "LEASE"
 
 
@@ -126,6 +130,8 @@ def _decode_lease(item: Item) -> Lease:
             "stream_name": read_string(item, STREAM_NAME),
             "shard_id": read_string(item, SHARD_ID),
             "last_move": read_string(item, LAST_MOVE),
+            "paused": read_string(item, PAUSED),
+            "paused_by": read_string(item, PAUSED_BY),
         }
         fields["throughput_kbps"], throughput_repairs = checked_throughput(read_float(item, THROUGHPUT_KBPS),
                                                                            THROUGHPUT_KBPS)
@@ -186,6 +192,8 @@ def encode_lease(lease: Lease) -> dict[str, AttributeValue]:
         STREAM_NAME: lease.stream_name,
         SHARD_ID: lease.shard_id,
         LAST_MOVE: lease.last_move,
+        PAUSED: lease.paused,
+        PAUSED_BY: lease.paused_by,
     }
     item.update({name: string(value) for name, value in optional_strings.items() if value is not None})
     return item

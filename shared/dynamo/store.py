@@ -299,6 +299,37 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         expression.remove(lc.LEASE_OWNER).add(lc.LEASE_COUNTER, 1)
         return self._write(lease_key, expression, "release")
 
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """SET the pause reason, or REMOVE the pause and its acknowledgement; owners and counter untouched."""
+        expression = _existing_lease()
+        if reason is None:
+            expression.remove(lc.PAUSED).remove(lc.PAUSED_BY)
+        else:
+            expression.set(lc.PAUSED, string(reason))
+        return self._write(lease_key, expression, "set_pause")
+
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """`shardherdPausedBy := worker` while paused and `worker` is the actual owner."""
+        expression = _existing_lease().require_present(lc.PAUSED)
+        name, value = expression.name(lc.CHECKPOINT_OWNER), expression.value(string(worker))
+        owner = expression.name(lc.LEASE_OWNER)
+        expression.require(f"({name} = {value} OR (attribute_not_exists({name}) AND {owner} = {value}))")
+        expression.set(lc.PAUSED_BY, string(worker))
+        return self._write(lease_key, expression, "acknowledge_pause")
+
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Any checkpoint for a paused lease still as `expected` (owners, checkpoint, acknowledgement); counter+1."""
+        expression = _require_checkpoint(_existing_lease(), expected.checkpoint).require_present(lc.PAUSED)
+        expression.require_string(lc.LEASE_OWNER, expected.lease_owner)
+        expression.require_string(lc.CHECKPOINT_OWNER, expected.checkpoint_owner)
+        expression.require_string(lc.PAUSED_BY, expected.paused_by)
+        sequence, sub = lc.checkpoint_attributes(checkpoint)
+        expression.set(lc.CHECKPOINT, sequence).set(lc.CHECKPOINT_SUB, sub).add(lc.LEASE_COUNTER, 1)
+        for name in (lc.PENDING_CHECKPOINT, lc.PENDING_CHECKPOINT_SUB, lc.PENDING_CHECKPOINT_STATE):
+            expression.remove(name)
+        return self._write(lease_key, expression, "rewrite_checkpoint", fence)
+
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:
         """Delete the lease (while its checkpoint still equals `expected_checkpoint`, if given)."""

@@ -54,6 +54,8 @@ def lease_values(lease: Lease) -> dict[str, Any]:
         "bytes_processed": lease.bytes_processed,
         "records_behind": lease.records_behind,
         "last_move": lease.last_move,
+        "paused": lease.paused,
+        "paused_by": lease.paused_by,
     }
 
 
@@ -127,5 +129,7 @@ def _decode_lease(row: Mapping[Any, Any]) -> Lease:
         bytes_processed=progress[LEASE_ATTRIBUTES["bytes_processed"]],
         records_behind=progress[LEASE_ATTRIBUTES["records_behind"]],
         last_move=column("last_move", read_optional_str),
+        paused=column("paused", read_optional_str),
+        paused_by=column("paused_by", read_optional_str),
         repairs=repairs + progress_repairs,
     )

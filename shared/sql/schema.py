@@ -45,9 +45,14 @@ LEASE_ATTRIBUTES: dict[str, str] = {
     "bytes_processed": "bytesProcessed",
     "records_behind": "recordsBehind",
     "last_move": "lastMove",  # shardherd's: the leader's record of the move that set the owner (migration 0004)
+    "paused": "shardherdPaused",
+    "paused_by": "shardherdPausedBy",
 }
 
 # The owner's progress as of its last checkpoint (shardherd's columns, added by migration 0003).
+# The pause of shared/pause.py (shardherd's columns, added by migration 0005).
+PAUSE_COLUMNS = ("paused", "paused_by")
+
 PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed", "records_behind")
 
 _LEASE_TYPES: dict[str, TypeEngine[Any]] = {

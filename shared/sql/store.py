@@ -15,6 +15,7 @@ from sqlalchemy import (
     ColumnElement,
     Delete,
     Update,
+    and_,
     delete,
     func,
     or_,
@@ -315,6 +316,35 @@ class SqlLeaseStore(LeaseStore):
         c = self._schema.leases.c
         conditions = [c.lease_owner == owner, c.checkpoint_owner.is_(None)]
         return self._update("release", lease_key, conditions, {"lease_owner": None, "lease_counter": self._bump()})
+
+    def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
+        """Set the pause reason, or clear the pause and its acknowledgement; owners and counter untouched."""
+        values = {"paused": None, "paused_by": None} if reason is None else {"paused": reason}
+        return self._update("pause", lease_key, [], values)
+
+    def acknowledge_pause(self, lease_key: str, worker: str) -> Outcome:
+        """`paused_by := worker` while paused and `worker` is the actual owner."""
+        c = self._schema.leases.c
+        owner = or_(c.checkpoint_owner == worker, and_(c.checkpoint_owner.is_(None), c.lease_owner == worker))
+        return self._update("pause acknowledgement", lease_key, [c.paused.is_not(None), owner],
+                            {"paused_by": worker})
+
+    def rewrite_checkpoint(self, lease_key: str, expected: Lease, checkpoint: Checkpoint,
+                           fence: Fence | None = None) -> Outcome:
+        """Any checkpoint for a paused lease still as `expected` (owners, checkpoint, acknowledgement); counter+1."""
+        c = self._schema.leases.c
+
+        def same(column: Any, value: object) -> ColumnElement[bool]:
+            return column.is_(None) if value is None else column == value  # type: ignore[no-any-return]
+
+        conditions = [c.paused.is_not(None), same(c.lease_owner, expected.lease_owner),
+                      same(c.checkpoint_owner, expected.checkpoint_owner), same(c.paused_by, expected.paused_by),
+                      c.checkpoint == expected.checkpoint.sequence_number,
+                      func.coalesce(c.checkpoint_sub_sequence_number, 0) == expected.checkpoint.sub_sequence_number]
+        values = checkpoint_values(checkpoint)
+        del values["owner_switches_since_checkpoint"]
+        values["lease_counter"] = self._bump()
+        return self._update("checkpoint rewrite", lease_key, conditions, values, fence)
 
     def delete_lease(self, lease_key: str, expected_checkpoint: Checkpoint | None = None,
                      fence: Fence | None = None) -> Outcome:

@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from shardherd.services.emulators.ports import port_open
+from shardherd.services.local_stack.control_scenarios import ControlScenarios
 from shardherd.services.local_stack.pipeline import distinct_records, records_dir
 from shardherd.services.local_stack.scenarios import Scenarios
-from shardherd.services.local_stack.stack import PIPELINE_DIR
+from shardherd.services.local_stack.stack import PIPELINE_DIR, PLAIN_RECORDS_DIR
 from shardherd.services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
 from shardherd.services.local_stack.status import Snapshot
 from tests.support.fast_settings import fast_env
@@ -165,6 +166,19 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         assert scenarios.hot_shard(hot, 50, 2) == []
         assert any(line.startswith("why no move: the leader's plan now") for line in lines), lines
         assert f"the extra 50 records/s to {hot} keep running; `scenario hot-shard {hot} --rate 0` ends them" in lines
+
+    if mode is PLAIN:  # operator controls (decision 0031): a pause, then a rewind of every shard, counted per record
+        lines.clear()
+        controls = ControlScenarios(scenarios, run_dir / PLAIN_RECORDS_DIR)
+        paused = controls.pause(None, chaos=False)
+        assert all(outcome.seconds is not None for outcome in paused), lines
+        assert any(" delivered 0 records while paused" in line for line in lines), lines
+        assert any(": 0 records up to its checkpoint missing from the output" in line for line in lines), lines
+        lines.clear()
+        rewound = controls.rewind(5.0, [])
+        assert all(outcome.seconds is not None for outcome in rewound), lines
+        assert any("not again: 0; delivered twice or more again: 0" in line and "never delivered: 0" in line
+                   for line in lines), lines
 
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0, output.read_text()

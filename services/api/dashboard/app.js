@@ -90,29 +90,39 @@ async function allLeases() {
   return {leases, malformed};
 }
 
-// ---------------------------------------------------------------- drain / undrain (need the token)
-async function setDrain(worker, drain) {
+// ---------------------------------------------------------------- drain / undrain, pause / resume (need the token)
+async function adminPost(path, what, again) {
   if (!sessionStorage.getItem(TOKEN_KEY)) {
-    pendingAction = () => setDrain(worker, drain);
-    askToken((drain ? "Drain" : "Undrain") + " of " + worker + " needs the API token.");
+    pendingAction = again;
+    askToken(what + " needs the API token.");
     return;
   }
-  const action = drain ? "drain" : "undrain";
-  const response = await fetch("/v1/workers/" + encodeURIComponent(worker) + "/" + action,
-    {method: "POST", headers: headers()});
+  const response = await fetch(path, {method: "POST", headers: headers()});
   const problem = document.getElementById("problem");
   if (response.status === 401 || response.status === 403) {
     sessionStorage.removeItem(TOKEN_KEY);
-    pendingAction = () => setDrain(worker, drain);
-    askToken("The token was refused (" + response.status + "): enter the API token to " + action + " " + worker + ".");
+    pendingAction = again;
+    askToken("The token was refused (" + response.status + "): enter the API token for: " + what + ".");
     return;
   }
   if (!response.ok) {
-    problem.textContent = action + " " + worker + ": HTTP " + response.status;
+    problem.textContent = what + ": HTTP " + response.status;
     problem.hidden = false;
     return;
   }
   refresh();
+}
+
+function setDrain(worker, drain) {
+  const action = drain ? "drain" : "undrain";
+  return adminPost("/v1/workers/" + encodeURIComponent(worker) + "/" + action, action + " " + worker,
+    () => setDrain(worker, drain));
+}
+
+function setPause(lease, pause) {  // shardherd pause / resume (decision 0031)
+  const action = pause ? "pause" : "resume";
+  return adminPost("/v1/" + action + "?shard=" + encodeURIComponent(lease), action + " " + lease,
+    () => setPause(lease, pause));
 }
 
 // ---------------------------------------------------------------- drawing
@@ -244,7 +254,7 @@ function drawShards(leases) {
     return el("tr", {"data-shard": lease.lease_key},
       el("td", {class: "mono"}, lease.shard_id),
       el("td", {}, holder ? holder + (lease.checkpoint_owner ? " → " + lease.owner : "") : "—"),
-      el("td", {}, badge(lease.state)),
+      el("td", {}, badge(lease.state), pauseControl(lease)),
       el("td", {class: lagClass, "data-lag": lease.millis_behind_latest ?? ""}, num(lease.millis_behind_latest)),
       el("td", {class: "num", "data-behind": lease.records_behind ?? ""}, num(lease.records_behind)),
       el("td", {class: "num", "data-rate": lease.records_per_second ?? ""},
@@ -254,6 +264,14 @@ function drawShards(leases) {
         lease.checkpoint_age_seconds === null ? "—" : age(lease.checkpoint_age_seconds)),
       el("td", {class: "num", "data-records": lease.records_processed ?? ""}, num(lease.records_processed)));
   }));
+}
+
+function pauseControl(lease) {  // a paused shard shows why; its lag grows as the checkpoint ages
+  const button = el("button", {class: "pause", "data-pause": lease.lease_key}, lease.paused ? "resume" : "pause");
+  button.addEventListener("click", () => setPause(lease.lease_key, !lease.paused));
+  const said = lease.paused ? badge(lease.paused_by ? "paused" : "pausing", "draining") : null;
+  if (said) said.title = lease.paused;
+  return el("span", {}, said, button);
 }
 
 function drawReplicas(replicas, leader) {

@@ -1,0 +1,30 @@
+"""The leader's rule for paused leases: they stay with their owner unless that owner is gone or draining.
+
+Invariant (shared/pause.py): a paused lease is neither rebalanced nor treated as idle; the decider's balancing moves
+of paused leases are dropped (and listed as held, with the reason), while placing an unowned lease, failing over an
+expired one and draining a worker still move it (its new owner stays paused).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from shardherd.coordinator.moves import Plan, Unplaced, UnplacedReason
+from shardherd.shared.lease import Lease
+
+
+def hold_paused(plan: Plan, leases: Mapping[str, Lease]) -> Plan:
+    """The plan without balancing moves of paused leases; each dropped move becomes a held entry."""
+
+    def paused(key: str) -> bool:
+        lease = leases.get(key)
+        return lease is not None and lease.is_paused
+
+    dropped = [move for move in plan.moves if move.reason.is_balancing and paused(move.lease_key)]
+    if not dropped:
+        return plan
+    held = tuple(Unplaced(move.lease_key, move.from_owner, UnplacedReason.PAUSED,
+                          "paused by an operator: stays with its owner") for move in dropped)
+    return dataclasses.replace(plan, moves=tuple(move for move in plan.moves if move not in dropped),
+                               held=plan.held + held)

@@ -1,0 +1,143 @@
+"""Rewind on kinesalite and a real lease keeper: positions at a time, fenced rewrite, one at a time, bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
+from shardherd.coordinator.rewind import RUNNING_KEY, Rewinder, RewindRequest, history
+from shardherd.coordinator.rewind_positions import Found, parse_sequences, parse_time, position_at
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.clock import SystemClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.lease import Lease, new_lease
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.pause import BadControlRequest
+from shardherd.shared.store import TableNames
+from tests.support.stream_stack import active_stream
+
+
+class Owner:
+    """A listener standing for an agent: stops at once when asked (as a shard worker does after its batch)."""
+
+    def __init__(self) -> None:
+        self.keeper: LeaseKeeper | None = None
+        self.acquired: list[Checkpoint] = []
+        self.lost: list[LossReason] = []
+
+    def lease_acquired(self, lease: Lease) -> None:
+        self.acquired.append(lease.checkpoint)
+
+    def leases_awaited(self, lease_keys: frozenset[str]) -> None:
+        pass
+
+    def handoff_requested(self, lease: Lease) -> None:
+        assert self.keeper is not None
+        self.keeper.finish_handoff(lease.lease_key)
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        self.lost.append(reason)
+
+
+@pytest.fixture
+def stream(kinesis: Any) -> Iterator[tuple[str, list[str], datetime]]:
+    """One shard with 5 records, a pause of 1.5 s, then 5 more: (stream, their sequence numbers, the gap's middle)."""
+    name = f"rewind-{uuid.uuid4().hex[:8]}"
+    active_stream(kinesis, name, 1)
+    sequences = [kinesis.put_record(StreamName=name, Data=b"early", PartitionKey=str(i))["SequenceNumber"]
+                 for i in range(5)]
+    time.sleep(0.75)
+    middle = datetime.now(UTC)
+    time.sleep(0.75)
+    sequences += [kinesis.put_record(StreamName=name, Data=b"late", PartitionKey=str(i))["SequenceNumber"]
+                  for i in range(5)]
+    yield name, sequences, middle
+    kinesis.delete_stream(StreamName=name)
+
+
+def _owned(stream: str, kinesis: Any) -> tuple[MemoryLeaseStore, Rewinder, Owner, threading.Event]:
+    """The shard's lease at its last record, held by a live keeper ticking on a thread."""
+    settings = load_settings(worker_id="w1", application_name="rewind-test", stream_name=stream,
+                             failover_time_millis=3000, discovery_interval_millis=200)
+    store = MemoryLeaseStore(TableNames.for_application("rewind-test"))
+    shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+    store.create_lease(new_lease(shard, TRIM_HORIZON))
+    store.assign(shard, "w1", None, None)
+    owner = Owner()
+    owner.keeper = LeaseKeeper(store, settings, SystemClock(), owner)
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(0.05):
+            assert owner.keeper is not None
+            owner.keeper.tick()
+
+    threading.Thread(target=tick, daemon=True).start()
+    rewinder = Rewinder(store, kinesis, settings, SystemClock(), lambda worker: None)
+    return store, rewinder, owner, stop
+
+
+def test_rewind_to_a_time_restarts_after_the_last_record_before_it(
+        kinesis: Any, stream: tuple[str, list[str], datetime]) -> None:
+    name, sequences, middle = stream
+    store, rewinder, owner, stop = _owned(name, kinesis)
+    try:
+        shard = store.scan_leases().leases[0].lease_key
+        deadline = time.monotonic() + 10
+        while not owner.acquired and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert owner.keeper is not None and owner.keeper.checkpoint(shard, Checkpoint.at(sequences[-1])).applied
+        dry = rewinder.run(RewindRequest(who="test", to=middle.isoformat(), dry_run=True))
+        assert [row.after for row in dry.rows] == [sequences[4]]
+        stored = store.get_lease(shard)
+        assert stored is not None and stored.checkpoint == Checkpoint.at(sequences[-1])  # a dry run writes nothing
+        record = rewinder.run(RewindRequest(who="test", to=middle.isoformat()))
+        assert record.outcome == "done" and record.rows[0].before == sequences[-1]
+        row = store.get_lease(shard)
+        assert row is not None and row.checkpoint == Checkpoint.at(sequences[4]) and not row.is_paused
+        assert LossReason.PAUSED in owner.lost  # it stopped before the rewrite ...
+        while owner.acquired[-1] != Checkpoint.at(sequences[4]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert owner.acquired[-1] == Checkpoint.at(sequences[4])  # ... and restarted from the rewritten checkpoint
+        assert [kept.rewind_id for kept in history(store)] == [record.rewind_id]
+        assert store.get_state(RUNNING_KEY) is None
+    finally:
+        stop.set()
+
+
+def test_bad_input_and_a_running_rewind_write_nothing(kinesis: Any, stream: tuple[str, list[str], datetime]) -> None:
+    name, _, middle = stream
+    store, rewinder, _, stop = _owned(name, kinesis)
+    stop.set()
+    before = store.scan_leases().leases
+    future = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
+    for request, message in ((RewindRequest(who="t", to=future), "in the future"),
+                             (RewindRequest(who="t", to=middle.isoformat(), shards=["shardId-9"]), "no lease"),
+                             (RewindRequest(who="t"), "either --to"),
+                             (RewindRequest(who="t", to="yesterday"), "ISO 8601")):
+        with pytest.raises(BadControlRequest, match=message):
+            rewinder.run(request)
+    store.put_state(RUNNING_KEY, {"id": "other", "who": "someone", "started": str(time.time())})
+    with pytest.raises(BadControlRequest, match="rewind other by someone is running"):
+        rewinder.run(RewindRequest(who="t", to=middle.isoformat()))
+    assert store.scan_leases().leases == before and history(store) == []
+
+
+def test_positions_follow_the_records_around_the_time() -> None:
+    last = Checkpoint.at("42", 3)
+    assert position_at(Found(last, any_after=True, closed=False, before_retention=False)) == (last, "after 42/3")
+    assert position_at(Found(last, any_after=False, closed=True, before_retention=False))[0] == SHARD_END
+    assert position_at(Found(last, any_after=False, closed=False, before_retention=False))[0] == last
+    checkpoint, note = position_at(Found(None, any_after=True, closed=False, before_retention=True))
+    assert checkpoint == TRIM_HORIZON and "retention" in note
+    assert parse_time("2026-01-01T00:00:00", now=2e9).tzinfo is not None
+    assert parse_sequences(["shardId-1=77"]) == {"shardId-1": Checkpoint.at("77")}
+    with pytest.raises(BadControlRequest):
+        parse_sequences(["shardId-1"])
