@@ -8,7 +8,8 @@ Invariants:
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
    reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart), or once it
-   made no progress for `give_up_after` (red_after + the failover time: a call that hangs, reads that fail for good).
+   made no progress for `give_up_after` (red_after + 3 failover times: a call that hangs, reads that fail for good;
+   generous, since a slow first read on a loaded host must not cost a lease).
    No process holds a lease for work it is not doing; one given back is counted (`given_up`).
 4. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
@@ -27,6 +28,9 @@ from shardherd.shared.config import Settings
 log = logging.getLogger(__name__)
 
 RED_INTERVALS = 3  # heartbeat intervals without progress before a held lease turns health red
+# Failover times more before a lease whose reader still runs is given back. One was too few: on a host at load 40 a
+# first GetRecords from TRIM_HORIZON took longer, and the receiver gave every lease it got back (the CI cell churned).
+GIVE_UP_FAILOVERS = 3
 
 
 class Verdict(enum.Enum):
@@ -46,9 +50,9 @@ class StallBounds:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StallBounds:
-        """3 heartbeat intervals to red; the failover time more to give back a reader that still runs."""
+        """3 heartbeat intervals to red; GIVE_UP_FAILOVERS failover times more to give back a reader that still runs."""
         red = RED_INTERVALS * settings.effective_heartbeat_interval_millis / 1000
-        return cls(red, red + settings.failover_time_millis / 1000)
+        return cls(red, red + GIVE_UP_FAILOVERS * settings.failover_time_millis / 1000)
 
 
 def verdict(since_progress: float, running: bool, bounds: StallBounds) -> Verdict:

@@ -271,7 +271,7 @@ def test_a_held_lease_whose_worker_makes_no_progress_turns_health_red_and_is_giv
         wait_for(lambda: kind.died, 30, "the shard's worker stopped making progress")
         stopped = time.monotonic()
         bounds = agent.stalls.bounds
-        if kind is HangsOn:  # a reader that still runs: red from 3 intervals until the failover time more
+        if kind is HangsOn:  # a reader that still runs: red from 3 intervals until 3 failover times more
             red = wait_for(lambda: _health(agent)[0] == 503, bounds.red_after + 2, "health red")
             assert BAD_SHARD in _health(agent)[1] and agent.stalls.given_up == 0
         wait_for(lambda: agent.stalls.given_up == 1, bounds.give_up_after + 2, "the lease given back")

@@ -218,7 +218,8 @@ def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
     """Issue 30: a Spark prober whose reads fail for good (here ExpiredToken) kept its leases.
 
     While the reads answer, the lease is kept well past the give-up bound; once every read fails it is red after 3
-    heartbeat intervals and given back after the failover time more (agent/stall_watch.py).
+    heartbeat intervals and given back after 3 failover times more (agent/stall_watch.py). About 20 s: the lease must be
+    seen kept past the give-up bound (8.3 s at a 2 s failover) and then given back after it, once each.
     """
     stream = unique_app("failing-reads")
     kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)

@@ -766,41 +766,47 @@ def held_unread(data: RunData, t0: float, stopped: float) -> float:
     return worst
 
 
+def _held_at_fault(data: RunData, t0: float, member: str | None) -> tuple[float, list[str]] | None:
+    """When `member`'s fault (or kill) began and the open shards it held then; None for no such agent."""
+    if member is None or not member.startswith("agent-"):
+        return None
+    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member), t0)
+    keys = [key for key in _open_shards(data, start) if _holder_before(data, key, start) == member]
+    return (start, keys) if keys else None
+
+
 def _moved(data: RunData, t0: float, member: str | None) -> float | None:
     """Seconds from `member`'s fault (or kill) until another worker reads every shard it held; inf if one never was.
 
     None when there is no such agent (the victim is a coordinator, or no probe ran).
     """
-    if member is None or not member.startswith("agent-"):
+    held = _held_at_fault(data, t0, member)
+    if held is None or member is None:
         return None
-    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member), t0)
-    keys = [key for key in _open_shards(data, start)
-            if (data.samples and _holder_before(data, key, start) == member)]
+    start, keys = held
     by_shard: dict[str, list[Delivery]] = defaultdict(list)
     for delivery in sorted(data.deliveries, key=lambda d: d.time):
         by_shard[delivery.shard].append(delivery)
     resumed = [_resumed_elsewhere(data, by_shard, key, member, start) for key in keys]
-    if not keys:
-        return None
     if any(at is None for at in resumed):
         return math.inf
     return max(at for at in resumed if at is not None) - start
 
 
 def _owned_elsewhere(data: RunData, t0: float, member: str | None) -> float | None:
-    """Seconds from `member`'s kill until no lease it held is owned by it (the table samples); inf if never.
+    """Seconds from `member`'s kill until live workers own every lease it held (the table samples); inf if never.
 
     Ownership, not reading: under a Kinesis blackhole nobody reads, but failover must still move the leases.
     """
-    if member is None or not member.startswith("agent-"):
+    held = _held_at_fault(data, t0, member)
+    if held is None:
         return None
-    start = next((e.time for e in data.events if e.kind == "kill" and e.target == member), t0)
-    keys = [key for key in _open_shards(data, start) if _holder_before(data, key, start) == member]
-    if not keys:
-        return None
-    after = (s for s in data.samples if s.time > start)
-    done = next((s.time for s in after if all(s.leases[k].owner not in (member, None) for k in keys
-                                             if k in s.leases)), None)
+    start, keys = held
+
+    def moved(sample: Sample) -> bool:
+        return all(sample.leases[k].owner not in (member, None) for k in keys if k in sample.leases)
+
+    done = next((sample.time for sample in data.samples if sample.time > start and moved(sample)), None)
     return math.inf if done is None else done - start
 
 
