@@ -186,7 +186,7 @@ def pipeline_main(args: argparse.Namespace) -> None:
         latencies.extend(now - micros / 1e6 for micros in arrivals)
         batches.append(len(arrivals))
 
-    with local_stream_stack("bench-cost", args.shards) as stack, \
+    with local_stream_stack("bench-cost", args.shards, failover_millis=10_000) as stack, \
             KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
         spark = local_spark("bench-spark-read-cost")
         producer = Producer(make_writer(counter.endpoint_url), stack.app, args.rate)
@@ -235,7 +235,7 @@ def loop_main(args: argparse.Namespace) -> None:
     trigger = float(args.trigger.split()[0])
     latencies: list[float] = []
     batches: list[int] = []
-    with local_stream_stack("bench-cost", args.shards) as stack, \
+    with local_stream_stack("bench-cost", args.shards, failover_millis=10_000) as stack, \
             KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
         agent = SparkAgent(stack.settings("bench-driver", kinesis_endpoint_url=counter.endpoint_url),
                            caps=Caps(10_000))
