@@ -298,6 +298,9 @@ def report(counter: KinesisCounter, args: argparse.Namespace, latencies: list[fl
           f"(probes {counter.total('probe calls') / per_shard_second:.2f}, "
           f"executor reads {counter.total('read calls') / per_shard_second:.2f}); "
           f"busiest shard-second {counter.busiest_second()}")
+    if batches:
+        print(f"GetRecords per shard-batch:    {calls / (args.shards * len(batches)):.2f}   "
+              f"(a batch every {args.seconds / len(batches):.2f} s on this host)")
     print(f"GetShardIterator per shard-s:  {counter.total('iterators') / per_shard_second:.3f}")
     if latencies:
         ordered = sorted(latencies)
