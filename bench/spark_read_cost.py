@@ -186,7 +186,7 @@ def pipeline_main(args: argparse.Namespace) -> None:
         latencies.extend(now - micros / 1e6 for micros in arrivals)
         batches.append(len(arrivals))
 
-    with local_stream_stack("bench-cost", args.shards) as stack, \
+    with local_stream_stack("bench-cost", args.shards, failover_millis=10_000) as stack, \
             KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
         spark = local_spark("bench-spark-read-cost")
         producer = Producer(make_writer(counter.endpoint_url), stack.app, args.rate)
@@ -235,7 +235,7 @@ def loop_main(args: argparse.Namespace) -> None:
     trigger = float(args.trigger.split()[0])
     latencies: list[float] = []
     batches: list[int] = []
-    with local_stream_stack("bench-cost", args.shards) as stack, \
+    with local_stream_stack("bench-cost", args.shards, failover_millis=10_000) as stack, \
             KinesisCounter(stack.base["kinesis_endpoint_url"]) as counter:
         agent = SparkAgent(stack.settings("bench-driver", kinesis_endpoint_url=counter.endpoint_url),
                            caps=Caps(10_000))
@@ -298,6 +298,9 @@ def report(counter: KinesisCounter, args: argparse.Namespace, latencies: list[fl
           f"(probes {counter.total('probe calls') / per_shard_second:.2f}, "
           f"executor reads {counter.total('read calls') / per_shard_second:.2f}); "
           f"busiest shard-second {counter.busiest_second()}")
+    if batches:
+        print(f"GetRecords per shard-batch:    {calls / (args.shards * len(batches)):.2f}   "
+              f"(a batch every {args.seconds / len(batches):.2f} s on this host)")
     print(f"GetShardIterator per shard-s:  {counter.total('iterators') / per_shard_second:.3f}")
     if latencies:
         ordered = sorted(latencies)

@@ -178,6 +178,9 @@ def judge_state_item(item: dict[str, Any]) -> RowVerdict:
                                            "fencing epoch; KCL does not read it)")
     if key in (STATUS_KEY, REPLICAS_KEY):
         return RowVerdict(key, "continue", "coordinator state: shardherd's own item")
+    if key.startswith("spark-end/"):  # agent/spark/batch_ends.py
+        return RowVerdict(key, "continue", "coordinator state: where a Spark batch's read of a shard stopped "
+                                           "(shardherd's own item, deleted when the hold ends)")
     if key in KCL_STATE_ITEMS:
         return RowVerdict(key, "ignore", "coordinator state: KCL migration state, not used by shardherd")
     return RowVerdict(key, "ignore", "coordinator state: not used by shardherd (e.g. KCL multi-stream stream info)")

@@ -195,7 +195,11 @@ def test_two_drivers_hand_off_gracefully_and_a_driver_that_stops_renewing_stops_
         assert time.monotonic() - broken < 4.0  # failover time
         actual = {lease.lease_key: lease.actual_owner for lease in stack.coordinator.store.scan_leases().leases}
         assert {actual[shard] for shard in moved} == {"driver-2"}  # stopped before anyone took over
-        assert second.stopped_because == "agent lost liveness"
+        # Its executors record batch ends in the same store: the outage may fail the batch before the supervisor
+        # sees the lost liveness; either way the query stopped in time and the leases were not used after it.
+        wait_for(lambda: second.stopped_because is not None, 5, "driver-2's agent saw why")
+        assert second.stopped_because == "agent lost liveness" or str(second.stopped_because).startswith(
+            "query failed")
 
         wait_for(lambda: _owned_by(stack, "driver-1", 4), 60, "driver-1 took the shards back")
         stack.produce(200, "c")
