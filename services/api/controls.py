@@ -106,6 +106,7 @@ def rewind(request: Request, ctx: Annotated[ApiContext, Depends(context)], to: s
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     except (RewindFailed, ProbeFailed) as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    _history_cache.pop(id(ctx), None)  # this replica shows its own rewind at once
     return _plain(record)
 
 
@@ -116,7 +117,10 @@ def rewinds(ctx: Annotated[ApiContext, Depends(context)]) -> list[dict[str, Any]
     return [_plain(record) for record in history(ctx.store)]
 
 
-HISTORY_CACHE_SECONDS = 10.0  # /v1/leader answers from a copy this old at most (it is polled; a rewind is rare)
+# /v1/leader answers from a copy this old at most: it is polled by every dashboard and a rewind is rare, so the copy
+# costs one read a minute (tests/coordinator/test_fleet_cost.py bounds the API's reads); a rewind made through this
+# replica shows at once, one made through another within the minute, and GET /v1/rewinds always reads the store.
+HISTORY_CACHE_SECONDS = 60.0
 _history_cache: dict[int, tuple[float, list[dict[str, Any]]]] = {}
 
 

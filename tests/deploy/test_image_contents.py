@@ -173,7 +173,7 @@ def test_the_cli_of_the_coordinator_image_runs_without_the_development_tooling(t
     commands = re.search(r"\{([a-z,-]+)\}", shown.stdout)
     assert commands is not None, shown.stdout
     assert set(commands.group(1).split(",")) == {"agent", "check-table", "coordinator", "status", "drain", "plan",
-                                                 "multilang"}
+                                                 "multilang", "pause", "resume", "rewind"}
 
 
 def test_the_package_the_coordinator_image_installs_holds_the_dashboard(tmp_path: Path) -> None:
