@@ -85,7 +85,10 @@ class ShardPlan:
             else:
                 position = StartPosition.after(checkpoint, bool(value.get("whole", False)))
             max_bytes = value.get("maxBytes")
-            caps = Caps(int(value["max"]), None if max_bytes is None else int(max_bytes))
+            # A plan written before reads were recorded (decision 0030) names its end and record count instead of
+            # caps: replayed as at most that many records from its start, the same batch.
+            caps = Caps(int(value["max"] if "max" in value else value["records"]),
+                        None if max_bytes is None else int(max_bytes))
             iterator = value.get("it")
             return cls(shard_id, position, caps, str(value.get("tenure", "")), run, number,
                        None if iterator is None else str(iterator), _optional_float(value.get("until"), "until"))

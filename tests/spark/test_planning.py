@@ -60,6 +60,19 @@ def test_malformed_offsets_raise_a_typed_error(bad: str) -> None:
         BatchOffset.from_json(bad)
 
 
+def test_a_plan_from_before_recorded_ends_is_read_again_as_its_record_count_from_its_start() -> None:
+    """A Spark checkpoint written by the version that fixed ends in the driver (a fixed `end`, no caps) still loads."""
+    old = {"n": 8, "shards": {"shardId-000000000007": {
+        "after": "49680650666567509039173904371758122900381049328819503218", "sub": 0, "whole": False, "ts": None,
+        "end": "49680650666567509039173904372894513170818801646396506226", "endSub": 0, "records": 255,
+        "bytes": 23376, "tenure": "dcc9e3470b1e"}}}
+    plan = BatchOffset.from_json(json.dumps(old)).shards["shardId-000000000007"]
+    assert plan.caps == Caps(255) and plan.tenure == "dcc9e3470b1e"
+    assert plan.position == StartPosition.after(Checkpoint("49680650666567509039173904371758122900381049328819503218"))
+    with pytest.raises(InvalidOffset):  # neither caps nor a record count: malformed
+        BatchOffset.from_json(json.dumps({"n": 1, "shards": {"s": {"after": "1", "tenure": "t"}}}))
+
+
 def test_a_plan_takes_each_shard_with_records_waiting_from_its_checkpoint_with_the_caps_and_no_end() -> None:
     start = BatchOffset(3, {"gone": ShardPlan("gone", StartPosition.after(Checkpoint("5")))}, "r0")
     snapshot = Snapshot(9, "w", {
