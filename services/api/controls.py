@@ -106,7 +106,8 @@ def rewind(request: Request, ctx: Annotated[ApiContext, Depends(context)], to: s
         raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
     except (RewindFailed, ProbeFailed) as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
-    _history_cache.pop(id(ctx), None)  # this replica shows its own rewind at once
+    if not record.dry_run:
+        _read_history(ctx)  # /v1/leader of this replica shows it at once (one read per rewind)
     return _plain(record)
 
 
@@ -114,24 +115,25 @@ def rewind(request: Request, ctx: Annotated[ApiContext, Depends(context)], to: s
             dependencies=[Depends(require_read_token)], summary="The last rewinds: who, when, every shard's change")
 def rewinds(ctx: Annotated[ApiContext, Depends(context)]) -> list[dict[str, Any]]:
     """The kept rewind records, newest first (read from the coordinator-state table)."""
-    return [_plain(record) for record in history(ctx.store)]
+    return _read_history(ctx)
 
 
-# /v1/leader answers from a copy this old at most: it is polled by every dashboard and a rewind is rare, so the copy
-# costs one read a minute (tests/coordinator/test_fleet_cost.py bounds the API's reads); a rewind made through this
-# replica shows at once, one made through another within the minute, and GET /v1/rewinds always reads the store.
-HISTORY_CACHE_SECONDS = 60.0
-_history_cache: dict[int, tuple[float, list[dict[str, Any]]]] = {}
+# What /v1/leader shows of the rewinds, per API context: the history as this replica last read it (after a rewind it
+# ran, or on GET /v1/rewinds). /v1/leader is served from memory (decision 0012: polled by every dashboard, it reads
+# nothing), so it never reads the table for them; GET /v1/rewinds always does.
+_history_cache: dict[int, list[dict[str, Any]]] = {}
+
+
+def _read_history(ctx: ApiContext) -> list[dict[str, Any]]:
+    """The kept rewind records from the table, newest first; remembered for /v1/leader."""
+    records = [_plain(record) for record in history(ctx.store)]
+    _history_cache[id(ctx)] = records
+    return records
 
 
 def recent_rewinds(ctx: ApiContext) -> list[dict[str, Any]]:
-    """The kept rewind records for /v1/leader, read from the store at most every HISTORY_CACHE_SECONDS."""
-    now = ctx.clock.monotonic()
-    cached = _history_cache.get(id(ctx))
-    if cached is None or now - cached[0] >= HISTORY_CACHE_SECONDS:
-        cached = (now, [_plain(record) for record in history(ctx.store)])
-        _history_cache[id(ctx)] = cached
-    return cached[1]
+    """The rewind records as this replica last read them (no store read: /v1/leader is served from memory)."""
+    return _history_cache.get(id(ctx), [])
 
 
 def _plain(record: RewindRecord) -> dict[str, Any]:

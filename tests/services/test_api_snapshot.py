@@ -87,11 +87,21 @@ def test_while_the_leader_ticks_on_its_view_the_api_serves_that_view_as_of_its_s
     for worker in ("w1", "w2"):
         leader.join(worker)
         leader.loop.feed.connect(worker)  # both long-poll the leader: it may tick on its view
-    leader.step(8)
+
+    def poll_again() -> None:  # a long-poll counts as presence while fresh: agents ask again every heartbeat period
+        for worker in ("w1", "w2"):
+            leader.loop.feed.disconnect(worker, dropped=False)
+            leader.loop.feed.connect(worker)
+
+    for _ in range(8):
+        poll_again()
+        leader.step(1)
+    poll_again()
     quiet = leader.step(1)[0]
     assert quiet is not None and not quiet.scanned
     meter.reset()
     for _ in range(4):  # 8 s of quiet ticks: older than api_cache_millis, younger than the full-scan interval
+        poll_again()
         leader.step(1)
         workers = leader.client.get("/v1/workers").json()
         assert usage_total(meter.rows(), caller="api", operation="scan").requests == 0
