@@ -127,7 +127,7 @@ class Rewinder:
             assert stream is not None
             if stream not in retention:
                 retention[stream] = retention_hours(self._kinesis, stream)
-            return position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream]))
+            return position_at(probe(self._kinesis, stream, lease.shard, when, at, retention[stream], self._clock))
 
         return chosen, place
 

@@ -10,12 +10,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.coordinator.rewind import RUNNING_KEY, Rewinder, RewindRequest, history
 from shardherd.coordinator.rewind_positions import Found, parse_sequences, parse_time, position_at
+from shardherd.coordinator.rewind_probe import THROTTLE_WAITS, unthrottled
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
-from shardherd.shared.clock import SystemClock
+from shardherd.shared.clock import ManualClock, SystemClock
 from shardherd.shared.config import load_settings
 from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.memory_store import MemoryLeaseStore
@@ -141,3 +143,32 @@ def test_positions_follow_the_records_around_the_time() -> None:
     assert parse_sequences(["shardId-1=77"]) == {"shardId-1": Checkpoint.at("77")}
     with pytest.raises(BadControlRequest):
         parse_sequences(["shardId-1"])
+
+
+def test_a_throttled_probe_call_is_retried_after_a_growing_wait_and_other_errors_are_not() -> None:
+    """The shard's 5 GetRecords calls/s are shared with its readers: the rewind's probe waits and retries a refusal
+    (test_up's rewind through the limits proxy failed on the first ProvisionedThroughputExceededException)."""
+    clock = ManualClock()
+    answers: list[Exception | str] = [_refusal("ProvisionedThroughputExceededException"),
+                                      _refusal("LimitExceededException"), "read"]
+
+    def call() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    started = clock.monotonic()
+    assert unthrottled(call, clock) == "read"
+    assert clock.monotonic() - started == pytest.approx(THROTTLE_WAITS[0] + THROTTLE_WAITS[1])
+    answers[:] = [_refusal("ResourceNotFoundException")]
+    with pytest.raises(ClientError):  # not throttling: raised at once
+        unthrottled(call, clock)
+    answers[:] = [_refusal("ProvisionedThroughputExceededException")] * (len(THROTTLE_WAITS) + 1)
+    with pytest.raises(ClientError):  # still throttled after every wait: the last refusal is raised
+        unthrottled(call, clock)
+    assert answers == []
+
+
+def _refusal(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "Rate exceeded for Shard"}}, "GetRecords")
