@@ -8,6 +8,7 @@ its answer is the record of what was done. Bad input is a 400 with a one-line re
 from __future__ import annotations
 
 import json
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -21,7 +22,10 @@ from shardherd.services.api.auth import AUTH_RESPONSES, require_read_token, requ
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.models import ErrorBody
 from shardherd.shared.aws import make_client
+from shardherd.shared.errors import StoreError, StoreUnavailable
 from shardherd.shared.pause import BadControlRequest, pause_reason, select_leases
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(prefix="/v1", tags=["controls"])
 
@@ -107,7 +111,10 @@ def rewind(request: Request, ctx: Annotated[ApiContext, Depends(context)], to: s
     except (RewindFailed, ProbeFailed) as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     if not record.dry_run:
-        _read_history(ctx)  # /v1/leader of this replica shows it at once (one read per rewind)
+        try:
+            _read_history(ctx)  # /v1/leader of this replica shows it at once (one read per rewind)
+        except (StoreError, StoreUnavailable) as exc:  # the rewind is done and recorded; only this copy stays older
+            log.warning("rewind %s done; its history not re-read for /v1/leader: %s", record.rewind_id, exc)
     return _plain(record)
 
 
