@@ -56,7 +56,90 @@ class EmulatorNotInstalled(ShardherdError, RuntimeError):
     """Node or the emulator's npm package is missing; the message says which command installs it."""
 
 
-class NodeEmulator:
+class LoopbackServer:
+    """A server child process on a loopback port, with its output kept; a context manager, or start()/stop().
+
+    The base of the npm emulators and the Kinesis limits proxy: the child runs in its own process group (stopped by
+    killing the group) and its stdin is a pipe from this process, so it can end itself when its parent dies.
+    """
+
+    def __init__(self, port: int | None, startup_timeout: float, log_path: Path | None) -> None:
+        self.port = port or free_port()
+        self.log_path = log_path  # keep the child's output there (else a temporary file, gone after stop())
+        self._startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """The HTTP endpoint to give boto3 clients."""
+        return f"http://{LOOPBACK}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while started, else None."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        """True while the child process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The process's exit status once it ended by itself; None while it runs or after stop()."""
+        return self._process.poll() if self._process is not None else None
+
+    def start(self) -> Self:
+        """Start the child and wait until it answers."""
+        raise NotImplementedError
+
+    def _answers(self) -> bool:
+        """Whether the child answers on its port yet."""
+        raise NotImplementedError
+
+    def _launch(self, argv: list[str], what: str, cwd: Path | None = None,
+                environment: dict[str, str] | None = None) -> None:
+        """Run `argv` as the child and wait until `_answers`; on failure stop it and say how its output ends."""
+        if self._process is not None:
+            raise RuntimeError(f"{what} is already started on port {self.port}")
+        # closed by stop()
+        self._log = tempfile.TemporaryFile() if self.log_path is None else open(self.log_path, "w+b")  # noqa: SIM115
+        self._process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+                                         cwd=cwd, env={**os.environ, **(environment or {})}, start_new_session=True)
+        try:
+            wait_until(self._answers, self._startup_timeout, f"{what} on port {self.port}", lambda: self.running)
+        except RuntimeError as exc:
+            output = self.output()
+            self.stop()
+            raise RuntimeError(f"{exc}; its output ends with:\n{output}") from exc
+
+    def stop(self) -> None:
+        """Stop the child and everything in its process group; idempotent."""
+        process, self._process = self._process, None
+        if process is not None:
+            end_process_group(process)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def output(self, limit: int = 2000) -> str:
+        """The end of the child's output so far (why it failed to start, or why it exited)."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode("utf-8", "replace")[-limit:]
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class NodeEmulator(LoopbackServer):
     """A Node-based emulator process on a free loopback port; a context manager, or call start()/stop()."""
 
     package: ClassVar[str]
@@ -70,34 +153,10 @@ class NodeEmulator:
         node_modules: Path = NODE_MODULES,
         log_path: Path | None = None,
     ) -> None:
-        self.port = port or free_port()
-        self.log_path = log_path  # keep the emulator's output there (else a temporary file, gone after stop())
+        super().__init__(port, startup_timeout, log_path)
         self.node_modules = node_modules
         self.reshard_ms = reshard_ms  # how long CreateStream, DeleteStream, split and merge stay in a transient state
         self.shard_limit = shard_limit  # open shards allowed per account
-        self._startup_timeout = startup_timeout
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def endpoint_url(self) -> str:
-        """The HTTP endpoint to give boto3 clients."""
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The Node process id while started, else None."""
-        return self._process.pid if self._process is not None else None
-
-    @property
-    def running(self) -> bool:
-        """True while the emulator process is alive."""
-        return self._process is not None and self._process.poll() is None
-
-    @property
-    def exit_code(self) -> int | None:
-        """The process's exit status once it ended by itself; None while it runs or after stop()."""
-        return self._process.poll() if self._process is not None else None
 
     def _script(self, package_dir: Path) -> str:
         """JavaScript (after the prelude) that starts the emulator on `self.port`."""
@@ -113,42 +172,15 @@ class NodeEmulator:
 
     def start(self) -> Self:
         """Start the emulator and wait until it answers HTTP on its port."""
-        if self._process is not None:
-            raise RuntimeError(f"{self.package} is already started on port {self.port}")
         node = shutil.which("node")
         if node is None:
             raise EmulatorNotInstalled(f"{self.package} needs Node.js (20 or newer) on PATH, then `{INSTALL_HINT}`")
         package_dir = self._package_dir()
         if not (package_dir / "package.json").is_file():
             raise EmulatorNotInstalled(f"{self.package} is not installed in {self.node_modules}: run `{INSTALL_HINT}`")
-        # closed by stop()
-        self._log = tempfile.TemporaryFile() if self.log_path is None else open(self.log_path, "w+b")  # noqa: SIM115
-        self._process = subprocess.Popen(
-            [node, "-e", _PRELUDE + self._script(package_dir)],
-            stdin=subprocess.PIPE,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=package_dir,
-            env={**os.environ, **self._environment()},
-            start_new_session=True,
-        )
-        try:
-            wait_until(self._answers, self._startup_timeout, f"{self.package} on port {self.port}",
-                       lambda: self.running)
-        except RuntimeError as exc:
-            output = self.output()
-            self.stop()
-            raise RuntimeError(f"{exc}; its output ends with:\n{output}") from exc
+        self._launch([node, "-e", _PRELUDE + self._script(package_dir)], self.package, cwd=package_dir,
+                     environment=self._environment())
         return self
-
-    def stop(self) -> None:
-        """Stop the emulator and everything in its process group; idempotent."""
-        process, self._process = self._process, None
-        if process is not None:
-            end_process_group(process)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def _answers(self) -> bool:
         connection = http.client.HTTPConnection(LOOPBACK, self.port, timeout=1.0)
@@ -160,21 +192,6 @@ class NodeEmulator:
         finally:
             connection.close()
         return True
-
-    def output(self, limit: int = 2000) -> str:
-        """The end of the emulator's output so far (why it failed to start, or why it exited)."""
-        if self._log is None:
-            return ""
-        self._log.seek(0)
-        return self._log.read().decode("utf-8", "replace")[-limit:]
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 class Kinesalite(NodeEmulator):
