@@ -32,7 +32,9 @@ echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"
 set +e
-.venv/bin/python -m pytest "$@"
+# Two processes by default (the suite mostly waits on intervals and emulators); a module's tests stay in one
+# process (--dist loadfile) so module fixtures start once. SHARDHERD_TEST_PROCESSES=0 runs them in this process.
+.venv/bin/python -m pytest -n "${SHARDHERD_TEST_PROCESSES:-2}" --dist loadfile "$@"
 status=$?
 set -e
 if [ $status -eq 5 ]; then
