@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from shardherd.coordinator.deciders.fleet_state import FleetPlan
 from shardherd.coordinator.moves import MoveReason
+from shardherd.shared.streams import stream_prefix
 
 # How many of the least (or most) loaded workers a lease is tried against: bounds a run's cost on big fleets.
 PROBES = 8
@@ -181,7 +182,7 @@ class BandPass:
         receivers = [(wid, (min(self._limits[wid], cap) - level) * self._kbps_per_point[wid])
                      for level, wid in self._extremes(True, donor) if min(self._limits[wid], cap) > level]
         heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
-        for key in self._preferred(donor, value, ceiling, heaviest):
+        for key in self._spread(donor, self._preferred(donor, value, ceiling, heaviest)):
             weight, after = self.plan.ledger.weight[key], value - self.fall(donor, key)
             if not after < value:
                 continue
@@ -191,6 +192,22 @@ class BandPass:
                     self._move(key, (donor, after), (receiver, landed), "above the band: shed")
                     return True
         return False
+
+    def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
+        """`keys` with equal weights together and, among them, the donor's most-held stream first (multi-stream).
+
+        Leases of equal weight change the donor alike, so this keeps the preference and spreads each stream over
+        the fleet as placement does. A single-stream application's order is left as it is.
+        """
+        movable = self._movable(donor)
+        if not movable or stream_prefix(movable[0][1]) is None:
+            yield from keys
+            return
+        ordered, weight, held = list(keys), self.plan.ledger.weight, self.plan.stream_counts(donor)
+        first: dict[float, int] = {}
+        for at, key in enumerate(ordered):
+            first.setdefault(weight[key], at)
+        yield from sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)]))
 
     def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float) -> Iterator[str]:
         """The donor's leases in order of preference (invariant 3).
@@ -236,26 +253,29 @@ class BandPass:
         if not self.plan.assignable(receiver):
             return False
         base = self._at[receiver]
+        mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
         lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
         for giver_value, giver in self._extremes(False, receiver):
             if giver_value <= self.band.avg:
                 break
             options = []
+            theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = giver_value - self.fall(giver, key)
                 if not self.band.lower <= after < giver_value:
                     continue
                 landed = self._fits(receiver, key, weight, giver_value - self.band.min_gain)
                 if landed is not None and landed > base:
-                    options.append((abs(landed - self.band.avg), landed, key, after))
-            inside = [o for o in options if o[1] >= self.band.lower]
+                    options.append((abs(landed - self.band.avg), mine[stream_prefix(key)] - theirs[stream_prefix(key)],
+                                    landed, key, after))
+            inside = [o for o in options if o[2] >= self.band.lower]
             if inside:
-                _, landed, key, after = min(inside)
+                _, _, landed, key, after = min(inside)
                 self._move(key, (giver, after), (receiver, landed), "below the band: fill")
                 return True
-            best = max(options, key=lambda o: (o[1], o[2]), default=None)
-            if best is not None and (lift is None or best[1] > lift[0]):
-                lift = (best[1], best[2], giver, best[3])
+            best = max(options, key=lambda o: (o[2], -o[1], o[3]), default=None)
+            if best is not None and (lift is None or best[2] > lift[0]):
+                lift = (best[2], best[3], giver, best[4])
         if lift is None:
             return False
         self._move(lift[1], (lift[2], lift[3]), (receiver, lift[0]), "below the band: fill")

@@ -138,6 +138,17 @@ def test_an_idle_stream_evens_lease_counts() -> None:
     assert all(m.reason is MoveReason.BALANCE_THROUGHPUT for m in plan.moves)
 
 
+def test_a_new_worker_is_filled_with_the_stream_its_giver_holds_most_of() -> None:
+    # A multi-stream application (the e2e case): w0 holds both orders leases and the clicks lease, all idle; w1 joins.
+    # Any lease evens the counts; the fill takes an orders lease so neither stream sits on one worker alone.
+    orders, clicks = "123456789012:a-clicks:1", "123456789012:b-orders:1"
+    for first, second in ((orders, clicks), (clicks, orders)):  # the stream named first alphabetically is not favoured
+        leases = [owned(f"{first}:shardId-000000000000", "w0", 0.0), owned(f"{second}:shardId-000000000000", "w0", 0.0),
+                  owned(f"{second}:shardId-000000000001", "w0", 0.0)]
+        plan = decide(Snapshot.of(leases, [cpu("w0", 30.0), cpu("w1", 30.0)]), BAND, balance=True)
+        assert [m.lease_key.rpartition(":")[0] for m in plan.moves] == [second]
+
+
 def test_a_balancing_pass_waits_while_the_fleets_throughput_is_falling_fast() -> None:
     leases = [owned(f"A{i}", "A", 1.0) for i in range(10)] + [owned("B0", "B", 1.0)]
     workers = [WorkerView(w, {"C": (80.0, 80.0)} if w == "A" else {"C": (5.0, 5.0)}, {"C": (100.0,)},
