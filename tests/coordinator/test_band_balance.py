@@ -149,6 +149,15 @@ def test_a_new_worker_is_filled_with_the_stream_its_giver_holds_most_of() -> Non
         assert [m.lease_key.rpartition(":")[0] for m in plan.moves] == [second]
 
 
+def test_placement_spreads_each_stream_over_equally_roomy_workers() -> None:
+    orders, clicks = "123456789012:orders:1", "123456789012:clicks:1"
+    leases = [owned(f"{orders}:shardId-00000000000{i}", None) for i in range(2)] + [
+        owned(f"{clicks}:shardId-000000000000", "w1", 0.0), owned(f"{orders}:shardId-000000000009", "w0", 0.0)]
+    plan = decide(Snapshot.of(leases, [cpu("w0", 30.0), cpu("w1", 30.0)]), BAND, balance=False)
+    assert {m.lease_key: m.to_worker for m in plan.moves} == {f"{orders}:shardId-000000000000": "w1",
+                                                              f"{orders}:shardId-000000000001": "w0"}
+
+
 def test_a_balancing_pass_waits_while_the_fleets_throughput_is_falling_fast() -> None:
     leases = [owned(f"A{i}", "A", 1.0) for i in range(10)] + [owned("B0", "B", 1.0)]
     workers = [WorkerView(w, {"C": (80.0, 80.0)} if w == "A" else {"C": (5.0, 5.0)}, {"C": (100.0,)},

@@ -151,9 +151,8 @@ def test_two_streams_kcl_rows_continued_one_resharded_filtered_by_stream(multi: 
     keys = {key: parse_lease_key(key, item["streamName"]["S"], item["shardId"]["S"])
             for key, item in multi.items().items()}
     assert {address.stream for address in keys.values()} == {orders, clicks}  # KCL's key format, both streams
-    owners = multi.owners()
-    # Stream-aware placement: orders' two leases are not piled on one agent.
-    assert len({owners[orders.lease_key(shard["ShardId"])] for shard in shards}) == 2
+    # Stream spread is a tie-break among about equally roomy workers (tests/coordinator/test_band_balance.py): these
+    # agents report the host's CPU at different moments, so which one is roomier is noise here, not asserted.
 
     multi.produce(multi.orders, 100, "orders-new")
     multi.produce(multi.clicks, 100, "clicks-a")
