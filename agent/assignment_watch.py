@@ -7,7 +7,10 @@ on this channel: it only decides how soon the keeper looks, and the keeper reads
 store.
 
 The watch also carries the keeper's news to the leader (`news()`, decision 0010): a short request with `news=true`
-from its own thread, so the leader scans the store at once rather than at its next full scan.
+from its own thread, so the leader scans the store at once rather than at its next full scan, and each new worker
+row the keeper wrote (`beat()`: the same short request without `news`), so the leader knows the row at once and
+publishes it to a successor within a lock heartbeat (coordinator/liveness.py); a long-poll names it only when it
+returns, up to a heartbeat period later, and a leader killed in between left its successor to watch that row afresh.
 
 It sends the read token (`api_read_token` / `api_read_token_file`; the admin token `api_token` only where no read
 token is given), read again whenever its file changes, so a rotated Secret is picked up without a restart. Without a
@@ -69,7 +72,8 @@ class AssignmentWatch:
         self._healthy_until = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="assignment-watch", daemon=True)
-        self._news = threading.Event()
+        self._send = threading.Event()  # news or a beat to send
+        self._news = False  # the next short request asks the leader to scan (news=true)
         self._notifier = threading.Thread(target=self._notify, name="assignment-news", daemon=True)
 
     def healthy(self) -> bool:
@@ -88,7 +92,12 @@ class AssignmentWatch:
 
     def news(self) -> None:
         """Tell the leader to look at the store now; returns at once (the request goes from another thread)."""
-        self._news.set()
+        self._news = True
+        self._send.set()
+
+    def beat(self) -> None:
+        """Name the worker row just written to the leader now; returns at once (sent from another thread)."""
+        self._send.set()
 
     def stop(self) -> None:
         """Stop after the current request (the client is closed, so a waiting request ends at once)."""
@@ -121,23 +130,35 @@ class AssignmentWatch:
             failures += 1
 
     def _notify(self) -> None:
-        """Send each batch of news as one short request (up to NEWS_ATTEMPTS connections until the leader answers)."""
+        """Send each batch of news (or a beat) as one short request naming the last row written.
+
+        News is sent on up to NEWS_ATTEMPTS connections until the leader answers; a beat once (the next long-poll
+        names the row anyway).
+        """
         while not self._stop.is_set():
-            if not self._news.wait(1.0):
+            if not self._send.wait(1.0):
                 continue
-            self._news.clear()
-            for attempt in range(max(NEWS_ATTEMPTS, len(self._urls))):
+            self._send.clear()
+            news, self._news = self._news, False
+            params = self._beat_params({"wait": 0, "news": "true"} if news else {"wait": 0})
+            for attempt in range(max(NEWS_ATTEMPTS, len(self._urls)) if news else 1):
                 url = self._urls[(self._at + attempt) % len(self._urls)]  # the replica that answered last first
                 with _client() as client:
                     try:
-                        response = client.get(url, params={"wait": 0, "news": "true"}, headers=self._headers(),
-                                              timeout=SLACK_SECONDS)
+                        response = client.get(url, params=params, headers=self._headers(), timeout=SLACK_SECONDS)
                     except httpx.HTTPError as exc:
                         log.debug("assignment watch: news not delivered: %s", exc)
                         break
                 self._note_refusal(response)
                 if response.status_code == 200:
                     break
+
+    def _beat_params(self, params: dict[str, str | int | float]) -> dict[str, str | int | float]:
+        """`params` plus the row this agent last wrote: the leader's sightings stay fresh without a scan."""
+        beat = self._keeper.last_beat()
+        if beat is not None:
+            params["hb"], params["lut"] = beat
+        return params
 
     def _headers(self) -> dict[str, str]:
         if self._token is None:
@@ -165,11 +186,8 @@ class AssignmentWatch:
         params: dict[str, str | int | float] = {"after": version, "wait": WAIT_SECONDS}
         if feed is not None:
             params["feed"] = feed
-        beat = self._keeper.last_beat()
-        if beat is not None:  # the row this agent last wrote: the leader's sightings stay fresh without a scan
-            params["hb"], params["lut"] = beat
         try:
-            response = self._client.get(self._urls[self._at], params=params, headers=self._headers(),
+            response = self._client.get(self._urls[self._at], params=self._beat_params(params), headers=self._headers(),
                                         timeout=WAIT_SECONDS + SLACK_SECONDS)
         except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the client was closed by stop()
             if not self._stop.is_set():

@@ -161,6 +161,7 @@ class LeaseKeeper:
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
         self._channel: Callable[[], bool] | None = None  # True while the coordinator tells us of changes
         self._news: Callable[[], None] | None = None  # tells the leader to look at the store now (see attach_channel)
+        self._beat: Callable[[], None] | None = None  # names the row just written to the leader (see attach_channel)
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
         self._next_await_check = 0.0
@@ -337,24 +338,31 @@ class LeaseKeeper:
             return list(self._held.items())
 
     # ------------------------------------------------------------------ the coordinator channel
-    def attach_channel(self, healthy: Callable[[], bool], news: Callable[[], None] | None = None) -> None:
+    def attach_channel(self, healthy: Callable[[], bool], news: Callable[[], None] | None = None,
+                       beat: Callable[[], None] | None = None) -> None:
         """Learn of assignment changes from the coordinator (agent/assignment_watch.py) while `healthy()` holds.
 
         The owner index is then queried only every `discovery_fallback_interval_millis`, and every second again
         while a lease handed to this worker waits for its previous owner, or once the channel fails. `news()` tells
         the leader that this worker changed something it must see soon (decision 0010): its first row, a drain or
         a refused lease announced in its row, leases given back, a shard's end checkpointed. The leader then scans
-        the store at once instead of at its next full scan.
+        the store at once instead of at its next full scan. `beat()` names each other new row to the leader at once
+        (not at the next long-poll, up to a heartbeat later), so the sightings it publishes for a successor include
+        this worker's last row even if it dies right after writing it (coordinator/liveness.py).
         """
         self._channel = healthy
         self._news = news
+        self._beat = beat
 
     def _tell_news(self) -> None:
-        if self._news is not None:
+        self._tell(self._news)
+
+    def _tell(self, what: Callable[[], None] | None) -> None:
+        if what is not None:
             try:
-                self._news()
+                what()
             except Exception:  # best effort: the leader's full scans and fallbacks still see the change
-                log.exception("telling the coordinator of news failed")
+                log.exception("telling the coordinator failed")
 
     def tell(self, leases: Mapping[str, str]) -> None:
         """The coordinator's view of this worker's leases (key -> relation) changed: apply it at the next tick."""
@@ -473,6 +481,8 @@ class LeaseKeeper:
         if (last is None or last.state is not record.state
                 or last.lease_progress.keys() != record.lease_progress.keys()):
             self._tell_news()  # a new row, a drain, a refused or failing lease: the leader must see it this run
+        else:
+            self._tell(self._beat)
 
     def _renew(self, key: str, held: HeldLease) -> None:
         sent = self._clock.monotonic()

@@ -157,7 +157,7 @@ class Agent:
         )
         self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
         if self.watch is not None:
-            self.keeper.attach_channel(self.watch.healthy, self.watch.news)
+            self.keeper.attach_channel(self.watch.healthy, self.watch.news, self.watch.beat)
         self.workers: dict[str, ShardWorker] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()

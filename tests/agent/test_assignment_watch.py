@@ -32,6 +32,7 @@ class Keeper:
 
     def __init__(self) -> None:
         self.told: list[dict[str, str]] = []
+        self.row = (7, 1_700_000_000)  # the row the agent last wrote: each request names it
 
     def tell(self, leases: dict[str, str]) -> None:
         self.told.append(dict(leases))
@@ -40,14 +41,15 @@ class Keeper:
         pass
 
     def last_beat(self) -> tuple[int, int] | None:
-        return (7, 1_700_000_000)  # the row the agent last wrote: each request names it
+        return self.row
 
 
 @pytest.fixture
 def replicas(moto_server: MotoServer) -> Iterator[tuple[Replica, Replica, list[str]]]:
     store = make_store("dynamodb", moto_url=moto_server.endpoint_url)
-    leader = Replica(store, shards=2, replica_id="coord-a")
-    other = Replica(store, shards=2, replica_id="coord-b", clock=leader.clock)
+    # A 60 s failover holds a long-poll for the agent's whole 20 s wait: only a short request names a row sooner.
+    leader = Replica(store, shards=2, replica_id="coord-a", failover_time_millis=60_000)
+    other = Replica(store, shards=2, replica_id="coord-b", clock=leader.clock, failover_time_millis=60_000)
     leader.join("w1")
     leader.step(3)  # coord-a takes the lock and gives w1 both leases
     other.lock.tick()
@@ -74,6 +76,11 @@ def test_the_watch_finds_the_leader_carries_news_and_its_end_is_signalled(
         assert leader.loop.feed.beats()["w1"][:2] == (7, 1_700_000_000)  # the leader knows the row without a scan
         watch.news()
         wait_for(lambda: ("w1", NEWS) in leader.loop.feed.take_signals(), 10, "the news at the leader")
+        # A new row is named at once (the long-poll waits up to 20 s), and is no news: the leader does not scan.
+        keeper.row = (8, 1_700_000_004)
+        watch.beat()
+        wait_for(lambda: leader.loop.feed.beats()["w1"][:2] == keeper.row, 10, "the new row named to the leader")
+        assert ("w1", NEWS) not in leader.loop.feed.take_signals()
     finally:
         leader.loop.feed.stand_down()  # the waiting request ends now, so the watch stops at once
         watch.stop()

@@ -351,8 +351,9 @@ def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseS
         record = worker_record(store, "w1")
         news.append("row" if record is None else record.state.value)
 
+    beats: list[tuple[int, int] | None] = []
     keeper, _ = _keeper(store, "w1", clock)
-    keeper.attach_channel(lambda: True, told)
+    keeper.attach_channel(lambda: True, told, lambda: beats.append(keeper.last_beat()))
     store.create_lease(new_lease(KEY, TRIM_HORIZON))
     store.assign(KEY, "w1", None, None)
     keeper.tick()
@@ -360,6 +361,10 @@ def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseS
     keeper.discover_soon()
     _step(clock, 10.0, keeper)  # heartbeats and discovery: nothing new for the leader
     assert keeper.checkpoint(KEY, Checkpoint.at(5)).applied and news == [WorkerState.ACTIVE.value]
+    # Each later row is named to the leader at once (a beat, not news), the row as written.
+    row = worker_record(store, "w1")
+    assert row is not None and len(beats) >= 2 and beats[-1] == keeper.last_beat() == (row.heartbeat, row.last_update)
+    assert len(set(beats)) == len(beats)  # one beat per row written
     keeper.begin_drain()
     assert len(news) == 1  # not before the row says DRAINING: the leader would read the old row
     keeper.tick()
