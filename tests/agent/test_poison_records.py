@@ -25,6 +25,7 @@ from shardherd.agent.kpl import UserRecord, encode_aggregate
 from shardherd.agent.quarantine import open_destination
 from shardherd.agent.records import Record
 from shardherd.agent.runtime import Agent
+from shardherd.services.cli import main
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
@@ -125,8 +126,9 @@ def test_block_delivers_and_checkpoints_everything_before_the_poison_record_and_
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
-def test_quarantine_writes_the_record_then_checkpoints_past_it_and_delivers_the_rest_once(
-        stack: Stack, kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_quarantine_writes_the_record_then_checkpoints_past_it_and_replay_puts_it_back(
+        stack: Stack, kind: str, tmp_path: Path, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     url = tmp_path.as_uri() if kind == "file" else f"s3://{request.getfixturevalue('bucket')}/dead/letters"
     stack.produce(RECORDS, "q")
     poison = stack.produced[POISON_AT]
@@ -148,6 +150,14 @@ def test_quarantine_writes_the_record_then_checkpoints_past_it_and_delivers_the_
     assert_delivered_once(stack, [payload for payload in stack.produced if payload != poison])
     assert agent.progress.quarantined() == {shard: 1} and not agent.progress.poisoned()
     assert f'shardherd_shard_quarantined_records_total{{lease="{shard}"}} 1.0' in stack.metrics()
+    # Fixed: `shardherd dlq replay` puts it back into the stream, and the agent reads it again.
+    RejectsOne.poison = b"-fixed-"
+    monkeypatch.setenv("SHARDHERD_KINESIS_ENDPOINT_URL", stack.base["kinesis_endpoint_url"])
+    monkeypatch.setenv("SHARDHERD_S3_ENDPOINT_URL", stack.base["s3_endpoint_url"])
+    assert main(["dlq", "replay", url]) == 0
+    wait_for(lambda: poison in stack.ledger.payloads(), 30, "the replayed record read again")
+    assert list(destination.names()) == []
+    assert_delivered_once(stack, [*stack.produced])
 
 
 def test_a_destination_that_fails_blocks_the_shard_until_the_write_succeeds(stack: Stack, tmp_path: Path) -> None:
