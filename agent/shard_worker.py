@@ -365,6 +365,7 @@ class ShardWorker:
 
     def _once(self, processor: RecordProcessor, piece: list[Record], lag: int | None) -> bool:
         """One delivery of a piece of a bisected batch; True when it went through."""
+        self._beat()  # each step of a bisection is progress
         self._fence()
         try:
             processor.process_records(piece, self.checkpointer, lag)
@@ -373,7 +374,6 @@ class ShardWorker:
         except Exception as exc:  # the piece is split further
             self._failed(exc)
             return False
-        self._beat()
         self.checkpointer.last_delivered = piece[-1]
         return True
 
@@ -419,6 +419,7 @@ class ShardWorker:
                                 failing.attempts if failing is not None else 0, self._ctx.worker_id,
                                 datetime.fromtimestamp(self._ctx.clock.time(), UTC))
         due = self._before_checkpointed()
+        self._ctx.progress.batch_delivered(key)  # the write's own failures are counted (and waited for) from here
 
         def write() -> None:
             destination.put(stored)

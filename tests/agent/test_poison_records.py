@@ -2,8 +2,8 @@
 the shard (policy `block`) or is written to a dead-letter destination and checkpointed past (`quarantine`).
 
 Real parts: a coordinator and an agent in this process on moto server (DynamoDB, S3) and kinesalite, short intervals.
-Each test takes about 10 s: three failures of the batch (1 + 2 s of backoff), the bisection, three failures of the
-record alone (1 + 2 s), with the stack's start-up.
+Each test takes 8 to 16 s: three failures of the batch (1 + 2 s of backoff), the bisection, three failures of the
+record alone (1 + 2 s), the stack's start-up, and for some a rewind, a replay or a destination coming back.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ pytestmark = pytest.mark.slow
 
 RECORDS = 40
 POISON_AT = 17  # the index of the poison payload among the records produced
+TOKEN = "poison-records-admin-token-0123456789"
 
 
 class RejectsOne(LedgerProcessor):
@@ -105,7 +106,16 @@ def assert_delivered_once(stack: Stack, expected: list[bytes]) -> None:
     assert set(counts) == set(expected) and set(counts.values()) == {1}
 
 
-def test_block_delivers_and_checkpoints_everything_before_the_poison_record_and_names_it(stack: Stack) -> None:
+def test_block_delivers_and_checkpoints_everything_before_the_poison_record_and_names_it(
+        moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> None:
+    stack = Stack(moto_server, kinesalite, api_token=TOKEN)
+    try:
+        blocks_until_rewound(stack, tmp_path)
+    finally:
+        stack.close()
+
+
+def blocks_until_rewound(stack: Stack, tmp_path: Path) -> None:
     stack.produce(RECORDS, "b")
     agent = stack.start_agent(stack.produced[POISON_AT])
     sequence = poisoned_sequence(stack)
@@ -119,10 +129,18 @@ def test_block_delivers_and_checkpoints_everything_before_the_poison_record_and_
     assert failing.last_error.startswith(f"poison record {sequence}/0: ValueError: the sink rejects")
     metrics = stack.metrics()
     assert f'shardherd_shard_poison_record{{lease="{lease_key}",sequence="{sequence}",sub_sequence="0"}} 1.0' in metrics
-    attempts = failing.attempts
-    wait_for(lambda: agent.progress.failing()[lease_key].attempts > attempts, 30, "the record retried")
-    assert_delivered_once(stack, before)  # still blocked: nothing skipped
-    assert agent.progress.poisoned() == {lease_key: record}
+    # The operator's path: rewind the shard past the record (the owner stops the retries, hands it over, resumes).
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    api = stack.coordinator.api
+    assert api is not None
+    assert main(["rewind", "--to-sequence", f"{lease_key}={sequence}", "--url", api.url,
+                 "--token-file", str(token)]) == 0
+    poison = stack.produced[POISON_AT]
+    others = [payload for payload in stack.produced if payload != poison]
+    wait_for(lambda: set(stack.ledger.payloads()) >= set(others), 60, "the records after the poison one delivered")
+    assert_delivered_once(stack, others)
+    assert not agent.progress.poisoned()
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
