@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +20,7 @@ from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.throttle_model import ShardLimits
 from shardherd.shared.aws import make_client
+from tests.docs.test_citations import ROOT
 from tests.support.stores import unique_app
 from tests.support.stream_stack import active_stream
 
@@ -88,3 +92,24 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys: pytest.Captur
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and len(captured.err.splitlines()) == 1 and captured.err.startswith("shardherd: ")
+
+
+def test_the_documented_dlq_commands_list_and_put_back_the_records(kinesalite: NodeEmulator, tmp_path: Path) -> None:
+    """examples/dlq.sh (shown in docs/decisions/0031-operator-controls.md), run as written by the shell."""
+    kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
+    stream = unique_app("documented")
+    active_stream(kinesis, stream, 1)
+    dead = tmp_path / "dead"
+    dead.mkdir()
+    records = quarantine(dead, 5, stream)
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("SHARDHERD_", "AWS_"))}
+    env.update(PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]), PYTHONPATH=str(ROOT),
+               DLQ_URL=dead.as_uri(), SHARDHERD_KINESIS_ENDPOINT_URL=kinesalite.endpoint_url)
+    done = subprocess.run(["bash", str(ROOT / "examples" / "dlq.sh")], env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(records)} quarantined records in {dead.as_uri()}" in done.stdout
+    assert f"would put {len(records)} records back into {stream}" in done.stdout
+    assert f"replayed {len(records)} records" in done.stdout
+    assert Counter(read_all(kinesis, stream)) == Counter((record.payload, record.partition_key) for record in records)
+    assert list(dead.glob("*/*/*.json")) == []

@@ -14,6 +14,7 @@ import re
 import shutil
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,18 @@ class Stack(StreamStack):
         super().close()
 
 
+@contextmanager
+def running(stack: Stack) -> Iterator[Stack]:
+    try:
+        yield stack
+    finally:
+        stack.close()
+
+
 @pytest.fixture
 def stack(moto_server: MotoServer, kinesalite: NodeEmulator) -> Iterator[Stack]:
-    created = Stack(moto_server, kinesalite)
-    yield created
-    created.close()
+    with running(Stack(moto_server, kinesalite)) as created:
+        yield created
 
 
 @pytest.fixture
@@ -108,11 +116,8 @@ def assert_delivered_once(stack: Stack, expected: list[bytes]) -> None:
 
 def test_block_delivers_and_checkpoints_everything_before_the_poison_record_and_names_it(
         moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> None:
-    stack = Stack(moto_server, kinesalite, api_token=TOKEN)
-    try:
+    with running(Stack(moto_server, kinesalite, api_token=TOKEN)) as stack:
         blocks_until_rewound(stack, tmp_path)
-    finally:
-        stack.close()
 
 
 def blocks_until_rewound(stack: Stack, tmp_path: Path) -> None:
