@@ -380,7 +380,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 SECRET_SETTINGS = frozenset({"api_token", "api_read_token", "sql_url"})
 URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
-                          "api_advertise_url"})
+                          "api_advertise_url", "s3_endpoint_url"})
 ENV_PREFIX = "SHARDHERD_"
 # SHARDHERD_* variables that are not settings, with who reads them: any other is a misspelling.
 OTHER_VARIABLES = frozenset({
