@@ -315,7 +315,7 @@ class ShardWorker:
                 failing = self._failed(exc)
                 failed += 1
                 if tries is not None and failed >= tries:
-                    log.error("%s: %s %d times (last: %s); bisecting", key, failing_what, failed,
+                    log.error("%s: %s %d times (last: %s); no more tries", key, failing_what, failed,
                               failing.last_error)
                     return Outcome.FAILING
                 delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
