@@ -29,6 +29,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.stall_watch import StallWatch
 from shardherd.shared.supervision import Supervisor
@@ -64,6 +65,21 @@ def failing_families(failing: dict[str, FailingBatch], now: float) -> list[Metri
         attempts.add_metric([key, batch.last_error[:MAX_ERROR_LABEL]], batch.attempts)
         stuck.add_metric([key], max(0.0, now - batch.since))
     return [attempts, stuck]
+
+
+def poison_families(board: ProgressBoard) -> list[Metric]:
+    """Per shard: the poison record it is blocked on (sequence, sub-sequence), and the records it quarantined."""
+    blocked = GaugeMetricFamily("shardherd_shard_poison_record",
+                                "1 while a shard is blocked on a poison record (found by bisecting its failing batch)",
+                                labels=["lease", "sequence", "sub_sequence"])
+    for key, record in sorted(board.poisoned().items()):
+        blocked.add_metric([key, record.sequence_number, str(record.sub_sequence_number)], 1)
+    quarantined = CounterMetricFamily("shardherd_shard_quarantined_records",
+                                      "Poison records written to the poison destination and checkpointed past",
+                                      labels=["lease"])
+    for key, count in sorted(board.quarantined().items()):
+        quarantined.add_metric([key], count)
+    return [blocked, quarantined]
 
 
 def read_families(reads: Mapping[str, ReaderStats]) -> list[Metric]:
@@ -107,12 +123,14 @@ class HealthServer:
 
     def __init__(self, supervisor: Supervisor, failing: Callable[[], dict[str, FailingBatch]],
                  wall: Callable[[], float], stalls: StallWatch, host: str, port: int,
-                 reads: Callable[[], Mapping[str, ReaderStats]] | None = None, drain: SelfDrain | None = None) -> None:
+                 reads: Callable[[], Mapping[str, ReaderStats]] | None = None, drain: SelfDrain | None = None,
+                 poison: ProgressBoard | None = None) -> None:
         self._supervisor = supervisor
         self._stalls = stalls
         self._drain = drain
         self._failing = failing
         self._reads = reads
+        self._poison = poison
         self._wall = wall
         self._server = ThreadingHTTPServer((host, port), self._handler())
         self._server.daemon_threads = True
@@ -139,7 +157,8 @@ class HealthServer:
         registry.register(_Families([*supervision_families(self._supervisor),
                                      *failing_families(self._failing(), self._wall()),
                                      *stall_families(self._stalls),
-                                     *(read_families(self._reads()) if self._reads is not None else [])]))
+                                     *(read_families(self._reads()) if self._reads is not None else []),
+                                     *(poison_families(self._poison) if self._poison is not None else [])]))
         return generate_latest(registry)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -1,7 +1,9 @@
 """Per-lease progress the agent reports with its heartbeat: lag behind the stream tip, records and bytes handled.
 
-It also carries failed processing attempts, a batch the shard is stuck on (`failing`), and the leases this worker gave
-back because it could not process them
+It also carries failed processing attempts, a batch the shard is stuck on (`failing`), the poison record a shard is
+blocked on (`poisoned`: its sequence and sub-sequence, found by bisecting the batch) and the records quarantined per
+shard (`quarantined`; docs/decisions/0031-operator-controls.md), and the leases this worker gave back because it
+could not process them
 (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another worker while one exists).
 """
 
@@ -9,13 +11,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonRecord:
+    """The record a shard is blocked on after bisecting its batch: the batch's failures go on being counted."""
+
+    sequence_number: str
+    sub_sequence_number: int
 
 
 class ProgressBoard:
@@ -27,6 +37,8 @@ class ProgressBoard:
         self._progress: dict[str, LeaseProgress] = {}
         self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
         self._failing: dict[str, FailingBatch] = {}  # shards whose current batch failed, until it is delivered
+        self._poisoned: dict[str, PoisonRecord] = {}  # shards blocked on one record, until it goes through
+        self._quarantined: dict[str, int] = {}  # records quarantined per lease since the agent started
         self._guard = threading.Lock()
 
     def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
@@ -78,6 +90,30 @@ class ProgressBoard:
         with self._guard:
             self._failing.pop(lease_key, None)
 
+    def poison(self, lease_key: str, record: PoisonRecord | None) -> None:
+        """The shard is blocked on `record` (None: no longer)."""
+        with self._guard:
+            if record is None:
+                self._poisoned.pop(lease_key, None)
+            else:
+                self._poisoned[lease_key] = record
+
+    def poisoned(self) -> dict[str, PoisonRecord]:
+        """The shards blocked on a poison record now, by lease key."""
+        with self._guard:
+            return dict(self._poisoned)
+
+    def quarantine(self, lease_key: str) -> None:
+        """One more record of the lease written to the poison destination and checkpointed past."""
+        with self._guard:
+            self._quarantined[lease_key] = self._quarantined.get(lease_key, 0) + 1
+            self._poisoned.pop(lease_key, None)
+
+    def quarantined(self) -> dict[str, int]:
+        """Records quarantined per lease since the agent started (kept after the lease moves: a counter)."""
+        with self._guard:
+            return dict(self._quarantined)
+
     def failing(self) -> dict[str, FailingBatch]:
         """The shards stuck on a failing batch now, by lease key."""
         with self._guard:
@@ -94,6 +130,7 @@ class ProgressBoard:
         with self._guard:
             self._progress.pop(lease_key, None)
             self._failing.pop(lease_key, None)
+            self._poisoned.pop(lease_key, None)
 
     def snapshot(self, lease_keys: Iterable[str]) -> dict[str, LeaseProgress]:
         """The progress of the given leases (those with any report), plus the leases refused lately."""

@@ -28,6 +28,7 @@ from shardherd.agent.metrics.sampler import MAX_UTILISATION_PERCENT, MetricsSamp
 from shardherd.agent.metrics.select import select_cpu_source
 from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.progress import ProgressBoard
+from shardherd.agent.quarantine import Destination, open_destination
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
 from shardherd.agent.stall_watch import StallBounds, StallWatch
@@ -110,6 +111,13 @@ class MetricsReporter:
         return common_metric_kinds(others) if others else None
 
 
+def poison_destination(settings: Settings) -> Destination | None:
+    """Under poison_policy quarantine, the destination, proven to exist and take writes (BadDestination otherwise)."""
+    if settings.poison_policy != "quarantine" or settings.poison_destination is None:
+        return None
+    return open_destination(settings.poison_destination, settings.region, settings.s3_endpoint_url, check=True)
+
+
 class Agent:
     """A worker: holds leases through the keeper, processes each in its own thread, drains on stop."""
 
@@ -153,7 +161,8 @@ class Agent:
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
-            prefetch=prefetch, progressed=self.stalls.progressed,
+            prefetch=prefetch, progressed=self.stalls.progressed, poison_attempts=settings.poison_attempts,
+            quarantine=poison_destination(settings), worker_id=settings.worker_id,
         )
         self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
         if self.watch is not None:
@@ -254,7 +263,8 @@ class Agent:
         if self.settings.agent_health_port is not None:
             self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time, self.stalls,
                                        self.settings.agent_health_host, self.settings.agent_health_port,
-                                       reads=lambda: dict(self._context.reads), drain=self.drain_itself).start()
+                                       reads=lambda: dict(self._context.reads), drain=self.drain_itself,
+                                       poison=self.progress).start()
         return self
 
     def running(self) -> bool:

@@ -12,6 +12,14 @@ StallWatch (agent/stall_watch.py) turns health red and gives the lease back from
 A batch the processor keeps failing, and a shard end whose SHARD_END checkpoint the processor does not store, block the
 shard (nothing is skipped, the children of an ended shard wait) and are retried with a growing wait, the shard shown
 stuck (`failing` on the progress board) until they go through.
+
+Poison records (docs/decisions/0031-operator-controls.md): after `poison_attempts` failures a batch is bisected
+(`_narrow`): each piece is delivered once, in order, and a piece that fails is split again, down to single records;
+every piece that goes through is delivered exactly as a batch is (the processor's own checkpoints). A single record
+that fails `poison_attempts` times on its own is the poison record: with no quarantine destination (policy `block`)
+the shard stays on it, retried with the growing wait, the progress board naming it; with one (`quarantine`) it is
+written there and only then checkpointed past (`_quarantine`). Nothing after the poison record is delivered before
+it is delivered or quarantined. Self-fencing, stop requests and progress work throughout as for any batch.
 """
 
 from __future__ import annotations
@@ -21,13 +29,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from shardherd.agent.consumer import Checkpointer, LeaseLost, RecordProcessor
 from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.prefetch import Prefetcher
-from shardherd.agent.progress import ProgressBoard
+from shardherd.agent.progress import PoisonRecord, ProgressBoard
+from shardherd.agent.quarantine import Destination, Quarantined
 from shardherd.agent.read_spec import ReadLimits, StartPosition
 from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, ShardReadError
 from shardherd.agent.records import Record
@@ -37,6 +46,7 @@ from shardherd.shared.errors import ShardherdError
 from shardherd.shared.lease import Lease
 from shardherd.shared.streams import stream_to_read
 from shardherd.shared.supervision import Supervisor
+from shardherd.shared.worker import FailingBatch
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -50,6 +60,14 @@ ProcessorFactory = Callable[[], RecordProcessor]
 
 class ShardEndNotCheckpointed(ShardherdError):
     """`shard_ended` returned without the SHARD_END checkpoint stored (it is asked again, with backoff)."""
+
+
+class Outcome(enum.Enum):
+    """How retrying a step ended."""
+
+    DONE = "done"
+    STOPPED = "stopped"  # a stop request ended the retries
+    FAILING = "failing"  # the tries given ran out, the step still failing
 
 
 class Stop(enum.Enum):
@@ -81,6 +99,9 @@ class ShardContext:
     prefetch: bool = False  # read the next batch while the processor handles the current one (agent/prefetch.py)
     reads: dict[str, ReaderStats] = field(default_factory=dict)  # per lease: GetRecords calls, throttles (/metrics)
     progressed: Callable[[str], None] = lambda lease_key: None  # a step of a lease's worker completed
+    poison_attempts: int = 3  # failures of one batch (or record) before it is bisected (or judged poison)
+    quarantine: Destination | None = None  # poison_policy quarantine: where poison records go; None: block on them
+    worker_id: str = ""
 
     def stream_of(self, lease: Lease) -> str:
         """The Kinesis stream to read `lease` from; LeaseOutOfScope for a lease of another stream or key format."""
@@ -107,6 +128,8 @@ class ShardWorker:
         self._guard = threading.Lock()
         self._running = False
         self._hand_over = False  # the processing side finished a handoff (or pause): tell the keeper once stopped
+        self._blocked_on = ""  # "poison record SEQ/SUB: " while the shard is blocked on one (prefixes its errors)
+        self._last_error = ""  # the full text of the latest delivery failure (what a quarantined record carries)
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
 
@@ -253,8 +276,12 @@ class ShardWorker:
         # (counted after, a lease's stored progress would trail by a batch and stay behind once the shard goes quiet).
         # A batch that reached the stream's tip leaves nothing behind once processed; otherwise the count is unknown.
         self._ctx.progress.record(self.lease.lease_key, len(records), size, lag, 0 if lag == 0 else None)
-        if not self._until_done(lambda: processor.process_records(records, self.checkpointer, lag),
-                                f"process_records failed on the same {len(records)} records", "delivering them again"):
+        outcome = self._until_done(lambda: processor.process_records(records, self.checkpointer, lag),
+                                   f"process_records failed on the same {len(records)} records",
+                                   "delivering them again", self._ctx.poison_attempts if records else None)
+        if outcome is Outcome.FAILING:
+            outcome = self._narrow(processor, records, lag)
+        if outcome is not Outcome.DONE:
             return
         if records:
             self.checkpointer.last_delivered = records[-1]
@@ -265,8 +292,9 @@ class ShardWorker:
         elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
             self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 
-    def _until_done(self, attempt: Callable[[], None], failing_what: str, again: str) -> bool:
-        """Run `attempt` until it returns; False if a stop request ended the retries first.
+    def _until_done(self, attempt: Callable[[], None], failing_what: str, again: str,
+                    tries: int | None = None) -> Outcome:
+        """Run `attempt` until it returns (DONE), a stop request ends retries (STOPPED) or `tries` ran out (FAILING).
 
         While it raises, the shard blocks on it (nothing skipped), visibly: each failure is one log line and counts on
         the progress board (`failing`: the worker row, the agent's and the coordinator's /metrics and the dashboard
@@ -275,25 +303,144 @@ class ShardWorker:
         passed (self-fencing): the shard may already be someone else's.
         """
         key = self.lease.lease_key
+        failed = 0
         while True:
-            if not self._ctx.keeper.lease_live(key):
-                log.error("%s: liveness deadline passed; stopping without delivering", key)
-                raise LeaseLost(f"{key}: self-fenced")
+            self._fence()
             try:
                 attempt()
                 break
             except LeaseLost:
                 raise
             except Exception as exc:  # the shard blocks on this step (never skipped), visibly, with a growing wait
-                failing = self._ctx.progress.batch_failed(key, f"{type(exc).__name__}: {exc}")
+                failing = self._failed(exc)
+                failed += 1
+                if tries is not None and failed >= tries:
+                    log.error("%s: %s %d times (last: %s); no more tries", key, failing_what, failed,
+                              failing.last_error)
+                    return Outcome.FAILING
                 delay = min(self._ctx.max_backoff, self._ctx.retry_delay * 2 ** (failing.attempts - 1))
                 log.error("%s: %s %d times (last: %s); %s in %.1f s", key, failing_what, failing.attempts,
                           failing.last_error, again, delay)
                 self._pause(delay)
                 if self._stop is not None:
-                    return False
+                    return Outcome.STOPPED
         self._ctx.progress.batch_delivered(key)
+        return Outcome.DONE
+
+    def _fence(self) -> None:
+        """LeaseLost once the lease's liveness deadline passed: the shard may already be someone else's."""
+        key = self.lease.lease_key
+        if not self._ctx.keeper.lease_live(key):
+            log.error("%s: liveness deadline passed; stopping without delivering", key)
+            raise LeaseLost(f"{key}: self-fenced")
+
+    def _failed(self, exc: Exception) -> FailingBatch:
+        """Count one failed delivery on the progress board (naming the poison record the shard is blocked on)."""
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        return self._ctx.progress.batch_failed(self.lease.lease_key, self._blocked_on + self._last_error)
+
+    def _narrow(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> Outcome:
+        """Bisect a batch that kept failing: deliver each piece once, in order, splitting a piece that fails.
+
+        A piece that goes through counts as a delivered batch (`last_delivered`); a single record goes to `_poison`.
+        DONE once every record was delivered or quarantined; STOPPED on a stop request (nothing after the piece in
+        hand delivered: the next owner reads it from the checkpoint).
+        """
+        log.warning("%s: bisecting the %d records that keep failing", self.lease.lease_key, len(records))
+        pending = [records]  # pieces still to deliver, the next one last
+        judged = len(records) == 1  # a batch of one that failed `poison_attempts` times is already the poison record
+        while pending:
+            if self._stop is not None:
+                return Outcome.STOPPED
+            piece = pending.pop()
+            if len(piece) == 1:
+                outcome = self._poison(processor, piece[0], lag, judged)
+                if outcome is not Outcome.DONE:
+                    return outcome
+            elif piece is records or not self._once(processor, piece, lag):
+                half = len(piece) // 2
+                pending.extend((piece[half:], piece[:half]))
+        self._ctx.progress.batch_delivered(self.lease.lease_key)
+        return Outcome.DONE
+
+    def _once(self, processor: RecordProcessor, piece: list[Record], lag: int | None) -> bool:
+        """One delivery of a piece of a bisected batch; True when it went through."""
+        self._beat()  # each step of a bisection is progress
+        self._fence()
+        try:
+            processor.process_records(piece, self.checkpointer, lag)
+        except LeaseLost:
+            raise
+        except Exception as exc:  # the piece is split further
+            self._failed(exc)
+            return False
+        self.checkpointer.last_delivered = piece[-1]
         return True
+
+    def _poison(self, processor: RecordProcessor, record: Record, lag: int | None, judged: bool) -> Outcome:
+        """Deliver one record of a bisected batch; one that fails `poison_attempts` times blocks or is quarantined."""
+        key = self.lease.lease_key
+        where = f"{record.sequence_number}/{record.sub_sequence_number}"
+
+        def deliver() -> None:
+            processor.process_records([record], self.checkpointer, lag)
+
+        outcome = Outcome.FAILING
+        if not judged:
+            self._ctx.progress.batch_delivered(key)  # the record's own failures are counted from here
+            outcome = self._until_done(deliver, f"process_records failed on record {where}", "delivering it again",
+                                       self._ctx.poison_attempts)
+        if outcome is Outcome.FAILING:
+            self._ctx.progress.poison(key, PoisonRecord(record.sequence_number, record.sub_sequence_number))
+            self._blocked_on = f"poison record {where}: "
+            destination = self._ctx.quarantine
+            log.error("%s: poison record %s (%s); %s", key, where, self._last_error,
+                      "blocking on it" if destination is None else f"quarantining it to {destination.url}")
+            try:
+                outcome = (self._until_done(deliver, f"process_records failed on poison record {where}",
+                                            "delivering it again") if destination is None
+                           else self._quarantine(record, destination))
+            finally:
+                self._blocked_on = ""
+                self._ctx.progress.poison(key, None)
+        if outcome is Outcome.DONE:
+            self.checkpointer.last_delivered = record
+        return outcome
+
+    def _quarantine(self, record: Record, destination: Destination) -> Outcome:
+        """Write the poison record to `destination`, then checkpoint past it; retried (never skipped) until both did.
+
+        The checkpoint is written only when everything before the record is checkpointed (a processor that
+        checkpoints later carries past it with its own next checkpoint: `last_delivered` is this record).
+        """
+        key = self.lease.lease_key
+        failing = self._ctx.progress.failing().get(key)
+        stored = Quarantined.of(record, self._ctx.stream_of(self.lease), self._last_error,
+                                failing.attempts if failing is not None else 0, self._ctx.worker_id,
+                                datetime.fromtimestamp(self._ctx.clock.time(), UTC))
+        due = self._before_checkpointed()
+        self._ctx.progress.batch_delivered(key)  # the write's own failures are counted (and waited for) from here
+
+        def write() -> None:
+            destination.put(stored)
+            if due:
+                self.checkpointer.checkpoint(record)
+
+        outcome = self._until_done(write, f"quarantining poison record {stored.name} failed", "writing it again")
+        if outcome is Outcome.DONE:
+            self._ctx.progress.quarantine(key)
+            log.warning("%s: poison record %s/%d quarantined to %s%s", key, record.sequence_number,
+                        record.sub_sequence_number, destination.url, "" if due else
+                        " (checkpointed past with the processor's next checkpoint)")
+        return outcome
+
+    def _before_checkpointed(self) -> bool:
+        """True when every record delivered before the current one is checkpointed."""
+        before = self.checkpointer.last_delivered
+        if before is None:
+            return True  # the record follows the lease's stored checkpoint
+        stored = self.checkpointer.last_written or self.lease.checkpoint
+        return stored >= before.checkpoint
 
     def _end_shard(self, processor: RecordProcessor) -> None:
         """Call `shard_ended` until the SHARD_END checkpoint is stored (the shard's children wait for it).

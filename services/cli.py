@@ -27,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
         check_table,
         controls_cli,
         coordinator_service,
+        dlq_cli,
         multilang_service,
         status_cli,
     )
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     check_table.register(sub)
     controls_cli.register(sub)
     coordinator_service.register(sub)
+    dlq_cli.register(sub)
     multilang_service.register(sub)
     status_cli.register(sub)
     for name in DEV_COMMANDS:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from shardherd.shared.dlq_url import parse_destination
 from shardherd.shared.errors import ConfigError
 from shardherd.shared.store import TableNames
 from shardherd.shared.streams import ACCOUNT_PATTERN, STREAM_NAME_PATTERN
@@ -188,6 +189,14 @@ class Settings(BaseSettings):
     # the pure-Python decoder). agent/kpl_decoding.py; Spark executors get it with their partitions.
     kpl_decoder: Literal["auto", "python"] = "auto"
 
+    # Poison records (docs/decisions/0031-operator-controls.md): failures of one batch before the shard worker bisects
+    # it down to the record that fails; what happens to that record (block: the shard stays on it, the alert naming
+    # it; quarantine: it is written to poison_destination, file:///dir or s3://bucket/prefix, then checkpointed past).
+    poison_attempts: int = Field(3, ge=1, le=1000)
+    poison_policy: Literal["block", "quarantine"] = "block"
+    poison_destination: str | None = None
+    s3_endpoint_url: str | None = None  # an S3 emulator (tests, the local stack)
+
     # Where a new stream is read from.
     initial_position_in_stream: InitialPosition = "TRIM_HORIZON"
     initial_timestamp: datetime | None = None
@@ -199,8 +208,15 @@ class Settings(BaseSettings):
             raise ValueError(f"must have at least {MIN_TOKEN_LENGTH} characters")
         return value
 
+    @field_validator("poison_destination")
+    @classmethod
+    def _destination_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_destination(value)  # BadDestination (a ValueError) names what a destination URL looks like
+        return value
+
     @field_validator("dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
-                     "api_advertise_url")
+                     "api_advertise_url", "s3_endpoint_url")
     @classmethod
     def _no_password_in_url(cls, value: str | None) -> str | None:
         if value is not None and any(urlsplit(part.strip()).password is not None for part in value.split(",")):
@@ -229,6 +245,8 @@ class Settings(BaseSettings):
                 f"leader_lock_heartbeat_period_millis ({self.leader_lock_heartbeat_period_millis}): other replicas "
                 "try to take the lock once per heartbeat period"
             )
+        if self.poison_policy == "quarantine" and self.poison_destination is None:
+            problems.append("poison_policy quarantine needs a poison_destination (file:///dir or s3://bucket/prefix)")
         if self.store_backend == "sql" and not self.sql_url.get_secret_value():
             problems.append("sql_url is required when store_backend is sql")
         if problems:
@@ -362,7 +380,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 SECRET_SETTINGS = frozenset({"api_token", "api_read_token", "sql_url"})
 URL_SETTINGS = frozenset({"dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url", "ecs_metadata_uri",
-                          "api_advertise_url"})
+                          "api_advertise_url", "s3_endpoint_url"})
 ENV_PREFIX = "SHARDHERD_"
 # SHARDHERD_* variables that are not settings, with who reads them: any other is a misspelling.
 OTHER_VARIABLES = frozenset({

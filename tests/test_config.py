@@ -170,6 +170,10 @@ def test_one_error_names_every_bad_setting(monkeypatch: pytest.MonkeyPatch, tmp_
         ({"streams": [{"name": "a", "initial_position": "AT_TIMESTAMP"}]}, "stream a: AT_TIMESTAMP"),
         ({"streams": [{"name": "a", "account_id": "acct"}]}, "account_id"),
         ({"streams": [{"name": "a", "shard": 1}]}, "shard"),
+        ({"poison_policy": "quarantine"}, "poison_policy quarantine needs a poison_destination"),
+        ({"poison_destination": "https://bucket.s3.amazonaws.com/x"}, "poison_destination"),
+        ({"poison_destination": "file://relative/dir"}, "file:///absolute/directory"),
+        ({"poison_destination": "s3:///prefix-without-bucket"}, "s3://bucket"),
     ],
 )
 def test_inconsistent_settings_are_rejected(overrides: dict[str, object], named: str) -> None:
@@ -193,6 +197,8 @@ def test_relation_errors_are_reported_together() -> None:
     ("epsilon_millis", -1),
     ("max_throughput_per_host_kbps", 0),
     ("lease_assignment_strategy", "random"),
+    ("poison_policy", "skip"),
+    ("poison_attempts", 0),
 ])
 def test_out_of_range_values_name_the_setting(name: str, value: object) -> None:
     with pytest.raises(ConfigError, match=name):
@@ -282,7 +288,8 @@ def test_a_bad_secret_is_named_but_never_echoed(monkeypatch: pytest.MonkeyPatch)
     assert caught.value.__cause__ is None and caught.value.__context__ is None  # no pydantic error with inputs
 
 
-@pytest.mark.parametrize("name", ["dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url"])
+@pytest.mark.parametrize("name", ["dynamodb_endpoint_url", "kinesis_endpoint_url", "coordinator_url",
+                                  "s3_endpoint_url"])
 def test_urls_with_a_password_are_refused_without_echoing_it(name: str) -> None:
     password = "pa55" + "word-xyz"
     with pytest.raises(ConfigError) as caught:
@@ -328,3 +335,15 @@ def test_single_stream_settings_stay_single_stream() -> None:
     settings = load_settings(stream_name="orders")
     assert not settings.multi_stream and settings.stream_names == ("orders",) and settings.streams == ()
     assert load_settings().stream_names == ()
+
+
+def test_poison_settings_from_the_environment_and_a_misspelled_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SHARDHERD_POISON_POLICY", "quarantine")
+    monkeypatch.setenv("SHARDHERD_POISON_DESTINATION", "s3://dead-letters/orders")
+    monkeypatch.setenv("SHARDHERD_POISON_ATTEMPTS", "5")
+    settings = load_settings()
+    assert (settings.poison_policy, settings.poison_destination, settings.poison_attempts) == (
+        "quarantine", "s3://dead-letters/orders", 5)
+    monkeypatch.setenv("SHARDHERD_POISON_POLICI", "block")
+    with pytest.raises(ConfigError, match=r"did you mean SHARDHERD_POISON_POLICY\?"):
+        load_settings()

@@ -52,7 +52,7 @@ class MultiLangProcessor(RecordProcessor):
         self._child: ChildProcess | None = None
         self._shard = "?"
         self._last = SHARD_END  # the last checkpoint: set by initialize
-        self._largest = SHARD_END  # the largest checkpoint allowed now: set by initialize and each batch
+        self._largest = SHARD_END  # the largest checkpoint allowed now: set by initialize and each batch (its end)
 
     # ------------------------------------------------------------------ RecordProcessor
     def initialize(self, shard_id: str, start: Checkpoint) -> None:
@@ -69,8 +69,8 @@ class MultiLangProcessor(RecordProcessor):
         if self._child is None:
             log.warning("%s: restarting the record processor at checkpoint %s", self._shard, self._last)
             self._start_child()
-        if records:
-            self._largest = max(self._largest, records[-1].checkpoint)
+        if records:  # the batch in hand: after a failed larger batch, a piece of it when the shard worker bisects it
+            self._largest = max(self._last, records[-1].checkpoint)
         try:
             self._exchange(messages.PROCESS_RECORDS, messages.process_records(records, millis_behind_latest),
                            checkpointer)

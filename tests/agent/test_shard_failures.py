@@ -141,7 +141,8 @@ def test_a_batch_that_always_fails_blocks_its_shard_visibly_with_a_growing_wait(
         stack: Stack, caplog: pytest.LogCaptureFixture) -> None:
     """Bug 6: retried every second forever with a traceback each time, and nothing told the operator."""
     with caplog.at_level(logging.ERROR):
-        agent = stack.add_agent("agent-1", kind=PoisonOn, agent_health_port=0)
+        # Never bisected here (poison_attempts at its maximum): tests/agent/test_poison_records.py covers that.
+        agent = stack.add_agent("agent-1", kind=PoisonOn, agent_health_port=0, poison_attempts=1000)
         wait_for(lambda: set(stack.owners().values()) == {"agent-1"} and len(stack.owners()) == 3, 30,
                  "agent-1 holds every lease")
         stack.produce(60, "p")

@@ -3,7 +3,8 @@
 Environment (set by the tests): MULTILANG_API v2 or v3 (which amazon_kclpy processor base), MULTILANG_CHECKPOINT
 `sequence` (checkpoint at the batch's last record, with its sub-sequence) or `bare` (checkpoint() without arguments),
 MULTILANG_CRASH_ONCE a record payload at which the process exits once (a marker file next to the ledger remembers
-it did), MULTILANG_PROBE: also ask for a checkpoint beyond the batch and note the error name in the ledger's side file.
+it did), MULTILANG_POISON a record payload at which the process exits every time (a poison record),
+MULTILANG_PROBE: also ask for a checkpoint beyond the batch and note the error name in the ledger's side file.
 Every record goes to the ledger (tests/support/file_ledger.py) before the checkpoint, so a crash only repeats.
 """
 
@@ -31,6 +32,7 @@ class Ledger:
         self.shard_id = "?"
         self.bare = os.environ.get("MULTILANG_CHECKPOINT", "sequence") == "bare"
         self.crash_at = os.environ.get("MULTILANG_CRASH_ONCE")
+        self.poison = os.environ.get("MULTILANG_POISON")
         self.probe = bool(os.environ.get("MULTILANG_PROBE"))
 
     def note(self, text: str) -> None:
@@ -50,6 +52,9 @@ class Ledger:
                 marker.write_text(self.shard_id)
                 sys.stderr.write(f"crashing at {self.crash_at}\n")
                 os._exit(3)
+            if self.poison and record.binary_data.decode() == self.poison:
+                sys.stderr.write(f"cannot process {self.poison}\n")
+                os._exit(4)
         append_to_ledger(self.path, WORKER, [
             (self.shard_id, r.sequence_number, r.sub_sequence_number or 0, r.binary_data) for r in records])
         last = records[-1]

@@ -2,13 +2,16 @@
 
 Script words: `noise` (print a non-message line and a stderr line at start), `checkpoint-in-init` (ask for a
 checkpoint while initializing), `hang-once` (sleep on the first processRecords of the first run), `wrong-status`
-(answer processRecords with the status of another action), `stop-reading` (stop reading stdin after initialize).
+(answer processRecords with the status of another action), `stop-reading` (stop reading stdin after initialize),
+`poison` (exit on a batch holding a record whose data is `poison`), `checkpoint-batches` (checkpoint each batch
+without a position, as kclpy's `checkpoint()` does).
 Every message received and every checkpoint answer is
 appended to MULTILANG_TRACE as a JSON line.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -45,6 +48,12 @@ def main() -> None:
             trace(json.loads(sys.stdin.readline()))
         if action == "processRecords" and "hang-once" in SCRIPT and first_run:
             time.sleep(60)
+        if action == "processRecords" and "poison" in SCRIPT and any(
+                base64.b64decode(record["data"]) == b"poison" for record in message["records"]):
+            sys.exit(3)
+        if action == "processRecords" and "checkpoint-batches" in SCRIPT:
+            send({"action": "checkpoint", "sequenceNumber": None, "subSequenceNumber": None})
+            trace(json.loads(sys.stdin.readline()))
         if action == "processRecords" and "wrong-status" in SCRIPT:
             send({"action": "status", "responseFor": "initialize"})
             continue

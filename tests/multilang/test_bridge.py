@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,35 @@ def test_a_child_that_answers_shard_ended_without_checkpointing_is_asked_again_b
     processor.shard_ended("shardId-1", UNUSED)
     actions = [(m["action"], m.get("sequenceNumber")) for m in traced(trace)]
     assert actions == [("initialize", "49000"), ("shardEnded", None), ("initialize", "49000"), ("shardEnded", None)]
+
+
+class Recording(Checkpointer):
+    """A checkpointer that keeps what it is asked to store (the bridge's side of the protocol is under test)."""
+
+    def __init__(self) -> None:
+        super().__init__(None, "shardId-1")  # type: ignore[arg-type]  # never reaches a keeper
+        self.stored: list[Checkpoint] = []
+
+    def checkpoint(self, at: Record | Checkpoint | None = None) -> bool:
+        assert isinstance(at, Checkpoint)
+        self.stored.append(at)
+        return True
+
+
+def test_a_checkpoint_without_a_position_covers_only_the_piece_in_hand_of_a_bisected_batch(tmp_path: Path) -> None:
+    """The shard worker bisects a failing batch (poison records): after the whole batch failed, a child's
+    `checkpoint()` in a smaller piece must not reach past that piece's last record (the poison record is after it)."""
+    processor, _ = bridge(tmp_path, "poison,checkpoint-batches")
+    processor.initialize("shardId-1", Checkpoint("49000"))
+    good = [replace(RECORD, sequence_number=str(49500 + index), sub_sequence_number=0, sub_record_count=1)
+            for index in range(3)]
+    poison = replace(good[-1], sequence_number="49600", data=b"poison")
+    checkpointer = Recording()
+    with pytest.raises(ChildFailed):
+        processor.process_records([*good, poison], checkpointer, 0)
+    processor.process_records(good[:2], checkpointer, 0)
+    processor.process_records(good[2:], checkpointer, 0)
+    with pytest.raises(ChildFailed):
+        processor.process_records([poison], checkpointer, 0)
+    processor.lease_lost("shardId-1")
+    assert checkpointer.stored == [good[1].checkpoint, good[2].checkpoint]

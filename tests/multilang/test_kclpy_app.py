@@ -1,11 +1,13 @@
 """The real amazon_kclpy package driving processors written against its v3 and v2 APIs under `shardherd multilang`.
 
-One application, two workers one after the other (each start costs seconds): a v3 processor checkpointing at
+One application, three workers one after the other (each start costs seconds): a v3 processor checkpointing at
 sequence numbers, stopped gracefully; then a v2 processor checkpointing without arguments, which crashes once on a
-record, continuing from the first one's checkpoints.
+record, continuing from the first one's checkpoints; then one that crashes on a record every time, quarantined.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -16,6 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(120)]
 
 
 def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_shards: MultiLangStack) -> None:
+    """About 28 s: three worker processes in turn on one stack (cheaper than three stacks); the poison phase is 13 s
+    of them (three failures of the batch and three of the record, 1 + 2 s of backoff each, a child per attempt)."""
     stack = two_shards
     first = stack.produce(40, "a")
     properties = stack.properties()
@@ -50,3 +54,21 @@ def test_v3_then_v2_processor_checkpoints_hand_off_and_a_crash_redelivers(two_sh
     wait_for(lambda: stack.checkpoints() == expected, 10, "checkpoint() without arguments at each shard's end")
     assert stack.end("ml-2") == 0
     assert [n for n in stack.notes() if n.endswith("shutdownRequested")][-2:]
+
+    # A poison record (the child exits on c-5 every time) under poison_policy quarantine: the shard worker bisects
+    # the batch, quarantines c-5 and goes on; checkpoint() without arguments never reaches past the piece in hand.
+    dead = stack.workdir / "dead-letters"
+    dead.mkdir()
+    third = stack.produce(12, "c")
+    stack.start("ml-3", properties, MULTILANG_API="v2", MULTILANG_CHECKPOINT="bare", MULTILANG_POISON="c-5",
+                SHARDHERD_POISON_POLICY="quarantine", SHARDHERD_POISON_DESTINATION=dead.as_uri())
+    rest = [data for data in third if data != "c-5"]
+    wait_for(lambda: all_seen(stack, rest) and len(list(dead.glob("*/*/*.json"))) == 1, 60,
+             "every other record processed, c-5 quarantined")
+    delivered = stack.delivered()
+    assert all(delivered[data] == 1 for data in rest) and delivered["c-5"] == 0
+    [stored] = [json.loads(path.read_text()) for path in dead.glob("*/*/*.json")]
+    assert (stored["shard_id"], stored["sequence_number"]) == stack.sequence["c-5"]
+    expected = stack.last_sequences(first + second + third)
+    wait_for(lambda: stack.checkpoints() == expected, 10, "checkpoints past the poison record at each shard's end")
+    assert "poison record" in stack.log("ml-3") and stack.end("ml-3") == 0
