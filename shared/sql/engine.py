@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, make_url
@@ -25,8 +25,8 @@ MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE/DELETE ... RETURNING
 _BEGIN_OPTION = "shardherd_begin"
 
 # PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, server shutting down or
-# starting, too many connections; plus the whole connection-exception class 08.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"})
+# starting, too many connections, a statement cancelled (its timeout); plus the whole connection-exception class 08.
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300"})
 _TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED")
 
 
@@ -34,8 +34,10 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None) ->
     """(read engine, write engine) sharing one pool; on SQLite the write engine's transactions begin IMMEDIATE.
 
     `call_timeout` (seconds) bounds one call: SQLite's busy wait (unless the URL sets `timeout`); PostgreSQL's connect
-    timeout and TCP user timeout (sent data unacknowledged: a dead network), and the wait for a pooled connection. No
-    statement timeout: a migration waits on the DDL lock for as long as another process migrates.
+    timeout, TCP user timeout (sent data unacknowledged: a dead network), the wait for a pooled connection, and the
+    statement timeout (a statement waiting on a row lock another session holds, or a server that stalls: SQLSTATE
+    57014, transient). A migration lifts the statement timeout in its own transaction (`unbounded_statements`): it
+    waits on the DDL lock for as long as another process migrates.
     """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
@@ -59,10 +61,17 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None) ->
         millis = int(call_timeout * 1000)
         engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_timeout=call_timeout,
                                connect_args={"connect_timeout": max(1, round(call_timeout)),
-                                             "tcp_user_timeout": millis})
+                                             "tcp_user_timeout": millis,
+                                             "options": f"-c statement_timeout={millis}"})
         return engine, engine
     raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
                       "use sqlite:///<file> or postgresql+psycopg://...")
+
+
+def unbounded_statements(conn: Connection) -> None:
+    """Lift PostgreSQL's statement timeout for the rest of `conn`'s transaction (a migration's DDL lock wait)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SET LOCAL statement_timeout = 0"))
 
 
 def _sqlite_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:

@@ -31,7 +31,7 @@ from shardherd.shared.errors import ConfigError, MalformedLease, MalformedWorker
 from shardherd.shared.lease import Lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.rounding import round_throughput
-from shardherd.shared.sql.engine import insert_for, is_transient, make_engines
+from shardherd.shared.sql.engine import insert_for, is_transient, make_engines, unbounded_statements
 from shardherd.shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
 from shardherd.shared.sql.migrate import upgrade, version_table
 from shardherd.shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
@@ -163,6 +163,7 @@ class SqlLeaseStore(LeaseStore):
         def migrate() -> None:
             with self._writing() as conn:
                 if self._postgres:
+                    unbounded_statements(conn)
                     conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _DDL_LOCK_KEY})
                 upgrade(conn, self.tables)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.config import load_settings
@@ -17,6 +18,7 @@ from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.store_factory import call_timeouts, open_store
 from tests.support.chaos_proxy import Chaos, ChaosProxy
+from tests.support.postgres import PostgresServer
 from tests.support.stores import unique_app
 
 
@@ -48,3 +50,29 @@ def test_a_store_call_against_a_blackholed_endpoint_fails_within_its_deadline(
         print(f"\nblackholed get_lease failed after {took:.2f} s (deadline {deadline:.2f} s)")
         assert took <= deadline + 0.5
         assert proxy.served["hung"] >= 1
+
+
+@pytest.mark.postgres
+def test_a_postgres_statement_that_waits_on_a_lock_fails_within_its_deadline(
+        postgres_server: PostgresServer) -> None:
+    """A session holding the lease table locked (a stuck migration, an operator's open transaction) stalls every
+    statement: the statement timeout ends each within the call's deadline, as a transient error."""
+    settings = load_settings(application_name=unique_app("stmt-deadline"), store_backend="sql",
+                             sql_url=postgres_server.url, failover_time_millis=2000, store_call_timeout_millis=700)
+    store = open_store(settings, RetryPolicy())
+    store.ensure_tables()
+    blocker = create_engine(postgres_server.url)
+    try:
+        with blocker.begin() as conn:
+            conn.execute(text(f'LOCK TABLE "{settings.table_names.leases}" IN ACCESS EXCLUSIVE MODE'))
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailable, match="statement timeout"), retry_deadline(started + 0.7):
+                store.get_lease("shardId-000000000000")
+            took = time.monotonic() - started
+        print(f"\nget_lease behind a table lock failed after {took:.2f} s (deadline 0.70 s)")
+        assert took <= 0.7 + 0.5
+        assert store.get_lease("shardId-000000000000") is None  # the lock released: the same call answers
+        store.ensure_tables()  # a migration's statements stay unbounded (it waits on the DDL lock, not a deadline)
+    finally:
+        blocker.dispose()
+        store.close()
