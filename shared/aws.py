@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+import botocore.session
 from botocore.config import Config
+from botocore.utils import parse_timestamp
 
 # shardherd retries transient errors itself (shared/retry.py) so backoff uses the injected clock and a typed error;
 # botocore's own retries are limited to one attempt to avoid retry multiplication.
@@ -27,5 +30,21 @@ def make_client(service: str, region: str, endpoint_url: str | None = None,
         session = boto3.session.Session()
         if session.get_credentials() is None:
             extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-    client: Any = boto3.session.Session().client(service, region_name=region, config=config, **extra)  # type: ignore[call-overload]
+    core = botocore.session.get_session()
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
+    client: Any = boto3.session.Session(botocore_session=core).client(  # type: ignore[call-overload]
+        service, region_name=region, config=config, **extra)
     return client
+
+
+def utc_timestamp(value: Any) -> datetime:
+    """The timestamp parser the clients get: botocore's, without its cost for epoch numbers (the same instant, UTC).
+
+    Kinesis gives every record's ApproximateArrivalTimestamp as epoch seconds; botocore's default turns each into a
+    datetime in the local zone through dateutil, which was a quarter of a MultiLang agent's CPU while draining a
+    backlog (py-spy). Other forms (ISO strings) go to botocore's parser as before.
+    """
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    parsed: datetime = parse_timestamp(value)
+    return parsed
