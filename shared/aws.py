@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,12 @@ from botocore.utils import parse_timestamp
 # botocore's own retries are limited to one attempt to avoid retry multiplication.
 _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30,
                         max_pool_connections=50)
+
+
+# Each client has its own botocore session (credentials resolved as boto3 would for a new session), but all share one
+# loader of service models: a MultiLang agent process holds four clients (decision 0024's memory figures).
+_LOADER: list[Any] = []
+_LOADER_GUARD = threading.Lock()
 
 
 def make_client(service: str, region: str, endpoint_url: str | None = None,
@@ -30,10 +37,15 @@ def make_client(service: str, region: str, endpoint_url: str | None = None,
         session = boto3.session.Session()
         if session.get_credentials() is None:
             extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-    core = botocore.session.get_session()
-    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
-    client: Any = boto3.session.Session(botocore_session=core).client(  # type: ignore[call-overload]
-        service, region_name=region, config=config, **extra)
+    with _LOADER_GUARD:
+        core = botocore.session.get_session()
+        if _LOADER:  # the service models, parsed once per process: 8-10 MB per client otherwise
+            core.register_component("data_loader", _LOADER[0])
+        else:
+            _LOADER.append(core.get_component("data_loader"))
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
+        client: Any = boto3.session.Session(botocore_session=core).client(  # type: ignore[call-overload]
+            service, region_name=region, config=config, **extra)
     return client
 
 
