@@ -138,7 +138,7 @@ class PoisonScenario:
         outcomes = [Outcome(f"{key} blocked", entry.get("owner"), seconds)]
         if seconds is None:
             return outcomes
-        self.say(f"the alert: shard {shard} stuck on poison record {where}: {entry.get('error')}")
+        self.say(f"the alert: shard {shard} stuck on poison record {where}, last error: {entry.get('error')}")
         self._logged(key, sequence)
         time.sleep(WATCH_BLOCKED_SECONDS)
         after = tail.read() > int(sequence)
