@@ -67,6 +67,7 @@ class PoisonScenario:
         self.base = controls.base
         self.say = controls.say
         self.state = controls.base.state
+        self.sequence: str | None = None  # the poison record's sequence number, once put
 
     def run(self, lease_key: str | None) -> list[Outcome]:
         """Put the record, then follow the policy's course; one Outcome per effect (seconds None: not seen)."""
@@ -80,6 +81,7 @@ class PoisonScenario:
         tail = KeyTail(self.controls.records, shard)
         tail.read()
         sequence, arrived = self._put(shard)
+        self.sequence = sequence
         where = f"{sequence}/0"
         destination = self.state.poison_destination
         self.say(f"put a poison record into {shard} at {time.strftime('%H:%M:%S', time.localtime(arrived))}: "
