@@ -1,6 +1,6 @@
 """One poison record in a sustained stream on the live stack, under quarantine and under block (decision 0031).
 
-Usage: python -m bench.poison [--rate 1000] [--records 100000] [--shards 4] [--agents 2]
+Usage: python -m bench.poison [--rate 1000] [--records 100000] [--shards 8] [--agents 3]
        [--policies quarantine block] [--run-root .shardherd/bench-poison]
 
 For each policy it starts `shardherd up --no-spark --poison-policy POLICY --rate RATE` (plain agents, the stack's
@@ -150,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--records", type=int, default=100_000)
-    parser.add_argument("--shards", type=int, default=4)
-    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--shards", type=int, default=8)  # `up`'s defaults
+    parser.add_argument("--agents", type=int, default=3)
     parser.add_argument("--policies", nargs="+", choices=("quarantine", "block"), default=["quarantine", "block"])
     parser.add_argument("--run-root", default=".shardherd/bench-poison")
     args = parser.parse_args(argv)
