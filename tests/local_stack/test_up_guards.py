@@ -80,7 +80,7 @@ def test_a_run_dir_in_use_is_refused_and_the_operator_cli_uses_it(
     said = poisoned.stdout
     assert "policy block" in said and "(bisected down to it) and named by the API after" in said, said
     assert re.search(r"the alert: shard \S+ stuck on poison record \d+/0, last error: (poison record \d+/0: )?"
-                     r"NotAProducerRecord: record \d+/0 of ", said), said
+                     r"NotAProducerRecord: record \d+", said), said  # the error shortened as the row holds it
     assert ": records after the poison one delivered while blocked: 0; records before it missing from the output: 0" \
         in said, said
     assert re.search(r": the next record delivered after [\d.]+ s", said), said
