@@ -78,16 +78,20 @@ def baseline(scenarios: Scenarios, records: Path, shard: str) -> float | None:
     return None
 
 
-def count_all(controls: ControlScenarios, poison: str | None) -> dict[str, int]:
-    """Every record of the stream against the output: delivered, lost (at or before the checkpoint), not read yet."""
+def count_all(controls: ControlScenarios, poison: str | None, window: tuple[float, float]) -> dict[str, int]:
+    """The records that arrived up to the window's end against the output: delivered, lost (at or before the
+    checkpoint), not read yet; `in window`: those that arrived within it (the rate reached)."""
     state = controls.base.state
     checkpoints = {lease.shard: str(lease.checkpoint) for lease in controls._store.scan_leases().leases}
     held = sink_counts(controls.records)  # after the checkpoints: a record is in the output before it is checkpointed
     kinesis = controls.base._kinesis()
-    counts = {"stream": 0, "delivered": 0, "lost": 0, "not read yet": 0, "poison delivered": 0}
-    for (shard, key) in stream_keys(kinesis, state.stream_name, sorted(checkpoints)):
+    counts = {"stream": 0, "in window": 0, "delivered": 0, "lost": 0, "not read yet": 0, "poison delivered": 0}
+    for (shard, key), arrived in stream_keys(kinesis, state.stream_name, sorted(checkpoints)).items():
+        if arrived > window[1]:
+            continue  # the producer runs on while this counts
         sequence = key.split()[0]
         counts["stream"] += 1
+        counts["in window"] += arrived >= window[0]
         if sequence == poison:
             counts["poison delivered"] += held[(shard, key)] > 0
             continue
@@ -109,6 +113,7 @@ def run(policy: str, args: argparse.Namespace) -> None:
     began_load = os.getloadavg()[0]
     process, state = started_stack(policy, args, run_dir)
     producing = time.monotonic()
+    began = time.time()
     try:
         def say(text: str) -> None:
             print(f"  [{time.strftime('%H:%M:%S')}] {text}", flush=True)
@@ -129,10 +134,12 @@ def run(policy: str, args: argparse.Namespace) -> None:
                       if outcome.subject.endswith((" delay", " resumed"))), None)
         time.sleep(max(0.0, producing + args.records / args.rate - time.monotonic()))
         elapsed = time.monotonic() - producing
+        ended = time.time()
         time.sleep(10.0)  # the agents read the last records
-        counts = count_all(controls, scenario.sequence)
-        print(f"{policy}: {counts['stream']} records in the stream after {elapsed:.0f} s of producing "
-              f"({counts['stream'] / elapsed:.0f} records/s reached, asked {args.rate:g}); delivered "
+        counts = count_all(controls, scenario.sequence, (began, ended))
+        print(f"{policy}: {counts['stream']} records in the stream up to the end of {elapsed:.0f} s of producing "
+              f"after start-up ({counts['in window'] / elapsed:.0f} records/s reached in them, asked "
+              f"{args.rate:g}); of those delivered "
               f"{counts['delivered']}, lost {counts['lost']}, not read yet {counts['not read yet']}, the poison "
               f"record delivered {counts['poison delivered']} times; the shard's delay "
               + (f"{delay:.1f} s" if delay is not None else "not seen")
