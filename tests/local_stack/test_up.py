@@ -104,6 +104,17 @@ def checkpoints_move(scenarios: Scenarios, timeout: float, what: str) -> None:
                          for lease in scenarios.snapshot().unfinished), timeout, what)
 
 
+def quarantines_a_poison_record(controls: ControlScenarios, lines: list[str]) -> None:
+    """`scenario poison` on a stack quarantining into its run directory: every effect seen, counted (decision 0031)."""
+    poisoned = PoisonScenario(controls).run(None)
+    assert all(outcome.seconds is not None for outcome in poisoned), lines
+    delay = next(outcome.seconds for outcome in poisoned if outcome.subject.endswith(" delay"))
+    assert delay is not None and delay < 30, lines  # the issue's bound on the shard's delay
+    assert any(line.startswith("the destination holds it 1 time(s); ") and ", 0 missing; the poison record in "
+               "the output: no" in line for line in lines), lines
+    assert any(" bisecting the " in line for line in lines), lines  # the agent's log says when it bisected
+
+
 def restarted(run_dir: Path, name: str, old_pid: int) -> int | None:
     """The pid the state file names for `name` once it is another process than `old_pid`."""
     state = read_state(run_dir)
@@ -183,13 +194,7 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         assert any("not again: 0; delivered twice or more again: 0" in line and "never delivered: 0" in line
                    for line in lines), lines
         lines.clear()  # last: the quarantined record stays in the stream, never delivered (rewind would count it)
-        poisoned = PoisonScenario(controls).run(None)
-        assert all(outcome.seconds is not None for outcome in poisoned), lines
-        delay = next(outcome.seconds for outcome in poisoned if outcome.subject.endswith(" delay"))
-        assert delay is not None and delay < 30, lines  # the issue's bound on the shard's delay
-        assert any(line.startswith("the destination holds it 1 time(s); ") and ", 0 missing; the poison record in "
-                   "the output: no" in line for line in lines), lines
-        assert any(" bisecting the " in line for line in lines), lines  # the agent's log says when it bisected
+        quarantines_a_poison_record(controls, lines)
     else:  # Spark agents do not bisect or quarantine: the scenario says so in one line and writes nothing
         with pytest.raises(ScenarioFailed, match="needs plain agents"):
             PoisonScenario(ControlScenarios(scenarios, run_dir / PLAIN_RECORDS_DIR)).run(None)

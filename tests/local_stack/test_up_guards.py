@@ -75,15 +75,7 @@ def test_a_run_dir_in_use_is_refused_and_the_operator_cli_uses_it(
     # A poison record under the default policy (block), as a user runs the scenario (decision 0031).
     logs = [run_dir / "logs" / f"agent-{n}.log" for n in (1, 2)]
     before_poison = "".join(path.read_text() for path in logs)
-    poisoned = _shardherd("scenario", "poison", "--run-dir", str(run_dir), "--timeout", "60")
-    assert poisoned.returncode == 0, poisoned.stdout + poisoned.stderr
-    said = poisoned.stdout
-    assert "policy block" in said and "(bisected down to it) and named by the API after" in said, said
-    assert re.search(r"the alert: shard \S+ stuck on poison record \d+/0, last error: (poison record \d+/0: )?"
-                     r"NotAProducerRecord: record \d+", said), said  # the error shortened as the row holds it
-    assert ": records after the poison one delivered while blocked: 0; records before it missing from the output: 0" \
-        in said, said
-    assert re.search(r": the next record delivered after [\d.]+ s", said), said
+    blocks_on_a_poison_record(run_dir)
     after_poison = [path.stat().st_size for path in logs]
 
     process.send_signal(signal.SIGINT)
@@ -103,6 +95,19 @@ def test_a_run_dir_in_use_is_refused_and_the_operator_cli_uses_it(
     again = _shardherd("up", "--no-spark", "--agents", "0", "--duration", "4", "--run-dir", str(run_dir))
     assert again.returncode == 0, again.stdout + again.stderr  # the lock was released; logs rotate per run
     assert (run_dir / "logs.previous" / "agent-1.log").exists() and not (run_dir / "logs" / "agent-1.log").exists()
+
+
+def blocks_on_a_poison_record(run_dir: Path) -> None:
+    """`shardherd scenario poison` on a stack blocking on poison records: named, 0 skipped, rewound past it."""
+    poisoned = _shardherd("scenario", "poison", "--run-dir", str(run_dir), "--timeout", "60")
+    assert poisoned.returncode == 0, poisoned.stdout + poisoned.stderr
+    said = poisoned.stdout
+    assert "policy block" in said and "(bisected down to it) and named by the API after" in said, said
+    assert re.search(r"the alert: shard \S+ stuck on poison record \d+/0, last error: (poison record \d+/0: )?"
+                     r"NotAProducerRecord: record \d+", said), said  # the error shortened as the row holds it
+    assert ": records after the poison one delivered while blocked: 0; records before it missing from the output: 0" \
+        in said, said
+    assert re.search(r": the next record delivered after [\d.]+ s", said), said
 
 
 def test_bad_settings_and_emulator_limits_fail_in_one_line(tmp_path: Path) -> None:

@@ -270,15 +270,7 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     assert f'data-moves="{len(leader["status"]["recent_moves"])}"' in html  # moves over time
     reasons = {move["reason"] for move in leader["status"]["recent_moves"]}
     assert reasons and all(reason in html for reason in reasons)  # recent moves with their reasons
-    poisoned = html[html.index('id="poison"'):]
-    poisoned = poisoned[:poisoned.index("</table>")]  # the poison records panel: one row per shard with any
-    assert poisoned.count("data-poison=") == len(POISON), poisoned
-    blocked = poisoned[poisoned.index(f'data-poison="{SHARDS[1]}"'):]
-    assert f'data-blocked-on="{SEQUENCE}/0"' in blocked[:blocked.index("</tr>")]
-    quarantined = poisoned[poisoned.index(f'data-poison="{SHARDS[2]}"'):]
-    quarantined = quarantined[:quarantined.index("</tr>")]
-    assert 'data-quarantined="2"' in quarantined and str(POISON[SHARDS[2]].last_object) in quarantined, quarantined
-    assert f"{SEQUENCE}/4 → " in quarantined
+    shows_the_poison_records(html)
     assert 'id="problem" class="problem" hidden=""' in html  # no error banner
     assert "data-alert" not in html  # no failed runs, no rejected rows
     shot = tmp_path / "dashboard.png"
@@ -290,6 +282,19 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     keep = os.environ.get("SHARDHERD_SCREENSHOT_DIR")
     if keep:
         shutil.copy(shot, Path(keep) / "dashboard.png")
+
+
+def shows_the_poison_records(html: str) -> None:
+    """The poison records panel (decision 0031): one row per shard with any, blocked on one or quarantined some."""
+    poisoned = html[html.index('id="poison"'):]
+    poisoned = poisoned[:poisoned.index("</table>")]
+    assert poisoned.count("data-poison=") == len(POISON), poisoned
+    blocked = poisoned[poisoned.index(f'data-poison="{SHARDS[1]}"'):]
+    assert f'data-blocked-on="{SEQUENCE}/0"' in blocked[:blocked.index("</tr>")]
+    quarantined = poisoned[poisoned.index(f'data-poison="{SHARDS[2]}"'):]
+    quarantined = quarantined[:quarantined.index("</tr>")]
+    assert 'data-quarantined="2"' in quarantined and str(POISON[SHARDS[2]].last_object) in quarantined, quarantined
+    assert f"{SEQUENCE}/4 → " in quarantined
 
 
 def test_docs_page_renders_offline_in_headless_chromium(running: Running, tmp_path: Path) -> None:
