@@ -2,9 +2,10 @@
 
 It also carries failed processing attempts, a batch the shard is stuck on (`failing`), the poison record a shard is
 blocked on (`poisoned`: its sequence and sub-sequence, found by bisecting the batch) and the records quarantined per
-shard (`quarantined`; docs/decisions/0031-operator-controls.md), and the leases this worker gave back because it
-could not process them
-(reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another worker while one exists).
+shard (`quarantined`, with the newest one's position and object; docs/decisions/0031-operator-controls.md; all
+reported in the worker row as a bounded `PoisonReport` per lease, never a list), and the leases this worker gave back
+because it could not process them (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another
+worker while one exists).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from shardherd.shared.clock import Clock, SystemClock
-from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress
+from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress, PoisonReport
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0
@@ -26,6 +27,9 @@ class PoisonRecord:
 
     sequence_number: str
     sub_sequence_number: int
+
+    def __str__(self) -> str:
+        return f"{self.sequence_number}/{self.sub_sequence_number}"
 
 
 class ProgressBoard:
@@ -39,6 +43,7 @@ class ProgressBoard:
         self._failing: dict[str, FailingBatch] = {}  # shards whose current batch failed, until it is delivered
         self._poisoned: dict[str, PoisonRecord] = {}  # shards blocked on one record, until it goes through
         self._quarantined: dict[str, int] = {}  # records quarantined per lease since the agent started
+        self._last_quarantined: dict[str, tuple[str, str]] = {}  # per lease: the newest one (SEQ/SUB, object URL)
         self._guard = threading.Lock()
 
     def record(self, lease_key: str, records: int, byte_count: int, millis_behind_latest: int | None,
@@ -103,10 +108,11 @@ class ProgressBoard:
         with self._guard:
             return dict(self._poisoned)
 
-    def quarantine(self, lease_key: str) -> None:
-        """One more record of the lease written to the poison destination and checkpointed past."""
+    def quarantine(self, lease_key: str, record: PoisonRecord, stored_at: str) -> None:
+        """One more record of the lease written to the poison destination (object `stored_at`) and checkpointed past."""
         with self._guard:
             self._quarantined[lease_key] = self._quarantined.get(lease_key, 0) + 1
+            self._last_quarantined[lease_key] = (str(record), stored_at)
             self._poisoned.pop(lease_key, None)
 
     def quarantined(self) -> dict[str, int]:
@@ -137,7 +143,17 @@ class ProgressBoard:
         now = self._clock.monotonic()
         with self._guard:
             self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
-            wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key))
+            wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key),
+                                   poison=self._poison_report(key))
                       for key in lease_keys if key in self._progress or key in self._failing}
             refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
             return {**refused, **wanted}
+
+    def _poison_report(self, lease_key: str) -> PoisonReport | None:
+        """The lease's poison records for the worker row (caller holds the guard); None when it has none."""
+        blocked = self._poisoned.get(lease_key)
+        count = self._quarantined.get(lease_key, 0)
+        if blocked is None and not count:
+            return None
+        last, stored_at = self._last_quarantined.get(lease_key, (None, None))
+        return PoisonReport(None if blocked is None else str(blocked), count, last, stored_at)

@@ -428,7 +428,8 @@ class ShardWorker:
 
         outcome = self._until_done(write, f"quarantining poison record {stored.name} failed", "writing it again")
         if outcome is Outcome.DONE:
-            self._ctx.progress.quarantine(key)
+            self._ctx.progress.quarantine(key, PoisonRecord(record.sequence_number, record.sub_sequence_number),
+                                          f"{destination.url.rstrip('/')}/{stored.name}")
             log.warning("%s: poison record %s/%d quarantined to %s%s", key, record.sequence_number,
                         record.sub_sequence_number, destination.url, "" if due else
                         " (checkpointed past with the processor's next checkpoint)")

@@ -21,6 +21,7 @@ from rich.console import Console
 from shardherd.services.cli import STARTED
 from shardherd.services.local_stack.control_scenarios import ControlScenarios
 from shardherd.services.local_stack.pipeline import distinct_records
+from shardherd.services.local_stack.poison_scenario import PoisonScenario
 from shardherd.services.local_stack.processor import distinct_keys
 from shardherd.services.local_stack.producer import ProducerStats
 from shardherd.services.local_stack.scenarios import Outcome, Scenarios
@@ -54,6 +55,9 @@ def register(sub: Any) -> None:
     mode.add_argument("--spark", dest="spark", action="store_true",
                       help="each agent is a local Spark driver running the example pipeline (the default)")
     up.set_defaults(spark=True)
+    up.add_argument("--poison-policy", choices=("block", "quarantine"), default=None,
+                    help="plain agents' poison_policy (decision 0031); quarantine writes poison records under "
+                         "RUN_DIR/dead-letters unless poison_destination is configured (default: as configured)")
     up.add_argument("--spark-master", default="local[1]", help="Spark master of each agent's driver")
     up.add_argument("--spark-driver-memory", default="512m", help="driver JVM heap of each Spark agent")
     up.add_argument("--aws", action="store_true",
@@ -96,10 +100,14 @@ def register(sub: Any) -> None:
     pause = actions.add_parser("pause", help="pause a shard, kill the leader and its owner, resume; count records")
     pause.add_argument("shard", nargs="?", help="lease key (default: the first)")
     pause.add_argument("--no-chaos", dest="chaos", action="store_false", help="do not kill the leader and owner")
+    poison = actions.add_parser("poison", help="put a record the plain agents' processor rejects into a shard; "
+                                               "follow its bisection, block or quarantine; count records")
+    poison.add_argument("shard", nargs="?", help="lease key (default: the busiest)")
     rewind = actions.add_parser("rewind", help="rewind shards a little while back; time and count redeliveries")
     rewind.add_argument("--ago", type=float, default=30.0, help="seconds back from now (default 30)")
     rewind.add_argument("--shards", nargs="+", default=[], help="only these shards (default: all)")
-    for action in (add, kill, leader, drain, split, merge, hot, pause, rewind):  # after the name too, as for status
+    # After the name too, as for status.
+    for action in (add, kill, leader, drain, split, merge, hot, pause, rewind, poison):
         action.add_argument("--run-dir", default=argparse.SUPPRESS, help="the stack's run directory")
         action.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="seconds to wait for the effect")
     scenario.set_defaults(run=run_scenario)
@@ -127,7 +135,7 @@ def run_up(args: argparse.Namespace) -> int:
                            use_aws=args.aws, create_stream=args.create_stream, api_port=_api_port(args, settings),
                            aws_limits=args.aws_limits,
                            spark=args.spark, spark_master=args.spark_master,
-                           spark_driver_memory=args.spark_driver_memory)
+                           spark_driver_memory=args.spark_driver_memory, poison_policy=args.poison_policy)
     stopping = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -283,10 +291,13 @@ def run_scenario(args: argparse.Namespace) -> int:
         outcomes = scenarios.split(args.shard)
     elif args.action == "merge":
         outcomes = scenarios.merge(args.first, args.second)
-    elif args.action in ("pause", "rewind"):
+    elif args.action in ("pause", "rewind", "poison"):
         controls = ControlScenarios(scenarios, run_dir(args.run_dir) / PLAIN_RECORDS_DIR)
-        outcomes = (controls.pause(args.shard, args.chaos) if args.action == "pause"
-                    else controls.rewind(args.ago, args.shards))
+        if args.action == "poison":
+            outcomes = PoisonScenario(controls).run(args.shard)
+        else:
+            outcomes = (controls.pause(args.shard, args.chaos) if args.action == "pause"
+                        else controls.rewind(args.ago, args.shards))
     else:
         outcomes = scenarios.hot_shard(args.shard, args.rate, args.watch)
     print(f"done in {time.monotonic() - started:.1f} s")

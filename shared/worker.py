@@ -33,6 +33,26 @@ class FailingBatch:
 
 
 @dataclass(frozen=True, slots=True)
+class PoisonReport:
+    """A shard's poison records as its owner reports them (decision 0031): bounded, never a growing list.
+
+    `blocked_on` is the record ("SEQUENCE/SUB") the shard is blocked on now (policy block, or a quarantine write
+    failing); `quarantined` counts the records written to the poison destination and checkpointed past since the owner
+    took the lease; `last_quarantined` and `last_object` name the newest of them and its object at the destination.
+    """
+
+    blocked_on: str | None = None
+    quarantined: int = 0
+    last_quarantined: str | None = None
+    last_object: str | None = None
+
+    def __post_init__(self) -> None:
+        problem = count_problem(self.quarantined)
+        if problem is not None:
+            raise InvalidRowValue(f"poison report: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
 class LeaseProgress:
     """What the owner reports of one lease besides throughput: lag and totals since it started holding the lease.
 
@@ -50,6 +70,7 @@ class LeaseProgress:
     refused: bool = False
     records_behind: int | None = None
     failing: FailingBatch | None = None  # the shard is stuck on a failing batch (decision 0022)
+    poison: PoisonReport | None = None  # a poison record blocking it, records quarantined (decision 0031)
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
@@ -60,15 +81,17 @@ class LeaseProgress:
 
 
 NO_PROGRESS = LeaseProgress()
+NO_POISON = PoisonReport()
 
 
 def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
-    """The entries a worker row carries: leases failed on, refused or stuck on here, which the leader must see soon.
+    """The entries a worker row carries: leases failed on, refused, stuck or with poison records here (seen soon).
 
     Lag, records and bytes go onto the lease with each checkpoint instead, so the heartbeat row stays under one write
     unit (1 KiB) however many leases the worker holds without trouble.
     """
-    return {key: value for key, value in progress.items() if value.failures or value.refused or value.failing}
+    return {key: value for key, value in progress.items() if value.failures or value.refused or value.failing
+            or value.poison}
 
 
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:

@@ -1,4 +1,8 @@
-"""GET /v1/assignments: every lease with owner, state and throughput; filters, pagination and `explain`."""
+"""GET /v1/assignments: every lease with owner, state and throughput; filters, pagination and `explain`.
+
+GET /v1/poison: the leases with poison records now (decision 0031), from the same snapshot: each owner's worker row
+reports, per lease, the record it is blocked on and the records it quarantined (the newest by position and object).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 
 from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
-from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseOut, LeaseState
+from shardherd.services.api.models import AssignmentsPage, ErrorBody, LeaseOut, LeaseState, PoisonOut, PoisonPage
 from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.services.leader_status import explain
 
@@ -75,3 +79,16 @@ def _explained(snapshot: ApiSnapshot, page: list[LeaseOut]) -> list[LeaseOut]:
         raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot explain: {snapshot.status_problem}")
     reasons = explain(snapshot.status, (lease.lease_key for lease in page))
     return [lease.model_copy(update={"explanation": reasons.get(lease.lease_key, [])}) for lease in page]
+
+
+@router.get("/poison", response_model=PoisonPage, responses=AUTH_RESPONSES,
+            summary="Shards blocked on a poison record, and shards whose owner quarantined some (decision 0031)")
+def list_poison(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> PoisonPage:
+    """Every unfinished lease whose owner reports a poison record now, sorted by key."""
+    leases = ctx.snapshot(access_of(request)).fleet.leases
+    return PoisonPage(items=[PoisonOut(
+        lease_key=lease.lease_key, shard_id=lease.shard_id, owner=lease.checkpoint_owner or lease.owner,
+        blocked_on=lease.poison_blocked_on, blocked_since=lease.failing_since if lease.poison_blocked_on else None,
+        error=lease.failing_error if lease.poison_blocked_on else None, quarantined=lease.quarantined_records,
+        last_quarantined=lease.last_quarantined, last_object=lease.last_quarantined_object)
+        for lease in leases if lease.poison_blocked_on or lease.quarantined_records])

@@ -13,7 +13,7 @@ from shardherd.shared.config import Settings
 from shardherd.shared.lease import Lease
 from shardherd.shared.store import LeaseScan, WorkerScan
 from shardherd.shared.streams import stream_name_of
-from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.shared.worker import CPU_METRIC, NO_POISON, LeaseProgress, WorkerRecord
 from shardherd.shared.worker_metrics import ema
 
 
@@ -181,6 +181,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
     progress = _progress(lease, owner)
     reported = owner.lease_progress.get(lease.lease_key) if owner is not None else None
     failing = reported.failing if reported is not None else None
+    poison = (reported.poison if reported is not None else None) or NO_POISON  # decision 0031
     return LeaseOut(
         lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
@@ -194,6 +195,8 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         bytes_processed=progress.bytes if progress else None,
         failing_since=failing.since if failing else None, failing_attempts=failing.attempts if failing else None,
         failing_error=failing.last_error if failing else None, paused=lease.paused, paused_by=lease.paused_by,
+        poison_blocked_on=poison.blocked_on, quarantined_records=poison.quarantined,
+        last_quarantined=poison.last_quarantined, last_quarantined_object=poison.last_object,
     )
 
 

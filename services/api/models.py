@@ -92,6 +92,15 @@ class LeaseOut(BaseModel):
                     "owner); null while it is not")] = None
     failing_attempts: Annotated[int | None, Field(description="failed deliveries of that batch so far")] = None
     failing_error: Annotated[str | None, Field(description="the last error of that batch (shortened)")] = None
+    poison_blocked_on: Annotated[str | None, Field(
+        description="the poison record (SEQUENCE/SUB) the owner is blocked on (poison_policy block, or its quarantine "
+                    "write failing); null while it is not")] = None
+    quarantined_records: Annotated[int, Field(
+        description="poison records the owner quarantined and checkpointed past since it took the lease")] = 0
+    last_quarantined: Annotated[str | None, Field(
+        description="the newest of them (SEQUENCE/SUB)")] = None
+    last_quarantined_object: Annotated[str | None, Field(
+        description="where the newest of them was written (its object's URL at poison_destination)")] = None
     paused: Annotated[str | None, Field(
         description="an operator's pause and its reason (shardherd pause); null while the shard runs")] = None
     paused_by: Annotated[str | None, Field(
@@ -112,6 +121,26 @@ class AssignmentsPage(BaseModel):
     repaired: list[MalformedRow] = Field(
         default_factory=list, description="leases whose stored values no consumer can use were ignored (e.g. a "
                                           "negative throughputKBps); the leases are listed and assigned as usual")
+
+
+class PoisonOut(BaseModel):
+    """One shard with poison records: the record it is blocked on, or the records its owner quarantined."""
+
+    lease_key: str
+    shard_id: str
+    owner: str | None = Field(description="the worker processing the shard (the checkpoint owner during a handoff)")
+    blocked_on: str | None = Field(description="the poison record (SEQUENCE/SUB) the shard is blocked on, if any")
+    blocked_since: float | None = Field(description="since when its batch fails (wall seconds on the owner)")
+    error: str | None = Field(description="the record's last error (shortened)")
+    quarantined: int = Field(description="records the owner quarantined since it took the lease")
+    last_quarantined: str | None = Field(description="the newest of them (SEQUENCE/SUB)")
+    last_object: str | None = Field(description="where the newest of them was written")
+
+
+class PoisonPage(BaseModel):
+    """Every shard with a poison record now (blocked on one, or having quarantined some), by lease key."""
+
+    items: list[PoisonOut]
 
 
 class LockOut(BaseModel):

@@ -15,10 +15,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from shardherd.agent.kpl import BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_aggregate
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
+from shardherd.services.local_stack.producer import THROTTLED
 from shardherd.services.local_stack.scenarios import POLL_SECONDS, Outcome, ScenarioFailed, Scenarios
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
@@ -45,7 +48,7 @@ def stream_keys(kinesis: Any, stream: str, shards: list[str]) -> dict[Key, float
         iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard,
                                               ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
         while iterator:
-            response = kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            response = _get_records(kinesis, iterator)
             for record in response["Records"]:
                 arrived = record["ApproximateArrivalTimestamp"].timestamp()
                 for sub in range(_user_records(record["Data"])):
@@ -54,6 +57,18 @@ def stream_keys(kinesis: Any, stream: str, shards: list[str]) -> dict[Key, float
             if not response["Records"] and response.get("MillisBehindLatest", 0) == 0:
                 break
     return keys
+
+
+def _get_records(kinesis: Any, iterator: str) -> Any:
+    """One GetRecords call, asked again while the shard's read limit (5/s, the agents' reads too) throttles it."""
+    for wait in (0.2, 0.4, 0.8, 1.6, 3.2):
+        try:
+            return kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != THROTTLED:
+                raise
+            time.sleep(wait)
+    return kinesis.get_records(ShardIterator=iterator, Limit=10_000)
 
 
 def _user_records(data: bytes) -> int:

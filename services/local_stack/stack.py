@@ -60,6 +60,7 @@ PLAIN_PROCESSOR = "shardherd.services.local_stack.processor:CountingProcessor"
 SPARK_AGENT = "shardherd.services.local_stack.spark_agent"
 PIPELINE_DIR = "shard-counts"
 PLAIN_RECORDS_DIR = "plain-records"
+DEAD_LETTER_DIR = "dead-letters"  # `up --poison-policy quarantine`: the agents' poison destination (decision 0031)
 API_TIMEOUT = 30.0
 # SIGTERM makes an agent drain: the leader hands its leases to the others first (one agent leaving a running fleet).
 # When the whole stack stops there is nobody to hand them to: SIGUSR1 has it checkpoint and give them back at once.
@@ -101,6 +102,14 @@ class StackOptions:
     spark: bool = True  # agents embedded in local Spark drivers running the example pipeline
     spark_master: str = "local[1]"
     spark_driver_memory: str = "512m"
+    poison_policy: str | None = None  # block or quarantine (into DEAD_LETTER_DIR); None: the configured policy
+
+    def __post_init__(self) -> None:
+        if self.poison_policy not in (None, "block", "quarantine"):
+            raise ConfigError(f"--poison-policy is block or quarantine (got {self.poison_policy!r})")
+        if self.spark and self.poison_policy is not None:
+            raise ConfigError("--poison-policy needs plain agents (--no-spark): Spark agents do not bisect batches "
+                              "or quarantine records (docs/spark.md)")
 
     @property
     def pipeline_dir(self) -> Path:
@@ -111,6 +120,11 @@ class StackOptions:
     def plain_records_dir(self) -> Path:
         """Where plain agents keep the keys of the records they processed (see processor.py beside this file)."""
         return self.run_dir / PLAIN_RECORDS_DIR
+
+    @property
+    def dead_letter_dir(self) -> Path:
+        """Where plain agents quarantine poison records under `--poison-policy quarantine`."""
+        return self.run_dir / DEAD_LETTER_DIR
 
 
 class LocalStack:
@@ -142,7 +156,8 @@ class LocalStack:
         """
         self._lock.acquire()
         self._owner = True
-        for directory in (self.options.run_dir / LOG_DIR, self.options.pipeline_dir, self.options.plain_records_dir):
+        for directory in (self.options.run_dir / LOG_DIR, self.options.pipeline_dir, self.options.plain_records_dir,
+                          self.options.dead_letter_dir):
             rotate(directory)
         try:
             self._start()
@@ -173,6 +188,22 @@ class LocalStack:
         for coordinator in self.supervisor.children(COORDINATOR):
             _wait_for_api(coordinator)
 
+    def _poison_env(self) -> dict[str, str]:
+        """`--poison-policy`: the agents' policy; under quarantine the run's dead letters unless one is configured."""
+        policy = self.options.poison_policy
+        if policy is None:
+            return {}
+        env = {"SHARDHERD_POISON_POLICY": policy}
+        if policy == "quarantine" and self.settings.poison_destination is None:
+            env["SHARDHERD_POISON_DESTINATION"] = self.options.dead_letter_dir.as_uri()
+        return env
+
+    def poison(self) -> tuple[str, str | None]:
+        """The agents' poison policy and destination (what `scenario poison` expects)."""
+        policy = self._env.get("SHARDHERD_POISON_POLICY", self.settings.poison_policy)
+        destination = self._env.get("SHARDHERD_POISON_DESTINATION", self.settings.poison_destination)
+        return policy, destination if policy == "quarantine" else None
+
     def crashed(self) -> list[Child]:
         """Children that exited without being asked to (not marked as reported: the status printer does that)."""
         return [child for child in self.supervisor.children(alive_only=False)
@@ -194,6 +225,7 @@ class LocalStack:
         if self.endpoints.kinesis is not None:
             env["SHARDHERD_KINESIS_ENDPOINT_URL"] = self.endpoints.kinesis
         env[RECORDS_DIR_ENV] = str(self.options.plain_records_dir)
+        env.update(self._poison_env())
         if self.emulators.moto is not None or self.emulators.kinesalite is not None:
             env.setdefault("AWS_ACCESS_KEY_ID", "local")
             env.setdefault("AWS_SECRET_ACCESS_KEY", "local")
@@ -307,10 +339,12 @@ class LocalStack:
         dashboard = coordinators[0].api_url if coordinators else ""
         processes = [ProcessEntry(child.name, child.role, child.pid, child.api_url, child.port)
                      for child in self.supervisor.children() if child.role in (AGENT, COORDINATOR)]
+        policy, destination = self.poison()
         return StackState(os.getpid(), self.settings.application_name, self.stream, self.settings.region,
                           self.endpoints.kinesis, self.endpoints.dynamodb, f"{dashboard}/",
                           str(self.options.run_dir / CONTROL_SOCKET), self._env.get("SHARDHERD_API_TOKEN_FILE"),
-                          [*self.emulators.entries(), *processes])
+                          [*self.emulators.entries(), *processes], spark=self.options.spark, poison_policy=policy,
+                          poison_destination=destination)
 
     def write_state(self) -> None:
         """Rewrite the state file and the job environment."""

@@ -115,6 +115,9 @@ class StackState:
     control_socket: str
     api_token_file: str | None
     processes: list[ProcessEntry] = field(default_factory=list)
+    spark: bool = False  # agents are Spark drivers (no poison handling: docs/spark.md)
+    poison_policy: str = "block"  # the agents' poison_policy (decision 0031)
+    poison_destination: str | None = None  # their poison_destination under quarantine
 
     def api_urls(self) -> list[str]:
         """Every coordinator replica's API base URL."""

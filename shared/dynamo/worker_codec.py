@@ -17,7 +17,7 @@ from shardherd.shared.dynamo.attributes import (
 from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
 from shardherd.shared.errors import MalformedWorker
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
-from shardherd.shared.worker import FailingBatch, LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.worker import FailingBatch, LeaseProgress, PoisonReport, WorkerRecord, WorkerState
 
 WORKER_ID = "wid"
 LAST_UPDATE = "lut"
@@ -90,7 +90,8 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
         records_behind = int(_read_number(f"{LEASE_PROGRESS}.{key}.behind", behind)) if behind is not None else None
         try:
             progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind,
-                                          failing=_read_failing(key, fields.get("failing")))
+                                          failing=_read_failing(key, fields.get("failing")),
+                                          poison=_read_poison(key, fields.get("poison")))
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
@@ -111,6 +112,33 @@ def _read_failing(key: str, value: AttributeValue | None) -> FailingBatch | None
                         error["S"])
 
 
+def _read_poison(key: str, value: AttributeValue | None) -> PoisonReport | None:
+    """A `poison` entry of leaseProgress (blocked, quarantined, last, object: shardherd-only), if any."""
+    if value is None:
+        return None
+    name = f"{LEASE_PROGRESS}.{key}.poison"
+    if not isinstance(value, dict) or not isinstance(value.get("M"), dict):
+        raise AttributeTypeError(f"{name} must be of type M")
+    fields = value["M"]
+    texts: list[str | None] = []
+    for part in ("blocked", "last", "object"):
+        text = fields.get(part)
+        if text is not None and (not isinstance(text, dict) or not isinstance(text.get("S"), str)):
+            raise AttributeTypeError(f"{name}.{part} must be of type S")
+        texts.append(None if text is None else text["S"])
+    count = int(_read_number(f"{name}.quarantined", fields.get("quarantined", {"N": "0"})))
+    return PoisonReport(texts[0], count, texts[1], texts[2])
+
+
+def _poison_map(poison: PoisonReport) -> AttributeValue:
+    fields: dict[str, AttributeValue] = {"quarantined": integer(poison.quarantined)}
+    for part, text in (("blocked", poison.blocked_on), ("last", poison.last_quarantined),
+                       ("object", poison.last_object)):
+        if text is not None:
+            fields[part] = {"S": text}
+    return {"M": fields}
+
+
 def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
     entries: dict[str, AttributeValue] = {}
     for key, value in progress.items():
@@ -127,6 +155,8 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
             fields["failing"] = {"M": {"since": integer(int(value.failing.since)),
                                        "attempts": integer(value.failing.attempts),
                                        "error": {"S": value.failing.last_error}}}
+        if value.poison is not None:
+            fields["poison"] = _poison_map(value.poison)
         entries[key] = {"M": fields}
     return {"M": entries}
 

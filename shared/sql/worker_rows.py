@@ -10,7 +10,14 @@ from typing import Any
 from shardherd.shared.errors import MalformedWorker
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shardherd.shared.sql.values import read_int, read_json, read_optional_str
-from shardherd.shared.worker import FAILED_SAMPLE, FailingBatch, LeaseProgress, WorkerRecord, WorkerState
+from shardherd.shared.worker import (
+    FAILED_SAMPLE,
+    FailingBatch,
+    LeaseProgress,
+    PoisonReport,
+    WorkerRecord,
+    WorkerState,
+)
 
 
 def worker_values(record: WorkerRecord) -> dict[str, Any]:
@@ -39,6 +46,10 @@ def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
     if progress.failing is not None:
         failing = progress.failing
         entry["failing"] = {"since": int(failing.since), "attempts": failing.attempts, "error": failing.last_error}
+    if progress.poison is not None:
+        poison = progress.poison
+        entry["poison"] = {"blocked": poison.blocked_on, "quarantined": poison.quarantined,
+                           "last": poison.last_quarantined, "object": poison.last_object}
     return entry
 
 
@@ -93,6 +104,24 @@ def _failing(key: str, value: object) -> FailingBatch | None:
     return FailingBatch(float(since), attempts, error)
 
 
+def _poison(key: str, value: object) -> PoisonReport | None:
+    """A `poison` entry (blocked, quarantined, last, object), if any."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"progress of {key!r}: poison must be an object")
+    texts: list[str | None] = []
+    for part in ("blocked", "last", "object"):
+        text = value.get(part)
+        if text is not None and not isinstance(text, str):
+            raise ValueError(f"progress of {key!r}: poison.{part} must be a text")
+        texts.append(text)
+    count = value.get("quarantined", 0)
+    if not isinstance(count, int) or isinstance(count, bool):
+        raise ValueError(f"progress of {key!r}: poison.quarantined must be an integer")
+    return PoisonReport(texts[0], count, texts[1], texts[2])
+
+
 def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]:
     """Map lease key -> {lag, records, bytes}, from JSON text (NULL = none reported), without negative figures."""
     parsed = read_json(value)
@@ -113,7 +142,7 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
             raise ValueError(f"progress of {key!r}: refused must be a boolean")
         try:
             progress[key] = LeaseProgress(lag, records, size, failures, refused, behind,
-                                          _failing(key, entry.get("failing")))
+                                          _failing(key, entry.get("failing")), _poison(key, entry.get("poison")))
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress

@@ -32,6 +32,7 @@ from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from shardherd.shared.dlq_url import BadDestination
 from shardherd.shared.errors import ConfigError
+from shardherd.shared.worker import PoisonReport
 from tests.support.fast_settings import FAST_READS
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stores import unique_app
@@ -134,11 +135,15 @@ def blocks_until_rewound(stack: Stack, tmp_path: Path) -> None:
     assert failing.last_error.startswith(f"poison record {sequence}/0: ValueError: the sink rejects")
     metrics = stack.metrics()
     assert f'shardherd_shard_poison_record{{lease="{lease_key}",sequence="{sequence}",sub_sequence="0"}} 1.0' in metrics
+    assert agent.progress.snapshot([lease_key])[lease_key].poison == PoisonReport(blocked_on=f"{sequence}/0")
+    api = stack.coordinator.api
+    assert api is not None
+    with httpx.Client(base_url=api.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10) as client:
+        wait_for(lambda: [item["blocked_on"] for item in client.get("/v1/poison").json()["items"]] == [
+            f"{sequence}/0"], 30, "the coordinator's API naming the poison record")
     # The operator's path: rewind the shard past the record (the owner stops the retries, hands it over, resumes).
     token = tmp_path / "token"
     token.write_text(TOKEN)
-    api = stack.coordinator.api
-    assert api is not None
     assert main(["rewind", "--to-sequence", f"{lease_key}={sequence}", "--url", api.url,
                  "--token-file", str(token)]) == 0
     poison = stack.produced[POISON_AT]
@@ -172,6 +177,8 @@ def test_quarantine_writes_the_record_then_checkpoints_past_it_and_replay_puts_i
     wait_for(lambda: stack.stored_checkpoint() == stack.keys[-1][1], 30, "the checkpoint at the newest record")
     assert_delivered_once(stack, [payload for payload in stack.produced if payload != poison])
     assert agent.progress.quarantined() == {shard: 1} and not agent.progress.poisoned()
+    assert agent.progress.snapshot([shard])[shard].poison == PoisonReport(
+        None, 1, f"{sequence}/0", f"{url.rstrip('/')}/{stored.name}")
     assert f'shardherd_shard_quarantined_records_total{{lease="{shard}"}} 1.0' in stack.metrics()
     # Fixed: `shardherd dlq replay` puts it back into the stream, and the agent reads it again.
     RejectsOne.poison = b"-fixed-"

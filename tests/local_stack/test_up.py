@@ -17,7 +17,8 @@ import pytest
 from shardherd.services.emulators.ports import port_open
 from shardherd.services.local_stack.control_scenarios import ControlScenarios
 from shardherd.services.local_stack.pipeline import distinct_records, records_dir
-from shardherd.services.local_stack.scenarios import Scenarios
+from shardherd.services.local_stack.poison_scenario import PoisonScenario
+from shardherd.services.local_stack.scenarios import ScenarioFailed, Scenarios
 from shardherd.services.local_stack.stack import PIPELINE_DIR, PLAIN_RECORDS_DIR
 from shardherd.services.local_stack.state import STATE_FILE, StackNotRunning, StackState, pid_alive
 from shardherd.services.local_stack.status import Snapshot
@@ -38,9 +39,11 @@ class Mode:
     resumed: float  # seconds for the killed agent's shards to resume on the survivor
     again: float  # seconds for every shard to report more records after that
     env: dict[str, str]
+    args: tuple[str, ...] = ()  # more `up` options
 
 
-PLAIN = Mode("--no-spark", 30, 25, 15, {})
+# Plain agents quarantine poison records into the run directory, so `scenario poison` counts its way (decision 0031).
+PLAIN = Mode("--no-spark", 30, 25, 15, {}, ("--poison-policy", "quarantine"))
 # Two JVMs starting on two cores can delay a heartbeat past 2 s; a Spark agent that stops being live stops its query.
 # One local[1] driver reads four shards in one micro-batch, a few seconds each on a busy machine.
 SPARK = Mode("--spark", 100, 40, 40, {"SHARDHERD_FAILOVER_TIME_MILLIS": "4000"})
@@ -73,7 +76,7 @@ def stack(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[subp
     env.update({**FAST, **mode.env})
     with open(output, "wb") as sink:
         process = subprocess.Popen(
-            [sys.executable, "-m", "shardherd", "up", mode.flag, "--shards", "4", "--agents", "2",
+            [sys.executable, "-m", "shardherd", "up", mode.flag, *mode.args, "--shards", "4", "--agents", "2",
              "--rate", "100", "--api-port", "0", "--interval", "1", "--run-dir", str(run_dir)],
             env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
     failed_before = request.session.testsfailed
@@ -99,6 +102,17 @@ def checkpoints_move(scenarios: Scenarios, timeout: float, what: str) -> None:
     before = {lease["lease_key"]: lease["checkpoint"] for lease in scenarios.snapshot().unfinished}
     wait_for(lambda: all(lease["checkpoint"] != before[lease["lease_key"]]
                          for lease in scenarios.snapshot().unfinished), timeout, what)
+
+
+def quarantines_a_poison_record(controls: ControlScenarios, lines: list[str]) -> None:
+    """`scenario poison` on a stack quarantining into its run directory: every effect seen, counted (decision 0031)."""
+    poisoned = PoisonScenario(controls).run(None)
+    assert all(outcome.seconds is not None for outcome in poisoned), lines
+    delay = next(outcome.seconds for outcome in poisoned if outcome.subject.endswith(" delay"))
+    assert delay is not None and delay < 30, lines  # the issue's bound on the shard's delay
+    assert any(line.startswith("the destination holds it 1 time(s); ") and ", 0 missing; the poison record in "
+               "the output: no" in line for line in lines), lines
+    assert any(" bisecting the " in line for line in lines), lines  # the agent's log says when it bisected
 
 
 def restarted(run_dir: Path, name: str, old_pid: int) -> int | None:
@@ -179,6 +193,11 @@ def test_up_survives_a_killed_agent_and_stops_cleanly(
         assert all(outcome.seconds is not None for outcome in rewound), lines
         assert any("not again: 0; delivered twice or more again: 0" in line and "never delivered: 0" in line
                    for line in lines), lines
+        lines.clear()  # last: the quarantined record stays in the stream, never delivered (rewind would count it)
+        quarantines_a_poison_record(controls, lines)
+    else:  # Spark agents do not bisect or quarantine: the scenario says so in one line and writes nothing
+        with pytest.raises(ScenarioFailed, match="needs plain agents"):
+            PoisonScenario(ControlScenarios(scenarios, run_dir / PLAIN_RECORDS_DIR)).run(None)
 
     process.send_signal(signal.SIGINT)
     assert process.wait(60) == 0, output.read_text()

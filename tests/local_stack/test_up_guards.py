@@ -72,6 +72,12 @@ def test_a_run_dir_in_use_is_refused_and_the_operator_cli_uses_it(
     undone = _shardherd("drain", "agent-1", "--undo", "--run-dir", str(run_dir))
     assert (undone.returncode, undone.stdout.strip()) == (0, "drain cleared for agent-1"), undone.stderr
 
+    # A poison record under the default policy (block), as a user runs the scenario (decision 0031).
+    logs = [run_dir / "logs" / f"agent-{n}.log" for n in (1, 2)]
+    before_poison = "".join(path.read_text() for path in logs)
+    blocks_on_a_poison_record(run_dir)
+    after_poison = [path.stat().st_size for path in logs]
+
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=90)
     assert process.returncode == 0, output
@@ -80,13 +86,28 @@ def test_a_run_dir_in_use_is_refused_and_the_operator_cli_uses_it(
     assert match is not None, output
     produced, processed = int(match[1]), int(match[2])
     assert produced > 0 and processed <= produced
-    agent_logs = "".join((run_dir / "logs" / f"agent-{n}.log").read_text() for n in (1, 2))
+    # Before the poison record and from the stop on (the poison record's own warnings are the scenario's).
+    agent_logs = before_poison + "".join(path.read_bytes()[size:].decode() for path, size in zip(logs, after_poison,
+                                                                                                  strict=True))
     assert "stopping with the fleet, no drain" in agent_logs
     assert "drain:" not in agent_logs and " WARNING " not in agent_logs  # a normal stop is no trouble
 
     again = _shardherd("up", "--no-spark", "--agents", "0", "--duration", "4", "--run-dir", str(run_dir))
     assert again.returncode == 0, again.stdout + again.stderr  # the lock was released; logs rotate per run
     assert (run_dir / "logs.previous" / "agent-1.log").exists() and not (run_dir / "logs" / "agent-1.log").exists()
+
+
+def blocks_on_a_poison_record(run_dir: Path) -> None:
+    """`shardherd scenario poison` on a stack blocking on poison records: named, 0 skipped, rewound past it."""
+    poisoned = _shardherd("scenario", "poison", "--run-dir", str(run_dir), "--timeout", "60")
+    assert poisoned.returncode == 0, poisoned.stdout + poisoned.stderr
+    said = poisoned.stdout
+    assert "policy block" in said and "(bisected down to it) and named by the API after" in said, said
+    assert re.search(r"the alert: shard \S+ stuck on poison record \d+/0, last error: (poison record \d+/0: )?"
+                     r"NotAProducerRecord: record \d+", said), said  # the error shortened as the row holds it
+    assert ": records after the poison one delivered while blocked: 0; records before it missing from the output: 0" \
+        in said, said
+    assert re.search(r": the next record delivered after [\d.]+ s", said), said
 
 
 def test_bad_settings_and_emulator_limits_fail_in_one_line(tmp_path: Path) -> None:

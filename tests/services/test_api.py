@@ -10,7 +10,7 @@ from shardherd.services.api.assignments import encode_cursor
 from shardherd.services.leader_status import STATUS_KEY, VERSION_ATTRIBUTE, read_status
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
-from shardherd.shared.worker import FailingBatch, LeaseProgress, WorkerRecord
+from shardherd.shared.worker import FailingBatch, LeaseProgress, PoisonReport, WorkerRecord
 from tests.services.harness import INTERVAL, TOKEN, Replica, even_shards
 from tests.support.stores import worker_record
 
@@ -282,6 +282,43 @@ def test_a_shard_stuck_on_a_failing_batch_shows_in_assignments_and_metrics(repli
     assert f'shardherd_lease_failing_batch_attempts{{lease="{key}",worker="{owner}"}} 6.0' in metrics
     others = [item for item in replica.client.get("/v1/assignments").json()["items"] if item["lease_key"] != key]
     assert all(item["failing_attempts"] is None for item in others)
+
+
+def test_poison_records_show_per_shard_in_assignments_and_the_poison_summary(replica: Replica) -> None:
+    """Decision 0031: the owner's row carries, per lease, the poison record it is blocked on and the records it
+    quarantined (the newest by position and object: bounded); every backend's codec keeps them; the API lists them."""
+    blocked_key, quarantined_key = sorted(key for key, owner in replica.owners().items() if owner == "w1")[:2]
+    since = replica.clock.time() - 12
+    sequence = "49590338271490256608559692538361571095921575989136588898"
+    blocked = LeaseProgress(failing=FailingBatch(since, 4, f"poison record {sequence}/0: ValueError: not JSON"),
+                            poison=PoisonReport(blocked_on=f"{sequence}/0"))
+    stored_at = f"file:///dlq/s/shardId-000000000001/{sequence}-00003.json"
+    quarantined = LeaseProgress(poison=PoisonReport(None, 2, f"{sequence}/3", stored_at))
+    replica.lease_progress["w1"] = {blocked_key: blocked, quarantined_key: quarantined}
+    replica.heartbeat()
+    row = worker_record(replica.store, "w1")
+    assert row is not None
+    assert row.lease_progress[blocked_key].poison == PoisonReport(blocked_on=f"{sequence}/0")
+    assert row.lease_progress[quarantined_key].poison == PoisonReport(None, 2, f"{sequence}/3", stored_at)
+    leases = {item["lease_key"]: item for item in replica.client.get("/v1/assignments").json()["items"]}
+    assert (leases[blocked_key]["poison_blocked_on"], leases[blocked_key]["quarantined_records"]) == (
+        f"{sequence}/0", 0)
+    assert [leases[quarantined_key][field] for field in ("poison_blocked_on", "quarantined_records",
+                                                         "last_quarantined", "last_quarantined_object")] == [
+        None, 2, f"{sequence}/3", stored_at]
+    poison = replica.client.get("/v1/poison").json()["items"]
+    assert poison == [
+        {"lease_key": blocked_key, "shard_id": leases[blocked_key]["shard_id"], "owner": "w1",
+         "blocked_on": f"{sequence}/0", "blocked_since": float(int(since)),
+         "error": f"poison record {sequence}/0: ValueError: not JSON", "quarantined": 0, "last_quarantined": None,
+         "last_object": None},
+        {"lease_key": quarantined_key, "shard_id": leases[quarantined_key]["shard_id"], "owner": "w1",
+         "blocked_on": None, "blocked_since": None, "error": None, "quarantined": 2,
+         "last_quarantined": f"{sequence}/3", "last_object": stored_at},
+    ]
+    replica.lease_progress["w1"] = {}
+    replica.heartbeat()
+    assert replica.client.get("/v1/poison").json()["items"] == []
 
 
 def test_the_favicon_a_browser_asks_for_is_served(replica: Replica) -> None:

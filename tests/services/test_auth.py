@@ -99,7 +99,7 @@ def test_bad_token_file_fails_at_start(sqlite_store: LeaseStore, tmp_path: Path,
         Replica(sqlite_store, api_token_file=str(secret))
 
 
-READS = ("/v1/workers", "/v1/assignments", "/v1/leader", "/metrics")
+READS = ("/v1/workers", "/v1/assignments", "/v1/poison", "/v1/leader", "/metrics")
 
 
 def test_open_reads_accept_no_token_and_the_right_one_but_reject_a_wrong_one(sqlite_store: LeaseStore) -> None:

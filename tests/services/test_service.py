@@ -23,7 +23,7 @@ from shardherd.shared.config import load_settings
 from shardherd.shared.lease import new_lease
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
-from shardherd.shared.worker import CPU_METRIC, LeaseProgress, WorkerRecord
+from shardherd.shared.worker import CPU_METRIC, LeaseProgress, PoisonReport, WorkerRecord
 from tests.services.harness import TOKEN
 from tests.support.fast_settings import fast_settings
 from tests.support.stores import unique_app, worker_record
@@ -31,6 +31,10 @@ from tests.support.waiting import wait_for
 
 SHARDS = [f"shardId-{i:012d}" for i in range(6)]
 WORKERS = {"worker-alpha": 35.0, "worker-beta": 80.0}
+SEQUENCE = "49590338271490256608559692538361571095921575989136588898"
+# Decision 0031: one shard blocked on a poison record, one whose owner quarantined two (the dashboard's panel).
+POISON = {SHARDS[1]: PoisonReport(blocked_on=f"{SEQUENCE}/0"),
+          SHARDS[2]: PoisonReport(None, 2, f"{SEQUENCE}/4", f"file:///dlq/s/{SHARDS[2]}/{SEQUENCE}-00004.json")}
 
 
 
@@ -63,7 +67,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         for index, (worker, cpu) in enumerate(WORKERS.items()):
             throughput = {SHARDS[index]: 512.0 * (index + 1)}
             progress = {shard: LeaseProgress(250 * (number + 1) + index, 40 * (number + 1), 4000 * (number + 1),
-                                             records_behind=7 * number + index)
+                                             records_behind=7 * number + index, poison=POISON.get(shard))
                         for number, shard in enumerate(SHARDS)}  # only the owner's entry is shown
             seeder.upsert_worker(WorkerRecord(worker, int(time.time()), metric_stats={CPU_METRIC: (cpu, cpu, cpu)},
                                               operating_range={CPU_METRIC: (100.0,)}, heartbeat=beat,
@@ -266,6 +270,7 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     assert f'data-moves="{len(leader["status"]["recent_moves"])}"' in html  # moves over time
     reasons = {move["reason"] for move in leader["status"]["recent_moves"]}
     assert reasons and all(reason in html for reason in reasons)  # recent moves with their reasons
+    shows_the_poison_records(html)
     assert 'id="problem" class="problem" hidden=""' in html  # no error banner
     assert "data-alert" not in html  # no failed runs, no rejected rows
     shot = tmp_path / "dashboard.png"
@@ -277,6 +282,19 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
     keep = os.environ.get("SHARDHERD_SCREENSHOT_DIR")
     if keep:
         shutil.copy(shot, Path(keep) / "dashboard.png")
+
+
+def shows_the_poison_records(html: str) -> None:
+    """The poison records panel (decision 0031): one row per shard with any, blocked on one or quarantined some."""
+    poisoned = html[html.index('id="poison"'):]
+    poisoned = poisoned[:poisoned.index("</table>")]
+    assert poisoned.count("data-poison=") == len(POISON), poisoned
+    blocked = poisoned[poisoned.index(f'data-poison="{SHARDS[1]}"'):]
+    assert f'data-blocked-on="{SEQUENCE}/0"' in blocked[:blocked.index("</tr>")]
+    quarantined = poisoned[poisoned.index(f'data-poison="{SHARDS[2]}"'):]
+    quarantined = quarantined[:quarantined.index("</tr>")]
+    assert 'data-quarantined="2"' in quarantined and str(POISON[SHARDS[2]].last_object) in quarantined, quarantined
+    assert f"{SEQUENCE}/4 → " in quarantined
 
 
 def test_docs_page_renders_offline_in_headless_chromium(running: Running, tmp_path: Path) -> None:

@@ -157,6 +157,8 @@ def test_kcl_worker_item_reads_with_shardherd_defaults() -> None:
     ({"lut": {"N": "1"}}, None, "wid is missing"),
     ({"wid": {"S": "w1"}, "lut": {"N": "1"}, "sts": {"M": {"C": {"N": "1"}}}}, "w1", "sts.C must be of type L"),
     ({"wid": {"S": "w1"}, "lut": {"N": "1"}, "workerState": {"S": "GONE"}}, "w1", "workerState 'GONE'"),
+    ({"wid": {"S": "w1"}, "lut": {"N": "1"}, "leaseProgress": {"M": {"s-1": {"M": {"poison": {"M": {
+        "blocked": {"N": "7"}}}}}}}}, "w1", "leaseProgress.s-1.poison.blocked must be of type S"),
 ])
 def test_malformed_worker_items_name_the_worker(item: dict[str, Any], worker_id: str | None, reason: str) -> None:
     with pytest.raises(MalformedWorker) as raised:

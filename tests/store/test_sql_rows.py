@@ -186,11 +186,15 @@ def test_malformed_worker_rows_are_reported(store: SqlLeaseStore, url: str) -> N
             {"wid": "bad-sts", "lut": 1, "sts": "{"},
             {"wid": "bad-opr", "lut": 1, "opr": json.dumps({"C": ["high"]})},
             {"wid": "bad-state", "lut": 1, "worker_state": "ASLEEP"},
+            {"wid": "bad-poison", "lut": 1, "lease_progress": json.dumps({"s-1": {"poison": {"quarantined": "2"}}})},
         ])
     scan = store.scan_workers()
     assert [worker.worker_id for worker in scan.workers] == ["ok"]
     assert scan.workers[0].metric_stats == {"C": (10.0, -1.0)}
-    assert sorted(error.worker_id or "" for error in scan.malformed) == ["bad-opr", "bad-state", "bad-sts"]
+    assert sorted(error.worker_id or "" for error in scan.malformed) == ["bad-opr", "bad-poison", "bad-state",
+                                                                         "bad-sts"]
+    assert "poison.quarantined must be an integer" in str(
+        next(error for error in scan.malformed if error.worker_id == "bad-poison"))
     assert "sts" in str(next(error for error in scan.malformed if error.worker_id == "bad-sts"))
 
 

@@ -162,7 +162,8 @@ function drawAlerts(leader, workersBody, leasesBody) {
       status.unplaced.slice(0, 5).map((item) => item.lease_key + " (" + item.reason + ")").join(", ")]);
   }
   for (const lease of leasesBody.leases.filter((item) => item.failing_attempts).slice(0, 5)) {
-    alerts.push(["bad", "shard " + lease.shard_id + " stuck on a failing batch since " +
+    const what = lease.poison_blocked_on ? "poison record " + lease.poison_blocked_on : "a failing batch";
+    alerts.push(["bad", "shard " + lease.shard_id + " stuck on " + what + " since " +
       new Date(lease.failing_since * 1000).toLocaleTimeString() + ", " + lease.failing_attempts + " attempts, last error: " +
       lease.failing_error]);
   }
@@ -264,6 +265,21 @@ function drawShards(leases) {
         lease.checkpoint_age_seconds === null ? "—" : age(lease.checkpoint_age_seconds)),
       el("td", {class: "num", "data-records": lease.records_processed ?? ""}, num(lease.records_processed)));
   }));
+}
+
+function drawPoison(leases) {  // decision 0031: what each owner reports of its poison records (block or quarantine)
+  const poisoned = leases.filter((lease) => lease.poison_blocked_on || lease.quarantined_records);
+  document.getElementById("poison-count").textContent = poisoned.length ? "(" + poisoned.length + ")" : "";
+  const body = document.querySelector("#poison tbody");
+  if (!poisoned.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 5, class: "empty"}, "none"))); return; }
+  body.replaceChildren(...poisoned.map((lease) => el("tr", {"data-poison": lease.lease_key},
+    el("td", {class: "mono"}, lease.shard_id),
+    el("td", {}, lease.checkpoint_owner || lease.owner || "—"),
+    el("td", {class: lease.poison_blocked_on ? "mono bad" : "mono", "data-blocked-on": lease.poison_blocked_on || "",
+      title: lease.failing_error || ""}, lease.poison_blocked_on || "—"),
+    el("td", {class: "num", "data-quarantined": lease.quarantined_records}, num(lease.quarantined_records)),
+    el("td", {class: "mono", "data-last-quarantined": lease.last_quarantined || ""},
+      lease.last_quarantined ? lease.last_quarantined + " → " + lease.last_quarantined_object : "—"))));
 }
 
 function pauseControl(lease) {  // a paused shard shows why; its lag grows as the checkpoint ages
@@ -408,6 +424,7 @@ async function refresh() {
     drawWorkers(workers.items, leases);
     drawPlacement(leases, new Set(hotLeases.slice(0, 3).map((l) => l.lease_key)));
     drawShards(leases);
+    drawPoison(leases);
     drawCoordinator(leader);
     drawReplicas(replicas, leader);
     drawMoveChart(leader);
