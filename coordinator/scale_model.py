@@ -20,7 +20,8 @@ Invariants:
 * Hysteresis: the count rises only once every run for `scale_out_after_millis` asked for more (to the smallest of
   those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest of those
   asks); a run asking for the current count ends a pending change. So the count changes at most once per direction
-  per window, and a term starts at the number of workers there are.
+  per window. A term's count starts at the number of workers there are at its first run that sees one (before
+  that, for up to a scale-out window, it has no figure: a new leader has not yet seen its workers alive).
 * The removal candidate is a non-draining worker with a fresh heartbeat holding the fewest leases (then the least
   throughput, then the smallest id); the previous candidate stays while it holds no more leases than the cheapest.
 """
@@ -95,6 +96,7 @@ class ScaleState:
     ask: int = 0  # the smallest (out) or largest (in) count asked for since then
     lags: tuple[tuple[float, int], ...] = ()  # (monotonic seconds, largest lag in ms) within the scale-out window
     remove_first: str | None = None
+    began: float | None = None  # monotonic seconds of the term's first run
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,8 @@ def need(snapshot: Snapshot, cfg: ScaleSettings, lagging: bool) -> tuple[_Need, 
     if lagging:
         out, fewer = max(out, current + 1), max(fewer, current + 1)
         reasons.append(f"lag growing -> at least {current + 1}")
+    if cfg.clamp(out) != out:
+        reasons.append(f"bounded to [{cfg.min_workers}, {cfg.max_workers}] -> {cfg.clamp(out)}")
     return _Need(cfg.clamp(out), cfg.clamp(max(out, fewer)), tuple(reasons)), load, capacity
 
 
@@ -227,16 +231,19 @@ def removal_candidate(snapshot: Snapshot, previous: str | None) -> str | None:
 
 
 def step(state: ScaleState, snapshot: Snapshot, largest_lag_millis: int | None, now: float,
-         cfg: ScaleSettings) -> tuple[ScaleState, ScaleFigure]:
-    """One run of the model: the new state and the figure to publish."""
+         cfg: ScaleSettings) -> tuple[ScaleState, ScaleFigure | None]:
+    """One run of the model: the new state and the figure to publish (None: none yet, see the invariants)."""
+    current = len(_members(snapshot))
+    began = now if state.began is None else state.began
+    if state.desired is None and current == 0 and now - began < cfg.out_after:
+        return dataclasses.replace(state, began=began), None
     lags = state.lags
     if largest_lag_millis is not None:
         lags = tuple(s for s in (*lags, (now, largest_lag_millis)) if now - s[0] <= cfg.out_after)
     else:
         lags = ()
     asked, load, capacity = need(snapshot, cfg, lag_growing(lags, cfg.out_after))
-    current = len(_members(snapshot))
-    state, note = settle(dataclasses.replace(state, lags=lags), asked, current, now, cfg)
+    state, note = settle(dataclasses.replace(state, lags=lags, began=began), asked, current, now, cfg)
     remove = removal_candidate(snapshot, state.remove_first)
     state = dataclasses.replace(state, remove_first=remove)
     assert state.desired is not None

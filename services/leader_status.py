@@ -182,11 +182,14 @@ class ScaleRecord(_Frozen):
         """The compact record of a run's figure."""
         return cls(desired=figure.desired, current=figure.current, remove_first=figure.remove_first,
                    reasons=tuple(r[:MAX_DETAIL_CHARS] for r in figure.reasons[:MAX_SCALE_REASONS]),
-                   load_kbps=figure.load_kbps, capacity_kbps=figure.capacity_kbps, computed_at=started_at)
+                   load_kbps=round(figure.load_kbps, 3),
+                   capacity_kbps=None if figure.capacity_kbps is None else round(figure.capacity_kbps, 3),
+                   computed_at=started_at)
 
     def news(self) -> tuple[object, ...]:
-        """What makes a new figure worth publishing: the counts and the candidate, not the load's noise."""
-        return self.desired, self.current, self.remove_first
+        """What makes a new figure worth publishing: the counts, the candidate, load or capacity off by about 10 %."""
+        return (self.desired, self.current, self.remove_first, f"{self.load_kbps:.2g}",
+                None if self.capacity_kbps is None else f"{self.capacity_kbps:.2g}")
 
 
 class Totals(_Frozen):

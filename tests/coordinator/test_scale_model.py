@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.scale_model import (
     LAG_FLOOR_MILLIS,
+    ScaleFigure,
     ScaleSettings,
     ScaleState,
     need,
@@ -68,13 +69,35 @@ def test_random_fleets_never_raise_and_stay_within_the_bounds(snapshot: Snapshot
                                                              lags: list[int | None]) -> None:
     state = ScaleState()
     for run, lag in enumerate(lags):
-        state, figure = step(state, snapshot, lag, run * 20.0, cfg)
+        state, maybe = step(state, snapshot, lag, run * 20.0, cfg)
+        members = {w.worker_id for w in snapshot.workers if not w.draining}
+        if maybe is None:  # a term's count waits for a worker, at most a scale-out window
+            assert not members and run * 20.0 < cfg.out_after
+            continue
+        figure = maybe
         assert isinstance(figure.desired, int)
         assert max(1, cfg.min_workers) <= figure.desired <= cfg.max_workers
-        members = {w.worker_id for w in snapshot.workers if not w.draining}
         assert figure.current == len(members)
         assert figure.remove_first is None or figure.remove_first in members
         assert figure.capacity_kbps is None or figure.capacity_kbps > 0
+
+
+def _step(state: ScaleState, snapshot: Snapshot, lag: int | None, now: float,
+          cfg: ScaleSettings) -> tuple[ScaleState, ScaleFigure]:
+    """`step` on a fleet with workers, which always has a figure."""
+    state, figure = step(state, snapshot, lag, now, cfg)
+    assert figure is not None
+    return state, figure
+
+
+def test_a_term_has_no_figure_until_it_sees_a_worker_or_a_scale_out_window_passed() -> None:
+    empty = Snapshot.of([LeaseView("l0", None, throughput_kbps=10.0)], [])
+    state, figure = step(ScaleState(), empty, None, 100.0, CFG)
+    assert figure is None
+    state, figure = step(state, empty, None, 100.0 + CFG.out_after, CFG)
+    assert figure is not None and figure.desired == 1 and figure.current == 0
+    state, figure = step(ScaleState(began=100.0), _fleet({"a": 50}, {"a": [100.0]}), None, 102.0, CFG)
+    assert figure is not None and figure.desired == 1
 
 
 def _fleet(cpu: dict[str, float], owned: dict[str, list[float]], unowned: list[float] = (),  # type: ignore[assignment]
@@ -129,7 +152,7 @@ def _run(loads: list[float], cfg: ScaleSettings = CFG) -> list[int]:
     state, counts = ScaleState(), []
     for run, unowned in enumerate(loads):
         snapshot = _fleet({"a": 50, "b": 50}, {"a": [400], "b": [400]}, [unowned])
-        state, figure = step(state, snapshot, None, run * RUN, cfg)
+        state, figure = _step(state, snapshot, None, run * RUN, cfg)
         counts.append(figure.desired)
     return counts
 
@@ -172,11 +195,11 @@ def test_an_idle_stream_asks_for_the_minimum_and_never_zero() -> None:
     state = ScaleState()
     counts = []
     for run in range(400):
-        state, figure = step(state, snapshot, None, run * RUN, CFG)
+        state, figure = _step(state, snapshot, None, run * RUN, CFG)
         counts.append(figure.desired)
     assert counts[0] == 3 and counts[-1] == 1 and len(_changes(counts)) == 1
     floor = ScaleSettings(min_workers=2, out_after=0.0, in_after=0.0)
-    assert step(ScaleState(), snapshot, None, 0.0, floor)[1].desired == 2
+    assert _step(ScaleState(), snapshot, None, 0.0, floor)[1].desired == 2
 
 
 def test_without_a_capacity_estimate_the_count_holds() -> None:
@@ -185,7 +208,7 @@ def test_without_a_capacity_estimate_the_count_holds() -> None:
     snapshot = Snapshot.of(leases, [WorkerView("a"), WorkerView("b")])
     state = ScaleState()
     for run in range(200):
-        state, figure = step(state, snapshot, None, run * RUN, CFG)
+        state, figure = _step(state, snapshot, None, run * RUN, CFG)
     assert figure.desired == 2 and figure.capacity_kbps is None
     assert "no capacity estimate" in figure.reasons[0]
 
@@ -196,7 +219,7 @@ def test_a_growing_lag_asks_for_one_worker_more_even_when_cpu_looks_fine() -> No
     state, counts = ScaleState(), []
     for run in range(80):
         lag = LAG_FLOOR_MILLIS + 1000 * run
-        state, figure = step(state, snapshot, lag, run * RUN, CFG)
+        state, figure = _step(state, snapshot, lag, run * RUN, CFG)
         counts.append(figure.desired)
     assert counts[0] == 2 and counts[-1] == 3, counts
     assert any("lag growing" in reason for reason in figure.reasons)
@@ -206,7 +229,7 @@ def test_a_growing_lag_asks_for_one_worker_more_even_when_cpu_looks_fine() -> No
     # A lag that stays high but does not grow asks for nothing more.
     state = ScaleState()
     for run in range(80):
-        state, figure = step(state, snapshot, 60_000, run * RUN, CFG)
+        state, figure = _step(state, snapshot, 60_000, run * RUN, CFG)
     assert figure.desired == 2
 
 
