@@ -10,6 +10,7 @@ import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -53,8 +54,9 @@ def _load(replica: Replica, per_shard: float, cpu: float, runs: int) -> list[int
 
 
 def test_the_leaders_count_is_served_by_every_replica_and_rises_with_load(sqlite_store: LeaseStore) -> None:
-    settings = {"api_token": TOKEN, "api_protect_reads": True, "scale_out_after_millis": int(3 * INTERVAL * 1000),
-                "scale_in_after_millis": int(10 * INTERVAL * 1000), "scale_max_workers": 8}
+    settings: dict[str, Any] = {"api_token": TOKEN, "api_protect_reads": True, "scale_max_workers": 8,
+                                "scale_out_after_millis": int(3 * INTERVAL * 1000),
+                                "scale_in_after_millis": int(10 * INTERVAL * 1000)}
     leader = Replica(sqlite_store, shards=SHARDS, publish_every=0.0, **settings)
     follower = Replica(sqlite_store, shards=SHARDS, replica_id="coord-b", clock=leader.clock, **settings)
     assert leader.client.get("/v1/scale", headers=leader.auth()).status_code == 503  # nothing published yet
