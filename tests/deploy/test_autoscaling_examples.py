@@ -35,8 +35,16 @@ def test_the_keda_scaled_object_reads_desired_workers_from_v1_scale_with_the_rea
     meta = trigger["metadata"]
     assert meta["valueLocation"] in ScaleOut.model_fields and meta["format"] == "json"
     assert trigger["metricType"] == "AverageValue" and float(meta["targetValue"]) == 1.0  # replicas = the count
+    assert urlsplit(meta["url"]).path in {route.path for route in router.routes}  # type: ignore[attr-defined]
+    policies = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"]
+    assert policies == [{"type": "Pods", "value": 1, "periodSeconds": 60}]  # one drain at a time
+
+
+def test_the_keda_trigger_asks_the_charts_service_with_the_charts_read_token() -> None:
+    auth, scaled = yaml.safe_load_all((EXAMPLES / "keda-scaledobject.yaml").read_text(encoding="utf-8"))
+    (trigger,) = scaled["spec"]["triggers"]
+    meta = trigger["metadata"]
     url = urlsplit(meta["url"])
-    assert url.path in {route.path for route in router.routes}  # type: ignore[attr-defined]
     objects = manifests({"fullnameOverride": RELEASE})
     (service,) = [o for o in objects if o["kind"] == "Service"]
     assert url.hostname == f"{service['metadata']['name']}.shardherd.svc"
@@ -47,8 +55,6 @@ def test_the_keda_scaled_object_reads_desired_workers_from_v1_scale_with_the_rea
     assert ref["parameter"] == "token" and ref["name"] == f"{RELEASE}-api-read-token"
     assert ref["key"] in secrets[ref["name"]]["data"]
     assert auth["metadata"]["namespace"] == scaled["metadata"]["namespace"]
-    policies = scaled["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["policies"]
-    assert policies == [{"type": "Pods", "value": 1, "periodSeconds": 60}]  # one drain at a time
 
 
 def test_the_keda_schema_rejects_what_keda_would() -> None:
