@@ -19,9 +19,11 @@ Invariants:
   window or more) needs one worker more than there are, and blocks scale-in.
 * Hysteresis: the count rises only once every run for `scale_out_after_millis` asked for more (to the smallest of
   those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest of those
-  asks); a run asking for the current count ends a pending change. So the count changes at most once per direction
-  per window. A term's count starts at the number of workers there are at its first run that sees one (before
-  that, for up to a scale-out window, it has no figure: a new leader has not yet seen its workers alive).
+  asks); a run asking for the current count ends a pending change, while a run without a capacity estimate
+  neither asks for fewer nor ends anything (only the lease bound or a growing lag ask for more in it). So the count
+  changes at most once per direction per window. A term's count starts at the number of workers there are at its
+  first run that sees one (before that, for up to a scale-out window, it has no figure: a new leader has not yet seen
+  its workers alive).
 * The removal candidate is a non-draining worker with a fresh heartbeat holding the fewest leases (then the least
   throughput, then the smallest id); the previous candidate stays while it holds no more leases than the cheapest.
 """
@@ -104,6 +106,7 @@ class _Need:
     out: int  # a count above the current one asks for a scale-out
     fewer: int  # a count below the current one asks for a scale-in
     reasons: tuple[str, ...]
+    known: bool = True  # False: no capacity estimate; the run asks for no scale-in and cancels nothing
 
 
 def _ceil(value: float) -> int:
@@ -190,7 +193,8 @@ def need(snapshot: Snapshot, cfg: ScaleSettings, lagging: bool) -> tuple[_Need, 
         reasons.append(f"lag growing -> at least {current + 1}")
     if cfg.clamp(out) != out:
         reasons.append(f"bounded to [{cfg.min_workers}, {cfg.max_workers}] -> {cfg.clamp(out)}")
-    return _Need(cfg.clamp(out), cfg.clamp(max(out, fewer)), tuple(reasons)), load, capacity
+    known = capacity is not None or (load <= 0 and not unknown)
+    return _Need(cfg.clamp(out), cfg.clamp(max(out, fewer)), tuple(reasons), known), load, capacity
 
 
 def settle(state: ScaleState, asked: _Need, current: int, now: float,
@@ -198,7 +202,9 @@ def settle(state: ScaleState, asked: _Need, current: int, now: float,
     """The count after this run's ask under the hysteresis rules, and a note on a change still pending."""
     desired = state.desired if state.desired is not None else cfg.clamp(current)
     desired = cfg.clamp(desired)  # the bounds may have changed with a new term's settings
-    direction = 1 if asked.out > desired else -1 if asked.fewer < desired else 0
+    direction = 1 if asked.out > desired else -1 if asked.known and asked.fewer < desired else 0
+    if direction == 0 and not asked.known:
+        return dataclasses.replace(state, desired=desired), None
     if direction == 0:
         return dataclasses.replace(state, desired=desired, pending=0), None
     ask = asked.out if direction > 0 else asked.fewer

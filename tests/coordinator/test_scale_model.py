@@ -260,3 +260,19 @@ def test_settings_are_validated_and_reach_the_model() -> None:
         assert "scale_min_workers" in str(exc) and "scale_max_workers" in str(exc)
     else:
         raise AssertionError("min above max was accepted")
+
+
+def test_runs_without_an_estimate_neither_ask_for_fewer_nor_cancel_a_pending_change() -> None:
+    """Workers hovering near their base give an estimate in some runs only (seen live): those runs stay neutral."""
+    known = _fleet({"a": 20, "b": 20, "c": 20}, {"a": [100], "b": [100], "c": [100]})  # need 1 of 3
+    unknown = _fleet({"a": 11, "b": 11, "c": 11}, {"a": [100], "b": [100], "c": [100]})  # 1 point: no estimate
+    state, counts = ScaleState(), []
+    for run in range(200):
+        state, figure = _step(state, known if run % 2 else unknown, None, run * RUN, CFG)
+        counts.append(figure.desired)
+    assert counts[0] == 3 and counts[-1] == 1 and len(_changes(counts)) == 1, counts
+    assert (_changes(counts)[0][0] - 1) * RUN == CFG.in_after  # the window counted from the first ask
+    # A fleet that asked for more and has not got it yet: a run without an estimate does not ask for fewer.
+    state = ScaleState(desired=5)
+    state, figure = _step(state, unknown, None, 0.0, CFG)
+    assert figure.desired == 5 and state.pending == 0
