@@ -166,6 +166,20 @@ def lag_growing(lags: Sequence[tuple[float, int]], window: float) -> bool:
         LAG_GROWTH_SHARE * span * 1000
 
 
+def _by_load(load: float, unknown: bool, capacity: float | None, current: int,
+             cfg: ScaleSettings) -> tuple[int, int, str, bool]:
+    """The asks from throughput alone: (more, fewer, reason, whether a capacity estimate backs them)."""
+    if capacity is None and (load > 0 or unknown):
+        return current, current, f"no capacity estimate (no worker reports load above its base): holding {current}", \
+            False
+    if load <= 0:
+        return 1, 1, "idle: no lease reports any throughput", True
+    assert capacity is not None
+    out = _ceil(load / capacity)
+    reason = f"load {load:.1f} KiB/s over {capacity:.1f} KiB/s per worker at {cfg.target_percentage:g} % -> {out}"
+    return out, _ceil(load / (capacity * IN_MARGIN)), reason, True
+
+
 def need(snapshot: Snapshot, cfg: ScaleSettings, lagging: bool) -> tuple[_Need, float, float | None]:
     """The run's asks (before hysteresis), the load (KiB/s) and the per-worker capacity."""
     open_leases = [lease for lease in snapshot.leases if not lease.finished]
@@ -173,17 +187,8 @@ def need(snapshot: Snapshot, cfg: ScaleSettings, lagging: bool) -> tuple[_Need, 
     unknown = any(lease.throughput_kbps is None for lease in open_leases)  # a lease whose load nobody reported
     capacity = fleet_capacity(snapshot, cfg)
     current = len(_members(snapshot))
-    target = f"{cfg.target_percentage:g} %"
-    if capacity is None and (load > 0 or unknown):
-        out = fewer = current
-        reasons = [f"no capacity estimate (no worker reports load above its base): holding {current}"]
-    elif load <= 0:
-        out = fewer = 1
-        reasons = ["idle: no lease reports any throughput"]
-    else:
-        assert capacity is not None
-        out, fewer = _ceil(load / capacity), _ceil(load / (capacity * IN_MARGIN))
-        reasons = [f"load {load:.1f} KiB/s over {capacity:.1f} KiB/s per worker at {target} -> {out}"]
+    out, fewer, reason, known = _by_load(load, unknown, capacity, current, cfg)
+    reasons = [reason]
     by_leases = _ceil(len(open_leases) / cfg.max_leases_for_worker)
     if by_leases > out:
         reasons.append(f"{len(open_leases)} leases at most {cfg.max_leases_for_worker} per worker -> {by_leases}")
@@ -193,7 +198,6 @@ def need(snapshot: Snapshot, cfg: ScaleSettings, lagging: bool) -> tuple[_Need, 
         reasons.append(f"lag growing -> at least {current + 1}")
     if cfg.clamp(out) != out:
         reasons.append(f"bounded to [{cfg.min_workers}, {cfg.max_workers}] -> {cfg.clamp(out)}")
-    known = capacity is not None or (load <= 0 and not unknown)
     return _Need(cfg.clamp(out), cfg.clamp(max(out, fewer)), tuple(reasons), known), load, capacity
 
 
