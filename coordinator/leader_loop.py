@@ -40,6 +40,8 @@ from shardherd.coordinator.move_record import MoveRecord
 from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.paused_leases import hold_paused
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
+from shardherd.coordinator.scale_model import ScaleFigure, ScaleSettings, ScaleState
+from shardherd.coordinator.scale_model import step as scale_step
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
@@ -128,6 +130,7 @@ class _Term:
     view: ViewState | None = None
     rebalancing: bool = False  # the last balancing pass moved leases: run every interval until one moves none
     on_view: bool = False  # the newest tick ran on the view (no scan)
+    scale: ScaleState = field(default_factory=ScaleState)  # the desired-worker count's memory (scale_model.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +185,7 @@ class LeaderLoop:
                                                                       self._timing.listing_deadline)
         self._on_progress = on_progress  # a long run's fenced writes tell the supervisor it is not stalled
         self._decider = DeciderConfig.from_settings(settings)
+        self._scale = ScaleSettings.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
         # Balancing leaves a lease alone for two balancing cycles after balancing moved it: no ping-pong. (A cooldown
         # as long as a throughput window delayed the correction of overshoots after a scale-out; the agents' arrival
@@ -432,7 +436,9 @@ class LeaderLoop:
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
                                           self._stale(term.tracker, w.worker_id, now)) for w in active)
         deciding = time.perf_counter()
-        plan, balance_error = self._plan(Snapshot.of(views, workers, term.lines), balance)
+        snapshot = Snapshot.of(views, workers, term.lines)
+        plan, balance_error = self._plan(snapshot, balance)
+        scale = self._scale_figure(term, snapshot, leases.values(), now)
         plan = hold_paused(plan, leases)
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
@@ -463,7 +469,7 @@ class LeaderLoop:
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
-            decide_ms=decide_ms, scan_reason=reason,
+            decide_ms=decide_ms, scan_reason=reason, scale=scale,
         )
 
     def _tick_on_view(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
@@ -541,6 +547,18 @@ class LeaderLoop:
             else:
                 report_row("lease", lease.lease_key, "left alone", problem)
         return kept
+
+    def _scale_figure(self, term: _Term, snapshot: Snapshot, leases: Collection[Lease],
+                      now: float) -> ScaleFigure | None:
+        """The desired-worker count from this run's snapshot and lease lags (no store read); None if it failed."""
+        lags = [lease.millis_behind_latest for lease in leases
+                if lease.millis_behind_latest is not None and not lease.is_finished]
+        try:
+            term.scale, figure = scale_step(term.scale, snapshot, max(lags, default=None), now, self._scale)
+        except Exception:  # a bug in the figure must not fail the run that assigns leases
+            log.exception("leader loop: computing the desired-worker count failed")
+            return None
+        return figure
 
     def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
         """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""

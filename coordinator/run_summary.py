@@ -7,6 +7,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.scale_model import ScaleFigure
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +43,7 @@ class RunSummary:
     decide_ms: float = 0.0  # this process's CPU time in the decider (the run's time minus store waits, roughly)
     scanned: bool = True  # a full run (both tables scanned); False: a tick on the leader's view (scan_policy)
     scan_reason: str | None = None  # why a full run scanned
+    scale: ScaleFigure | None = None  # the desired-worker count of a full run (coordinator/scale_model.py)
 
     @property
     def ok(self) -> bool:

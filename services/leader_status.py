@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shardherd.coordinator.move_record import MalformedMoveRecord, MoveRecord
 from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.scale_model import ScaleFigure
 from shardherd.shared.clock import Clock
 from shardherd.shared.errors import ShardherdError
 from shardherd.shared.lease import Lease
@@ -162,6 +163,35 @@ class RunRecord(_Frozen):
                    shard_sync_error=summary.shard_sync_error, balancing_error=summary.balancing_error)
 
 
+MAX_SCALE_REASONS = 4
+
+
+class ScaleRecord(_Frozen):
+    """The leader's desired-worker count as published (coordinator/scale_model.py; served by GET /v1/scale)."""
+
+    desired: int
+    current: int
+    remove_first: str | None = None
+    reasons: tuple[str, ...] = ()
+    load_kbps: float = 0.0
+    capacity_kbps: float | None = None
+    computed_at: float = Field(description="wall-clock start of the leader run that computed it")
+
+    @classmethod
+    def of(cls, figure: ScaleFigure, started_at: float) -> ScaleRecord:
+        """The compact record of a run's figure."""
+        return cls(desired=figure.desired, current=figure.current, remove_first=figure.remove_first,
+                   reasons=tuple(r[:MAX_DETAIL_CHARS] for r in figure.reasons[:MAX_SCALE_REASONS]),
+                   load_kbps=round(figure.load_kbps, 3),
+                   capacity_kbps=None if figure.capacity_kbps is None else round(figure.capacity_kbps, 3),
+                   computed_at=started_at)
+
+    def news(self) -> tuple[object, ...]:
+        """What makes a new figure worth publishing: the counts, the candidate, load or capacity off by about 10 %."""
+        return (self.desired, self.current, self.remove_first, f"{self.load_kbps:.2g}",
+                None if self.capacity_kbps is None else f"{self.capacity_kbps:.2g}")
+
+
 class Totals(_Frozen):
     """Counters over every published run since the table's first leader (continued across failovers)."""
 
@@ -203,6 +233,7 @@ class LeaderStatus(_Frozen):
     recent_moves: Annotated[tuple[Decision, ...], Field(description="the last moves over all runs, oldest first")] = ()
     unplaced: Annotated[tuple[Decision, ...], Field(description="leases the newest run could not place")] = ()
     totals: Totals = Field(default_factory=Totals)
+    scale: Annotated[ScaleRecord | None, Field(description="the desired-worker count of the newest full run")] = None
 
 
 def _item(status: LeaderStatus, text: str) -> dict[str, StateValue]:
@@ -303,6 +334,7 @@ class LeaderWatch:
         self._runs: deque[RunRecord] = deque(maxlen=max_runs)
         self._moves: deque[Decision] = deque(maxlen=MAX_RECENT_MOVES)
         self._unplaced: tuple[Decision, ...] = ()
+        self._scale: ScaleRecord | None = None  # the newest full run's desired-worker count
         self._totals: Totals | None = None
         self._epoch: int | None = None
         self._last_success_at: float | None = None
@@ -359,7 +391,8 @@ class LeaderWatch:
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),
-                                  recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals)
+                                  recent_moves=tuple(self._moves), unplaced=self._unplaced, totals=self._totals,
+                                  scale=self._scale)
             replaces = self._replaces
         self._publish(status, replaces)
 
@@ -376,6 +409,8 @@ class LeaderWatch:
         """Count the run, keep its moves, follow the shard-sync failure streak; the streak's start and error."""
         assert self._totals is not None
         self._totals = self._totals.plus(record)
+        if summary.scale is not None:
+            self._scale = ScaleRecord.of(summary.scale, summary.started_at)
         if record.ok:
             moves, unplaced = decisions_of(summary)
             self._moves.extend(moves)
@@ -392,7 +427,8 @@ class LeaderWatch:
 
     def _due(self, record: RunRecord, summary: RunSummary, since: float | None, error: str | None) -> bool:
         """Whether to publish now: news not yet published, and a token (failures starting or ending need none)."""
-        shape = (*_shape(record, summary), since, error)  # a shard-sync streak starting or ending is news
+        # A shard-sync streak starting or ending is news, and so is a new desired-worker count or removal candidate.
+        shape = (*_shape(record, summary), since, error, self._scale.news() if self._scale else None)
         if shape != self._seen:
             self._seen, self._dirty = shape, True
             self._runs.append(record)
@@ -463,6 +499,7 @@ class LeaderWatch:
         self._runs.clear()
         self._moves.clear()
         self._unplaced = ()
+        self._scale = None if previous is None else previous.scale
         if previous is None:
             self._totals, self._last_success_at = Totals(), None
             return

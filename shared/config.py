@@ -147,6 +147,15 @@ class Settings(BaseSettings):
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"
 
+    # Desired workers for autoscalers (coordinator/scale_model.py, GET /v1/scale): the fleet's count at this share of
+    # each worker's operating range; it rises once more were asked for over `scale_out_after_millis` and falls once
+    # fewer were over `scale_in_after_millis`.
+    scale_target_utilisation_percentage: int = Field(70, ge=1, le=100)
+    scale_min_workers: int = Field(1, ge=1, le=100_000)
+    scale_max_workers: int = Field(1_000, ge=1, le=100_000)
+    scale_out_after_millis: int = Field(60_000, ge=0, le=HOUR_MILLIS)
+    scale_in_after_millis: int = Field(300_000, ge=0, le=DAY_MILLIS)
+
     # Worker metrics.
     disable_worker_metrics: bool = False
     # Where the CPU source looks: the cgroup mount, and the ECS task metadata v4 endpoint (default: the
@@ -245,6 +254,9 @@ class Settings(BaseSettings):
                 f"leader_lock_heartbeat_period_millis ({self.leader_lock_heartbeat_period_millis}): other replicas "
                 "try to take the lock once per heartbeat period"
             )
+        if self.scale_min_workers > self.scale_max_workers:
+            problems.append(f"scale_min_workers ({self.scale_min_workers}) must be at most scale_max_workers "
+                            f"({self.scale_max_workers})")
         if self.poison_policy == "quarantine" and self.poison_destination is None:
             problems.append("poison_policy quarantine needs a poison_destination (file:///dir or s3://bucket/prefix)")
         if self.store_backend == "sql" and not self.sql_url.get_secret_value():

@@ -25,6 +25,7 @@ from shardherd.services.api import (
     peer,
     plan,
     replicas,
+    scale,
     workers,
 )
 from shardherd.services.api.context import ApiContext
@@ -46,7 +47,7 @@ def create_app(ctx: ApiContext) -> FastAPI:
         docs_url=None, redoc_url=None,
     )
     app.state.ctx = ctx
-    for module in (assignments, workers, changes, leader, replicas, peer, plan, health, metrics, controls):
+    for module in (assignments, workers, changes, leader, replicas, peer, plan, health, metrics, controls, scale):
         app.include_router(module.router)
 
     @app.exception_handler(ShardherdError)

@@ -125,6 +125,11 @@ def leader_families(status: LeaderStatus | None, readable: bool, now: float,
         _gauge("shardherd_leader_epoch", "Epoch of the leader that published last (+1 per leader change)",
                status.epoch),
     ]
+    if status.scale is not None:
+        families += [_gauge("shardherd_desired_workers", "Workers the fleet needs for its load at the target "
+                            "utilisation (GET /v1/scale)", status.scale.desired),
+                     _gauge("shardherd_current_workers", "Live, not draining workers the leader counted with it",
+                            status.scale.current)]
     if status.runs:
         families.append(_gauge("shardherd_leader_last_run_duration_seconds", "Duration of the newest leader run",
                                status.runs[-1].duration_ms / 1000))

@@ -239,3 +239,18 @@ class HealthOut(BaseModel):
 
     status: Literal["ok", "unavailable"]
     detail: str
+
+
+class ScaleOut(BaseModel):
+    """The leader's desired-worker count, in the shape KEDA's metrics-api scaler reads (`valueLocation`)."""
+
+    desired_workers: int = Field(description="workers the fleet needs for its load at the target utilisation, "
+                                 "with hysteresis (coordinator/scale_model.py)")
+    current_workers: int = Field(description="workers the leader counted (live, not draining)")
+    remove_first: str | None = Field(description="the worker whose leases move cheapest: drain it first on scale-in")
+    reasons: list[str]
+    load_kbps: float = Field(description="the throughput of every open lease, KiB/s")
+    capacity_kbps: float | None = Field(description="KiB/s one worker carries at the target (median of the workers' "
+                                        "own estimates); null when no worker's reports tell")
+    computed_at: float = Field(description="wall-clock start of the leader run that computed the published figure")
+    epoch: int = Field(description="the epoch of the leader that published it")

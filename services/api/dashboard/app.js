@@ -338,6 +338,13 @@ function drawCoordinator(leader) {
       new Date(status.published_at * 1000).toLocaleTimeString()),
       el("span", {"data-failed-runs": status.totals.failed_runs}, status.totals.runs + " / " + status.totals.failed_runs)));
   }
+  if (status && status.scale) {  // the desired-worker count autoscalers read (GET /v1/scale)
+    const scale = status.scale;
+    lines.push(el("div", {class: "row"}, el("span", {}, "desired workers"),
+      el("span", {"data-desired-workers": scale.desired, title: scale.reasons.join("\n")},
+        el("b", {}, String(scale.desired)), " for " + scale.current + " now" +
+        (scale.remove_first ? " · remove first " + scale.remove_first : ""))));
+  }
   replace("coordinator", ...lines);
   const body = document.querySelector("#runs tbody");
   const recent = runs.slice(-RECENT_RUNS).reverse();
