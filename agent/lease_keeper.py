@@ -152,6 +152,7 @@ class LeaseKeeper:
         self._timing = KeeperTiming.from_settings(settings)
         self._held: dict[str, HeldLease] = {}
         self._guard = threading.RLock()
+        self._row_guard = threading.Lock()
         self._heartbeat_count = 0
         self._last_heartbeat_send: float | None = None
         self._last_record: WorkerRecord | None = None  # the last row this keeper wrote
@@ -318,6 +319,8 @@ class LeaseKeeper:
     def _release_given_back(self) -> None:
         with self._guard:  # claimed under the guard: the keeper thread and a shard thread never both release
             keys, self._giving_back = sorted(self._giving_back), set()
+        if keys:  # the row says `refused` before the lease is free: else the leader, told at once, may hand it back
+            self._write_worker_record(self._clock.monotonic())
         for key in keys:
             try:
                 outcome = self._store.release(key, self._me)
@@ -452,6 +455,10 @@ class LeaseKeeper:
                 self._renew(key, held)
 
     def _write_worker_record(self, sent: float) -> None:
+        with self._row_guard:  # the keeper's heartbeat and a shard thread's give-back both write the row
+            self._write_row(sent)
+
+    def _write_row(self, sent: float) -> None:
         sts, opr = self._metrics() if self._metrics else ({}, {})
         held = self.held()
         throughput = {}

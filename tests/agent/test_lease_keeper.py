@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
+from shardherd.agent.progress import ProgressBoard
 from shardherd.coordinator.assignment_feed import AssignmentFeed
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.assignment_channel import OWNS
@@ -20,7 +21,7 @@ from shardherd.shared.dynamo.store import DynamoLeaseStore
 from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import Conflict, LeaseStore, TableNames
-from shardherd.shared.worker import WorkerState
+from shardherd.shared.worker import NO_PROGRESS, WorkerState
 from tests.support.faulty_proxy import INTERNAL_ERROR, FaultyProxy
 from tests.support.stores import unique_app, worker_record
 
@@ -371,3 +372,26 @@ def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseS
     assert news[1:] == [WorkerState.DRAINING.value]
     assert keeper.checkpoint(KEY, SHARD_END).applied and len(news) == 3  # shard sync may create the children
     assert keeper.release_all() == [KEY] and len(news) == 4
+
+
+def test_a_lease_given_back_is_refused_in_the_row_before_it_is_free(store: LeaseStore) -> None:
+    """The leader, told of the release at once, must read the refusal with the free lease: else it may hand the
+    lease straight back to this worker (a CI run saw that loop for 60 s under load)."""
+    clock = ManualClock()
+    board = ProgressBoard(clock)
+    keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
+    seen: list[bool] = []
+
+    def told() -> None:  # each news: is the lease free, and does the row say refused?
+        lease, row = store.get_lease(KEY), worker_record(store, "w1")
+        if lease is not None and lease.lease_owner is None:
+            seen.append(row is not None and row.lease_progress.get(KEY, NO_PROGRESS).refused)
+
+    keeper.attach_channel(lambda: True, told)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    assert keeper.held() and not seen
+    board.refuse(KEY)
+    keeper.give_back(KEY)
+    assert seen == [True] and not keeper.held()
