@@ -380,7 +380,8 @@ class ShardWorker:
     def _poison(self, processor: RecordProcessor, record: Record, lag: int | None, judged: bool) -> Outcome:
         """Deliver one record of a bisected batch; one that fails `poison_attempts` times blocks or is quarantined."""
         key = self.lease.lease_key
-        where = f"{record.sequence_number}/{record.sub_sequence_number}"
+        poison = PoisonRecord(record.sequence_number, record.sub_sequence_number)
+        where = str(poison)
 
         def deliver() -> None:
             processor.process_records([record], self.checkpointer, lag)
@@ -391,7 +392,7 @@ class ShardWorker:
             outcome = self._until_done(deliver, f"process_records failed on record {where}", "delivering it again",
                                        self._ctx.poison_attempts)
         if outcome is Outcome.FAILING:
-            self._ctx.progress.poison(key, PoisonRecord(record.sequence_number, record.sub_sequence_number))
+            self._ctx.progress.poison(key, poison)
             self._blocked_on = f"poison record {where}: "
             destination = self._ctx.quarantine
             log.error("%s: poison record %s (%s); %s", key, where, self._last_error,
@@ -399,7 +400,7 @@ class ShardWorker:
             try:
                 outcome = (self._until_done(deliver, f"process_records failed on poison record {where}",
                                             "delivering it again") if destination is None
-                           else self._quarantine(record, destination))
+                           else self._quarantine(record, poison, destination))
             finally:
                 self._blocked_on = ""
                 self._ctx.progress.poison(key, None)
@@ -407,7 +408,7 @@ class ShardWorker:
             self.checkpointer.last_delivered = record
         return outcome
 
-    def _quarantine(self, record: Record, destination: Destination) -> Outcome:
+    def _quarantine(self, record: Record, poison: PoisonRecord, destination: Destination) -> Outcome:
         """Write the poison record to `destination`, then checkpoint past it; retried (never skipped) until both did.
 
         The checkpoint is written only when everything before the record is checkpointed (a processor that
@@ -428,10 +429,8 @@ class ShardWorker:
 
         outcome = self._until_done(write, f"quarantining poison record {stored.name} failed", "writing it again")
         if outcome is Outcome.DONE:
-            self._ctx.progress.quarantine(key, PoisonRecord(record.sequence_number, record.sub_sequence_number),
-                                          f"{destination.url.rstrip('/')}/{stored.name}")
-            log.warning("%s: poison record %s/%d quarantined to %s%s", key, record.sequence_number,
-                        record.sub_sequence_number, destination.url, "" if due else
+            self._ctx.progress.quarantine(key, poison, f"{destination.url.rstrip('/')}/{stored.name}")
+            log.warning("%s: poison record %s quarantined to %s%s", key, poison, destination.url, "" if due else
                         " (checkpointed past with the processor's next checkpoint)")
         return outcome
 

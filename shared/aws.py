@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 import boto3
@@ -19,8 +20,13 @@ _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, c
 
 # Each client has its own botocore session (credentials resolved as boto3 would for a new session), but all share one
 # loader of service models: a MultiLang agent process holds four clients (decision 0024's memory figures).
-_LOADER: list[Any] = []
-_LOADER_GUARD = threading.Lock()
+_CREATING = threading.Lock()
+
+
+@cache
+def _models() -> Any:
+    """The process's one loader of service models (8-10 MB of parsed models per client otherwise)."""
+    return botocore.session.get_session().get_component("data_loader")
 
 
 def make_client(service: str, region: str, endpoint_url: str | None = None,
@@ -31,21 +37,17 @@ def make_client(service: str, region: str, endpoint_url: str | None = None,
     """
     config = _CLIENT_CONFIG if timeouts is None else _CLIENT_CONFIG.merge(
         Config(connect_timeout=timeouts[0], read_timeout=timeouts[1]))
-    extra: dict[str, Any] = {}
-    if endpoint_url:
-        extra["endpoint_url"] = endpoint_url
-        session = boto3.session.Session()
-        if session.get_credentials() is None:
-            extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-    with _LOADER_GUARD:
+    with _CREATING:
         core = botocore.session.get_session()
-        if _LOADER:  # the service models, parsed once per process: 8-10 MB per client otherwise
-            core.register_component("data_loader", _LOADER[0])
-        else:
-            _LOADER.append(core.get_component("data_loader"))
+        core.register_component("data_loader", _models())
         core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
-        client: Any = boto3.session.Session(botocore_session=core).client(  # type: ignore[call-overload]
-            service, region_name=region, config=config, **extra)
+        session = boto3.session.Session(botocore_session=core)
+        extra: dict[str, Any] = {}
+        if endpoint_url:
+            extra["endpoint_url"] = endpoint_url
+            if session.get_credentials() is None:
+                extra.update(aws_access_key_id="local", aws_secret_access_key="local")
+        client: Any = session.client(service, region_name=region, config=config, **extra)  # type: ignore[call-overload]
     return client
 
 
