@@ -152,7 +152,7 @@ class LeaseKeeper:
         self._timing = KeeperTiming.from_settings(settings)
         self._held: dict[str, HeldLease] = {}
         self._guard = threading.RLock()
-        self._row_guard = threading.Lock()
+        self._row_guard = threading.RLock()  # reentrant: a give-back inside a row write never waits on itself
         self._heartbeat_count = 0
         self._last_heartbeat_send: float | None = None
         self._last_record: WorkerRecord | None = None  # the last row this keeper wrote
