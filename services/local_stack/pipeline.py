@@ -49,6 +49,8 @@ def write_counts(spark: SparkSession, out: Path) -> list[ShardCount]:
     """Per-shard counts and bytes over distinct records of every driver, written to `<out>/counts`; returns them."""
     from pyspark.sql import functions as F  # noqa: N812
 
+    if not any((out / "records").glob("*/*.parquet")):  # no driver wrote a batch yet (stopped early): no counts
+        return []
     records = spark.read.schema(RECORDS_DDL).parquet(str(out / "records" / "*"))
     counts = (records.dropDuplicates(KEY).groupBy("shard_id")
               .agg(F.count(F.lit(1)).alias("records"), F.sum("bytes").alias("bytes")).orderBy("shard_id"))
