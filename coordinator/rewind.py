@@ -24,9 +24,18 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shardherd.coordinator.rewind_positions import RewindRecord, RewindRow, parse_sequences, parse_time, position_at
+from shardherd.coordinator.rewind_positions import (
+    HELD_BACK_NOTE,
+    RewindRecord,
+    RewindRow,
+    descendants,
+    held_back,
+    parse_sequences,
+    parse_time,
+    position_at,
+)
 from shardherd.coordinator.rewind_probe import ProbeFailed, probe, retention_hours
-from shardherd.shared.checkpoint import SHARD_END, Checkpoint
+from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ShardherdError
@@ -92,6 +101,9 @@ class Rewinder:
         if not chosen:
             raise BadControlRequest("the application has no leases to rewind")
         chosen, place = self._placer(request, chosen, now)
+        keys = {lease.lease_key for lease in chosen}
+        below = descendants(leases, keys) - keys  # paused too: they may be held back
+        chosen += [lease for lease in leases if lease.lease_key in below]
         if request.to is not None and not (request.shards or request.streams):
             chosen += self._cleaned_up(leases)
         record = RewindRecord(uuid.uuid4().hex[:12], request.who, now, request.to or "sequences", request.dry_run)
@@ -159,7 +171,11 @@ class Rewinder:
 
         with ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="rewind-probe") as pool:
             found = list(pool.map(row, chosen))
-        return {row.lease_key: target for target, row in found}, tuple(row for _, row in found), self._clock.time()
+        targets = {row.lease_key: target for target, row in found}
+        held = held_back(chosen, targets)
+        rows = tuple(replace(row, after=str(TRIM_HORIZON), note=f"{row.note}; {HELD_BACK_NOTE}")
+                     if row.lease_key in held else row for _, row in found)
+        return targets, rows, self._clock.time()
 
     def _take_lock(self, record: RewindRecord, now: float) -> None:
         running = self._store.get_state(RUNNING_KEY)
@@ -193,6 +209,8 @@ class Rewinder:
                 record = replace(record, rows=rows, planned_at=planned_at, stopped_at=self._clock.time())
 
                 def rewrite(row: RewindRow) -> RewindRow | None:
+                    if row.note.endswith(HELD_BACK_NOTE):  # shard sync creates it again after its parents
+                        return None if row.lease_key in absent else self._delete_held(stopped[row.lease_key], row)
                     if row.lease_key in absent:
                         return self._recreate(absent[row.lease_key], targets[row.lease_key], row)
                     before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
@@ -216,6 +234,14 @@ class Rewinder:
         if not outcome.applied:
             raise RewindFailed(f"{lease.lease_key}: its lease could not be created again ({outcome.conflict.value})")
         return replace(row, before="(cleaned up)", note=f"{row.note}; lease created again")
+
+    def _delete_held(self, lease: Lease, row: RewindRow) -> RewindRow:
+        """Delete a stopped lease held back behind a reopened ancestor; a row that moved is waited for again."""
+        for _ in range(REWRITE_ATTEMPTS):
+            if self._store.delete_lease(lease.lease_key, expected_checkpoint=lease.checkpoint).applied:
+                return row
+            lease = self._wait_stopped([lease.lease_key])[lease.lease_key]
+        raise RewindFailed(f"{lease.lease_key} kept changing while paused: it was not held back behind its parents")
 
     def _tell(self, rows: list[Lease | None]) -> None:
         """Make the leader look at once: it publishes the pause marks to the owners over the channel."""

@@ -9,6 +9,9 @@ Invariants (decision 0031):
 * Across a split or a merge each shard is placed on its own records: a parent rewound before the split gets a real
   position and its children, whose records all came after it, start at TRIM_HORIZON.
 * `--to-sequence` checkpoints exactly the sequence named (that record counts as processed).
+* Parents before children: a lease with an ancestor the rewind reopens (gives any position but SHARD_END) is held
+  back: its lease is deleted, and shard sync creates it again at TRIM_HORIZON once its parents end, as after any
+  split or merge. No child record is delivered before its parent's records after the time.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
+from shardherd.shared.lease import Lease
 from shardherd.shared.pause import BadControlRequest
+from shardherd.shared.streams import stream_name_of
 
 # Kinesis timestamps are milliseconds; a time this far ahead of the coordinator's clock is "in the future".
 FUTURE_TOLERANCE_SECONDS = 1.0
@@ -42,6 +47,34 @@ def position_at(found: Found) -> tuple[Checkpoint, str]:
     if found.closed and not found.any_after:
         return SHARD_END, "the shard ended before the time"
     return found.last_before, f"after {found.last_before}"
+
+
+HELD_BACK_NOTE = "held back: its lease is deleted and created again at TRIM_HORIZON once its parents end"
+
+
+def _ancestry(leases: list[Lease]) -> dict[str, list[str]]:
+    """Each lease's parents' lease keys (the parents that have a lease), by lease key."""
+    by_shard = {(stream_name_of(lease), lease.shard): lease.lease_key for lease in leases}
+    return {lease.lease_key: [by_shard[(stream_name_of(lease), parent)] for parent in sorted(lease.parent_shard_ids)
+                              if (stream_name_of(lease), parent) in by_shard] for lease in leases}
+
+
+def descendants(leases: list[Lease], of: set[str]) -> set[str]:
+    """Lease keys of every lease below one of `of` (children, their children ...), members of `of` included."""
+    parents = _ancestry(leases)
+    found: set[str] = set()
+    grew = True
+    while grew:
+        below = {key for key, above in parents.items() if any(p in of or p in found for p in above)}
+        grew = not below <= found
+        found |= below
+    return found
+
+
+def held_back(leases: list[Lease], targets: dict[str, Checkpoint]) -> set[str]:
+    """Lease keys whose records must wait: an ancestor gets a new checkpoint other than SHARD_END (it is reopened)."""
+    reopened = {key for key, target in targets.items() if not target.is_shard_end}
+    return descendants(leases, reopened)
 
 
 def parse_time(text: str, now: float) -> datetime:

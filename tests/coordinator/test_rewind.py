@@ -14,16 +14,21 @@ from botocore.exceptions import ClientError
 
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.coordinator.rewind import RUNNING_KEY, Rewinder, RewindRequest, history
-from shardherd.coordinator.rewind_positions import Found, parse_sequences, parse_time, position_at
+from shardherd.coordinator.rewind_positions import HELD_BACK_NOTE, Found, parse_sequences, parse_time, position_at
 from shardherd.coordinator.rewind_probe import THROTTLE_WAITS, unthrottled
+from shardherd.coordinator.shard_sync import plan_shard_sync
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock, SystemClock
 from shardherd.shared.config import load_settings
 from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.pause import BadControlRequest
+from shardherd.shared.retry import RetryPolicy
+from shardherd.shared.shard_lister import list_shards
+from shardherd.shared.shards import Shard
 from shardherd.shared.store import TableNames
 from tests.support.stream_stack import active_stream
+from tests.support.waiting import wait_for
 
 
 class Owner:
@@ -172,3 +177,50 @@ def test_a_throttled_probe_call_is_retried_after_a_growing_wait_and_other_errors
 
 def _refusal(code: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": "Rate exceeded for Shard"}}, "GetRecords")
+
+
+def test_a_rewind_before_a_split_holds_the_children_back_until_their_parent_ends_again(kinesis: Any) -> None:
+    """A parent reopened by a rewind is read again before its children: their leases wait for its end (decision
+    0031). Before, both children restarted at TRIM_HORIZON beside the rewound parent, so child records were
+    delivered before the parent's records after the time."""
+    name = f"rewind-split-{uuid.uuid4().hex[:8]}"
+    active_stream(kinesis, name, 1)
+    parent = kinesis.list_shards(StreamName=name)["Shards"][0]
+    before = [kinesis.put_record(StreamName=name, Data=b"old", PartitionKey=str(i))["SequenceNumber"]
+              for i in range(3)]
+    time.sleep(0.75)
+    middle = datetime.now(UTC)
+    time.sleep(0.75)
+    kinesis.put_record(StreamName=name, Data=b"parent, after the time", PartitionKey="p")
+    high = int(parent["HashKeyRange"]["EndingHashKey"])
+    kinesis.split_shard(StreamName=name, ShardToSplit=parent["ShardId"], NewStartingHashKey=str(high // 2 + 1))
+    wait_for(lambda: kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"]
+             == "ACTIVE", 30, "the split")
+    shards = listed(kinesis, name)
+    children = sorted(shard.shard_id for shard in shards if shard.shard_id != parent["ShardId"])
+    store = MemoryLeaseStore(TableNames.for_application("rewind-split"))
+    store.create_lease(new_lease(parent["ShardId"], SHARD_END))
+    for child in children:  # read some way: each at a record of its own
+        sequence = kinesis.put_record(StreamName=name, Data=b"child", PartitionKey="c",
+                                      ExplicitHashKey=str(next(s for s in shards if s.shard_id == child).hash_range[0])
+                                      )["SequenceNumber"]
+        store.create_lease(new_lease(child, Checkpoint.at(sequence), frozenset({parent["ShardId"]})))
+    settings = load_settings(worker_id="op", application_name="rewind-split", stream_name=name)
+    record = Rewinder(store, kinesis, settings, SystemClock(), lambda worker: None).run(
+        RewindRequest(who="test", to=middle.isoformat()))
+
+    assert record.outcome == "done", record
+    rows = {row.shard: row for row in record.rows}
+    assert rows[parent["ShardId"]].after == before[-1]
+    assert all(HELD_BACK_NOTE in rows[child].note for child in children), rows
+    assert [lease.lease_key for lease in store.scan_leases().leases] == [parent["ShardId"]]
+    assert plan_shard_sync(shards, store.scan_leases().leases, "TRIM_HORIZON").creates == ()  # parent still open
+    store.assign(parent["ShardId"], "w1", None, None)
+    assert store.checkpoint(parent["ShardId"], "w1", SHARD_END).applied  # read to its end again
+    creates = plan_shard_sync(shards, store.scan_leases().leases, "TRIM_HORIZON").creates
+    assert sorted((c.lease.lease_key, c.lease.checkpoint) for c in creates) == [(c, TRIM_HORIZON) for c in children]
+
+
+def listed(kinesis: Any, name: str) -> list[Shard]:
+    """The stream's shards as the coordinator lists them."""
+    return list_shards(kinesis, name, RetryPolicy())
