@@ -35,6 +35,7 @@ from shardherd.coordinator.rewind_positions import (
     position_at,
 )
 from shardherd.coordinator.rewind_probe import ProbeFailed, probe, retention_hours
+from shardherd.coordinator.stream_sync import stream_of
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
@@ -44,7 +45,7 @@ from shardherd.shared.pause import BadControlRequest, select_leases
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.shard_lister import list_shards
 from shardherd.shared.store import LeaseStore
-from shardherd.shared.streams import stream_name_of
+from shardherd.shared.streams import StreamIdentifier, stream_name_of
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -135,7 +136,7 @@ class Rewinder:
         retention: dict[str, int] = {}
 
         def place(lease: Lease) -> tuple[Checkpoint, str]:
-            stream = streams.get(lease.lease_key) or self._settings.stream_name  # a cleaned-up shard: single-stream
+            stream = streams.get(lease.lease_key) or self._settings.stream_name or stream_name_of(lease)  # cleaned up
             assert stream is not None
             if stream not in retention:
                 retention[stream] = retention_hours(self._kinesis, stream)
@@ -144,22 +145,34 @@ class Rewinder:
         return chosen, place
 
     def _cleaned_up(self, leases: list[Lease]) -> list[Lease]:
-        """Closed shards still in a single-stream application's stream whose finished lease shard sync deleted.
+        """Closed shards still in the application's streams whose finished lease shard sync deleted.
 
         They come back as unowned leases at SHARD_END (only in memory until the rewrite creates them), so a time
-        before a split or merge restarts the parent. Multi-stream applications: not yet (their rows say nothing).
+        before a split or merge restarts the parent. A multi-stream application's streams are those its leases name
+        (a stream with no lease left at all is not looked at).
         """
-        stream = self._settings.stream_name
-        if stream is None:
-            return []
-        try:
-            shards = list_shards(self._kinesis, stream, RetryPolicy())
-        except ShardherdError as exc:
-            raise ProbeFailed(f"listing the shards of {stream} failed: {exc}") from None
-        known = {lease.shard for lease in leases}
-        return [new_lease(shard.shard_id, SHARD_END, frozenset(shard.parent_ids),
-                          (shard.starting_hash_key, shard.ending_hash_key))
-                for shard in shards if shard.ending_sequence_number is not None and shard.shard_id not in known]
+        single = self._settings.stream_name
+        named = {stream for stream in map(stream_of, leases) if stream is not None}
+        streams: list[tuple[StreamIdentifier | None, str]] = [(None, single)] if single is not None else \
+            [(stream, stream.name) for stream in sorted(named)]
+        known = {lease.lease_key for lease in leases}
+        found: list[Lease] = []
+        for stream, name in streams:
+            try:
+                shards = list_shards(self._kinesis, name, RetryPolicy())
+            except ShardherdError as exc:
+                raise ProbeFailed(f"listing the shards of {name} failed: {exc}") from None
+            for shard in shards:
+                if shard.ending_sequence_number is None:
+                    continue
+                lease = new_lease(shard.shard_id, SHARD_END, frozenset(shard.parent_ids),
+                                  (shard.starting_hash_key, shard.ending_hash_key))
+                if stream is not None:
+                    lease = lease.with_changes(lease_key=stream.lease_key(shard.shard_id),
+                                               stream_name=stream.serialized, shard_id=shard.shard_id)
+                if lease.lease_key not in known:
+                    found.append(lease)
+        return found
 
     def _plan(self, place: Placer, chosen: list[Lease]) -> tuple[dict[str, Checkpoint], tuple[RewindRow, ...], float]:
         """Every chosen shard's new checkpoint and row (Kinesis reads, in parallel), and when that was known."""

@@ -27,6 +27,7 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.shard_lister import list_shards
 from shardherd.shared.shards import Shard
 from shardherd.shared.store import TableNames
+from shardherd.shared.streams import StreamIdentifier
 from tests.support.stream_stack import active_stream
 from tests.support.waiting import wait_for
 
@@ -179,10 +180,14 @@ def _refusal(code: str) -> ClientError:
     return ClientError({"Error": {"Code": code, "Message": "Rate exceeded for Shard"}}, "GetRecords")
 
 
-def test_a_rewind_before_a_split_holds_the_children_back_until_their_parent_ends_again(kinesis: Any) -> None:
+@pytest.mark.parametrize("multi_stream", [False, True], ids=["single-stream", "multi-stream-parent-cleaned-up"])
+def test_a_rewind_before_a_split_holds_the_children_back_until_their_parent_ends_again(
+        kinesis: Any, multi_stream: bool) -> None:
     """A parent reopened by a rewind is read again before its children: their leases wait for its end (decision
     0031). Before, both children restarted at TRIM_HORIZON beside the rewound parent, so child records were
-    delivered before the parent's records after the time."""
+    delivered before the parent's records after the time. Multi-stream: the parent's finished lease was already
+    deleted by shard sync, and the rewind creates it again under its stream's key (before, only single-stream
+    applications got it back)."""
     name = f"rewind-split-{uuid.uuid4().hex[:8]}"
     active_stream(kinesis, name, 1)
     parent = kinesis.list_shards(StreamName=name)["Shards"][0]
@@ -198,14 +203,26 @@ def test_a_rewind_before_a_split_holds_the_children_back_until_their_parent_ends
              == "ACTIVE", 30, "the split")
     shards = listed(kinesis, name)
     children = sorted(shard.shard_id for shard in shards if shard.shard_id != parent["ShardId"])
+    stream = StreamIdentifier("123456789012", name, 1700000000) if multi_stream else None
+
+    def key(shard: str) -> str:
+        return shard if stream is None else stream.lease_key(shard)
+
+    def keyed(lease: Lease) -> Lease:
+        return lease if stream is None else lease.with_changes(
+            lease_key=stream.lease_key(lease.lease_key), stream_name=stream.serialized, shard_id=lease.lease_key)
+
     store = MemoryLeaseStore(TableNames.for_application("rewind-split"))
-    store.create_lease(new_lease(parent["ShardId"], SHARD_END))
+    if not multi_stream:  # multi-stream: shard sync already deleted the finished parent
+        store.create_lease(new_lease(parent["ShardId"], SHARD_END))
     for child in children:  # read some way: each at a record of its own
+        low = next(shard for shard in shards if shard.shard_id == child).hash_range[0]
         sequence = kinesis.put_record(StreamName=name, Data=b"child", PartitionKey="c",
-                                      ExplicitHashKey=str(next(s for s in shards if s.shard_id == child).hash_range[0])
-                                      )["SequenceNumber"]
-        store.create_lease(new_lease(child, Checkpoint.at(sequence), frozenset({parent["ShardId"]})))
-    settings = load_settings(worker_id="op", application_name="rewind-split", stream_name=name)
+                                      ExplicitHashKey=str(low))["SequenceNumber"]
+        store.create_lease(keyed(new_lease(child, Checkpoint.at(sequence), frozenset({parent["ShardId"]}))))
+    streams = {"streams": [{"name": name, "account_id": "123456789012", "creation_epoch": 1700000000}]} \
+        if multi_stream else {"stream_name": name}
+    settings = load_settings(worker_id="op", application_name="rewind-split", **streams)
     record = Rewinder(store, kinesis, settings, SystemClock(), lambda worker: None).run(
         RewindRequest(who="test", to=middle.isoformat()))
 
@@ -213,11 +230,15 @@ def test_a_rewind_before_a_split_holds_the_children_back_until_their_parent_ends
     rows = {row.shard: row for row in record.rows}
     assert rows[parent["ShardId"]].after == before[-1]
     assert all(HELD_BACK_NOTE in rows[child].note for child in children), rows
-    assert [lease.lease_key for lease in store.scan_leases().leases] == [parent["ShardId"]]
-    assert plan_shard_sync(shards, store.scan_leases().leases, "TRIM_HORIZON").creates == ()  # parent still open
-    store.assign(parent["ShardId"], "w1", None, None)
-    assert store.checkpoint(parent["ShardId"], "w1", SHARD_END).applied  # read to its end again
-    creates = plan_shard_sync(shards, store.scan_leases().leases, "TRIM_HORIZON").creates
+    assert [lease.lease_key for lease in store.scan_leases().leases] == [key(parent["ShardId"])]
+    local = [lease.with_changes(lease_key=lease.shard, stream_name=None, shard_id=None)
+             for lease in store.scan_leases().leases]
+    assert plan_shard_sync(shards, local, "TRIM_HORIZON").creates == ()  # the parent is open again
+    store.assign(key(parent["ShardId"]), "w1", None, None)
+    assert store.checkpoint(key(parent["ShardId"]), "w1", SHARD_END).applied  # read to its end again
+    local = [lease.with_changes(lease_key=lease.shard, stream_name=None, shard_id=None)
+             for lease in store.scan_leases().leases]
+    creates = plan_shard_sync(shards, local, "TRIM_HORIZON").creates
     assert sorted((c.lease.lease_key, c.lease.checkpoint) for c in creates) == [(c, TRIM_HORIZON) for c in children]
 
 
