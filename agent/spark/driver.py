@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from shardherd.agent.consumer import RecordProcessor
 from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import LossReason, handed_over
+from shardherd.agent.progress import PoisonRecord
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.runtime import Agent
 from shardherd.agent.spark.batch_ends import BatchEnd, forget_ends, recorded_end
@@ -31,6 +32,7 @@ from shardherd.agent.spark.book import ShardBook, source_key
 from shardherd.agent.spark.commit import BatchFunction, CheckpointingSink
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
+from shardherd.agent.spark.poison_rows import Check, PoisonRouting
 from shardherd.agent.spark.probe import Prober, ProbeResult
 from shardherd.agent.spark.probe_schedule import ProbeSchedule
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions, StoreOptions
@@ -40,7 +42,7 @@ from shardherd.shared.config import Settings
 from shardherd.shared.errors import ShardherdError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.store import Conflict, LeaseStore
-from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, stream_to_read
+from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, read_target, stream_to_read
 from shardherd.shared.supervision import Kind
 
 if TYPE_CHECKING:
@@ -324,7 +326,8 @@ class SparkAgent(Agent):
                                                         Kind.CRITICAL, 2 * failover, self._halt))
 
     def run_query(self, spark: SparkSession, write: BatchFunction, checkpoint_location: str,
-                  processing_time: str = "1 second", available_now: bool = False) -> StreamingQuery:
+                  processing_time: str = "1 second", available_now: bool = False,
+                  poison_check: Check | None = None) -> StreamingQuery:
         """The one call: register the source, start the query with the checkpointing sink and the agent, supervise.
 
         A continuous query starts first (it plans nothing until the agent holds shards): a driver takes leases only
@@ -333,7 +336,12 @@ class SparkAgent(Agent):
         its agent starts first, as such a query ends at its first empty plan. Unless the agent was given
         `max_partitions`, a batch reads in at most the session's default parallelism of tasks (its cores), each
         reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
+        With `poison_check`, rows it raises for are kept out of `write` and quarantined or refused per
+        `poison_policy` (agent/spark/poison_rows.py).
         """
+        if poison_check is not None:
+            write = PoisonRouting(write, poison_check, self._context.quarantine, self.settings.worker_id,
+                                  self._quarantined_row)
         register_source(spark)
         if available_now and not self.running():
             self.start()
@@ -354,6 +362,13 @@ class SparkAgent(Agent):
             self.start()
         self.supervise(query)
         return query
+
+    def _quarantined_row(self, stream: str, shard: str, record: PoisonRecord, stored_at: str) -> None:
+        """Count a quarantined poison row against the lease of its shard (the shard id if no longer held)."""
+        default = self.settings.stream_name or ""
+        held = [source for source in self.book.held_shards() if read_target(source, default) == (stream, shard)]
+        key = self.book.lease_key(held[0]) if held else None
+        self.progress.quarantine(key or shard, record, stored_at)
 
     def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
         """Drain (while a running query finishes the handoffs), stop the query, then stop the agent.
