@@ -25,7 +25,7 @@ from shardherd.services.local_stack.poison_scenario import PoisonScenario
 from shardherd.services.local_stack.processor import distinct_keys
 from shardherd.services.local_stack.producer import ProducerStats
 from shardherd.services.local_stack.scenarios import Outcome, Scenarios
-from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR, LocalStack, StackFailed, StackOptions
+from shardherd.services.local_stack.stack import PIPELINE_DIR, PLAIN_RECORDS_DIR, LocalStack, StackFailed, StackOptions
 from shardherd.services.local_stack.state import StackState, run_dir
 from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, memory_line
 from shardherd.services.local_stack.supervisor import log_tail
@@ -292,7 +292,9 @@ def run_scenario(args: argparse.Namespace) -> int:
     elif args.action == "merge":
         outcomes = scenarios.merge(args.first, args.second)
     elif args.action in ("pause", "rewind", "poison"):
-        controls = ControlScenarios(scenarios, run_dir(args.run_dir) / PLAIN_RECORDS_DIR)
+        directory = run_dir(args.run_dir)
+        pipeline = directory / PIPELINE_DIR / "records"  # a Spark stack's output, else the plain agents'
+        controls = ControlScenarios(scenarios, pipeline if pipeline.is_dir() else directory / PLAIN_RECORDS_DIR)
         if args.action == "poison":
             outcomes = PoisonScenario(controls).run(args.shard)
         else:

@@ -1,9 +1,10 @@
 """`scenario pause` and `scenario rewind`: the operator controls of issue 34 on the running stack, timed and counted.
 
-Plain agents (`up --no-spark`) write one key per delivered record (services/local_stack/processor.py); these
-scenarios count them per record against what the stream holds (read back from the emulator with arrival times), so
-"0 lost", "delivered exactly once more" and "0 records while paused" are counted, not assumed. With Spark agents the
-timings are printed and the counts are skipped (their output is Parquet).
+Plain agents (`up --no-spark`) write one key per delivered record (services/local_stack/processor.py), Spark agents
+one Parquet row per delivered record (services/local_stack/pipeline.py, no de-duplication); these scenarios count
+them per record against what the stream holds (read back from the emulator with arrival times), so "0 lost",
+"delivered exactly once more" and "0 records while paused" are counted, not assumed. A Parquet file is counted once
+it is in place (Spark writes it under `_temporary` and renames it when the batch's write completes).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from botocore.exceptions import ClientError
 from shardherd.agent.kpl import BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_aggregate
 from shardherd.services.local_stack.control import request
+from shardherd.services.local_stack.pipeline import KEY
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.producer import THROTTLED
 from shardherd.services.local_stack.scenarios import POLL_SECONDS, Outcome, ScenarioFailed, Scenarios
@@ -33,12 +35,23 @@ Key = tuple[str, str]  # (shard, "sequence sub-sequence") as the counting proces
 
 
 def sink_counts(directory: Path) -> Counter[Key]:
-    """How often each record was delivered, over every agent's key files."""
+    """How often each record was delivered, over every agent's key files (or every Spark driver's Parquet files)."""
     counts: Counter[Key] = Counter()
     for path in directory.glob(f"*/*{KEYS_SUFFIX}"):
         shard = path.name.removesuffix(KEYS_SUFFIX)
         counts.update((shard, line) for line in path.read_text(encoding="ascii").splitlines() if line)
+    for path in directory.glob("*/*.parquet"):
+        counts.update(parquet_keys(path))
     return counts
+
+
+def parquet_keys(path: Path) -> list[Key]:
+    """The record keys of one Parquet file of the Spark pipeline, one per row (duplicates kept)."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    table = pq.read_table(path, columns=KEY)
+    columns = [table.column(name).to_pylist() for name in KEY]
+    return [(shard, f"{sequence} {sub}") for shard, sequence, sub in zip(*columns, strict=True)]
 
 
 def stream_keys(kinesis: Any, stream: str, shards: list[str]) -> dict[Key, float]:
@@ -237,7 +250,7 @@ class ControlScenarios:
 
 
 class RedeliveryWatch:
-    """Tails the agents' key files on a thread: when each shard first delivers a record it had delivered before."""
+    """Tails the agents' key files (or Parquet files) on a thread: when each shard first redelivers a record."""
 
     def __init__(self, directory: Path) -> None:
         self._directory = directory
@@ -262,6 +275,9 @@ class RedeliveryWatch:
             self._read(record=True)
 
     def _read(self, record: bool) -> None:
+        for path in sorted(set(self._directory.glob("*/*.parquet")) - self._offsets.keys()):
+            self._offsets[path] = 0  # read whole, once
+            self._count(parquet_keys(path), record)
         for path in self._directory.glob(f"*/*{KEYS_SUFFIX}"):
             shard = path.name.removesuffix(KEYS_SUFFIX)
             with path.open("rb") as keys:
@@ -269,11 +285,13 @@ class RedeliveryWatch:
                 chunk = keys.read()
             complete = chunk[:chunk.rfind(b"\n") + 1]
             self._offsets[path] = self._offsets.get(path, 0) + len(complete)
-            for line in complete.decode("ascii").splitlines():
-                key = (shard, line)
-                if record and self.counts[key] and shard not in self.first:
-                    self.first[shard] = time.monotonic()
-                self.counts[key] += 1
+            self._count([(shard, line) for line in complete.decode("ascii").splitlines()], record)
+
+    def _count(self, keys: list[Key], record: bool) -> None:
+        for key in keys:
+            if record and self.counts[key] and key[0] not in self.first:
+                self.first[key[0]] = time.monotonic()
+            self.counts[key] += 1
 
 
 def _since(record: dict[str, Any], field: str) -> str:
