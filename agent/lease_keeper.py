@@ -26,7 +26,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from shardherd.shared.assignment_channel import HANDS_OFF, base_relation
@@ -205,6 +205,8 @@ class LeaseKeeper:
             return Outcome.lost(Conflict.OWNERSHIP, None)
         if progress is None and self._progress:
             progress = self._progress([lease_key]).get(lease_key)
+        if progress is not None:  # when it was written: the operator API's checkpoint age counts from it
+            progress = replace(progress, checkpointed_at_millis=int(self._clock.time() * 1000))
         outcome = self._store.checkpoint(lease_key, self._me, checkpoint, progress=progress,
                                          expected=held.lease,  # the row as our last write left it: no read first
                                          hand_over=hand_over and held.state is HeldState.HANDING_OFF)

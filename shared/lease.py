@@ -47,6 +47,7 @@ class Lease:
     records_processed: int | None = None
     bytes_processed: int | None = None
     records_behind: int | None = None
+    checkpointed_at_millis: int | None = None  # the owner's wall clock when it wrote the checkpoint (epoch ms)
     last_move: str | None = None
     paused: str | None = None
     paused_by: str | None = None

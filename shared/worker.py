@@ -71,11 +71,13 @@ class LeaseProgress:
     records_behind: int | None = None
     failing: FailingBatch | None = None  # the shard is stuck on a failing batch (decision 0022)
     poison: PoisonReport | None = None  # a poison record blocking it, records quarantined (decision 0031)
+    checkpointed_at_millis: int | None = None  # stamped by the keeper as it writes a checkpoint (epoch ms)
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
                    or count_problem(self.bytes) or count_problem(self.failures)
-                   or count_problem(self.records_behind, allow_none=True))
+                   or count_problem(self.records_behind, allow_none=True)
+                   or count_problem(self.checkpointed_at_millis, allow_none=True))
         if problem is not None:
             raise InvalidRowValue(f"lease progress: {problem}")
 
@@ -97,7 +99,8 @@ def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:
     """The Lease fields (and SQL lease columns) a checkpoint sets from the owner's progress."""
     return {"millis_behind_latest": progress.millis_behind_latest, "records_processed": progress.records,
-            "bytes_processed": progress.bytes, "records_behind": progress.records_behind}
+            "bytes_processed": progress.bytes, "records_behind": progress.records_behind,
+            "checkpointed_at_millis": progress.checkpointed_at_millis}
 
 
 class WorkerState(enum.Enum):

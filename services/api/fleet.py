@@ -53,8 +53,10 @@ class CheckpointMotion:
 class CheckpointAges:
     """When each lease's checkpoint last moved and how fast its records go, from the checkpoints' own progress.
 
-    The store keeps no checkpoint time, so the replica notes (at the scan's time, on the wall clock) when it first sees
-    each checkpoint value: the age counts from the replica's first look at a lease. The rate is the records the owner
+    A checkpoint's time is the one its owner stored with it (`checkpoint_written_at`: shardherd agents stamp every
+    checkpoint), so the age is exact as of the scan. A checkpoint without one, or whose stored time did not change with
+    its value (a KCL worker's checkpoint leaves shardherd's attribute as it was), counts from when this replica first
+    saw the value (the scan's time, on the wall clock). The rate is the records the owner
     reported (`records_processed`, stored with each checkpoint; from older agents, in the heartbeat) between the oldest
     and the newest figure seen in the last RATE_WINDOW_SECONDS, over the time between them: figures of the data, not of
     when a page happened to poll, so a reading never drops to 0 because two polls saw the same cached scan. A shard
@@ -63,7 +65,7 @@ class CheckpointAges:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._seen: dict[str, tuple[str, float]] = {}
+        self._seen: dict[str, tuple[str, float, float | None]] = {}  # key -> (checkpoint, since, stored time)
         self._samples: dict[str, list[tuple[float, int, str | None]]] = {}  # (wall, records, holder), oldest first
         self._guard = threading.Lock()
 
@@ -71,19 +73,28 @@ class CheckpointAges:
         """Lease key -> CheckpointMotion as of `at` (the scan's monotonic time; default now); others are forgotten."""
         wall = self._wall(at)
         with self._guard:
-            seen: dict[str, tuple[str, float]] = {}
+            seen: dict[str, tuple[str, float, float | None]] = {}
             samples: dict[str, list[tuple[float, int, str | None]]] = {}
             for lease in leases:
-                value = str(lease.checkpoint)
-                before = self._seen.get(lease.lease_key)
-                seen[lease.lease_key] = before if before is not None and before[0] == value else (value, wall)
+                seen[lease.lease_key] = _moved(self._seen.get(lease.lease_key), lease, wall)
                 samples[lease.lease_key] = _sampled(self._samples.get(lease.lease_key, []), lease, wall)
             self._seen, self._samples = seen, samples
-            return {key: CheckpointMotion(since, _rate(samples[key], wall)) for key, (_, since) in seen.items()}
+            return {key: CheckpointMotion(since, _rate(samples[key], wall)) for key, (_, since, _) in seen.items()}
 
     def _wall(self, at: float | None) -> float:
         now = self._clock.monotonic()
         return self._clock.time() - (now - min(at, now) if at is not None else 0.0)
+
+
+def _moved(before: tuple[str, float, float | None] | None, lease: LeaseOut,
+           wall: float) -> tuple[str, float, float | None]:
+    """(checkpoint, since when, its stored time): kept while the value stays, else from the owner's stamp if new."""
+    value, written = str(lease.checkpoint), lease.checkpoint_written_at
+    if before is not None and before[0] == value:
+        return before
+    if written is not None and (before is None or written != before[2]):
+        return value, min(written, wall), written
+    return value, wall, written
 
 
 def _sampled(samples: list[tuple[float, int, str | None]], lease: LeaseOut,
@@ -193,6 +204,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         records_behind=progress.records_behind if progress else None,
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
+        checkpoint_written_at=None if lease.checkpointed_at_millis is None else lease.checkpointed_at_millis / 1000,
         failing_since=failing.since if failing else None, failing_attempts=failing.attempts if failing else None,
         failing_error=failing.last_error if failing else None, paused=lease.paused, paused_by=lease.paused_by,
         poison_blocked_on=poison.blocked_on, quarantined_records=poison.quarantined,

@@ -79,11 +79,14 @@ class LeaseOut(BaseModel):
     bytes_processed: Annotated[int | None, Field(
         description="bytes of record data the current owner handled since it took the lease")] = None
     checkpoint_age_seconds: Annotated[float | None, Field(
-        description="seconds since the checkpoint last moved, as of this answer, as the replica that scanned the "
-                    "leases saw it (counted from that replica's first look at the lease)")] = None
+        description="seconds since the checkpoint last moved, as of this answer: from the time its owner wrote it, "
+                    "or for a checkpoint written without one (a KCL worker's) from the scanning replica's first look "
+                    "at it")] = None
     checkpoint_moved_at: Annotated[float | None, Field(
-        description="when the checkpoint took its current value (epoch seconds), as the scanning replica saw it",
-    )] = None
+        description="when the checkpoint took its current value (epoch seconds), by the rule above")] = None
+    checkpoint_written_at: Annotated[float | None, Field(
+        description="when the owner wrote the checkpoint (epoch seconds, the owner's clock); null for a checkpoint "
+                    "written without it (KCL workers, agents before session 17)")] = None
     records_per_second: Annotated[float | None, Field(
         description="records the owner checkpointed per second over the last 30 s of its checkpoints (0 when the "
                     "checkpoint did not move in that time; null until 5 s of checkpoints are seen)")] = None

@@ -47,9 +47,11 @@ MILLIS_BEHIND_LATEST = "millisBehindLatest"
 RECORDS_PROCESSED = "recordsProcessed"
 BYTES_PROCESSED = "bytesProcessed"
 RECORDS_BEHIND = "recordsBehind"
+CHECKPOINTED_AT = "checkpointedAtMillis"  # the owner's wall clock at the checkpoint (dashboards' checkpoint age)
 LAST_MOVE = "lastMove"  # shardherd's: the leader's record of the move that set the owner (Lease.last_move)
 PROGRESS_ATTRIBUTES = {"millis_behind_latest": MILLIS_BEHIND_LATEST, "records_processed": RECORDS_PROCESSED,
-                       "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND}
+                       "bytes_processed": BYTES_PROCESSED, "records_behind": RECORDS_BEHIND,
+                       "checkpointed_at_millis": CHECKPOINTED_AT}
 
 # shardherd's pause attributes (shared/pause.py): the operator's reason and the worker that stopped for it.
 PAUSED = "shardherdPaused"

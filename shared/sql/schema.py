@@ -44,6 +44,7 @@ LEASE_ATTRIBUTES: dict[str, str] = {
     "records_processed": "recordsProcessed",
     "bytes_processed": "bytesProcessed",
     "records_behind": "recordsBehind",
+    "checkpointed_at_millis": "checkpointedAtMillis",  # migration 0006
     "last_move": "lastMove",  # shardherd's: the leader's record of the move that set the owner (migration 0004)
     "paused": "shardherdPaused",
     "paused_by": "shardherdPausedBy",
@@ -53,7 +54,8 @@ LEASE_ATTRIBUTES: dict[str, str] = {
 # The pause of shared/pause.py (shardherd's columns, added by migration 0005).
 PAUSE_COLUMNS = ("paused", "paused_by")
 
-PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed", "records_behind")
+PROGRESS_COLUMNS = ("millis_behind_latest", "records_processed", "bytes_processed", "records_behind",
+                    "checkpointed_at_millis")
 
 _LEASE_TYPES: dict[str, TypeEngine[Any]] = {
     "lease_counter": BigInteger(),

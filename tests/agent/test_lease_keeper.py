@@ -395,3 +395,17 @@ def test_a_lease_given_back_is_refused_in_the_row_before_it_is_free(store: Lease
     board.refuse(KEY)
     keeper.give_back(KEY)
     assert seen == [True] and not keeper.held()
+
+
+def test_a_checkpoint_carries_the_time_it_was_written(store: LeaseStore) -> None:
+    """The operator API's checkpoint age counts from this stamp (issue 33), not from when a replica scanned."""
+    clock = ManualClock()
+    board = ProgressBoard(clock)
+    keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    board.record(KEY, 3, 30, 0)
+    assert keeper.checkpoint(KEY, Checkpoint.at("7")).applied
+    row = store.get_lease(KEY)
+    assert row is not None and row.checkpointed_at_millis == int(clock.time() * 1000) and row.records_processed == 3

@@ -202,6 +202,27 @@ def test_checkpoint_age_counts_from_the_last_move_this_replica_saw(replica: Repl
     assert set(moved.values()) == {8.5}
 
 
+def test_checkpoint_age_counts_from_the_time_the_owner_stored_with_it(replica: Replica) -> None:
+    """Issue 33: an age from the stored time is right however late a replica scans; a checkpoint whose stored time
+    did not change with it (a KCL worker's write leaves shardherd's attribute) counts from the replica's first look."""
+    def age(key: str) -> float:
+        items = replica.client.get("/v1/assignments").json()["items"]
+        return float(next(lease["checkpoint_age_seconds"] for lease in items if lease["lease_key"] == key))
+
+    key, owner = sorted(replica.owners().items())[0]
+    assert owner is not None
+    written = replica.clock.time() - 4.0  # written 4 s before this replica's scan
+    stamped = LeaseProgress(records=10, checkpointed_at_millis=int(written * 1000))
+    assert replica.store.checkpoint(key, owner, Checkpoint("4959033827149025660855969253836157109592157598913"
+                                                           "6588898"), progress=stamped).applied
+    assert age(key) == pytest.approx(4.0, abs=0.01)
+    replica.clock.advance(2.0)
+    assert age(key) == pytest.approx(6.0, abs=0.01)
+    assert replica.store.checkpoint(key, owner, Checkpoint("4959033827149025660855969253836157109592157598913"
+                                                           "6588899"), progress=stamped).applied  # same stamp
+    assert age(key) == 0.0  # a new value without a new time: from this replica's look
+
+
 def test_a_failing_shard_sync_is_reported_while_leases_are_still_failed_over(replica: Replica) -> None:
     victims = {key for key, owner in replica.owners().items() if owner == "w2"}
     assert victims
