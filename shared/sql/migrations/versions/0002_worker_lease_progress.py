@@ -7,8 +7,8 @@ only where missing.
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from shardherd.shared.sql.migrations.columns import add_missing_columns
 from shardherd.shared.store import TableNames
 
 revision = "0002"
@@ -17,6 +17,4 @@ down_revision = "0001"
 
 def upgrade(tables: TableNames) -> None:
     """Add `lease_progress` (JSON text: lease key -> {"lag", "records", "bytes"}) to the worker table."""
-    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.worker_metrics)}
-    if "lease_progress" not in columns:
-        op.add_column(tables.worker_metrics, sa.Column("lease_progress", sa.Text()))
+    add_missing_columns(tables.worker_metrics, {"lease_progress": sa.Text()})

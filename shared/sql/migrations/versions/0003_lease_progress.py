@@ -7,8 +7,8 @@ worker's heartbeat row no longer carries them, so a heartbeat stays one write un
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from shardherd.shared.sql.migrations.columns import add_missing_columns
 from shardherd.shared.sql.schema import PROGRESS_COLUMNS
 from shardherd.shared.store import TableNames
 
@@ -18,7 +18,4 @@ down_revision = "0002"
 
 def upgrade(tables: TableNames) -> None:
     """Add the nullable integer progress columns to the lease table where missing."""
-    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.leases)}
-    for name in PROGRESS_COLUMNS:
-        if name not in columns:
-            op.add_column(tables.leases, sa.Column(name, sa.BigInteger()))
+    add_missing_columns(tables.leases, {name: sa.BigInteger() for name in PROGRESS_COLUMNS})

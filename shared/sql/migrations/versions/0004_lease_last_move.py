@@ -7,8 +7,8 @@ leader killed before it published its status (services/leader_status.py).
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from shardherd.shared.sql.migrations.columns import add_missing_columns
 from shardherd.shared.store import TableNames
 
 revision = "0004"
@@ -17,6 +17,4 @@ down_revision = "0003"
 
 def upgrade(tables: TableNames) -> None:
     """Add the nullable text column to the lease table where missing."""
-    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.leases)}
-    if "last_move" not in columns:
-        op.add_column(tables.leases, sa.Column("last_move", sa.Text()))
+    add_missing_columns(tables.leases, {"last_move": sa.Text()})

@@ -6,8 +6,8 @@ Issue 33: the operator API's checkpoint age counts from it, not from when a repl
 from __future__ import annotations
 
 import sqlalchemy as sa
-from alembic import op
 
+from shardherd.shared.sql.migrations.columns import add_missing_columns
 from shardherd.shared.store import TableNames
 
 revision = "0006"
@@ -16,6 +16,4 @@ down_revision = "0005"
 
 def upgrade(tables: TableNames) -> None:
     """Add the nullable column to the lease table where missing."""
-    columns = {column["name"] for column in sa.inspect(op.get_bind()).get_columns(tables.leases)}
-    if "checkpointed_at_millis" not in columns:
-        op.add_column(tables.leases, sa.Column("checkpointed_at_millis", sa.BigInteger()))
+    add_missing_columns(tables.leases, {"checkpointed_at_millis": sa.BigInteger()})
