@@ -73,6 +73,8 @@ class BandPass:
         self.reason = MoveReason.for_metric(band.metric)
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
+        self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
+        self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._weights: dict[str, list[float]] = {}  # the weights of the leases held, sorted (kept on a move)
         self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
@@ -114,8 +116,10 @@ class BandPass:
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every other metric of the receiver stays under its ceiling with the lease."""
-        return all(value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
-                   for m, value in self.plan.values(wid).items() if m != self.metric)
+        values = self.plan.values(wid)
+        return len(values) < 2 or all(
+            value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
+            for m, value in values.items() if m != self.metric)
 
     # -- the pass -----------------------------------------------------------------------------------------------
 
@@ -130,15 +134,17 @@ class BandPass:
 
     def ceiling(self, wid: str) -> float:
         """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range)."""
-        if wid in self._ceilings:
-            return self._ceilings[wid]
+        cached = self._ceilings.get(wid)
+        if cached is not None:
+            return cached
         edge = self.band.upper
         ledger = self.plan.ledger
-        if wid not in self._weights:
-            self._weights[wid] = sorted(ledger.weight[k] for k in ledger.held_by.get(wid, {}))
+        held = self._weights.get(wid)
+        if held is None:
+            held = self._weights[wid] = sorted(map(self._weight.__getitem__, ledger.held_by.get(wid, {})))
         rate = self.plan.rate(wid, self.metric)
-        if rate is not None and self._weights[wid]:
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._weights[wid][-1])
+        if rate is not None and held:
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - held[-1])
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
@@ -146,9 +152,10 @@ class BandPass:
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        over = [(w, self.ceiling(w)) for w in self.holders]
-        donors = sorted(((w, c) for w, c in over if self._at[w] > c and (self.moved or self.confirmed(w) > c)),
-                        key=lambda wc: (wc[1] - self._at[wc[0]], wc[0]))
+        at = self._at
+        over = [(w, self.ceiling(w)) for w in self.holders if at[w] > self._limits[w]]  # a ceiling is never lower
+        donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
+                        key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
             while self._at[donor] > self.ceiling(donor) and self._shed_one(donor):
                 pass
@@ -171,23 +178,28 @@ class BandPass:
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
         landed = self._at[receiver] + self._per_kbps[receiver] * weight
-        ok = (landed <= min(self._limits[receiver], cap) and self.plan.assignable(receiver)
-              and not self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, weight))
-        return landed if ok else None
+        if not (landed <= self._limits[receiver] and landed <= cap) or not self.plan.assignable(receiver):
+            return None
+        return None if self._leases[key].avoids(receiver) or not self.room_left(receiver, weight) else landed
 
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
-        value, ceiling = self._at[donor], self.ceiling(donor)
+        value = self._at[donor]
         cap = value - self.band.min_gain
-        receivers = [(wid, (min(self._limits[wid], cap) - level) * self._kbps_per_point[wid])
-                     for level, wid in self._extremes(True, donor) if min(self._limits[wid], cap) > level]
-        heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
-        for key in self._spread(donor, self._preferred(donor, value, ceiling, heaviest)):
-            weight, after = self.plan.ledger.weight[key], value - self.fall(donor, key)
+        receivers = []  # (receiver, the most KiB/s it can take below `cap`)
+        for level, wid in self._extremes(True, donor):
+            top = min(self._limits[wid], cap)
+            if top > level:
+                receivers.append((wid, (top - level) * self._kbps_per_point[wid] * (1 + ROUNDING)))
+        if not receivers:
+            return False
+        heaviest = max(most for _, most in receivers)
+        for key in self._spread(donor, self._preferred(donor, value, self.ceiling(donor), heaviest)):
+            weight, after = self._weight[key], value - self.fall(donor, key)
             if not after < value:
                 continue
             for receiver, most in receivers:
-                landed = self._fits(receiver, key, weight, cap) if weight <= most * (1 + ROUNDING) else None
+                landed = self._fits(receiver, key, weight, cap) if weight <= most else None
                 if landed is not None:
                     self._move(key, (donor, after), (receiver, landed), "above the band: shed")
                     return True
@@ -288,17 +300,20 @@ class BandPass:
                   f"{self._at[giver]:.2f} -> {after:.2f}, {receiver} {self._at[receiver]:.2f} -> {landed:.2f}")
         self.plan.move(key, receiver, self.reason, detail)
         self.moved += 1
-        weight = self.plan.ledger.weight[key]
-        movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
-        at = bisect.bisect_left(movable, (weight, key))
-        if at < len(movable) and movable[at] == (weight, key):
-            del movable[at]
-        if giver in self._weights:
-            del self._weights[giver][bisect.bisect_left(self._weights[giver], weight)]
-        if receiver in self._weights:
-            bisect.insort(self._weights[receiver], weight)
+        weight, at, ranked = self._weight[key], self._at, self._ranked
+        movable = self._by_weight.get(giver)  # the lease leaves the giver's list and joins nobody's
+        if movable:
+            i = bisect.bisect_left(movable, (weight, key))
+            if i < len(movable) and movable[i][1] == key:
+                del movable[i]
+        held = self._weights.get(giver)
+        if held is not None:
+            del held[bisect.bisect_left(held, weight)]
+        held = self._weights.get(receiver)
+        if held is not None:
+            bisect.insort(held, weight)
         for wid in (giver, receiver):
             self._ceilings.pop(wid, None)
-            del self._ranked[bisect.bisect_left(self._ranked, (self._at[wid], wid))]
-            self._at[wid] = self.level(wid)
-            bisect.insort(self._ranked, (self._at[wid], wid))
+            del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
+            at[wid] = level = self.level(wid)
+            bisect.insort(ranked, (level, wid))
