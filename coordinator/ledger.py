@@ -37,17 +37,22 @@ class Ledger:
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
         self._expired_on: dict[str, int] = {}
         self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
+        self.needy = [lease for lease in snapshot.leases if lease.needs_owner]  # unassigned or expired
+        held_by, throughput = self.held_by, self.throughput
         for lease in snapshot.leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
-            owner = lease.lease_owner if lease.pinned else lease.actual_owner
-            self.owner[lease.key] = owner
-            if owner is not None:
-                self.held_by.setdefault(owner, {})[lease.key] = None
-                self.throughput[owner] = self.throughput.get(owner, 0.0) + self.weight[lease.key]
-                if lease.throughput_kbps is None:
-                    self._guessed[owner] = self._guessed.get(owner, 0.0) + self.weight[lease.key]
-                if lease.expired:
-                    self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
+            key, owner = lease.key, lease.lease_owner if lease.pinned else lease.actual_owner
+            self.owner[key] = owner
+            if owner is None:
+                continue
+            if owner not in held_by:
+                held_by[owner], throughput[owner] = {}, 0.0
+            held_by[owner][key] = None
+            throughput[owner] += self.weight[key]
+            if lease.throughput_kbps is None:
+                self._guessed[owner] = self._guessed.get(owner, 0.0) + self.weight[key]
+            if lease.expired:
+                self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
@@ -114,7 +119,7 @@ class Ledger:
 
         Placing equal-priority leases largest first (greedy LPT) spreads a cold start evenly in one run.
         """
-        wanted = [lease for lease in self.leases.values() if lease.needs_owner]
+        wanted = list(self.needy)
         wanted.sort(key=lambda lease: (lease.actual_owner is not None, -lease.silent_ms, -self.weight[lease.key],
                                        lease.key))
         return wanted
@@ -123,7 +128,11 @@ class Ledger:
         """Live leases on draining workers (as actual or incoming owner), largest first; pinned ones go to `held`."""
         gone = set(draining)
         keys: list[str] = []
-        for lease in self.leases.values():
+        if not gone:
+            return keys
+        # The actual owner is the checkpoint owner or the lease owner: a cheap filter before the exact test.
+        near = [lease for lease in self.leases.values() if lease.lease_owner in gone or lease.checkpoint_owner in gone]
+        for lease in near:
             if lease.needs_owner or lease.key in self.moves:
                 continue
             if lease.actual_owner not in gone and lease.lease_owner not in gone:

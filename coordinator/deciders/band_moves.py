@@ -71,6 +71,7 @@ class BandPass:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
+        self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
         self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
@@ -82,7 +83,8 @@ class BandPass:
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         self._limits = {w: self.limit(w) for w in self.holders}
         self._per_kbps = {w: self.rise(w, 1.0) for w in self.holders}  # the rise is linear in the KiB/s
-        self._kbps_per_point = {w: 1.0 / rise if rise > 0 else math.inf for w, rise in self._per_kbps.items()}
+        # Each holder's limit and KiB/s per point of the metric, as a receiver.
+        self._room = {w: (self._limits[w], 1.0 / rise if rise > 0 else math.inf) for w, rise in self._per_kbps.items()}
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -186,16 +188,20 @@ class BandPass:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
         value = self._at[donor]
         cap = value - self.band.min_gain
-        receivers = []  # (receiver, the most KiB/s it can take below `cap`)
+        receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
         for level, wid in self._extremes(True, donor):
-            top = min(self._limits[wid], cap)
+            limit, per_point = self._room[wid]
+            top = limit if limit < cap else cap
             if top > level:
-                receivers.append((wid, (top - level) * self._kbps_per_point[wid] * (1 + ROUNDING)))
+                most = (top - level) * per_point * (1 + ROUNDING)
+                receivers.append((wid, most))
+                heaviest = most if most > heaviest else heaviest
         if not receivers:
             return False
-        heaviest = max(most for _, most in receivers)
-        for key in self._spread(donor, self._preferred(donor, value, self.ceiling(donor), heaviest)):
-            weight, after = self._weight[key], value - self.fall(donor, key)
+        rate = self.plan.rate(donor, self.metric)
+        for key in self._spread(donor, self._preferred(donor, value, self.ceiling(donor), heaviest, rate)):
+            weight = self._weight[key]
+            after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
                 continue
             for receiver, most in receivers:
@@ -221,7 +227,8 @@ class BandPass:
             first.setdefault(weight[key], at)
         yield from sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)]))
 
-    def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float) -> Iterator[str]:
+    def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float,
+                   rate: float | None) -> Iterator[str]:
         """The donor's leases in order of preference (invariant 3).
 
         Those landing it inside the band, nearest the target first; then those landing it least far under the band;
@@ -229,7 +236,6 @@ class BandPass:
         """
         movable = self._movable(donor)
         cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
-        rate = self.plan.rate(donor, self.metric)
         if not rate:
             yield from (key for _, key in reversed(movable[:cap]))
             return
@@ -295,12 +301,12 @@ class BandPass:
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
         """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
-        (giver, after), (receiver, landed), b = giving, taking, self.band
-        detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
-                  f"{self._at[giver]:.2f} -> {after:.2f}, {receiver} {self._at[receiver]:.2f} -> {landed:.2f}")
+        (giver, after), (receiver, landed), at = giving, taking, self._at
+        detail = (f"{why}; {self._band_text} {giver} {at[giver]:.2f} -> {after:.2f}, "
+                  f"{receiver} {at[receiver]:.2f} -> {landed:.2f}")
         self.plan.move(key, receiver, self.reason, detail)
         self.moved += 1
-        weight, at, ranked = self._weight[key], self._at, self._ranked
+        weight, ranked = self._weight[key], self._ranked
         movable = self._by_weight.get(giver)  # the lease leaves the giver's list and joins nobody's
         if movable:
             i = bisect.bisect_left(movable, (weight, key))

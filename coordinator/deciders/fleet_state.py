@@ -60,7 +60,7 @@ class FleetView:
         self.count_only = band and ledger.unit_weights
         values, reporting = self._reports(snapshot, ledger)
         lagged, now = self._lags(reporting, ledger)
-        needy = [lease.key for lease in snapshot.leases if lease.needs_owner] if band else []  # unassigned, expired
+        needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
         # KiB/s that needs an owner: unassigned, expired, on a draining worker
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in self.draining) + sum(
@@ -321,13 +321,15 @@ class FleetPlan:
 
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
-        source, weight = self.ledger.owner[key], self.ledger.weight[key]
-        if source is not None and source in self._values:
-            self._values[source] = {m: v - self.drop(source, m, key) for m, v in self._values[source].items()}
-        if wid in self._values:
-            self._values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()}
+        source, weight, values = self.ledger.owner[key], self.ledger.weight[key], self._values
+        if source is not None:
+            self.changed.add(source)
+            if source in values:
+                values[source] = {m: v - self.drop(source, m, key) for m, v in values[source].items()}
+        if wid in values:
+            values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in values[wid].items()}
         self.ledger.move(key, wid, reason, detail)
-        self.changed.update((wid,) if source is None else (source, wid))
+        self.changed.add(wid)
 
     # -- placement ----------------------------------------------------------------------------------------------
 
