@@ -38,19 +38,21 @@ class Ledger:
         self._expired_on: dict[str, int] = {}
         self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
         self.needy = [lease for lease in snapshot.leases if lease.needs_owner]  # unassigned or expired
-        held_by, throughput = self.held_by, self.throughput
+        held_by, throughput, owners, weight = self.held_by, self.throughput, self.owner, self.weight
         for lease in snapshot.leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
             key, owner = lease.key, lease.lease_owner if lease.pinned else lease.actual_owner
-            self.owner[key] = owner
+            owners[key] = owner
             if owner is None:
                 continue
-            if owner not in held_by:
-                held_by[owner], throughput[owner] = {}, 0.0
-            held_by[owner][key] = None
-            throughput[owner] += self.weight[key]
+            held = held_by.get(owner)
+            if held is None:
+                held = held_by[owner] = {}
+                throughput[owner] = 0.0
+            held[key] = None
+            throughput[owner] += weight[key]
             if lease.throughput_kbps is None:
-                self._guessed[owner] = self._guessed.get(owner, 0.0) + self.weight[key]
+                self._guessed[owner] = self._guessed.get(owner, 0.0) + weight[key]
             if lease.expired:
                 self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
         self.moves: dict[str, Move] = {}

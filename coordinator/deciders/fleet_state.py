@@ -321,15 +321,17 @@ class FleetPlan:
 
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
-        source, weight, values = self.ledger.owner[key], self.ledger.weight[key], self._values
-        if source is not None:
-            self.changed.add(source)
-            if source in values:
-                values[source] = {m: v - self.drop(source, m, key) for m, v in values[source].items()}
-        if wid in values:
-            values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in values[wid].items()}
+        source, weight = self.ledger.owner[key], self.ledger.weight[key]
+        if source is not None and source in self._values:
+            held = self._values[source]
+            for metric, value in held.items():  # each metric's drop reads only its own value
+                held[metric] = value - self.drop(source, metric, key)
+        if wid in self._values:
+            taking = self._values[wid]
+            for metric, value in taking.items():
+                taking[metric] = value + self.view.rise(wid, metric, weight)
         self.ledger.move(key, wid, reason, detail)
-        self.changed.add(wid)
+        self.changed.update((wid,) if source is None else (source, wid))
 
     # -- placement ----------------------------------------------------------------------------------------------
 
