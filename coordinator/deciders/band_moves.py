@@ -22,7 +22,7 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
 least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); ceilings, movable leases and held weights are cached per worker and updated on a move.
+of a fill the last); ceilings and movable leases are cached per worker and updated on a move.
 """
 
 from __future__ import annotations
@@ -77,7 +77,6 @@ class BandPass:
         self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._weights: dict[str, list[float]] = {}  # the weights of the leases held, sorted (kept on a move)
         self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
@@ -141,12 +140,10 @@ class BandPass:
             return cached
         edge = self.band.upper
         ledger = self.plan.ledger
-        held = self._weights.get(wid)
-        if held is None:
-            held = self._weights[wid] = sorted(map(self._weight.__getitem__, ledger.held_by.get(wid, {})))
+        held = ledger.held_by.get(wid)
         rate = self.plan.rate(wid, self.metric)
         if rate is not None and held:
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - held[-1])
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - max(map(self._weight.__getitem__, held)))
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
@@ -312,12 +309,6 @@ class BandPass:
             i = bisect.bisect_left(movable, (weight, key))
             if i < len(movable) and movable[i][1] == key:
                 del movable[i]
-        held = self._weights.get(giver)
-        if held is not None:
-            del held[bisect.bisect_left(held, weight)]
-        held = self._weights.get(receiver)
-        if held is not None:
-            bisect.insort(held, weight)
         for wid in (giver, receiver):
             self._ceilings.pop(wid, None)
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
