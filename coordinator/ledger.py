@@ -38,8 +38,17 @@ class Ledger:
         self._expired_on: dict[str, int] = {}
         self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
         self.needy = [lease for lease in snapshot.leases if lease.needs_owner]  # unassigned or expired
+        self._hold(snapshot.leases)
+        self.moves: dict[str, Move] = {}
+        self.spillover: list[Unplaced] = []
+        self.held: list[Unplaced] = []
+        self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
+        self._throughput_before = dict(self.throughput)
+
+    def _hold(self, leases: Iterable[LeaseView]) -> None:
+        """Each lease's owner at the start of the run, and what each owner holds and carries."""
         held_by, throughput, owners, weight = self.held_by, self.throughput, self.owner, self.weight
-        for lease in snapshot.leases:
+        for lease in leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
             key, owner = lease.key, lease.lease_owner if lease.pinned else lease.actual_owner
             owners[key] = owner
@@ -55,11 +64,6 @@ class Ledger:
                 self._guessed[owner] = self._guessed.get(owner, 0.0) + weight[key]
             if lease.expired:
                 self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
-        self.moves: dict[str, Move] = {}
-        self.spillover: list[Unplaced] = []
-        self.held: list[Unplaced] = []
-        self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
-        self._throughput_before = dict(self.throughput)
 
     def count(self, worker: str) -> int:
         """How many leases the worker holds now (in memory)."""
@@ -99,14 +103,16 @@ class Ledger:
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
-            self._guessed[source] = self._guessed.get(source, 0.0) - guessed
+            if guessed:
+                self._guessed[source] = self._guessed.get(source, 0.0) - guessed
             if not self.held_by[source]:  # exactly 0, not the rounding residue of the subtractions (1e-17 KiB/s)
                 self.throughput[source] = self._guessed[source] = 0.0
             if self.leases[key].expired and earlier is None:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
-        self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
+        if guessed:
+            self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
         self.owner[key] = to_worker
         first = self.leases[key].actual_owner
         if earlier is not None and to_worker == first and not self.leases[key].needs_owner:  # no move after all

@@ -379,8 +379,8 @@ class FleetPlan:
                 lease.avoids(candidates[0][2]) or (stream is not None
                                                    and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
-        best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0,
-                                              e))
+        best = candidates[0] if len(candidates) == 1 else min(candidates, key=lambda e: (
+            lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
         for entry in candidates:
             if entry is not best:
                 heapq.heappush(heap, entry)
