@@ -216,13 +216,12 @@ class BandPass:
         """
         movable = self._movable(donor)
         if not movable or stream_prefix(movable[0][1]) is None:
-            yield from keys
-            return
+            return keys
         ordered, weight, held = list(keys), self.plan.ledger.weight, self.plan.stream_counts(donor)
         first: dict[float, int] = {}
         for at, key in enumerate(ordered):
             first.setdefault(weight[key], at)
-        yield from sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)]))
+        return iter(sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)])))
 
     def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float,
                    rate: float | None) -> Iterator[str]:
