@@ -22,7 +22,7 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
 least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); ceilings and movable leases are cached per worker and updated on a move.
+of a fill the last); ceilings, movable leases and the heaviest lease held are cached per worker, kept on a move.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class BandPass:
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
+        self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         self._limits = {w: self.limit(w) for w in self.holders}
@@ -143,7 +144,9 @@ class BandPass:
         held = ledger.held_by.get(wid)
         rate = self.plan.rate(wid, self.metric)
         if rate is not None and held:
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - max(map(self._weight.__getitem__, held)))
+            if wid not in self._heaviest:
+                self._heaviest[wid] = max(map(self._weight.__getitem__, held))
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._heaviest[wid])
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
@@ -308,6 +311,10 @@ class BandPass:
             i = bisect.bisect_left(movable, (weight, key))
             if i < len(movable) and movable[i][1] == key:
                 del movable[i]
+        if self._heaviest.get(giver) == weight:
+            del self._heaviest[giver]
+        if weight > self._heaviest.get(receiver, math.inf):
+            self._heaviest[receiver] = weight
         for wid in (giver, receiver):
             self._ceilings.pop(wid, None)
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
