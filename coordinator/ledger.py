@@ -50,7 +50,10 @@ class Ledger:
         held_by, throughput, owners, weight = self.held_by, self.throughput, self.owner, self.weight
         for lease in leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
-            key, owner = lease.key, lease.lease_owner if lease.pinned else lease.actual_owner
+            # Without a checkpoint owner both are the lease owner (most leases: no property calls).
+            key, owner = lease.key, lease.lease_owner
+            if lease.checkpoint_owner is not None and not lease.pinned:
+                owner = lease.actual_owner
             owners[key] = owner
             if owner is None:
                 continue
