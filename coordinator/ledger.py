@@ -37,22 +37,36 @@ class Ledger:
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
         self._expired_on: dict[str, int] = {}
         self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
-        for lease in snapshot.leases:
-            # A lease whose handoff is under way already counts where it is going: its load is about to move there.
-            owner = lease.lease_owner if lease.pinned else lease.actual_owner
-            self.owner[lease.key] = owner
-            if owner is not None:
-                self.held_by.setdefault(owner, {})[lease.key] = None
-                self.throughput[owner] = self.throughput.get(owner, 0.0) + self.weight[lease.key]
-                if lease.throughput_kbps is None:
-                    self._guessed[owner] = self._guessed.get(owner, 0.0) + self.weight[lease.key]
-                if lease.expired:
-                    self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
+        self.needy = [lease for lease in snapshot.leases if lease.needs_owner]  # unassigned or expired
+        self._hold(snapshot.leases)
         self.moves: dict[str, Move] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
         self._count_before = {w: len(keys) for w, keys in self.held_by.items()}
         self._throughput_before = dict(self.throughput)
+
+    def _hold(self, leases: Iterable[LeaseView]) -> None:
+        """Each lease's owner at the start of the run, and what each owner holds and carries."""
+        held_by, throughput, owners, weight = self.held_by, self.throughput, self.owner, self.weight
+        for lease in leases:
+            # A lease whose handoff is under way already counts where it is going: its load is about to move there.
+            # Without a checkpoint owner both are the lease owner (most leases: no property calls).
+            key, owner = lease.key, lease.lease_owner
+            if lease.checkpoint_owner is not None and not lease.pinned:
+                owner = lease.actual_owner
+            owners[key] = owner
+            if owner is None:
+                continue
+            held = held_by.get(owner)
+            if held is None:
+                held = held_by[owner] = {}
+                throughput[owner] = 0.0
+            held[key] = None
+            throughput[owner] += weight[key]
+            if lease.throughput_kbps is None:
+                self._guessed[owner] = self._guessed.get(owner, 0.0) + weight[key]
+            if lease.expired:
+                self._expired_on[owner] = self._expired_on.get(owner, 0) + 1
 
     def count(self, worker: str) -> int:
         """How many leases the worker holds now (in memory)."""
@@ -92,14 +106,16 @@ class Ledger:
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
-            self._guessed[source] = self._guessed.get(source, 0.0) - guessed
+            if guessed:
+                self._guessed[source] = self._guessed.get(source, 0.0) - guessed
             if not self.held_by[source]:  # exactly 0, not the rounding residue of the subtractions (1e-17 KiB/s)
                 self.throughput[source] = self._guessed[source] = 0.0
             if self.leases[key].expired and earlier is None:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
-        self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
+        if guessed:
+            self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
         self.owner[key] = to_worker
         first = self.leases[key].actual_owner
         if earlier is not None and to_worker == first and not self.leases[key].needs_owner:  # no move after all
@@ -114,7 +130,7 @@ class Ledger:
 
         Placing equal-priority leases largest first (greedy LPT) spreads a cold start evenly in one run.
         """
-        wanted = [lease for lease in self.leases.values() if lease.needs_owner]
+        wanted = list(self.needy)
         wanted.sort(key=lambda lease: (lease.actual_owner is not None, -lease.silent_ms, -self.weight[lease.key],
                                        lease.key))
         return wanted
@@ -123,7 +139,11 @@ class Ledger:
         """Live leases on draining workers (as actual or incoming owner), largest first; pinned ones go to `held`."""
         gone = set(draining)
         keys: list[str] = []
-        for lease in self.leases.values():
+        if not gone:
+            return keys
+        # The actual owner is the checkpoint owner or the lease owner: a cheap filter before the exact test.
+        near = [lease for lease in self.leases.values() if lease.lease_owner in gone or lease.checkpoint_owner in gone]
+        for lease in near:
             if lease.needs_owner or lease.key in self.moves:
                 continue
             if lease.actual_owner not in gone and lease.lease_owner not in gone:

@@ -62,11 +62,21 @@ def classify(worker: MetricReport) -> WorkerStatus:
         limit = worker.operating_range.get(metric)
         if not limit or not limit[0] > 0 or math.isinf(limit[0]):
             return WorkerStatus.INVALID_METRICS
-        if any(not math.isfinite(v) or (v < 0 and v != FAILED_SAMPLE) for v in history):
+        if _bad_sample(history):
             return WorkerStatus.INVALID_METRICS
     if any(history and history[-1] == FAILED_SAMPLE for history in worker.metric_stats.values()):
         return WorkerStatus.FAILING_METRIC
     return WorkerStatus.ACTIVE
+
+
+def _bad_sample(history: Sequence[float]) -> bool:
+    """Whether a sample is not finite, or negative but not the failed mark -1.
+
+    A history of finite samples >= 0 is told in two C-level passes first: the leader reads thousands per run.
+    """
+    if history and min(history) >= 0 and math.isfinite(sum(history)):
+        return False
+    return any(not math.isfinite(v) or (v < 0 and v != FAILED_SAMPLE) for v in history)
 
 
 def room(values: Mapping[str, float], averages: Mapping[str, float]) -> float:

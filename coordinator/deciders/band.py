@@ -33,13 +33,6 @@ NAME = "band"
 SHARE_FILL_BELOW = 50.0
 
 
-def band_of(view: FleetView, metric: str) -> Band:
-    """The band of `metric` around the view's average."""
-    avg = view.averages[metric]  # idle stream: only a worker under half the average count (a new one) is filled
-    return Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
-                       view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
-
-
 def metric_to_balance(plan: FleetPlan) -> Band | None:
     """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does.
 
@@ -47,8 +40,9 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
     """
     view = plan.view
     best: tuple[float, Band] | None = None
-    for metric in view.averages:
-        band = band_of(view, metric)
+    for metric, avg in view.averages.items():  # idle stream: only a worker under half the average count is filled
+        band = Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
+                           view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
         stray = 0.0
         for wid in view.active:
             value = (plan.values(wid) if wid in plan.changed else view.confirmed[wid]).get(metric)

@@ -22,7 +22,7 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
 least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); ceilings, movable leases and held weights are cached per worker and updated on a move.
+of a fill the last); ceilings, movable leases and the heaviest lease held are cached per worker, kept on a move.
 """
 
 from __future__ import annotations
@@ -71,16 +71,20 @@ class BandPass:
         self.band = band
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
+        self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
+        self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
+        self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._weights: dict[str, list[float]] = {}  # the weights of the leases held, sorted (kept on a move)
         self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
+        self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         self._limits = {w: self.limit(w) for w in self.holders}
         self._per_kbps = {w: self.rise(w, 1.0) for w in self.holders}  # the rise is linear in the KiB/s
-        self._kbps_per_point = {w: 1.0 / rise if rise > 0 else math.inf for w, rise in self._per_kbps.items()}
+        # Each holder's limit and KiB/s per point of the metric, as a receiver.
+        self._room = {w: (self._limits[w], 1.0 / rise if rise > 0 else math.inf) for w, rise in self._per_kbps.items()}
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -114,8 +118,10 @@ class BandPass:
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every other metric of the receiver stays under its ceiling with the lease."""
-        return all(value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
-                   for m, value in self.plan.values(wid).items() if m != self.metric)
+        values = self.plan.values(wid)
+        return len(values) < 2 or all(
+            value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
+            for m, value in values.items() if m != self.metric)
 
     # -- the pass -----------------------------------------------------------------------------------------------
 
@@ -130,15 +136,17 @@ class BandPass:
 
     def ceiling(self, wid: str) -> float:
         """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range)."""
-        if wid in self._ceilings:
-            return self._ceilings[wid]
+        cached = self._ceilings.get(wid)
+        if cached is not None:
+            return cached
         edge = self.band.upper
         ledger = self.plan.ledger
-        if wid not in self._weights:
-            self._weights[wid] = sorted(ledger.weight[k] for k in ledger.held_by.get(wid, {}))
+        held = ledger.held_by.get(wid)
         rate = self.plan.rate(wid, self.metric)
-        if rate is not None and self._weights[wid]:
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._weights[wid][-1])
+        if rate is not None and held:
+            if wid not in self._heaviest:
+                self._heaviest[wid] = max(map(self._weight.__getitem__, held))
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._heaviest[wid])
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
@@ -146,9 +154,10 @@ class BandPass:
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        over = [(w, self.ceiling(w)) for w in self.holders]
-        donors = sorted(((w, c) for w, c in over if self._at[w] > c and (self.moved or self.confirmed(w) > c)),
-                        key=lambda wc: (wc[1] - self._at[wc[0]], wc[0]))
+        at = self._at
+        over = [(w, self.ceiling(w)) for w in self.holders if at[w] > self._limits[w]]  # a ceiling is never lower
+        donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
+                        key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
             while self._at[donor] > self.ceiling(donor) and self._shed_one(donor):
                 pass
@@ -171,23 +180,32 @@ class BandPass:
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
         landed = self._at[receiver] + self._per_kbps[receiver] * weight
-        ok = (landed <= min(self._limits[receiver], cap) and self.plan.assignable(receiver)
-              and not self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, weight))
-        return landed if ok else None
+        if not (landed <= self._limits[receiver] and landed <= cap) or not self.plan.assignable(receiver):
+            return None
+        return None if self._leases[key].avoids(receiver) or not self.room_left(receiver, weight) else landed
 
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
-        value, ceiling = self._at[donor], self.ceiling(donor)
+        value = self._at[donor]
         cap = value - self.band.min_gain
-        receivers = [(wid, (min(self._limits[wid], cap) - level) * self._kbps_per_point[wid])
-                     for level, wid in self._extremes(True, donor) if min(self._limits[wid], cap) > level]
-        heaviest = max((most for _, most in receivers), default=-1.0) * (1 + ROUNDING)
-        for key in self._spread(donor, self._preferred(donor, value, ceiling, heaviest)):
-            weight, after = self.plan.ledger.weight[key], value - self.fall(donor, key)
+        receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
+        for level, wid in self._extremes(True, donor):
+            limit, per_point = self._room[wid]
+            top = limit if limit < cap else cap
+            if top > level:
+                most = (top - level) * per_point * (1 + ROUNDING)
+                receivers.append((wid, most))
+                heaviest = most if most > heaviest else heaviest
+        if not receivers:
+            return False
+        rate = self.plan.rate(donor, self.metric)
+        for key in self._spread(donor, self._preferred(donor, value, self.ceiling(donor), heaviest, rate)):
+            weight = self._weight[key]
+            after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
                 continue
             for receiver, most in receivers:
-                landed = self._fits(receiver, key, weight, cap) if weight <= most * (1 + ROUNDING) else None
+                landed = self._fits(receiver, key, weight, cap) if weight <= most else None
                 if landed is not None:
                     self._move(key, (donor, after), (receiver, landed), "above the band: shed")
                     return True
@@ -201,15 +219,15 @@ class BandPass:
         """
         movable = self._movable(donor)
         if not movable or stream_prefix(movable[0][1]) is None:
-            yield from keys
-            return
+            return keys
         ordered, weight, held = list(keys), self.plan.ledger.weight, self.plan.stream_counts(donor)
         first: dict[float, int] = {}
         for at, key in enumerate(ordered):
             first.setdefault(weight[key], at)
-        yield from sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)]))
+        return iter(sorted(ordered, key=lambda k: (first[weight[k]], -held[stream_prefix(k)])))
 
-    def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float) -> Iterator[str]:
+    def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float,
+                   rate: float | None) -> Iterator[str]:
         """The donor's leases in order of preference (invariant 3).
 
         Those landing it inside the band, nearest the target first; then those landing it least far under the band;
@@ -217,7 +235,6 @@ class BandPass:
         """
         movable = self._movable(donor)
         cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
-        rate = self.plan.rate(donor, self.metric)
         if not rate:
             yield from (key for _, key in reversed(movable[:cap]))
             return
@@ -283,22 +300,23 @@ class BandPass:
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
         """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
-        (giver, after), (receiver, landed), b = giving, taking, self.band
-        detail = (f"{why}; band [{b.lower:.2f}, {b.upper:.2f}] avg {b.avg:.2f}; {self.metric} {giver} "
-                  f"{self._at[giver]:.2f} -> {after:.2f}, {receiver} {self._at[receiver]:.2f} -> {landed:.2f}")
+        (giver, after), (receiver, landed), at = giving, taking, self._at
+        detail = (f"{why}; {self._band_text} {giver} {at[giver]:.2f} -> {after:.2f}, "
+                  f"{receiver} {at[receiver]:.2f} -> {landed:.2f}")
         self.plan.move(key, receiver, self.reason, detail)
         self.moved += 1
-        weight = self.plan.ledger.weight[key]
-        movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
-        at = bisect.bisect_left(movable, (weight, key))
-        if at < len(movable) and movable[at] == (weight, key):
-            del movable[at]
-        if giver in self._weights:
-            del self._weights[giver][bisect.bisect_left(self._weights[giver], weight)]
-        if receiver in self._weights:
-            bisect.insort(self._weights[receiver], weight)
+        weight, ranked = self._weight[key], self._ranked
+        movable = self._by_weight.get(giver)  # the lease leaves the giver's list and joins nobody's
+        if movable:
+            i = bisect.bisect_left(movable, (weight, key))
+            if i < len(movable) and movable[i][1] == key:
+                del movable[i]
+        if self._heaviest.get(giver) == weight:
+            del self._heaviest[giver]
+        if weight > self._heaviest.get(receiver, math.inf):
+            self._heaviest[receiver] = weight
         for wid in (giver, receiver):
             self._ceilings.pop(wid, None)
-            del self._ranked[bisect.bisect_left(self._ranked, (self._at[wid], wid))]
-            self._at[wid] = self.level(wid)
-            bisect.insort(self._ranked, (self._at[wid], wid))
+            del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
+            at[wid] = level = self.level(wid)
+            bisect.insort(ranked, (level, wid))

@@ -60,7 +60,7 @@ class FleetView:
         self.count_only = band and ledger.unit_weights
         values, reporting = self._reports(snapshot, ledger)
         lagged, now = self._lags(reporting, ledger)
-        needy = [lease.key for lease in snapshot.leases if lease.needs_owner] if band else []  # unassigned, expired
+        needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
         # KiB/s that needs an owner: unassigned, expired, on a draining worker
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in self.draining) + sum(
@@ -323,9 +323,13 @@ class FleetPlan:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
         source, weight = self.ledger.owner[key], self.ledger.weight[key]
         if source is not None and source in self._values:
-            self._values[source] = {m: v - self.drop(source, m, key) for m, v in self._values[source].items()}
+            held = self._values[source]
+            for metric, value in held.items():  # each metric's drop reads only its own value
+                held[metric] = value - self.drop(source, metric, key)
         if wid in self._values:
-            self._values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()}
+            taking = self._values[wid]
+            for metric, value in taking.items():
+                taking[metric] = value + self.view.rise(wid, metric, weight)
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
@@ -375,8 +379,8 @@ class FleetPlan:
                 lease.avoids(candidates[0][2]) or (stream is not None
                                                    and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
-        best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0,
-                                              e))
+        best = candidates[0] if len(candidates) == 1 else min(candidates, key=lambda e: (
+            lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
         for entry in candidates:
             if entry is not best:
                 heapq.heappush(heap, entry)
