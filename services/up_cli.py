@@ -26,7 +26,7 @@ from shardherd.services.local_stack.processor import distinct_keys
 from shardherd.services.local_stack.producer import ProducerStats
 from shardherd.services.local_stack.scenarios import Outcome, Scenarios
 from shardherd.services.local_stack.stack import PIPELINE_DIR, PLAIN_RECORDS_DIR, LocalStack, StackFailed, StackOptions
-from shardherd.services.local_stack.state import StackState, run_dir
+from shardherd.services.local_stack.state import READ_TOKEN_FILE, StackState, run_dir
 from shardherd.services.local_stack.status import StartupTimes, StatusPrinter, memory_line
 from shardherd.services.local_stack.supervisor import log_tail
 from shardherd.shared.config import Settings, load_settings
@@ -181,7 +181,8 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
     say(f"shardherd up: stream {state.stream_name} ({options.shards} shards), "
         f"{options.coordinators} coordinators, {options.agents} {kind}"
         f"; DynamoDB {state.dynamodb_endpoint_url or 'AWS'}, Kinesis {state.kinesis_endpoint_url or 'AWS'}")
-    say(f"dashboard: {'  '.join(url + '/' for url in state.api_urls())}   (every replica serves it)")
+    say(f"dashboard: {'  '.join(url + '/' + dashboard_fragment(options.run_dir) for url in state.api_urls())}"
+        "   (every replica serves it)")
     say(f"run dir: {options.run_dir}   (Ctrl-C stops everything)")
     say(f"try: {follow_up_command()} scenario --run-dir {options.run_dir} kill-agent")
     printer = StatusPrinter(stack, console, args.interval, started).start()
@@ -245,6 +246,16 @@ def _report_records(stack: LocalStack, say: Say, directory: Path, outside: set[s
         say(f"not in the agents' output ({where}): " + ", ".join(f"{shard} {count}" for shard, count in behind.items()))
     if options.spark:
         say(f"per-shard counts and bytes: {sys.executable} -m examples.shard_counts --counts --run-dir {directory}")
+
+
+def dashboard_fragment(directory: Path) -> str:
+    """The dashboard address's `#token=<the stack's read token>` (empty without one): the page then sends it.
+
+    Its figures are then at most `api_cache_millis` old; an anonymous page gets the leader's view, up to a full-scan
+    interval old.
+    """
+    token = directory / READ_TOKEN_FILE
+    return f"#token={token.read_text(encoding='utf-8').strip()}" if token.is_file() else ""
 
 
 def follow_up_command() -> str:

@@ -78,7 +78,7 @@ class SnapshotCache:
             now = self._clock.monotonic()
             if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view():
                 return self._snapshot
-            own = self._own(self.max_age)
+            own = self._own(self.max_age, fresh=may_read_store)
             fresh = own[0] if own is not None else (self._from_leader() if self._from_leader is not None else None)
             if fresh is None and not may_read_store:
                 kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
@@ -93,9 +93,14 @@ class SnapshotCache:
             self._taken = now
             return self._snapshot
 
-    def _own(self, max_age: float) -> tuple[ApiSnapshot, TimedScans] | None:
-        """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand."""
-        scans = self._leader_scans(max_age)
+    def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
+        """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand.
+
+        `fresh` takes the leader's view only while its scans are at most `max_age` old: between full runs the leader
+        ticks on a view up to a full-scan interval old, whose checkpoints (agents write them, not the leader) and
+        heartbeats are that old too; a caller who may cause a read gets them from the store instead (issue 33).
+        """
+        scans = self._fresh(self._leader_scans(max_age), max_age) if fresh else self._leader_scans(max_age)
         lock = self._lock.own_view()
         known, status = self._own_status() if self._own_status is not None else (False, None)
         if scans is None or lock is None or not known:
@@ -106,9 +111,12 @@ class SnapshotCache:
         """The snapshot was built from the leader's view, and the leader has a newer one."""
         return self._source is not None and self._leader_scans(self.max_age) not in (None, self._source)
 
+    def _fresh(self, scans: TimedScans | None, max_age: float) -> TimedScans | None:
+        return scans if scans is not None and self._clock.monotonic() - scans[2] <= max_age else None
+
     def _read(self) -> ApiSnapshot:
         """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""
-        scans = self._leader_scans(self.max_age)
+        scans = self._fresh(self._leader_scans(self.max_age), self.max_age)
         if scans is None:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())

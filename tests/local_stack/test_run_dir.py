@@ -67,3 +67,13 @@ def test_tally_does_not_drop_when_a_shard_moves() -> None:
     assert tally.totals() == {"s0": 162, "s1": 30}
     tally.update([_lease("s0", "b", 2)])  # and on b again
     assert tally.totals() == {"s0": 164, "s1": 30}  # 150 (a) + 5 (b) banked, + 7 (a) + 2 (b) now
+
+
+def test_the_dashboard_address_carries_the_stacks_read_token(tmp_path: Path) -> None:
+    """The printed dashboard address sends the read token, so the page's figures are fresh (issue 33)."""
+    from shardherd.services.local_stack.state import READ_TOKEN_FILE
+    from shardherd.services.up_cli import dashboard_fragment
+
+    assert dashboard_fragment(tmp_path) == ""  # a stack without its own read token: the page reads anonymously
+    (tmp_path / READ_TOKEN_FILE).write_text("read-token-abc\n", encoding="utf-8")
+    assert dashboard_fragment(tmp_path) == "#token=read-token-abc"

@@ -453,5 +453,12 @@ document.getElementById("token-form").addEventListener("submit", (event) => {
   pendingAction = null;
   if (action) action(); else refresh();
 });
+// `shardherd up` prints this page's address with its read token after "#token=": reads then carry it, so the figures
+// are fresh (an anonymous page gets the leader's view, up to a full-scan interval old). The address bar drops it.
+const tokenInAddress = new URLSearchParams(location.hash.slice(1)).get("token");
+if (tokenInAddress) {
+  sessionStorage.setItem(TOKEN_KEY, tokenInAddress);
+  history.replaceState(null, "", location.pathname + location.search);
+}
 refresh();
 setInterval(refresh, REFRESH_MS);
