@@ -12,6 +12,8 @@ import botocore.session
 from botocore.config import Config
 from botocore.utils import parse_timestamp
 
+from shardherd.shared.kinesis_parser import KinesisParserFactory
+
 # shardherd retries transient errors itself (shared/retry.py) so backoff uses the injected clock and a typed error;
 # botocore's own retries are limited to one attempt to avoid retry multiplication.
 _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=5, read_timeout=30,
@@ -40,6 +42,8 @@ def make_client(service: str, region: str, endpoint_url: str | None = None,
     with _CREATING:
         core = botocore.session.get_session()
         core.register_component("data_loader", _models())
+        if service == "kinesis":  # records parsed without botocore's generic walk (shared/kinesis_parser.py)
+            core.register_component("response_parser_factory", KinesisParserFactory())
         core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
         session = boto3.session.Session(botocore_session=core)
         extra: dict[str, Any] = {}
