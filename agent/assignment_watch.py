@@ -25,13 +25,12 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
-import httpx
-
 from shardherd.shared.api_token import TokenSource
 from shardherd.shared.assignment_channel import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError
+from shardherd.shared.lean_httpx import httpx
 from shardherd.shared.supervision import Supervisor
 
 log = logging.getLogger(__name__)

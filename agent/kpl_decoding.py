@@ -5,6 +5,10 @@ any other runtime (the pure-Python protobuf, the old C++ one, or none) falls bac
 forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so Spark's Python workers forked from an
 agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the Spark source passes it to every
 executor with its partitions).
+
+Invariant: choosing imports only the protobuf runtime's implementation check (about 1.4 MB); the decoder module
+itself (agent/kpl_protobuf.py with descriptor_pb2 and the message classes, about 7 MB resident) is imported when the
+first aggregate is decoded, so a process that never sees one (most MultiLang applications) does not carry it.
 """
 
 from __future__ import annotations
@@ -56,12 +60,24 @@ def use(choice: str) -> str:
 
 
 def _protobuf_decoders() -> tuple[Decoder, ColumnDecoder] | None:
-    """The protobuf runtime's decoders if `protobuf` is installed with its C (upb) implementation."""
+    """The protobuf runtime's decoders if `protobuf` is installed with its C (upb) implementation (loaded on use)."""
     try:
-        from shardherd.agent import kpl_protobuf
+        from google.protobuf.internal import api_implementation
     except ImportError:
         return None
-    return (kpl_protobuf.decode, kpl_protobuf.decode_columns) if kpl_protobuf.implementation() == "upb" else None
+    return (_protobuf_decode, _protobuf_decode_columns) if api_implementation.Type() == "upb" else None
+
+
+def _protobuf_decode(data: bytes) -> list[UserRecord]:
+    from shardherd.agent import kpl_protobuf  # on the first aggregate (module docstring)
+
+    return kpl_protobuf.decode(data)
+
+
+def _protobuf_decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
+    from shardherd.agent import kpl_protobuf  # on the first aggregate (module docstring)
+
+    return kpl_protobuf.decode_columns(data)
 
 
 use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")

@@ -285,10 +285,10 @@ class ShardWorker:
             return
         if records:
             self.checkpointer.last_delivered = records[-1]
-            arrivals = [record.approximate_arrival_timestamp.timestamp() for record in records
+            arrivals = [record.approximate_arrival_timestamp for record in records
                         if record.approximate_arrival_timestamp is not None]
-            self._ctx.throughput.record(self.lease.lease_key, size, min(arrivals, default=None),
-                                        max(arrivals, default=None))
+            self._ctx.throughput.record(self.lease.lease_key, size, min(arrivals).timestamp() if arrivals else None,
+                                        max(arrivals).timestamp() if arrivals else None)
         elif lag == 0:  # read up to now and nothing arrived: the shard is quiet until now, not merely unread
             self._ctx.throughput.record(self.lease.lease_key, 0, last_arrival=self._ctx.clock.time())
 

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from shardherd.agent.heap import limit_malloc_arenas
 from shardherd.agent.multilang.bridge import ChildOptions, MultiLangProcessor
 from shardherd.agent.multilang.properties import MultiLangConfig, load_multilang_config
 from shardherd.agent.read_spec import ReadLimits
@@ -54,6 +55,7 @@ class MultiLangDaemon:
     """The library entry point: `MultiLangDaemon(Path("app.properties")).start()`, later `stop()`."""
 
     def __init__(self, properties: Path, coordinator: bool = True) -> None:
+        limit_malloc_arenas()  # before any thread starts (agent/heap.py)
         self.config = load_multilang_config(properties)
         if self.config.profile:
             os.environ["AWS_PROFILE"] = self.config.profile  # ProfileCredentialsProvider|name: boto3 reads it

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 
-import httpx
 from pydantic import ValidationError
 
 from shardherd.coordinator.leader_lock import HolderReport
@@ -17,6 +16,7 @@ from shardherd.services.api.peer import HoldOut, SnapshotOut
 from shardherd.services.api.snapshot import ApiSnapshot
 from shardherd.shared.api_token import TokenSource
 from shardherd.shared.errors import ConfigError
+from shardherd.shared.lean_httpx import httpx
 
 log = logging.getLogger(__name__)
 

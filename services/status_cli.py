@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import httpx
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.errors import ShardherdError
+from shardherd.shared.lean_httpx import httpx
 
 if TYPE_CHECKING:
     from shardherd.services.local_stack.state import StackState

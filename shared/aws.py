@@ -1,4 +1,8 @@
-"""boto3 client construction from Settings: endpoint overrides for emulators, our own retry policy on top."""
+"""AWS client construction from Settings: endpoint overrides for emulators, our own retry policy on top.
+
+Clients are botocore's, made by a botocore session: what boto3's `client()` returns for these services, without
+importing boto3 (its import pulls s3transfer and multiprocessing in, about 3 MB of a MultiLang agent's memory).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,11 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-import boto3
 import botocore.session
 from botocore.config import Config
 from botocore.utils import parse_timestamp
+
+from shardherd.shared.kinesis_parser import KinesisParserFactory
 
 # shardherd retries transient errors itself (shared/retry.py) so backoff uses the injected clock and a typed error;
 # botocore's own retries are limited to one attempt to avoid retry multiplication.
@@ -31,7 +36,7 @@ def _models() -> Any:
 
 def make_client(service: str, region: str, endpoint_url: str | None = None,
                 timeouts: tuple[float, float] | None = None) -> Any:
-    """A boto3 client for `service`; credentials come from the standard chain (dummy ones for an emulator).
+    """A client for `service`; credentials come from the standard chain (dummy ones for an emulator).
 
     `timeouts` (connect, read seconds) replace the defaults for a caller with a deadline of its own (shard sync).
     """
@@ -40,14 +45,15 @@ def make_client(service: str, region: str, endpoint_url: str | None = None,
     with _CREATING:
         core = botocore.session.get_session()
         core.register_component("data_loader", _models())
+        if service == "kinesis":  # records parsed without botocore's generic walk (shared/kinesis_parser.py)
+            core.register_component("response_parser_factory", KinesisParserFactory())
         core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=utc_timestamp)
-        session = boto3.session.Session(botocore_session=core)
         extra: dict[str, Any] = {}
         if endpoint_url:
             extra["endpoint_url"] = endpoint_url
-            if session.get_credentials() is None:
+            if core.get_credentials() is None:
                 extra.update(aws_access_key_id="local", aws_secret_access_key="local")
-        client: Any = session.client(service, region_name=region, config=config, **extra)  # type: ignore[call-overload]
+        client: Any = core.create_client(service, region_name=region, config=config, **extra)
     return client
 
 

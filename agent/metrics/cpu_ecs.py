@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
-
 from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
+from shardherd.shared.lean_httpx import httpx
 
 ECS_URI_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 DEFAULT_CONTAINER_SHARE = 2.0

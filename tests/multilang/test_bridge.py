@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sys
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from shardherd.agent.consumer import Checkpointer
+from shardherd.agent.multilang import messages
 from shardherd.agent.multilang.bridge import ChildOptions, MultiLangProcessor
 from shardherd.agent.multilang.child import ChildFailed
 from shardherd.agent.records import Record
@@ -55,6 +57,22 @@ def test_messages_carry_every_field_and_noise_is_skipped_or_logged(tmp_path: Pat
     text = caplog.text
     assert "skipping a line of the record processor's stdout that is no message: hello" in text
     assert "shardId-1 stderr: a line on stderr" in text and "shardId-1 stderr: partial without newline" in text
+
+
+def test_a_batch_line_is_json_whatever_its_keys_and_bytes_hold() -> None:
+    awkward = [replace(RECORD, partition_key='p"k\\\n\u00e9\U0001f600\x7f', data=bytes(range(256)),
+                       approximate_arrival_timestamp=None),
+               replace(RECORD, sequence_number="4" * 56, sub_sequence_number=2**63 - 1, data=b"")]
+    line = messages.process_records(awkward, None)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1 and line.isascii()
+    assert json.loads(line) == {"action": "processRecords", "millisBehindLatest": None, "records": [
+        {"action": "record", "data": base64.b64encode(bytes(range(256))).decode(),
+         "partitionKey": 'p"k\\\n\u00e9\U0001f600\x7f', "sequenceNumber": "49500", "subSequenceNumber": 2,
+         "approximateArrivalTimestamp": None},
+        {"action": "record", "data": "", "partitionKey": "pk", "sequenceNumber": "4" * 56,
+         "subSequenceNumber": 2**63 - 1, "approximateArrivalTimestamp": 1767225600000}]}
+    assert json.loads(messages.process_records([], 0)) == {"action": "processRecords", "records": [],
+                                                          "millisBehindLatest": 0}
 
 
 def test_a_hung_child_is_replaced_and_the_batch_delivered_again(tmp_path: Path) -> None:
