@@ -177,9 +177,9 @@ class CoordinatorService:
                                                 stop=self._stop))
         supervise.watch()
 
-    def _leaders_snapshot(self) -> ApiSnapshot | None:
+    def _leaders_snapshot(self, fresh: bool) -> ApiSnapshot | None:
         url = self.lock.holder_url()
-        return None if url is None else self.peers.snapshot(url, self.lock.holder_id())
+        return None if url is None else self.peers.snapshot(url, self.lock.holder_id(), fresh)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the loop, release the lock so a successor takes over immediately, close the store."""

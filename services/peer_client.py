@@ -46,9 +46,12 @@ class PeerClient:
             return None
         return HolderReport(hold.replica_id, hold.leading, hold.version)
 
-    def snapshot(self, url: str, leader_id: str | None) -> ApiSnapshot | None:
-        """The leader's snapshot from `GET /v1/snapshot`, if the replica at `url` is `leader_id` and leads."""
-        body = self._get(self._snapshots, url, "/v1/snapshot")
+    def snapshot(self, url: str, leader_id: str | None, fresh: bool = False) -> ApiSnapshot | None:
+        """The leader's snapshot from `GET /v1/snapshot`, if the replica at `url` is `leader_id` and leads.
+
+        `fresh`: for a caller with a token, at most the leader's `api_cache_millis` old (this replica's token asks).
+        """
+        body = self._get(self._snapshots, url, "/v1/snapshot?fresh=true" if fresh else "/v1/snapshot")
         if body is None:
             return None
         try:

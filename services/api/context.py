@@ -35,7 +35,7 @@ class ApiContext:
     clock: Clock
     stall_intervals: int = STALL_INTERVALS
     # On a replica that does not lead: the leader's snapshot over HTTP (services/peer_client.py), None if it fails.
-    from_leader: Callable[[], ApiSnapshot | None] | None = None
+    from_leader: Callable[[bool], ApiSnapshot | None] | None = None  # True: for a caller with a token
     # The replica's supervised threads: /healthz fails while a critical one makes no progress (decision 0022).
     supervisor: Supervisor | None = None
     tokens: ApiTokens = field(init=False)
@@ -57,9 +57,9 @@ class ApiContext:
         # At most one dry run (two scans and a decide) per assignment interval, or per cache age if longer.
         self.plans = PlanCache(self.loop.dry_run, self.clock, max(self.timing.interval, self.snapshots.max_age))
 
-    def _leaders_snapshot(self) -> ApiSnapshot | None:
-        """The leader replica's snapshot, asked for only while this replica does not lead."""
-        return None if self.from_leader is None or self.lock.is_leader() else self.from_leader()
+    def _leaders_snapshot(self, fresh: bool) -> ApiSnapshot | None:
+        """The leader replica's snapshot, asked for only while this replica does not lead (`fresh`: SnapshotCache)."""
+        return None if self.from_leader is None or self.lock.is_leader() else self.from_leader(fresh)
 
     def snapshot(self, access: Access) -> ApiSnapshot:
         """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache).

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, status
+from fastapi import APIRouter, Depends, HTTPException, Request, status
 from pydantic import BaseModel, Field
 
 from shardherd.coordinator.leader_lock import LockView
-from shardherd.services.api.auth import AUTH_RESPONSES, Access, require_read_token
+from shardherd.services.api.auth import AUTH_RESPONSES, Access, access_of, require_read_token
 from shardherd.services.api.context import ApiContext, context
 from shardherd.services.api.fleet import Fleet
 from shardherd.services.api.models import ErrorBody
@@ -65,12 +65,13 @@ def get_hold(ctx: Annotated[ApiContext, Depends(context)]) -> HoldOut:
 @router.get("/snapshot", response_model=SnapshotOut,
             responses={409: {"model": ErrorBody, "description": "this replica does not lead"}, **AUTH_RESPONSES},
             summary="The leader replica's API snapshot (fleet, lock, status), which other replicas serve")
-def get_snapshot(ctx: Annotated[ApiContext, Depends(context)]) -> SnapshotOut:
+def get_snapshot(ctx: Annotated[ApiContext, Depends(context)], request: Request, fresh: bool = False) -> SnapshotOut:
     """The leader's snapshot; 409 on a replica that does not lead (it would only pass on a copy or scan).
 
     Built from the leader's own view, never from a store read: another replica asks on behalf of its own callers,
-    anonymous ones included.
+    anonymous ones included. With `fresh` (asked for a caller with a token) from a caller with a token itself, as
+    this replica serves its own such callers: at most `api_cache_millis` old (issue 33).
     """
     if not ctx.lock.is_leader():
         raise HTTPException(status.HTTP_409_CONFLICT, f"replica {ctx.settings.worker_id} does not lead")
-    return SnapshotOut.of(ctx.settings.worker_id, ctx.snapshot(Access.ANONYMOUS))
+    return SnapshotOut.of(ctx.settings.worker_id, ctx.snapshot(access_of(request) if fresh else Access.ANONYMOUS))

@@ -49,7 +49,7 @@ class SnapshotCache:
                  grace: WorkerGrace, clock: Clock, max_age: float,
                  leader_scans: Callable[[float], TimedScans | None], checkpoints: CheckpointAges | None = None,
                  own_status: Callable[[], tuple[bool, LeaderStatus | None]] | None = None,
-                 from_leader: Callable[[], ApiSnapshot | None] | None = None) -> None:
+                 from_leader: Callable[[bool], ApiSnapshot | None] | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -79,7 +79,8 @@ class SnapshotCache:
             if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view():
                 return self._snapshot
             own = self._own(self.max_age, fresh=may_read_store)
-            fresh = own[0] if own is not None else (self._from_leader() if self._from_leader is not None else None)
+            fresh = own[0] if own is not None else (
+                self._from_leader(may_read_store) if self._from_leader is not None else None)
             if fresh is None and not may_read_store:
                 kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
                 if kept is not None:

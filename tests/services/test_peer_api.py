@@ -15,6 +15,7 @@ from shardherd.services.api import create_app
 from shardherd.services.api.auth import ApiTokens
 from shardherd.services.api.server import ApiServer
 from shardherd.services.peer_client import PeerClient
+from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter, usage_total
 from tests.services.harness import TOKEN, Replica
@@ -40,7 +41,8 @@ def test_a_follower_serves_the_leaders_snapshot_without_store_reads_and_reads_wh
     follower = Replica(meter, shards=6, replica_id="coord-b", clock=leader.clock, **settings)
     server = ApiServer(create_app(leader.context), "127.0.0.1", 0).start()
     peers = PeerClient(ApiTokens.from_settings(follower.settings).for_peers())
-    follower.context.from_leader = lambda: peers.snapshot(follower.lock.holder_url() or "", follower.lock.holder_id())
+    follower.context.from_leader = lambda fresh: peers.snapshot(follower.lock.holder_url() or "",
+                                                                follower.lock.holder_id(), fresh)
     follower.client.headers.update(leader.auth())
     leader.client.headers.update(leader.auth())
     try:
@@ -66,6 +68,13 @@ def test_a_follower_serves_the_leaders_snapshot_without_store_reads_and_reads_wh
         hold = peers.hold(server.url)
         assert hold is not None and hold.leading and hold.replica_id == "coord-a"
         assert hold.version == meter.get_state("Leader")["recordVersionNumber"]  # type: ignore[index]
+        key, owner = sorted(owners.items())[0]
+        assert owner is not None and meter.checkpoint(key, owner, Checkpoint.at("77")).applied  # not in any view
+        leader.clock.advance(6)  # the leader's view (and both cached snapshots) now older than api_cache_millis
+        leader.lock.tick()  # still the leader
+        body = follower.client.get("/v1/assignments?limit=1000").json()["items"]  # a caller with a token (issue 33)
+        assert next(item["checkpoint"] for item in body if item["lease_key"] == key) == "77"
+        meter.reset()
     finally:
         server.stop()
     follower.clock.advance(5)  # the follower's cached snapshot ages out; the leader no longer answers
