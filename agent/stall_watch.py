@@ -2,8 +2,10 @@
 
 Invariants:
 1. Every lease the keeper holds in PROCESSING state is watched from the moment it is first seen; its reader (a plain
-   agent's shard worker thread, a Spark driver's probes) reports progress with `progressed(key)`: a read that
-   answered, a batch delivered, a backoff step of a retry policy it is following. Nothing else counts.
+   agent's shard worker thread, a Spark driver's probes and its query) reports progress with `progressed(key)`: a
+   read that answered, a batch delivered, a backoff step of a retry policy it is following, and for a Spark shard
+   whose records wait for the next batch the query's own progress (agent/spark/query_watch.py, reported with the
+   time it happened). Nothing else counts.
 2. A lease is *stalled* once its reader made no progress for `red_after` (3 heartbeat intervals): /healthz is red
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
@@ -87,11 +89,11 @@ class StallWatch:
         self._guard = threading.Lock()
         self.given_up = 0
 
-    def progressed(self, lease_key: str) -> None:
-        """The lease's reader made progress now (invariant 1)."""
-        now = self._clock.monotonic()
+    def progressed(self, lease_key: str, at: float | None = None) -> None:
+        """The lease's reader made progress now, or at monotonic time `at` (invariant 1); a clock never goes back."""
+        when = self._clock.monotonic() if at is None else at
         with self._guard:
-            self._last[lease_key] = now
+            self._last[lease_key] = max(when, self._last.get(lease_key, when))
 
     def stalled(self) -> list[Stalled]:
         """The held leases past `red_after`, by key."""
@@ -112,8 +114,8 @@ class StallWatch:
             log.error("lease %s: %s; giving it back", state.lease_key, why)
             with self._guard:
                 self._last.pop(state.lease_key, None)
-            self.given_up += 1
             self._give_back(state.lease_key, why)
+            self.given_up += 1  # after the give-back's store writes: a reader of the counter sees the lease free
 
     def problem(self) -> str | None:
         """Why health is red for leases (None while every held lease progresses)."""

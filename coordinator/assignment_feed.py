@@ -22,6 +22,10 @@ stays open, so its request would count as presence for as long as it waits and t
 agent's row. A listening request therefore waits at most `hold` seconds (the agents' heartbeat period) whatever wait
 it asked for; the watch asks again at once, so a live agent starts a request at least every `hold` seconds, and a
 frozen one is off the channel within `hold + REPOLL_GRACE_SECONDS` (its row then decides, docs/failure-model.md).
+Likewise an agent that listens but no longer heartbeats (its store calls hang or fail while the coordinator answers):
+once the row its requests name stayed the same for `hold + REPOLL_GRACE_SECONDS` it is off the channel, so the
+leader scans and fails it over like any silent worker (the fault matrix's "DynamoDB hang, agent": its leases were
+never moved while its long-polls went on).
 
 An agent's request also names the worker row it last wrote (`hb`, `lut`): `report_beat` keeps, per worker, the
 newest such row and when a request first named it. That time comes after the row's write was sent, so the leader may
@@ -155,13 +159,18 @@ class AssignmentFeed:
     def on_channel(self, worker: str) -> bool:
         """True while a fresh request of `worker` waits here, or its last one ended within REPOLL_GRACE_SECONDS.
 
-        Fresh: the newest request arrived within `hold` plus REPOLL_GRACE_SECONDS (a frozen agent's stays open).
+        Fresh: the newest request arrived within `hold` plus REPOLL_GRACE_SECONDS (a frozen agent's stays open). And
+        a worker whose requests name a row is off the channel once they named the same row for that long (it listens
+        but does not heartbeat).
         """
         with self._guard:
             presence = self._present.get(worker)
             if presence is None:
                 return False
             now = self._clock.monotonic()
+            beat = self._beats.get(worker)
+            if beat is not None and now - beat[2] > self._hold + REPOLL_GRACE_SECONDS:
+                return False
             if presence.open > 0 and presence.started_at is not None:
                 return now - presence.started_at <= self._hold + REPOLL_GRACE_SECONDS
             return presence.ended_at is not None and now - presence.ended_at <= REPOLL_GRACE_SECONDS

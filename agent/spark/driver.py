@@ -4,9 +4,10 @@ It is the plain agent (keeper thread, metrics, throughput, drain) with Spark in 
 held shards go to a ShardBook the source reads through the channel, a probing thread finds idle shards with waiting
 records (GetRecords with Limit 1; or at their end, which it checkpoints as SHARD_END so children can start), the
 sink checkpoints each written batch at the ends its executors recorded (agent/spark/batch_ends.py), and a supervisor
-thread ties the
-agent and the query together: the agent losing liveness stops the query before the failover time; the query ending
-(stopped or failed) drains the agent's leases.
+thread ties the agent and the query together: the agent losing liveness stops the query before the failover time; the
+query ending (stopped or failed) drains the agent's leases; the query stuck inside a batch (no progress,
+agent/spark/query_watch.py) turns the leases whose records wait red, and then gives every lease back and ends the
+driver.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.poison_rows import Check, PoisonRouting
 from shardherd.agent.spark.probe import Prober, ProbeResult
 from shardherd.agent.spark.probe_schedule import ProbeSchedule
+from shardherd.agent.spark.query_watch import QueryWatch
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions, StoreOptions
 from shardherd.shared.checkpoint import SHARD_END
 from shardherd.shared.clock import Clock
@@ -43,9 +45,10 @@ from shardherd.shared.errors import ShardherdError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.store import Conflict, LeaseStore
 from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, read_target, stream_to_read
-from shardherd.shared.supervision import Kind
+from shardherd.shared.supervision import GIVE_UP_FLOOR_SECONDS, Kind
 
 if TYPE_CHECKING:
+    from pyspark.core.status import StatusTracker
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -66,6 +69,10 @@ class _Advance:
     end: BatchEnd
     lag: int | None
     behind: int | None
+
+
+class QueryHung(ShardherdError):
+    """The query made no progress for the bound of agent/spark/query_watch.py: the driver gives up and exits."""
 
 
 class NoRecordProcessor(ShardherdError):
@@ -107,6 +114,8 @@ class SparkAgent(Agent):
         self._pending_guard = threading.Lock()
         self._first_batch_done = False
         self._query: StreamingQuery | None = None
+        self._tracker: tuple[StatusTracker, str] | None = None  # the query's SparkContext's, its job group (runId)
+        self.query_watch = QueryWatch(self.clock, max(self.stalls.bounds.give_up_after, GIVE_UP_FLOOR_SECONDS))
         self._sink: CheckpointingSink | None = None
         self._halt = threading.Event()
         self._wake_prober = threading.Event()  # set on stop: the probe loop ends without waiting for its next round
@@ -200,6 +209,7 @@ class SparkAgent(Agent):
             self._first_batch_done = True
             freeze_long_lived("after the first micro-batch")
         ordered = sorted(plans, key=lambda plan: not self.book.is_handing_off(plan.shard_id))
+        self.query_watch.committed()
         ends = list(self._commit_pool.map(self._recorded_end, ordered))
         staged = [(plan, self._advance(batch_id, plan, end)) for plan, end in zip(ordered, ends, strict=True)]
         futures = [self._commit_pool.submit(self._store_checkpoint, batch_id, plan, advance)
@@ -316,8 +326,13 @@ class SparkAgent(Agent):
         self._spark_threads.append(self.supervisor.thread("shard-prober", self._probe_loop))
         return self
 
-    def supervise(self, query: StreamingQuery) -> None:
-        """Tie the agent to a running query: each one's end ends the other."""
+    def supervise(self, query: StreamingQuery, spark: SparkSession | None = None) -> None:
+        """Tie the agent to a running query: each one's end ends the other; a query stuck in a batch ends both.
+
+        With the query's `spark` session, the query's Spark jobs and stages moving on count as its progress too (a
+        long batch that works is not stuck); without it only completed triggers do (agent/spark/query_watch.py).
+        """
+        self._tracker = (spark.sparkContext.statusTracker(), str(query.runId)) if spark is not None else None
         self._query = query
         failover = self.settings.failover_time_millis / 1000
         # Critical: a query that cannot be asked whether it runs (a dead JVM: py4j raises) gives the leases back
@@ -360,7 +375,7 @@ class SparkAgent(Agent):
         query = writer.start()
         if not self.running():
             self.start()
-        self.supervise(query)
+        self.supervise(query, spark)
         return query
 
     def _quarantined_row(self, stream: str, shard: str, record: PoisonRecord, stored_at: str) -> None:
@@ -422,14 +437,16 @@ class SparkAgent(Agent):
             self.probe_schedule.round_took(time.monotonic() - began)
 
     def _ahead(self, shards: set[str]) -> None:
-        """Mark held shards that were not probed (records known to wait for the next batch) as making progress.
+        """Held shards that were not probed (records known to wait for the next batch) progress as the query does.
 
-        The next batch reads them; a batch that keeps failing shows as a failing batch, not here.
+        The next batch reads them, so their leases made progress when the query last did (agent/spark/query_watch.py):
+        a query stuck inside a batch turns them red and gives them back as a plain agent's hung reader would.
         """
+        last = self.query_watch.last_progress if self._query is not None else None  # no query yet: not stuck
         for shard in shards:
             key = self.book.lease_key(shard)
             if key is not None:
-                self.stalls.progressed(key)
+                self.stalls.progressed(key, last)
 
     def _probe_one(self, target: tuple[str, StartPosition, str | None]) -> ProbeResult:
         return self._prober.probe(*target)
@@ -473,8 +490,9 @@ class SparkAgent(Agent):
     def _supervise_step(self) -> None:
         """One look at the query and the agent (every SUPERVISE_SECONDS): each one's end ends the other.
 
-        `query.isActive` raising (py4j: the JVM is gone) fails this critical loop, so the driver gives up its leases
-        and exits instead of heartbeating for shards nothing reads.
+        `query.isActive` raising (py4j: the JVM is gone) fails this critical loop, and so does a query stuck in a batch
+        for the query watch's bound (`QueryHung`): the driver gives up its leases and exits instead of heartbeating
+        for shards nothing reads.
         """
         query = self._query
         if query is None or self._ending:
@@ -484,12 +502,34 @@ class SparkAgent(Agent):
             self._end(f"query failed: {failure}" if failure else "query stopped", drain=True)
             log.warning("%s: draining the agent's leases", self.stopped_because)
             return
+        self._watch_query(query)
         live = self.keeper.is_live() and self.running()
         self._was_live = self._was_live or live
         if self._was_live and not live:
             log.error("the agent stopped renewing: stopping the query before its shards fail over")
             query.stop()
             self._end("agent lost liveness", drain=False)
+
+    def _watch_query(self, query: StreamingQuery) -> None:
+        """Sample the query's progress (agent/spark/query_watch.py); raise QueryHung once it is stuck too long."""
+        active = bool(query.status["isTriggerActive"])
+        self.query_watch.observe(active, self._spark_moves() if active else None)
+        if self.query_watch.hung():
+            raise QueryHung(f"the query made no progress for {self.query_watch.stuck_for():.1f} s inside a batch "
+                            f"(bound {self.query_watch.exit_after:.1f} s)")
+
+    def _spark_moves(self) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+        """A value that changes as the query's Spark work moves on: its latest job, tasks completed in active stages.
+
+        Spark runs a query's jobs, the sink's own included, in a job group named by its run id; a job short enough
+        to start and end between two looks still raises the latest job id.
+        """
+        if self._tracker is None:
+            return None
+        tracker, group = self._tracker
+        stages = tuple((stage, info.numCompletedTasks) for stage in sorted(tracker.getActiveStageIds())
+                       if (info := tracker.getStageInfo(stage)) is not None)
+        return max(tracker.getJobIdsForGroup(group), default=-1), stages
 
     def _end(self, why: str, drain: bool) -> None:
         self._ending = True

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, CredentialRetrievalError, HTTPClientError
 
 from shardherd.shared.dynamo.expressions import Item
 from shardherd.shared.errors import StoreError
@@ -57,8 +57,15 @@ def cancellation_reasons(exc: ClientError) -> list[dict[str, Any]]:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for throttling, 5xx, dropped connections, timeouts and transaction conflicts."""
-    if isinstance(exc, ConnectionError | HTTPClientError):
+    """True for throttling, 5xx, dropped connections, timeouts, transaction conflicts and credentials not refreshed.
+
+    Credentials that cannot be fetched (the container endpoint, IMDS or STS failing while they are due for refresh)
+    are an outage of the credential source, like a store outage: retried, and once the budget is spent a
+    StoreUnavailable (agents fence, a leader stands down) rather than a StoreError that ends every process of the
+    fleet at once (the fault matrix's "credentials fail to refresh" cell: every agent and replica exited 70 within
+    7 s). Credentials the service rejects (AccessDenied, UnrecognizedClientException) stay permanent.
+    """
+    if isinstance(exc, ConnectionError | HTTPClientError | CredentialRetrievalError):
         return True
     if not isinstance(exc, ClientError):
         return False

@@ -120,6 +120,27 @@ def test_a_listening_request_is_held_at_most_a_heartbeat_so_a_frozen_agent_leave
     assert not feed.on_channel("w1")  # a frozen one does not: the leader scans and judges its row
 
 
+def test_an_agent_that_listens_but_no_longer_heartbeats_leaves_the_channel() -> None:
+    """Fault matrix, "DynamoDB hang, agent": its store calls hung, its long-polls went on naming the same row, and the
+    leader, seeing it on the channel, never scanned: its leases were not moved for the whole fault."""
+    clock = ManualClock()
+    feed = AssignmentFeed(clock, hold=1.0)
+    for beat in range(1, 6):  # a live agent: a new row named every heartbeat
+        feed.connect("w1")
+        feed.report_beat("w1", beat, 100 + beat)
+        feed.disconnect("w1", dropped=False)
+        clock.advance(1.0)
+        assert feed.on_channel("w1")
+    for _ in range(3):  # its heartbeats hang; it keeps asking, naming its last row
+        feed.connect("w1")
+        feed.report_beat("w1", 5, 105)
+        feed.disconnect("w1", dropped=False)
+        clock.advance(1.0)
+    assert not feed.on_channel("w1")  # row unchanged for hold + grace: the leader scans and judges it
+    feed.report_beat("w1", 6, 106)
+    assert feed.on_channel("w1")
+
+
 def test_a_row_named_by_requests_counts_from_the_first_request_that_named_it() -> None:
     clock = ManualClock()
     feed = AssignmentFeed(clock)

@@ -10,6 +10,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.dynamo.store import DynamoLeaseStore
@@ -17,6 +18,7 @@ from shardherd.shared.errors import StoreError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import Conflict, Fence, TableNames
+from tests.support.credentials_endpoint import CredentialsEndpoint
 from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, REPLY_LOST, THROTTLED, Fault, FaultyProxy
 from tests.support.stores import unique_app
 
@@ -202,3 +204,24 @@ def test_a_checkpoint_the_stored_one_keeps_moving_under_is_unavailable_not_a_los
     assert row is not None and row.lease_owner == "w1"
     assert row.checkpoint == Checkpoint.at(str(next(rival_positions) - 1))  # the rival's last write, nothing lost
     assert store.checkpoint("shardId-1", "w1", Checkpoint.at("500")).applied  # once the rival stops, it goes through
+
+
+def test_credentials_that_cannot_be_refreshed_are_an_outage_not_a_permanent_error(
+        moto_server: Any, tables: TableNames, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 30 fault matrix: a credential source failing while credentials are due for refresh made every store call
+    a StoreError, and every agent and replica exited at once; it is StoreUnavailable, and calls work once it heals."""
+    with CredentialsEndpoint() as endpoint:
+        for name, value in endpoint.env().items():
+            monkeypatch.setenv(name, value)
+        retry = RetryPolicy(max_attempts=ATTEMPTS, base_delay=0.01, max_delay=0.05, rng=random.Random(7))
+        store = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_server.endpoint_url), tables, retry=retry)
+        try:
+            assert store.get_lease("none") is None and endpoint.served >= 1  # credentials from the endpoint
+            endpoint.failing = True
+            with pytest.raises(StoreUnavailable, match="credentials"):
+                store.get_lease("none")
+            assert endpoint.refused >= ATTEMPTS  # each attempt tried to refresh
+            endpoint.failing = False
+            assert store.get_lease("none") is None
+        finally:
+            store.close()
