@@ -42,16 +42,17 @@ class SnapshotOut(BaseModel):
     lock: LockView
     status: LeaderStatus | None
     status_problem: str | None
+    age_seconds: float = Field(0.0, description="how old its tables were when it was sent")
 
     @classmethod
     def of(cls, replica_id: str, snapshot: ApiSnapshot) -> SnapshotOut:
         """The wire form of a snapshot."""
         return cls(replica_id=replica_id, fleet=snapshot.fleet, lock=snapshot.lock, status=snapshot.status,
-                   status_problem=snapshot.status_problem)
+                   status_problem=snapshot.status_problem, age_seconds=snapshot.age)
 
     def snapshot(self) -> ApiSnapshot:
-        """Back to the form the API's handlers serve."""
-        return ApiSnapshot(self.fleet, self.lock, self.status, self.status_problem)
+        """Back to the form the API's handlers serve (a replica caches it by the age of its tables)."""
+        return ApiSnapshot(self.fleet, self.lock, self.status, self.status_problem, self.age_seconds)
 
 
 @router.get("/lock", response_model=HoldOut, responses=AUTH_RESPONSES,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardherd.coordinator.leader_lock import LeaderLock, LockView
 from shardherd.coordinator.liveness import WorkerGrace
@@ -36,6 +36,7 @@ class ApiSnapshot:
     lock: LockView
     status: LeaderStatus | None
     status_problem: str | None
+    age: float = 0.0  # seconds since its tables were read, as of when it was handed out
 
 
 class NothingAtHand(Exception):
@@ -63,7 +64,8 @@ class SnapshotCache:
         self._from_leader = from_leader
         self._snapshot: ApiSnapshot | None = None
         self._source: TimedScans | None = None  # the leader's scans the snapshot was built from, if it was
-        self._taken = 0.0
+        self._taken = 0.0  # when the cached snapshot was made (anonymous callers share it for max_age)
+        self._data_at = 0.0  # when its tables were read
         self._guard = threading.Lock()
 
     def get(self, may_read_store: bool = True) -> ApiSnapshot:
@@ -76,23 +78,26 @@ class SnapshotCache:
         """
         with self._guard:
             now = self._clock.monotonic()
-            if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view():
-                return self._snapshot
+            if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view() and (
+                    not may_read_store or now - self._data_at <= self.max_age):
+                return replace(self._snapshot, age=now - self._data_at)
             own = self._own(self.max_age, fresh=may_read_store)
             fresh = own[0] if own is not None else (
                 self._from_leader(may_read_store) if self._from_leader is not None else None)
             if fresh is None and not may_read_store:
                 kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
                 if kept is not None:
-                    return kept[0]
+                    return replace(kept[0], age=max(0.0, now - kept[1][2]))
                 if self._snapshot is None:
                     raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
                                         "read the store: retry shortly, or send the read token")
-                return self._snapshot
+                return replace(self._snapshot, age=now - self._data_at)
             self._source = own[1] if own is not None else None
             self._snapshot = fresh if fresh is not None else self._read()
             self._taken = now
-            return self._snapshot
+            # Its tables' age, not this copy's: a caller with a token gets them at most max_age old (issue 33).
+            self._data_at = min(now, own[1][2] if own is not None else now - (fresh.age if fresh is not None else 0.0))
+            return replace(self._snapshot, age=now - self._data_at)
 
     def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
         """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand.
