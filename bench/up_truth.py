@@ -97,11 +97,11 @@ def _dashboard_reads(state: StackState, truth: Truth, seconds: float) -> dict[st
         while time.monotonic() - began < seconds:
             try:
                 leases = client.leases()
+                now = time.time()  # the ages are as of this answer (not of the next call's)
                 leader = client.call("GET", "/v1/leader")
             except ApiError:  # a loaded host: the page would show its last values; count it and read again
                 failed += 1
                 continue
-            now = time.time()
             worst_run = max(worst_run, leader["last_success_age_seconds"] or 1e9)
             for lease in leases:
                 key = lease["lease_key"]
