@@ -66,6 +66,7 @@ class CheckpointAges:
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._seen: dict[str, tuple[str, float, float | None]] = {}  # key -> (checkpoint, since, stored time)
+        self._newest = 0.0  # wall time of the newest scan seen
         self._samples: dict[str, list[tuple[float, int, str | None]]] = {}  # (wall, records, holder), oldest first
         self._guard = threading.Lock()
 
@@ -73,6 +74,10 @@ class CheckpointAges:
         """Lease key -> CheckpointMotion as of `at` (the scan's monotonic time; default now); others are forgotten."""
         wall = self._wall(at)
         with self._guard:
+            if wall < self._newest:  # an older scan (the leader's view) after a newer read must not undo it
+                return {key: CheckpointMotion(since, _rate(self._samples.get(key, []), wall))
+                        for key, (_, since, _) in self._seen.items()}
+            self._newest = wall
             seen: dict[str, tuple[str, float, float | None]] = {}
             samples: dict[str, list[tuple[float, int, str | None]]] = {}
             for lease in leases:

@@ -144,3 +144,26 @@ def test_checkpoint_ages_and_records_per_second_read_right_through_a_cached_snap
     assert rates == [50.0] * len(rates), readings
     # The checkpoint moved 2 s before each first read: the leader serves its newest run's view at once.
     assert all(age == 2.0 for (_, age), _ in readings), readings
+
+
+def test_an_older_scan_after_a_newer_read_does_not_reset_the_rates() -> None:
+    """Anonymous callers get the leader's view while callers with a token get newer reads: the view's lower counts,
+    judged after a newer read, used to restart each series (the dashboard then showed no rate for 5 s)."""
+    from shardherd.services.api.fleet import CheckpointAges
+    from shardherd.services.api.models import LeaseOut
+    from shardherd.shared.clock import ManualClock
+
+    clock = ManualClock()
+    ages = CheckpointAges(clock)
+
+    def lease(records: int) -> LeaseOut:
+        return LeaseOut.model_construct(lease_key="s-1", checkpoint=str(records), records_processed=records,
+                                        checkpoint_owner=None, owner="w1", checkpoint_written_at=None)
+
+    for records in (100, 200, 300):  # fresh reads, 3 s apart
+        rate = ages.motions([lease(records)])["s-1"].records_per_second
+        clock.advance(3.0)
+    assert rate is not None and rate == pytest.approx(100 / 3, abs=0.1)
+    old_view = clock.monotonic() - 8.0  # the leader's view, scanned before the last read
+    assert ages.motions([lease(150)], at=old_view)["s-1"].records_per_second is not None
+    assert ages.motions([lease(400)])["s-1"].records_per_second == pytest.approx(100 / 3, abs=0.1)
