@@ -52,7 +52,7 @@ def list_assignments(
 ) -> AssignmentsPage:
     """One page of leases sorted by key; filters apply before pagination."""
     after = decode_cursor(cursor) if cursor is not None else None
-    snapshot = ctx.snapshot(access_of(request))
+    snapshot = ctx.snapshot(access_of(request), fresh=True)
     fleet = snapshot.fleet
     matching = [lease for lease in fleet.leases if _wanted(lease, worker, stream, state)]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
@@ -85,7 +85,7 @@ def _explained(snapshot: ApiSnapshot, page: list[LeaseOut]) -> list[LeaseOut]:
             summary="Shards blocked on a poison record, and shards whose owner quarantined some (decision 0031)")
 def list_poison(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> PoisonPage:
     """Every unfinished lease whose owner reports a poison record now, sorted by key."""
-    leases = ctx.snapshot(access_of(request)).fleet.leases
+    leases = ctx.snapshot(access_of(request), fresh=True).fleet.leases
     return PoisonPage(items=[PoisonOut(
         lease_key=lease.lease_key, shard_id=lease.shard_id, owner=lease.checkpoint_owner or lease.owner,
         blocked_on=lease.poison_blocked_on, blocked_since=lease.failing_since if lease.poison_blocked_on else None,

@@ -61,13 +61,15 @@ class ApiContext:
         """The leader replica's snapshot, asked for only while this replica does not lead (`fresh`: SnapshotCache)."""
         return None if self.from_leader is None or self.lock.is_leader() else self.from_leader(fresh)
 
-    def snapshot(self, access: Access) -> ApiSnapshot:
+    def snapshot(self, access: Access, fresh: bool = False) -> ApiSnapshot:
         """Fleet, lock and leader status as this replica serves them now (cached; see SnapshotCache).
 
-        For an anonymous caller only from what is at hand (never a store read): 503 when nothing is yet.
+        For an anonymous caller only from what is at hand (never a store read): 503 when nothing is yet. `fresh`
+        (the operator views: assignments, workers, leader) asks for tables at most `api_cache_millis` old for a caller
+        with a token; scrapes and autoscalers take the leader's view, which costs no read.
         """
         try:
-            return self.snapshots.get(may_read_store=access is not Access.ANONYMOUS)
+            return self.snapshots.get(may_read_store=access is not Access.ANONYMOUS, fresh=fresh)
         except NothingAtHand as exc:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "2"}) from exc
 

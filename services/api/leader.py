@@ -31,7 +31,7 @@ def last_success_at(status: LeaderStatus | None, view: LockView, own: float | No
             summary="The current leader, its epoch, the age of its last successful run, and its last runs")
 def get_leader(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> LeaderOut:
     """The lock item and the leader's published status, as this replica read them last (see SnapshotCache)."""
-    snapshot = ctx.snapshot(access_of(request))
+    snapshot = ctx.snapshot(access_of(request), fresh=True)
     view, status, problem = snapshot.lock, snapshot.status, snapshot.status_problem
     newest = last_success_at(status, view, ctx.watch.last_success_wall() if ctx.lock.is_leader() else None)
     age = None if newest is None else round(max(0.0, ctx.clock.time() - newest), 3)

@@ -75,4 +75,5 @@ def get_snapshot(ctx: Annotated[ApiContext, Depends(context)], request: Request,
     """
     if not ctx.lock.is_leader():
         raise HTTPException(status.HTTP_409_CONFLICT, f"replica {ctx.settings.worker_id} does not lead")
-    return SnapshotOut.of(ctx.settings.worker_id, ctx.snapshot(access_of(request) if fresh else Access.ANONYMOUS))
+    served = ctx.snapshot(access_of(request), fresh=True) if fresh else ctx.snapshot(Access.ANONYMOUS)
+    return SnapshotOut.of(ctx.settings.worker_id, served)

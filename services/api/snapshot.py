@@ -68,23 +68,24 @@ class SnapshotCache:
         self._data_at = 0.0  # when its tables were read
         self._guard = threading.Lock()
 
-    def get(self, may_read_store: bool = True) -> ApiSnapshot:
+    def get(self, may_read_store: bool = True, fresh: bool = False) -> ApiSnapshot:
         """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
 
         On the leader a newer run's view replaces the cached snapshot at once (it costs no store read), so the ages
         and rates served there are as fresh as the leader's own view. Without `may_read_store` (an anonymous caller)
         the store is never read: the leader's own view however old its scans, else the last snapshot however old,
-        else NothingAtHand.
+        else NothingAtHand. With `fresh` a caller with a token gets tables at most `max_age` old (the leader's view
+        only while it is, else a read): the operator views; scrapes and autoscalers take the view as it is.
         """
+        recent = fresh and may_read_store  # tables at most max_age old (issue 33)
         with self._guard:
             now = self._clock.monotonic()
             if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view() and (
-                    not may_read_store or now - self._data_at <= self.max_age):
+                    not recent or now - self._data_at <= self.max_age):
                 return replace(self._snapshot, age=now - self._data_at)
-            own = self._own(self.max_age, fresh=may_read_store)
-            fresh = own[0] if own is not None else (
-                self._from_leader(may_read_store) if self._from_leader is not None else None)
-            if fresh is None and not may_read_store:
+            own = self._own(self.max_age, fresh=recent)
+            got = own[0] if own is not None else (self._from_leader(recent) if self._from_leader is not None else None)
+            if got is None and not may_read_store:
                 kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
                 if kept is not None:
                     return replace(kept[0], age=max(0.0, now - kept[1][2]))
@@ -93,10 +94,10 @@ class SnapshotCache:
                                         "read the store: retry shortly, or send the read token")
                 return replace(self._snapshot, age=now - self._data_at)
             self._source = own[1] if own is not None else None
-            self._snapshot = fresh if fresh is not None else self._read()
+            self._snapshot = got if got is not None else self._read(recent)
             self._taken = now
             # Its tables' age, not this copy's: a caller with a token gets them at most max_age old (issue 33).
-            self._data_at = min(now, own[1][2] if own is not None else now - (fresh.age if fresh is not None else 0.0))
+            self._data_at = min(now, own[1][2] if own is not None else now - (got.age if got is not None else 0.0))
             return replace(self._snapshot, age=now - self._data_at)
 
     def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
@@ -120,9 +121,10 @@ class SnapshotCache:
     def _fresh(self, scans: TimedScans | None, max_age: float) -> TimedScans | None:
         return scans if scans is not None and self._clock.monotonic() - scans[2] <= max_age else None
 
-    def _read(self) -> ApiSnapshot:
+    def _read(self, recent: bool) -> ApiSnapshot:
         """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""
-        scans = self._fresh(self._leader_scans(self.max_age), self.max_age)
+        scans = self._leader_scans(self.max_age)
+        scans = self._fresh(scans, self.max_age) if recent else scans
         if scans is None:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())

@@ -21,7 +21,7 @@ WorkerId = Annotated[str, Path(min_length=1, max_length=256, description="the wo
             summary="Every worker with state, CPU history and EMA, throughput, lease count and heartbeat age")
 def list_workers(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> WorkersPage:
     """Every worker record, judged on this replica's clock."""
-    fleet = ctx.snapshot(access_of(request)).fleet
+    fleet = ctx.snapshot(access_of(request), fresh=True).fleet
     return WorkersPage(items=fleet.workers, malformed=fleet.malformed_workers, repaired=fleet.repaired_workers)
 
 

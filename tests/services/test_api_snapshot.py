@@ -114,6 +114,9 @@ def test_while_the_leader_ticks_on_its_view_the_api_serves_that_view_as_of_its_s
     for _ in range(2):  # the second within api_cache_millis: the same snapshot
         assert leader.client.get("/v1/workers", headers=token).status_code == 200
     assert usage_total(meter.rows(), caller="api", operation="scan").requests == 2  # both tables, once
+    leader.clock.advance(6.0)
+    assert leader.client.get("/metrics", headers=token).status_code == 200  # scrapes take the view: no read
+    assert usage_total(meter.rows(), caller="api", operation="scan").requests == 2
 
 
 def test_checkpoint_ages_and_records_per_second_read_right_through_a_cached_snapshot(meter: StoreMeter) -> None:
