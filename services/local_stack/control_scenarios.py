@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -74,14 +75,19 @@ def stream_keys(kinesis: Any, stream: str, shards: list[str]) -> dict[Key, float
 
 def _get_records(kinesis: Any, iterator: str) -> Any:
     """One GetRecords call, asked again while the shard's read limit (5/s, the agents' reads too) throttles it."""
+    return unthrottled(lambda: kinesis.get_records(ShardIterator=iterator, Limit=10_000))
+
+
+def unthrottled(call: Callable[[], Any]) -> Any:
+    """`call()`, asked again after 0.2, 0.4 ... 3.2 s while a shard's limits refuse it (as AWS clients must)."""
     for wait in (0.2, 0.4, 0.8, 1.6, 3.2):
         try:
-            return kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+            return call()
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != THROTTLED:
                 raise
             time.sleep(wait)
-    return kinesis.get_records(ShardIterator=iterator, Limit=10_000)
+    return call()
 
 
 def _user_records(data: bytes) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shardherd.agent.quarantine import open_destination
-from shardherd.services.local_stack.control_scenarios import ControlScenarios, sink_counts, stream_keys
+from shardherd.services.local_stack.control_scenarios import ControlScenarios, sink_counts, stream_keys, unthrottled
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.scenarios import Outcome, ScenarioFailed
 from shardherd.services.local_stack.state import LOG_DIR
@@ -106,8 +106,10 @@ class PoisonScenario:
         shards = {found.shard_id: found for found in list_shards(kinesis, self.state.stream_name, RetryPolicy())}
         if shard not in shards:
             raise ScenarioFailed(f"{shard} is not a shard of {self.state.stream_name}")
-        answer = kinesis.put_record(StreamName=self.state.stream_name, Data=POISON_DATA, PartitionKey="poison",
-                                    ExplicitHashKey=shards[shard].starting_hash_key)
+        # A shard at its write limit (a hot-shard load just ended) refuses for a moment: asked again, as AWS wants.
+        answer = unthrottled(lambda: kinesis.put_record(StreamName=self.state.stream_name, Data=POISON_DATA,
+                                                        PartitionKey="poison",
+                                                        ExplicitHashKey=shards[shard].starting_hash_key))
         if answer["ShardId"] != shard:
             raise ScenarioFailed(f"the record went to {answer['ShardId']}, not {shard}")
         return str(answer["SequenceNumber"]), time.time()

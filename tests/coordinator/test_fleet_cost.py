@@ -19,10 +19,12 @@ def test_a_small_fleet_is_metered_by_caller_and_compared_with_kcl() -> None:
     result = run_size(8, 3, warmup=120.0, window=30.0)
     callers = {caller: result.per_minute(caller) for caller in ("leader", "lock", "agent", "api", "metrics")}
     assert all(callers[caller].requests > 0 for caller in ("leader", "lock", "agent")), callers
-    # The dashboard and the scrapes are served by the leader replica from memory (decision 0012); a refresh falls
-    # back to reading the lock and the status only while the leader's view is older than the cache period (10 units
-    # a minute before, every refresh).
-    assert callers["api"].read_units + callers["metrics"].read_units <= 2.0, callers
+    # Scrapes are served by the leader replica from memory (decision 0012), reading at most the lock and the status
+    # (0.5 units) when the cache period has passed. The dashboard's refresh (a reader here: no token is configured)
+    # reads both tables once the leader's view is older than api_cache_millis, so its checkpoint ages are true to 2 s
+    # (issue 33, docs/store-cost.md): at most one scan of each small table per refresh, 20 refreshes a minute.
+    assert callers["api"].read_units <= 20 * 1.0, callers
+    assert callers["metrics"].read_units <= 4 * 1.0, callers
     assert callers["agent"].write_units >= 3 * 60 / 3.4  # every worker heartbeats about every 3.3 s
     assert callers["lock"].write_units == pytest.approx(40, rel=0.1)  # a heartbeat every 1.5 s
     assert result.status_sizes and max(result.status_sizes) <= MAX_STATUS_BYTES
