@@ -12,22 +12,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from shardherd.agent.kpl import BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_aggregate
+from shardherd.coordinator.rewind_probe import unthrottled
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.pipeline import KEY
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
-from shardherd.services.local_stack.producer import THROTTLED
 from shardherd.services.local_stack.scenarios import POLL_SECONDS, Outcome, ScenarioFailed, Scenarios
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
+from shardherd.shared.clock import SystemClock
 from shardherd.shared.dynamo.store import DynamoLeaseStore
 from shardherd.shared.lease import Lease
 from shardherd.shared.store import TableNames
@@ -75,19 +73,7 @@ def stream_keys(kinesis: Any, stream: str, shards: list[str]) -> dict[Key, float
 
 def _get_records(kinesis: Any, iterator: str) -> Any:
     """One GetRecords call, asked again while the shard's read limit (5/s, the agents' reads too) throttles it."""
-    return unthrottled(lambda: kinesis.get_records(ShardIterator=iterator, Limit=10_000))
-
-
-def unthrottled(call: Callable[[], Any]) -> Any:
-    """`call()`, asked again after 0.2, 0.4 ... 3.2 s while a shard's limits refuse it (as AWS clients must)."""
-    for wait in (0.2, 0.4, 0.8, 1.6, 3.2):
-        try:
-            return call()
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != THROTTLED:
-                raise
-            time.sleep(wait)
-    return call()
+    return unthrottled(lambda: kinesis.get_records(ShardIterator=iterator, Limit=10_000), SystemClock())
 
 
 def _user_records(data: bytes) -> int:

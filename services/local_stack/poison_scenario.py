@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from shardherd.agent.quarantine import open_destination
-from shardherd.services.local_stack.control_scenarios import ControlScenarios, sink_counts, stream_keys, unthrottled
+from shardherd.coordinator.rewind_probe import unthrottled
+from shardherd.services.local_stack.control_scenarios import ControlScenarios, sink_counts, stream_keys
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.scenarios import Outcome, ScenarioFailed
 from shardherd.services.local_stack.state import LOG_DIR
 from shardherd.services.status_cli import ApiError
+from shardherd.shared.clock import SystemClock
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.shard_lister import list_shards
 
@@ -109,7 +111,8 @@ class PoisonScenario:
         # A shard at its write limit (a hot-shard load just ended) refuses for a moment: asked again, as AWS wants.
         answer = unthrottled(lambda: kinesis.put_record(StreamName=self.state.stream_name, Data=POISON_DATA,
                                                         PartitionKey="poison",
-                                                        ExplicitHashKey=shards[shard].starting_hash_key))
+                                                        ExplicitHashKey=shards[shard].starting_hash_key),
+                             SystemClock())
         if answer["ShardId"] != shard:
             raise ScenarioFailed(f"the record went to {answer['ShardId']}, not {shard}")
         return str(answer["SequenceNumber"]), time.time()
