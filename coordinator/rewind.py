@@ -44,7 +44,7 @@ from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.pause import BadControlRequest, select_leases
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.shard_lister import list_shards
-from shardherd.shared.store import LeaseStore
+from shardherd.shared.store import LeaseStore, Outcome
 from shardherd.shared.streams import StreamIdentifier, stream_name_of
 
 if TYPE_CHECKING:
@@ -249,12 +249,10 @@ class Rewinder:
         return replace(row, before="(cleaned up)", note=f"{row.note}; lease created again")
 
     def _delete_held(self, lease: Lease, row: RewindRow) -> RewindRow:
-        """Delete a stopped lease held back behind a reopened ancestor; a row that moved is waited for again."""
-        for _ in range(REWRITE_ATTEMPTS):
-            if self._store.delete_lease(lease.lease_key, expected_checkpoint=lease.checkpoint).applied:
-                return row
-            lease = self._wait_stopped([lease.lease_key])[lease.lease_key]
-        raise RewindFailed(f"{lease.lease_key} kept changing while paused: it was not held back behind its parents")
+        """Delete a stopped lease held back behind a reopened ancestor (conditioned on its checkpoint as stopped)."""
+        self._on_stopped(lease, lambda row: self._store.delete_lease(row.lease_key, expected_checkpoint=row.checkpoint),
+                         "it was not held back behind its parents")
+        return row
 
     def _tell(self, rows: list[Lease | None]) -> None:
         """Make the leader look at once: it publishes the pause marks to the owners over the channel."""
@@ -290,14 +288,24 @@ class Rewinder:
             self._clock.sleep(POLL_SECONDS)
 
     def _rewrite(self, lease: Lease, target: Checkpoint) -> tuple[Lease, Lease]:
-        """Rewrite one stopped lease: (the row rewritten, the row after); a row that moved is waited for again."""
+        """Rewrite one stopped lease: (the row rewritten, the row after)."""
+        rewritten, outcome = self._on_stopped(
+            lease, lambda row: self._store.rewrite_checkpoint(row.lease_key, row, target),
+            "the shards before it were rewritten, it and the rest were not")
+        assert outcome.lease is not None
+        return rewritten, outcome.lease
+
+    def _on_stopped(self, lease: Lease, write: Callable[[Lease], Outcome], failed: str) -> tuple[Lease, Outcome]:
+        """`write` conditioned on the stopped row: (the row written, the outcome).
+
+        A row that moved (e.g. a new owner after a failover) is waited for again, REWRITE_ATTEMPTS times.
+        """
         for _ in range(REWRITE_ATTEMPTS):
-            outcome = self._store.rewrite_checkpoint(lease.lease_key, lease, target)
-            if outcome.applied and outcome.lease is not None:
-                return lease, outcome.lease
-            lease = self._wait_stopped([lease.lease_key])[lease.lease_key]  # e.g. a new owner after a failover
-        raise RewindFailed(f"{lease.lease_key} kept changing while paused: the shards before it were rewritten, "
-                           "it and the rest were not")
+            outcome = write(lease)
+            if outcome.applied:
+                return lease, outcome
+            lease = self._wait_stopped([lease.lease_key])[lease.lease_key]
+        raise RewindFailed(f"{lease.lease_key} kept changing while paused: {failed}")
 
     def _remember(self, record: RewindRecord) -> None:
         try:

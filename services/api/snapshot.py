@@ -107,7 +107,7 @@ class SnapshotCache:
         ticks on a view up to a full-scan interval old, whose checkpoints (agents write them, not the leader) and
         heartbeats are that old too; a caller who may cause a read gets them from the store instead (issue 33).
         """
-        scans = self._fresh(self._leader_scans(max_age), max_age) if fresh else self._leader_scans(max_age)
+        scans = self._view(max_age, fresh)
         lock = self._lock.own_view()
         known, status = self._own_status() if self._own_status is not None else (False, None)
         if scans is None or lock is None or not known:
@@ -118,13 +118,16 @@ class SnapshotCache:
         """The snapshot was built from the leader's view, and the leader has a newer one."""
         return self._source is not None and self._leader_scans(self.max_age) not in (None, self._source)
 
-    def _fresh(self, scans: TimedScans | None, max_age: float) -> TimedScans | None:
-        return scans if scans is not None and self._clock.monotonic() - scans[2] <= max_age else None
+    def _view(self, max_age: float, recent: bool) -> TimedScans | None:
+        """The leader's scans as `_leader_scans` gives them, or with `recent` only while at most `max_age` old."""
+        scans = self._leader_scans(max_age)
+        if recent and scans is not None and self._clock.monotonic() - scans[2] > max_age:
+            return None
+        return scans
 
     def _read(self, recent: bool) -> ApiSnapshot:
         """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""
-        scans = self._leader_scans(self.max_age)
-        scans = self._fresh(scans, self.max_age) if recent else scans
+        scans = self._view(self.max_age, recent)
         if scans is None:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
