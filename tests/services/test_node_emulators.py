@@ -14,7 +14,8 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import EndpointConnectionError
+from botocore.config import Config
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from shardherd.services.emulators.kinesalite import Kinesalite, KinesisLocal, NodeEmulator
 from shardherd.services.emulators.ports import wait_until
@@ -38,20 +39,30 @@ def _reset_mid_request(port: int) -> None:
 def test_an_emulator_serves_on_after_a_client_resets_mid_request(emulator_type: type[NodeEmulator]) -> None:
     with emulator_type() as emulator:
         kinesis = boto3.client("kinesis", endpoint_url=emulator.endpoint_url, region_name="us-east-1",
-                               aws_access_key_id="test", aws_secret_access_key="test")
+                               aws_access_key_id="test", aws_secret_access_key="test",
+                               config=Config(connect_timeout=2, read_timeout=3, retries={"max_attempts": 1}))
         kinesis.create_stream(StreamName="resets", ShardCount=1)
         for _ in range(3):
             _reset_mid_request(emulator.port)
         time.sleep(0.5)  # an emulator that throws on the reset has exited by now
         assert emulator.running, emulator.output()
         # Serving on: kinesis-local refused connections for a moment once under CI's load (still running): the
-        # clients' retries ride that out, so the emulator gets a few seconds to answer again.
-        wait_until(lambda: _lists(kinesis, "resets"), 10, "the emulator answering after the resets",
-                   lambda: emulator.running)
+        # clients' retries ride that out, so the emulator gets a few seconds to answer again. CI once saw 10 s
+        # pass without an answer naming the stream; the failure now says what the emulator answered instead.
+        seen: list[str] = []
+        try:
+            wait_until(lambda: _lists(kinesis, "resets", seen), 20, "the emulator answering after the resets",
+                       lambda: emulator.running)
+        except RuntimeError as error:
+            raise AssertionError(f"{error}; last answers {seen[-3:]}; emulator said: {emulator.output()}") from error
 
 
-def _lists(kinesis: Any, stream: str) -> bool:
+def _lists(kinesis: Any, stream: str, seen: list[str]) -> bool:
+    """Whether ListStreams names `stream`; what it answered instead goes to `seen` (the failure message shows it)."""
     try:
-        return stream in kinesis.list_streams()["StreamNames"]
-    except EndpointConnectionError:
+        names = kinesis.list_streams()["StreamNames"]
+    except (EndpointConnectionError, ReadTimeoutError) as error:
+        seen.append(f"{type(error).__name__}: {error}")
         return False
+    seen.append(f"streams {names}")
+    return stream in names
