@@ -25,9 +25,14 @@ MIN_SQLITE_VERSION = (3, 35, 0)  # UPDATE/DELETE ... RETURNING
 _BEGIN_OPTION = "shardherd_begin"
 
 # PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, lock not available, server shutting down or
-# starting, too many connections, a statement cancelled (its timeout); plus the whole connection-exception class 08.
-_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53300"})
-_TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED")
+# starting, too many connections, a statement cancelled (its timeout), a full disk or out of memory; plus the whole
+# connection-exception class 08. A full disk is an outage of the shared store, not a fault of one caller: made
+# permanent, it ended every heartbeat and lock keeper at once (docs/failure-model.md), where an outage fences and
+# waits for the space to come back.
+_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03", "53100", "53200",
+                                  "53300"})
+# SQLite: the file is locked by another writer, the disk is full, or an I/O error (SQLITE_IOERR_* included).
+_TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_IOERR")
 
 
 def make_engines(url: str, pool_size: int, call_timeout: float | None = None) -> tuple[Engine, Engine]:
@@ -94,7 +99,7 @@ def insert_for(engine: Engine, table: Any) -> postgresql.Insert | sqlite.Insert:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors a retry can cure: lost connections, serialization failures, deadlocks, a busy SQLite file."""
+    """True for errors a retry cures: lost connections, conflicts, deadlocks, a busy file, a full disk (an outage)."""
     if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError):
         return True
     if not isinstance(exc, sa_exc.DBAPIError):

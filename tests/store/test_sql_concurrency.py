@@ -160,6 +160,25 @@ def test_non_transient_errors_are_not_retried(tmp_path: Path) -> None:
     assert clock.monotonic() == 1_000.0
 
 
+def test_a_full_sqlite_file_is_an_outage_not_a_permanent_error(tmp_path: Path) -> None:
+    """SQLITE_FULL (what a full disk gives; here the file's page limit) is retried and ends as StoreUnavailable.
+
+    Made permanent, it ended every heartbeat and lock keeper of the fleet at once (the fault matrix's "SQLite disk
+    full" cell); as an outage, agents fence and the leader stands down until space comes back.
+    """
+    engine = create_engine(f"sqlite:///{tmp_path / 'full.db'}")
+    try:
+        with pytest.raises(sa_exc.OperationalError) as caught, engine.connect() as conn:
+            conn.execute(text("CREATE TABLE t (b BLOB)"))
+            pages = conn.execute(text("PRAGMA page_count")).scalar()
+            conn.execute(text(f"PRAGMA max_page_count = {pages}"))
+            conn.execute(text("INSERT INTO t VALUES (zeroblob(1000000))"))
+    finally:
+        engine.dispose()
+    assert "full" in str(caught.value)
+    assert is_transient(caught.value)
+
+
 # ------------------------------------------------------------------ PostgreSQL errors
 @pytest.mark.postgres
 @pytest.mark.parametrize(("sqlstate", "transient"), [
@@ -167,6 +186,7 @@ def test_non_transient_errors_are_not_retried(tmp_path: Path) -> None:
     ("40P01", True),  # deadlock detected
     ("57P01", True),  # admin shutdown
     ("08006", True),  # connection failure
+    ("53100", True),  # disk full: an outage of the store, fenced and waited out
     ("23505", False),  # unique violation
     ("42P01", False),  # undefined table
 ])
