@@ -34,7 +34,8 @@ echo "== pytest"
 set +e
 # Two processes by default (the suite mostly waits on intervals and emulators); a module's tests stay in one
 # process (--dist loadfile) so module fixtures start once. SHARDHERD_TEST_PROCESSES=0 runs them in this process.
-.venv/bin/python -m pytest -n "${SHARDHERD_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# The 25 slowest tests are listed at the end: CI has a 30-minute budget.
+.venv/bin/python -m pytest -n "${SHARDHERD_TEST_PROCESSES:-2}" --dist loadfile --durations=25 "$@"
 status=$?
 set -e
 if [ $status -eq 5 ]; then
