@@ -29,6 +29,7 @@ from bench.kcl_baseline import kcl_bill
 from shardherd.services.local_stack.state import StackNotRunning, StackState
 from shardherd.shared.aws import make_client
 from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.lease import Lease
 from shardherd.shared.store import TableNames
 
 # shardherd's defaults, which `shardherd up` replaces with quicker demo intervals unless they are set explicitly.
@@ -70,7 +71,33 @@ def by_caller(totals: Totals) -> dict[str, list[float]]:
     return callers
 
 
-def _wait_for_state(run: Path, deadline: float) -> StackState:
+def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers: Sequence[str]) -> None:
+    """Units per minute by caller (and the costliest operations) over the window, next to KCL 3.x's bill.
+
+    KCL's line prices the same leases and workers with the agents' own checkpoint rate over the window.
+    """
+    print(f"  {'caller':<12} {'requests/min':>12} {'RCU/min':>9} {'WCU/min':>9}")
+    total = [0.0, 0.0, 0.0]
+    for caller, (requests, reads, writes) in sorted(by_caller(window).items()):
+        print(f"  {caller:<12} {requests / minutes:>12,.0f} {reads / minutes:>9,.1f} {writes / minutes:>9,.1f}")
+        total = [total[0] + requests, total[1] + reads, total[2] + writes]
+    print(f"  {'total':<12} {total[0] / minutes:>12,.0f} {total[1] / minutes:>9,.1f} {total[2] / minutes:>9,.1f}")
+    for (caller, operation), (requests, reads, writes) in sorted(window.items(), key=lambda kv: -sum(kv[1][1:])):
+        if reads + writes > 0:
+            print(f"    {caller:<12} {operation:<48} {requests / minutes:>8,.0f} {reads / minutes:>8,.1f} "
+                  f"{writes / minutes:>8,.1f}")
+    checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
+    rate = checkpoints / minutes / max(1, len(leases))  # the agents' own checkpoint rate, for KCL's line too
+    kcl = kcl_bill(leases, workers or ["worker"], rate)
+    kcl_reads, kcl_writes = sum(line.read_units for line in kcl), sum(line.write_units for line in kcl)
+    print(f"  KCL 3.x on the same {len(leases)} leases and {len(workers)} workers, checkpointing as often "
+          f"({rate:.2f} per shard per minute): {sum(line.requests for line in kcl):,.0f} requests/min, "
+          f"{kcl_reads:,.1f} RCU/min, {kcl_writes:,.1f} WCU/min; shardherd/KCL: reads "
+          f"{total[1] / minutes / kcl_reads:.2f}, writes {total[2] / minutes / kcl_writes:.2f}")
+
+
+def wait_for_state(run: Path, deadline: float) -> StackState:
+    """The running stack's state once it lists an API and an agent; SystemExit past `deadline` (monotonic)."""
     while time.monotonic() < deadline:
         try:
             state = StackState.read(run)
@@ -133,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = (run / "stack-cost.log").open("w", encoding="utf-8")
     stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        state = _wait_for_state(run, time.monotonic() + 120)
+        state = wait_for_state(run, time.monotonic() + 120)
         time.sleep(args.warmup)
         with httpx.Client(timeout=10.0) as client:
             dashboard = _pick(client, state, args.dashboard)
@@ -167,24 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"no Spark; "
           f"one dashboard on {dashboard} (the {role} replica at the end), a scrape every 15 s; "
           f"window {minutes:.1f} min")
-    print(f"  {'caller':<12} {'requests/min':>12} {'RCU/min':>9} {'WCU/min':>9}")
-    total = [0.0, 0.0, 0.0]
-    for caller, (requests, reads, writes) in sorted(by_caller(window).items()):
-        print(f"  {caller:<12} {requests / minutes:>12,.0f} {reads / minutes:>9,.1f} {writes / minutes:>9,.1f}")
-        total = [total[0] + requests, total[1] + reads, total[2] + writes]
-    print(f"  {'total':<12} {total[0] / minutes:>12,.0f} {total[1] / minutes:>9,.1f} {total[2] / minutes:>9,.1f}")
-    for (caller, operation), (requests, reads, writes) in sorted(window.items(), key=lambda kv: -sum(kv[1][1:])):
-        if reads + writes > 0:
-            print(f"    {caller:<12} {operation:<48} {requests / minutes:>8,.0f} {reads / minutes:>8,.1f} "
-                  f"{writes / minutes:>8,.1f}")
-    checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
-    rate = checkpoints / minutes / max(1, len(leases))  # the agents' own checkpoint rate, for KCL's line too
-    kcl = kcl_bill(leases, workers or ["worker"], rate)
-    kcl_reads, kcl_writes = sum(line.read_units for line in kcl), sum(line.write_units for line in kcl)
-    print(f"  KCL 3.x on the same {len(leases)} leases and {len(workers)} workers, checkpointing as often "
-          f"({rate:.2f} per shard per minute): {sum(line.requests for line in kcl):,.0f} requests/min, "
-          f"{kcl_reads:,.1f} RCU/min, {kcl_writes:,.1f} WCU/min; shardherd/KCL: reads "
-          f"{total[1] / minutes / kcl_reads:.2f}, writes {total[2] / minutes / kcl_writes:.2f}")
+    print_bill(window, minutes, leases, workers)
     return 0
 
 

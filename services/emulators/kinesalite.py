@@ -51,6 +51,8 @@ process.on('uncaughtException', (err) => {
 });
 """
 
+DEFAULT_SHARD_LIMIT = 100  # kinesalite's own default of open shards per account
+
 
 class EmulatorNotInstalled(ShardherdError, RuntimeError):
     """Node or the emulator's npm package is missing; the message says which command installs it."""
@@ -149,7 +151,7 @@ class NodeEmulator(LoopbackServer):
         port: int | None = None,
         startup_timeout: float = 60.0,
         reshard_ms: int = 50,
-        shard_limit: int = 100,
+        shard_limit: int = DEFAULT_SHARD_LIMIT,
         node_modules: Path = NODE_MODULES,
         log_path: Path | None = None,
     ) -> None:

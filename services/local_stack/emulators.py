@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.kinesalite import DEFAULT_SHARD_LIMIT, Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.ports import LOOPBACK, free_port, port_open, wait_until
 from shardherd.services.local_stack.state import ProcessEntry
@@ -41,8 +41,10 @@ class Endpoints:
 class Emulators:
     """Starts the emulators the configuration lacks, and stops them."""
 
-    def __init__(self, settings: Settings, supervisor: Supervisor, use_aws: bool, aws_limits: bool = True) -> None:
+    def __init__(self, settings: Settings, supervisor: Supervisor, use_aws: bool, aws_limits: bool = True,
+                 shard_limit: int = DEFAULT_SHARD_LIMIT) -> None:
         self._settings = settings
+        self._shard_limit = shard_limit  # kinesalite's open shards per account (AWS's default quota is 500 or 200)
         self._supervisor = supervisor
         self._use_aws = use_aws
         self._aws_limits = aws_limits
@@ -62,7 +64,7 @@ class Emulators:
                                                ["-H", LOOPBACK, "-p", str(port)], env, grace=5.0, port=port)
             dynamodb = f"http://{LOOPBACK}:{port}"
         if not self._use_aws and kinesis is None:
-            self.kinesalite = Kinesalite(startup_timeout=STARTUP_TIMEOUT,
+            self.kinesalite = Kinesalite(startup_timeout=STARTUP_TIMEOUT, shard_limit=self._shard_limit,
                                          log_path=self._supervisor.log_dir / "kinesalite.log").start()
             kinesis = self.kinesalite.endpoint_url
             if self._aws_limits:

@@ -29,6 +29,7 @@ from typing import Any
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
+from shardherd.services.emulators.kinesalite import DEFAULT_SHARD_LIMIT
 from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
 from shardherd.services.local_stack.control import ControlServer
 from shardherd.services.local_stack.emulators import Emulators, Endpoints
@@ -140,7 +141,8 @@ class LocalStack:
         self.restarts = Restarts(self.supervisor, (AGENT, COORDINATOR))
         self._lock = RunDirLock(options.run_dir)
         self._owner = False
-        self.emulators = Emulators(settings, self.supervisor, options.use_aws, options.aws_limits)
+        self.emulators = Emulators(settings, self.supervisor, options.use_aws, options.aws_limits,
+                                   shard_limit=max(DEFAULT_SHARD_LIMIT, 2 * options.shards))
         self.endpoints = Endpoints(settings.dynamodb_endpoint_url, settings.kinesis_endpoint_url)
         self.producer: Producer | None = None
         self.control: ControlServer | None = None

@@ -1,0 +1,231 @@
+"""The real stack at scale (issue 36): hundreds of shards on tens of plain agents, every process real, on this machine.
+
+    python -m bench.scale [--shards 256] [--agents 32] [--rate 2000] [--settle 120] [--run-dir .scale]
+
+Starts `shardherd up --no-spark` with shardherd's user defaults (CPU metrics on, leader every 2 s, full scans every
+20 s; bench/stack_cost.py's USER_DEFAULTS), the Kinesis limits proxy in front of kinesalite (its shard limit raised
+to fit), moto as the store (the stack's store: PostgreSQL would time the database more than the coordinator) and a
+producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR). It prints:
+* start to every lease owned and to every shard read (its checkpoint moved), from launching `up` (start-up of 30+
+  Python processes on two cores included; `up`'s own start-up line is printed beside it);
+* the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`);
+* `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up;
+* owner changes and leader moves (by reason) over `--settle` s of steady state from `--warmup` s after every shard
+  was read, and the store's capacity units per minute over
+  that window next to KCL 3.x's bill for the same leases and workers;
+* each agent's resident memory (median, max);
+* kill -9 of the agent holding most leases: seconds until each of its shards is read elsewhere (max, and how many).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.stack_cost import USER_DEFAULTS, difference, print_bill, read_meters, wait_for_state
+from shardherd.services.local_stack.scenarios import Scenarios
+from shardherd.services.local_stack.state import StackState
+from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.aws import make_client
+from shardherd.shared.dynamo.store import DynamoLeaseStore
+from shardherd.shared.store import TableNames
+
+POLL = 1.0  # seconds between the bench's reads of the API
+
+
+def percentiles(values: Sequence[float]) -> str:
+    """'p50 X, p99 Y, max Z' of `values` (milliseconds), or 'none'."""
+    if not values:
+        return "none"
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return f"p50 {statistics.median(ordered):.0f} ms, p99 {p99:.0f} ms, max {ordered[-1]:.0f} ms (n={len(ordered)})"
+
+
+class LeaderRuns:
+    """Collects the runs the leader publishes (`/v1/leader`), on a thread, by (epoch, start)."""
+
+    def __init__(self, client: OperatorClient) -> None:
+        self._client = client
+        self.durations: dict[tuple[int, float], float] = {}
+        self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-runs", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(POLL):
+            try:
+                status = self._client.call("GET", "/v1/leader").get("status") or {}
+            except ApiError:
+                continue
+            for run in status.get("runs", ()):
+                self.durations[(run["epoch"], run["started_at"])] = run["duration_ms"]
+            if status.get("totals"):
+                self.moves = dict(status["totals"]["moves_by_reason"])
+
+    def stop(self) -> None:
+        """Stop watching."""
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _owners(client: OperatorClient) -> dict[str, dict[str, Any]]:
+    return {lease["lease_key"]: lease for lease in client.leases() if lease["state"] != "finished"}
+
+
+def _until(what: str, began: float, limit: float, done: Callable[[], bool]) -> float:
+    """Seconds from `began` (monotonic) until `done()`; SystemExit after `limit` s."""
+    while time.monotonic() - began < limit:
+        try:
+            if done():
+                return time.monotonic() - began
+        except ApiError:
+            pass  # a replica busy starting: ask again
+        time.sleep(POLL)
+    raise SystemExit(f"not {what} within {limit:.0f} s")
+
+
+def _latency(call: Callable[[], object], count: int) -> list[float]:
+    times = []
+    for _ in range(count):
+        began = time.perf_counter()
+        call()
+        times.append(1000 * (time.perf_counter() - began))
+    return times
+
+
+def _memory(state: StackState) -> list[float]:
+    sizes = []
+    for entry in state.by_role("agent"):
+        try:
+            sizes.append(psutil.Process(entry.pid).memory_info().rss / 2**20)
+        except psutil.Error:
+            continue
+    return sizes
+
+
+def _startup(client: OperatorClient, shards: int, began: float, limit: float) -> tuple[float, float]:
+    """Seconds from `began` to every lease owned, and to every lease's checkpoint moved from where it started."""
+    first: dict[str, str] = {}
+
+    def owned() -> bool:
+        leases = _owners(client)
+        for key, lease in leases.items():
+            first.setdefault(key, lease["checkpoint"])
+        return len(leases) >= shards and all(lease["owner"] for lease in leases.values())
+
+    def read() -> bool:
+        leases = _owners(client)
+        return len(leases) >= shards and all(lease["checkpoint"] != first.get(key, lease["checkpoint"])
+                                             for key, lease in leases.items())
+    return _until("every lease owned", began, limit, owned), _until("every shard read", began, limit, read)
+
+
+def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path,
+            seconds: float) -> tuple[int, dict[str, int], float, Any]:
+    """Owner changes seen and leader moves by reason over `seconds`, with the meters' difference and the minutes."""
+    before, moves = read_meters(meters), runs.moves
+    owners = {key: lease["owner"] for key, lease in _owners(client).items()}
+    changes = 0
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        time.sleep(3.0)
+        now = {key: lease["owner"] for key, lease in _owners(client).items()}
+        changes += sum(1 for key, owner in now.items() if key in owners and owners[key] != owner)
+        owners = now
+    time.sleep(2.5)  # the meters write every 2 s
+    moved = {reason: count - moves.get(reason, 0) for reason, count in runs.moves.items()
+             if count > moves.get(reason, 0)}
+    return changes, moved, (time.monotonic() - began) / 60, difference(read_meters(meters), before)
+
+
+def measure(args: argparse.Namespace, run: Path, began: float) -> None:
+    """Everything the docstring lists, printed as it is measured."""
+    state = wait_for_state(run, began + args.limit)
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
+    runs = LeaderRuns(client)
+    try:
+        owned, read = _startup(client, args.shards, began, args.limit)
+        up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
+                       "(no start-up line yet)")
+        print(f"{args.shards} shards, {args.agents} agents, load {os.getloadavg()[0]:.1f}: every lease owned after "
+              f"{owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n  up says: {up_line}")
+        assignments = _latency(client.leases, args.calls)
+        with httpx.Client(timeout=30.0) as http:
+            metrics = _latency(lambda: http.get(f"{state.api_urls()[0]}/metrics").raise_for_status(), args.calls)
+        print(f"/v1/assignments (every page, token): {percentiles(assignments)}\n/metrics: {percentiles(metrics)}")
+        time.sleep(args.warmup)
+        changes, moves, minutes, window = _steady(client, runs, run / "meter", args.settle)
+        print(f"steady state over {minutes:.1f} min, from {args.warmup:.0f} s after every shard was read: {changes} "
+              f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
+        store = DynamoLeaseStore(make_client("dynamodb", state.region, state.dynamodb_endpoint_url),
+                                 TableNames.for_application(state.application_name))
+        try:
+            leases, workers = store.scan_leases().leases, [w.worker_id for w in store.scan_workers().workers]
+        finally:
+            store.close()
+        print_bill(window, minutes, leases, workers)
+        print(f"leader runs: {percentiles(list(runs.durations.values()))}")
+        sizes = _memory(state)
+        print(f"agent resident memory: median {statistics.median(sizes):.0f} MiB, max {max(sizes):.0f} MiB "
+              f"({len(sizes)} agents)")
+        outcomes = Scenarios(state, timeout=args.limit, say=lambda line: None).kill_agent(None)
+        resumed = [outcome.seconds for outcome in outcomes if outcome.seconds is not None]
+        print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
+              f"after {max(resumed, default=float('nan')):.1f} s (load {os.getloadavg()[0]:.1f})")
+    finally:
+        runs.stop()
+        client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Start the stack, measure, stop it (SIGINT, as Ctrl-C)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--shards", type=int, default=256)
+    parser.add_argument("--agents", type=int, default=32)
+    parser.add_argument("--rate", type=int, default=2000, help="records/s the producer puts (all shards)")
+    parser.add_argument("--warmup", type=float, default=60.0, help="seconds after every shard is read before the "
+                        "steady-state window (the first balancing runs)")
+    parser.add_argument("--settle", type=float, default=120.0, help="seconds of steady state watched")
+    parser.add_argument("--calls", type=int, default=30, help="API calls timed per endpoint")
+    parser.add_argument("--limit", type=float, default=600.0, help="seconds any one step may take")
+    parser.add_argument("--run-dir", default=".scale", help="run directory (inside the current directory)")
+    args = parser.parse_args(argv)
+    run = Path(args.run_dir).resolve()
+    meters = run / "meter"
+    meters.mkdir(parents=True, exist_ok=True)
+    for stale in meters.glob("*.json"):
+        stale.unlink()
+    env = {**os.environ, **USER_DEFAULTS, "SHARDHERD_STORE_METER_DIR": str(meters)}
+    command = [sys.executable, "-m", "shardherd", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
+               "--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
+               "--startup-timeout", str(args.limit), "--duration", str(3 * args.limit + args.warmup + args.settle)]
+    began = time.monotonic()
+    with (run / "up.log").open("w", encoding="utf-8") as log:
+        stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            measure(args, run, began)
+        finally:
+            stack.send_signal(signal.SIGINT)
+            try:
+                stack.wait(120)
+            except subprocess.TimeoutExpired:
+                stack.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
