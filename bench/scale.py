@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.stack_cost import USER_DEFAULTS, difference, print_bill, read_meters, wait_for_state
+from bench.stack_cost import USER_DEFAULTS, difference, fresh_meters, print_bill, read_meters, wait_for_state
 from shardherd.services.local_stack.scenarios import Scenarios
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
@@ -205,10 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-dir", default=".scale", help="run directory (inside the current directory)")
     args = parser.parse_args(argv)
     run = Path(args.run_dir).resolve()
-    meters = run / "meter"
-    meters.mkdir(parents=True, exist_ok=True)
-    for stale in meters.glob("*.json"):
-        stale.unlink()
+    meters = fresh_meters(run)
     env = {**os.environ, **USER_DEFAULTS, "SHARDHERD_STORE_METER_DIR": str(meters)}
     command = [sys.executable, "-m", "shardherd", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
                "--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),

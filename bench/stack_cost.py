@@ -39,6 +39,15 @@ USER_DEFAULTS = {"SHARDHERD_DISCOVERY_INTERVAL_MILLIS": "1000", "SHARDHERD_LEASE
 Totals = dict[tuple[str, str], list[float]]  # (caller, table:operation) -> [requests, read units, write units]
 
 
+def fresh_meters(run: Path) -> Path:
+    """`<run>/meter`, created and emptied of an earlier run's reports (SHARDHERD_STORE_METER_DIR points there)."""
+    meters = run / "meter"
+    meters.mkdir(parents=True, exist_ok=True)
+    for stale in meters.glob("*.json"):
+        stale.unlink()
+    return meters
+
+
 def read_meters(directory: Path) -> Totals:
     """The sum of every process's meter report, by caller and table:operation."""
     totals: Totals = {}
@@ -147,10 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="keep the stack's demo settings (discovery 0.5 s, leader 1 s, CPU metrics off)")
     args = parser.parse_args(argv)
     run = Path(args.run_dir).resolve()
-    meters = run / "meter"
-    meters.mkdir(parents=True, exist_ok=True)
-    for stale in meters.glob("*.json"):
-        stale.unlink()
+    meters = fresh_meters(run)
     env = {**os.environ, "SHARDHERD_STORE_METER_DIR": str(meters)}
     if not args.stack_defaults:  # what users run, not the stack's quicker demo intervals with CPU metrics off
         env.update(USER_DEFAULTS)
