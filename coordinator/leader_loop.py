@@ -41,6 +41,7 @@ from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.paused_leases import hold_paused
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from shardherd.coordinator.scale_model import ScaleFigure, ScaleSettings, ScaleState
+from shardherd.coordinator.scale_model import inherited as scale_inherited
 from shardherd.coordinator.scale_model import step as scale_step
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
@@ -173,7 +174,8 @@ class LeaderLoop:
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, clock: Clock,
                  shard_source: ShardSource | None = None, history: RunHistory | None = None,
                  on_run: Callable[[RunSummary], None] | None = None,
-                 on_progress: Callable[[], None] | None = None) -> None:
+                 on_progress: Callable[[], None] | None = None,
+                 published_scale: Callable[[], tuple[int, str | None, float] | None] | None = None) -> None:
         self._store = store
         self._lock = lock
         self._settings = settings
@@ -184,6 +186,8 @@ class LeaderLoop:
         self.listing = None if shard_source is None else ShardListing(shard_source, clock,
                                                                       self._timing.listing_deadline)
         self._on_progress = on_progress  # a long run's fenced writes tell the supervisor it is not stalled
+        # The stored status's desired-worker count (count, removal candidate, wall time): a new term continues it.
+        self._published_scale = published_scale
         self._decider = DeciderConfig.from_settings(settings)
         self._scale = ScaleSettings.from_settings(settings)
         self._graceful = settings.graceful_lease_handoff_enabled
@@ -408,7 +412,18 @@ class LeaderLoop:
         if self._contending is not None:
             tracker.start_from(self._contending.row_sightings(), self._contending.confirmed_workers())
             self._contending = None
-        return _Term(epoch, tracker, self._clock.monotonic())
+        return _Term(epoch, tracker, self._clock.monotonic(), scale=self._inherited_scale())
+
+    def _inherited_scale(self) -> ScaleState:
+        """The desired-worker count's start for a new term: the published one, if fresh (scale_model.inherited)."""
+        if self._published_scale is None:
+            return ScaleState()
+        try:
+            previous = self._published_scale()
+        except Exception as exc:  # best effort: a term without it only starts its count afresh
+            log.warning("leader loop: reading the published desired-worker count failed: %s", exc)
+            return ScaleState()
+        return scale_inherited(previous, self._clock.time(), self._scale)
 
     def _run(self, term: _Term, fence: Fence, started_wall: float, started: float, reason: str) -> RunSummary:
         """A full run (both tables scanned, for `reason`): shard sync, assignment, balancing; each fails on its own.

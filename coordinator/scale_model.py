@@ -21,9 +21,10 @@ Invariants:
   those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest of those
   asks); a run asking for the current count ends a pending change, while a run without a capacity estimate
   neither asks for fewer nor ends anything (only the lease bound or a growing lag ask for more in it). So the count
-  changes at most once per direction per window. A term's count starts at the number of workers there are at its
-  first run that sees one (before that, for up to a scale-out window, it has no figure: a new leader has not yet seen
-  its workers alive).
+  changes at most once per direction per window. A term's count starts at the count its predecessor published, if
+  that is at most a scale-in window old (`inherited`: a leader change neither drops nor raises what an autoscaler
+  reads), else at the number of workers there are at its first run that sees one (before that, for up to a
+  scale-out window, it has no figure: a new leader has not yet seen its workers alive).
 * The removal candidate is a non-draining worker with a fresh heartbeat holding the fewest leases (then the least
   throughput, then the smallest id); the previous candidate stays while it holds no more leases than the cheapest.
 """
@@ -99,6 +100,20 @@ class ScaleState:
     lags: tuple[tuple[float, int], ...] = ()  # (monotonic seconds, largest lag in ms) within the scale-out window
     remove_first: str | None = None
     began: float | None = None  # monotonic seconds of the term's first run
+
+
+def inherited(previous: tuple[int, str | None, float] | None, now_wall: float, cfg: ScaleSettings) -> ScaleState:
+    """A new term's state: the predecessor's published (count, removal candidate, wall time), unless none or stale.
+
+    A count older than the scale-in window says nothing about the fleet now (the leaders were down or stalled that
+    long): the term then starts afresh from the workers it sees.
+    """
+    if previous is None:
+        return ScaleState()
+    desired, remove_first, computed_at = previous
+    if not 0 <= now_wall - computed_at <= cfg.in_after:
+        return ScaleState()
+    return ScaleState(desired=max(cfg.min_workers, min(cfg.max_workers, desired)), remove_first=remove_first)
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,7 +145,7 @@ class CoordinatorService:
             watch.on_run(summary, loop.viewed_leases)
 
         loop = LeaderLoop(store, lock, settings, clock, kinesis_shard_source(settings, clock), on_run=on_run,
-                          on_progress=lambda: supervisor.beat(LEADER_LOOP))
+                          on_progress=lambda: supervisor.beat(LEADER_LOOP), published_scale=watch.published_scale)
         return cls(settings, store, lock, loop, clock, watch, replicas, peers, supervisor)
 
     def start(self) -> None:

@@ -508,6 +508,15 @@ class LeaderWatch:
         self._unplaced = previous.unplaced
         self._totals, self._last_success_at = previous.totals, previous.last_success_at
 
+    def published_scale(self) -> tuple[int, str | None, float] | None:
+        """The stored status's desired-worker count (count, removal candidate, wall time computed), read now.
+
+        A new leader term continues it (LeaderLoop), so a leader change does not move what autoscalers read.
+        """
+        previous, _ = self._previous()
+        scale = None if previous is None else previous.scale
+        return None if scale is None else (scale.desired, scale.remove_first, scale.computed_at)
+
     def lock_changes(self) -> dict[str, int]:
         """How often this replica gained and lost the lock since it started."""
         with self._guard:

@@ -18,6 +18,7 @@ from shardherd.coordinator.scale_model import (
     ScaleFigure,
     ScaleSettings,
     ScaleState,
+    inherited,
     need,
     removal_candidate,
     step,
@@ -276,3 +277,11 @@ def test_runs_without_an_estimate_neither_ask_for_fewer_nor_cancel_a_pending_cha
     state = ScaleState(desired=5)
     state, figure = _step(state, unknown, None, 0.0, CFG)
     assert figure.desired == 5 and state.pending == 0
+
+
+def test_a_new_term_continues_a_fresh_published_count_within_the_bounds() -> None:
+    assert inherited(None, 1_000.0, CFG) == ScaleState()
+    assert inherited((7, "w3", 990.0), 1_000.0, CFG) == ScaleState(desired=7, remove_first="w3")
+    assert inherited((70, None, 990.0), 1_000.0, CFG).desired == CFG.max_workers  # the bounds may have changed
+    assert inherited((7, "w3", 1_000.0 - CFG.in_after - 1), 1_000.0, CFG) == ScaleState()  # stale: start afresh
+    assert inherited((7, "w3", 1_010.0), 1_000.0, CFG) == ScaleState()  # from the future (a wall clock stepped)

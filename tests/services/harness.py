@@ -46,7 +46,8 @@ class Replica:
                                self.settings.leader_lock_heartbeat_period_millis, on_change=self.watch.on_lock_change,
                                last_success=self.watch.last_success_wall)
         self.loop = LeaderLoop(store, self.lock, self.settings, self.clock, shard_source=lambda: list(self.shards),
-                               on_run=lambda summary: self.watch.on_run(summary, self.loop.viewed_leases))
+                               on_run=lambda summary: self.watch.on_run(summary, self.loop.viewed_leases),
+                               published_scale=self.watch.published_scale)
         self.context = ApiContext(self.settings, store, self.lock, self.loop, self.watch, self.clock)
         self.client = TestClient(create_app(self.context))
         self.beats: dict[str, int] = {}

@@ -90,3 +90,31 @@ def test_the_leaders_count_is_served_by_every_replica_and_rises_with_load(sqlite
     drop = [i for i, (a, b) in enumerate(itertools.pairwise([hot["desired_workers"], *quiet])) if a != b]
     assert quiet[-1] < hot["desired_workers"] and len(drop) == 1, quiet  # one change down, no flapping
     assert drop[0] + 1 >= 10, quiet  # not before the scale-in window (10 runs)
+
+
+def test_a_new_leader_continues_the_published_count(sqlite_store: LeaseStore) -> None:
+    """The leader dies while its count is above the worker count: the replica that takes over serves the same count
+    from its first run on (before: it started again from the workers it saw, 2, and rose only after the scale-out
+    window: an autoscaler removed and re-added workers at every leader change)."""
+    settings: dict[str, Any] = {"api_token": TOKEN, "api_protect_reads": True, "scale_max_workers": 8,
+                                "scale_out_after_millis": int(3 * INTERVAL * 1000),
+                                "scale_in_after_millis": int(30 * INTERVAL * 1000)}  # longer than the takeover
+    leader = Replica(sqlite_store, shards=SHARDS, publish_every=0.0, **settings)
+    follower = Replica(sqlite_store, shards=SHARDS, replica_id="coord-b", clock=leader.clock, publish_every=0.0,
+                       **settings)
+    leader.join("w1")
+    leader.join("w2")
+    leader.step(3)
+    _load(leader, per_shard=300.0, cpu=95.0, runs=12)
+    hot = leader.client.get("/v1/scale", headers=leader.auth()).json()
+    assert hot["desired_workers"] > hot["current_workers"] == 2, hot
+
+    # The leader's replica dies (no more lock heartbeats); the same workers go on, now heartbeating through the
+    # follower's harness, with the same load.
+    follower.cpu, follower.beats, follower.lease_throughput = leader.cpu, leader.beats, leader.lease_throughput
+    leader.clock.advance(1.5 * leader.settings.leader_lock_lease_duration_millis / 1000)
+    counts = _load(follower, per_shard=300.0, cpu=95.0, runs=12)
+    assert follower.lock.is_leader()
+    served = follower.client.get("/v1/scale", headers=follower.auth()).json()
+    assert served["current_workers"] == 2 and served["computed_at"] > hot["computed_at"], served  # its own figure
+    assert counts == [hot["desired_workers"]] * len(counts), counts
