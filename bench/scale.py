@@ -152,9 +152,9 @@ def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path,
     return changes, moved, (time.monotonic() - began) / 60, difference(read_meters(meters), before)
 
 
-def measure(args: argparse.Namespace, run: Path, began: float) -> None:
+def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess.Popen[bytes]) -> None:
     """Everything the docstring lists, printed as it is measured."""
-    state = wait_for_state(run, began + args.limit)
+    state = wait_for_state(run, began + args.limit, stack)
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
     runs = LeaderRuns(client)
     try:
@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with (run / "up.log").open("w", encoding="utf-8") as log:
         stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            measure(args, run, began)
+            measure(args, run, began, stack)
         finally:
             stack.send_signal(signal.SIGINT)
             try:

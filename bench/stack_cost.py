@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -105,9 +106,10 @@ def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers:
           f"{total[1] / minutes / kcl_reads:.2f}, writes {total[2] / minutes / kcl_writes:.2f}")
 
 
-def wait_for_state(run: Path, deadline: float) -> StackState:
-    """The running stack's state once it lists an API and an agent; SystemExit past `deadline` (monotonic)."""
-    while time.monotonic() < deadline:
+def wait_for_state(run: Path, deadline: float, stack: subprocess.Popen[Any]) -> StackState:
+    """The running stack's state once it lists an API and an agent; SystemExit past `deadline` (monotonic) or if
+    `stack` (the `shardherd up` process) exits first."""
+    while time.monotonic() < deadline and stack.poll() is None:
         try:
             state = StackState.read(run)
             if state.api_urls() and state.by_role("agent"):
@@ -115,7 +117,7 @@ def wait_for_state(run: Path, deadline: float) -> StackState:
         except StackNotRunning:
             pass
         time.sleep(1.0)
-    raise SystemExit(f"the stack did not start within the time limit (see {run})")
+    raise SystemExit(f"the stack did not start (exit code {stack.poll()}; see {run})")
 
 
 def _dashboard(client: httpx.Client, base: str) -> None:
@@ -166,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = (run / "stack-cost.log").open("w", encoding="utf-8")
     stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        state = wait_for_state(run, time.monotonic() + 120)
+        state = wait_for_state(run, time.monotonic() + 120, stack)
         time.sleep(args.warmup)
         with httpx.Client(timeout=10.0) as client:
             dashboard = _pick(client, state, args.dashboard)

@@ -135,7 +135,8 @@ def run_up(args: argparse.Namespace) -> int:
                            use_aws=args.aws, create_stream=args.create_stream, api_port=_api_port(args, settings),
                            aws_limits=args.aws_limits,
                            spark=args.spark, spark_master=args.spark_master,
-                           spark_driver_memory=args.spark_driver_memory, poison_policy=args.poison_policy)
+                           spark_driver_memory=args.spark_driver_memory, poison_policy=args.poison_policy,
+                           api_timeout=args.startup_timeout)
     stopping = threading.Event()
 
     def _stop(signum: int, frame: FrameType | None) -> None:

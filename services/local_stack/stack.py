@@ -62,7 +62,6 @@ SPARK_AGENT = "shardherd.services.local_stack.spark_agent"
 PIPELINE_DIR = "shard-counts"
 PLAIN_RECORDS_DIR = "plain-records"
 DEAD_LETTER_DIR = "dead-letters"  # `up --poison-policy quarantine`: the agents' poison destination (decision 0031)
-API_TIMEOUT = 30.0
 # SIGTERM makes an agent drain: the leader hands its leases to the others first (one agent leaving a running fleet).
 # When the whole stack stops there is nobody to hand them to: SIGUSR1 has it checkpoint and give them back at once.
 FLEET_STOP = signal.SIGUSR1
@@ -104,6 +103,8 @@ class StackOptions:
     spark_master: str = "local[1]"
     spark_driver_memory: str = "512m"
     poison_policy: str | None = None  # block or quarantine (into DEAD_LETTER_DIR); None: the configured policy
+    # How long a coordinator's API may take to listen: tens of agents importing at once on two cores delay it.
+    api_timeout: float = 30.0
 
     def __post_init__(self) -> None:
         if self.poison_policy not in (None, "block", "quarantine"):
@@ -188,7 +189,7 @@ class LocalStack:
         self.control = ControlServer(self.options.run_dir / CONTROL_SOCKET, self.handle).start()
         self.write_state()
         for coordinator in self.supervisor.children(COORDINATOR):
-            _wait_for_api(coordinator)
+            _wait_for_api(coordinator, self.options.api_timeout)
 
     def _poison_env(self) -> dict[str, str]:
         """`--poison-policy`: the agents' policy; under quarantine the run's dead letters unless one is configured."""
@@ -411,10 +412,10 @@ def _listening(child: Child) -> bool:
                for conn in connections)
 
 
-def _wait_for_api(coordinator: Child) -> None:
+def _wait_for_api(coordinator: Child, timeout: float) -> None:
     """Wait until the replica listens on its API port; StackFailed with its log if it dies or times out first."""
     try:
-        wait_until(lambda: _listening(coordinator), API_TIMEOUT, f"{coordinator.name} API on port {coordinator.port}",
+        wait_until(lambda: _listening(coordinator), timeout, f"{coordinator.name} API on port {coordinator.port}",
                    lambda: coordinator.alive)
     except RuntimeError as exc:
         raise StackFailed(f"{exc}; its log ends with:\n{log_tail(coordinator.log_path).rstrip()}") from exc
