@@ -4,7 +4,8 @@
 
 Starts `shardherd up --no-spark` with shardherd's user defaults (CPU metrics on, leader every 2 s, full scans every
 20 s; bench/stack_cost.py's USER_DEFAULTS), the Kinesis limits proxy in front of kinesalite (its shard limit raised
-to fit), moto as the store (the stack's store: PostgreSQL would time the database more than the coordinator) and a
+to fit), a throwaway PostgreSQL as the store (`--store moto` for the stack's moto server: one single-threaded Python
+process, where 32 agents' checkpoints and heartbeats starved the leader lock's calls until both replicas gave up) and a
 producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR). It prints:
 * start to every lease owned and to every shard read (its checkpoint moved), from launching `up` (start-up of 30+
   Python processes on two cores included; `up`'s own start-up line is printed beside it);
@@ -38,9 +39,9 @@ from bench.stack_cost import USER_DEFAULTS, difference, fresh_meters, print_bill
 from shardherd.services.local_stack.scenarios import Scenarios
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
-from shardherd.shared.aws import make_client
-from shardherd.shared.dynamo.store import DynamoLeaseStore
-from shardherd.shared.store import TableNames
+from shardherd.shared.config import load_settings
+from shardherd.shared.store_factory import open_store
+from tests.support.postgres import PostgresServer
 
 POLL = 1.0  # seconds between the bench's reads of the API
 
@@ -152,7 +153,8 @@ def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path,
     return changes, moved, (time.monotonic() - began) / 60, difference(read_meters(meters), before)
 
 
-def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess.Popen[bytes]) -> None:
+def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess.Popen[bytes],
+            store_settings: dict[str, str]) -> None:
     """Everything the docstring lists, printed as it is measured."""
     state = wait_for_state(run, began + args.limit, stack)
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
@@ -161,8 +163,9 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         owned, read = _startup(client, args.shards, began, args.limit)
         up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
                        "(no start-up line yet)")
-        print(f"{args.shards} shards, {args.agents} agents, load {os.getloadavg()[0]:.1f}: every lease owned after "
-              f"{owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n  up says: {up_line}")
+        print(f"{args.shards} shards, {args.agents} agents, store {args.store}, load {os.getloadavg()[0]:.1f}: every "
+              f"lease owned after {owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n"
+              f"  up says: {up_line}")
         assignments = _latency(client.leases, args.calls)
         with httpx.Client(timeout=30.0) as http:
             metrics = _latency(lambda: http.get(f"{state.api_urls()[0]}/metrics").raise_for_status(), args.calls)
@@ -171,8 +174,8 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         changes, moves, minutes, window = _steady(client, runs, run / "meter", args.settle)
         print(f"steady state over {minutes:.1f} min, from {args.warmup:.0f} s after every shard was read: {changes} "
               f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
-        store = DynamoLeaseStore(make_client("dynamodb", state.region, state.dynamodb_endpoint_url),
-                                 TableNames.for_application(state.application_name))
+        store = open_store(load_settings(application_name=state.application_name, region=state.region,
+                                         dynamodb_endpoint_url=state.dynamodb_endpoint_url, **store_settings))
         try:
             leases, workers = store.scan_leases().leases, [w.worker_id for w in store.scan_workers().workers]
         finally:
@@ -203,6 +206,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=30, help="API calls timed per endpoint")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds any one step may take")
     parser.add_argument("--run-dir", default=".scale", help="run directory (inside the current directory)")
+    parser.add_argument("--store", choices=("postgres", "moto"), default="postgres",
+                        help="the lease store: a throwaway PostgreSQL (the default: moto is one single-threaded "
+                             "Python process, and 32 agents' checkpoints and heartbeats starve the leader lock's "
+                             "calls there), or the stack's moto server")
     args = parser.parse_args(argv)
     run = Path(args.run_dir).resolve()
     meters = fresh_meters(run)
@@ -210,17 +217,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = [sys.executable, "-m", "shardherd", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
                "--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
                "--startup-timeout", str(args.limit), "--duration", str(3 * args.limit + args.warmup + args.settle)]
+    postgres = PostgresServer().start() if args.store == "postgres" else None
+    store_settings = {} if postgres is None else {"store_backend": "sql", "sql_url": postgres.url}
+    env.update({f"SHARDHERD_{name.upper()}": value for name, value in store_settings.items()})
     began = time.monotonic()
-    with (run / "up.log").open("w", encoding="utf-8") as log:
-        stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            measure(args, run, began, stack)
-        finally:
-            stack.send_signal(signal.SIGINT)
+    try:
+        with (run / "up.log").open("w", encoding="utf-8") as log:
+            stack = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
             try:
-                stack.wait(120)
-            except subprocess.TimeoutExpired:
-                stack.kill()
+                measure(args, run, began, stack, store_settings)
+            finally:
+                stack.send_signal(signal.SIGINT)
+                try:
+                    stack.wait(120)
+                except subprocess.TimeoutExpired:
+                    stack.kill()
+    finally:
+        if postgres is not None:
+            postgres.stop()
     return 0
 
 
