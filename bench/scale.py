@@ -7,7 +7,7 @@ Starts `shardherd up --no-spark` with shardherd's user defaults (CPU metrics on,
 to fit), a throwaway PostgreSQL as the store (`--store moto` for the stack's moto server: one single-threaded Python
 process, where 32 agents' checkpoints and heartbeats starved the leader lock's calls until both replicas gave up) and a
 producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR). It prints:
-* start to every lease owned and to every shard read (its checkpoint moved), from launching `up` (start-up of 30+
+* start to every lease owned and to every shard read (its owner reports its lag), from launching `up` (start-up of 30+
   Python processes on two cores included; `up`'s own start-up line is printed beside it);
 * the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`);
 * `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up;
@@ -119,19 +119,15 @@ def _memory(state: StackState) -> list[float]:
 
 
 def _startup(client: OperatorClient, shards: int, began: float, limit: float) -> tuple[float, float]:
-    """Seconds from `began` to every lease owned, and to every lease's checkpoint moved from where it started."""
-    first: dict[str, str] = {}
-
+    """Seconds from `began` to every lease owned, and to every lease read by its owner (it reports a lag figure: a
+    shard the producer's keys rarely hit may hold no record yet, so a moved checkpoint is no test)."""
     def owned() -> bool:
         leases = _owners(client)
-        for key, lease in leases.items():
-            first.setdefault(key, lease["checkpoint"])
         return len(leases) >= shards and all(lease["owner"] for lease in leases.values())
 
     def read() -> bool:
         leases = _owners(client)
-        return len(leases) >= shards and all(lease["checkpoint"] != first.get(key, lease["checkpoint"])
-                                             for key, lease in leases.items())
+        return len(leases) >= shards and all(lease["millis_behind_latest"] is not None for lease in leases.values())
     return _until("every lease owned", began, limit, owned), _until("every shard read", began, limit, read)
 
 
@@ -199,7 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--shards", type=int, default=256)
     parser.add_argument("--agents", type=int, default=32)
-    parser.add_argument("--rate", type=int, default=2000, help="records/s the producer puts (all shards)")
+    parser.add_argument("--rate", type=int, default=500, help="records/s the producer puts (all shards; kinesalite "
+                        "behind the limits proxy drops connections under 32 agents' reads past about that)")
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds after every shard is read before the "
                         "steady-state window (the first balancing runs)")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds of steady state watched")
