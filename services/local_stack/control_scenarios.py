@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -227,25 +228,49 @@ class ControlScenarios:
         kinesis = self.base._kinesis()
         deadline = time.monotonic() + self.base.timeout
         while True:
-            held = stream_keys(kinesis, self.base.state.stream_name, shards)
-            after = sink_counts(self.records)
-            window = [k for k, arrived in held.items() if to <= arrived < asked and before[k]]
-            short = [k for k in window if after[k] - before[k] < 1]
-            if not short or time.monotonic() > deadline:
+            counts = RewindCounts.of(stream_keys(kinesis, self.base.state.stream_name, shards),
+                                     before, sink_counts(self.records), to, asked)
+            if not counts.short or time.monotonic() > deadline:
                 break
             time.sleep(1.0)
-        once_more = sum(1 for k in window if after[k] - before[k] == 1)
-        # Delivered twice or more again though it had been delivered before the command (a record still in flight
-        # then is delivered once late and once by the rewind: not a third time).
-        thrice = sum(1 for k in held if after[k] - before[k] >= 2 and before[k])
-        earlier = sum(1 for k, arrived in held.items() if arrived < to and after[k] > before[k])
-        skipped = sum(1 for k, arrived in held.items() if arrived < asked - 1 and not after[k])
-        self.say(f"records from the time to the command: {len(window)}; delivered exactly once more: {once_more}; "
-                 f"not again: {len(short)}; delivered twice or more again: {thrice}; records before the time "
-                 f"delivered again: {earlier}; records never delivered: {skipped}")
-        bad = len(short) + thrice + skipped
+        self.say(f"records from the time to the command: {counts.window}; delivered exactly once more: "
+                 f"{counts.once_more}; not again: {counts.short}; delivered twice or more again: {counts.thrice}; "
+                 f"records before the time delivered again: {counts.earlier}; records never delivered: "
+                 f"{counts.skipped}")
+        bad = counts.short + counts.thrice + counts.skipped
         return [Outcome("rewind counts", None if bad else "ok", None if bad else 0.0)]
 
+
+@dataclass(frozen=True, slots=True)
+class RewindCounts:
+    """How a rewind's records were delivered, from the stream's records and the sink's counts before and after."""
+
+    window: int  # records that arrived from the time to the command, delivered before it
+    once_more: int  # of them, delivered exactly once more
+    short: int  # of them, not delivered again (yet)
+    thrice: int  # records delivered before the command and twice or more since
+    earlier: int  # records from before the time delivered again
+    skipped: int  # records (older than a second before the command) never delivered at all
+
+    @classmethod
+    def of(cls, held: dict[Key, float], before: Counter[Key], after: Counter[Key], to: float,
+           asked: float) -> RewindCounts:
+        """Count: `held` maps each record in the stream to its arrival time (seconds)."""
+        again = {k: after[k] - before[k] for k in held}  # deliveries since the command
+        window = [again[k] for k, arrived in held.items() if to <= arrived < asked and before[k]]
+        # Delivered twice or more again though it had been delivered before the command (a record still in flight
+        # then is delivered once late and once by the rewind: not a third time).
+        thrice = sum(1 for k, more in again.items() if more >= 2 and before[k])
+        return cls(len(window), window.count(1), sum(1 for more in window if more < 1), thrice,
+                   *_outside_the_window(held, again, after, to, asked))
+
+
+def _outside_the_window(held: dict[Key, float], again: dict[Key, int], after: Counter[Key], to: float,
+                        asked: float) -> tuple[int, int]:
+    """Records from before the time delivered again, and records (older than a second) never delivered."""
+    earlier = sum(1 for k, arrived in held.items() if arrived < to and again[k] > 0)
+    skipped = sum(1 for k, arrived in held.items() if arrived < asked - 1 and not after[k])
+    return earlier, skipped
 
 class RedeliveryWatch:
     """Tails the agents' key files (or Parquet files) on a thread: when each shard first redelivers a record."""

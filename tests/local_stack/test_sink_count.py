@@ -69,3 +69,23 @@ def test_the_control_scenarios_count_spark_parquet_rows_per_record_and_see_a_red
     watch._read(record=True)
     assert set(watch.first) == {"shardId-1"}
     assert sink_counts(tmp_path) == {("shardId-1", "10 0"): 1, ("shardId-1", "11 0"): 2, ("shardId-1", "12 0"): 1}
+
+
+def test_a_rewinds_counts_tell_once_more_from_missing_thrice_early_and_never() -> None:
+    from collections import Counter
+
+    from shardherd.services.local_stack.control_scenarios import RewindCounts
+
+    def key(n: int) -> tuple[str, str]:
+        return ("shardId-1", f"{n} 0")
+
+    held = {key(n): float(n) for n in range(10)}  # record n arrived at time n; the rewind goes to 4, asked at 8
+    before = Counter({key(n): 1 for n in range(8)})  # 0-7 delivered before the command; 8 and 9 arrived later
+    after = Counter({key(n): 1 for n in range(10)})
+    after.update([key(3)])  # before the time, yet delivered again
+    after.update([key(4), key(5), key(6)])  # once more
+    after.update([key(5)])  # ... and once more again: three times in all
+    counts = RewindCounts.of(held, before, after, to=4.0, asked=8.0)
+    assert counts == RewindCounts(window=4, once_more=2, short=1, thrice=1, earlier=1, skipped=0)  # 7: not again
+    del after[key(0)]
+    assert RewindCounts.of(held, before, after, to=4.0, asked=8.0).skipped == 1
