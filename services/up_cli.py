@@ -17,6 +17,7 @@ from types import FrameType
 from typing import Any
 
 from rich.console import Console
+from sqlalchemy.engine import make_url
 
 from shardherd.services.cli import STARTED
 from shardherd.services.local_stack.control_scenarios import ControlScenarios
@@ -179,9 +180,11 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
     """Print where everything is, start the live status, and wait (bounded) for start-up to complete."""
     options, state = stack.options, stack.state()
     kind = "Spark agents (example pipeline)" if options.spark else "plain agents"
+    holds = (f"DynamoDB {state.dynamodb_endpoint_url or 'AWS'}" if stack.settings.store_backend == "dynamodb"
+             else f"SQL store {make_url(stack.settings.sql_url.get_secret_value()).render_as_string()}")
     say(f"shardherd up: stream {state.stream_name} ({options.shards} shards), "
         f"{options.coordinators} coordinators, {options.agents} {kind}"
-        f"; DynamoDB {state.dynamodb_endpoint_url or 'AWS'}, Kinesis {state.kinesis_endpoint_url or 'AWS'}")
+        f"; {holds}, Kinesis {state.kinesis_endpoint_url or 'AWS'}")
     say(f"dashboard: {'  '.join(url + '/' + dashboard_fragment(options.run_dir) for url in state.api_urls())}"
         "   (every replica serves it)")
     say(f"run dir: {options.run_dir}   (Ctrl-C stops everything)")
