@@ -331,7 +331,9 @@ class FleetPlan:
             for metric, value in taking.items():
                 taking[metric] = value + self.view.rise(wid, metric, weight)
         self.ledger.move(key, wid, reason, detail)
-        self.changed.update((wid,) if source is None else (source, wid))
+        self.changed.add(wid)
+        if source is not None:
+            self.changed.add(source)
 
     # -- placement ----------------------------------------------------------------------------------------------
 
