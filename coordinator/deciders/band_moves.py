@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -75,7 +74,6 @@ class BandPass:
         self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
-        self._streams = stream_prefix(next(iter(plan.ledger.weight), "")) is not None  # a multi-stream application
         self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
@@ -200,7 +198,7 @@ class BandPass:
             return False
         rate = self.plan.rate(donor, self.metric)
         keys = self._preferred(donor, value, self.ceiling(donor), heaviest, rate)
-        for key in self._spread(donor, keys) if self._streams else keys:
+        for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
@@ -253,10 +251,6 @@ class BandPass:
         yield from (movable[i][1] for i in range(end, below))
         yield from (movable[i][1] for i in range(first - 1, -1, -1))
 
-    def _stream_counts(self, wid: str) -> Counter[str | None]:
-        """The worker's leases per stream; none counted for a single-stream application (a fill's tie-break)."""
-        return self.plan.stream_counts(wid) if self._streams else Counter()
-
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""
         under = sorted((w for w in self.holders if max(self._at[w], self.confirmed(w)) < self.band.floor
@@ -271,13 +265,13 @@ class BandPass:
         if not self.plan.assignable(receiver):
             return False
         base = self._at[receiver]
-        mine = self._stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
+        mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
         lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
         for giver_value, giver in self._extremes(False, receiver):
             if giver_value <= self.band.avg:
                 break
             options = []
-            theirs = self._stream_counts(giver)
+            theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = giver_value - self.fall(giver, key)
                 if not self.band.lower <= after < giver_value:
