@@ -88,9 +88,9 @@ class Ledger:
         With `placed_too`, a lease placed in this run (unassigned, expired, drained) may be moved on: the plan then
         holds one move for it, from its owner before the run to its final worker, with the reason of the last.
         """
-        leases, moves = self.leases, self.moves
+        leases, moves = self.leases, self.moves  # (only a lease in a handoff can be pinned: most skip the test)
         return [key for key in self.held_by.get(worker, ())
-                if not (lease := leases[key]).recently_moved and not lease.pinned
+                if not (lease := leases[key]).recently_moved and not (lease.handoff_blocked and lease.pinned)
                 and ((earlier := moves.get(key)) is None or (placed_too and not earlier.reason.is_balancing))]
 
     def move(self, key: str, to_worker: str, reason: MoveReason, detail: str) -> Move:
