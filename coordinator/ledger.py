@@ -82,20 +82,21 @@ class Ledger:
         """Leases the worker holds now, not counting its expired leases that still wait for a new owner."""
         return self.count(worker) - self._expired_on.get(worker, 0)
 
-    def rebalanceable(self, key: str, placed_too: bool = False) -> bool:
-        """True if balancing may move the lease: not pinned, not moved in this run or by balancing in the last few.
+    def movable(self, worker: str, placed_too: bool = False) -> list[str]:
+        """The worker's leases balancing may move: not pinned, not moved in this run or by balancing in the last few.
 
         With `placed_too`, a lease placed in this run (unassigned, expired, drained) may be moved on: the plan then
         holds one move for it, from its owner before the run to its final worker, with the reason of the last.
         """
-        earlier = self.moves.get(key)
-        return (not self.leases[key].pinned and not self.leases[key].recently_moved
-                and (earlier is None or (placed_too and not earlier.reason.is_balancing)))
+        leases, moves = self.leases, self.moves  # (only a lease in a handoff can be pinned: most skip the test)
+        return [key for key in self.held_by.get(worker, ())
+                if not (lease := leases[key]).recently_moved and not (lease.handoff_blocked and lease.pinned)
+                and ((earlier := moves.get(key)) is None or (placed_too and not earlier.reason.is_balancing))]
 
     def move(self, key: str, to_worker: str, reason: MoveReason, detail: str) -> Move:
         """Record that `key` goes to `to_worker`, updating counts and throughput of both sides.
 
-        A lease moves once per run, except that one placed in this run may be moved on (`rebalanceable`).
+        A lease moves once per run, except that one placed in this run may be moved on (`movable`).
         """
         earlier = self.moves.get(key)
         if earlier is not None and earlier.reason.is_balancing:

@@ -134,7 +134,8 @@ class Settings(BaseSettings):
     worker_metrics_ema_alpha: float = Field(0.5, gt=0, le=1)
     rebalance_dead_band_percentage: float = Field(2.0, ge=0, le=100)
     rebalance_min_band_points: float = Field(2.0, ge=0, le=100)
-    # A balancing move must lower the peak of the workers it involves by at least this much (and by the dead-band).
+    # A balancing move's receiver must end at least this much (and the dead-band) below the giver's value before the
+    # move, so the next run cannot move the lease back (a donor's own step may be smaller: decision 0033).
     rebalance_min_gain_kbps: float = Field(0.5, ge=0)
     rebalance_min_gain_points: float = Field(2.0, ge=0, le=100)
     # Balancing acts on a worker's metric only as far from the average as each of its reports of this long showed it

@@ -164,13 +164,12 @@ class BandPass:
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
         """The worker's leases balancing may move, by weight (none while it may be dead or its figures settle)."""
-        if wid in self.view.stale or wid in self.view.settling:
-            return []
-        if wid not in self._by_weight:
-            ledger = self.plan.ledger
-            self._by_weight[wid] = sorted((ledger.weight[k], k) for k in ledger.held_by.get(wid, {})
-                                          if ledger.rebalanceable(k, True))
-        return self._by_weight[wid]
+        movable = self._by_weight.get(wid)
+        if movable is None:
+            view, weight = self.view, self._weight
+            movable = self._by_weight[wid] = [] if wid in view.stale or wid in view.settling else sorted(
+                (weight[k], k) for k in self.plan.ledger.movable(wid, placed_too=True))
+        return movable
 
     def _extremes(self, lowest: bool, exclude: str) -> list[tuple[float, str]]:
         """Up to PROBES of the least (or most) loaded holders other than `exclude`, with their levels."""
@@ -180,9 +179,8 @@ class BandPass:
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
         landed = self._at[receiver] + self._per_kbps[receiver] * weight
-        if not (landed <= self._limits[receiver] and landed <= cap) or not self.plan.assignable(receiver):
-            return None
-        return None if self._leases[key].avoids(receiver) or not self.room_left(receiver, weight) else landed
+        return landed if (landed <= self._limits[receiver] and landed <= cap and self.plan.assignable(receiver)
+                          and not self._leases[key].avoids(receiver) and self.room_left(receiver, weight)) else None
 
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
@@ -199,7 +197,8 @@ class BandPass:
         if not receivers:
             return False
         rate = self.plan.rate(donor, self.metric)
-        for key in self._spread(donor, self._preferred(donor, value, self.ceiling(donor), heaviest, rate)):
+        keys = self._preferred(donor, value, self.ceiling(donor), heaviest, rate)
+        for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
@@ -215,11 +214,8 @@ class BandPass:
         """`keys` with equal weights together and, among them, the donor's most-held stream first (multi-stream).
 
         Leases of equal weight change the donor alike, so this keeps the preference and spreads each stream over
-        the fleet as placement does. A single-stream application's order is left as it is.
+        the fleet as placement does (a multi-stream application only).
         """
-        movable = self._movable(donor)
-        if not movable or stream_prefix(movable[0][1]) is None:
-            return keys
         ordered, weight, held = list(keys), self.plan.ledger.weight, self.plan.stream_counts(donor)
         first: dict[float, int] = {}
         for at, key in enumerate(ordered):
@@ -233,28 +229,27 @@ class BandPass:
         Those landing it inside the band, nearest the target first; then those landing it least far under the band;
         then the heaviest that keep it above. Only leases up to `heaviest` KiB/s (what some receiver can take).
         """
-        movable = self._movable(donor)
+        movable, band = self._movable(donor), self.band
         cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
-        if not rate:
-            yield from (key for _, key in reversed(movable[:cap]))
-            return
-        low = self.band.floor + self.band.min_gain if self.view.config.allow_throughput_overshoot else self.band.lower
-        target = min(self.band.avg, ceiling - (self.band.upper - self.band.avg) / 2)
-        first = min(cap, bisect.bisect_left(movable, ((value - ceiling) / rate, "")))  # at or under its ceiling
-        end = min(cap, bisect.bisect_right(movable, ((value - self.band.lower) / rate, "\uffff")))  # inside the band
-        below = min(cap, bisect.bisect_right(movable, ((value - low) / rate, "\uffff")))  # no lower than `low`
-        at = min(max(bisect.bisect_left(movable, ((value - target) / rate, "")), first), end)
-        left, right = at - 1, at
-        ideal = (value - target) / rate
-        while left >= first or right < end:  # outwards from the weight that lands it on the target
-            if right >= end or (left >= first and ideal - movable[left][0] <= movable[right][0] - ideal):
-                yield movable[left][1]
-                left -= 1
-            else:
-                yield movable[right][1]
-                right += 1
-        yield from (key for _, key in movable[end:below])
-        yield from (key for _, key in reversed(movable[:first]))
+        first = end = below = cap
+        if rate:
+            first = min(cap, bisect.bisect_left(movable, ((value - ceiling) / rate, "")))  # at or under its ceiling
+            end = min(cap, bisect.bisect_right(movable, ((value - band.lower) / rate, "\uffff")))  # inside the band
+        if rate and (first < end or end < cap):  # (else only leases that keep it above its ceiling)
+            low = band.floor + band.min_gain if self.view.config.allow_throughput_overshoot else band.lower
+            below = min(cap, bisect.bisect_right(movable, ((value - low) / rate, "\uffff")))  # no lower than `low`
+            ideal = (value - min(band.avg, ceiling - (band.upper - band.avg) / 2)) / rate  # lands it on the target
+            right = min(max(bisect.bisect_left(movable, (ideal, "")), first), end)
+            left = right - 1
+            while left >= first or right < end:  # outwards from the ideal weight
+                if right >= end or (left >= first and ideal - movable[left][0] <= movable[right][0] - ideal):
+                    yield movable[left][1]
+                    left -= 1
+                else:
+                    yield movable[right][1]
+                    right += 1
+        yield from (movable[i][1] for i in range(end, below))
+        yield from (movable[i][1] for i in range(first - 1, -1, -1))
 
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""

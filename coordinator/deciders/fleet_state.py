@@ -58,6 +58,7 @@ class FleetView:
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
         self.target_leases = max(1, self.n_leases // max(1, len(self.active)))
         self.count_only = band and ledger.unit_weights
+        self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         values, reporting = self._reports(snapshot, ledger)
         lagged, now = self._lags(reporting, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
@@ -316,8 +317,8 @@ class FleetPlan:
                 and self.ledger.live_count(wid) < cfg.max_leases_for_worker)
 
     def stream_counts(self, wid: str) -> Counter[str | None]:
-        """How many leases of each stream (`stream_prefix`; None for single-stream keys) `wid` holds."""
-        return Counter(stream_prefix(key) for key in self.ledger.held_by.get(wid, {}))
+        """How many leases of each stream (`stream_prefix`) `wid` holds; none counted in a single-stream application."""
+        return Counter(map(stream_prefix, self.ledger.held_by.get(wid, ()))) if self.view.multi_stream else Counter()
 
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""

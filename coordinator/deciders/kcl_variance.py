@@ -81,7 +81,7 @@ class KclBalancer:
     def _pick(self, donor: str, budget: float) -> list[str]:
         """The donor's leases to give away: largest first while `remaining - x > 0`, else the smallest (overshoot)."""
         ledger = self.ledger
-        keys = [k for k in ledger.held_by.get(donor, {}) if ledger.rebalanceable(k)]
+        keys = ledger.movable(donor)
         if not keys or donor in self.view.stale:
             return []
         # Between leases of equal weight, first those of the stream the donor holds most leases of (multi-stream

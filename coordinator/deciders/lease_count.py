@@ -87,7 +87,7 @@ class LeaseCountPass:
         load = self.ledger.live_count
         over = sorted((w for w in self.active if load(w) > self.quota[w]), key=lambda w: (-load(w), w))
         for donor in over:
-            keys = sorted(k for k in self.ledger.held_by[donor] if self.ledger.rebalanceable(k))
+            keys = sorted(self.ledger.movable(donor))
             for key in keys[: load(donor) - self.quota[donor]]:
                 if not self.heap or self.heap[0][0]:
                     return
