@@ -5,9 +5,10 @@ importing boto3 (its import pulls s3transfer and multiprocessing in, about 3 MB 
 
 Model files are kept lean (`LeanModelFiles`, decision 0024): botocore's legacy endpoint table (endpoints.json, 6.7 MB
 once parsed, every partition's hostnames for some 300 services) keeps only the services this process has clients
-of, and service models lose their documentation strings (used only for docstrings). Invariant: nothing a request
-needs is dropped; a service left out of the table resolves as any service botocore's table does not list (the
-partition's default hostname; its endpoint rule set decides the URL, as for every service here).
+of, and the operations and shapes of service models lose their documentation strings (read only for docstrings).
+Invariant: nothing a request needs is dropped; a service left out of the table resolves as any service botocore's
+table does not list (the partition's default hostname; its endpoint rule set decides the URL, as for every service
+here), so every request goes where, and is signed as, with botocore's full files (tests/test_aws_models.py).
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ class LeanModelFiles(JSONFileLoader):
             return {**data, "partitions": [{**partition, "services": {
                 service: entry for service, entry in partition.get("services", {}).items()
                 if service in ENDPOINT_SERVICES}} for partition in data.get("partitions", [])]}
-        if name == "service-2":
-            return without_documentation(data)
+        if name == "service-2" and isinstance(data, dict):  # botocore reads them with .get (clientContextParams not)
+            return {**data, **{part: without_documentation(data[part]) for part in ("operations", "shapes")
+                               if part in data}}
         return data
 
 
