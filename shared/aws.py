@@ -2,10 +2,18 @@
 
 Clients are botocore's, made by a botocore session: what boto3's `client()` returns for these services, without
 importing boto3 (its import pulls s3transfer and multiprocessing in, about 3 MB of a MultiLang agent's memory).
+
+Model files are kept lean (`LeanModelFiles`, decision 0024): botocore's legacy endpoint table (endpoints.json, 6.7 MB
+once parsed, every partition's hostnames for some 300 services) keeps only the services this process has clients
+of, and the operations and shapes of service models lose their documentation strings (read only for docstrings).
+Invariant: nothing a request needs is dropped; a service left out of the table resolves as any service botocore's
+table does not list (the partition's default hostname; its endpoint rule set decides the URL, as for every service
+here), so every request goes where, and is signed as, with botocore's full files (tests/test_aws_models.py).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import UTC, datetime
 from functools import cache
@@ -13,6 +21,7 @@ from typing import Any
 
 import botocore.session
 from botocore.config import Config
+from botocore.loaders import JSONFileLoader
 from botocore.utils import parse_timestamp
 
 from shardherd.shared.kinesis_parser import KinesisParserFactory
@@ -28,10 +37,43 @@ _CLIENT_CONFIG = Config(retries={"total_max_attempts": 1, "mode": "standard"}, c
 _CREATING = threading.Lock()
 
 
+# The services whose entries the endpoint table keeps: those shardherd makes clients of, and STS (the credential
+# chain's web identity and assume-role providers).
+ENDPOINT_SERVICES = frozenset({"kinesis", "dynamodb", "s3", "sts"})
+
+
+class LeanModelFiles(JSONFileLoader):
+    """botocore's JSON file loader, keeping of the endpoint table and of service models only what requests use."""
+
+    def load_file(self, file_path: str) -> Any:
+        """The file's data as botocore loads it, less what this process never reads (see the module's docstring)."""
+        data = super().load_file(file_path)
+        name = os.path.basename(file_path)
+        if name == "endpoints" and isinstance(data, dict):
+            return {**data, "partitions": [{**partition, "services": {
+                service: entry for service, entry in partition.get("services", {}).items()
+                if service in ENDPOINT_SERVICES}} for partition in data.get("partitions", [])]}
+        if name == "service-2" and isinstance(data, dict):  # botocore reads them with .get (clientContextParams not)
+            return {**data, **{part: without_documentation(data[part]) for part in ("operations", "shapes")
+                               if part in data}}
+        return data
+
+
+def without_documentation(value: Any) -> Any:
+    """A JSON value with every "documentation" member of its objects left out (objects become plain dicts)."""
+    if isinstance(value, dict):
+        return {key: without_documentation(item) for key, item in value.items() if key != "documentation"}
+    if isinstance(value, list):
+        return [without_documentation(item) for item in value]
+    return value
+
+
 @cache
 def _models() -> Any:
-    """The process's one loader of service models (8-10 MB of parsed models per client otherwise)."""
-    return botocore.session.get_session().get_component("data_loader")
+    """The process's one loader of service models (8-10 MB of parsed models per client otherwise), lean."""
+    loader = botocore.session.get_session().get_component("data_loader")
+    loader.file_loader = LeanModelFiles()
+    return loader
 
 
 def make_client(service: str, region: str, endpoint_url: str | None = None,
