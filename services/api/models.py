@@ -178,6 +178,14 @@ class DrainOut(BaseModel):
     drain_requested: bool
 
 
+class RestartOut(BaseModel):
+    """A worker's restart reservation after the request (shared/restart.py)."""
+
+    worker_id: str
+    restart_within_ms: int | None = Field(description="how long the worker may stay silent and keep its leases; "
+                                                       "None once cleared")
+
+
 class MoveRecord(BaseModel):
     """One move of a run: which lease went from whom to whom, and why."""
 
