@@ -233,8 +233,8 @@ class MemoryLeaseStore(LeaseStore):
         """Store the worker's own attributes; an operator's drain flag is kept."""
         with self._db.lock:
             previous = self._db.workers.get(record.worker_id)
-            kept = previous or record
-            self._db.workers[record.worker_id] = _frozen_worker(record, kept.drain_requested, kept.restart_within_ms)
+            drain, restart = (previous.drain_requested, previous.restart_within_ms) if previous else (False, None)
+            self._db.workers[record.worker_id] = _frozen_worker(record, drain, restart)
 
     def scan_workers(self) -> WorkerScan:
         """Every worker record, by id."""
