@@ -40,7 +40,7 @@ from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR
 from shardherd.services.local_stack.state import StackState
-from shardherd.services.status_cli import OperatorClient
+from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.restart import parse_window
 
 SAMPLE_SECONDS = 0.25
@@ -173,8 +173,9 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
             client.call("POST", f"/v1/workers/{quote(name, safe='')}/restart", within=f"{window_ms}ms")
             sent = time.monotonic()
             request(state.control_socket, "restart", timeout=STEP_TIMEOUT, name=name)
-            _wait(functools.partial(_reads_again, watch, name, sent), f"{name} reading again")
-            back = watch.reads_again(name, sent)
+            started = time.monotonic()  # the old process has exited (its last batches are written before)
+            _wait(functools.partial(_reads_again, watch, name, started), f"{name} reading again")
+            back = watch.reads_again(name, started)
             assert back is not None
             times.append(back - sent)
             print(f"    {name}: restarted, reading again {back - sent:.1f} s after SIGTERM", flush=True)
@@ -207,6 +208,8 @@ def _row_shows(run_dir: Path, worker: str) -> bool:
     try:
         return any(row["worker_id"] == worker and row["state"] == "active"
                    for row in client.call("GET", "/v1/workers")["items"])
+    except ApiError:  # a loaded host: ask again at the next poll
+        return False
     finally:
         client.close()
 

@@ -13,6 +13,8 @@ Invariants (decision 0035):
   usual. The worker checkpointed what it delivered and stopped reading before setting it (it gives no lease back), and
   the process with the same worker id resumes each lease from its checkpoint.
 * Past the window the leases fail over exactly as a dead worker's do today.
+* An operator's drain flag (`drainRequested`, e.g. the scale-in of an autoscaler draining the worker it removes)
+  overrides a reservation: a worker asked to drain gives its leases on whatever its deployment's shutdown mode.
 """
 
 from __future__ import annotations
@@ -63,8 +65,8 @@ def reserved(record: WorkerRecord | None, silent_seconds: float | None) -> bool:
     """True while `record` carries a reservation and its row has been silent for less than the window.
 
     `silent_seconds` is how long the leader has seen the row unchanged (None: it has not watched it yet, which counts
-    as just seen). A worker without a row has no reservation.
+    as just seen). A worker without a row has no reservation; one an operator asked to drain keeps none.
     """
-    if record is None or record.restart_within_ms is None:
+    if record is None or record.restart_within_ms is None or record.drain_requested:
         return False
     return (silent_seconds or 0.0) * 1000 < record.restart_within_ms

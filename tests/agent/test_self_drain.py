@@ -36,6 +36,11 @@ def stack(moto_server: MotoServer, kinesalite: NodeEmulator) -> Iterator[StreamS
     created.close()
 
 
+def start_agent(stack: StreamStack, ledger: Ledger, name: str) -> Agent:
+    """An agent with its health port on (a free port), writing what it processes to `ledger`."""
+    return Agent(stack.settings(name, agent_health_port=0), lambda: LedgerProcessor(ledger, name)).start()
+
+
 def test_only_loopback_callers_count_as_the_agents_own_pod() -> None:
     assert is_loopback("127.0.0.1") and is_loopback("127.5.0.1") and is_loopback("::1")
     assert is_loopback("::ffff:127.0.0.1")
@@ -44,11 +49,7 @@ def test_only_loopback_callers_count_as_the_agents_own_pod() -> None:
 
 def test_the_prestop_hook_drains_the_agent_through_its_health_port(stack: StreamStack) -> None:
     ledger = Ledger()
-
-    def start(name: str) -> Agent:
-        return Agent(stack.settings(name, agent_health_port=0), lambda: LedgerProcessor(ledger, name)).start()
-
-    agents = {name: start(name) for name in ("driver-1", "driver-2")}
+    agents = {name: start_agent(stack, ledger, name) for name in ("driver-1", "driver-2")}
     try:
         wait_for(lambda: {"driver-1", "driver-2"} <= set(stack.owners().values()), 60, "both agents hold leases")
         doomed = agents["driver-1"]
@@ -80,11 +81,7 @@ def test_the_health_port_stops_the_agent_for_a_restart_and_the_same_id_resumes_i
     """`POST /drain?restart=30s` (decision 0035): the agent checkpoints, stops and keeps its leases reserved; the other
     agent gets none of them, and the agent started again under the same id reads on from the checkpoints."""
     ledger = Ledger()
-
-    def start(name: str) -> Agent:
-        return Agent(stack.settings(name, agent_health_port=0), lambda: LedgerProcessor(ledger, name)).start()
-
-    agents = {name: start(name) for name in ("driver-1", "driver-2")}
+    agents = {name: start_agent(stack, ledger, name) for name in ("driver-1", "driver-2")}
     try:
         wait_for(lambda: {"driver-1", "driver-2"} <= set(stack.owners().values()), 60, "both agents hold leases")
         stack.produce(40, "r")
@@ -103,7 +100,7 @@ def test_the_health_port_stops_the_agent_for_a_restart_and_the_same_id_resumes_i
         stack.produce(40, "s")
         time.sleep(5.0)  # two and a half failover times (2 s here)
         assert stack.owners() == owners  # nothing moved to driver-2
-        agents["driver-1"] = start("driver-1")
+        agents["driver-1"] = start_agent(stack, ledger, "driver-1")
         wait_for(lambda: set(ledger.payloads()) >= set(stack.produced), 30, "every record delivered")
         assert stack.owners() == owners
         payloads = ledger.payloads()

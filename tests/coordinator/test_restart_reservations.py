@@ -42,6 +42,7 @@ def test_a_reservation_holds_while_the_row_is_silent_less_than_the_window() -> N
     assert not reserved(row, 30.0)
     assert not reserved(WorkerRecord("w1", 1), 0.0)  # no reservation
     assert not reserved(None, 0.0)  # no row at all
+    assert not reserved(WorkerRecord("w1", 1, restart_within_ms=30_000, drain_requested=True), 0.0)  # drain wins
 
 
 def test_an_unusable_stored_window_is_dropped_with_a_repair() -> None:
