@@ -328,7 +328,7 @@ class LocalStack:
             return {"name": child.name, "pid": child.pid, "signal": sig.name}
         if op == "restart":  # a pod restarted in place (a StatefulSet's): SIGTERM, then the same name started again
             child = self.supervisor.kill(str(request["name"]), signal.SIGTERM)
-            child.process.wait(child.launch.grace)
+            child.process.wait(child.launch.grace + 45)  # its checkpoints first, on a loaded host
             again = self.supervisor.respawn(child)
             self.write_state()
             return {"name": again.name, "pid": again.pid, "exit": child.process.returncode}
