@@ -46,6 +46,7 @@ from shardherd.shared.restart import parse_window
 SAMPLE_SECONDS = 0.25
 OWNERS_SECONDS = 1.0
 STEP_TIMEOUT = 120.0
+API_TIMEOUT = 30.0  # the operator API on a loaded 2-core host
 
 
 @dataclass
@@ -166,7 +167,7 @@ def _agents(run_dir: Path) -> list[str]:
 def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
     """Restart every agent in place under a reservation; seconds from SIGTERM to reading again, per agent."""
     state = StackState.read(run_dir)
-    client = OperatorClient(state.api_urls(), state.api_token())
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
     times = []
     try:
         for name in _agents(run_dir):
@@ -204,7 +205,7 @@ def _reads_again(watch: Watch, worker: str, since: float) -> bool:
 
 def _row_shows(run_dir: Path, worker: str) -> bool:
     state = StackState.read(run_dir)
-    client = OperatorClient(state.api_urls(), state.api_token())
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
     try:
         return any(row["worker_id"] == worker and row["state"] == "active"
                    for row in client.call("GET", "/v1/workers")["items"])
