@@ -37,6 +37,7 @@ from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError, StoreUnavailable
 from shardherd.shared.lease import Lease
+from shardherd.shared.restart import stop_window
 from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
@@ -317,18 +318,19 @@ class Agent:
         self.stopped.set()
 
     def _restart_window(self) -> int | None:
-        """The reservation to make on stop: this deployment's window, or the one an operator put in the row, or None.
+        """The reservation to make on stop, or None to drain: read from this worker's row (one scan at stop).
 
-        The row is read (one scan of the worker table) only where the deployment drains by default.
+        An operator's drain flag wins (an autoscaler removing this pod for good drained it first); then this
+        deployment's `shutdown_mode: restart`; then a reservation an operator put in the row. Unreadable, the
+        deployment's mode decides.
         """
-        if self.settings.shutdown_mode == "restart":
-            return self.settings.restart_window_millis
+        mode = self.settings.restart_window_millis if self.settings.shutdown_mode == "restart" else None
         try:
             rows = self.store.scan_workers().workers
         except StoreUnavailable as exc:
-            log.warning("reading this worker's row for a restart reservation failed (draining instead): %s", exc)
-            return None
-        return next((row.restart_within_ms for row in rows if row.worker_id == self.settings.worker_id), None)
+            log.warning("reading this worker's row on stop failed (going by shutdown_mode): %s", exc)
+            return mode
+        return stop_window(next((row for row in rows if row.worker_id == self.settings.worker_id), None), mode)
 
     def drain_itself(self, wait: float, restart_ms: int | None = None) -> bool:
         """Drain (or with `restart_ms` stop for a restart) as on SIGTERM; True once stopped.

@@ -70,3 +70,16 @@ def reserved(record: WorkerRecord | None, silent_seconds: float | None) -> bool:
     if record is None or record.restart_within_ms is None or record.drain_requested:
         return False
     return (silent_seconds or 0.0) * 1000 < record.restart_within_ms
+
+
+def stop_window(row: WorkerRecord | None, deployment: int | None) -> int | None:
+    """The reservation a stopping worker makes (None: it drains), from its own row and its deployment's window.
+
+    An operator's drain flag wins (an autoscaler removing the worker for good drained it first); then the
+    deployment's window (`shutdown_mode: restart`); then a reservation an operator put in the row.
+    """
+    if row is not None and row.drain_requested:
+        return None
+    if deployment is not None:
+        return deployment
+    return row.restart_within_ms if row is not None else None

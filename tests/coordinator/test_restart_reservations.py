@@ -14,7 +14,7 @@ from shardherd.coordinator.decider_config import DeciderConfig, Strategy
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop
 from shardherd.coordinator.snapshot import InvalidSnapshot, LeaseView, Snapshot
-from shardherd.shared.restart import BadRestartWindow, parse_window, reserved, stored_window
+from shardherd.shared.restart import BadRestartWindow, parse_window, reserved, stop_window, stored_window
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.worker import WorkerRecord
 from tests.coordinator.test_decide import cpu, owned
@@ -43,6 +43,15 @@ def test_a_reservation_holds_while_the_row_is_silent_less_than_the_window() -> N
     assert not reserved(WorkerRecord("w1", 1), 0.0)  # no reservation
     assert not reserved(None, 0.0)  # no row at all
     assert not reserved(WorkerRecord("w1", 1, restart_within_ms=30_000, drain_requested=True), 0.0)  # drain wins
+
+
+def test_a_stopping_worker_reserves_by_its_deployment_or_an_operator_and_drains_when_asked_to() -> None:
+    plain, announced = WorkerRecord("w1", 1), WorkerRecord("w1", 1, restart_within_ms=90_000)
+    drained = WorkerRecord("w1", 1, restart_within_ms=90_000, drain_requested=True)
+    assert stop_window(plain, None) is None and stop_window(None, None) is None  # shutdown_mode drain
+    assert stop_window(plain, 60_000) == 60_000 and stop_window(None, 60_000) == 60_000  # shutdown_mode restart
+    assert stop_window(announced, None) == 90_000  # an operator's `drain --restart`
+    assert stop_window(drained, 60_000) is None and stop_window(drained, None) is None  # a drain wins
 
 
 def test_an_unusable_stored_window_is_dropped_with_a_repair() -> None:

@@ -147,7 +147,7 @@ def test_restart_reservation_over_the_api_keeps_a_dead_workers_leases_for_the_wi
     assert workers["w2"]["state"] == "restarting" and workers["w2"]["restart_within_ms"] == 40_000
     states = {lease["lease_key"]: lease["state"] for lease in replica.client.get("/v1/assignments").json()["items"]}
     assert {key for key, state in states.items() if state == "reserved"} == held
-    assert 'shardherd_leases_by_state{state="reserved"} %d.0' % len(held) in replica.client.get("/metrics").text
+    assert f'shardherd_leases_by_state{{state="reserved"}} {len(held)}.0' in replica.client.get("/metrics").text
     cleared = replica.client.delete("/v1/workers/w2/restart", headers=replica.auth())
     assert cleared.status_code == 200 and cleared.json()["restart_within_ms"] is None
     replica.step(2)  # no reservation: a row silent past the failover time fails over at once
