@@ -172,14 +172,20 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
     try:
         for name in _agents(run_dir):
             client.call("POST", f"/v1/workers/{quote(name, safe='')}/restart", within=f"{window_ms}ms")
+            held = watch.held_by(name)
             sent = time.monotonic()
             request(state.control_socket, "restart", timeout=STEP_TIMEOUT, name=name)
             started = time.monotonic()  # the old process has exited (its last batches are written before)
+            if not held:  # nothing to read: back once its row is
+                _wait(functools.partial(_row_shows, run_dir, name), f"{name}'s first heartbeat")
+                print(f"    {name}: restarted, held no lease", flush=True)
+                continue
             _wait(functools.partial(_reads_again, watch, name, started), f"{name} reading again")
             back = watch.reads_again(name, started)
             assert back is not None
             times.append(back - sent)
-            print(f"    {name}: restarted, reading again {back - sent:.1f} s after SIGTERM", flush=True)
+            print(f"    {name}: restarted holding {len(held)} leases, reading again {back - sent:.1f} s after "
+                  "SIGTERM", flush=True)
     finally:
         client.close()
     return times
@@ -204,6 +210,7 @@ def _reads_again(watch: Watch, worker: str, since: float) -> bool:
 
 
 def _row_shows(run_dir: Path, worker: str) -> bool:
+    """True once the operator API shows `worker` active (its row changed since this replica first saw it)."""
     state = StackState.read(run_dir)
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
     try:
@@ -261,6 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records_dir = run_dir / PLAIN_RECORDS_DIR
         watch = Watch(state, records_dir, args.gap)
         time.sleep(args.warmup)
+        _wait(lambda: all(watch.held_by(name) for name in _agents(run_dir)), "every agent holding a lease")
         print(f"stack: {args.shards} shards, {args.agents} plain agents, {args.rate:g} records/s, "
               f"every shard owned {stack.all_assigned:.1f} s after start; load {os.getloadavg()[0]:.2f}", flush=True)
         print("  reservations (restart in place, same worker id):", flush=True)
