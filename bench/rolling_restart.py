@@ -171,7 +171,7 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
     times = []
     try:
         for name in _agents(run_dir):
-            client.call("POST", f"/v1/workers/{quote(name, safe='')}/restart", within=f"{window_ms}ms")
+            _wait(functools.partial(_announce, client, name, window_ms), f"{name}'s reservation written")
             held = watch.held_by(name)
             sent = time.monotonic()
             request(state.control_socket, "restart", timeout=STEP_TIMEOUT, name=name)
@@ -203,6 +203,17 @@ def drains(run_dir: Path, watch: Watch) -> list[float]:
         times.append(time.monotonic() - sent)
         print(f"    {name}: drained and stopped in {times[-1]:.1f} s (replaced by {new})", flush=True)
     return times
+
+
+def _announce(client: OperatorClient, worker: str, window_ms: int) -> bool:
+    """`shardherd drain --restart WORKER --within ...` through the API; False if no replica answered (ask again)."""
+    try:
+        client.call("POST", f"/v1/workers/{quote(worker, safe='')}/restart", within=f"{window_ms}ms")
+    except ApiError as exc:
+        if exc.status is not None and exc.status < 500:
+            raise
+        return False
+    return True
 
 
 def _reads_again(watch: Watch, worker: str, since: float) -> bool:
