@@ -247,6 +247,16 @@ def run_pass(name: str, act: Callable[[], list[float]], watch: Watch, records_di
     return figures
 
 
+def per_shard(figures: Pass) -> str:
+    """Unread seconds per shard that had any: median and largest, and the stretches counted."""
+    totals = [sum(gaps) for gaps in figures.gaps.values()]
+    stretches = sum(len(gaps) for gaps in figures.gaps.values())
+    if not totals:
+        return f"{figures.name}: no stretch"
+    return (f"{figures.name}: per shard median {statistics.median(totals):.1f} s, max {max(totals):.1f} s, "
+            f"{stretches} stretches")
+
+
 def line(figures: Pass, shards: int) -> str:
     """One row of the table."""
     gaps = [gap for shard_gaps in figures.gaps.values() for gap in shard_gaps]
@@ -266,6 +276,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, default=3.0, help="seconds without a record that count as unread")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds watched after each pass's last step")
     parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the no-action baseline pass")
     parser.add_argument("--run-root", default=tempfile.gettempdir())
     args = parser.parse_args(argv)
     window_ms = parse_window(args.window)
@@ -281,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         time.sleep(args.warmup)
         print(f"stack: {args.shards} shards, {args.agents} plain agents, {args.rate:g} records/s, "
               f"every shard owned {stack.all_assigned:.1f} s after start; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"  quiet (no action, {args.quiet:g} s: the noise floor of the measure):", flush=True)
+        quiet = run_pass("quiet", list, watch, records_dir, args.quiet)
         print("  reservations (restart in place, same worker id):", flush=True)
         reserved = run_pass("reservations", lambda: reservations(run_dir, watch, window_ms), watch, records_dir,
                             args.settle)
@@ -292,8 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.stop()
     print(f"\n{'pass':<13}{'moves':>6}{'unread s':>12}{'longest':>10}{'shards':>12}{'dups':>6}"
           f"{'restart':>10}{'max':>9}   load (1, 5, 15 min)")
-    for figures in (reserved, drained):
+    for figures in (quiet, reserved, drained):
         print(line(figures, args.shards))
+    for figures in (quiet, reserved, drained):
+        print("  " + per_shard(figures))
     print(f"unread s: shard-seconds in stretches over {args.gap:g} s without a processed record; restart: median "
           "seconds per agent (reservations: SIGTERM to reading again; drains: SIGTERM to the old pod's exit)")
     return 0
