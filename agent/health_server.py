@@ -7,9 +7,11 @@ restarts and progress, the stalled leases and those given back for it, each shar
 (since when, attempts, the last error as a label), and on plain agents each shard's GetRecords calls and Kinesis
 throttles (ProvisionedThroughputExceededException).
 `POST /drain[?wait=SECONDS]` makes the agent drain itself and stop (its leases handed on gracefully), waiting up to
-`wait` seconds for that: 200 once stopped, 202 while still draining. Only a caller on the loopback interface may ask
-(403 otherwise): a preStop hook in the agent's own pod, which so needs no credential at all, where the coordinator's
-drain endpoint takes the admin token (least privilege: nothing outside the pod can drain it through this port).
+`wait` seconds for that: 200 once stopped, 202 while still draining. With `restart=DURATION` (e.g. `60s`) it stops for a
+restart instead: its leases stay reserved for it that long (shared/restart.py). Only a caller on the loopback interface
+may ask (403 otherwise): a preStop hook in the agent's own pod, which so needs no credential at all, where the
+coordinator's drain endpoint takes the admin token (least privilege: nothing outside the pod can drain it through this
+port).
 Served by the standard library's threading HTTP server: no request touches the store.
 """
 
@@ -32,6 +34,7 @@ from prometheus_client.registry import Collector
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.stall_watch import StallWatch
+from shardherd.shared.restart import BadRestartWindow, parse_window
 from shardherd.shared.supervision import Supervisor
 from shardherd.shared.supervision_report import supervision_families
 from shardherd.shared.worker import FailingBatch
@@ -41,7 +44,8 @@ log = logging.getLogger(__name__)
 MAX_ERROR_LABEL = 200
 MAX_DRAIN_WAIT_SECONDS = 300.0
 
-SelfDrain = Callable[[float], bool]  # start draining (once); True if the agent stopped within the seconds given
+# Start draining, or with a window (ms) stop for a restart (once); True if the agent stopped within the given seconds.
+SelfDrain = Callable[[float, int | None], bool]
 
 
 def is_loopback(host: str) -> bool:
@@ -186,12 +190,18 @@ class HealthServer:
                                 self.client_address[0])
                     self._send(403, "application/json", b'{"status": "forbidden: loopback callers only"}')
                 else:
+                    query = parse_qs(url.query)
                     try:
-                        wait = min(MAX_DRAIN_WAIT_SECONDS, max(0.0, float(parse_qs(url.query).get("wait", ["0"])[0])))
+                        wait = min(MAX_DRAIN_WAIT_SECONDS, max(0.0, float(query.get("wait", ["0"])[0])))
                     except ValueError:
                         self._send(400, "application/json", b'{"status": "wait must be a number of seconds"}')
                         return
-                    stopped = server._drain(wait)
+                    try:
+                        restart = parse_window(query["restart"][0]) if "restart" in query else None
+                    except BadRestartWindow as exc:
+                        self._send(400, "application/json", json.dumps({"status": str(exc)}).encode())
+                        return
+                    stopped = server._drain(wait, restart)
                     body = json.dumps({"status": "stopped" if stopped else "draining"}).encode()
                     self._send(200 if stopped else 202, "application/json", body)
 

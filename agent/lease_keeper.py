@@ -159,6 +159,7 @@ class LeaseKeeper:
         self._next_heartbeat = 0.0
         self._next_discovery = 0.0
         self._draining = False
+        self._reservation_open = True  # a reservation may wait for this process until its first row clears it
         self._giving_back: set[str] = set()  # leases to release as soon as the store accepts it
         self._channel: Callable[[], bool] | None = None  # True while the coordinator tells us of changes
         self._news: Callable[[], None] | None = None  # tells the leader to look at the store now (see attach_channel)
@@ -266,6 +267,37 @@ class LeaseKeeper:
         """Announce DRAINING in the worker record so the leader moves every lease away gracefully."""
         self._draining = True
         self._next_heartbeat = 0.0
+
+    def reserve_for_restart(self, within_ms: int) -> bool:
+        """Write a restart reservation into this worker's row (shared/restart.py); True if it landed.
+
+        Called before the shard workers stop: from then on the leader keeps every lease held here for a process with
+        the same worker id, for as long as the row stays silent less than `within_ms`. False (no row, or the store
+        failing) means the caller must give the leases up as usual.
+        """
+        try:
+            reserved = self._store.set_restart(self._me, within_ms)
+        except StoreUnavailable as exc:
+            log.warning("writing the restart reservation of %s failed (giving the leases up instead): %s",
+                        self._me, exc)
+            return False
+        if reserved:
+            log.info("leases of %s reserved for a restart within %d ms: %s", self._me, within_ms,
+                     ", ".join(sorted(self.held())) or "none held")
+            self._tell_news()
+        return reserved
+
+    def _end_reservation(self) -> None:
+        """Clear a reservation that waited for this process, once a row of its own landed (it is alive).
+
+        Until it is cleared the leader gives this worker nothing, so a failing clear is tried again next heartbeat.
+        """
+        try:
+            self._store.set_restart(self._me, None)
+        except StoreUnavailable as exc:
+            log.warning("clearing the restart reservation of %s failed (again next heartbeat): %s", self._me, exc)
+            return
+        self._reservation_open = False
 
     def release_all(self) -> list[str]:
         """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys."""
@@ -487,6 +519,8 @@ class LeaseKeeper:
                         written - sent, gathered - sent, written - gathered)
         self._last_heartbeat_send = sent
         last, self._last_record = self._last_record, record
+        if self._reservation_open:
+            self._end_reservation()
         if (last is None or last.state is not record.state
                 or last.lease_progress.keys() != record.lease_progress.keys()):
             self._tell_news()  # a new row, a drain, a refused or failing lease: the leader must see it this run

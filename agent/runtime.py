@@ -37,6 +37,7 @@ from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError, StoreUnavailable
 from shardherd.shared.lease import Lease
+from shardherd.shared.restart import stop_window
 from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
@@ -277,12 +278,23 @@ class Agent:
         with retry_deadline(self.clock.monotonic() + GIVE_UP_SECONDS):
             self.keeper.release_all()
 
-    def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
+    def begin_stop(self) -> None:
+        """A stop signal came: announce DRAINING at once, unless this deployment stops for restarts."""
+        if self.settings.shutdown_mode == "drain":
+            self.keeper.begin_drain()
+
+    def stop(self, drain: bool = True, drain_timeout: float | None = None, restart_ms: int | None = None) -> None:
         """Stop; with `drain`, first let the leader hand every lease to others (no gap), then give back the rest.
 
         Last, the worker's row is deleted (LeaseKeeper.retire), so no leader assigns it leases afterwards.
+        A stop for a restart (`restart_ms`, `shutdown_mode: restart`, or an operator's reservation already in the row)
+        reserves the leases instead (shared/restart.py): the row gets the window, each shard worker checkpoints what
+        it delivered and stops, and neither the leases nor the row are given up.
         """
-        if drain:
+        if drain and restart_ms is None:
+            restart_ms = self._restart_window()
+        restarting = restart_ms is not None and self.keeper.reserve_for_restart(restart_ms)
+        if drain and not restarting:
             self._drain(drain_timeout)
         with self._guard:
             workers = list(self.workers.values())
@@ -290,7 +302,8 @@ class Agent:
             worker.request_stop(Stop.SHUTDOWN)
         for worker in workers:
             worker.thread.join(10)
-        self.keeper.release_all()
+        if not restarting:
+            self.keeper.release_all()
         self._stop.set()
         self.supervisor.stop()
         for thread in self._threads:
@@ -299,20 +312,38 @@ class Agent:
             self.health.stop()
         if self.watch is not None:
             self.watch.stop()
-        self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
+        if not restarting:
+            self.keeper.retire()  # no leader, ours or KCL's, assigns to a stopped worker whose row still looks fresh
         self._sampling.stop(5)
         self.stopped.set()
 
-    def drain_itself(self, wait: float) -> bool:
-        """Drain and stop, as on SIGTERM (a preStop hook asks through the health port); True once stopped.
+    def _restart_window(self) -> int | None:
+        """The reservation to make on stop, or None to drain: read from this worker's row (one scan at stop).
 
-        The first call starts it on a thread of its own; every call waits up to `wait` seconds for the end.
+        An operator's drain flag wins (an autoscaler removing this pod for good drained it first); then this
+        deployment's `shutdown_mode: restart`; then a reservation an operator put in the row. Unreadable, the
+        deployment's mode decides.
+        """
+        mode = self.settings.restart_window_millis if self.settings.shutdown_mode == "restart" else None
+        try:
+            rows = self.store.scan_workers().workers
+        except StoreUnavailable as exc:
+            log.warning("reading this worker's row on stop failed (going by shutdown_mode): %s", exc)
+            return mode
+        return stop_window(next((row for row in rows if row.worker_id == self.settings.worker_id), None), mode)
+
+    def drain_itself(self, wait: float, restart_ms: int | None = None) -> bool:
+        """Drain (or with `restart_ms` stop for a restart) as on SIGTERM; True once stopped.
+
+        A preStop hook asks through the health port. The first call starts it on a thread of its own; every call
+        waits up to `wait` seconds for the end.
         """
         with self._guard:
             if self._self_drain is None:
-                log.info("drain requested through the health port: handing the leases on, then stopping")
-                self._self_drain = threading.Thread(target=self.stop, kwargs={"drain": True}, name="self-drain",
-                                                    daemon=True)
+                log.info("%s requested through the health port, then stopping",
+                         "drain" if restart_ms is None else f"a restart within {restart_ms} ms")
+                self._self_drain = threading.Thread(target=self.stop, kwargs={"drain": True, "restart_ms": restart_ms},
+                                                    name="self-drain", daemon=True)
                 self._self_drain.start()
             thread = self._self_drain
         thread.join(wait)

@@ -155,6 +155,11 @@ class CountingStore(LeaseStore):
         self.counts["drain_flag"] += 1
         return self.inner.set_drain_requested(worker_id, requested)
 
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Counted as `restart_reservation`."""
+        self.counts["restart_reservation"] += 1
+        return self.inner.set_restart(worker_id, within_ms)
+
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
         """Counted as `worker_delete`."""
         self.counts["worker_delete"] += 1

@@ -57,6 +57,7 @@ from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.lease import Lease
+from shardherd.shared.restart import reserved
 from shardherd.shared.row_checks import report_row
 from shardherd.shared.shards import Shard
 from shardherd.shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
@@ -378,7 +379,7 @@ class LeaderLoop:
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else (), self._stale(tracker, w.worker_id, now)) for w in active)
+                                               else (), self._stale(tracker, w, now)) for w in active)
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
@@ -448,8 +449,8 @@ class LeaderLoop:
         # In steady state full runs come every full-scan interval: each of those balances.
         balance = reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
-                                          self._stale(term.tracker, w.worker_id, now)) for w in active)
+        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()), self._stale(term.tracker, w, now))
+                   for w in active)
         deciding = time.perf_counter()
         snapshot = Snapshot.of(views, workers, term.lines)
         plan, balance_error = self._plan(snapshot, balance)
@@ -465,8 +466,10 @@ class LeaderLoop:
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         self.feed.observe(term.epoch, leases.values())
         term.leases = leases
+        # A reservation's end is a verdict too: while one holds, the leader watches every interval.
         undecided = [w.worker_id for w in worker_scan.workers if not term.tracker.worker_alive(w.worker_id, now)
-                     and not term.tracker.worker_silent(w.worker_id, now)]
+                     and (not term.tracker.worker_silent(w.worker_id, now)
+                          or reserved(w, term.tracker.workers.silent_for(w.worker_id, now)))]
         pending = pending_in(unplaced=sum(1 for view in views if view.expired),
                              handoffs=sum(1 for lease in leases.values() if lease.checkpoint_owner is not None),
                              lost=tally.lost_races, undecided=undecided,
@@ -575,9 +578,13 @@ class LeaderLoop:
             return None
         return figure
 
-    def _stale(self, tracker: LivenessTracker, worker_id: str, now: float) -> bool:
-        """True for a live worker whose last heartbeat is too old for it to receive leases (it may have died)."""
-        return not tracker.worker_receives(worker_id, now)
+    def _stale(self, tracker: LivenessTracker, worker: WorkerRecord, now: float) -> bool:
+        """True for a live worker that must receive no lease: too old a heartbeat, or a restart announced.
+
+        With too old a heartbeat it may have died; one that announced a restart keeps what it holds
+        (shared/restart.py) and takes nothing new.
+        """
+        return worker.restart_within_ms is not None or not tracker.worker_receives(worker.worker_id, now)
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -601,6 +608,8 @@ class LeaderLoop:
         seen_handoffs: dict[str, tuple[str | None, str, float]] = {}
         for lease in leases:
             verdict = term.tracker.lease(lease, now)
+            owner = lease.actual_owner
+            held_for = owner is not None and reserved(owners.get(owner), term.tracker.workers.silent_for(owner, now))
             blocked = False
             if lease.checkpoint_owner is not None:
                 first = term.handoff_seen.get(lease.lease_key)
@@ -622,7 +631,8 @@ class LeaderLoop:
             refused_by = frozenset(worker.worker_id for worker in reporters if worker.lease_progress.get(
                 lease.lease_key, NO_PROGRESS).refused)
             views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
-                                              expired=verdict.expired, silent_ms=int(verdict.silent_seconds * 1000),
+                                              expired=verdict.expired and not held_for, reserved=held_for,
+                                              silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked,
                                               recently_moved=moved is not None
                                               and term.runs - moved <= self._cooldown_runs, refused_by=refused_by,

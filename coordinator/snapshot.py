@@ -30,6 +30,8 @@ class LeaseView:
     `settling` is True while the lease's reported figure is still changing (a shard that turned hot or quiet: the
     agents' throughput windows take tens of seconds to show it, the owner's CPU a few): band balancing leaves its
     owner alone until the figure settles, as it cannot yet price the owner's leases.
+    `reserved` is True while the owner's restart reservation holds (shared/restart.py): the lease is not expired and
+    nothing moves it (pinned), so the owner resumes it when it is back.
     """
 
     key: str
@@ -43,6 +45,7 @@ class LeaseView:
     recently_moved: bool = False
     refused_by: frozenset[str] = frozenset()
     settling: bool = False
+    reserved: bool = False
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -54,6 +57,8 @@ class LeaseView:
             raise InvalidSnapshot(f"lease {self.key!r}: silent_ms must be >= 0, got {self.silent_ms}")
         if self.handoff_blocked and self.checkpoint_owner is None:
             raise InvalidSnapshot(f"lease {self.key!r}: handoff_blocked needs a checkpoint_owner")
+        if self.reserved and (self.expired or self.actual_owner is None):
+            raise InvalidSnapshot(f"lease {self.key!r}: a reserved lease has an owner and is not expired")
 
     @property
     def actual_owner(self) -> str | None:
@@ -71,13 +76,17 @@ class LeaseView:
 
     @property
     def pinned(self) -> bool:
-        """True if a pending handoff forbids moving the lease in this run (expired leases are never pinned)."""
-        return self.handoff_blocked and not self.expired
+        """True if a pending handoff or a restart reservation forbids moving the lease in this run.
+
+        Expired leases are never pinned (a reserved one is never expired).
+        """
+        return (self.handoff_blocked or self.reserved) and not self.expired
 
     @classmethod
     def from_lease(
         cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
         recently_moved: bool = False, refused_by: frozenset[str] = frozenset(), settling: bool = False,
+        reserved: bool = False,
     ) -> LeaseView:
         """A view of a stored lease plus the leader's observations of it."""
         return cls(
@@ -92,6 +101,7 @@ class LeaseView:
             recently_moved=recently_moved,
             refused_by=refused_by,
             settling=settling,
+            reserved=reserved,
         )
 
 

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     factory = load_processor(args.processor)
     agent = Agent(load_settings(), factory)
-    signals = StopSignals(agent.keeper.begin_drain).install()
+    signals = StopSignals(agent.begin_stop).install()
     agent.start()
     log.info("agent %s running on stream(s) %s", agent.settings.worker_id, ", ".join(agent.settings.stream_names))
     signals.wait(agent.stopped)

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
     daemon = MultiLangDaemon(args.properties, coordinator=not args.no_coordinator)
-    signals = StopSignals(daemon.agent.keeper.begin_drain).install()
+    signals = StopSignals(daemon.agent.begin_stop).install()
     daemon.start()
     signals.wait(daemon.agent.stopped)
     daemon.stop(drain=signals.drain)

@@ -16,6 +16,7 @@ from rich.table import Table
 from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.errors import ShardherdError
 from shardherd.shared.lean_httpx import httpx
+from shardherd.shared.restart import parse_window
 
 if TYPE_CHECKING:
     from shardherd.services.local_stack.state import StackState
@@ -273,9 +274,12 @@ def register(sub: Any) -> None:
     _connection_args(status)
     status.add_argument("--wide", action="store_true", help="add checkpoints (abbreviated); 120 columns, not 80")
     status.set_defaults(run=lambda args: _run(args, lambda client, console: show_status(client, console, args.wide)))
-    drain = sub.add_parser("drain", help="ask the leader to move every lease off a worker")
+    drain = sub.add_parser("drain", help="move every lease off a worker (or keep them for its restart)")
     drain.add_argument("worker", help="the worker id")
-    drain.add_argument("--undo", action="store_true", help="clear the drain flag instead")
+    drain.add_argument("--undo", action="store_true", help="clear the drain flag (with --restart: the reservation)")
+    drain.add_argument("--restart", action="store_true",
+                       help="the worker is about to restart: keep its leases reserved for it instead of moving them")
+    drain.add_argument("--within", help="with --restart: how long it may be away, e.g. 90s (default 60s)")
     _connection_args(drain)
     drain.set_defaults(run=run_drain)
     plan = sub.add_parser("plan", help="show what the leader would do now (dry run, no writes)")
@@ -295,7 +299,11 @@ def _run(args: argparse.Namespace, show: Callable[[OperatorClient, Console], Non
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    """Set (or with --undo clear) the worker's drain flag."""
+    """Set (or with --undo clear) the worker's drain flag, or with --restart its restart reservation."""
+    if args.restart:
+        return _run_restart(args)
+    if args.within is not None:
+        raise ApiError("--within goes with --restart (a plain drain has no window)")
     client = client_for(args)
     try:
         action = "undrain" if args.undo else "drain"
@@ -304,4 +312,21 @@ def run_drain(args: argparse.Namespace) -> int:
         client.close()
     state = "requested" if body["drain_requested"] else "cleared"
     print(f"drain {state} for {body['worker_id']}")
+    return 0
+
+
+def _run_restart(args: argparse.Namespace) -> int:
+    """Reserve the worker's leases for its restart (or with --undo clear the reservation); one line."""
+    path = f"/v1/workers/{quote(args.worker, safe='')}/restart"
+    within = None if args.undo else parse_window(args.within or "60s")  # a bad one fails here, before any request
+    client = client_for(args)
+    try:
+        body = (client.call("DELETE", path) if within is None
+                else client.call("POST", path, within=f"{within}ms"))
+    finally:
+        client.close()
+    if body["restart_within_ms"] is None:
+        print(f"restart reservation cleared for {body['worker_id']}")
+    else:
+        print(f"leases of {body['worker_id']} reserved for a restart within {body['restart_within_ms'] / 1000:g} s")
     return 0

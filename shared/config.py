@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     # that hangs fails in time for the caller to act before its leases or the lock are taken from it.
     store_call_timeout_millis: int | None = Field(None, ge=100, le=HOUR_MILLIS)
     graceful_lease_handoff_enabled: bool = True
+    # What an agent does on SIGTERM: `drain` hands its leases to other workers first; `restart` checkpoints, stops
+    # reading and keeps them reserved for `restart_window_millis` for the process with the same worker id (decision
+    # 0035, shared/restart.py).
+    shutdown_mode: Literal["drain", "restart"] = "drain"
+    restart_window_millis: int = Field(60_000, ge=1_000, le=HOUR_MILLIS)
     graceful_lease_handoff_timeout_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     consistent_reads: bool = False
 

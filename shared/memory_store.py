@@ -233,8 +233,8 @@ class MemoryLeaseStore(LeaseStore):
         """Store the worker's own attributes; an operator's drain flag is kept."""
         with self._db.lock:
             previous = self._db.workers.get(record.worker_id)
-            drain = previous.drain_requested if previous is not None else False
-            self._db.workers[record.worker_id] = _frozen_worker(record, drain)
+            drain, restart = (previous.drain_requested, previous.restart_within_ms) if previous else (False, None)
+            self._db.workers[record.worker_id] = _frozen_worker(record, drain, restart)
 
     def scan_workers(self) -> WorkerScan:
         """Every worker record, by id."""
@@ -248,6 +248,15 @@ class MemoryLeaseStore(LeaseStore):
             if current is None:
                 return False
             self._db.workers[worker_id] = replace(current, drain_requested=requested)
+            return True
+
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Set or clear the restart reservation of an existing record; False if there is none."""
+        with self._db.lock:
+            current = self._db.workers.get(worker_id)
+            if current is None:
+                return False
+            self._db.workers[worker_id] = replace(current, restart_within_ms=within_ms)
             return True
 
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
@@ -321,8 +330,8 @@ def _rounded(throughput_kbps: float | None) -> float | None:
         raise StoreError(str(exc)) from exc
 
 
-def _frozen_worker(record: WorkerRecord, drain_requested: bool) -> WorkerRecord:
-    """A copy that shares no mutable mapping with the caller, with the stored drain flag."""
+def _frozen_worker(record: WorkerRecord, drain_requested: bool, restart_within_ms: int | None) -> WorkerRecord:
+    """A copy that shares no mutable mapping with the caller, with the stored drain flag and restart reservation."""
     return replace(
         record,
         metric_stats={metric: tuple(values) for metric, values in record.metric_stats.items()},
@@ -330,4 +339,5 @@ def _frozen_worker(record: WorkerRecord, drain_requested: bool) -> WorkerRecord:
         lease_throughput=dict(record.lease_throughput),
         lease_progress=dict(record.lease_progress),
         drain_requested=drain_requested,
+        restart_within_ms=restart_within_ms,
     )

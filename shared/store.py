@@ -235,6 +235,14 @@ class LeaseStore(ABC):
         """Operator drain flag; False if the worker has no record."""
 
     @abstractmethod
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Set (or with None clear) the worker's restart reservation (shared/restart.py); False if it has no record.
+
+        Like the drain flag, heartbeats never write it: the stopping worker or an operator sets it, the worker back
+        from its restart clears it.
+        """
+
+    @abstractmethod
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
         """Delete a stale worker record only if it still has the `lut` and `hb` that were read (KCL's cleanup rule)."""
 

@@ -418,6 +418,13 @@ class StoreMeter(LeaseStore):
         self._count(self.tables.worker_metrics, "drain_flag", writes=write_units(size))
         return applied
 
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Conditional UpdateItem."""
+        applied = self.inner.set_restart(worker_id, within_ms)
+        size = self._sizes.get((self.tables.worker_metrics, worker_id), 0)
+        self._count(self.tables.worker_metrics, "restart_reservation", writes=write_units(size))
+        return applied
+
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
         """Conditional DeleteItem."""
         deleted = self.inner.delete_worker_if_unchanged(worker_id, last_update, heartbeat)

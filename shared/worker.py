@@ -114,13 +114,15 @@ class WorkerState(enum.Enum):
 class WorkerRecord:
     """One worker's row in `<app>-WorkerMetricStats`.
 
-    KCL attributes: `wid`, `lut` (epoch seconds), `sts` (metric -> recent per-interval averages, oldest first),
-    `opr` (metric -> [max utilisation %]). shardherd adds `hb` (a heartbeat counter the leader watches change on its
-    own clock, so clocks are never compared across hosts), `workerState`, `leaseThroughput` (lease key -> KiB/s, used in
+    KCL attributes: `wid`, `lut` (epoch seconds), `sts` (metric -> recent per-interval averages, oldest first), `opr`
+    (metric -> [max utilisation %]). shardherd adds `hb` (a heartbeat counter the leader watches change on its own
+    clock, so clocks are never compared across hosts), `workerState`, `leaseThroughput` (lease key -> KiB/s, used in
     `worker` liveness mode where leases are not renewed), `leaseProgress` (lease key -> lag, records, bytes; for
-    operators) and `drainRequested` (set by operators, never by the worker). `repairs` says what a decoder had to drop
-    or mark failed in the stored row (see shared/row_checks.py); it is never stored. Construction enforces what every
-    consumer assumes: a non-empty id, finite metric values, usable lease throughputs (InvalidRowValue otherwise).
+    operators), `drainRequested` (set by operators, never by the worker) and `restartWithinMillis` (a restart
+    reservation, shared/restart.py: set by the stopping worker or an operator, never by a heartbeat). `repairs` says
+    what a decoder had to drop or mark failed in the stored row (see shared/row_checks.py); it is never stored.
+    Construction enforces what every consumer assumes: a non-empty id, finite metric values, usable lease throughputs
+    (InvalidRowValue otherwise).
     """
 
     worker_id: str
@@ -132,11 +134,14 @@ class WorkerRecord:
     lease_throughput: Mapping[str, float] = field(default_factory=dict)
     drain_requested: bool = False
     lease_progress: Mapping[str, LeaseProgress] = field(default_factory=dict)
+    restart_within_ms: int | None = None
     repairs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if not self.worker_id:
             raise InvalidRowValue("a worker record needs a non-empty id")
+        if (problem := count_problem(self.restart_within_ms, allow_none=True)) is not None:
+            raise InvalidRowValue(f"worker {self.worker_id!r}: restart window {problem}")
         for name, series in (("metric", self.metric_stats), ("operating range", self.operating_range)):
             for metric, values in series.items():
                 if not all(math.isfinite(value) for value in values):

@@ -385,8 +385,11 @@ class SparkAgent(Agent):
         key = self.book.lease_key(held[0]) if held else None
         self.progress.quarantine(key or shard, record, stored_at)
 
-    def stop(self, drain: bool = True, drain_timeout: float | None = None) -> None:
+    def stop(self, drain: bool = True, drain_timeout: float | None = None, restart_ms: int | None = None) -> None:
         """Drain (while a running query finishes the handoffs), stop the query, then stop the agent.
+
+        A stop for a restart (see Agent.stop) drains nothing: the query stops, its checkpoints are stored, and the
+        agent reserves the leases for the driver coming back with the same worker id.
 
         The drain comes first because stopping a query interrupts a batch in flight: one already written but not
         yet checkpointed would be read again by the next owner. Leases the drain did not move are given back after
@@ -397,7 +400,9 @@ class SparkAgent(Agent):
                 return
             query = self._query
             active = query is not None and _answers(query)
-            if drain and query is not None and active and self.running():
+            if drain and restart_ms is None:
+                restart_ms = self._restart_window()
+            if drain and restart_ms is None and query is not None and active and self.running():
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
             self._halt.set()
@@ -414,7 +419,7 @@ class SparkAgent(Agent):
             self._probe_pool.shutdown(wait=False, cancel_futures=True)
             self._commit_pool.shutdown(wait=False)
             if self.running():
-                super().stop(drain, drain_timeout)
+                super().stop(drain, drain_timeout, restart_ms)
             self._stopped = True
 
     def _probe_loop(self) -> None:

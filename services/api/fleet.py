@@ -11,6 +11,7 @@ from shardherd.services.api.models import LeaseOut, LeaseState, MalformedRow, Wo
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.lease import Lease
+from shardherd.shared.restart import reserved
 from shardherd.shared.store import LeaseScan, WorkerScan
 from shardherd.shared.streams import stream_name_of
 from shardherd.shared.worker import CPU_METRIC, NO_POISON, LeaseProgress, WorkerRecord
@@ -151,12 +152,16 @@ def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settin
     records = {worker.worker_id: worker for worker in worker_scan.workers}
     ages = heartbeats.ages(worker_scan.workers, at)
     expired = {wid for wid, age in ages.items() if age > grace.of(records[wid])}
-    leases = [_lease_out(lease, records, expired, settings) for lease in lease_scan.leases]
+    # Silent workers whose leases a restart reservation keeps (shared/restart.py): not expired, "restarting".
+    away = {wid for wid in expired if reserved(records[wid], ages[wid])}
+    expired -= away
+    leases = [_lease_out(lease, records, expired, settings, away) for lease in lease_scan.leases]
     if checkpoints is not None:
         motions = checkpoints.motions(leases, at)
         leases = [lease.model_copy(update=_motion_fields(motions.get(lease.lease_key))) for lease in leases]
     leases.sort(key=lambda item: item.lease_key)
-    workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings) for wid in sorted(records)]
+    workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings, wid in away)
+               for wid in sorted(records)]
     return Fleet(
         workers, leases,
         [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
@@ -173,12 +178,15 @@ def _motion_fields(motion: CheckpointMotion | None) -> dict[str, float | None]:
     return {"checkpoint_moved_at": motion.moved_at, "records_per_second": motion.records_per_second}
 
 
-def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseState:
+def _lease_state(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings,
+                 away: set[str]) -> LeaseState:
     if lease.is_finished:
         return "finished"
     owner = lease.actual_owner
     if owner is None:
         return "unassigned"
+    if owner in away:
+        return "reserved"
     if owner in expired or (owner not in records and settings.liveness_mode == "worker"):
         return "expired"
     return "handoff" if lease.in_handoff else "owned"
@@ -192,7 +200,8 @@ def _progress(lease: Lease, owner: WorkerRecord | None) -> LeaseProgress | None:
     return owner.lease_progress.get(lease.lease_key) if owner is not None else None
 
 
-def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings) -> LeaseOut:
+def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str], settings: Settings,
+               away: set[str]) -> LeaseOut:
     owner = records.get(lease.actual_owner or "")
     progress = _progress(lease, owner)
     reported = owner.lease_progress.get(lease.lease_key) if owner is not None else None
@@ -201,7 +210,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
     return LeaseOut(
         lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
-        state=_lease_state(lease, records, expired, settings), checkpoint=str(lease.checkpoint),
+        state=_lease_state(lease, records, expired, settings, away), checkpoint=str(lease.checkpoint),
         lease_counter=lease.lease_counter, owner_switches_since_checkpoint=lease.owner_switches_since_checkpoint,
         throughput_kbps=reported_throughput(lease, records), parent_shard_ids=sorted(lease.parent_shard_ids),
         child_shard_ids=sorted(lease.child_shard_ids), explanation=None,
@@ -218,14 +227,16 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
 
 
 def _worker_out(record: WorkerRecord, age: float, expired: bool, leases: list[LeaseOut],
-                settings: Settings) -> WorkerOut:
-    state: WorkerStateName = "expired" if expired else ("draining" if record.is_draining else "active")
+                settings: Settings, away: bool) -> WorkerOut:
+    state: WorkerStateName = ("restarting" if away else "expired" if expired
+                              else "draining" if record.is_draining else "active")
     mine = [lease for lease in leases
             if (lease.checkpoint_owner or lease.owner) == record.worker_id and lease.state != "finished"]
     cpu = list(record.metric_stats.get(CPU_METRIC, ()))
     return WorkerOut(
         worker_id=record.worker_id, state=state, reported_state=record.state.value,
-        drain_requested=record.drain_requested, heartbeat=record.heartbeat, heartbeat_age_seconds=round(age, 3),
+        drain_requested=record.drain_requested, restart_within_ms=record.restart_within_ms,
+        heartbeat=record.heartbeat, heartbeat_age_seconds=round(age, 3),
         last_update=record.last_update, cpu_history=cpu,
         cpu_ema=ema(cpu, settings.worker_metrics_ema_alpha) if cpu else None,
         metrics={name: list(values) for name, values in record.metric_stats.items()},

@@ -25,8 +25,8 @@ from shardherd.shared.supervision_report import supervision_families
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_read_token)])
 
-_STATES = ("owned", "unassigned", "handoff", "finished", "expired")
-_WORKER_STATES = ("active", "draining", "expired")
+_STATES = ("owned", "unassigned", "handoff", "finished", "expired", "reserved")
+_WORKER_STATES = ("active", "draining", "expired", "restarting")
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 from shardherd.coordinator.moves import Move, Unplaced
 from shardherd.services.leader_status import MAX_DETAIL_CHARS, Decision, LeaderStatus
 
-LeaseState = Literal["owned", "unassigned", "handoff", "finished", "expired"]
-WorkerStateName = Literal["active", "draining", "expired"]
+LeaseState = Literal["owned", "unassigned", "handoff", "finished", "expired", "reserved"]
+WorkerStateName = Literal["active", "draining", "expired", "restarting"]
 
 
 class ErrorBody(BaseModel):
@@ -34,6 +34,8 @@ class WorkerOut(BaseModel):
                                    "of worker (agent: the failover time; KCL worker: two reporter intervals)")
     reported_state: str = Field(description="what the worker says about itself (ACTIVE or DRAINING)")
     drain_requested: bool
+    restart_within_ms: int | None = Field(None, description="a restart reservation (decision 0035): the worker keeps "
+                                          "its leases while its row is silent less than this; state restarting then")
     heartbeat: int
     heartbeat_age_seconds: float = Field(
         description="seconds since this replica saw the heartbeat counter change; before it has seen a change, the "
@@ -176,6 +178,14 @@ class DrainOut(BaseModel):
 
     worker_id: str
     drain_requested: bool
+
+
+class RestartOut(BaseModel):
+    """A worker's restart reservation after the request (shared/restart.py)."""
+
+    worker_id: str
+    restart_within_ms: int | None = Field(description="how long the worker may stay silent and keep its leases; "
+                                                       "None once cleared")
 
 
 class MoveRecord(BaseModel):

@@ -1,15 +1,19 @@
-"""GET /v1/workers and POST /v1/workers/{id}/drain|undrain (the operator's drain flag, e.g. from a preStop hook)."""
+"""GET /v1/workers, POST /v1/workers/{id}/drain|undrain and POST|DELETE /v1/workers/{id}/restart.
+
+Drain sets the operator's drain flag (e.g. from a preStop hook); restart a restart reservation (shared/restart.py).
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 
 from shardherd.coordinator.assignment_feed import NEWS
 from shardherd.services.api.auth import AUTH_RESPONSES, access_of, require_read_token, require_token
 from shardherd.services.api.context import ApiContext, context
-from shardherd.services.api.models import DrainOut, ErrorBody, WorkersPage
+from shardherd.services.api.models import DrainOut, ErrorBody, RestartOut, WorkersPage
+from shardherd.shared.restart import BadRestartWindow, parse_window
 
 router = APIRouter(prefix="/v1", tags=["workers"])
 
@@ -53,3 +57,34 @@ def drain(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -> 
 def undrain(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -> DrainOut:
     """Clear the worker's drain flag; it receives leases again."""
     return _set_drain(ctx, worker_id, False)
+
+
+def _set_restart(ctx: ApiContext, worker_id: str, within_ms: int | None) -> RestartOut:
+    """Store the reservation (or clear it) and wake this replica's leader loop, as a drain does."""
+    if not ctx.store.set_restart(worker_id, within_ms):
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no worker {worker_id!r} has a record")
+    ctx.loop.feed.signal(worker_id, NEWS)
+    return RestartOut(worker_id=worker_id, restart_within_ms=within_ms)
+
+
+_RESTART = {400: {"model": ErrorBody, "description": "not a usable window: nothing was written"}, **_MUTATING}
+
+
+@router.post("/workers/{worker_id}/restart", response_model=RestartOut, responses=_RESTART,
+             dependencies=[Depends(require_token)],
+             summary="Reserve the worker's leases for its restart: nobody else gets them within the window")
+def restart(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)],
+            within: Annotated[str, Query(max_length=32, description="e.g. 60s, 1500ms, 2m")] = "60s") -> RestartOut:
+    """Set the reservation: the worker, when it stops, keeps its leases until it is back or silent that long."""
+    try:
+        within_ms = parse_window(within)
+    except BadRestartWindow as exc:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, str(exc)) from None
+    return _set_restart(ctx, worker_id, within_ms)
+
+
+@router.delete("/workers/{worker_id}/restart", response_model=RestartOut, responses=_MUTATING,
+               dependencies=[Depends(require_token)], summary="Clear the restart reservation")
+def cancel_restart(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -> RestartOut:
+    """Clear the reservation: the worker drains (or fails over) as usual again."""
+    return _set_restart(ctx, worker_id, None)

@@ -329,6 +329,12 @@ class LocalStack:
             child.process.wait(30)
             self.write_state()
             return {"name": child.name, "pid": child.pid, "signal": sig.name}
+        if op == "restart":  # a pod restarted in place (a StatefulSet's): SIGTERM, then the same name started again
+            child = self.supervisor.kill(str(request["name"]), signal.SIGTERM)
+            child.process.wait(child.launch.grace + 45)  # its checkpoints first, on a loaded host
+            again = self.supervisor.respawn(child)
+            self.write_state()
+            return {"name": again.name, "pid": again.pid, "exit": child.process.returncode}
         if op == "hot-shard":
             if self.producer is None:
                 raise StackFailed("the producer is not running")

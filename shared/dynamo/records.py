@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from shardherd.shared.dynamo.attributes import integer
 from shardherd.shared.dynamo.base import DynamoAccess
 from shardherd.shared.dynamo.expressions import Expression
 from shardherd.shared.dynamo.state_codec import add_condition, decode_state, encode_state, state_key
 from shardherd.shared.dynamo.worker_codec import (
     DRAIN_REQUESTED,
+    RESTART_WITHIN,
     WORKER_ID,
     decode_worker,
     worker_key,
@@ -47,6 +49,17 @@ class WorkerAndStateRecords(DynamoAccess):
         return self._conditional(lambda: self._client.update_item(
             TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params()),
             f"UpdateItem drain {worker_id}")
+
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Set or remove the restart reservation of an existing record; False if there is none."""
+        expression = Expression().require_present(WORKER_ID)
+        if within_ms is None:
+            expression.remove(RESTART_WITHIN)
+        else:
+            expression.set(RESTART_WITHIN, integer(within_ms))
+        return self._conditional(lambda: self._client.update_item(
+            TableName=self.tables.worker_metrics, Key=worker_key(worker_id), **expression.params()),
+            f"UpdateItem restart reservation {worker_id}")
 
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
         """Delete a stale record only while `lut` and `hb` are still the values read."""

@@ -16,6 +16,7 @@ from shardherd.shared.dynamo.attributes import (
 )
 from shardherd.shared.dynamo.expressions import AttributeValue, Expression, Item
 from shardherd.shared.errors import MalformedWorker
+from shardherd.shared.restart import stored_window
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shardherd.shared.worker import FailingBatch, LeaseProgress, PoisonReport, WorkerRecord, WorkerState
 
@@ -27,6 +28,7 @@ HEARTBEAT = "hb"
 WORKER_STATE = "workerState"
 LEASE_THROUGHPUT = "leaseThroughput"
 DRAIN_REQUESTED = "drainRequested"
+RESTART_WITHIN = "restartWithinMillis"  # a restart reservation (shared/restart.py)
 LEASE_PROGRESS = "leaseProgress"
 
 
@@ -194,6 +196,7 @@ def _decode_worker(item: Item) -> WorkerRecord:
             lease_throughput=_read_throughput(item, repairs),
             drain_requested=bool(read_bool(item, DRAIN_REQUESTED)),
             lease_progress=_read_progress(item, repairs),
+            restart_within_ms=stored_window(read_int(item, RESTART_WITHIN), repairs),
             repairs=tuple(repairs),
         )
     except AttributeTypeError as exc:
@@ -218,10 +221,12 @@ def worker_attributes(record: WorkerRecord) -> dict[str, AttributeValue]:
 
 
 def encode_worker(record: WorkerRecord) -> dict[str, AttributeValue]:
-    """The whole item as stored (key, worker-owned attributes and the drain flag when set)."""
+    """The whole item as stored (key, worker-owned attributes, the drain flag and restart reservation when set)."""
     item = {**worker_key(record.worker_id), **worker_attributes(record)}
     if record.drain_requested:
         item[DRAIN_REQUESTED] = {"BOOL": True}
+    if record.restart_within_ms is not None:
+        item[RESTART_WITHIN] = integer(record.restart_within_ms)
     return item
 
 

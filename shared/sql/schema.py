@@ -108,6 +108,7 @@ def build_schema(tables: TableNames) -> SqlSchema:
         Column("lease_throughput", Text()),  # JSON: lease key -> KiB/s
         Column("lease_progress", Text()),  # JSON: lease key -> {"lag", "records", "bytes"}
         Column("drain_requested", Boolean()),
+        Column("restart_within_ms", BigInteger()),  # a restart reservation (shared/restart.py)
     )
     state = Table(
         tables.coordinator_state,

@@ -402,6 +402,12 @@ class SqlLeaseStore(LeaseStore):
         statement = update(workers).where(workers.c.wid == worker_id).values(drain_requested=requested)
         return self._changes_rows(statement, f"setting drain flag of {worker_id!r}")
 
+    def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
+        """Set or clear the restart reservation of an existing record; False if there is none."""
+        workers = self._schema.workers
+        statement = update(workers).where(workers.c.wid == worker_id).values(restart_within_ms=within_ms)
+        return self._changes_rows(statement, f"setting the restart reservation of {worker_id!r}")
+
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:
         """Delete the record only while `lut` and `hb` (absent = 0) are still the values read."""
         c = self._schema.workers.c

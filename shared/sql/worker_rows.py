@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardherd.shared.errors import MalformedWorker
+from shardherd.shared.restart import stored_window
 from shardherd.shared.row_checks import InvalidRowValue, checked_throughput, decoded
 from shardherd.shared.sql.values import read_int, read_json, read_optional_str
 from shardherd.shared.worker import (
@@ -194,5 +195,6 @@ def _decode_worker(row: Mapping[Any, Any]) -> WorkerRecord:
         lease_throughput=lease_throughput,
         drain_requested=bool(row["drain_requested"]),
         lease_progress=lease_progress,
+        restart_within_ms=stored_window(row.get("restart_within_ms"), repairs),
         repairs=tuple(repairs),
     )

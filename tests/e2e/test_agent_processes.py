@@ -183,3 +183,34 @@ def test_the_ported_kcl_processor_of_the_migration_guide_reads_and_checkpoints_e
             last[shard["ShardId"]] = records[-1]["SequenceNumber"]
     checkpoints = {lease.lease_key: str(lease.checkpoint) for lease in procs.coordinator.store.scan_leases().leases}
     assert last and all(checkpoints[shard] == sequence for shard, sequence in last.items()), (last, checkpoints)
+
+
+def test_a_restart_with_a_reservation_moves_nothing_and_the_same_worker_resumes_from_the_checkpoints(
+        procs_metrics_off: ProcessStack) -> None:
+    """`shutdown_mode=restart` (decision 0035): SIGTERM keeps the leases past the failover time (2 s here) while the
+    other agent could take them, and the process coming back under the same id reads on from the checkpoints."""
+    procs = procs_metrics_off
+    restarting = {"SHARDHERD_SHUTDOWN_MODE": "restart", "SHARDHERD_RESTART_WINDOW_MILLIS": "60000"}
+    first = procs.start_agent("agent-1", **restarting)
+    wait_for(lambda: len(procs.owners()) == 3 and set(procs.owners().values()) == {"agent-1"}, 30, "agent-1 owns all")
+    procs.start_agent("agent-2")
+    procs.produce(300, "a")
+    wait_for(lambda: procs.all_delivered() and "agent-2" in procs.owners().values()
+             and None not in procs.owners().values(), 30, "records delivered, agent-2 holding a share")
+    owners = procs.owners()
+    kept = {key for key, owner in owners.items() if owner == "agent-1"}
+    assert kept
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    record = worker_record(procs.coordinator.store, "agent-1")
+    assert record is not None and record.restart_within_ms == 60_000  # the row stays, with the reservation
+    procs.produce(300, "b")
+    time.sleep(3 * 2.0)  # three failover times: without the reservation agent-2 would have them by now
+    assert procs.owners() == owners
+    procs.start_agent("agent-1", **restarting)
+    wait_for(procs.all_delivered, 30, "records after the restart delivered")
+    assert procs.owners() == owners  # not one move
+    counts = procs.delivered()
+    assert set(counts) == set(procs.produced) and max(counts.values()) == 1  # from the checkpoints, no duplicate
+    wait_for(lambda: (row := worker_record(procs.coordinator.store, "agent-1")) is not None
+             and row.restart_within_ms is None, 10, "the returned worker cleared its reservation")

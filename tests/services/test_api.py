@@ -134,6 +134,45 @@ def test_drain_of_unknown_worker_is_404(replica: Replica) -> None:
     assert response.status_code == 404 and "nobody" in response.json()["detail"]
 
 
+def test_restart_reservation_over_the_api_keeps_a_dead_workers_leases_for_the_window(replica: Replica) -> None:
+    held = {k for k, o in replica.owners().items() if o == "w2"}
+    assert held
+    response = replica.client.post("/v1/workers/w2/restart", params={"within": "40s"}, headers=replica.auth())
+    assert response.status_code == 200 and response.json() == {"worker_id": "w2", "restart_within_ms": 40_000}
+    assert replica.loop.feed.take_signals() == [("w2", NEWS)]
+    replica.leave("w2")  # the pod stops
+    replica.step(12)  # 24 s: past the failover time, within the window
+    assert {k for k, o in replica.owners().items() if o == "w2"} == held
+    workers = {w["worker_id"]: w for w in replica.client.get("/v1/workers").json()["items"]}
+    assert workers["w2"]["state"] == "restarting" and workers["w2"]["restart_within_ms"] == 40_000
+    states = {lease["lease_key"]: lease["state"] for lease in replica.client.get("/v1/assignments").json()["items"]}
+    assert {key for key, state in states.items() if state == "reserved"} == held
+    assert f'shardherd_leases_by_state{{state="reserved"}} {len(held)}.0' in replica.client.get("/metrics").text
+    cleared = replica.client.delete("/v1/workers/w2/restart", headers=replica.auth())
+    assert cleared.status_code == 200 and cleared.json()["restart_within_ms"] is None
+    replica.step(2)  # no reservation: a row silent past the failover time fails over at once
+    assert "w2" not in replica.owners().values()
+
+
+@pytest.mark.parametrize(("path", "within", "code", "says"), [
+    ("/v1/workers/w2/restart", "soon", 400, "is not a duration"),
+    ("/v1/workers/w2/restart", "100ms", 400, "between 1 s and 60 min"),
+    ("/v1/workers/w2/restart", "x" * 40, 422, "at most 32 characters"),
+    ("/v1/workers/nobody/restart", "60s", 404, "no worker 'nobody'"),
+])
+def test_restart_reservation_refuses_bad_input_and_writes_nothing(replica: Replica, path: str, within: str,
+                                                                  code: int, says: str) -> None:
+    response = replica.client.post(path, params={"within": within}, headers=replica.auth())
+    assert response.status_code == code and says in str(response.json()["detail"]), response.json()
+    record = worker_record(replica.store, "w2")
+    assert record is not None and record.restart_within_ms is None
+    assert worker_record(replica.store, "nobody") is None
+
+
+def test_restart_reservation_needs_the_admin_token(replica: Replica) -> None:
+    assert replica.client.post("/v1/workers/w2/restart", headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
 def test_plan_is_a_dry_run(replica: Replica) -> None:
     replica.join("w3", cpu=5.0)
     replica.step(1)  # a run that does not balance: the leader first sees w3

@@ -134,6 +134,32 @@ def test_cli_status_drain_and_plan(running: Running, capsys: pytest.CaptureFixtu
     assert "cannot reach the coordinator" in capsys.readouterr().err
 
 
+def test_cli_drain_restart_reserves_clears_and_refuses_bad_input_in_one_line(
+        running: Running, capsys: pytest.CaptureFixture[str]) -> None:
+    auth = ["--url", running.url, "--token-file", str(running.token_file)]
+    assert main(["drain", "--restart", "worker-beta", "--within", "90s", *auth]) == 0
+    assert capsys.readouterr().out.strip() == "leases of worker-beta reserved for a restart within 90 s"
+    record = worker_record(running.store, "worker-beta")
+    assert record is not None and record.restart_within_ms == 90_000 and not record.drain_requested
+    assert main(["drain", "--restart", "worker-beta", "--undo", *auth]) == 0
+    assert capsys.readouterr().out.strip() == "restart reservation cleared for worker-beta"
+    record = worker_record(running.store, "worker-beta")
+    assert record is not None and record.restart_within_ms is None
+
+    for argv, says in ((["drain", "--restart", "worker-beta", "--within", "soon"], "is not a duration"),
+                       (["drain", "--restart", "worker-beta", "--within", "2h"], "is not a duration"),
+                       (["drain", "--restart", "worker-beta", "--within", "0s"], "between 1 s and 60 min"),
+                       (["drain", "worker-beta", "--within", "60s"], "--within goes with --restart"),
+                       (["drain", "--restart", "nobody"], "HTTP 404")):
+        assert main([*argv, *auth]) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1, err
+    assert main(["drain", "--restart", "worker-beta", "--url", running.url]) == 2  # no admin token
+    assert "HTTP 401" in capsys.readouterr().err
+    record = worker_record(running.store, "worker-beta")
+    assert record is not None and record.restart_within_ms is None and not record.drain_requested  # nothing written
+
+
 def test_cli_finds_replicas_in_the_run_dir_fails_over_and_reads_its_token(
         running: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """A dead replica listed first (as after `scenario kill-leader`) is skipped; drain --undo needs no token flag."""

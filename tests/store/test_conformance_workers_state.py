@@ -85,10 +85,27 @@ def test_drain_flag_is_set_only_on_existing_records_and_survives_upserts(store: 
     assert cleared is not None and not cleared.drain_requested
 
 
+def test_restart_reservation_is_set_only_on_existing_records_survives_upserts_and_clears(store: LeaseStore) -> None:
+    assert store.set_restart("worker-a", 60_000) is False
+    assert worker_record(store, "worker-a") is None
+
+    store.upsert_worker(record())
+    assert store.set_restart("worker-a", 60_000) is True
+    store.upsert_worker(record(heartbeat=9))  # a heartbeat (the stopping worker's last ones) keeps it
+    reserved = worker_record(store, "worker-a")
+    assert reserved is not None and reserved.restart_within_ms == 60_000 and reserved.heartbeat == 9
+
+    assert store.set_restart("worker-a", None) is True
+    cleared = worker_record(store, "worker-a")
+    assert cleared is not None and cleared.restart_within_ms is None
+    assert store.set_restart("worker-a", None) is True  # clearing again (a worker's every start) is harmless
+
+
 def test_upsert_never_writes_the_drain_flag(store: LeaseStore) -> None:
-    store.upsert_worker(WorkerRecord(worker_id="worker-a", last_update=1, drain_requested=True))
+    store.upsert_worker(WorkerRecord(worker_id="worker-a", last_update=1, drain_requested=True,
+                                     restart_within_ms=5_000))
     stored = worker_record(store, "worker-a")
-    assert stored is not None and stored.drain_requested is False
+    assert stored is not None and stored.drain_requested is False and stored.restart_within_ms is None
 
 
 @pytest.mark.parametrize(("last_update", "heartbeat"), [(1_699_999_999, 3), (1_700_000_000, 4)])

@@ -1,0 +1,318 @@
+"""Rolling restart of every agent, with restart reservations and with drains, in one live `shardherd up` stack.
+
+Usage: python -m bench.rolling_restart [--shards 12] [--agents 3] [--rate 40] [--window 60s] [--gap 3] [--settle 20]
+
+One plain stack (`shardherd up --no-spark`, one coordinator, user defaults: 10 s failover), then two passes over
+every agent, one at a time as Kubernetes rolls pods:
+
+* reservations (a StatefulSet: the pod restarts under the same name): `POST /v1/workers/NAME/restart?within=...`
+  (what `shardherd drain --restart NAME --within 60s` sends), SIGTERM, the same worker id started again
+  (the stack's `restart` control); the next agent once this one reads again;
+* drains (a Deployment with surge: new pod up, old one drained): a new agent started, and once its row shows, SIGTERM
+  to the old one (it drains: the leader hands its leases on), waiting for it to exit.
+
+Each pass ends `--settle` seconds after its last step. Per pass it prints: moves (owner changes of any lease seen by
+polling `GET /v1/assignments` every second), shard-seconds without a reader (per shard, every stretch longer than
+`--gap` seconds in which its processed records did not grow, counted whole; the producer puts about
+rate / shards records per shard per second, so a shard being read grows every poll of its reader), the longest such
+stretch, duplicates (records processed more than once: lines minus distinct keys in the agents' key files), and the
+restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit).
+The load average is printed with the figures (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+from bench.churn import StackRun, _poll
+from shardherd.services.local_stack.control import request
+from shardherd.services.local_stack.processor import KEYS_SUFFIX
+from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR
+from shardherd.services.local_stack.state import StackState
+from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.restart import parse_window
+
+SAMPLE_SECONDS = 0.25
+OWNERS_SECONDS = 1.0
+STEP_TIMEOUT = 120.0
+API_TIMEOUT = 30.0  # the operator API on a loaded 2-core host
+
+
+@dataclass
+class Pass:
+    """What one pass saw."""
+
+    name: str
+    moves: int = 0
+    gaps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # seconds, per shard
+    duplicates: int = 0
+    restarts: list[float] = field(default_factory=list)  # seconds per agent
+    load: str = ""
+
+
+class Watch:
+    """Samples the key files (records processed per shard and per worker) and the lease owners on threads."""
+
+    def __init__(self, state: StackState, records_dir: Path, gap: float) -> None:
+        self.state, self.records_dir, self.gap = state, records_dir, gap
+        self.grown: dict[str, float] = {}  # shard -> when its records last grew
+        self.sizes: dict[str, int] = {}
+        self.worker_grown: dict[str, float] = {}
+        self.owners: dict[str, str | None] = {}
+        self.current: Pass | None = None
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._sample, daemon=True),
+                         threading.Thread(target=self._follow_owners, daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            now = time.monotonic()
+            per_shard: Counter[str] = Counter()
+            for path in self.records_dir.glob(f"*/*{KEYS_SUFFIX}"):
+                size = path.stat().st_size
+                per_shard[path.name.removesuffix(KEYS_SUFFIX)] += size
+                worker_key = f"{path.parent.name}/{path.name}"
+                if size != self.sizes.get(worker_key):
+                    self.sizes[worker_key] = size
+                    self.worker_grown[path.parent.name] = now
+            with self._guard:
+                for shard, size in per_shard.items():
+                    if size != self.sizes.get(shard):
+                        self.sizes[shard] = size
+                        last = self.grown.get(shard)
+                        if last is not None and self.current is not None and now - last > self.gap:
+                            self.current.gaps[shard].append(now - last)
+                        self.grown[shard] = now
+
+    def _follow_owners(self) -> None:
+        while not self._stop.wait(OWNERS_SECONDS):
+            leases = _poll(self.state.api_urls(), self.state.api_token())
+            if not leases:
+                continue
+            with self._guard:
+                for key, lease in leases.items():
+                    owner = lease["owner"]
+                    if key in self.owners and self.owners[key] != owner and self.current is not None:
+                        self.current.moves += 1
+                    self.owners[key] = owner
+
+    def start(self, current: Pass) -> None:
+        """Count into `current` from now."""
+        with self._guard:
+            self.current = current
+
+    def end(self) -> None:
+        """Stop counting; stretches still open count up to now."""
+        now = time.monotonic()
+        with self._guard:
+            if self.current is not None:
+                for shard, last in self.grown.items():
+                    if now - last > self.gap:
+                        self.current.gaps[shard].append(now - last)
+            self.current = None
+
+    def held_by(self, worker: str) -> list[str]:
+        """The leases `worker` owns now (as last polled)."""
+        with self._guard:
+            return sorted(key for key, owner in self.owners.items() if owner == worker)
+
+    def reads_again(self, worker: str, since: float) -> float | None:
+        """When `worker` last processed a record, if after `since` (monotonic)."""
+        grown = self.worker_grown.get(worker)
+        return grown if grown is not None and grown > since else None
+
+    def close(self) -> None:
+        """Stop the sampling threads."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(5)
+
+
+def key_counts(records_dir: Path) -> tuple[int, int]:
+    """Lines and distinct keys over every agent's key files (shard-qualified)."""
+    lines, distinct = 0, set[str]()
+    for path in records_dir.glob(f"*/*{KEYS_SUFFIX}"):
+        keys = path.read_text(encoding="ascii").splitlines()
+        lines += len(keys)
+        distinct.update(f"{path.name} {key}" for key in keys)
+    return lines, len(distinct)
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(SAMPLE_SECONDS)
+
+
+def _agents(run_dir: Path) -> list[str]:
+    return [entry.name for entry in StackState.read(run_dir).by_role("agent")]
+
+
+def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
+    """Restart every agent in place under a reservation; seconds from SIGTERM to reading again, per agent."""
+    state = StackState.read(run_dir)
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
+    times = []
+    try:
+        for name in _agents(run_dir):
+            _wait(functools.partial(_announce, client, name, window_ms), f"{name}'s reservation written")
+            held = watch.held_by(name)
+            sent = time.monotonic()
+            request(state.control_socket, "restart", timeout=STEP_TIMEOUT, name=name)
+            started = time.monotonic()  # the old process has exited (its last batches are written before)
+            if not held:  # nothing to read: back once its row is
+                _wait(functools.partial(_row_shows, run_dir, name), f"{name}'s first heartbeat")
+                print(f"    {name}: restarted, held no lease", flush=True)
+                continue
+            _wait(functools.partial(_reads_again, watch, name, started), f"{name} reading again")
+            back = watch.reads_again(name, started)
+            assert back is not None
+            times.append(back - sent)
+            print(f"    {name}: restarted holding {len(held)} leases, reading again {back - sent:.1f} s after "
+                  "SIGTERM", flush=True)
+    finally:
+        client.close()
+    return times
+
+
+def drains(run_dir: Path, watch: Watch) -> list[float]:
+    """Replace every agent: a new one up, then the old one drained (SIGTERM); seconds from SIGTERM to its exit."""
+    state = StackState.read(run_dir)
+    times = []
+    for name in _agents(run_dir):
+        new = str(request(state.control_socket, "add-agent")["name"])
+        _wait(functools.partial(_row_shows, run_dir, new), f"{new}'s first heartbeat")
+        sent = time.monotonic()
+        request(state.control_socket, "kill", timeout=STEP_TIMEOUT, name=name, signal="SIGTERM")
+        times.append(time.monotonic() - sent)
+        print(f"    {name}: drained and stopped in {times[-1]:.1f} s (replaced by {new})", flush=True)
+    return times
+
+
+def _announce(client: OperatorClient, worker: str, window_ms: int) -> bool:
+    """`shardherd drain --restart WORKER --within ...` through the API; False if no replica answered (ask again)."""
+    try:
+        client.call("POST", f"/v1/workers/{quote(worker, safe='')}/restart", within=f"{window_ms}ms")
+    except ApiError as exc:
+        if exc.status is not None and exc.status < 500:
+            raise
+        return False
+    return True
+
+
+def _reads_again(watch: Watch, worker: str, since: float) -> bool:
+    return watch.reads_again(worker, since) is not None
+
+
+def _row_shows(run_dir: Path, worker: str) -> bool:
+    """True once the operator API shows `worker` active (its row changed since this replica first saw it)."""
+    state = StackState.read(run_dir)
+    client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
+    try:
+        return any(row["worker_id"] == worker and row["state"] == "active"
+                   for row in client.call("GET", "/v1/workers")["items"])
+    except ApiError:  # a loaded host: ask again at the next poll
+        return False
+    finally:
+        client.close()
+
+
+def run_pass(name: str, act: Callable[[], list[float]], watch: Watch, records_dir: Path, settle: float) -> Pass:
+    """One pass: count from now, act, settle, stop counting; duplicates from the key files before and after."""
+    figures = Pass(name)
+    lines0, distinct0 = key_counts(records_dir)
+    watch.start(figures)
+    figures.restarts = act()
+    time.sleep(settle)
+    watch.end()
+    lines1, distinct1 = key_counts(records_dir)
+    figures.duplicates = (lines1 - lines0) - (distinct1 - distinct0)
+    figures.load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    return figures
+
+
+def per_shard(figures: Pass) -> str:
+    """Unread seconds per shard that had any: median and largest, and the stretches counted."""
+    totals = [sum(gaps) for gaps in figures.gaps.values()]
+    stretches = sum(len(gaps) for gaps in figures.gaps.values())
+    if not totals:
+        return f"{figures.name}: no stretch"
+    return (f"{figures.name}: per shard median {statistics.median(totals):.1f} s, max {max(totals):.1f} s, "
+            f"{stretches} stretches")
+
+
+def line(figures: Pass, shards: int) -> str:
+    """One row of the table."""
+    gaps = [gap for shard_gaps in figures.gaps.values() for gap in shard_gaps]
+    restart = statistics.median(figures.restarts) if figures.restarts else float("nan")
+    return (f"{figures.name:<13}{figures.moves:>6}{sum(gaps):>12.1f}{max(gaps, default=0.0):>10.1f}"
+            f"{len(figures.gaps):>8}/{shards:<3}{figures.duplicates:>6}{restart:>10.1f}"
+            f"{max(figures.restarts, default=float('nan')):>9.1f}   {figures.load}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run both passes in one stack and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=12)
+    parser.add_argument("--agents", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=40.0, help="records per second the producer puts")
+    parser.add_argument("--window", default="60s", help="the reservation's window")
+    parser.add_argument("--gap", type=float, default=3.0, help="seconds without a record that count as unread")
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds watched after each pass's last step")
+    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the no-action baseline pass")
+    parser.add_argument("--run-root", default=tempfile.gettempdir())
+    args = parser.parse_args(argv)
+    window_ms = parse_window(args.window)
+    run_dir = Path(args.run_root).resolve() / f"rolling-{int(time.time())}"
+    extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
+             "--coordinators", "1", "--duration", "3600"]
+    stack = StackRun(run_dir, False, {}, extra)
+    watch = None
+    try:
+        state = stack.wait_ready(args.shards)
+        records_dir = run_dir / PLAIN_RECORDS_DIR
+        watch = Watch(state, records_dir, args.gap)
+        time.sleep(args.warmup)
+        print(f"stack: {args.shards} shards, {args.agents} plain agents, {args.rate:g} records/s, "
+              f"every shard owned {stack.all_assigned:.1f} s after start; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"  quiet (no action, {args.quiet:g} s: the noise floor of the measure):", flush=True)
+        quiet = run_pass("quiet", list, watch, records_dir, args.quiet)
+        print("  reservations (restart in place, same worker id):", flush=True)
+        reserved = run_pass("reservations", lambda: reservations(run_dir, watch, window_ms), watch, records_dir,
+                            args.settle)
+        print("  drains (new pod up, old one drained):", flush=True)
+        drained = run_pass("drains", lambda: drains(run_dir, watch), watch, records_dir, args.settle)
+    finally:
+        if watch is not None:
+            watch.close()
+        stack.stop()
+    print(f"\n{'pass':<13}{'moves':>6}{'unread s':>12}{'longest':>10}{'shards':>12}{'dups':>6}"
+          f"{'restart':>10}{'max':>9}   load (1, 5, 15 min)")
+    for figures in (quiet, reserved, drained):
+        print(line(figures, args.shards))
+    for figures in (quiet, reserved, drained):
+        print("  " + per_shard(figures))
+    print(f"unread s: shard-seconds in stretches over {args.gap:g} s without a processed record; restart: median "
+          "seconds per agent (reservations: SIGTERM to reading again; drains: SIGTERM to the old pod's exit)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
