@@ -45,6 +45,7 @@ from shardherd.coordinator.scale_model import inherited as scale_inherited
 from shardherd.coordinator.scale_model import step as scale_step
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
+from shardherd.coordinator.shard_sync import SyncPlan
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shardherd.coordinator.stream_sync import (
     Listings,
@@ -466,21 +467,9 @@ class LeaderLoop:
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         self.feed.observe(term.epoch, leases.values())
         term.leases = leases
-        # A reservation's end is a verdict too: while one holds, the leader watches every interval.
-        undecided = [w.worker_id for w in worker_scan.workers if not term.tracker.worker_alive(w.worker_id, now)
-                     and (not term.tracker.worker_silent(w.worker_id, now)
-                          or reserved(w, term.tracker.workers.silent_for(w.worker_id, now)))]
-        pending = pending_in(unplaced=sum(1 for view in views if view.expired),
-                             handoffs=sum(1 for lease in leases.values() if lease.checkpoint_owner is not None),
-                             lost=tally.lost_races, undecided=undecided,
-                             sync_changed=bool(tally.created or tally.deleted), rebalancing=term.rebalancing)
-        term.view = ViewState(now, frozenset(w.worker_id for w in active), pending)
+        term.view = self._view_after(term, leases, views, worker_scan.workers, active, tally, now)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
-        term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
-                             if term.runs - run <= self._cooldown_runs}
-        for move in plan.moves:
-            if move.reason.is_balancing:
-                term.moved_in_run[move.lease_key] = term.runs
+        self._note_balancing_moves(term, plan)
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
             leases=len(leases), active_workers=len(active),
@@ -489,6 +478,29 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
             decide_ms=decide_ms, scan_reason=reason, scale=scale,
         )
+
+    @staticmethod
+    def _view_after(term: _Term, leases: dict[str, Lease], views: Sequence[LeaseView], workers: Sequence[WorkerRecord],
+                    active: Sequence[WorkerRecord], tally: WriteTally, now: float) -> ViewState:
+        """The leader's view as a full run leaves it, with what it left pending (scan_policy.pending_in)."""
+        tracker = term.tracker
+        # A reservation's end is a verdict too: while one holds, the leader watches every interval.
+        undecided = [w.worker_id for w in workers if not tracker.worker_alive(w.worker_id, now)
+                     and (not tracker.worker_silent(w.worker_id, now)
+                          or reserved(w, tracker.workers.silent_for(w.worker_id, now)))]
+        pending = pending_in(unplaced=sum(1 for view in views if view.expired),
+                             handoffs=sum(1 for lease in leases.values() if lease.checkpoint_owner is not None),
+                             lost=tally.lost_races, undecided=undecided,
+                             sync_changed=bool(tally.created or tally.deleted), rebalancing=term.rebalancing)
+        return ViewState(now, frozenset(w.worker_id for w in active), pending)
+
+    def _note_balancing_moves(self, term: _Term, plan: Plan) -> None:
+        """Remember the run of each balancing move for the cooldown, forgetting those past it."""
+        term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
+                             if term.runs - run <= self._cooldown_runs}
+        for move in plan.moves:
+            if move.reason.is_balancing:
+                term.moved_in_run[move.lease_key] = term.runs
 
     def _tick_on_view(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
         """A run without scans: the view stands (scan_policy said so); only a due shard sync runs, on the view.
@@ -717,6 +729,15 @@ class LeaderLoop:
                 if (stream.serialized if stream else "stream") not in errors}
         term.shards, term.shards_listed_at = {**(term.shards or {}), **good}, listed.ended
         term.sync_failures = 0
+        tally = self._apply_sync(plan, leases, fence)
+        if plan.inconsistent_shard_ids:
+            log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
+        # Some streams synced, others not: the run reports the failures while the synced streams go on.
+        partial = "; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())) or None
+        return tally, partial
+
+    def _apply_sync(self, plan: SyncPlan, leases: dict[str, Lease], fence: Fence) -> WriteTally:
+        """Create and delete leases as shard sync planned (conditional writes; `leases` follows what landed)."""
         created = deleted = 0
         for creation in plan.creates:
             outcome = self._store.create_lease(creation.lease)
@@ -730,11 +751,7 @@ class LeaderLoop:
             if outcome.applied:
                 leases.pop(lease.lease_key, None)
                 deleted += 1
-        if plan.inconsistent_shard_ids:
-            log.info("shard sync: skipped inconsistent children %s", ", ".join(plan.inconsistent_shard_ids))
-        # Some streams synced, others not: the run reports the failures while the synced streams go on.
-        partial = "; ".join(f"{stream}: {error}" for stream, error in sorted(errors.items())) or None
-        return WriteTally(created=created, deleted=deleted), partial
+        return WriteTally(created=created, deleted=deleted)
 
     def _position_of(self, stream: StreamIdentifier | None) -> tuple[str, datetime | None]:
         """Where new leases of `stream` start (its own configured position, else the application's)."""
