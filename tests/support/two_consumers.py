@@ -3,7 +3,8 @@
 Each application is a coordinator and one agent with its own lease table: application "b" a plain agent (user
 defaults for reads unless the caller passes limits) writing a ledger; application "a" the same, or, given a
 SparkSession, a Spark driver's agent (user defaults: caps, pacing, 1 s trigger) whose query's sink keeps what it
-wrote. A paced producer writes through the same proxy. The result says whether both kept up (every record delivered
+wrote. Both read a warm-up record first (a Spark query's first batch starts its Python workers), then a paced
+producer writes through the same proxy. The result says whether both kept up (every record delivered
 to each application soon after the producer stopped), how often each polled per shard per second and was throttled
 (a plain agent's own /metrics; the Spark application's executors and driver have none, so theirs are what the proxy
 counted on the stream less the plain agent's), the proxy's counts, and for Spark the longest gap between two batches
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 _CALLS = re.compile(r'^shardherd_shard_(get_records_calls|read_throttled)_total\{lease="[^"]+"\} ([0-9.e+]+)$', re.M)
 TICK = 0.1
+WARM_UP = b"warm-up-"  # a record both applications read before the producer starts (not among its payloads)
 
 
 @dataclass(frozen=True)
@@ -259,16 +261,19 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
             app.start()
         for name, app in apps.items():
             wait_for(app.ready, 90, f"application {name} owns every lease")
-        time.sleep(1.5)  # both caught up on the empty stream
+        kinesis = make_client("kinesis", "us-east-1", limits.endpoint_url)
+        kinesis.put_record(StreamName=first_stack.app, Data=WARM_UP, PartitionKey="warm-up")
+        for name, app in apps.items():  # a Spark query's first batch starts its Python workers: seconds under load
+            wait_for(functools.partial(_delivered, app, 1), 90, f"application {name} read the warm-up record")
+        time.sleep(1.5)  # both caught up
         before = {name: app.reads() for name, app in apps.items()}
         counts_before = _stream_counts(limits, first_stack.app)
-        kinesis = make_client("kinesis", "us-east-1", limits.endpoint_url)
         started, wall_started = time.monotonic(), time.time()
         written = _produce(kinesis, first_stack.app, rate, size, seconds)
         window = time.monotonic() - started
         after = {name: app.reads() for name, app in apps.items()}
         counts_after = _stream_counts(limits, first_stack.app)
-        drains = {name: wait_for(functools.partial(_delivered, app, written), 30,
+        drains = {name: wait_for(functools.partial(_delivered, app, written + 1), 30,
                                  f"application {name} delivered all {written} records")
                   for name, app in apps.items()}
         gap = first.batch_gap_max(wall_started) if isinstance(first, SparkApplication) else None
