@@ -6,9 +6,9 @@ SparkSession, a Spark driver's agent (user defaults: caps, pacing, 1 s trigger) 
 wrote. Both read a warm-up record first (a Spark query's first batch starts its Python workers), then a paced
 producer writes through the same proxy. The result says whether both kept up (every record delivered
 to each application soon after the producer stopped), how often each polled per shard per second and was throttled
-(a plain agent's own /metrics; the Spark application's executors and driver have none, so theirs are what the proxy
-counted on the stream less the plain agent's), the proxy's counts, and for Spark the longest gap between two batches
-that read records (a batch delayed by more than one trigger shows as a gap above two triggers).
+(each agent's own /metrics: a Spark driver counts its probes and, once a batch is committed, its executors' reads),
+the proxy's counts, and for Spark the longest gap between two batches that read records (a batch delayed by more
+than one trigger shows as a gap above two triggers).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class AppFigures:
     """One application's reads over the producing window."""
 
     calls_per_shard_second: float  # GetRecords calls per shard per second (see the module's docstring)
-    throttled: int  # calls Kinesis throttled
+    throttled: int  # calls Kinesis throttled (its agent's /metrics, as calls_per_shard_second)
     drain_seconds: float  # from the producer's stop until every record was delivered
 
 
@@ -127,8 +127,8 @@ class Application(Protocol):
     def delivered(self) -> int:
         """Distinct records it delivered so far."""
 
-    def reads(self) -> tuple[float, int] | None:
-        """GetRecords calls and throttled calls from its own /metrics, or None when it has none (Spark)."""
+    def reads(self) -> tuple[float, int]:
+        """GetRecords calls and throttled calls so far, from its agent's /metrics."""
 
     def stop(self) -> None:
         """Stop its agent and coordinator."""
@@ -158,7 +158,7 @@ class PlainApplication:
         """Records processed."""
         return len(self.ledger.payloads())
 
-    def reads(self) -> tuple[float, int] | None:
+    def reads(self) -> tuple[float, int]:
         """From the agent's /metrics."""
         assert self.agent is not None
         return _agent_calls(self.agent)
@@ -194,7 +194,8 @@ class SparkApplication:
             with self.lock:
                 self.written |= heads
 
-        self.agent = SparkAgent(self.stack.settings(self.worker), channel=self.workdir / f"channel-{self.worker}")
+        self.agent = SparkAgent(self.stack.settings(self.worker, agent_health_port=0),
+                                channel=self.workdir / f"channel-{self.worker}")
         self.query = self.agent.run_query(self.spark, write, str(self.workdir / f"checkpoint-{self.worker}"))
 
     def ready(self) -> bool:
@@ -208,9 +209,9 @@ class SparkApplication:
         with self.lock:
             return len(self.written)
 
-    def reads(self) -> tuple[float, int] | None:
-        """None: its calls are made by executors and counted by the proxy."""
-        return None
+    def reads(self) -> tuple[float, int]:
+        """From the driver's agent's /metrics."""
+        return _agent_calls(self.agent)
 
     def batch_gap_max(self, since: float) -> float | None:
         """Longest seconds between the starts of two consecutive batches that read records, started after `since`."""
@@ -228,20 +229,6 @@ class SparkApplication:
 
 def _delivered(app: Application, count: int) -> bool:
     return app.delivered() >= count
-
-
-def _difference(before: tuple[float, int] | None, after: tuple[float, int] | None) -> tuple[float, int] | None:
-    """Calls and throttled calls between two readings of an application's own counts (None if it has none)."""
-    if before is None or after is None:
-        return None
-    return after[0] - before[0], after[1] - before[1]
-
-
-def _figures(own: tuple[float, int] | None, other: tuple[float, int], stream: tuple[int, int], shards: int,
-             window: float, drain: float) -> AppFigures:
-    """An application's figures: its `own` counts when it has them, else the stream's less the `other`'s."""
-    calls, throttled = own if own is not None else (stream[0] - other[0], stream[1] - other[1])
-    return AppFigures(calls / shards / window, int(throttled), drain)
 
 
 def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate: float, size: int,
@@ -284,9 +271,7 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
     def delta(metric: str) -> int:
         return counts_after.get(metric, 0) - counts_before.get(metric, 0)
 
-    stream = (delta("GetRecords.Success"), delta("ReadProvisionedThroughputExceeded"))
-    reads = {name: _difference(before[name], after[name]) for name in apps}
-    figures = {name: _figures(reads[name], reads["b" if name == "a" else "a"] or (0.0, 0), stream, shards, window,
-                              drains[name]) for name in apps}
-    return TwoConsumers(figures, written, window, stream[0], stream[1], delta("WriteProvisionedThroughputExceeded"),
-                        gap)
+    figures = {name: AppFigures((after[name][0] - before[name][0]) / shards / window,
+                                after[name][1] - before[name][1], drains[name]) for name in apps}
+    return TwoConsumers(figures, written, window, delta("GetRecords.Success"),
+                        delta("ReadProvisionedThroughputExceeded"), delta("WriteProvisionedThroughputExceeded"), gap)
