@@ -8,7 +8,8 @@ defaults. Prints per application GetRecords calls per shard per second and the d
 the proxy's throttled share of GetRecords calls, and the ratios new/old.
 With `--spark`, application "a" is the Spark pipeline (a Spark driver's agent with user defaults, local[2], 1 s
 trigger) beside the plain application "b", both with user defaults, run once: it prints the same figures and the
-longest gap between two Spark batches that read records (above two triggers, a batch was delayed by more than one).
+Spark batches' timing (tests/support/two_consumers.py): longest gap between two, longest batch, longest delay of a
+batch past when Spark could start it (above one trigger, a batch was delayed by more than one trigger).
 Run: `python -m bench.two_consumers [--shards 1] [--rate 500] [--size 1000] [--seconds 20] [--spark]`.
 """
 
@@ -23,7 +24,7 @@ from shardherd.agent.read_spec import ReadLimits
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
-from tests.support.two_consumers import TwoConsumers, run_two_consumers
+from tests.support.two_consumers import BatchTiming, TwoConsumers, run_two_consumers
 
 OLD_PACING = ReadLimits(min_call_interval=0.2, idle_backoff=0.2, read_bytes_per_second=1e12)
 
@@ -34,7 +35,14 @@ def _line(label: str, run: TwoConsumers) -> str:
     return (f"{label:<9} written {run.written / run.seconds:7.1f} rec/s  {apps}  proxy: GetRecords "
             f"{run.proxy_calls}, throttled {run.proxy_throttled} ({100 * run.throttled_fraction:.2f} %), "
             f"write throttled {run.write_throttled}"
-            + (f"  spark batch gap max {run.batch_gap_max:.2f} s" if run.batch_gap_max is not None else ""))
+            + _batches(run.spark_batches))
+
+
+def _batches(timing: BatchTiming | None) -> str:
+    if timing is None:
+        return ""
+    return (f"  spark batches: gap max {timing.gap_max:.2f} s, longest {timing.longest:.2f} s, "
+            f"delay max {timing.delay_max:.2f} s")
 
 
 def spark_main(args: argparse.Namespace) -> None:

@@ -7,8 +7,10 @@ wrote. Both read a warm-up record first (a Spark query's first batch starts its 
 producer writes through the same proxy. The result says whether both kept up (every record delivered
 to each application soon after the producer stopped), how often each polled per shard per second and was throttled
 (each agent's own /metrics: a Spark driver counts its probes and, once a batch is committed, its executors' reads),
-the proxy's counts, and for Spark the longest gap between two batches that read records (a batch delayed by more
-than one trigger shows as a gap above two triggers).
+the proxy's counts, and for Spark its batches' timing: the longest gap between two batches that read records, the
+longest batch, and the longest delay of a batch past the moment Spark could start it (a processing-time trigger
+starts a batch at the next trigger after the previous one started, or at once when the previous one ran longer than
+the interval): a throttled planning read or a stalled probe delays a batch; a loaded host only lengthens batches.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 
 _CALLS = re.compile(r'^shardherd_shard_(get_records_calls|read_throttled)_total\{lease="[^"]+"\} ([0-9.e+]+)$', re.M)
 TICK = 0.1
+TRIGGER_SECONDS = 1.0  # the Spark query's processing-time trigger (run_query's default)
 WARM_UP = b"warm-up-"  # a record both applications read before the producer starts (not among its payloads)
 
 
@@ -52,6 +55,27 @@ class AppFigures:
 
 
 @dataclass(frozen=True)
+class BatchTiming:
+    """Seconds, over the Spark batches that read records in the window (see the module's docstring)."""
+
+    gap_max: float  # between the starts of two consecutive batches
+    longest: float  # a batch's own duration (Spark's triggerExecution)
+    delay_max: float  # a batch's start past max(previous start + trigger, previous end)
+
+
+def batch_timing(progress: list[dict[str, Any]], since: float, trigger: float) -> BatchTiming | None:
+    """The timing of the batches in Spark's `progress` that read records and started after `since` (epoch s)."""
+    spans = [(datetime.fromisoformat(item["timestamp"].replace("Z", "+00:00")).timestamp(),
+              item["durationMs"]["triggerExecution"] / 1000) for item in progress if item["numInputRows"]]
+    spans = [span for span in spans if span[0] >= since]
+    if len(spans) < 2:
+        return None
+    pairs = list(itertools.pairwise(spans))
+    return BatchTiming(max(later[0] - earlier[0] for earlier, later in pairs), max(took for _, took in spans),
+                       max(later[0] - max(earlier[0] + trigger, earlier[0] + earlier[1]) for earlier, later in pairs))
+
+
+@dataclass(frozen=True)
 class TwoConsumers:
     """What one run measured."""
 
@@ -61,7 +85,7 @@ class TwoConsumers:
     proxy_calls: int  # GetRecords calls the proxy admitted on the stream in the window, both applications
     proxy_throttled: int  # GetRecords calls it throttled (ReadProvisionedThroughputExceeded)
     write_throttled: int
-    batch_gap_max: float | None = None  # Spark: longest seconds between two batches that read records (trigger 1 s)
+    spark_batches: BatchTiming | None = None  # Spark: its batches in the window (trigger 1 s)
 
     @property
     def throttled_fraction(self) -> float:
@@ -213,12 +237,9 @@ class SparkApplication:
         """From the driver's agent's /metrics."""
         return _agent_calls(self.agent)
 
-    def batch_gap_max(self, since: float) -> float | None:
-        """Longest seconds between the starts of two consecutive batches that read records, started after `since`."""
-        starts = [datetime.fromisoformat(item["timestamp"].replace("Z", "+00:00")).timestamp()
-                  for item in self.query.recentProgress if item["numInputRows"]]
-        starts = [at for at in starts if at >= since]
-        return max((later - earlier for earlier, later in itertools.pairwise(starts)), default=None)
+    def batch_timing(self, since: float) -> BatchTiming | None:
+        """Its batches' timing since `since` (epoch s), from the query's recent progress."""
+        return batch_timing(self.query.recentProgress, since, TRIGGER_SECONDS)
 
     def stop(self) -> None:
         """Stop the agent (its query with it), then the coordinator."""
@@ -263,7 +284,7 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
         drains = {name: wait_for(functools.partial(_delivered, app, written + 1), 30,
                                  f"application {name} delivered all {written} records")
                   for name, app in apps.items()}
-        gap = first.batch_gap_max(wall_started) if isinstance(first, SparkApplication) else None
+        timing = first.batch_timing(wall_started) if isinstance(first, SparkApplication) else None
     finally:
         for app in apps.values():
             app.stop()
@@ -274,4 +295,4 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
     figures = {name: AppFigures((after[name][0] - before[name][0]) / shards / window,
                                 after[name][1] - before[name][1], drains[name]) for name in apps}
     return TwoConsumers(figures, written, window, delta("GetRecords.Success"),
-                        delta("ReadProvisionedThroughputExceeded"), delta("WriteProvisionedThroughputExceeded"), gap)
+                        delta("ReadProvisionedThroughputExceeded"), delta("WriteProvisionedThroughputExceeded"), timing)
