@@ -38,6 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ConnectionError as EndpointUnreachable
+from botocore.exceptions import HTTPClientError
+
 from bench.spark_pipeline import bare_consume
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
@@ -102,7 +105,8 @@ def ceiling(steps: list[Step]) -> tuple[float, str]:
 def produce_at(endpoint: str, stream: str, size: int, rate: Any, written: Any, ready: Any, halt: Any) -> None:
     """Producer process: put `rate.value` records/s (read each tick) until `halt`; `written` counts accepted ones.
 
-    Records Kinesis refused (the write limit, behind the proxy) are put again before new ones, never twice.
+    Records Kinesis refused (the write limit, behind the proxy) are put again before new ones, never twice; a put
+    whose connection dropped is made again (kinesalite may have stored some of it: a few records read twice).
     `ready` is set once its client exists (a spawned process takes seconds to import on a loaded host).
     """
     client = make_client("kinesis", "us-east-1", endpoint)
@@ -121,8 +125,13 @@ def produce_at(endpoint: str, stream: str, size: int, rate: Any, written: Any, r
         if not pending:
             time.sleep(0.01)
             continue
-        batch, pending = pending[:500], pending[500:]
-        answer = client.put_records(StreamName=stream, Records=batch)
+        batch = pending[:500]
+        try:
+            answer = client.put_records(StreamName=stream, Records=batch)
+        except (EndpointUnreachable, HTTPClientError):  # an emulator on a saturated host resets some connections
+            time.sleep(0.1)
+            continue
+        pending = pending[500:]
         refused = [entry for entry, result in zip(batch, answer["Records"], strict=True) if "ErrorCode" in result]
         accepted = len(batch) - len(refused)
         written.value += accepted

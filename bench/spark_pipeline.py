@@ -117,8 +117,10 @@ def bare_consume(endpoint: str, stream: str, out: Any, halt: Any) -> None:
     Each shard's calls are at least BARE_CALL_SPACING apart (Kinesis serves 5 GetRecords calls per shard per
     second, 4 leave a margin) and a throttled call (ProvisionedThroughputExceededException, behind the limits
     proxy) is made again after a jittered wait, as an AWS client must; `out` gets ("throttled", 1, 0, []) for each.
+    A dropped connection (an emulator on a saturated host resets some) is retried the same way.
     """
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as EndpointUnreachable
 
     from shardherd.agent.records import DeaggregationCounters, records_from_kinesis
 
@@ -140,6 +142,9 @@ def bare_consume(endpoint: str, stream: str, out: Any, halt: Any) -> None:
                 if error.response["Error"]["Code"] != "ProvisionedThroughputExceededException":
                     raise
                 out.put(("throttled", 1, 0, []))
+                time.sleep(jitter.uniform(0.2, 1.0))
+                continue
+            except (EndpointUnreachable, HTTPClientError):
                 time.sleep(jitter.uniform(0.2, 1.0))
                 continue
             now = time.time()
