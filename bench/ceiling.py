@@ -20,7 +20,8 @@ slope: a steady lag is the reader's latency, a growing one a reader that cannot 
 step that held before the first that did not, and the bench says why the ramp ended. Behind the proxy each shard
 takes at most 1,000 records/s of writes, so past `shards x 1000` records/s the ramp ends at the write limit (the
 producer falls short), whatever the reader.
-Printed: each step (rate, written/s, read/s, lag, load average), then the table of ceilings and Spark/bare ratios.
+Printed: each step (rate, written/s, read/s, lag, load average), each Spark driver's last batches (median and
+longest seconds, median rows), then the table of ceilings and Spark/bare ratios.
 """
 
 from __future__ import annotations
@@ -301,8 +302,14 @@ class SparkReaders:
         raise RuntimeError(f"the Spark queries did not write the warm-up records in {self.ATTEMPTS} rounds")
 
     def stop(self) -> None:
-        """Stop every agent started (its query with it)."""
-        for agent, _query in self.running.values():
+        """Print each query's last batches with records (median and longest seconds, median rows); stop them all."""
+        for index, (agent, query) in sorted(self.running.items()):
+            batches = [item for item in query.recentProgress if item["numInputRows"]][-30:]
+            if batches:
+                took = sorted(item["durationMs"]["triggerExecution"] / 1000 for item in batches)
+                rows = sorted(item["numInputRows"] for item in batches)
+                print(f"  driver {index}: last {len(batches)} batches with records: median {took[len(took) // 2]:.2f} s"
+                      f", longest {took[-1]:.2f} s, median {rows[len(rows) // 2]} rows", flush=True)
             agent.stop(drain=False)
 
 

@@ -34,7 +34,7 @@ def _line(label: str, run: TwoConsumers) -> str:
                      f"throttled {app.throttled}" for name, app in sorted(run.apps.items()))
     return (f"{label:<9} written {run.written / run.seconds:7.1f} rec/s  {apps}  proxy: GetRecords "
             f"{run.proxy_calls}, throttled {run.proxy_throttled} ({100 * run.throttled_fraction:.2f} %), "
-            f"write throttled {run.write_throttled}"
+            f"write throttled {run.write_throttled}, GetShardIterator {run.iterators}"
             + _batches(run.spark_batches))
 
 

@@ -35,6 +35,7 @@ def test_spark_beside_a_plain_application_both_keep_up_within_the_read_limits(
     assert plain.calls_per_shard_second <= 1.2, plain  # once a second, caught up
     assert spark_app.calls_per_shard_second <= 2.0, spark_app  # a read per trigger, a probe only when idle
     assert run.throttled_fraction <= 0.01, run
+    assert run.iterators == 0, run  # no new iterator per batch or poll: only when a lease arrives or one expires
     own = (spark_app.calls_per_shard_second + plain.calls_per_shard_second) * run.seconds  # 1 shard
     assert abs(own - run.proxy_calls) <= 4, run  # each agent's /metrics count its calls (Spark's: at commit)
     assert run.spark_batches is not None and run.spark_batches.delay_max <= 1.0, run  # no batch a trigger late

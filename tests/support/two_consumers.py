@@ -85,6 +85,7 @@ class TwoConsumers:
     proxy_calls: int  # GetRecords calls the proxy admitted on the stream in the window, both applications
     proxy_throttled: int  # GetRecords calls it throttled (ReadProvisionedThroughputExceeded)
     write_throttled: int
+    iterators: int  # GetShardIterator calls the proxy answered in the window, both applications (leases held before)
     spark_batches: BatchTiming | None = None  # Spark: its batches in the window (trigger 1 s)
 
     @property
@@ -295,4 +296,5 @@ def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate
     figures = {name: AppFigures((after[name][0] - before[name][0]) / shards / window,
                                 after[name][1] - before[name][1], drains[name]) for name in apps}
     return TwoConsumers(figures, written, window, delta("GetRecords.Success"),
-                        delta("ReadProvisionedThroughputExceeded"), delta("WriteProvisionedThroughputExceeded"), timing)
+                        delta("ReadProvisionedThroughputExceeded"), delta("WriteProvisionedThroughputExceeded"),
+                        delta("GetShardIterator.Success"), timing)
