@@ -54,7 +54,7 @@ def spark_main(args: argparse.Namespace) -> None:
         with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite, \
                 KinesisLimits(kinesalite.port) as limits, tempfile.TemporaryDirectory() as workdir:
             run = run_two_consumers(moto, limits, args.shards, args.rate * args.shards, args.size, args.seconds,
-                                    spark=spark, workdir=Path(workdir))
+                                    spark=spark, workdir=Path(workdir), failover_millis=10_000)
     finally:
         spark.stop()
     print(f"{args.shards} shard(s), {args.rate:.0f} records/s of {args.size} B per shard, {args.seconds:.0f} s; "

@@ -255,13 +255,15 @@ def _delivered(app: Application, count: int) -> bool:
 
 def run_two_consumers(moto: MotoServer, limits: KinesisLimits, shards: int, rate: float, size: int,
                       seconds: float, read_limits: ReadLimits | None = None, spark: SparkSession | None = None,
-                      workdir: Path | None = None) -> TwoConsumers:
+                      workdir: Path | None = None, failover_millis: int = 2000) -> TwoConsumers:
     """Two applications on one `shards`-shard stream written at `rate` records/s of `size` bytes for `seconds`.
 
-    With `spark` (and a `workdir` for its channel and checkpoint), application "a" is a Spark pipeline.
+    With `spark` (and a `workdir` for its channel and checkpoint), application "a" is a Spark pipeline. A bench on a
+    saturated host passes a longer `failover_millis`, so a slow heartbeat does not stop an agent mid-run.
     """
-    first_stack = StreamStack(moto, limits, shards, prefix="beside-a")
-    second_stack = StreamStack(moto, limits, 1, prefix="beside-b", stream_name=first_stack.app)
+    first_stack = StreamStack(moto, limits, shards, prefix="beside-a", failover_millis=failover_millis)
+    second_stack = StreamStack(moto, limits, 1, prefix="beside-b", stream_name=first_stack.app,
+                               failover_millis=failover_millis)
     first: Application = (PlainApplication(first_stack, "a-1", read_limits) if spark is None
                           else SparkApplication(first_stack, "a-1", spark, workdir or Path("/tmp")))
     apps: dict[str, Application] = {"a": first, "b": PlainApplication(second_stack, "b-1", read_limits)}
