@@ -23,6 +23,7 @@ import argparse
 import logging
 import multiprocessing as mp
 import queue
+import random
 import statistics
 import threading
 import time
@@ -38,6 +39,7 @@ from tests.support.stream_stack import local_spark, local_stream_stack
 
 QUANTILES = [index / 100 for index in range(101)]
 PER_AGGREGATE = 100
+BARE_CALL_SPACING = 0.25  # seconds between one shard's GetRecords calls, at least (under Kinesis's 5 a second)
 
 
 @dataclass
@@ -110,18 +112,41 @@ def produce(endpoint: str, stream: str, size: int, kpl: bool, rates: list[tuple[
 
 
 def bare_consume(endpoint: str, stream: str, out: Any, halt: Any) -> None:
-    """Bare consumer process: a thread per shard reading from LATEST with boto3; reports to `out` per response."""
+    """Bare consumer process: a thread per shard reading from LATEST with boto3; reports to `out` per response.
+
+    Each shard's calls are at least BARE_CALL_SPACING apart (Kinesis serves 5 GetRecords calls per shard per
+    second, 4 leave a margin) and a throttled call (ProvisionedThroughputExceededException, behind the limits
+    proxy) is made again after a jittered wait, as an AWS client must; `out` gets ("throttled", 1, 0, []) for each.
+    A dropped connection (an emulator on a saturated host resets some) is retried the same way.
+    """
+    from botocore.exceptions import ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as EndpointUnreachable
+
     from shardherd.agent.records import DeaggregationCounters, records_from_kinesis
 
     client = make_client("kinesis", "us-east-1", endpoint)
     shards = [shard["ShardId"] for shard in client.list_shards(StreamName=stream)["Shards"]]
     counters = DeaggregationCounters()
+    jitter = random.Random(7)
 
     def follow(shard: str) -> None:
         iterator = client.get_shard_iterator(StreamName=stream, ShardId=shard,
                                              ShardIteratorType="LATEST")["ShardIterator"]
+        last_call = 0.0
         while not halt.is_set():
-            response = client.get_records(ShardIterator=iterator, Limit=10_000)
+            time.sleep(max(0.0, last_call + BARE_CALL_SPACING - time.monotonic()))
+            last_call = time.monotonic()
+            try:
+                response = client.get_records(ShardIterator=iterator, Limit=10_000)
+            except ClientError as error:
+                if error.response["Error"]["Code"] != "ProvisionedThroughputExceededException":
+                    raise
+                out.put(("throttled", 1, 0, []))
+                time.sleep(jitter.uniform(0.2, 1.0))
+                continue
+            except (EndpointUnreachable, HTTPClientError):
+                time.sleep(jitter.uniform(0.2, 1.0))
+                continue
             now = time.time()
             users = [user for raw in response["Records"] for user in records_from_kinesis(shard, raw, counters)]
             if users:
@@ -130,8 +155,6 @@ def bare_consume(endpoint: str, stream: str, out: Any, halt: Any) -> None:
                 weight = len(users) / max(1, len(latencies))
                 out.put((now, len(users), sum(len(user.data) for user in users),
                          [(latency, weight) for latency, _ in latencies]))
-            else:
-                time.sleep(0.2)
             iterator = response["NextShardIterator"]
 
     threads = [threading.Thread(target=follow, args=(shard,), daemon=True) for shard in shards]
@@ -201,6 +224,8 @@ def main() -> None:
                 try:
                     at, records, size, samples = reports.get(timeout=0.2)
                 except queue.Empty:
+                    continue
+                if at == "throttled":  # only behind the limits proxy, which this bench does not start
                     continue
                 bare_tally.add(at, records, size, samples)
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from shardherd.agent.kpl import MAGIC, BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_columns
 from shardherd.agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
-from shardherd.agent.reader import ShardReadError
+from shardherd.agent.reader import ReaderStats, ShardReadError
 from shardherd.agent.spark.batch_ends import BatchEnd, record_end, recorded_end
 from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.agent.spark.kinesis_records import data_size, skip_covered
@@ -179,12 +179,15 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
     """The first read of a plan: records from its start within its caps, until caught up; where it stopped.
 
     It stops at a cap, at the first record after `until`, at the shard's tip (MillisBehindLatest 0) or its end, or
-    after OPEN_READ_SECONDS of empty answers while behind. Rows are held until the caller recorded the end.
+    after OPEN_READ_SECONDS of empty answers while behind. Rows are held until the caller recorded the end; the end
+    carries the read's calls and throttles.
     """
     stream, shard = target
     position: StartPosition = plan.position
     skip: Checkpoint | None = position.skips_through
-    iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+    stats = ReaderStats()
+    iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments(),
+                                                                       stats)
     taken, pacer, batches = _Taken(plan), _Pacer(min_call_interval), []
     behind: int | None = None
     at_tip = False
@@ -193,9 +196,9 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
         pacer.wait()
         limit = min(MAX_RECORDS_PER_CALL, taken.room())
         try:
-            response = kinesis.get_records(iterator, limit)
+            response = kinesis.get_records(iterator, limit, stats)
         except IteratorExpired:
-            iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+            iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments(), stats)
             skip = position.skips_through
             continue
         answered = response.get("Records", [])
@@ -213,7 +216,7 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
         if not records:
             pacer.idle()
     end = BatchEnd(plan.tenure, plan.run, plan.number, taken.end, taken.records, taken.bytes, iterator, behind,
-                   taken.first_arrival, taken.last_arrival, at_tip)
+                   taken.first_arrival, taken.last_arrival, at_tip, stats.get_records_calls, stats.throttled)
     return batches, end
 
 

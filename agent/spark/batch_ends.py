@@ -51,6 +51,8 @@ class BatchEnd:
     first_arrival: float | None = None
     last_arrival: float | None = None
     caught_up: bool = False  # the read ended at the shard's tip: its last answer was short and 0 ms behind
+    calls: int = 0  # GetRecords calls the read made (answered), for the shard's /metrics on the driver
+    throttled: int = 0  # its GetRecords and GetShardIterator attempts Kinesis throttled (retried after a backoff)
 
     def to_item(self) -> dict[str, str | int]:
         """The coordinator-state attributes (the number apart, for the write's condition)."""

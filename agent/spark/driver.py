@@ -27,6 +27,7 @@ from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import LossReason, handed_over
 from shardherd.agent.progress import PoisonRecord
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.reader import ReaderStats
 from shardherd.agent.runtime import Agent
 from shardherd.agent.spark.batch_ends import BatchEnd, forget_ends, recorded_end
 from shardherd.agent.spark.book import ShardBook, source_key
@@ -247,6 +248,10 @@ class SparkAgent(Agent):
         if end is None:
             log.warning("batch %d: no end recorded for %s; its records are read again", batch_id, plan.shard_id)
             return None
+        stats = self._read_stats(plan.shard_id)
+        if stats is not None:  # the executors' calls, in the shard's /metrics as a plain agent's reader counts its own
+            stats.get_records_calls += end.calls
+            stats.throttled += end.throttled
         return _Advance(key, end, end.behind_millis, 0 if end.caught_up else None)
 
     def _store_checkpoint(self, batch_id: int, plan: ShardPlan, advance: _Advance | None) -> None:
@@ -454,7 +459,12 @@ class SparkAgent(Agent):
                 self.stalls.progressed(key, last)
 
     def _probe_one(self, target: tuple[str, StartPosition, str | None]) -> ProbeResult:
-        return self._prober.probe(*target)
+        return self._prober.probe(*target, self._read_stats(target[0]))
+
+    def _read_stats(self, shard: str) -> ReaderStats | None:
+        """The held shard's read counters in /metrics (probes and committed reads count in them), None if not held."""
+        key = self.book.lease_key(shard)
+        return None if key is None else self._context.reads.setdefault(key, ReaderStats())
 
     def _probe_first(self, shard: str) -> None:
         """Probe a shard just acquired at once, not after the round in progress: the next plan waits for this probe.

@@ -4,7 +4,9 @@ botocore turns every GetRecords record into Python objects one by one (a datetim
 decoding per payload): about 7 of the 10 microseconds a record costs a boto3 consumer. The Spark source needs none
 of that per record: it hands whole columns to Arrow. This client signs the request with botocore (SigV4, the usual
 credential chain) and returns the response body as `json.loads` gives it: `Data` still base64 text,
-`ApproximateArrivalTimestamp` epoch seconds. Throttling and transient failures are retried with jittered backoff.
+`ApproximateArrivalTimestamp` epoch seconds. Throttling and transient failures are retried with jittered backoff;
+given a `ReaderStats`, a call counts into it what a plain agent's reader counts (GetRecords answered, iterators
+answered, throttled attempts), so a shard's /metrics read the same on both kinds of agent.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from shardherd.agent.reader import ShardNotFound, ShardReadError, require_records
+from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReadError, require_records
 from shardherd.shared.aws import make_client
 
 _TARGET = "Kinesis_20131202."
@@ -28,7 +30,8 @@ _CONTENT_TYPE = "application/x-amz-json-1.1"
 # Connections kept open per endpoint. A task reads its shards at once, one thread each (arrow_read.read_plans), and the
 # driver probes from 8 threads: with fewer, each call beyond the pool would open (on AWS: TLS-handshake) a new one.
 KEPT_CONNECTIONS = 64
-_RETRYABLE = frozenset({"ProvisionedThroughputExceededException", "LimitExceededException",
+_THROTTLED = "ProvisionedThroughputExceededException"
+_RETRYABLE = frozenset({_THROTTLED, "LimitExceededException",
                         "KMSThrottlingException", "InternalFailure", "ServiceUnavailable", "ThrottlingException"})
 
 
@@ -54,19 +57,27 @@ class RawKinesis:
         self._attempts = attempts
         self._rng = rng or random.Random()
 
-    def get_shard_iterator(self, stream: str, shard_id: str, arguments: dict[str, Any]) -> str:
+    def get_shard_iterator(self, stream: str, shard_id: str, arguments: dict[str, Any],
+                           stats: ReaderStats | None = None) -> str:
         """A shard iterator (`arguments`: ShardIteratorType and its sequence number or timestamp)."""
-        response = self.call("GetShardIterator", {"StreamName": stream, "ShardId": shard_id, **arguments})
+        response = self.call("GetShardIterator", {"StreamName": stream, "ShardId": shard_id, **arguments}, stats)
+        if stats is not None:
+            stats.iterators_requested += 1
         return str(response["ShardIterator"])
 
-    def get_records(self, iterator: str, limit: int) -> dict[str, Any]:
+    def get_records(self, iterator: str, limit: int, stats: ReaderStats | None = None) -> dict[str, Any]:
         """One GetRecords response as plain JSON: Records (Data base64 text, timestamps epoch s), NextShardIterator."""
-        response = self.call("GetRecords", {"ShardIterator": iterator, "Limit": limit})
+        response = self.call("GetRecords", {"ShardIterator": iterator, "Limit": limit}, stats)
+        if stats is not None:
+            stats.get_records_calls += 1
         require_records(response, iterator[:16] + "...")
         return response
 
-    def call(self, operation: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One Kinesis JSON call with retries of throttling and transient failures; typed errors otherwise."""
+    def call(self, operation: str, body: dict[str, Any], stats: ReaderStats | None = None) -> dict[str, Any]:
+        """One Kinesis JSON call with retries of throttling and transient failures; typed errors otherwise.
+
+        Each throttled attempt counts in `stats.throttled`.
+        """
         payload = json.dumps(body).encode()
         delay = 0.05
         for attempt in range(1, self._attempts + 1):
@@ -88,6 +99,8 @@ class RawKinesis:
                         raise IteratorExpired(message)
                     if code == "ResourceNotFoundException":
                         raise ShardNotFound(f"{operation}: {message}")
+                    if code == _THROTTLED and stats is not None:
+                        stats.throttled += 1
                     if not (code in _RETRYABLE or status >= 500) or attempt == self._attempts:
                         raise ShardReadError(f"{operation} failed: HTTP {status} {code}: {message}")
             time.sleep(self._rng.uniform(0, delay))

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.reader import ReaderStats
 from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.agent.spark.kinesis_records import skip_covered
 from shardherd.shared.streams import read_target
@@ -44,30 +45,32 @@ class Prober:
         self._kinesis = kinesis
         self._stream = stream_name
 
-    def probe(self, shard_id: str, position: StartPosition, iterator: str | None) -> ProbeResult:
+    def probe(self, shard_id: str, position: StartPosition, iterator: str | None,
+              stats: ReaderStats | None = None) -> ProbeResult:
         """One GetRecords of one record at `position` (plus GetShardIterator without a live `iterator`).
 
         Never raises: any failure is a failed probe (logged; the shard is probed again next round), so the probing
-        thread cannot die of one and leave held shards unplanned.
+        thread cannot die of one and leave held shards unplanned. Its calls and throttles count in `stats`.
         """
         try:
-            return self._probe(shard_id, position, iterator)
+            return self._probe(shard_id, position, iterator, stats)
         except Exception as exc:  # read errors, credentials that fail to refresh, a body that is not JSON, ...
             log.warning("probe of %s failed: %s: %s", shard_id, type(exc).__name__, exc)
             return ProbeResult(failed=True)
 
-    def _probe(self, shard_id: str, position: StartPosition, iterator: str | None) -> ProbeResult:
+    def _probe(self, shard_id: str, position: StartPosition, iterator: str | None,
+               stats: ReaderStats | None) -> ProbeResult:
         if position.at_shard_end:
             return ProbeResult(ended=True)
         skip = position.skips_through if iterator is None else None
         if iterator is None:
-            iterator = self._iterator(shard_id, position)
+            iterator = self._iterator(shard_id, position, stats)
         try:
-            response = self._kinesis.get_records(iterator, 1)
+            response = self._kinesis.get_records(iterator, 1, stats)
         except IteratorExpired:
             skip = position.skips_through
-            iterator = self._iterator(shard_id, position)
-            response = self._kinesis.get_records(iterator, 1)
+            iterator = self._iterator(shard_id, position, stats)
+            response = self._kinesis.get_records(iterator, 1, stats)
         records = response.get("Records", [])
         if records and not skip_covered(records, skip):
             # An AT_SEQUENCE_NUMBER iterator (a new lease) answered the checkpoint's own record, fully covered:
@@ -75,7 +78,7 @@ class Prober:
             iterator = response.get("NextShardIterator")
             if iterator is None:
                 return ProbeResult(ended=True)
-            response = self._kinesis.get_records(iterator, 1)
+            response = self._kinesis.get_records(iterator, 1, stats)
             records = response.get("Records", [])
         following: str | None = response.get("NextShardIterator")
         behind = response.get("MillisBehindLatest")
@@ -87,6 +90,6 @@ class Prober:
         ended = following is None or bool(response.get("ChildShards"))
         return ProbeResult(ended=ended, iterator=following, behind_millis=behind_millis)
 
-    def _iterator(self, shard_id: str, position: StartPosition) -> str:
+    def _iterator(self, shard_id: str, position: StartPosition, stats: ReaderStats | None) -> str:
         stream, shard = read_target(shard_id, self._stream)  # a multi-stream source key names its stream
-        return self._kinesis.get_shard_iterator(stream, shard, position.iterator_arguments())
+        return self._kinesis.get_shard_iterator(stream, shard, position.iterator_arguments(), stats)

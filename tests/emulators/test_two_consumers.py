@@ -25,3 +25,4 @@ def test_two_applications_keep_up_beside_each_other_within_the_read_limits(moto_
         assert app.drain_seconds < 5.0, f"application {name} fell behind: {app}"  # one idle poll plus processing
         assert app.calls_per_shard_second <= 1.2, f"application {name} polled {app}"  # once a second, caught up
     assert run.throttled_fraction <= 0.01, run
+    assert run.iterators == 0, run  # no new iterator per batch or poll: only when a lease arrives or one expires

@@ -1,0 +1,404 @@
+"""The Spark pipeline's ceiling against a bare boto3 reader's, on the same stack, with and without the limits proxy.
+
+    python -m bench.ceiling                                   # 8 shards, 2 Spark agents, steps of 15 s
+    python -m bench.ceiling --rates 1000,2000,4000,8000,12000 --step-seconds 20 --modes limits
+
+Per mode (`plain`: kinesalite as is; `limits`: the Kinesis limits proxy, services/emulators/limits_proxy.py, in
+front of it) the bench makes a fresh `--shards` stream for each reader on the same moto server, kinesalite and
+coordinator settings, then ramps a producer process (records of `--size` bytes, resending only what Kinesis refused)
+through `--rates` (records/s, `--step-seconds` each) until the reader's lag grows, first for the bare reader, then
+for the Spark pipeline:
+* bare: bench/spark_pipeline.py's `bare_consume` (one process, a boto3 client and a thread per shard from LATEST,
+  every record parsed, a shard's calls at least 0.25 s apart, throttled calls made again after a jittered wait);
+* spark: two SparkAgents (user defaults: caps, pacing, 1 s trigger) splitting the shards by lease count, each
+  running its query on one local[2] session, a sink of one action per batch reading every row's data; a query that
+  fails to start on a loaded host (Spark's fixed 10 s for its source runner) is started again before the ramp.
+The two readers run one after the other, never together, so neither takes CPU from the other.
+A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
+sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
+slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
+step that held before the first that did not, and the bench says why the ramp ended. Behind the proxy each shard
+takes at most 1,000 records/s of writes, so past `shards x 1000` records/s the ramp ends at the write limit (the
+producer falls short), whatever the reader.
+Printed: each step (rate, written/s, read/s, lag, load average), each Spark driver's last batches (median and
+longest seconds, median rows), then the table of ceilings and Spark/bare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ConnectionError as EndpointUnreachable
+from botocore.exceptions import HTTPClientError
+
+from bench.spark_pipeline import bare_consume
+from shardherd.services.emulators.kinesalite import Kinesalite
+from shardherd.services.emulators.limits_launcher import KinesisLimits
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
+from tests.support.stream_stack import StreamStack
+
+HOLD_SHARE = 0.9  # a step holds only if the producer wrote this share of its rate
+GROWTH_SHARE = 0.1  # and its lag grew by at most this share of the rate (a batch's sawtooth averages out)
+SAMPLE_SECONDS = 0.25
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a ramp: the rate asked, what was written and read per second in it, and its lag after settling.
+
+    `lag` is the mean of the samples taken after the step settled (records written, not yet read), `growth` the
+    least-squares slope of those samples (records/s): a reader's latency holds a steady lag; only a reader that
+    cannot keep up makes it grow.
+    """
+
+    rate: float
+    written: float
+    read: float
+    lag: float
+    growth: float
+    load: float  # 1-minute load average at the step's end
+    write_throttled: int = 0  # records the limits proxy refused in the step (0 without it)
+
+
+def slope(samples: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (time, value) samples; 0 for fewer than two distinct times."""
+    if len(samples) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in samples) / len(samples)
+    mean_v = sum(v for _, v in samples) / len(samples)
+    spread = sum((t - mean_t) ** 2 for t, _ in samples)
+    return sum((t - mean_t) * (v - mean_v) for t, v in samples) / spread if spread else 0.0
+
+
+def verdict(step: Step) -> str | None:
+    """Why `step` did not hold (the producer fell short, or the lag grew), or None if it held."""
+    if step.written < HOLD_SHARE * step.rate:
+        limit = f", {step.write_throttled} records refused by the write limit" if step.write_throttled else ""
+        return f"producer wrote {step.written:,.0f}/s of {step.rate:,.0f}/s{limit}"
+    if step.growth > GROWTH_SHARE * step.rate:
+        return f"lag grew {step.growth:,.0f}/s"
+    return None
+
+
+def ceiling(steps: list[Step]) -> tuple[float, str]:
+    """The highest rate held before the first step that did not hold, and why the ramp ended there."""
+    held = 0.0
+    for step in steps:
+        why = verdict(step)
+        if why is not None:
+            return held, f"at {step.rate:,.0f}/s: {why}"
+        held = step.rate
+    return held, "every step held"
+
+
+def produce_at(endpoint: str, stream: str, size: int, rate: Any, written: Any, ready: Any, halt: Any) -> None:
+    """Producer process: put `rate.value` records/s (read each tick) until `halt`; `written` counts accepted ones.
+
+    Records Kinesis refused (the write limit, behind the proxy) are put again before new ones, never twice; a put
+    whose connection dropped is made again (kinesalite may have stored some of it: a few records read twice).
+    `ready` is set once its client exists (a spawned process takes seconds to import on a loaded host).
+    """
+    client = make_client("kinesis", "us-east-1", endpoint)
+    ready.set()
+    payload = b"x" * size
+    pending: list[dict[str, Any]] = []
+    serial, owed, last = 0, 0.0, time.monotonic()
+    while not halt.is_set():
+        now = time.monotonic()
+        owed = min(owed + rate.value * (now - last), 2 * rate.value + 500)  # no burst past 2 s after a stall
+        last = now
+        due = int(owed) - len(pending)
+        if due > 0:
+            pending += [{"Data": payload, "PartitionKey": f"p{serial + index}"} for index in range(due)]
+            serial += due
+        if not pending:
+            time.sleep(0.01)
+            continue
+        batch = pending[:500]
+        try:
+            answer = client.put_records(StreamName=stream, Records=batch)
+        except (EndpointUnreachable, HTTPClientError):  # an emulator on a saturated host resets some connections
+            time.sleep(0.1)
+            continue
+        pending = pending[500:]
+        refused = [entry for entry, result in zip(batch, answer["Records"], strict=True) if "ErrorCode" in result]
+        accepted = len(batch) - len(refused)
+        written.value += accepted
+        owed -= accepted
+        pending = refused + pending
+        if refused:
+            time.sleep(0.05)
+
+
+class Ramp:
+    """A producer process for one stream whose rate the caller steps; `written` is read from its shared counter."""
+
+    def __init__(self, context: Any, endpoint: str, stream: str, size: int) -> None:
+        self.rate = context.Value("d", 0.0)
+        self.count = context.Value("q", 0)
+        self.halt, ready = context.Event(), context.Event()
+        self.process = context.Process(target=produce_at, args=(endpoint, stream, size, self.rate, self.count,
+                                                                ready, self.halt), daemon=True)
+        self.process.start()
+        if not ready.wait(120):
+            self.stop()
+            raise RuntimeError("the producer process did not start in 120 s")
+
+    def written(self) -> int:
+        """Records accepted so far."""
+        return int(self.count.value)
+
+    def stop(self) -> None:
+        """End the producer (killed if it does not end in 10 s)."""
+        self.halt.set()
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def run_ramp(ramp: Ramp, read: Callable[[], int], rates: list[float], step_seconds: float, settle: float,
+             write_refusals: Callable[[], int]) -> list[Step]:
+    """Step the producer through `rates` until a step does not hold; `read()` is the reader's records so far.
+
+    The lag is sampled every SAMPLE_SECONDS after the first `settle` seconds of a step.
+    """
+    steps: list[Step] = []
+    for rate in rates:
+        ramp.rate.value = rate
+        begun, written, done, refused = time.monotonic(), ramp.written(), read(), write_refusals()
+        samples: list[tuple[float, float]] = []
+        while (now := time.monotonic()) - begun < step_seconds:
+            if now - begun >= settle:
+                samples.append((now, ramp.written() - read()))
+            time.sleep(SAMPLE_SECONDS)
+        seconds = time.monotonic() - begun
+        step = Step(rate, (ramp.written() - written) / seconds, (read() - done) / seconds,
+                    sum(lag for _, lag in samples) / max(1, len(samples)), slope(samples), os.getloadavg()[0],
+                    write_refusals() - refused)
+        steps.append(step)
+        print(f"  {rate:>7,.0f}/s  written {step.written:>8,.0f}/s  read {step.read:>8,.0f}/s  "
+              f"lag {step.lag / rate:5.2f} s of production, growing {step.growth:>7,.0f}/s  load {step.load:.1f}  "
+              f"{verdict(step) or 'held'}", flush=True)
+        if verdict(step) is not None:
+            break
+    return steps
+
+
+@dataclass
+class Counted:
+    """Records a reader delivered so far (its own thread or callback adds)."""
+
+    records: int = 0
+    throttled: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, records: int = 0, throttled: int = 0) -> None:
+        with self.lock:
+            self.records += records
+            self.throttled += throttled
+
+    def total(self) -> int:
+        with self.lock:
+            return self.records
+
+
+@contextlib.contextmanager
+def bare_reader(context: Any, endpoint: str, stream: str) -> Iterator[Counted]:
+    """The bare boto3 reader process on `stream`, its reports summed into a Counted."""
+    counted = Counted()
+    reports, halt = context.Queue(), context.Event()
+    process = context.Process(target=bare_consume, args=(endpoint, stream, reports, halt), daemon=True)
+    process.start()
+    try:
+        if reports.get(timeout=60)[0] != "ready":
+            raise RuntimeError("the bare reader did not start")
+        time.sleep(1.0)  # its LATEST iterators exist before the first record is put
+
+        def drain() -> None:
+            while not halt.is_set():
+                with contextlib.suppress(queue.Empty):
+                    at, records, _size, _samples = reports.get(timeout=0.2)
+                    counted.add(throttled=records) if at == "throttled" else counted.add(records=records)
+
+        threading.Thread(target=drain, daemon=True).start()
+        yield counted
+    finally:
+        halt.set()
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+
+
+def counting_sink(counted: Counted) -> Any:
+    """A foreachBatch function of one action reading every row's data; it adds the batch's rows to `counted`."""
+
+    def write(df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F  # noqa: N812
+
+        row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
+        counted.add(records=int(row["n"]) if row is not None else 0)
+
+    return write
+
+
+class SparkReaders:
+    """`agents` Spark drivers' agents with user defaults on one stream, each running its query on `spark`.
+
+    On a loaded host a query's source runner may fail to connect back to the JVM within Spark's fixed 10 s; a
+    driver whose query ended is started again under a new worker id (up to `ATTEMPTS` rounds), until warm-up
+    records put on every shard were all written by the sinks. `counted` then starts from 0.
+    """
+
+    ATTEMPTS = 4
+    WARM_UP = 200
+
+    def __init__(self, stack: StreamStack, spark: Any, agents: int, workdir: Path) -> None:
+        self.stack, self.spark, self.workdir = stack, spark, workdir
+        self.counted = Counted()
+        self.running: dict[int, tuple[Any, Any]] = {}  # driver index -> (SparkAgent, StreamingQuery)
+        self.agents = agents
+
+    def _launch(self, index: int, attempt: int) -> None:
+        from shardherd.agent.spark.driver import SparkAgent
+
+        worker = f"{self.stack.app}-spark-{index}-{attempt}"
+        agent = SparkAgent(self.stack.settings(worker), channel=self.workdir / f"channel-{worker}")
+        self.running[index] = (agent, None)
+        self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted),
+                                                      str(self.workdir / f"checkpoint-{worker}")))
+
+    def _all_active(self) -> bool:
+        return all(query.isActive for _, query in self.running.values())
+
+    def start(self) -> Counted:
+        """Start the drivers, again where a query ended, until the warm-up records were written."""
+        self.stack.produce(self.WARM_UP, "warm-up")
+        for attempt in range(self.ATTEMPTS):
+            for index in range(self.agents):
+                if index not in self.running or not self.running[index][1].isActive:
+                    if index in self.running:
+                        self.running[index][0].stop(drain=False)
+                    self._launch(index, attempt)
+            deadline = time.monotonic() + 180
+            while self._all_active() and self.counted.total() < self.WARM_UP and time.monotonic() < deadline:
+                time.sleep(0.5)
+            if self._all_active() and self.counted.total() >= self.WARM_UP:
+                with self.counted.lock:
+                    self.counted.records -= self.WARM_UP
+                return self.counted
+            print(f"  a Spark query ended or wrote nothing in 180 s (round {attempt + 1}); again", flush=True)
+        raise RuntimeError(f"the Spark queries did not write the warm-up records in {self.ATTEMPTS} rounds")
+
+    def stop(self) -> None:
+        """Print each query's last batches with records (median and longest seconds, median rows); stop them all."""
+        for index, (agent, query) in sorted(self.running.items()):
+            batches = [item for item in query.recentProgress if item["numInputRows"]][-30:]
+            if batches:
+                took = sorted(item["durationMs"]["triggerExecution"] / 1000 for item in batches)
+                rows = sorted(item["numInputRows"] for item in batches)
+                print(f"  driver {index}: last {len(batches)} batches with records: median {took[len(took) // 2]:.2f} s"
+                      f", longest {took[-1]:.2f} s, median {rows[len(rows) // 2]} rows", flush=True)
+            agent.stop(drain=False)
+
+
+@contextlib.contextmanager
+def spark_readers(stack: StreamStack, spark: Any, agents: int, workdir: Path) -> Iterator[Counted]:
+    """The Spark drivers of SparkReaders, started and warm, stopped on the way out."""
+    readers = SparkReaders(stack, spark, agents, workdir)
+    try:
+        yield readers.start()
+    finally:
+        readers.stop()
+
+
+def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], int]:
+    """Records of `stream` the limits proxy refused so far (0 without the proxy)."""
+
+    def refused() -> int:
+        if limits is None:
+            return 0
+        return sum(int(counts.get("WriteProvisionedThroughputExceeded", 0))
+                   for key, counts in limits.counts()["shards"].items() if key.startswith(f"{stream}/"))
+
+    return refused
+
+
+def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: KinesisLimits | None, spark: Any,
+                 args: argparse.Namespace, workdir: Path) -> dict[str, tuple[float, str]]:
+    """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons."""
+    context = mp.get_context("spawn")
+    rates = [float(rate) for rate in args.rates.split(",")]
+    results: dict[str, tuple[float, str]] = {}
+    for reader in ("bare", "spark"):
+        stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
+                            lease_assignment_strategy="lease-count")
+        try:
+            readers = (bare_reader(context, kinesis.endpoint_url, stack.app) if reader == "bare"
+                       else spark_readers(stack, spark, args.agents, workdir))
+            with readers as counted:
+                print(f" {reader}:", flush=True)
+                ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
+                try:
+                    steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
+                                     write_refusals(limits, stack.app))
+                finally:
+                    ramp.stop()
+                if counted.throttled:
+                    print(f"  the bare reader was throttled {counted.throttled} times", flush=True)
+            results[reader] = ceiling(steps)
+        finally:
+            stack.close()
+    return results
+
+
+def main() -> None:
+    """Ramp both readers in each mode and print the ceilings and their ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--agents", type=int, default=2)
+    parser.add_argument("--size", type=int, default=100, help="bytes per record")
+    parser.add_argument("--rates", default="500,1000,1500,2000,3000,4000,6000,8000,10000",
+                        help="records/s, one step each")
+    parser.add_argument("--step-seconds", type=float, default=15.0)
+    parser.add_argument("--settle", type=float, default=5.0, help="seconds of a step before its lag is sampled")
+    parser.add_argument("--modes", default="plain,limits")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from tests.support.stream_stack import local_spark
+
+    workdir = Path(f"/tmp/bench-ceiling-{os.getpid()}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    spark = local_spark("bench-ceiling")
+    table: dict[str, dict[str, tuple[float, str]]] = {}
+    try:
+        with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite:
+            for mode in args.modes.split(","):
+                print(f"{mode}: {args.shards} shards, {args.agents} Spark agents, {args.size} B records", flush=True)
+                if mode == "limits":
+                    with KinesisLimits(kinesalite.port) as limits:
+                        table[mode] = measure_mode(moto, limits, limits, spark, args, workdir)
+                else:
+                    table[mode] = measure_mode(moto, kinesalite, None, spark, args, workdir)
+    finally:
+        spark.stop()
+    print(f"{'mode':<7} {'bare rec/s':>10} {'spark rec/s':>11} {'spark/bare':>10}  why each ramp ended")
+    for mode, result in table.items():
+        (bare, bare_why), (spark_rate, spark_why) = result["bare"], result["spark"]
+        ratio = spark_rate / bare if bare else float("nan")
+        print(f"{mode:<7} {bare:>10,.0f} {spark_rate:>11,.0f} {ratio:>10.2f}  bare {bare_why}; spark {spark_why}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""The parts of bench/ceiling.py: where a ramp ends and why, and a short ramp of the bare reader through the proxy."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+
+from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, write_refusals
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.limits_launcher import KinesisLimits
+from shardherd.services.emulators.moto_server import MotoServer
+from tests.support.stream_stack import StreamStack
+
+
+def test_the_ceiling_is_the_last_step_held_before_the_first_that_did_not() -> None:
+    held = [Step(1000, 998, 990, 400, 20, 1.0), Step(2000, 1990, 1985, 1500, -30, 1.0)]
+    assert ceiling(held) == (2000, "every step held")
+    lagging = [*held, Step(4000, 3990, 3000, 12_000, 900, 1.0), Step(8000, 7990, 7900, 100, 0, 1.0)]
+    assert ceiling(lagging) == (2000, "at 4,000/s: lag grew 900/s")
+    short = [*held, Step(4000, 3000, 3000, 10, 0, 1.0, write_throttled=900)]
+    assert ceiling(short) == (2000, "at 4,000/s: producer wrote 3,000/s of 4,000/s, 900 records refused by the "
+                                    "write limit")
+    assert ceiling([Step(1000, 500, 500, 0, 0, 1.0)])[0] == 0
+
+
+def test_lag_growth_is_the_least_squares_slope_so_a_batch_sawtooth_does_not_count() -> None:
+    sawtooth = [(t / 4, 1000.0 * ((t % 4) / 4)) for t in range(40)]  # a batch a second empties it: steady
+    assert abs(slope(sawtooth)) < 50
+    growing = [(t / 4, 300.0 * t / 4 + 1000.0 * ((t % 4) / 4)) for t in range(40)]
+    assert slope(growing) == pytest.approx(300, abs=50)
+    assert slope([(1.0, 5.0)]) == 0.0
+
+
+@pytest.mark.slow
+def test_a_short_ramp_reads_what_it_writes_and_ends_at_a_shards_write_limit(moto_server: MotoServer,
+                                                                          kinesalite: NodeEmulator) -> None:
+    """About 10-20 s (a reason: a producer and a reader process start, spawned, and two steps of 3 s run). One shard
+    behind the limits proxy: 300 records/s hold, 1,500 records/s pass its 1,000 records/s write limit."""
+    context = mp.get_context("spawn")
+    with KinesisLimits(kinesalite.port) as limits:
+        stack = StreamStack(moto_server, limits, 1, prefix="ceiling")
+        try:
+            with bare_reader(context, limits.endpoint_url, stack.app) as counted:
+                ramp = Ramp(context, limits.endpoint_url, stack.app, 100)
+                try:
+                    steps = run_ramp(ramp, counted.total, [300, 1500], 3.0, 1.0, write_refusals(limits, stack.app))
+                finally:
+                    ramp.stop()
+        finally:
+            stack.close()
+    assert [step.rate for step in steps] == [300, 1500]
+    assert steps[0].written >= 270 and steps[0].lag <= 300  # held: records read within a second
+    assert 700 <= steps[1].written <= 1100 and steps[1].write_throttled > 0  # the shard's write limit
+    assert ceiling(steps)[0] == 300
+    assert counted.throttled == 0  # the bare reader's calls stay under the read limit

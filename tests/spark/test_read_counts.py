@@ -1,0 +1,56 @@
+"""A Spark driver's shard counters: the executors' reads and the driver's probes count calls and throttles per shard.
+
+Through the limits proxy (services/emulators/limits_proxy.py) with one GetRecords call per shard per second, so a
+second call at once is throttled and retried after a jittered wait; no Spark session (the read and probe functions
+the executors and the driver call).
+"""
+
+from __future__ import annotations
+
+from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.reader import ReaderStats
+from shardherd.agent.spark.arrow_read import read_plans
+from shardherd.agent.spark.batch_ends import recorded_end
+from shardherd.agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent.spark.offsets import Caps, ShardPlan
+from shardherd.agent.spark.probe import Prober
+from shardherd.services.emulators.kinesalite import NodeEmulator
+from shardherd.services.emulators.limits_launcher import KinesisLimits
+from shardherd.services.emulators.throttle_model import ShardLimits
+from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
+from tests.support.stores import unique_app
+from tests.support.waiting import wait_for
+
+
+def test_a_read_records_its_calls_and_throttles_with_its_end_and_a_probe_counts_into_the_shards_stats(
+        kinesalite: NodeEmulator) -> None:
+    """About 1-3 s: the throttled calls wait a jittered backoff before they are made again."""
+    stream = unique_app("counts")
+    with KinesisLimits(kinesalite.port, limits=ShardLimits(read_calls_per_second=1)) as limits:
+        kinesis = make_client("kinesis", "us-east-1", limits.endpoint_url)
+        kinesis.create_stream(StreamName=stream, ShardCount=1)
+        wait_for(lambda: kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"][
+            "StreamStatus"] == "ACTIVE", 30, "stream active")
+        try:
+            for index in range(3):
+                kinesis.put_record(StreamName=stream, Data=f"r-{index}".encode(), PartitionKey="k")
+            shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
+            raw = RawKinesis("us-east-1", limits.endpoint_url)
+            store = MemoryLeaseStore(TableNames.for_application("counts"))
+            plan = ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(100), "t-1", "r", 1)
+            rows = [row for batch in read_plans(raw, store, stream, (plan,))
+                    for row in batch.column("data").to_pylist()]
+            stats = ReaderStats()
+            Prober(raw, stream).probe(shard, StartPosition.after(TRIM_HORIZON), None, stats)  # at once: throttled
+            counted = limits.counts()["shards"][f"{stream}/{shard}"]
+        finally:
+            kinesis.delete_stream(StreamName=stream)
+    assert len(rows) == 3
+    end = recorded_end(store, "t-1", "r", 1)
+    assert end is not None and end.calls >= 1
+    assert stats.get_records_calls == 1 and stats.iterators_requested == 1 and stats.throttled >= 1
+    assert end.calls + stats.get_records_calls == counted["GetRecords.Success"]  # every answered call, once
+    assert end.throttled + stats.throttled == counted["ReadProvisionedThroughputExceeded"]
