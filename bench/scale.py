@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,15 @@ from typing import Any
 import httpx
 import psutil
 
-from bench.stack_cost import USER_DEFAULTS, difference, fresh_meters, print_bill, read_meters, wait_for_state
+from bench.stack_cost import (
+    USER_DEFAULTS,
+    difference,
+    fresh_meters,
+    print_bill,
+    read_meters,
+    stop_stack,
+    wait_for_state,
+)
 from shardherd.services.local_stack.scenarios import Scenarios
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
@@ -224,11 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 measure(args, run, began, stack, store_settings)
             finally:
-                stack.send_signal(signal.SIGINT)
-                try:
-                    stack.wait(120)
-                except subprocess.TimeoutExpired:
-                    stack.kill()
+                stop_stack(stack, 120.0)
     finally:
         if postgres is not None:
             postgres.stop()

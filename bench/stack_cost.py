@@ -49,6 +49,15 @@ def fresh_meters(run: Path) -> Path:
     return meters
 
 
+def stop_stack(stack: subprocess.Popen[Any], grace: float) -> None:
+    """Stop `shardherd up` as Ctrl-C does; kill it if it has not ended within `grace` s."""
+    stack.send_signal(signal.SIGINT)
+    try:
+        stack.wait(grace)
+    except subprocess.TimeoutExpired:
+        stack.kill()
+
+
 def read_meters(directory: Path) -> Totals:
     """The sum of every process's meter report, by caller and table:operation."""
     totals: Totals = {}
@@ -191,11 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workers = sorted(w.worker_id for w in store.scan_workers().workers)
         store.close()
     finally:
-        stack.send_signal(signal.SIGINT)
-        try:
-            stack.wait(60)
-        except subprocess.TimeoutExpired:
-            stack.kill()
+        stop_stack(stack, 60.0)
         log.close()
     settings = "the stack's demo settings" if args.stack_defaults else "user defaults (CPU metrics on)"
     print(f"live stack ({settings}): {args.shards} shards, {args.agents} agents, {args.coordinators} coordinators, "

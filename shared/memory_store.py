@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.errors import StoreError
@@ -243,20 +244,18 @@ class MemoryLeaseStore(LeaseStore):
 
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Set the operator's drain flag on an existing record; False if there is none."""
-        with self._db.lock:
-            current = self._db.workers.get(worker_id)
-            if current is None:
-                return False
-            self._db.workers[worker_id] = replace(current, drain_requested=requested)
-            return True
+        return self._change_worker(worker_id, drain_requested=requested)
 
     def set_restart(self, worker_id: str, within_ms: int | None) -> bool:
         """Set or clear the restart reservation of an existing record; False if there is none."""
+        return self._change_worker(worker_id, restart_within_ms=within_ms)
+
+    def _change_worker(self, worker_id: str, **changes: Any) -> bool:
         with self._db.lock:
             current = self._db.workers.get(worker_id)
             if current is None:
                 return False
-            self._db.workers[worker_id] = replace(current, restart_within_ms=within_ms)
+            self._db.workers[worker_id] = replace(current, **changes)
             return True
 
     def delete_worker_if_unchanged(self, worker_id: str, last_update: int, heartbeat: int) -> bool:

@@ -35,10 +35,15 @@ def _set_drain(ctx: ApiContext, worker_id: str, requested: bool) -> DrainOut:
     Otherwise the leader saw the flag only at its next full scan (`leader_full_scan_interval_millis`): 4-5 s before
     the first handoff of a drain in the local stack. A replica that does not lead leaves it to the leader's scans.
     """
-    if not ctx.store.set_drain_requested(worker_id, requested):
+    _stored(ctx, worker_id, ctx.store.set_drain_requested(worker_id, requested))
+    return DrainOut(worker_id=worker_id, drain_requested=requested)
+
+
+def _stored(ctx: ApiContext, worker_id: str, found: bool) -> None:
+    """404 if the worker had no record to change; else wake this replica's leader loop (it looks at once)."""
+    if not found:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no worker {worker_id!r} has a record")
     ctx.loop.feed.signal(worker_id, NEWS)
-    return DrainOut(worker_id=worker_id, drain_requested=requested)
 
 
 _MUTATING = {404: {"model": ErrorBody, "description": "no such worker"}, **AUTH_RESPONSES}
@@ -61,9 +66,7 @@ def undrain(worker_id: WorkerId, ctx: Annotated[ApiContext, Depends(context)]) -
 
 def _set_restart(ctx: ApiContext, worker_id: str, within_ms: int | None) -> RestartOut:
     """Store the reservation (or clear it) and wake this replica's leader loop, as a drain does."""
-    if not ctx.store.set_restart(worker_id, within_ms):
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no worker {worker_id!r} has a record")
-    ctx.loop.feed.signal(worker_id, NEWS)
+    _stored(ctx, worker_id, ctx.store.set_restart(worker_id, within_ms))
     return RestartOut(worker_id=worker_id, restart_within_ms=within_ms)
 
 
