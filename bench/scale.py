@@ -7,8 +7,8 @@ Starts `shardherd up --no-spark` with shardherd's user defaults (CPU metrics on,
 to fit), a throwaway PostgreSQL as the store (`--store moto` for the stack's moto server: one single-threaded Python
 process, where 32 agents' checkpoints and heartbeats starved the leader lock's calls until both replicas gave up) and a
 producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR). It prints:
-* start to every lease owned and to every shard read (its owner reports its lag), from launching `up` (start-up of 30+
-  Python processes on two cores included; `up`'s own start-up line is printed beside it);
+* start to every lease owned and to every shard read (its owner reports its lag, or it holds no record), from
+  launching `up` (start-up of 30+ Python processes on two cores included; `up`'s own start-up line beside it);
 * the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`);
 * `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up;
 * owner changes and leader moves (by reason) over `--settle` s of steady state from `--warmup` s after every shard
@@ -46,6 +46,7 @@ from bench.stack_cost import (
 from shardherd.services.local_stack.scenarios import Scenarios
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.aws import make_client
 from shardherd.shared.config import load_settings
 from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
@@ -125,16 +126,26 @@ def _memory(state: StackState) -> list[float]:
     return sizes
 
 
-def _startup(client: OperatorClient, shards: int, began: float, limit: float) -> tuple[float, float]:
-    """Seconds from `began` to every lease owned, and to every lease read by its owner (it reports a lag figure: a
-    shard the producer's keys rarely hit may hold no record yet, so a moved checkpoint is no test)."""
+def _startup(client: OperatorClient, state: StackState, shards: int, began: float,
+             limit: float) -> tuple[float, float]:
+    """Seconds from `began` to every lease owned, and to every shard read: its owner reports its lag, or the shard
+    holds no record yet (a lease's progress is written with its checkpoints, so an empty shard never reports one;
+    the producer's Zipf keys leave some shards empty for minutes)."""
+    kinesis = make_client("kinesis", state.region, state.kinesis_endpoint_url)
+
     def owned() -> bool:
         leases = _owners(client)
         return len(leases) >= shards and all(lease["owner"] for lease in leases.values())
 
+    def empty(shard: str) -> bool:
+        iterator = kinesis.get_shard_iterator(StreamName=state.stream_name, ShardId=shard,
+                                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        return not kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]
+
     def read() -> bool:
         leases = _owners(client)
-        return len(leases) >= shards and all(lease["millis_behind_latest"] is not None for lease in leases.values())
+        return len(leases) >= shards and all(lease["millis_behind_latest"] is not None or empty(lease["shard_id"])
+                                             for lease in leases.values())
     return _until("every lease owned", began, limit, owned), _until("every shard read", began, limit, read)
 
 
@@ -163,7 +174,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
     runs = LeaderRuns(client)
     try:
-        owned, read = _startup(client, args.shards, began, args.limit)
+        owned, read = _startup(client, state, args.shards, began, args.limit)
         up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
                        "(no start-up line yet)")
         print(f"{args.shards} shards, {args.agents} agents, store {args.store}, load {os.getloadavg()[0]:.1f}: every "
