@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import psutil
+from botocore.exceptions import BotoCoreError, ClientError
 
 from bench.stack_cost import (
     USER_DEFAULTS,
@@ -101,8 +102,8 @@ def _until(what: str, began: float, limit: float, done: Callable[[], bool]) -> f
         try:
             if done():
                 return time.monotonic() - began
-        except ApiError:
-            pass  # a replica busy starting: ask again
+        except (ApiError, BotoCoreError, ClientError):
+            pass  # a replica busy starting, Kinesis slow under the load: ask again
         time.sleep(POLL)
     raise SystemExit(f"not {what} within {limit:.0f} s")
 
