@@ -106,12 +106,14 @@ def inherited(previous: tuple[int, str | None, float] | None, now_wall: float, c
     """A new term's state: the predecessor's published (count, removal candidate, wall time), unless none or stale.
 
     A count older than the scale-in window says nothing about the fleet now (the leaders were down or stalled that
-    long): the term then starts afresh from the workers it sees.
+    long): the term then starts afresh from the workers it sees. Replicas' wall clocks differ a little, and a
+    handover can follow the last publication within a second, so a count up to a scale-out window "from the future"
+    still counts; one further ahead came from a clock that was stepped.
     """
     if previous is None:
         return ScaleState()
     desired, remove_first, computed_at = previous
-    if not 0 <= now_wall - computed_at <= cfg.in_after:
+    if not -cfg.out_after <= now_wall - computed_at <= cfg.in_after:
         return ScaleState()
     return ScaleState(desired=max(cfg.min_workers, min(cfg.max_workers, desired)), remove_first=remove_first)
 

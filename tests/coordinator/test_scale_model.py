@@ -284,4 +284,5 @@ def test_a_new_term_continues_a_fresh_published_count_within_the_bounds() -> Non
     assert inherited((7, "w3", 990.0), 1_000.0, CFG) == ScaleState(desired=7, remove_first="w3")
     assert inherited((70, None, 990.0), 1_000.0, CFG).desired == CFG.max_workers  # the bounds may have changed
     assert inherited((7, "w3", 1_000.0 - CFG.in_after - 1), 1_000.0, CFG) == ScaleState()  # stale: start afresh
-    assert inherited((7, "w3", 1_010.0), 1_000.0, CFG) == ScaleState()  # from the future (a wall clock stepped)
+    assert inherited((7, "w3", 1_010.0), 1_000.0, CFG).desired == 7  # the old leader's clock a little ahead
+    assert inherited((7, "w3", 1_000.0 + CFG.out_after + 1), 1_000.0, CFG) == ScaleState()  # a clock stepped
