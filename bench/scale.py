@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -227,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "Python process, and 32 agents' checkpoints and heartbeats starve the leader lock's "
                              "calls there), or the stack's moto server")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # unwind: the stack and PostgreSQL stop
     run = Path(args.run_dir).resolve()
     meters = fresh_meters(run)
     env = {**os.environ, **USER_DEFAULTS, "SHARDHERD_STORE_METER_DIR": str(meters)}
