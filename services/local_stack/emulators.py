@@ -24,6 +24,14 @@ from shardherd.shared.errors import ShardherdError
 DYNAMODB_EMULATOR = "dynamodb-emulator"
 KINESIS_EMULATOR = "kinesis-emulator"
 STARTUP_TIMEOUT = 60.0
+# The most open shards the stack's kinesalite allows: AWS's default account quota is 500 (200 in smaller regions),
+# and a stream far beyond what this machine can read is refused by the emulator as AWS refuses it.
+MAX_LOCAL_SHARDS = 1000
+
+
+def local_shard_limit(shards: int) -> int:
+    """The open-shard limit of the stack's kinesalite for `shards`: room to split each once, up to MAX_LOCAL_SHARDS."""
+    return max(DEFAULT_SHARD_LIMIT, min(2 * shards, MAX_LOCAL_SHARDS))
 
 
 class EmulatorFailed(ShardherdError, RuntimeError):

@@ -29,10 +29,9 @@ from typing import Any
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
-from shardherd.services.emulators.kinesalite import DEFAULT_SHARD_LIMIT
 from shardherd.services.emulators.ports import LOOPBACK, free_port, wait_until
 from shardherd.services.local_stack.control import ControlServer
-from shardherd.services.local_stack.emulators import Emulators, Endpoints
+from shardherd.services.local_stack.emulators import Emulators, Endpoints, local_shard_limit
 from shardherd.services.local_stack.processor import RECORDS_DIR_ENV
 from shardherd.services.local_stack.producer import Producer, ZipfKeys
 from shardherd.services.local_stack.restarts import Restarts
@@ -143,7 +142,7 @@ class LocalStack:
         self._lock = RunDirLock(options.run_dir)
         self._owner = False
         self.emulators = Emulators(settings, self.supervisor, options.use_aws, options.aws_limits,
-                                   shard_limit=max(DEFAULT_SHARD_LIMIT, 2 * options.shards))
+                                   shard_limit=local_shard_limit(options.shards))
         self.endpoints = Endpoints(settings.dynamodb_endpoint_url, settings.kinesis_endpoint_url)
         self.producer: Producer | None = None
         self.control: ControlServer | None = None
