@@ -139,10 +139,17 @@ def _startup(client: OperatorClient, state: StackState, shards: int, began: floa
         leases = _owners(client)
         return len(leases) >= shards and all(lease["owner"] for lease in leases.values())
 
+    holding: set[str] = set()  # shards seen to hold a record: they stay so, no need to ask Kinesis again
+
     def empty(shard: str) -> bool:
+        if shard in holding:
+            return False
         iterator = kinesis.get_shard_iterator(StreamName=state.stream_name, ShardId=shard,
                                               ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-        return not kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]
+        if kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]:
+            holding.add(shard)
+            return False
+        return True
 
     def read() -> bool:
         leases = _owners(client)
