@@ -30,6 +30,10 @@ INSTALL_HINT = "npm ci --prefix services/emulators"
 # kinesalite rethrows a request's 'error' event, so a client killed while sending a request (kill -9 of a Spark
 # executor or an agent mid-call) ended the whole emulator with "Error: aborted" (ECONNRESET); such a dropped
 # connection is now logged and the emulator serves on. Any other uncaught error still ends it with status 1.
+# kinesis-local's accept loop reads each accepted socket's addresses and fails the whole server when one is undefined,
+# which it is once the client has reset the connection (a connect followed at once by a reset, or a reset before a
+# loaded server accepted): the listener closed and the process ran on refusing every connection. An accepted socket
+# now keeps the addresses it had when accepted (loopback if already gone), so only that connection fails.
 _PRELUDE = """
 const net = require('net');
 const listen = net.Server.prototype.listen;
@@ -38,6 +42,21 @@ net.Server.prototype.listen = function (...args) {
   const options = typeof args[0] === 'object' && args[0] !== null ? {...args[0]} : {port: Number(args[0])};
   options.host = '127.0.0.1';
   return callback ? listen.call(this, options, callback) : listen.call(this, options);
+};
+const createServer = net.createServer;
+net.createServer = function (options, onConnection) {
+  if (typeof options === 'function') { onConnection = options; options = {}; }
+  if (typeof onConnection !== 'function') return createServer.call(net, options, onConnection);
+  return createServer.call(net, options, function (socket) {
+    const own = this.address();
+    const fallback = {localAddress: '127.0.0.1', localPort: own ? own.port : 0, remoteAddress: '127.0.0.1',
+                      remotePort: 0};
+    for (const key of Object.keys(fallback)) {
+      const value = socket[key];
+      Object.defineProperty(socket, key, {value: value === undefined ? fallback[key] : value});
+    }
+    return onConnection.call(this, socket);
+  });
 };
 process.stdin.on('end', () => process.exit(0));
 process.stdin.resume();
