@@ -35,7 +35,7 @@ from shardherd.agent.stall_watch import StallBounds, StallWatch
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
-from shardherd.shared.errors import ConfigError, StoreUnavailable
+from shardherd.shared.errors import ConfigError, MalformedWorker, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.restart import stop_window
 from shardherd.shared.retry import RetryPolicy, retry_deadline
@@ -318,7 +318,7 @@ class Agent:
         self.stopped.set()
 
     def _restart_window(self) -> int | None:
-        """The reservation to make on stop, or None to drain: read from this worker's row (one scan at stop).
+        """The reservation to make on stop, or None to drain: read from this worker's row (one read at stop).
 
         An operator's drain flag wins (an autoscaler removing this pod for good drained it first); then this
         deployment's `shutdown_mode: restart`; then a reservation an operator put in the row. Unreadable, the
@@ -326,11 +326,11 @@ class Agent:
         """
         mode = self.settings.restart_window_millis if self.settings.shutdown_mode == "restart" else None
         try:
-            rows = self.store.scan_workers().workers
-        except StoreUnavailable as exc:
+            row = self.store.get_worker(self.settings.worker_id)
+        except (StoreUnavailable, MalformedWorker) as exc:
             log.warning("reading this worker's row on stop failed (going by shutdown_mode): %s", exc)
             return mode
-        return stop_window(next((row for row in rows if row.worker_id == self.settings.worker_id), None), mode)
+        return stop_window(row, mode)
 
     def drain_itself(self, wait: float, restart_ms: int | None = None) -> bool:
         """Drain (or with `restart_ms` stop for a restart) as on SIGTERM; True once stopped.

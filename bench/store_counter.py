@@ -150,6 +150,11 @@ class CountingStore(LeaseStore):
         self.counts["worker_scan_page"] += _pages(len(scan.workers) + len(scan.malformed), WORKER_PAGE_ITEMS)
         return scan
 
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """Counted as `get_worker` (one GetItem)."""
+        self.counts["get_worker"] += 1
+        return self.inner.get_worker(worker_id)
+
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Counted as `drain_flag`."""
         self.counts["drain_flag"] += 1

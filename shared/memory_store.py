@@ -242,6 +242,11 @@ class MemoryLeaseStore(LeaseStore):
         with self._db.lock:
             return WorkerScan([self._db.workers[wid] for wid in sorted(self._db.workers)])
 
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """The stored record, or None."""
+        with self._db.lock:
+            return self._db.workers.get(worker_id)
+
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Set the operator's drain flag on an existing record; False if there is none."""
         return self._change_worker(worker_id, drain_requested=requested)

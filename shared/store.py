@@ -231,6 +231,13 @@ class LeaseStore(ABC):
         """Read every worker record."""
 
     @abstractmethod
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """Read one worker record (strongly consistent); None if absent; MalformedWorker if it cannot be read.
+
+        A worker reads its own row this way (its stop reads the operator's flags in it): one item, not the table.
+        """
+
+    @abstractmethod
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Operator drain flag; False if the worker has no record."""
 

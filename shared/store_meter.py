@@ -411,6 +411,13 @@ class StoreMeter(LeaseStore):
         self._count(self.tables.worker_metrics, "scan", requests=pages, reads=units)
         return scan
 
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """One consistent GetItem of the worker table."""
+        record = self.inner.get_worker(worker_id)
+        self._count(self.tables.worker_metrics, "get_worker",
+                    reads=read_units(0 if record is None else worker_size(record), True))
+        return record
+
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Conditional UpdateItem."""
         applied = self.inner.set_drain_requested(worker_id, requested)

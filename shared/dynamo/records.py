@@ -43,6 +43,11 @@ class WorkerAndStateRecords(DynamoAccess):
                 malformed.append(exc)
         return WorkerScan(workers, malformed)
 
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """One consistent GetItem of the record; None if absent."""
+        item = self._get(self.tables.worker_metrics, worker_key(worker_id), True, f"GetItem worker {worker_id}")
+        return None if item is None else decode_worker(item, self.tables.worker_metrics)
+
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Set the operator drain flag on an existing record; False if there is none."""
         expression = Expression().require_present(WORKER_ID).set(DRAIN_REQUESTED, {"BOOL": requested})

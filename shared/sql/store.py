@@ -396,6 +396,17 @@ class SqlLeaseStore(LeaseStore):
                 result.malformed.append(bad)
         return result
 
+    def get_worker(self, worker_id: str) -> WorkerRecord | None:
+        """The record with this id, or None; MalformedWorker if it cannot be read."""
+        workers = self._schema.workers
+
+        def read() -> Any:
+            with self._reading() as conn:
+                return conn.execute(select(workers).where(workers.c.wid == worker_id)).mappings().first()
+
+        row = self._run(read, f"reading worker record {worker_id!r}")
+        return None if row is None else decode_worker(row, self.tables.worker_metrics)
+
     def set_drain_requested(self, worker_id: str, requested: bool) -> bool:
         """Set the operator's drain flag on an existing record; False if there is none."""
         workers = self._schema.workers

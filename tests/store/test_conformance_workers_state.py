@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from shardherd.shared.store import LeaseStore, StateValue
@@ -64,6 +66,17 @@ def test_scan_workers_lists_every_record(store: LeaseStore) -> None:
     scan = store.scan_workers()
     assert scan.malformed == []
     assert sorted(scan.workers, key=lambda worker: worker.worker_id) == written
+
+
+def test_get_worker_reads_one_record_with_its_operator_flags(store: LeaseStore) -> None:
+    assert store.get_worker("worker-a") is None
+    written = record("worker-a", heartbeat=3)
+    store.upsert_worker(written)
+    store.upsert_worker(record("worker-b", heartbeat=4))
+    assert store.get_worker("worker-a") == written
+    assert store.set_restart("worker-a", 60_000) and store.set_drain_requested("worker-a", True)
+    assert store.get_worker("worker-a") == replace(written, restart_within_ms=60_000, drain_requested=True)
+    assert store.get_worker("worker-c") is None
 
 
 def test_drain_flag_is_set_only_on_existing_records_and_survives_upserts(store: LeaseStore) -> None:
