@@ -28,8 +28,20 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 SHARDS = 4  # the `fleet` fixture's stream (tests/spark/conftest.py)
 
 
-def _reading_half(fleet: Fleet, driver: Driver) -> bool:
-    return len(fleet.held_by(driver.worker)) == SHARDS // 2 and bool(driver.rows())
+def _writes_all_it_holds(fleet: Fleet, driver: Driver, count: int | None = None) -> bool:
+    """Whether `driver` holds shards (`count` of them, if given) and has written rows for every one it holds.
+
+    Rows for only some of them are not enough: a shard that changed hands just before is written a batch later, and
+    the test's end checks that each driver wrote every shard it was seen to hold.
+    """
+    held = fleet.held_by(driver.worker)
+    return bool(held) and len(held) == (count or len(held)) and held <= {row[0] for row in driver.rows()}
+
+
+def _holding(fleet: Fleet, driver: Driver, what: str) -> str:
+    """`what`, then the shards `driver` holds and has written, and the end of its log (a timed-out wait's message)."""
+    written = sorted({row[0] for row in driver.rows()})
+    return f"{what}: holds {sorted(fleet.held_by(driver.worker))}, wrote {written}\n{driver.tail()}"
 
 
 def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and_fail_over_on_kill(
@@ -40,8 +52,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
     try:
         a, b = fleet.start("driver-a"), fleet.start("driver-b", "--slow-write", "0.5")
         for driver in (a, b):
-            wait_for(partial(_reading_half, fleet, driver), 60,
-                     f"{driver.worker} holds {SHARDS // 2} shards and wrote rows\n{driver.tail()}")
+            wait_for(partial(_writes_all_it_holds, fleet, driver, SHARDS // 2), 60,
+                     partial(_holding, fleet, driver, f"{driver.worker} holds {SHARDS // 2} shards and wrote rows"))
         b_shards = fleet.held_by("driver-b")
 
         wait_for(busy_marker(b.out).exists, 30, "driver-b between a write and its checkpoint")
@@ -52,8 +64,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
 
         c = fleet.start("driver-c", "--slow-write", "0.5")
         # Balancing decides how many shards C takes (by throughput): wait until it writes every shard it holds.
-        wait_for(lambda: bool(held := fleet.held_by("driver-c")) and held <= {row[0] for row in c.rows()}, 60,
-                 f"driver-c holds shards and wrote rows for them\n{c.tail()}")
+        wait_for(partial(_writes_all_it_holds, fleet, c), 60,
+                 partial(_holding, fleet, c, "driver-c holds shards and wrote rows for them"))
 
         wait_for(busy_marker(c.out).exists, 30, "driver-c between a write and its checkpoint")
         c_shards = fleet.held_by("driver-c")
