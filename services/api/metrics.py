@@ -36,6 +36,17 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 def fleet_families(fleet: Fleet) -> list[Metric]:
     """Gauges describing leases and workers as stored now."""
     open_leases = [lease for lease in fleet.leases if lease.state != "finished"]
+    return [
+        _gauge("shardherd_total_leases", "Lease rows in the lease table", len(fleet.leases)),
+        _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
+        _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
+               sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
+        *_lease_families(fleet), *_worker_families(fleet), *_row_families(fleet),
+    ]
+
+
+def _lease_families(fleet: Fleet) -> list[Metric]:
+    """Leases per state, and each lease's reported throughput, lag and totals."""
     by_state = GaugeMetricFamily("shardherd_leases_by_state", "Leases per state", labels=["state"])
     for state in _STATES:
         by_state.add_metric([state], sum(1 for lease in fleet.leases if lease.state == state))
@@ -51,17 +62,19 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
     size = GaugeMetricFamily("shardherd_lease_bytes", "Bytes the lease's owner handled since taking it",
                              labels=["lease", "worker"])
     for lease in fleet.leases:
-        if lease.throughput_kbps is not None:
-            lease_tp.add_metric([lease.lease_key], lease.throughput_kbps)
-        if lease.millis_behind_latest is not None:
-            lag.add_metric([lease.lease_key], lease.millis_behind_latest)
-        if lease.records_behind is not None:
-            behind.add_metric([lease.lease_key], lease.records_behind)
         holder = lease.checkpoint_owner or lease.owner or ""
-        if lease.records_processed is not None:
-            records.add_metric([lease.lease_key, holder], lease.records_processed)
-        if lease.bytes_processed is not None:
-            size.add_metric([lease.lease_key, holder], lease.bytes_processed)
+        for family, value, labels in ((lease_tp, lease.throughput_kbps, [lease.lease_key]),
+                                      (lag, lease.millis_behind_latest, [lease.lease_key]),
+                                      (behind, lease.records_behind, [lease.lease_key]),
+                                      (records, lease.records_processed, [lease.lease_key, holder]),
+                                      (size, lease.bytes_processed, [lease.lease_key, holder])):
+            if value is not None:
+                family.add_metric(labels, value)
+    return [by_state, lease_tp, lag, behind, records, size]
+
+
+def _worker_families(fleet: Fleet) -> list[Metric]:
+    """Each worker's leases, CPU, throughput and heartbeat age, and workers per state."""
     per_worker = GaugeMetricFamily("shardherd_worker_leases", "Leases each worker processes", labels=["worker"])
     cpu = GaugeMetricFamily("shardherd_worker_cpu_ema_percent", "Moving average of worker CPU", labels=["worker"])
     worker_tp = GaugeMetricFamily("shardherd_worker_throughput_kbps", "Sum of a worker's lease throughput (KiB/s)",
@@ -77,6 +90,11 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
     workers = GaugeMetricFamily("shardherd_workers", "Workers per state", labels=["state"])
     for state in _WORKER_STATES:
         workers.add_metric([state], sum(1 for worker in fleet.workers if worker.state == state))
+    return [per_worker, cpu, worker_tp, age, workers]
+
+
+def _row_families(fleet: Fleet) -> list[Metric]:
+    """Stored rows that could not be read, or were read with unusable values ignored."""
     malformed = GaugeMetricFamily("shardherd_malformed_rows", "Stored rows that cannot be read", labels=["table"])
     malformed.add_metric(["leases"], len(fleet.malformed_leases))
     malformed.add_metric(["workers"], len(fleet.malformed_workers))
@@ -84,13 +102,7 @@ def fleet_families(fleet: Fleet) -> list[Metric]:
                                  labels=["table"])
     repaired.add_metric(["leases"], len(fleet.repaired_leases))
     repaired.add_metric(["workers"], len(fleet.repaired_workers))
-    return [
-        _gauge("shardherd_total_leases", "Lease rows in the lease table", len(fleet.leases)),
-        _gauge("shardherd_total_shards", "Shards still being read (leases not finished)", len(open_leases)),
-        _gauge("shardherd_unclaimed_leases", "Open leases without a live owner (unassigned or expired)",
-               sum(1 for lease in open_leases if lease.state in ("unassigned", "expired"))),
-        by_state, lease_tp, lag, behind, records, size, per_worker, cpu, worker_tp, age, workers, malformed, repaired,
-    ]
+    return [malformed, repaired]
 
 
 def leader_families(status: LeaderStatus | None, readable: bool, now: float,
