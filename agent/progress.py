@@ -5,17 +5,25 @@ blocked on (`poisoned`: its sequence and sub-sequence, found by bisecting the ba
 shard (`quarantined`, with the newest one's position and object; docs/decisions/0031-operator-controls.md; all
 reported in the worker row as a bounded `PoisonReport` per lease, never a list), and the leases this worker gave back
 because it could not process them (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another
-worker while one exists).
+worker while one exists), and the read calls Kinesis throttled on each lease within the last THROTTLE_WINDOW_SECONDS
+(`throttled`, from the readers' running totals: counted from when the board first saw the lease's total).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from shardherd.shared.clock import Clock, SystemClock
-from shardherd.shared.worker import MAX_FAILING_ERROR_CHARS, FailingBatch, LeaseProgress, PoisonReport
+from shardherd.shared.worker import (
+    MAX_FAILING_ERROR_CHARS,
+    THROTTLE_WINDOW_SECONDS,
+    FailingBatch,
+    LeaseProgress,
+    PoisonReport,
+)
 
 # How long a given-back lease stays reported as refused by this worker.
 REFUSAL_SECONDS = 300.0
@@ -32,12 +40,37 @@ class PoisonRecord:
         return f"{self.sequence_number}/{self.sub_sequence_number}"
 
 
+class RecentCounts:
+    """Per key, how much a running total grew within the last `window` seconds (totals sampled by `recent`)."""
+
+    def __init__(self, clock: Clock, window: float) -> None:
+        self._clock = clock
+        self._window = window
+        self._marks: dict[str, deque[tuple[float, int]]] = {}  # key -> (when, total), oldest first
+
+    def recent(self, totals: Mapping[str, int]) -> dict[str, int]:
+        """Each key's growth since the newest sample at least `window` old (else since its first sample)."""
+        now = self._clock.monotonic()
+        self._marks = {key: marks for key, marks in self._marks.items() if key in totals}
+        grown = {}
+        for key, total in totals.items():
+            marks = self._marks.setdefault(key, deque())
+            marks.append((now, total))
+            while len(marks) > 1 and marks[1][0] <= now - self._window:
+                marks.popleft()
+            grown[key] = total - marks[0][1]
+        return grown
+
+
 class ProgressBoard:
     """Thread-safe totals per lease since this worker started holding it; shard threads write, the keeper reads."""
 
-    def __init__(self, clock: Clock | None = None, refusal_seconds: float = REFUSAL_SECONDS) -> None:
+    def __init__(self, clock: Clock | None = None, refusal_seconds: float = REFUSAL_SECONDS,
+                 throttle_totals: Callable[[], Mapping[str, int]] | None = None) -> None:
         self._clock = clock or SystemClock()
         self._refusal = refusal_seconds
+        self._throttle_totals = throttle_totals  # per lease: read calls throttled since the agent started
+        self._throttles = RecentCounts(self._clock, THROTTLE_WINDOW_SECONDS)
         self._progress: dict[str, LeaseProgress] = {}
         self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
         self._failing: dict[str, FailingBatch] = {}  # shards whose current batch failed, until it is delivered
@@ -141,11 +174,13 @@ class ProgressBoard:
     def snapshot(self, lease_keys: Iterable[str]) -> dict[str, LeaseProgress]:
         """The progress of the given leases (those with any report), plus the leases refused lately."""
         now = self._clock.monotonic()
+        totals = self._throttle_totals() if self._throttle_totals is not None else {}
         with self._guard:
+            throttled = self._throttles.recent(totals)
             self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
             wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key),
-                                   poison=self._poison_report(key))
-                      for key in lease_keys if key in self._progress or key in self._failing}
+                                   poison=self._poison_report(key), throttled=throttled.get(key, 0))
+                      for key in lease_keys if key in self._progress or key in self._failing or throttled.get(key)}
             refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
             return {**refused, **wanted}
 

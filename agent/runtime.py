@@ -30,6 +30,7 @@ from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.quarantine import Destination, open_destination
 from shardherd.agent.read_spec import ReadLimits
+from shardherd.agent.reader import ReaderStats
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
 from shardherd.agent.stall_watch import StallBounds, StallWatch
 from shardherd.shared.aws import make_client
@@ -149,7 +150,9 @@ class Agent:
         reporter = MetricsReporter(self.sampler, self.clock, settings.effective_metrics_report_millis / 1000,
                                    fleet=self._fleet_rows if settings.liveness_mode == "lease" else None,
                                    me=settings.worker_id)
-        self.progress = ProgressBoard(self.clock)
+        reads: dict[str, ReaderStats] = {}  # per lease: GetRecords calls and throttles (/metrics, the worker row)
+        self.progress = ProgressBoard(self.clock, throttle_totals=lambda: {
+            key: stats.throttled for key, stats in list(reads.items())})
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         self.stalls = StallWatch(self.clock, StallBounds.from_settings(settings), self._reading,
@@ -163,7 +166,7 @@ class Agent:
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
             prefetch=prefetch, progressed=self.stalls.progressed, poison_attempts=settings.poison_attempts,
-            quarantine=poison_destination(settings), worker_id=settings.worker_id,
+            quarantine=poison_destination(settings), worker_id=settings.worker_id, reads=reads,
         )
         self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
         if self.watch is not None:

@@ -60,7 +60,8 @@ class LeaseProgress:
     raised, shard not found, no start position). `refused` is True once the worker gave the lease back after its
     attempts ran out; it keeps reporting it for a while so the leader gives the lease to another worker if any.
     `records_behind` is how many records wait after the owner's position, where the owner knows it exactly (it read
-    up to the stream's tip), else None.
+    up to the stream's tip), else None. `throttled` counts the owner's read calls on the shard that Kinesis throttled
+    in the last THROTTLE_WINDOW_SECONDS (the per-shard read limits are shared by every application reading it).
     """
 
     millis_behind_latest: int | None = None
@@ -72,28 +73,30 @@ class LeaseProgress:
     failing: FailingBatch | None = None  # the shard is stuck on a failing batch (decision 0022)
     poison: PoisonReport | None = None  # a poison record blocking it, records quarantined (decision 0031)
     checkpointed_at_millis: int | None = None  # stamped by the keeper as it writes a checkpoint (epoch ms)
+    throttled: int = 0  # read calls throttled in the last THROTTLE_WINDOW_SECONDS
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
-                   or count_problem(self.bytes) or count_problem(self.failures)
+                   or count_problem(self.bytes) or count_problem(self.failures) or count_problem(self.throttled)
                    or count_problem(self.records_behind, allow_none=True)
                    or count_problem(self.checkpointed_at_millis, allow_none=True))
         if problem is not None:
             raise InvalidRowValue(f"lease progress: {problem}")
 
 
+THROTTLE_WINDOW_SECONDS = 60.0  # the window of LeaseProgress.throttled
 NO_PROGRESS = LeaseProgress()
 NO_POISON = PoisonReport()
 
 
 def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
-    """The entries a worker row carries: leases failed on, refused, stuck or with poison records here (seen soon).
+    """The entries a worker row carries: leases failed on, refused, stuck, throttled lately or with poison records here.
 
     Lag, records and bytes go onto the lease with each checkpoint instead, so the heartbeat row stays under one write
     unit (1 KiB) however many leases the worker holds without trouble.
     """
     return {key: value for key, value in progress.items() if value.failures or value.refused or value.failing
-            or value.poison}
+            or value.poison or value.throttled}
 
 
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:

@@ -216,6 +216,7 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         child_shard_ids=sorted(lease.child_shard_ids), explanation=None,
         millis_behind_latest=progress.millis_behind_latest if progress else None,
         records_behind=progress.records_behind if progress else None,
+        read_throttled=reported.throttled if reported is not None else (0 if owner is not None else None),
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
         checkpoint_written_at=None if lease.checkpointed_at_millis is None else lease.checkpointed_at_millis / 1000,

@@ -61,16 +61,20 @@ def _lease_families(fleet: Fleet) -> list[Metric]:
                                 labels=["lease", "worker"])
     size = GaugeMetricFamily("shardherd_lease_bytes", "Bytes the lease's owner handled since taking it",
                              labels=["lease", "worker"])
+    throttled = GaugeMetricFamily("shardherd_lease_read_throttled",
+                                  "The owner's read calls Kinesis throttled on the shard in the last minute",
+                                  labels=["lease"])
     for lease in fleet.leases:
         holder = lease.checkpoint_owner or lease.owner or ""
         for family, value, labels in ((lease_tp, lease.throughput_kbps, [lease.lease_key]),
                                       (lag, lease.millis_behind_latest, [lease.lease_key]),
                                       (behind, lease.records_behind, [lease.lease_key]),
+                                      (throttled, lease.read_throttled, [lease.lease_key]),
                                       (records, lease.records_processed, [lease.lease_key, holder]),
                                       (size, lease.bytes_processed, [lease.lease_key, holder])):
             if value is not None:
                 family.add_metric(labels, value)
-    return [by_state, lease_tp, lag, behind, records, size]
+    return [by_state, lease_tp, lag, behind, throttled, records, size]
 
 
 def _worker_families(fleet: Fleet) -> list[Metric]:

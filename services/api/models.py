@@ -76,6 +76,9 @@ class LeaseOut(BaseModel):
     records_behind: Annotated[int | None, Field(
         description="records waiting after the owner's position, where the owner knows it exactly (it read up to "
                     "the stream's tip); null when unknown")] = None
+    read_throttled: Annotated[int | None, Field(
+        description="the owner's read calls on the shard that Kinesis throttled in the last minute (the shard's read "
+                    "limits are shared by every application reading it); null when the owner has no row")] = None
     records_processed: Annotated[int | None, Field(
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(

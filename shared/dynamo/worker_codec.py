@@ -87,13 +87,14 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
             int(_read_number(f"{LEASE_PROGRESS}.{key}.bytes", fields.get("bytes", {"N": "0"}))),
             int(_read_number(f"{LEASE_PROGRESS}.{key}.failures", fields.get("failures", {"N": "0"}))),
         )
+        throttled = int(_read_number(f"{LEASE_PROGRESS}.{key}.throttled", fields.get("throttled", {"N": "0"})))
         refused = bool(read_bool(fields, "refused"))
         behind = fields.get("behind")
         records_behind = int(_read_number(f"{LEASE_PROGRESS}.{key}.behind", behind)) if behind is not None else None
         try:
             progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind,
                                           failing=_read_failing(key, fields.get("failing")),
-                                          poison=_read_poison(key, fields.get("poison")))
+                                          poison=_read_poison(key, fields.get("poison")), throttled=throttled)
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
@@ -151,6 +152,8 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
             fields["behind"] = integer(value.records_behind)
         if value.failures:
             fields["failures"] = integer(value.failures)
+        if value.throttled:
+            fields["throttled"] = integer(value.throttled)
         if value.refused:
             fields["refused"] = {"BOOL": True}
         if value.failing is not None:

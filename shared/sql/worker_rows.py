@@ -36,10 +36,12 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
 
 
 def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
-    """One lease's progress as stored: lag, records, bytes, plus failures, refused and records behind when set."""
+    """One lease's progress as stored: lag, records, bytes, plus failures, throttles, refused and behind when set."""
     entry: dict[str, Any] = {"lag": progress.millis_behind_latest, "records": progress.records, "bytes": progress.bytes}
     if progress.failures:
         entry["failures"] = progress.failures
+    if progress.throttled:
+        entry["throttled"] = progress.throttled
     if progress.refused:
         entry["refused"] = True
     if progress.records_behind is not None:
@@ -136,14 +138,17 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
             raise ValueError(f"progress of {key!r} is not an object")
         lag, records, size = entry.get("lag"), entry.get("records", 0), entry.get("bytes", 0)
         failures, refused, behind = entry.get("failures", 0), entry.get("refused", False), entry.get("behind")
-        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (records, size, failures)) or not all(
+        throttled = entry.get("throttled", 0)
+        counts = (records, size, failures, throttled)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts) or not all(
                 v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (lag, behind)):
             raise ValueError(f"progress of {key!r} must hold integers")
         if not isinstance(refused, bool):
             raise ValueError(f"progress of {key!r}: refused must be a boolean")
         try:
             progress[key] = LeaseProgress(lag, records, size, failures, refused, behind,
-                                          _failing(key, entry.get("failing")), _poison(key, entry.get("poison")))
+                                          _failing(key, entry.get("failing")), _poison(key, entry.get("poison")),
+                                          throttled=throttled)
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress

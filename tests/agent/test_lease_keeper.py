@@ -409,3 +409,33 @@ def test_a_checkpoint_carries_the_time_it_was_written(store: LeaseStore) -> None
     assert keeper.checkpoint(KEY, Checkpoint.at("7")).applied
     row = store.get_lease(KEY)
     assert row is not None and row.checkpointed_at_millis == int(clock.time() * 1000) and row.records_processed == 3
+
+
+def test_reads_throttled_in_the_last_minute_reach_the_row_and_age_out(store: LeaseStore) -> None:
+    """Issue 32: the row carries a shard's throttled reads of the last minute (from the reader's running total), so
+    the dashboard shows a shard at its read limit now, not since the agent started."""
+    clock = ManualClock()
+    totals = {KEY: 4}  # throttled before the board first saw the lease: not counted
+    board = ProgressBoard(clock, throttle_totals=lambda: dict(totals))
+    keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+
+    def row_says() -> int:
+        keeper.beat()
+        row = worker_record(store, "w1")
+        assert row is not None
+        return row.lease_progress.get(KEY, NO_PROGRESS).throttled
+
+    assert row_says() == 0
+    totals[KEY] = 10
+    clock.advance(20)
+    assert row_says() == 6
+    totals[KEY] = 13
+    clock.advance(30)
+    assert row_says() == 9  # 50 s since the first sample: all of it in the window
+    clock.advance(45)
+    assert row_says() == 3  # the sample at 0 s aged out: the growth since the one at 20 s (the newest a minute old)
+    clock.advance(61)
+    assert row_says() == 0 and KEY not in worker_record(store, "w1").lease_progress  # type: ignore[union-attr]

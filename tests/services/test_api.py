@@ -344,6 +344,20 @@ def test_a_shard_stuck_on_a_failing_batch_shows_in_assignments_and_metrics(repli
     assert all(item["failing_attempts"] is None for item in others)
 
 
+def test_a_throttled_shard_shows_its_throttled_reads_in_assignments_and_metrics(replica: Replica) -> None:
+    """Issue 32: the owner's row carries each shard's read calls throttled in the last minute (every backend's
+    codec); the API and /metrics show it, 0 for the owner's other shards."""
+    key, other = sorted(key for key, owner in replica.owners().items() if owner == "w1")[:2]
+    replica.lease_progress["w1"] = {key: LeaseProgress(throttled=17)}
+    replica.heartbeat()
+    row = worker_record(replica.store, "w1")
+    assert row is not None and row.lease_progress[key].throttled == 17
+    items = {item["lease_key"]: item for item in replica.client.get("/v1/assignments").json()["items"]}
+    assert (items[key]["read_throttled"], items[other]["read_throttled"]) == (17, 0)
+    metrics = replica.client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
+    assert f'shardherd_lease_read_throttled{{lease="{key}"}} 17.0' in metrics
+
+
 def test_poison_records_show_per_shard_in_assignments_and_the_poison_summary(replica: Replica) -> None:
     """Decision 0031: the owner's row carries, per lease, the poison record it is blocked on and the records it
     quarantined (the newest by position and object: bounded); every backend's codec keeps them; the API lists them."""

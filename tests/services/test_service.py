@@ -286,7 +286,9 @@ def test_dashboard_renders_in_headless_chromium(running: Running, tmp_path: Path
         assert f'data-lag="{lease["millis_behind_latest"]}"' in row, row
         assert f'data-records="{lease["records_processed"]}"' in row, row
         assert f'data-behind="{lease["records_behind"]}"' in row, row
-        assert None not in (lease["millis_behind_latest"], lease["records_processed"], lease["records_behind"])
+        assert f'data-throttled="{lease["read_throttled"]}"' in row, row
+        assert None not in (lease["millis_behind_latest"], lease["records_processed"], lease["records_behind"],
+                            lease["read_throttled"])
         assert "data-checkpoint-age=" in row and 'data-checkpoint-age=""' not in row
     assert "leader <b>coord-1</b>" in html
     assert 'data-replica="coord-1"' in html and 'data-leader="coord-1"' in html

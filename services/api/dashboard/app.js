@@ -248,7 +248,7 @@ function drawPlacement(leases, hot) {
 function drawShards(leases) {
   const open = leases.filter((lease) => lease.state !== "finished");
   const body = document.querySelector("#shards tbody");
-  if (!open.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 9, class: "empty"}, "no open shards"))); return; }
+  if (!open.length) { body.replaceChildren(el("tr", {}, el("td", {colspan: 10, class: "empty"}, "no open shards"))); return; }
   body.replaceChildren(...open.map((lease) => {
     const holder = lease.checkpoint_owner || lease.owner;
     const lagClass = lease.millis_behind_latest !== null && lease.millis_behind_latest > 60000 ? "num bad" : "num";
@@ -261,6 +261,8 @@ function drawShards(leases) {
       el("td", {class: "num", "data-rate": lease.records_per_second ?? ""},
         lease.records_per_second === null ? "—" : lease.records_per_second.toFixed(1)),
       el("td", {class: "num", "data-kbps": lease.throughput_kbps ?? ""}, num(lease.throughput_kbps, 1)),
+      el("td", {class: lease.read_throttled ? "num bad" : "num", "data-throttled": lease.read_throttled ?? ""},
+        num(lease.read_throttled)),
       el("td", {class: "num", "data-checkpoint-age": lease.checkpoint_age_seconds ?? ""},
         lease.checkpoint_age_seconds === null ? "—" : age(lease.checkpoint_age_seconds)),
       el("td", {class: "num", "data-records": lease.records_processed ?? ""}, num(lease.records_processed)));
