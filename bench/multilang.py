@@ -8,7 +8,10 @@ prints the command, or with --jvm-small-heap the interop tests' -Xmx384m and Ser
 proxy). shardherd runs with its own defaults for everything the properties file
 does not set. Per side:
 * start to first record processed: from launching the process to the first ledger line;
-* resident memory of the process tree (daemon + 8 children) and of the daemon alone, peaks while it drains;
+* resident memory of the process tree (daemon + 8 children), peak while it drains: each page once (`tree_memory`: a
+  file that several processes map, the children's interpreter, counted once, as a pod's memory limit counts it; the
+  target), and summed over the processes as RSS (the measure before: every shared page once per process); and the
+  daemon's own RSS;
 * records/s at saturation: a backlog of `--records` produced before the start, counted from the moment every shard
   has delivered its first record to the last record;
 * CPU seconds of the daemon and of its children (the processors), from launch to the last record: on a shared
@@ -48,18 +51,46 @@ SHARDS = 8
 MAX_RECORDS = "1000"  # per GetRecords call, both sides
 
 
-def tree_rss(pid: int) -> int:
-    """Resident bytes of a process and all its descendants."""
+def tree_processes(pid: int) -> list[psutil.Process]:
+    """A process and all its descendants (none if it is gone)."""
     try:
         root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
+        return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0
+        return []
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants, summed: a page that several of them map counts once per
+    process (the eight children's interpreter and C libraries eight times over)."""
     total = 0
-    for process in processes:
+    for process in tree_processes(pid):
         with contextlib.suppress(psutil.NoSuchProcess):
             total += process.memory_info().rss
     return total
+
+
+def tree_memory(pid: int) -> int:
+    """Resident bytes of a process tree with each shared file's pages counted once: every process's private pages,
+    plus per file the most any process of the tree has of it shared (a lower bound where processes hold different
+    parts of one file; anonymous shared pages are summed).
+
+    This is what the tree costs a machine, or a pod's memory limit (which counts a page once), and unlike PSS it does
+    not depend on what else runs: PSS divides a shared page among every process mapping it, on this shared machine
+    dozens of other Python processes (and other developers' JVMs) that are no part of either side.
+    """
+    private = anonymous_shared = 0
+    files: dict[str, int] = {}
+    for process in tree_processes(pid):
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            for mapping in process.memory_maps(grouped=True):
+                private += mapping.private_clean + mapping.private_dirty
+                shared = mapping.shared_clean + mapping.shared_dirty
+                if mapping.path.startswith("/"):
+                    files[mapping.path] = max(files.get(mapping.path, 0), shared)
+                else:
+                    anonymous_shared += shared
+    return private + anonymous_shared + sum(files.values())
 
 
 class CpuTally:
@@ -129,14 +160,18 @@ def end_group(process: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> No
 
 
 def measure(start: Callable[[], int], ledger: Path, records: int, timeout: float) -> dict[str, float]:
-    """Launch (start() returns the pid), then the start-to-first-record, peak tree RSS and backlog records/s."""
+    """Launch (start() returns the pid), then the start-to-first-record, peak tree memory (and RSS) and backlog
+    records/s."""
     launched = time.time()
     pid = start()
-    peak = alone = 0
+    peak = alone = once = 0
     cpu = CpuTally(pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        peak = max(peak, tree_rss(pid))
+        summed = tree_rss(pid)
+        peak = max(peak, summed)
+        if summed >= 0.98 * peak:  # near its peak: reading every mapping of a JVM takes a tenth of a second
+            once = max(once, tree_memory(pid))
         cpu.sample()
         with contextlib.suppress(psutil.NoSuchProcess):
             alone = max(alone, psutil.Process(pid).memory_info().rss)
@@ -153,7 +188,8 @@ def measure(start: Callable[[], int], ledger: Path, records: int, timeout: float
         firsts[shard] = min(at, firsts.get(shard, at))
     running = max(firsts.values())  # every shard has delivered its first batch
     later = [at for at in times if at > running]
-    return {"first record s": times[0] - launched, "tree RSS MB": peak / 2**20, "daemon RSS MB": alone / 2**20,
+    return {"first record s": times[0] - launched, "tree memory MB": once / 2**20, "tree RSS sum MB": peak / 2**20,
+            "daemon RSS MB": alone / 2**20,
             "records/s": len(later) / max(times[-1] - running, 1e-3),
             "daemon CPU s": cpu.root, "children CPU s": cpu.descendants}
 
@@ -278,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             results["shardherd"] = shardherd_side(stack("shardherd"), args.records, kinesalite.endpoint_url)
         print(f"\n{SHARDS} shards, backlog {args.records} records, same processor and properties")
         print(f"{'':28}{'Java daemon':>14}{'shardherd':>14}{'ratio':>10}  target")
-        targets = {"first record s": "<= 0.33", "tree RSS MB": "<= 0.5", "daemon RSS MB": "", "records/s": ">= 1",
+        targets = {"first record s": "<= 0.33", "tree memory MB": "<= 0.5", "tree RSS sum MB": "", "daemon RSS MB": "",
+                   "records/s": ">= 1",
                    "daemon CPU s": "", "children CPU s": ""}
         java, ours = results.get("java", {}), results.get("shardherd", {})
         for key, target in targets.items():

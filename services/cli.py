@@ -19,30 +19,38 @@ STARTED = time.time()
 # Development tooling: in the package, not in the images (.dockerignore), so registered only where it is installed.
 DEV_COMMANDS = ("shardherd.services.demo", "shardherd.services.up_cli")
 
+# The module that registers each subcommand. `shardherd X` imports X's module only: a `shardherd multilang` worker
+# does not hold the other commands' imports (`up`'s SQLAlchemy and local stack, the CLIs' clients: 16 MB of its
+# resident memory). Any other first argument (none, --help, a typo) registers every command, so argparse lists them.
+COMMANDS = {
+    "agent": "shardherd.services.agent_service",
+    "check-table": "shardherd.services.check_table",
+    "pause": "shardherd.services.controls_cli",
+    "resume": "shardherd.services.controls_cli",
+    "rewind": "shardherd.services.controls_cli",
+    "coordinator": "shardherd.services.coordinator_service",
+    "dlq": "shardherd.services.dlq_cli",
+    "multilang": "shardherd.services.multilang_service",
+    "status": "shardherd.services.status_cli",
+    "drain": "shardherd.services.status_cli",
+    "plan": "shardherd.services.status_cli",
+    "demo": "shardherd.services.demo",
+    "up": "shardherd.services.up_cli",
+    "scenario": "shardherd.services.up_cli",
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered (the development ones where they are installed)."""
-    from shardherd.services import (
-        agent_service,
-        check_table,
-        controls_cli,
-        coordinator_service,
-        dlq_cli,
-        multilang_service,
-        status_cli,
-    )
 
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser with `command`'s subcommands, or every one's when `command` is not one of them.
+
+    The development commands are registered only where their modules are installed.
+    """
+    # Every module once, in the table's order, unless one command was named.
+    modules = [COMMANDS[command]] if command in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     parser = argparse.ArgumentParser(prog="shardherd", description="Kinesis shard lease coordination.")
     sub = parser.add_subparsers(dest="command", required=True)
-    agent_service.register(sub)
-    check_table.register(sub)
-    controls_cli.register(sub)
-    coordinator_service.register(sub)
-    dlq_cli.register(sub)
-    multilang_service.register(sub)
-    status_cli.register(sub)
-    for name in DEV_COMMANDS:
-        if importlib.util.find_spec(name) is not None:
+    for name in modules:
+        if name not in DEV_COMMANDS or importlib.util.find_spec(name) is not None:
             importlib.import_module(name).register(sub)
     return parser
 
@@ -51,8 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; ShardherdError, and any AWS (or emulator) error, becomes one message and exit code 2."""
     from botocore.exceptions import BotoCoreError, ClientError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(arguments[0] if arguments else None)
+    args = parser.parse_args(arguments)
     try:
         code: int = args.run(args)
     except ShardherdError as exc:
