@@ -77,14 +77,12 @@ class BandPass:
         self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        self._limits = {w: self.limit(w) for w in self.holders}
-        self._per_kbps = {w: self.rise(w, 1.0) for w in self.holders}  # the rise is linear in the KiB/s
-        # Each holder's limit and KiB/s per point of the metric, as a receiver.
-        self._room = {w: (self._limits[w], 1.0 / rise if rise > 0 else math.inf) for w, rise in self._per_kbps.items()}
+        # Each holder as a receiver: its limit, its rise per KiB/s (the rise is linear) and KiB/s per point.
+        self._room = {w: (self.limit(w), rise, 1.0 / rise if rise > 0 else math.inf)
+                      for w, rise in ((w, self.rise(w, 1.0)) for w in self.holders)}
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -134,32 +132,31 @@ class BandPass:
             if self.moved == before:
                 return
 
-    def ceiling(self, wid: str) -> float:
-        """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range)."""
-        cached = self._ceilings.get(wid)
-        if cached is not None:
-            return cached
-        edge = self.band.upper
-        ledger = self.plan.ledger
+    def ceiling(self, wid: str, rate: float | None) -> float:
+        """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range).
+
+        `rate`: how much its value falls per KiB/s it gives (`FleetPlan.rate`).
+        """
+        edge, ledger = self.band.upper, self.plan.ledger
         held = ledger.held_by.get(wid)
-        rate = self.plan.rate(wid, self.metric)
         if rate is not None and held:
-            if wid not in self._heaviest:
-                self._heaviest[wid] = max(map(self._weight.__getitem__, held))
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._heaviest[wid])
+            heaviest = self._heaviest.get(wid)
+            if heaviest is None:
+                heaviest = self._heaviest[wid] = max(map(self._weight.__getitem__, held))
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - heaviest)
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
-        self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
-        return self._ceilings[wid]
+        return min(edge, self.view.limits[wid][self.metric])
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        at = self._at
-        over = [(w, self.ceiling(w)) for w in self.holders if at[w] > self._limits[w]]  # a ceiling is never lower
+        at, room, rate = self._at, self._room, self.plan.rate
+        # Only a worker above its limit can be above its ceiling (a ceiling is never lower).
+        over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._at[donor] > self.ceiling(donor) and self._shed_one(donor):
+            while self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -178,17 +175,24 @@ class BandPass:
 
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
-        landed = self._at[receiver] + self._per_kbps[receiver] * weight
-        return landed if (landed <= self._limits[receiver] and landed <= cap and self.plan.assignable(receiver)
+        limit, rise, _ = self._room[receiver]
+        landed = self._at[receiver] + rise * weight
+        return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver)
                           and not self._leases[key].avoids(receiver) and self.room_left(receiver, weight)) else None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
-        value = self._at[donor]
+        """The donor's cheapest step out of its excess to the least loaded receiver that takes it.
+
+        False if it is at or below its ceiling, or no lease fits a receiver.
+        """
+        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
+        ceiling = self.ceiling(donor, rate)
+        if value <= ceiling:
+            return False
         cap = value - self.band.min_gain
         receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
         for level, wid in self._extremes(True, donor):
-            limit, per_point = self._room[wid]
+            limit, _, per_point = self._room[wid]
             top = limit if limit < cap else cap
             if top > level:
                 most = (top - level) * per_point * (1 + ROUNDING)
@@ -196,8 +200,7 @@ class BandPass:
                 heaviest = most if most > heaviest else heaviest
         if not receivers:
             return False
-        rate = self.plan.rate(donor, self.metric)
-        keys = self._preferred(donor, value, self.ceiling(donor), heaviest, rate)
+        keys = self._preferred(donor, value, ceiling, heaviest, rate)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
@@ -311,7 +314,6 @@ class BandPass:
         if weight > self._heaviest.get(receiver, math.inf):
             self._heaviest[receiver] = weight
         for wid in (giver, receiver):
-            self._ceilings.pop(wid, None)
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)
             bisect.insort(ranked, (level, wid))
