@@ -92,7 +92,7 @@ class BandPass:
 
     def level(self, wid: str) -> float:
         """The worker's projected value of the balanced metric."""
-        return self.plan.value(wid, self.metric)
+        return self.plan.values(wid)[self.metric]
 
     def confirmed(self, wid: str) -> float:
         """The worker's value as far from the average as its last reports agree (its projection once it moved)."""
@@ -163,15 +163,16 @@ class BandPass:
         """The worker's leases balancing may move, by weight (none while it may be dead or its figures settle)."""
         movable = self._by_weight.get(wid)
         if movable is None:
-            view, weight = self.view, self._weight
-            movable = self._by_weight[wid] = [] if wid in view.stale or wid in view.settling else sorted(
-                (weight[k], k) for k in self.plan.ledger.movable(wid, placed_too=True))
+            keys = [] if wid in self.view.stale or wid in self.view.settling else self.plan.ledger.movable(wid, True)
+            movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 
     def _extremes(self, lowest: bool, exclude: str) -> list[tuple[float, str]]:
         """Up to PROBES of the least (or most) loaded holders other than `exclude`, with their levels."""
         ends = self._ranked[:PROBES + 1] if lowest else self._ranked[:-PROBES - 2:-1]
-        return [e for e in ends if e[1] != exclude][:PROBES]
+        if (self._at[exclude], exclude) in ends:
+            ends.remove((self._at[exclude], exclude))
+        return ends[:PROBES]
 
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
@@ -191,11 +192,12 @@ class BandPass:
             return False
         cap = value - self.band.min_gain
         receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
+        room, slack = self._room, 1 + ROUNDING
         for level, wid in self._extremes(True, donor):
-            limit, _, per_point = self._room[wid]
+            limit, _, per_point = room[wid]
             top = limit if limit < cap else cap
             if top > level:
-                most = (top - level) * per_point * (1 + ROUNDING)
+                most = (top - level) * per_point * slack
                 receivers.append((wid, most))
                 heaviest = most if most > heaviest else heaviest
         if not receivers:

@@ -56,7 +56,6 @@ class FleetView:
         self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
-        self.target_leases = max(1, self.n_leases // max(1, len(self.active)))
         self.count_only = band and ledger.unit_weights
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         values, reporting = self._reports(snapshot, ledger)
@@ -269,10 +268,8 @@ class FleetView:
 
     def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` grows when it takes a lease of `weight` KiB/s (the line's slope)."""
-        if self.target_throughput <= 0:
-            return (self.averages[metric] - self.lines[metric].base) / self.target_leases
-        if wid in self.default:
-            return 100.0 * weight / self.target_throughput
+        if wid in self.default:  # (no lease at all: nothing moves, and a default worker's share stays 0)
+            return 100.0 * weight / self.target_throughput if self.target_throughput > 0 else 0.0
         return weight * self.lines[metric].slope
 
 
@@ -285,12 +282,8 @@ class FleetPlan:
         self._values: Values = {w: dict(vals) for w, vals in view.values.items()}
         self.changed: set[str] = set()  # workers a move of this run gave or took a lease: their projection is known
 
-    def value(self, wid: str, metric: str) -> float:
-        """The worker's projected value of `metric` after the moves so far."""
-        return self._values[wid][metric]
-
     def values(self, wid: str) -> Mapping[str, float]:
-        """All of the worker's projected values."""
+        """The worker's projected values (per metric) after the moves so far."""
         return self._values[wid]
 
     def rate(self, wid: str, metric: str) -> float | None:
