@@ -22,7 +22,9 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
 least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); ceilings, movable leases and the heaviest lease held are cached per worker, kept on a move.
+of a fill the last); movable leases and the heaviest lease held are cached per worker, kept on a move; a shed step
+tries only leases up to what the least loaded receiver could take at the highest limit and slope (no receiver takes
+more), and prices a receiver's room only when a lease reaches it.
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class BandPass:
         # Each holder as a receiver: its limit, its rise per KiB/s (the rise is linear) and KiB/s per point.
         self._room = {w: (self.limit(w), rise, 1.0 / rise if rise > 0 else math.inf)
                       for w, rise in ((w, self.rise(w, 1.0)) for w in self.holders)}
+        # The highest limit and KiB/s per point of any holder: they bound what any receiver can take.
+        self._top_limit = max((room[0] for room in self._room.values()), default=-math.inf)
+        self._top_per_point = max((room[2] for room in self._room.values()), default=0.0)
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -191,28 +196,25 @@ class BandPass:
         if value <= ceiling:
             return False
         cap = value - self.band.min_gain
-        receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
-        room, slack = self._room, 1 + ROUNDING
-        for level, wid in self._extremes(True, donor):
-            limit, _, per_point = room[wid]
-            top = limit if limit < cap else cap
-            if top > level:
-                most = (top - level) * per_point * slack
-                receivers.append((wid, most))
-                heaviest = most if most > heaviest else heaviest
-        if not receivers:
-            return False
+        probes, room, slack = self._extremes(True, donor), self._room, 1 + ROUNDING
+        if not probes or not probes[0][0] < min(cap, self._top_limit):
+            return False  # no receiver below its limit and `cap`
+        # No receiver can take more KiB/s than this (the least loaded one, as most often all share limit and slope).
+        heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * slack
         keys = self._preferred(donor, value, ceiling, heaviest, rate)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
                 continue
-            for receiver, most in receivers:
-                landed = self._fits(receiver, key, weight, cap) if weight <= most else None
-                if landed is not None:
-                    self._move(key, (donor, after), (receiver, landed), "above the band: shed")
-                    return True
+            for level, receiver in probes:  # the first, least loaded, whose room below `cap` takes the lease
+                limit, _, per_point = room[receiver]
+                top = limit if limit < cap else cap
+                if top > level and weight <= (top - level) * per_point * slack:
+                    landed = self._fits(receiver, key, weight, cap)
+                    if landed is not None:
+                        self._move(key, (donor, after), (receiver, landed), "above the band: shed")
+                        return True
         return False
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
