@@ -62,8 +62,9 @@ class FleetView:
         lagged, now = self._lags(reporting, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
-        # KiB/s that needs an owner: unassigned, expired, on a draining worker
-        self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in self.draining) + sum(
+        # KiB/s that needs an owner: unassigned, expired, on a draining worker (summed in a fixed order: a set's
+        # order changes with the process's hash seed, and so would the sum's last bit and a plan on the edge)
+        self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self.fitted = self._fit(values, lagged, ledger) if band else {}
         self.lines = self._lines(snapshot, values)
@@ -139,7 +140,7 @@ class FleetView:
         if not self.band:
             return self.target_throughput
         ids = {w.worker_id for w in reporting}
-        carried = sum(ledger.throughput.get(w, 0.0) for w in ids) - sum(
+        carried = sum(ledger.throughput.get(w.worker_id, 0.0) for w in reporting) - sum(  # (in order: see `orphaned`)
             ledger.weight[key] for key in needy if ledger.owner[key] in ids)
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
