@@ -101,9 +101,8 @@ class Ledger:
         earlier = self.moves.get(key)
         if earlier is not None and earlier.reason.is_balancing:
             raise AssertionError(f"lease {key!r} was already moved in this run")
-        source = self.owner[key]
-        weight = self.weight[key]
-        guessed = weight if self.leases[key].throughput_kbps is None else 0.0
+        source, weight, lease = self.owner[key], self.weight[key], self.leases[key]
+        guessed = weight if lease.throughput_kbps is None else 0.0
         if source is not None:
             del self.held_by[source][key]
             self.throughput[source] -= weight
@@ -111,15 +110,15 @@ class Ledger:
                 self._guessed[source] = self._guessed.get(source, 0.0) - guessed
             if not self.held_by[source]:  # exactly 0, not the rounding residue of the subtractions (1e-17 KiB/s)
                 self.throughput[source] = self._guessed[source] = 0.0
-            if self.leases[key].expired and earlier is None:
+            if lease.expired and earlier is None:
                 self._expired_on[source] -= 1
         self.held_by.setdefault(to_worker, {})[key] = None
         self.throughput[to_worker] = self.throughput.get(to_worker, 0.0) + weight
         if guessed:
             self._guessed[to_worker] = self._guessed.get(to_worker, 0.0) + guessed
         self.owner[key] = to_worker
-        first = self.leases[key].actual_owner
-        if earlier is not None and to_worker == first and not self.leases[key].needs_owner:  # no move after all
+        first = lease.actual_owner
+        if earlier is not None and to_worker == first and not lease.needs_owner:  # no move after all
             del self.moves[key]
             return earlier
         move = Move(key, first, to_worker, reason, detail)

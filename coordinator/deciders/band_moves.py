@@ -22,7 +22,9 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
 Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
 that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
 least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); ceilings, movable leases and the heaviest lease held are cached per worker, kept on a move.
+of a fill the last); movable leases and the heaviest lease held are cached per worker, kept on a move; a shed step
+tries only leases up to what the least loaded receiver could take at the highest limit and slope (no receiver takes
+more), and prices a receiver's room only when a lease reaches it.
 """
 
 from __future__ import annotations
@@ -77,14 +79,15 @@ class BandPass:
         self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._ceilings: dict[str, float] = {}  # the workers' ceilings (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        self._limits = {w: self.limit(w) for w in self.holders}
-        self._per_kbps = {w: self.rise(w, 1.0) for w in self.holders}  # the rise is linear in the KiB/s
-        # Each holder's limit and KiB/s per point of the metric, as a receiver.
-        self._room = {w: (self._limits[w], 1.0 / rise if rise > 0 else math.inf) for w, rise in self._per_kbps.items()}
+        # Each holder as a receiver: its limit, its rise per KiB/s (the rise is linear) and KiB/s per point.
+        self._room = {w: (self.limit(w), rise, 1.0 / rise if rise > 0 else math.inf)
+                      for w, rise in ((w, self.rise(w, 1.0)) for w in self.holders)}
+        # The highest limit and KiB/s per point of any holder: they bound what any receiver can take.
+        self._top_limit = max((room[0] for room in self._room.values()), default=-math.inf)
+        self._top_per_point = max((room[2] for room in self._room.values()), default=0.0)
 
     # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
@@ -94,7 +97,7 @@ class BandPass:
 
     def level(self, wid: str) -> float:
         """The worker's projected value of the balanced metric."""
-        return self.plan.value(wid, self.metric)
+        return self.plan.values(wid)[self.metric]
 
     def confirmed(self, wid: str) -> float:
         """The worker's value as far from the average as its last reports agree (its projection once it moved)."""
@@ -134,80 +137,84 @@ class BandPass:
             if self.moved == before:
                 return
 
-    def ceiling(self, wid: str) -> float:
-        """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range)."""
-        cached = self._ceilings.get(wid)
-        if cached is not None:
-            return cached
-        edge = self.band.upper
-        ledger = self.plan.ledger
+    def ceiling(self, wid: str, rate: float | None) -> float:
+        """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range).
+
+        `rate`: how much its value falls per KiB/s it gives (`FleetPlan.rate`).
+        """
+        edge, ledger = self.band.upper, self.plan.ledger
         held = ledger.held_by.get(wid)
-        rate = self.plan.rate(wid, self.metric)
         if rate is not None and held:
-            if wid not in self._heaviest:
-                self._heaviest[wid] = max(map(self._weight.__getitem__, held))
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - self._heaviest[wid])
+            heaviest = self._heaviest.get(wid)
+            if heaviest is None:
+                heaviest = self._heaviest[wid] = max(map(self._weight.__getitem__, held))
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - heaviest)
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
-        self._ceilings[wid] = min(edge, self.view.limits[wid][self.metric])
-        return self._ceilings[wid]
+        return min(edge, self.view.limits[wid][self.metric])
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        at = self._at
-        over = [(w, self.ceiling(w)) for w in self.holders if at[w] > self._limits[w]]  # a ceiling is never lower
+        at, room, rate = self._at, self._room, self.plan.rate
+        # Only a worker above its limit can be above its ceiling (a ceiling is never lower).
+        over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._at[donor] > self.ceiling(donor) and self._shed_one(donor):
+            while self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
         """The worker's leases balancing may move, by weight (none while it may be dead or its figures settle)."""
         movable = self._by_weight.get(wid)
         if movable is None:
-            view, weight = self.view, self._weight
-            movable = self._by_weight[wid] = [] if wid in view.stale or wid in view.settling else sorted(
-                (weight[k], k) for k in self.plan.ledger.movable(wid, placed_too=True))
+            keys = [] if wid in self.view.stale or wid in self.view.settling else self.plan.ledger.movable(wid, True)
+            movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 
     def _extremes(self, lowest: bool, exclude: str) -> list[tuple[float, str]]:
         """Up to PROBES of the least (or most) loaded holders other than `exclude`, with their levels."""
         ends = self._ranked[:PROBES + 1] if lowest else self._ranked[:-PROBES - 2:-1]
-        return [e for e in ends if e[1] != exclude][:PROBES]
+        if (self._at[exclude], exclude) in ends:
+            ends.remove((self._at[exclude], exclude))
+        return ends[:PROBES]
 
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
-        landed = self._at[receiver] + self._per_kbps[receiver] * weight
-        return landed if (landed <= self._limits[receiver] and landed <= cap and self.plan.assignable(receiver)
+        limit, rise, _ = self._room[receiver]
+        landed = self._at[receiver] + rise * weight
+        return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver)
                           and not self._leases[key].avoids(receiver) and self.room_left(receiver, weight)) else None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's cheapest step out of its excess to the least loaded receiver that takes it; False if none."""
-        value = self._at[donor]
-        cap = value - self.band.min_gain
-        receivers, heaviest = [], 0.0  # (receiver, the most KiB/s it can take below `cap`); the largest of those
-        for level, wid in self._extremes(True, donor):
-            limit, per_point = self._room[wid]
-            top = limit if limit < cap else cap
-            if top > level:
-                most = (top - level) * per_point * (1 + ROUNDING)
-                receivers.append((wid, most))
-                heaviest = most if most > heaviest else heaviest
-        if not receivers:
+        """The donor's cheapest step out of its excess to the least loaded receiver that takes it.
+
+        False if it is at or below its ceiling, or no lease fits a receiver.
+        """
+        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
+        ceiling = self.ceiling(donor, rate)
+        if value <= ceiling:
             return False
-        rate = self.plan.rate(donor, self.metric)
-        keys = self._preferred(donor, value, self.ceiling(donor), heaviest, rate)
+        cap = value - self.band.min_gain
+        probes, room, slack = self._extremes(True, donor), self._room, 1 + ROUNDING
+        if not probes or not probes[0][0] < min(cap, self._top_limit):
+            return False  # no receiver below its limit and `cap`
+        # No receiver can take more KiB/s than this (the least loaded one, as most often all share limit and slope).
+        heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * slack
+        keys = self._preferred(donor, value, ceiling, heaviest, rate)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if not after < value:
                 continue
-            for receiver, most in receivers:
-                landed = self._fits(receiver, key, weight, cap) if weight <= most else None
-                if landed is not None:
-                    self._move(key, (donor, after), (receiver, landed), "above the band: shed")
-                    return True
+            for level, receiver in probes:  # the first, least loaded, whose room below `cap` takes the lease
+                limit, _, per_point = room[receiver]
+                top = limit if limit < cap else cap
+                if top > level and weight <= (top - level) * per_point * slack:
+                    landed = self._fits(receiver, key, weight, cap)
+                    if landed is not None:
+                        self._move(key, (donor, after), (receiver, landed), "above the band: shed")
+                        return True
         return False
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
@@ -311,7 +318,6 @@ class BandPass:
         if weight > self._heaviest.get(receiver, math.inf):
             self._heaviest[receiver] = weight
         for wid in (giver, receiver):
-            self._ceilings.pop(wid, None)
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)
             bisect.insort(ranked, (level, wid))

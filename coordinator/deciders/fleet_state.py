@@ -56,15 +56,15 @@ class FleetView:
         self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
-        self.target_leases = max(1, self.n_leases // max(1, len(self.active)))
         self.count_only = band and ledger.unit_weights
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         values, reporting = self._reports(snapshot, ledger)
         lagged, now = self._lags(reporting, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
-        # KiB/s that needs an owner: unassigned, expired, on a draining worker
-        self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in self.draining) + sum(
+        # KiB/s that needs an owner: unassigned, expired, on a draining worker (summed in a fixed order: a set's
+        # order changes with the process's hash seed, and so would the sum's last bit and a plan on the edge)
+        self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self.fitted = self._fit(values, lagged, ledger) if band else {}
         self.lines = self._lines(snapshot, values)
@@ -140,7 +140,7 @@ class FleetView:
         if not self.band:
             return self.target_throughput
         ids = {w.worker_id for w in reporting}
-        carried = sum(ledger.throughput.get(w, 0.0) for w in ids) - sum(
+        carried = sum(ledger.throughput.get(w.worker_id, 0.0) for w in reporting) - sum(  # (in order: see `orphaned`)
             ledger.weight[key] for key in needy if ledger.owner[key] in ids)
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
@@ -269,10 +269,8 @@ class FleetView:
 
     def rise(self, wid: str, metric: str, weight: float) -> float:
         """How much `metric` of `wid` grows when it takes a lease of `weight` KiB/s (the line's slope)."""
-        if self.target_throughput <= 0:
-            return (self.averages[metric] - self.lines[metric].base) / self.target_leases
-        if wid in self.default:
-            return 100.0 * weight / self.target_throughput
+        if wid in self.default:  # (no lease at all: nothing moves, and a default worker's share stays 0)
+            return 100.0 * weight / self.target_throughput if self.target_throughput > 0 else 0.0
         return weight * self.lines[metric].slope
 
 
@@ -285,12 +283,8 @@ class FleetPlan:
         self._values: Values = {w: dict(vals) for w, vals in view.values.items()}
         self.changed: set[str] = set()  # workers a move of this run gave or took a lease: their projection is known
 
-    def value(self, wid: str, metric: str) -> float:
-        """The worker's projected value of `metric` after the moves so far."""
-        return self._values[wid][metric]
-
     def values(self, wid: str) -> Mapping[str, float]:
-        """All of the worker's projected values."""
+        """The worker's projected values (per metric) after the moves so far."""
         return self._values[wid]
 
     def rate(self, wid: str, metric: str) -> float | None:

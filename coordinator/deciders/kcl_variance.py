@@ -116,7 +116,7 @@ class KclBalancer:
             return True
         if not view.config.allow_receiver_above_average:
             return False
-        donor_after = self.plan.value(donor, metric) - self.plan.drop(donor, metric, key)
+        donor_after = self.plan.values(donor)[metric] - self.plan.drop(donor, metric, key)
         inside = all(v < view.averages[m] + view.half_band(m) for m, v in projected.items())
         return inside and metric in projected and projected[metric] <= donor_after
 
@@ -137,12 +137,12 @@ class KclBalancer:
             projected = {m: v + view.rise(wid, m, weight) for m, v in plan.values(wid).items()}
             if not self._fits(wid, projected, donor, metric, key):
                 continue
-            rise_pct = max((100.0 * (projected[m] - plan.value(wid, m)) / avg[m] if avg[m] else 0.0)
+            rise_pct = max((100.0 * (projected[m] - plan.values(wid)[m]) / avg[m] if avg[m] else 0.0)
                            for m in projected)
             if drop_pct + rise_pct < view.config.rebalance_dead_band_percentage:
                 break
             set_aside.pop()
-            before = plan.value(donor, metric)
+            before = plan.values(donor)[metric]
             detail = (
                 f"donor {metric}={before:.2f} avg {avg[metric]:.2f} budget {budget:.1f} KiB/s; "
                 f"lease {weight:.1f} KiB/s; receiver room {-entry[0]:.3g}"

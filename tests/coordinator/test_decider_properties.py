@@ -101,7 +101,7 @@ class CheckedPlan(FleetPlan):
             assert value <= ceiling + EPS * max(1.0, value), (metric, value)
             if metric in before.get(giver, {}) and reason is MoveReason.for_metric(metric):
                 assert value <= before[giver][metric] - view.min_gain(metric) + EPS * max(1.0, value)
-                assert self.value(giver, metric) < before[giver][metric]
+                assert self.values(giver)[metric] < before[giver][metric]
 
 
 @settings(max_examples=100, deadline=None)
