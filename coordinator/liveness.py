@@ -361,6 +361,12 @@ class LivenessTracker:
                 sightings[worker] = (record.heartbeat, record.last_update, since)
         return sightings
 
+    def _written_in_term(self, records: Iterable[WorkerRecord]) -> set[str]:
+        """Rows first seen after the term's first observation: written since, so seen changing (decision 0038)."""
+        if not self.watching:
+            return set()
+        return {w.worker_id for w in records if self.workers.since(w.worker_id) is None}
+
     def observe(self, leases: Iterable[Lease], workers: Iterable[WorkerRecord], now: float) -> None:
         """Record this run's counters and heartbeats."""
         records = list(workers)
@@ -375,8 +381,7 @@ class LivenessTracker:
                      len(matched), len(sightings))
             for worker, silent in matched.items():
                 starts[worker] = min(starts.get(worker, published_before), published_before - silent)
-        if self.watching:  # a row first seen after the term's first scan was written since: positive evidence of life
-            confirmed |= {w.worker_id for w in records if self.workers.since(w.worker_id) is None}
+        confirmed |= self._written_in_term(records)
         self.handed_over, self.handed_confirmed, self.published, self.watching = {}, set(), None, True
         self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts,
                              confirmed=confirmed)
