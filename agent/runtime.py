@@ -84,6 +84,16 @@ class MetricsReporter:
             {}, {CPU_METRIC: (MAX_UTILISATION_PERCENT,)})
         self._others: frozenset[str] | None = None  # kinds every other live worker reports; None: no other worker
 
+    def start(self) -> float:
+        """Seconds until the first report: two capture periods from the agent's start (0 without a CPU source).
+
+        The first heartbeat waits for it, so a new worker's first row already counts for the leader, which fills it
+        in the run that first sees that row (decision 0038).
+        """
+        wait = 0.0 if self._sampler.source is None else min(2.0, self._period)
+        self._next = self._clock.monotonic() + wait
+        return wait
+
     def __call__(self) -> tuple[dict[str, tuple[float, ...]], dict[str, tuple[float, ...]]]:
         """The metric maps for the next worker record."""
         now = self._clock.monotonic()
@@ -147,13 +157,13 @@ class Agent:
         self.health: HealthServer | None = None
         self._sampling = SamplingThread(self.sampler, self.clock,
                                         settings.in_memory_worker_metrics_capture_frequency_millis / 1000, self._rng)
-        reporter = MetricsReporter(self.sampler, self.clock, settings.effective_metrics_report_millis / 1000,
-                                   fleet=self._fleet_rows if settings.liveness_mode == "lease" else None,
-                                   me=settings.worker_id)
+        self._reporter = MetricsReporter(self.sampler, self.clock, settings.effective_metrics_report_millis / 1000,
+                                         fleet=self._fleet_rows if settings.liveness_mode == "lease" else None,
+                                         me=settings.worker_id)
         reads: dict[str, ReaderStats] = {}  # per lease: GetRecords calls and throttles (/metrics, the worker row)
         self.progress = ProgressBoard(self.clock, throttle_totals=lambda: {
             key: stats.throttled for key, stats in list(reads.items())})
-        self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=reporter,
+        self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=self._reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         self.stalls = StallWatch(self.clock, StallBounds.from_settings(settings), self._reading,
                                  self._give_up_lease, self._worker_running)
@@ -233,10 +243,10 @@ class Agent:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Agent:
-        """Start sampling and the keeper loop (heartbeat start jittered so a fleet start does not synchronise).
+        """Start sampling and the keeper loop; the first heartbeat after the first CPU report, jittered.
 
-        The start-up heap is frozen first (agent/heap.py), so no full garbage collection pauses the heartbeat for
-        long while the agent holds leases.
+        A fleet started at once does not heartbeat in step. The start-up heap is frozen first (agent/heap.py), so no
+        full garbage collection pauses the heartbeat for long while the agent holds leases.
         """
         freeze_long_lived("at agent start")
         source = self.sampler.source
@@ -250,7 +260,8 @@ class Agent:
         self._sampling.start(self.supervisor)
         self.keeper.beat_apart()
         jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
-        self.keeper.delay_next_beat(jitter)  # a fleet started at once does not heartbeat in step
+        # A fleet started at once does not heartbeat in step; the first row carries the first CPU report.
+        self.keeper.delay_next_beat(self._reporter.start() + jitter)
         failover = self.settings.failover_time_millis / 1000
         handoff = self.settings.graceful_lease_handoff_timeout_millis / 1000
         # Health bounds: a heartbeat that completes none for two failover times has had its leases fenced and moved;

@@ -13,9 +13,12 @@ bench then reports how many balancing runs moved leases in the `--settle` second
 the window that follows (the issue's target: balanced within 3 balancing runs, then 0 further moves).
 
 Each run also prints the start-up and join figures the README and docs/spark.md quote: every shard assigned how many
-seconds after `shardherd up` started (as `up` itself reports it, and as seen from here), and with `add-agent` when
-the new agent got its first lease and when it held its share (shards // agents) after the action, in seconds and in
-the leader's balancing runs with moves (its published recent moves).
+seconds after `shardherd up` started (as `up` itself reports it, and as seen from here), and with `add-agent` the
+join: when the new agent's row first appeared in the worker table (its first heartbeat; the store is read directly
+every 0.25 s, not through the API's cached snapshot), then from that heartbeat when it held its first lease, its
+share by count (shards // workers) and the band's share (its throughput share at the lower edge of the band of the
+leader's fill), in seconds and in balancing runs: the leader's published cumulative count of balancing runs, from the
+run that first saw its row (included if it balanced) to the run whose move gave it those leases.
 
 `--set NAME=VALUE` passes a setting to every process of the stack (`SHARDHERD_NAME=VALUE`), e.g.
 `--set disable_worker_metrics=true`. Prints one line per run and the median and maximum over runs (the machine is
@@ -29,6 +32,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -40,9 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardherd.services.leader_status import MIN_PUBLISH_SECONDS
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.state import StackNotRunning, StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.config import load_settings
+from shardherd.shared.store_factory import open_store
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT = 400.0  # Spark drivers on a loaded 2-core host: 200 s to a running query at load 50
@@ -84,7 +91,7 @@ class RunFigures:
     settle_details: list[str] = field(default_factory=list)  # scenario: the settle period's moves
     all_assigned: float | None = None  # seconds from the start of `shardherd up` to every shard owned (seen here)
     up_reported: str | None = None  # `up`'s own start-up line
-    join: str | None = None  # add-agent: first lease and share of the new agent
+    join: list[str] = field(default_factory=list)  # add-agent: the new agent's first lease and share
 
 
 def _poll(urls: list[str], token: str | None) -> dict[str, dict[str, Any]] | None:
@@ -298,7 +305,8 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
             name = request(state.control_socket, "add-agent")["name"]
             print(f"  add-agent: {name}", flush=True)
             state = StackState.read(run_dir)
-            joined = follow_join(state, name, args.shards // (args.agents + 1), args.settle)
+            share = args.shards // (args.agents + 1)
+            joined = follow_join(state, name, share, args.settle)
         elif args.scenario:
             time.sleep(args.settle)
         if args.scenario:
@@ -312,7 +320,7 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
         moved = moves_since(_leader_status(state.api_urls(), state.api_token()), began)
         reasons = Counter(move["reason"] for move in moved)
         details = [_detail(move) for move in moved[: args.details]]
-        join = None if joined is None else join_line(joined, settled, acted)
+        join = [] if joined is None else join_lines(joined)
     finally:
         stack.stop()
     # `up`'s output to a file is block-buffered: its start-up line is there once it has exited.
@@ -320,39 +328,119 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
                       up_startup_line(run_dir), join)
 
 
-Join = tuple[float | None, float | None, float | None]  # seconds to: first heartbeat, first lease, its share
+FILL = re.compile(r"band \[(?P<lower>[\d.]+), [\d.]+\] avg [\d.]+; T ")  # a fill on throughput share (T)
+QUIET = 30.0  # seconds without a new lease after which a joining worker is taken to have what the leader gives it
+
+
+@dataclass
+class Join:
+    """A joining worker as the store and the leader saw it: seconds after the action, and the leader's runs."""
+
+    name: str
+    share: int  # its share by count: shards // workers
+    wall: float  # the action's wall-clock time
+    beat: float | None = None  # its row first in the worker table (its first heartbeat)
+    held: list[tuple[float, int]] = field(default_factory=list)  # (seconds after the action, leases it holds) changes
+    runs: dict[tuple[int, float], dict[str, Any]] = field(default_factory=dict)  # published runs by (epoch, start)
+    moves: list[dict[str, Any]] = field(default_factory=list)  # the leader's moves after the action
+
+    def note(self, status: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Keep the runs of a published leader status; the status."""
+        for run in (status or {}).get("runs", ()):
+            self.runs[(run["epoch"], run["started_at"])] = run
+        return status
+
+    def targets(self) -> dict[str, int]:
+        """Leases it held once it reached each target: its first lease, its count share, and the band's share (its
+        projected throughput share at or above the lower edge of the band the leader's fill used)."""
+        held, found = 0, {"first lease": 1, f"{self.share} leases (shards // workers)": self.share}
+        for move in sorted(self.moves, key=lambda m: m["run_started_at"]):
+            held += (move["to_worker"] == self.name) - (move["from_owner"] == self.name)
+            band = FILL.search(move["detail"]) if move["to_worker"] == self.name else None
+            landed = re.search(rf"{re.escape(self.name)} [\d.]+ -> (?P<level>[\d.]+)", move["detail"])
+            if band and landed and float(landed["level"]) >= float(band["lower"]):
+                found.setdefault(f"the fill band's lower edge ({band['lower']} % of an average share)", held)
+        return found
+
+    def _run_giving(self, leases: int) -> float | None:
+        """The start of the leader run whose move made it hold `leases` leases (None: not seen)."""
+        held = 0
+        for move in sorted(self.moves, key=lambda m: m["run_started_at"]):
+            held += (move["to_worker"] == self.name) - (move["from_owner"] == self.name)
+            if held >= leases:
+                return float(move["run_started_at"])
+        return None
+
+    def seconds(self, leases: int) -> float | None:
+        """Seconds from its first heartbeat until it held `leases` leases (None: not seen)."""
+        at = next((t for t, n in self.held if n >= leases), None)
+        return None if at is None or self.beat is None else at - self.beat
+
+    def balancing_runs(self, leases: int) -> int | None:
+        """Balancing runs from the run that first saw its row to the run whose move gave it `leases` leases.
+
+        Counted with the leader's published cumulative `balancing_runs` of those two runs, the first one included if
+        it balanced (None: a run was not seen published).
+        """
+        ordered = [self.runs[key] for key in sorted(self.runs)]
+        rows = max((run["worker_rows"] for run in ordered if run["started_at"] < self.wall), default=math.inf)
+        seen = next((run for run in ordered if run["started_at"] >= self.wall and run["worker_rows"] > rows), None)
+        started = self._run_giving(leases)
+        run = next((r for r in ordered if started is not None and abs(r["started_at"] - started) < 1e-3), None)
+        if seen is None or run is None:
+            return None
+        return int(run["balancing_runs"] - seen["balancing_runs"] + seen["balanced"])
 
 
 def follow_join(state: StackState, name: str, share: int, seconds: float) -> Join:
-    """Seconds after now until `name` first heartbeat (its worker row appeared), owned its first lease and owned
-    `share` leases (None: not seen); keeps watching `seconds` past the heartbeat (a Spark driver starts slowly)."""
+    """Watch the store every 0.25 s and the leader's published runs until `name` holds `share` leases or got no new
+    lease for QUIET seconds after its first, or `seconds` past its first heartbeat (a Spark driver starts slowly)."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")  # the emulators take any credentials
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    store = open_store(load_settings(application_name=state.application_name, region=state.region,
+                                     dynamodb_endpoint_url=state.dynamodb_endpoint_url))
+    join = Join(name, share, time.time())
     began = time.monotonic()
-    beat = first = held = None
-    while time.monotonic() - began < seconds + (beat or 0.0) and held is None:
-        leases = _poll(state.api_urls(), state.api_token()) or {}
-        owned = sum(1 for lease in leases.values() if lease["owner"] == name and not lease["checkpoint_owner"])
-        now = time.monotonic() - began
-        if beat is None and name in (_cpu_histories(state.api_urls(), state.api_token()) or {}):
-            beat = now
-        first = first if first is not None or not owned else now
-        held = held if held is not None or owned < share else now
-        time.sleep(0.5)
-    return beat, first, held
+    join.note(_leader_status(state.api_urls(), state.api_token()))  # the run before the action: its worker rows
+    try:
+        while time.monotonic() - began < seconds + (join.beat or 0.0):
+            now = time.monotonic() - began
+            if join.beat is None and any(w.worker_id == name for w in store.scan_workers().workers):
+                join.beat = now
+            owned = sum(1 for lease in store.scan_leases().leases if lease.actual_owner == name)
+            if owned != (join.held[-1][1] if join.held else 0):
+                join.held.append((now, owned))
+            if owned >= share or (join.held and now - join.held[-1][0] > QUIET):
+                break
+            time.sleep(0.25)
+            join.note(_leader_status(state.api_urls(), state.api_token()))
+    finally:
+        store.close()
+    time.sleep(MIN_PUBLISH_SECONDS)  # the leader publishes at most about that often while every run changes things
+    join.moves = moves_since(join.note(_leader_status(state.api_urls(), state.api_token())), join.wall)
+    return join
 
 
-def join_line(joined: Join, moves: list[dict[str, Any]], acted: float) -> str:
-    """`first heartbeat after W s, first lease after X s, its share after Y s (N balancing runs with moves from the
-    heartbeat to it)`."""
-    beat, first, held = joined
+def run_line(run: dict[str, Any], wall: float) -> str:
+    """One published leader run: its start after the action, worker rows, live workers, balancing, moves."""
+    balancing = f"balancing run {run['balancing_runs']}" if run["balanced"] else "no balancing"
+    return (f"    run {run['started_at'] - wall:+.1f} s: {run['worker_rows']} worker rows, {run['active_workers']} "
+            f"live, {balancing}, moves {run['moves_by_reason'] or '-'}")
 
-    def seconds(value: float | None) -> str:
-        return "-" if value is None else f"{value:.1f} s"
 
-    runs = "-" if held is None else str(len({move["run_started_at"] for move in moves
-                                             if move["reason"].startswith("BALANCE")
-                                             and acted + (beat or 0.0) <= move["run_started_at"] <= acted + held}))
-    return (f"first heartbeat after {seconds(beat)}, first lease after {seconds(first)}, its share after "
-            f"{seconds(held)} ({runs} balancing runs with moves from the heartbeat to it)")
+def join_lines(join: Join) -> list[str]:
+    """The leader's runs from shortly before the joiner's first heartbeat, then, per target, when it was reached from
+    that heartbeat, in seconds and in balancing runs."""
+    beat = "-" if join.beat is None else f"{join.beat:.1f} s"
+    since = join.wall + (join.beat or 0.0) - 10.0
+    lines = ["leader runs published from 10 s before its first heartbeat (seconds from the action):",
+             *[run_line(run, join.wall) for _, run in sorted(join.runs.items()) if run["started_at"] >= since],
+             f"first heartbeat {beat} after the action (load {os.getloadavg()[0]:.1f}); from it:"]
+    for target, leases in join.targets().items():
+        seconds, runs = join.seconds(leases), join.balancing_runs(leases)
+        lines.append(f"  {target}: {leases} leases held after {'-' if seconds is None else f'{seconds:.1f} s'}, "
+                     f"balancing runs {'-' if runs is None else runs}")
+    return lines
 
 
 def up_startup_line(run_dir: Path) -> str | None:
@@ -412,8 +500,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         assigned = "-" if result.all_assigned is None else f"{result.all_assigned:.1f} s"
         print(f"  start-up: every shard owned {assigned} after `shardherd up` started (seen through the API); "
               f"up says: {result.up_reported or '-'}", flush=True)
-        if result.join is not None:
-            print(f"  {args.scenario}: {result.join}", flush=True)
+        for line in result.join:
+            print(f"  {args.scenario}: {line}", flush=True)
         for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
             print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: "
                   f"{' -> '.join(w.paths[key])}")

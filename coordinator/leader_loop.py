@@ -65,6 +65,7 @@ from shardherd.shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outco
 from shardherd.shared.store_meter import acting_as
 from shardherd.shared.streams import StreamIdentifier, stream_name_of
 from shardherd.shared.worker import NO_PROGRESS, WorkerRecord
+from shardherd.shared.worker_metrics import WorkerStatus, classify
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,7 @@ class _Term:
     leases: dict[str, Lease] = field(default_factory=dict)
     view: ViewState | None = None
     rebalancing: bool = False  # the last balancing pass moved leases: run every interval until one moves none
+    balanced: frozenset[str] = frozenset()  # the live workers with valid metrics, not draining, at the last full run
     on_view: bool = False  # the newest tick ran on the view (no scan)
     scale: ScaleState = field(default_factory=ScaleState)  # the desired-worker count's memory (scale_model.py)
 
@@ -447,8 +449,10 @@ class LeaderLoop:
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
-        # In steady state full runs come every full-scan interval: each of those balances.
-        balance = reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
+        # In steady state full runs come every full-scan interval: each of those balances. So does a run in which a
+        # worker joins the balanced ones: it gets its share now, not at the cadence's next turn (decision 0038).
+        joined = self._joined(term, active)
+        balance = joined or reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()), self._stale(term.tracker, w, now))
                    for w in active)
@@ -472,7 +476,7 @@ class LeaderLoop:
         self._note_balancing_moves(term, plan)
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
-            leases=len(leases), active_workers=len(active),
+            leases=len(leases), active_workers=len(active), worker_rows=len(worker_scan.workers),
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
@@ -494,6 +498,14 @@ class LeaderLoop:
                              sync_changed=bool(tally.created or tally.deleted), rebalancing=term.rebalancing)
         return ViewState(now, frozenset(w.worker_id for w in active), pending)
 
+    @staticmethod
+    def _joined(term: _Term, active: Sequence[WorkerRecord]) -> bool:
+        """Whether a live worker that reports valid metrics and does not drain is new since the last full run."""
+        balanced = frozenset(w.worker_id for w in active
+                             if not w.is_draining and classify(w) is WorkerStatus.ACTIVE)
+        joined, term.balanced = bool(balanced - term.balanced), balanced
+        return joined
+
     def _note_balancing_moves(self, term: _Term, plan: Plan) -> None:
         """Remember the run of each balancing move for the cooldown, forgetting those past it."""
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
@@ -512,15 +524,16 @@ class LeaderLoop:
         term.on_view = True
         now = self._clock.monotonic()
         synced, tally, sync_error = self._sync_if_due(term, term.leases, fence, now)
+        with self._latest_guard:
+            if self._latest is not None and (tally.created or tally.deleted):
+                self._latest = (LeaseScan(list(term.leases.values()), self._latest[0].malformed), *self._latest[1:])
+            rows = 0 if self._latest is None else len(self._latest[1].workers)  # as the last full run saw them
         if tally.created or tally.deleted:
             term.view = dataclasses.replace(term.view, pending="shard sync changed leases")
-            with self._latest_guard:
-                if self._latest is not None:
-                    self._latest = (LeaseScan(list(term.leases.values()), self._latest[0].malformed),
-                                    *self._latest[1:])
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
-            leases=len(term.leases), active_workers=len(term.view.roster), expired_leases=0, malformed_rows=0,
+            leases=len(term.leases), active_workers=len(term.view.roster), worker_rows=rows, expired_leases=0,
+            malformed_rows=0,
             balanced_this_run=False, plan=None, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error,
             scanned=False,
         )

@@ -3,7 +3,10 @@
 Nothing here compares clocks of different machines. The leader remembers, per lease (mode `lease`) or per worker (mode
 `worker`), the last value of a counter it saw and when (its monotonic time) that value last changed. Something whose
 value has not changed for the failover time is expired. A newly seen owned lease or worker counts as freshly renewed,
-so after a leader change nothing expires until the new leader has watched it for a failover period (as in KCL).
+so after a leader change nothing expires until the new leader has watched it for a failover period (as in KCL). A
+worker row a term's first scan found is alive only once seen changing (it may be a dead worker's last row); a row that
+first appears at a later scan of the term was written since, so it is alive at once (a joining worker is filled by the
+run that first sees it, not one heartbeat later: decision 0038).
 
 `WorkerGrace` is the one rule for how long a worker's row may stay unchanged, used by the leader and by the operator
 API: a shardherd agent (its row carries the `hb` counter) rewrites its row every heartbeat interval in both liveness
@@ -318,6 +321,7 @@ class LivenessTracker:
     handed_over: dict[str, tuple[int, int, float]] = field(default_factory=dict)  # see start_from
     handed_confirmed: set[str] = field(default_factory=set)  # handed-over rows this process saw changing
     published: tuple[Sightings, float] | None = None  # see take_over
+    watching: bool = False  # observed once already: a worker row new since then was written in this term
 
     def take_over(self, sightings: Sightings, published_before: float) -> None:
         """Start from a predecessor's sightings, published no later than `published_before` (this clock).
@@ -357,6 +361,12 @@ class LivenessTracker:
                 sightings[worker] = (record.heartbeat, record.last_update, since)
         return sightings
 
+    def _written_in_term(self, records: Iterable[WorkerRecord]) -> set[str]:
+        """Rows first seen after the term's first observation: written since, so seen changing (decision 0038)."""
+        if not self.watching:
+            return set()
+        return {w.worker_id for w in records if self.workers.since(w.worker_id) is None}
+
     def observe(self, leases: Iterable[Lease], workers: Iterable[WorkerRecord], now: float) -> None:
         """Record this run's counters and heartbeats."""
         records = list(workers)
@@ -371,7 +381,8 @@ class LivenessTracker:
                      len(matched), len(sightings))
             for worker, silent in matched.items():
                 starts[worker] = min(starts.get(worker, published_before), published_before - silent)
-        self.handed_over, self.handed_confirmed, self.published = {}, set(), None
+        confirmed |= self._written_in_term(records)
+        self.handed_over, self.handed_confirmed, self.published, self.watching = {}, set(), None, True
         self.workers.observe({w.worker_id: worker_version(w) for w in records}, now, starts=starts,
                              confirmed=confirmed)
         lease_list = list(leases)

@@ -44,6 +44,7 @@ class RunSummary:
     scanned: bool = True  # a full run (both tables scanned); False: a tick on the leader's view (scan_policy)
     scan_reason: str | None = None  # why a full run scanned
     scale: ScaleFigure | None = None  # the desired-worker count of a full run (coordinator/scale_model.py)
+    worker_rows: int = 0  # rows in the worker table, live or not (a full run's scan)
 
     @property
     def ok(self) -> bool:

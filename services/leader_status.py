@@ -137,9 +137,11 @@ class RunRecord(_Frozen):
     error: str | None = None
     leases: int
     active_workers: int
+    worker_rows: int = Field(default=0, description="worker rows in the table (live or not): a new row is news")
     expired_leases: int
     malformed_rows: int
     balanced: bool
+    balancing_runs: int = Field(default=0, description="the totals' balancing runs, this one included")
     shard_sync_ran: bool
     moves_by_reason: dict[str, int]
     unplaced: int
@@ -155,7 +157,8 @@ class RunRecord(_Frozen):
         plan = summary.plan
         return cls(epoch=summary.epoch, started_at=summary.started_at, duration_ms=summary.duration_ms,
                    ok=summary.ok, error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
-                   expired_leases=summary.expired_leases, malformed_rows=summary.malformed_rows,
+                   worker_rows=summary.worker_rows, expired_leases=summary.expired_leases,
+                   malformed_rows=summary.malformed_rows,
                    balanced=summary.balanced_this_run, shard_sync_ran=summary.shard_sync_ran,
                    moves_by_reason=summary.moves_by_reason(),
                    unplaced=len(plan.spillover) + len(plan.held) if plan else 0,
@@ -197,6 +200,7 @@ class Totals(_Frozen):
 
     runs: int = 0
     failed_runs: int = 0
+    balancing_runs: int = 0  # runs that balanced (bench/churn.py counts a joining worker's wait in them)
     shard_sync_failures: int = 0
     balancing_failures: int = 0
     duration_ms_sum: float = 0.0
@@ -212,6 +216,7 @@ class Totals(_Frozen):
         for name, count in run.writes.items():
             writes[name] = writes.get(name, 0) + count
         return Totals(runs=self.runs + 1, failed_runs=self.failed_runs + (0 if run.ok else 1),
+                      balancing_runs=self.balancing_runs + run.balanced,
                       shard_sync_failures=self.shard_sync_failures + (run.shard_sync_error is not None),
                       balancing_failures=self.balancing_failures + (run.balancing_error is not None),
                       duration_ms_sum=self.duration_ms_sum + run.duration_ms, moves_by_reason=reasons, writes=writes)
@@ -314,7 +319,7 @@ def _shape(run: RunRecord, summary: RunSummary) -> tuple[object, ...]:
     """What a run says besides its timing: a run with the same shape as the one before is not news."""
     moves = tuple((m.lease_key, m.to_worker) for m in summary.plan.moves) if summary.plan else ()
     # Not the run's own shard_sync_error: sync runs every few runs, so it flaps; the caller adds the failing streak.
-    return (run.ok, run.error, run.balancing_error, run.leases, run.active_workers,
+    return (run.ok, run.error, run.balancing_error, run.leases, run.active_workers, run.worker_rows,
             run.expired_leases, run.malformed_rows, sorted(run.moves_by_reason.items()), run.unplaced,
             sorted(run.writes.items()), moves)
 
@@ -385,9 +390,10 @@ class LeaderWatch:
             if self._unfolded and leases is not None:
                 self._fold(leases)
             since, error = self._note(record, summary)
+            assert self._totals is not None
+            record = record.model_copy(update={"balancing_runs": self._totals.balancing_runs})
             if not self._due(record, summary, since, error):
                 return
-            assert self._totals is not None
             status = LeaderStatus(epoch=summary.epoch, leader_id=self._leader_id, published_at=self._clock.time(),
                                   last_success_at=self._last_success_at, shard_sync_failing_since=since,
                                   shard_sync_error=error, runs=tuple(self._runs),

@@ -16,6 +16,7 @@ from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.worker import CPU_METRIC
 from shardherd.shared.worker_metrics import WorkerStatus, classify
 from tests.agent.test_metrics_sampler import ScriptedCpu
+from tests.support.waiting import wait_for
 
 
 def test_a_new_worker_is_left_out_until_its_first_report_then_balanced_by_cpu() -> None:
@@ -67,3 +68,20 @@ def test_worker_mode_agents_close_a_cpu_interval_with_every_heartbeat(tmp_path: 
         agent.keeper.tick()
     (row,) = store.scan_workers().workers
     assert len(row.metric_stats[CPU_METRIC]) == entries
+
+
+def test_a_started_agents_first_row_already_carries_its_first_cpu_report(tmp_path: Path) -> None:
+    """The first heartbeat waits for the first report (2 s after the start), so the leader can count and fill a new
+    worker from its first row instead of its second (decision 0038). Real threads and clock: about 3 s."""
+    settings = load_settings(application_name="first-row", stream_name="s", worker_id="a1",
+                             cgroup_root=str(tmp_path), kinesis_endpoint_url="http://127.0.0.1:9")
+    store = MemoryLeaseStore(settings.table_names)
+    agent = Agent(settings, _NoRecords(), store=store)
+    assert agent.sampler.source is not None
+    agent.start()
+    try:
+        wait_for(lambda: bool(store.scan_workers().workers), 10, "the first heartbeat")
+        (row,) = store.scan_workers().workers
+        assert row.heartbeat == 1 and classify(row) is WorkerStatus.ACTIVE, row.metric_stats
+    finally:
+        agent.stop(drain=False)

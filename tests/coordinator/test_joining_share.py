@@ -57,3 +57,27 @@ def test_a_joining_worker_holds_its_share_within_two_balancing_runs(store: Lease
             break
     held = sum(owner == "agent-4" for owner in replica.owners().values())
     assert held == 2 and balancing_runs <= 2, f"agent-4 holds {held} after {balancing_runs} balancing runs"
+
+
+@pytest.mark.parametrize("phase", [0, 1, 2], ids=["cadence-turn", "one-after", "two-after"])
+def test_the_run_that_first_counts_a_joining_worker_live_balances_and_fills_it(store: LeaseStore, phase: int) -> None:
+    """Whatever the balancing cadence's phase (every third run), the run in which a new worker first counts live
+    with valid metrics balances and gives it its share; the fleet then moves nothing more (decision 0038)."""
+    replica = Replica(store, shards=8)
+    own = dict.fromkeys(("agent-1", "agent-2", "agent-3"), OWN)
+    for worker in own:
+        replica.join(worker)
+    for _ in range(30 + phase):
+        _settle(replica, own)
+        replica.step()
+    own["agent-4"] = OWN
+    replica.join("agent-4")
+    summaries = []
+    for _ in range(20):
+        _settle(replica, own)
+        summaries.append(replica.step()[0])
+    counted = next(s for s in summaries if s is not None and s.active_workers == 4)
+    assert counted.balanced_this_run and counted.moves_by_reason() == {"BALANCE_THROUGHPUT": 2}
+    later = summaries[summaries.index(counted) + 1:]
+    assert all(s is not None and not s.moves_by_reason() for s in later), [s and s.moves_by_reason() for s in later]
+    assert sum(owner == "agent-4" for owner in replica.owners().values()) == 2

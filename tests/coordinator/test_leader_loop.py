@@ -215,8 +215,7 @@ def test_dry_run_plans_without_writing(loop_store: LeaseStore) -> None:
     fleet.join("w1")
     fleet.run(2 * INTERVAL)
     fleet.join("w2")
-    fleet.run(INTERVAL)  # the leader sees w2's heartbeat change (a fresh record alone is no proof of life)
-    fleet.heartbeat()
+    fleet.heartbeat()  # w2's first row, new in the leader's term: alive at once (decision 0038); no run yet
     before = {lease.lease_key: lease for lease in loop_store.scan_leases().leases}
     plan = fleet.loop.dry_run()
     assert plan.moves and all(move.to_worker == "w2" for move in plan.moves)

@@ -30,6 +30,18 @@ def test_worker_mode_expires_leases_of_a_silent_worker_only() -> None:
     assert tracker.worker_alive("a", now) and not tracker.worker_alive("b", now)
 
 
+def test_a_row_first_seen_after_the_terms_first_scan_is_alive_at_once_and_still_expires() -> None:
+    """A row the first scan found may be a dead worker's last: alive only once it changes. A row that appears at a
+    later scan was written since, so it is alive (and a receiver) at once; unchanged, it expires one failover later."""
+    tracker = _tracker("worker")
+    tracker.observe([], [_worker("old", 3, 1000)], 100.0)
+    tracker.observe([], [_worker("old", 3, 1000), _worker("new", 1, 1001)], 101.0)
+    assert not tracker.worker_alive("old", 101.0)
+    assert tracker.worker_alive("new", 101.0) and tracker.worker_receives("new", 101.0)
+    tracker.observe([], [_worker("old", 3, 1000), _worker("new", 1, 1001)], 101.0 + FAILOVER + 1)
+    assert not tracker.worker_alive("new", 101.0 + FAILOVER + 1)
+
+
 def test_skewed_wall_clock_of_a_worker_does_not_matter() -> None:
     tracker = _tracker("worker")
     lease = Lease("s-0", lease_owner="skewed")

@@ -175,8 +175,7 @@ def test_restart_reservation_needs_the_admin_token(replica: Replica) -> None:
 
 def test_plan_is_a_dry_run(replica: Replica) -> None:
     replica.join("w3", cpu=5.0)
-    replica.step(1)  # a run that does not balance: the leader first sees w3
-    replica.heartbeat()  # ... and now sees its heartbeat change, so w3 counts as alive
+    replica.heartbeat()  # w3's first row, new in the leader's term: alive at once (decision 0038); no run yet
     before = replica.store.scan_leases().leases
     body = replica.client.post("/v1/plan").json()
     assert body["replica_is_leader"] is True
