@@ -15,20 +15,25 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.dynamodb, pytest.mark.timeout(150)]
 
 NODE_KCL = "aws-kcl@2.3.2"
-UNREACHABLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH", "network")
+# What npm says when it cannot reach the registry: no network, or (a TLS-intercepting proxy whose CA this process
+# lacks) no trusted connection.
+UNREACHABLE = ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "ENETUNREACH", "network",
+               "SELF_SIGNED_CERT_IN_CHAIN", "UNABLE_TO_GET_ISSUER_CERT", "UNABLE_TO_VERIFY_LEAF_SIGNATURE")
+# One attempt per request: npm's own retries with backoff waited out the whole 100 s where the registry fails.
+FETCH = ("--fetch-retries=0", "--fetch-timeout=20000")
 
 
 def install_node_kcl(into: Path) -> Path:
     """`npm install aws-kcl` into `into` (no install scripts: they fetch jars the Node KCL's own daemon needs).
 
-    The registry is asked for the package first, with a 10 s deadline: where it does not answer (CI has waited out the
-    whole install's 100 s there) the test skips after seconds, not minutes.
+    The registry is asked for the package first, and each request is tried once: where the registry does not answer
+    or cannot be trusted (CI waited out the whole install's 100 s there, npm retrying) the test skips after seconds.
     """
     npm = shutil.which("npm")
     if npm is None or shutil.which("node") is None:
         pytest.skip("Node.js and npm are not installed")
-    _npm([npm, "view", NODE_KCL, "version", "--fetch-timeout=10000", "--fetch-retries=0"], 20)
-    _npm([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--prefix", str(into), NODE_KCL], 100)
+    _npm([npm, "view", NODE_KCL, "version", *FETCH], 30)
+    _npm([npm, "install", "--ignore-scripts", "--no-audit", "--no-fund", *FETCH, "--prefix", str(into), NODE_KCL], 100)
     return into / "node_modules"
 
 
@@ -40,8 +45,9 @@ def _npm(argv: list[str], timeout: float) -> None:
         pytest.skip(f"the npm registry did not answer `npm {argv[1]}` within {timeout:g} s")
     if result.returncode != 0:
         output = result.stdout + result.stderr
-        if any(sign in output for sign in UNREACHABLE):
-            pytest.skip(f"the npm registry is unreachable: {output.strip().splitlines()[-1]}")
+        said = [line for line in output.splitlines() if any(sign in line for sign in UNREACHABLE)]
+        if said:
+            pytest.skip(f"the npm registry is unreachable: {said[0].strip()}")
         raise AssertionError(output)
 
 

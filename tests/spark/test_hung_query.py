@@ -86,6 +86,11 @@ def test_a_query_stuck_in_a_batch_gives_its_lease_back_and_ends_the_driver_a_slo
         store.assign(KEY, "w1", None, None)
         url = f"http://127.0.0.1:{agent.health.port}/healthz"
         wait_for(batch.entered.is_set, 60, "the batch with the waiting record")
+        # The batch's first job read the record, starting the executor's Python data-source worker: at these timings
+        # (red after 2.3 s) that alone can take longer, so health may be red as the batch begins. From the first small
+        # job on, the batch progresses and health must be green throughout.
+        wait_for(lambda: httpx.get(url, timeout=5).status_code == 200, bounds.red_after + 1.0,
+                 "health green once the batch's small jobs run")
         answers = []
         while not batch.blocked.is_set():  # a slow batch whose jobs complete: green, the lease kept
             answers.append(httpx.get(url, timeout=5).status_code)
