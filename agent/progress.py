@@ -41,7 +41,13 @@ class PoisonRecord:
 
 
 class RecentCounts:
-    """Per key, how much a running total grew within the last `window` seconds (totals sampled by `recent`)."""
+    """Per key, how much a running total grew within the last `window` seconds (totals sampled by `recent`).
+
+    A key keeps at most one sample per `window / SAMPLES` seconds however often it is sampled (a checkpoint asks for
+    its lease's progress after each batch), so its history stays bounded.
+    """
+
+    SAMPLES = 60
 
     def __init__(self, clock: Clock, window: float) -> None:
         self._clock = clock
@@ -51,11 +57,11 @@ class RecentCounts:
     def recent(self, totals: Mapping[str, int]) -> dict[str, int]:
         """Each key's growth since the newest sample at least `window` old (else since its first sample)."""
         now = self._clock.monotonic()
-        self._marks = {key: marks for key, marks in self._marks.items() if key in totals}
         grown = {}
         for key, total in totals.items():
             marks = self._marks.setdefault(key, deque())
-            marks.append((now, total))
+            if not marks or now - marks[-1][0] >= self._window / self.SAMPLES:
+                marks.append((now, total))
             while len(marks) > 1 and marks[1][0] <= now - self._window:
                 marks.popleft()
             grown[key] = total - marks[0][1]
