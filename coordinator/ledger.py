@@ -20,13 +20,11 @@ class Ledger:
     """
 
     def __init__(self, snapshot: Snapshot) -> None:
-        self.leases: dict[str, LeaseView] = {lease.key: lease for lease in snapshot.leases}
-        known = [lease.throughput_kbps for lease in snapshot.leases if lease.throughput_kbps is not None]
+        leases = snapshot.leases
+        self.leases: dict[str, LeaseView] = {lease.key: lease for lease in leases}
+        known = [tp for lease in leases if (tp := lease.throughput_kbps) is not None]
         mean = sum(known) / len(known) if known else 0.0
-        weights = {
-            lease.key: (lease.throughput_kbps if lease.throughput_kbps is not None else mean)
-            for lease in snapshot.leases
-        }
+        weights = {lease.key: mean if (tp := lease.throughput_kbps) is None else tp for lease in leases}
         # Stored figures have 6 decimals, so a total below a millionth of a KiB/s is no throughput at all (and
         # dividing by such a total would overflow).
         self.unit_weights = sum(weights.values()) < MIN_TOTAL_KBPS
@@ -37,8 +35,8 @@ class Ledger:
         self.throughput: dict[str, float] = dict.fromkeys(self.held_by, 0.0)
         self._expired_on: dict[str, int] = {}
         self._guessed: dict[str, float] = {}  # per worker: the weight of its leases that have no reported figure
-        self.needy = [lease for lease in snapshot.leases if lease.needs_owner]  # unassigned or expired
-        self._hold(snapshot.leases)
+        self.needy: list[LeaseView] = []  # unassigned or expired
+        self._hold(leases)
         self.moves: dict[str, Move] = {}
         self.spillover: list[Unplaced] = []
         self.held: list[Unplaced] = []
@@ -46,15 +44,17 @@ class Ledger:
         self._throughput_before = dict(self.throughput)
 
     def _hold(self, leases: Iterable[LeaseView]) -> None:
-        """Each lease's owner at the start of the run, and what each owner holds and carries."""
-        held_by, throughput, owners, weight = self.held_by, self.throughput, self.owner, self.weight
+        """Each lease's owner at the start of the run, what each owner holds and carries, who needs an owner."""
+        held_by, throughput, owners, weight, needy = self.held_by, self.throughput, self.owner, self.weight, self.needy
         for lease in leases:
             # A lease whose handoff is under way already counts where it is going: its load is about to move there.
             # Without a checkpoint owner both are the lease owner (most leases: no property calls).
-            key, owner = lease.key, lease.lease_owner
-            if lease.checkpoint_owner is not None and not lease.pinned:
-                owner = lease.actual_owner
+            key, owner, incoming = lease.key, lease.lease_owner, lease.checkpoint_owner
+            if incoming is not None and not lease.pinned:
+                owner = incoming  # (the actual owner)
             owners[key] = owner
+            if lease.expired or (owner is None and incoming is None):  # (needs_owner, without the property calls)
+                needy.append(lease)
             if owner is None:
                 continue
             held = held_by.get(owner)
