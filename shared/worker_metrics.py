@@ -45,10 +45,11 @@ class MetricReport(Protocol):
 def ema(values: Sequence[float], alpha: float) -> float:
     """KCL's moving average over a metric history, oldest first: first sample as is, -1 (failed) samples skipped."""
     result: float | None = None
+    keep = 1.0 - alpha
     for value in values:
         if value == FAILED_SAMPLE:
             continue
-        result = value if result is None else alpha * value + (1.0 - alpha) * result
+        result = value if result is None else alpha * value + keep * result
     return 0.0 if result is None else result
 
 
@@ -58,15 +59,15 @@ def classify(worker: MetricReport) -> WorkerStatus:
         return WorkerStatus.ACTIVE
     if not worker.metric_stats:
         return WorkerStatus.INVALID_METRICS
+    failing = False  # (told after every metric is known valid: invalid metrics win)
     for metric, history in worker.metric_stats.items():
         limit = worker.operating_range.get(metric)
         if not limit or not limit[0] > 0 or math.isinf(limit[0]):
             return WorkerStatus.INVALID_METRICS
         if _bad_sample(history):
             return WorkerStatus.INVALID_METRICS
-    if any(history and history[-1] == FAILED_SAMPLE for history in worker.metric_stats.values()):
-        return WorkerStatus.FAILING_METRIC
-    return WorkerStatus.ACTIVE
+        failing = failing or (bool(history) and history[-1] == FAILED_SAMPLE)
+    return WorkerStatus.FAILING_METRIC if failing else WorkerStatus.ACTIVE
 
 
 def _bad_sample(history: Sequence[float]) -> bool:

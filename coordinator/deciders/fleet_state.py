@@ -53,6 +53,7 @@ class FleetView:
     def __init__(self, snapshot: Snapshot, config: DeciderConfig, ledger: Ledger, band: bool) -> None:
         self.config = config
         self.band = band
+        self._halves: dict[str, tuple[float, float]] = {}  # half_band's last result per metric, with its average
         self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
@@ -244,10 +245,14 @@ class FleetView:
         Balancing lease counts (idle stream): at least one lease, at most a quarter of the average.
         """
         avg = self.averages[metric]
+        known = self._halves.get(metric)  # (the averages change once, in `__init__`; the rest is fixed)
+        if known is not None and known[0] == avg:
+            return known[1]
         half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points,
                    2.0 * self.gain_floor(metric))
         if self.count_only and self.n_leases:
             half = max(half, min(avg * len(self.active) / self.n_leases, avg / 4))
+        self._halves[metric] = (avg, half)
         return half
 
     def min_gain(self, metric: str) -> float:
