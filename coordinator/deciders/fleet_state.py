@@ -148,8 +148,9 @@ class FleetView:
     def _fit(self, values: Values, lagged: Mapping[str, float], ledger: Ledger) -> dict[str, Line]:
         """Each metric's line fitted over (throughput when reported, value) of the settled reporting workers."""
         lines: dict[str, Line] = {}
+        known = ledger.known_throughput  # (only for workers without a throughput history: not called for the rest)
         for metric, avg in self._mean(values, True).items():
-            points = [(lagged.get(w, ledger.known_throughput(w)), vals[metric]) for w, vals in values.items()
+            points = [(lagged[w] if w in lagged else known(w), vals[metric]) for w, vals in values.items()
                       if w in self.active_set and w not in self.default and w not in self.unsettled and metric in vals]
             line = fit_line(points, avg)
             if line is not None:
