@@ -300,11 +300,18 @@ class LeaseKeeper:
         self._reservation_open = False
 
     def release_all(self) -> list[str]:
-        """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys."""
+        """Give back every lease not under handoff (drain fallback when no leader moves them); returns the keys.
+
+        The row says DRAINING before the first lease is free: else a leader, told at once, may hand a lease back to
+        this worker in the moment before it stops, and it sits with a worker that is gone until the next full scan
+        (the fault matrix's Spark driver whose query failed: 22 s).
+        """
+        giving = [(key, held) for key, held in self.held_items() if held.state is not HeldState.HANDING_OFF]
+        if giving and self._mode == "worker" and not self._draining:
+            self._draining = True
+            self._write_worker_record(self._clock.monotonic())
         released = []
-        for key, held in list(self.held_items()):
-            if held.state is HeldState.HANDING_OFF:
-                continue
+        for key, _ in giving:
             try:
                 outcome = self._store.release(key, self._me)
             except StoreUnavailable as exc:

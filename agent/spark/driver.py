@@ -185,8 +185,15 @@ class SparkAgent(Agent):
         return self.book.held_shards()
 
     def begin_write(self, plans: list[ShardPlan]) -> list[ShardPlan]:
-        """The plans whose rows the sink may write (held under their tenure, not handing off), marked in flight."""
-        return self.book.begin_write(plans)
+        """The plans whose rows the sink may write (held under their tenure, not handing off), marked in flight.
+
+        A lease past its liveness deadline is not written either, although the book still holds it: a driver frozen
+        (SIGSTOP, a long pause) past the failover time resumes inside its batch before the keeper thread has fenced,
+        and another worker may already have read and checkpointed those rows.
+        """
+        keys = [self.book.lease_key(plan.shard_id) for plan in plans]
+        return self.book.begin_write([plan for plan, key in zip(plans, keys, strict=True)
+                                      if key is not None and self.keeper.lease_live(key)])
 
     def end_write(self, plans: list[ShardPlan]) -> None:
         """The sink's write of `plans` ended: complete the handoffs that waited for it."""

@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
 from shardherd.shared.errors import StoreError
+from shardherd.shared.sql.schema import version_table
 from shardherd.shared.store import TableNames
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -27,11 +28,6 @@ CONNECTION, TABLES = "connection", "tables"
 
 class UnknownSchemaRevision(StoreError):
     """The tables are at a revision this shardherd does not have: a newer release migrated them."""
-
-
-def version_table(tables: TableNames) -> str:
-    """The application's version table, named like KCL's tables: `<app>-SchemaVersion`."""
-    return f"{tables.leases}-SchemaVersion"
 
 
 @cache

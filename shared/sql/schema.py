@@ -82,6 +82,11 @@ class SqlSchema:
     owner_index: Index
 
 
+def version_table(tables: TableNames) -> str:
+    """The application's Alembic version table, named like KCL's tables: `<app>-SchemaVersion`."""
+    return f"{tables.leases}-SchemaVersion"
+
+
 def build_schema(tables: TableNames) -> SqlSchema:
     """Table definitions named after `tables` (lease table = application name, as in KCL)."""
     metadata = MetaData()

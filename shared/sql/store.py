@@ -33,8 +33,7 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.rounding import round_throughput
 from shardherd.shared.sql.engine import insert_for, is_transient, make_engines, unbounded_statements
 from shardherd.shared.sql.lease_rows import LEASE_ENTITY, checkpoint_values, decode_lease, lease_values
-from shardherd.shared.sql.migrate import upgrade, version_table
-from shardherd.shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers
+from shardherd.shared.sql.schema import POSTGRES_MAX_IDENTIFIER, build_schema, overlong_identifiers, version_table
 from shardherd.shared.sql.state_documents import decode_document, encode_document
 from shardherd.shared.sql.worker_rows import decode_worker, worker_values
 from shardherd.shared.state_conditions import check_value, condition_holds
@@ -159,6 +158,9 @@ class SqlLeaseStore(LeaseStore):
         lock, SQLite's write lock), then find the head revision. UnknownSchemaRevision if a newer release migrated
         them.
         """
+        # Alembic is imported here, not at the top: only the coordinator, `up` and `demo` migrate, and an
+        # agent on an SQL store would otherwise hold its 8.5 MiB of modules for good.
+        from shardherd.shared.sql.migrate import upgrade
 
         def migrate() -> None:
             with self._writing() as conn:

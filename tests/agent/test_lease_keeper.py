@@ -231,6 +231,22 @@ def test_drain_announces_itself_and_release_gives_leases_back(store: LeaseStore)
     assert lease is not None and lease.lease_owner is None
 
 
+def test_a_stop_without_a_drain_says_draining_before_the_first_lease_is_free(store: LeaseStore) -> None:
+    """A Spark driver whose query failed gave its leases back with its row still ACTIVE: the leader, told at once,
+    handed one straight back, the driver exited, and the lease waited 22 s for a full scan (fault matrix)."""
+    clock = ManualClock()
+    keeper, _ = _holding(store, "w1", clock)
+    seen: list[tuple[str | None, WorkerState | None]] = []
+
+    def told() -> None:
+        lease, record = store.get_lease(KEY), worker_record(store, "w1")
+        seen.append((lease.lease_owner if lease else None, record.state if record else None))
+
+    keeper.attach_channel(lambda: True, told)
+    assert keeper.release_all() == [KEY]
+    assert seen == [("w1", WorkerState.DRAINING), (None, WorkerState.DRAINING)]  # the row first, then the lease
+
+
 def test_lease_mode_renews_each_lease_and_follows_a_handoff(store: LeaseStore) -> None:
     clock = ManualClock()
     keeper, events = _holding(store, "w1", clock, liveness_mode="lease")

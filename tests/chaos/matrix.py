@@ -615,7 +615,17 @@ def _start_fleet(run: Run, agents: int) -> None:
         wait_for(lambda: set(cluster.lease_holders()) <= live, START_SECONDS, "every lease owned by a live agent",
                  period=0.5)
         cluster.note("unbalanced_start")
+    try:  # a Spark driver holds its leases some 10 s before its query's first batch: the fault waits for the reads
+        wait_for(lambda: _every_holder_read(cluster), START_SECONDS, "every holder reading its shards", period=0.5)
+    except AssertionError:
+        cluster.note("unread_start")
     time.sleep(2.0)
+
+
+def _every_holder_read(cluster: ChaosCluster) -> bool:
+    """True when every live agent holding a lease has delivered a record of each shard it holds."""
+    read = {(d.shard, d.worker) for d in read_deliveries(cluster.workdir)}
+    return all((key, m.name) in read for m in cluster.agents() for key in cluster.owned_by(m.name))
 
 
 def _probe(run: Run, cell: Cell) -> None:

@@ -187,3 +187,15 @@ def test_a_handoff_waiting_for_two_writes_is_handed_over_only_with_the_last_one_
         assert FIRST not in agent.keeper.held()
     finally:
         agent.stop(drain=False)
+
+
+def test_a_driver_frozen_past_its_failover_time_writes_no_row_of_its_leases_before_its_keeper_runs_again(
+        store: LeaseStore, tmp_path: Path) -> None:
+    clock = ManualClock()
+    agent, (first, _) = _holding_first(store, store, tmp_path, clock)
+    try:
+        clock.advance(agent.settings.failover_time_millis / 1000)  # SIGSTOP for the failover time; no keeper tick
+        assert FIRST in agent.keeper.held()  # the keeper has not fenced yet: only the time says the lease may be gone
+        assert agent.begin_write([first]) == []  # the fault matrix saw 400 rows written twice without this
+    finally:
+        agent.stop(drain=False)

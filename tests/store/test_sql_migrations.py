@@ -8,6 +8,8 @@ tables equal the model (Alembic's compare_metadata finds no difference) and the 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,7 +23,7 @@ from sqlalchemy.engine import Connection
 
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.sql import migrate
-from shardherd.shared.sql.schema import build_schema
+from shardherd.shared.sql.schema import build_schema, version_table
 from shardherd.shared.sql.store import SqlLeaseStore
 from shardherd.shared.store import TableNames
 from shardherd.shared.worker import LeaseProgress, WorkerRecord
@@ -176,7 +178,7 @@ def test_a_revision_from_a_newer_release_is_refused_untouched(url: str, engine: 
     tables = TableNames.for_application(unique_app("mig"))
     create_at_revision(engine, migrate.head(), tables)
     with engine.begin() as conn:
-        conn.execute(text(f'UPDATE "{migrate.version_table(tables)}" SET version_num = \'9999\''))
+        conn.execute(text(f'UPDATE "{version_table(tables)}" SET version_num = \'9999\''))
     store = SqlLeaseStore(url, tables)
     try:
         with pytest.raises(migrate.UnknownSchemaRevision, match="revision 9999, newer than this shardherd"):
@@ -185,3 +187,14 @@ def test_a_revision_from_a_newer_release_is_refused_untouched(url: str, engine: 
         store.close()
     with engine.connect() as conn:
         assert migrate.current(conn, tables) == "9999"
+
+
+def test_only_a_migrating_process_imports_alembic(tmp_path: Path) -> None:
+    """Agents open the store and never migrate: Alembic's 8.5 MiB of modules stay out of every agent on an SQL store."""
+    script = ("import sys; from shardherd.shared.sql.store import SqlLeaseStore; "
+              "from shardherd.shared.store import TableNames; "
+              f"store = SqlLeaseStore('sqlite:///{tmp_path}/s.db', TableNames.for_application('app')); "
+              "before = 'alembic' in sys.modules; "
+              "store.ensure_tables(); store.close(); print(before, 'alembic' in sys.modules)")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert shown.stdout.split() == ["False", "True"]

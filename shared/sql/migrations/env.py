@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from shardherd.shared.sql.migrate import CONNECTION, TABLES, version_table
+from shardherd.shared.sql.migrate import CONNECTION, TABLES
+from shardherd.shared.sql.schema import version_table
 
 config = context.config
 tables = config.attributes[TABLES]
