@@ -7,10 +7,10 @@ Invariants:
 * `desired` is an integer in [scale_min_workers, scale_max_workers], at least 1, whatever the reports say.
 * A worker's capacity comes from its own reports: the KiB/s it carried at its reports (their moving average) per
   metric point above the fleet's fitted base (`value = base + slope x throughput`, coordinator/load_model.py),
-  extended to its operating range x `scale_target_utilisation_percentage`, at most `max_throughput_per_host_kbps`.
-  Workers carrying less than MIN_LOAD_POINTS above the base give none (too little to extrapolate from); a worker
-  without metrics (KCL's default metric) has `max_throughput_per_host_kbps` x the target, if that is set. The fleet's
-  per-worker capacity is the median of the known ones.
+  extended to its operating range x `scale_target_utilisation_percentage`, at most `max_throughput_per_host_kbps`
+  x the target. Workers carrying less than MIN_LOAD_POINTS above the base give no estimate (too little to
+  extrapolate from); such a worker, and one without metrics (KCL's default metric), has `max_throughput_per_host_kbps`
+  x the target, if that is set. The fleet's per-worker capacity is the median of the known ones.
 * The need: ceil(load / capacity), load being every open lease's throughput (leases needing an owner included);
   at least ceil(open leases / `max_leases_for_worker`); a scale-in counts only where the smaller fleet would sit
   IN_MARGIN below the target. No capacity known while a lease carries load (or reports none yet): the current
@@ -143,9 +143,11 @@ def _carried(snapshot: Snapshot) -> dict[str, float]:
 def worker_capacity(worker: WorkerView, carried_now: float, lines: Mapping[str, Line],
                     cfg: ScaleSettings) -> float | None:
     """KiB/s the worker would carry at the target utilisation (see the module's invariants); None if unknown."""
-    host = cfg.max_throughput_per_host_kbps
+    # The host limit at the target: all a default-metric worker has, the bound of any estimate, and what a worker
+    # with no estimate carries (a fleet of idle-looking CPU workers past its limits must still ask for more).
+    host = cfg.max_throughput_per_host_kbps * cfg.target_percentage / 100
     if worker.uses_default_metric:
-        return host * cfg.target_percentage / 100 if math.isfinite(host) else None
+        return host if math.isfinite(host) else None
     carried = ema(worker.throughput_history, cfg.ema_alpha) if worker.throughput_history else carried_now
     caps = []
     for metric, history in worker.metric_stats.items():
@@ -155,7 +157,7 @@ def worker_capacity(worker: WorkerView, carried_now: float, lines: Mapping[str, 
         if carried > 0 and value - base >= MIN_LOAD_POINTS and ceiling > base:
             caps.append(carried * (ceiling - base) / (value - base))
     if not caps:
-        return None
+        return host if math.isfinite(host) else None
     return min(min(caps), host)
 
 

@@ -117,9 +117,10 @@ def test_capacity_is_the_throughput_per_point_above_the_base_up_to_the_target() 
     worker = WorkerView("a", {"C": (50.0, 50.0)}, {"C": (100.0,)}, throughput_history=(400.0, 400.0))
     assert worker_capacity(worker, 400.0, {"C": Line(10.0, 0.1)}, CFG) == 600.0
     bounded = ScaleSettings(max_throughput_per_host_kbps=500.0)
-    assert worker_capacity(worker, 400.0, {"C": Line(10.0, 0.1)}, bounded) == 500.0
+    assert worker_capacity(worker, 400.0, {"C": Line(10.0, 0.1)}, bounded) == 350.0  # the host limit at 70 %
     idle = WorkerView("b", {"C": (11.0, 11.0)}, {"C": (100.0,)}, throughput_history=(5.0,))
     assert worker_capacity(idle, 5.0, {"C": Line(10.0, 0.1)}, CFG) is None  # 1 point above the base: no slope
+    assert worker_capacity(idle, 5.0, {"C": Line(10.0, 0.1)}, bounded) == 350.0  # but the host limit holds
     assert worker_capacity(WorkerView("c"), 0.0, {}, CFG) is None  # default metric without a host limit
     assert worker_capacity(WorkerView("c"), 0.0, {}, bounded) == 350.0
 
