@@ -65,32 +65,37 @@ def watch(client: OperatorClient, seconds: float, poll: float, readings: list[Re
         time.sleep(poll)
 
 
-def changes(readings: Sequence[Reading]) -> list[Reading]:
-    """The readings whose count differs from the one before."""
-    return [b for a, b in itertools.pairwise(readings) if b.desired != a.desired]
-
-
-def report(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
-    """The lines the bench prints: each change, the rise and fall times, changes per direction."""
+def change_lines(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
+    """One line per change of the count: when (from the load's start or end), the count, the load, the capacity."""
     lines = []
-    for change in changes(readings):
+    for before, change in itertools.pairwise(readings):
+        if change.desired == before.desired:
+            continue
         since = (f"+{change.at - hot_start:.0f} s after the load began" if change.at < hot_end
                  else f"+{change.at - hot_end:.0f} s after it ended")
         capacity = "none" if change.capacity is None else f"{change.capacity:.1f}"
         lines.append(f"  {since}: desired {change.desired} (current {change.current}), load {change.load:.1f} KiB/s, "
                      f"capacity {capacity} KiB/s per worker; {change.reason}")
+    return lines
+
+
+def summary_lines(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
+    """The count before the load and at its peak, the rise and fall times, and the changes per direction."""
     before = [r.desired for r in readings if r.at < hot_start]
-    start_count = before[-1] if before else None
     ups = [c for a, c in itertools.pairwise(readings) if c.desired > a.desired]
     downs = [c for a, c in itertools.pairwise(readings) if c.desired < a.desired]
     rise = next((c.at - hot_start for c in ups if c.at >= hot_start), None)
     fall = next((c.at - hot_end for c in downs if c.at >= hot_end), None)
     peak = max((r.desired for r in readings), default=None)
-    lines.append(f"count before the load {start_count}, peak {peak}, last {readings[-1].desired if readings else None}")
-    lines.append("rise: " + ("none" if rise is None else f"{rise:.0f} s after the load began (target <= 120 s)"))
-    lines.append("fall: " + ("none" if fall is None else f"{fall:.0f} s after the load ended (target <= 600 s)"))
-    lines.append(f"changes: {len(ups)} up, {len(downs)} down (target: one per direction); {len(readings)} readings")
-    return lines
+    return [f"count before the load {before[-1] if before else None}, peak {peak}, "
+            f"last {readings[-1].desired if readings else None}",
+            f"rise: {_seconds(rise, 'after the load began (target <= 120 s)')}",
+            f"fall: {_seconds(fall, 'after the load ended (target <= 600 s)')}",
+            f"changes: {len(ups)} up, {len(downs)} down (target: one per direction); {len(readings)} readings"]
+
+
+def _seconds(value: float | None, what: str) -> str:
+    return "none" if value is None else f"{value:.0f} s {what}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch(client, args.after, args.poll, readings)
     finally:
         stack.stop()
-    for line in report(readings, hot_start, hot_end):
+    for line in change_lines(readings, hot_start, hot_end) + summary_lines(readings, hot_start, hot_end):
         print(line)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0
