@@ -473,6 +473,8 @@ def test_a_fleet_wide_stall_is_judged_by_the_leader_and_carried_on_the_assignmen
     replica.step()
     assert worker_record(replica.store, "w2").lease_progress[mine["w2"]].stalled  # type: ignore[union-attr]
     assert channel_says() and metric() == "shardherd_fleet_stalled 1.0"
+    items = replica.client.get("/v1/assignments").json()["items"]
+    assert {item["lease_key"] for item in items if item["read_stalled"]} == set(mine.values())
     assert replica.owners() == owners  # the verdict moves no lease
     replica.lease_progress.clear()  # reads came back
     replica.step()
