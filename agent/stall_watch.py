@@ -18,7 +18,10 @@ Invariants:
    reader still runs is *held*: kept past `give_up_after` (its reader keeps retrying with its backoff) and not a
    health problem (restarting every pod brings no shared outage back; /metrics still lists the lease). A reader that
    is not running is still given back at once. A verdict older than `red_after`, or none (no coordinator, channel
-   down), is no verdict: invariant 3 holds.
+   down), is no verdict: invariant 3 holds, counting the give-up span after red (3 failover times) from the last
+   fresh word that the fleet stalls as well. So a leader change (no answer for a few seconds), or a verdict that
+   turns for a moment (one worker's leases fenced and handed on, not yet stalled again), does not give back at once
+   every lease an outage has kept long past its bound.
 5. The stalled leases of the last `check()` (held ones included) are what the worker row reports (`stalled_keys`).
 6. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -65,15 +69,20 @@ class StallBounds:
         return cls(red, red + GIVE_UP_FAILOVERS * settings.failover_time_millis / 1000)
 
 
-def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_stalls: bool = False) -> Verdict:
-    """The rule of invariants 2 to 4 for one lease (`fleet_stalls`: a fresh verdict of the leader says so)."""
+def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_stalls: bool = False,
+            since_fleet_stall: float = math.inf) -> Verdict:
+    """The rule of invariants 2 to 4 for one lease.
+
+    `fleet_stalls`: a fresh verdict of the leader says the fleet stalls now; `since_fleet_stall`: seconds since one
+    last did (a kept lease is given back only once that is longer than the give-up span after red as well).
+    """
     if since_progress <= bounds.red_after:
         return Verdict.OK
     if not running:
         return Verdict.GIVE_UP
     if fleet_stalls:
         return Verdict.HELD
-    if since_progress > bounds.give_up_after:
+    if since_progress > bounds.give_up_after and since_fleet_stall > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
 
@@ -127,6 +136,7 @@ class StallWatch:
         self._guard = threading.Lock()
         self._reported: frozenset[str] = frozenset()  # stalled at the last check, kept ones included (invariant 5)
         self._holding: frozenset[str] = frozenset()  # held for a fleet-wide stall at the last check
+        self._fleet_seen = -math.inf  # monotonic time of the last fresh word that the fleet stalls (invariant 4)
         self.given_up = 0
 
     def progressed(self, lease_key: str, at: float | None = None) -> None:
@@ -143,11 +153,14 @@ class StallWatch:
             self._last = {key: self._last.get(key, now) for key in held}  # a lease first seen starts its clock
             ages = sorted((key, now - last) for key, last in self._last.items())
         fleet = self.fleet_stalls()
+        if fleet:
+            self._fleet_seen = max(self._fleet_seen, now)
         states = []
         for key, age in ages:
             if age > self.bounds.red_after:
                 running = self._running(key)
-                states.append(Stalled(key, age, running, verdict(age, running, self.bounds, fleet)))
+                states.append(Stalled(key, age, running,
+                                      verdict(age, running, self.bounds, fleet, now - self._fleet_seen)))
         return states
 
     def stalled_keys(self) -> frozenset[str]:
