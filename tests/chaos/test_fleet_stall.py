@@ -7,7 +7,8 @@ stalled, and no lease is given back or changes owner; health stays green. Healed
 That one agent alone still gives its stalled leases back is tested without processes (tests/agent/test_stall_watch.py,
 tests/agent/test_shard_failures.py) and the leader's judgement of one of two in tests/services/test_api.py.
 
-About 40 s (the processes' start and the give-up bound itself, which the outage must outlast): the one live test of it.
+About 25 s at load 2.6 (the processes' start and the give-up bound itself, which the outage must outlast): the one
+live test of it.
 """
 
 from __future__ import annotations
