@@ -2,8 +2,10 @@
 
 /healthz answers 503 once a critical thread (heartbeat, lease keeper; a Spark driver's query supervisor) failed or
 made no progress within its bound (shared/supervision.py), or while a held lease's reader makes none
-(agent/stall_watch.py), 200 otherwise. /metrics carries the supervised threads'
-restarts and progress, the stalled leases and those given back for it, each shard stuck on a failing batch
+(agent/stall_watch.py), 200 otherwise. A lease kept in a fleet-wide stall (the leader's verdict, decision 0039) is
+no health problem: restarting every pod cannot bring a shared Kinesis back, so /healthz stays 200 and says so, and
+/metrics shows it (`shardherd_fleet_stall_verdict`, the lease's stalled seconds). /metrics carries the supervised
+threads' restarts and progress, the stalled leases and those given back for it, each shard stuck on a failing batch
 (since when, attempts, the last error as a label), and on plain agents each shard's GetRecords calls and Kinesis
 throttles (ProvisionedThroughputExceededException).
 `POST /drain[?wait=SECONDS]` makes the agent drain itself and stop (its leases handed on gracefully), waiting up to
@@ -101,7 +103,7 @@ def read_families(reads: Mapping[str, ReaderStats]) -> list[Metric]:
 
 
 def stall_families(stalls: StallWatch) -> list[Metric]:
-    """Held leases whose reader makes no progress (seconds), and how many leases were given back for it."""
+    """Held leases whose reader makes no progress (seconds), how many were given back for it, the fleet's verdict."""
     stalled = GaugeMetricFamily("shardherd_lease_stalled_seconds",
                                 "Seconds a held lease's reader has made no progress (past the red bound)",
                                 labels=["lease", "reader_running"])
@@ -110,7 +112,10 @@ def stall_families(stalls: StallWatch) -> list[Metric]:
     given_up = CounterMetricFamily("shardherd_leases_given_up", "Held leases given back because their reader made "
                                    "no progress (dead, not restarted, or hung past the failover time)",
                                    value=stalls.given_up)
-    return [stalled, given_up]
+    fleet = GaugeMetricFamily("shardherd_fleet_stall_verdict", "1 while the leader's fresh verdict says most "
+                              "lease-holding workers stall at once: stalled leases are kept, health stays green "
+                              "(decision 0039)", value=1 if stalls.fleet_stalls() else 0)
+    return [stalled, given_up, fleet]
 
 
 class _Families(Collector):
@@ -156,6 +161,14 @@ class HealthServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def _fine(self) -> str:
+        """The detail of a green /healthz: all progressing, or stalled leases kept in a fleet-wide stall."""
+        if self._stalls.fleet_stalls():
+            kept = len(self._stalls.stalled_keys())
+            return (f"alive; the leader reports a fleet-wide stall (Kinesis failing for most workers): {kept} stalled "
+                    "leases kept while their readers retry (a restart would not help; decision 0039)")
+        return "alive, every critical thread and held lease making progress"
+
     def _metrics(self) -> bytes:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Families([*supervision_families(self._supervisor),
@@ -173,8 +186,7 @@ class HealthServer:
                 if self.path == "/healthz":
                     problem = server._supervisor.problem() or server._stalls.problem()
                     body = json.dumps({"status": "ok" if problem is None else "unavailable",
-                                       "detail": problem or "alive, every critical thread and held lease making "
-                                                            "progress"}).encode()
+                                       "detail": problem or server._fine()}).encode()
                     self._send(200 if problem is None else 503, "application/json", body)
                 elif self.path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, server._metrics())

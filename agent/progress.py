@@ -6,14 +6,16 @@ shard (`quarantined`, with the newest one's position and object; docs/decisions/
 reported in the worker row as a bounded `PoisonReport` per lease, never a list), and the leases this worker gave back
 because it could not process them (reported as `refused` for `REFUSAL_SECONDS`, so the leader gives them to another
 worker while one exists), and the read calls Kinesis throttled on each lease within the last THROTTLE_WINDOW_SECONDS
-(`throttled`, from the readers' running totals: counted from when the board first saw the lease's total).
+(`throttled`, from the readers' running totals: counted from when the board first saw the lease's total), and the
+leases whose reader makes no progress now (`stalled`, from agent/stall_watch.py: the leader tells a fleet-wide stall
+from a local one by them, decision 0039).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from shardherd.shared.clock import Clock, SystemClock
@@ -72,10 +74,12 @@ class ProgressBoard:
     """Thread-safe totals per lease since this worker started holding it; shard threads write, the keeper reads."""
 
     def __init__(self, clock: Clock | None = None, refusal_seconds: float = REFUSAL_SECONDS,
-                 throttle_totals: Callable[[], Mapping[str, int]] | None = None) -> None:
+                 throttle_totals: Callable[[], Mapping[str, int]] | None = None,
+                 stalled: Callable[[], Collection[str]] | None = None) -> None:
         self._clock = clock or SystemClock()
         self._refusal = refusal_seconds
         self._throttle_totals = throttle_totals  # per lease: read calls throttled since the agent started
+        self._stalled = stalled or frozenset  # the leases whose reader makes no progress now (agent/stall_watch.py)
         self._throttles = RecentCounts(self._clock, THROTTLE_WINDOW_SECONDS)
         self._progress: dict[str, LeaseProgress] = {}
         self._refused: dict[str, tuple[LeaseProgress, float]] = {}  # key -> (last progress, until when)
@@ -181,12 +185,15 @@ class ProgressBoard:
         """The progress of the given leases (those with any report), plus the leases refused lately."""
         now = self._clock.monotonic()
         totals = self._throttle_totals() if self._throttle_totals is not None else {}
+        stalled = self._stalled()
         with self._guard:
             throttled = self._throttles.recent(totals)
             self._refused = {key: entry for key, entry in self._refused.items() if entry[1] > now}
             wanted = {key: replace(self._progress.get(key, LeaseProgress()), failing=self._failing.get(key),
-                                   poison=self._poison_report(key), throttled=throttled.get(key, 0))
-                      for key in lease_keys if key in self._progress or key in self._failing or throttled.get(key)}
+                                   poison=self._poison_report(key), throttled=throttled.get(key, 0),
+                                   stalled=key in stalled)
+                      for key in lease_keys
+                      if key in self._progress or key in self._failing or throttled.get(key) or key in stalled}
             refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
             return {**refused, **wanted}
 

@@ -5,7 +5,7 @@ the lease keeper are critical (a failure, or no completed step within its bound,
 back and exits non-zero); CPU sampling, the assignment watch and each shard worker are restartable. With
 `agent_health_port` set, /healthz and /metrics serve that state (agent/health_server.py). A held lease whose
 shard worker makes no progress turns /healthz red and is given back once its worker cannot be restarted
-(agent/stall_watch.py).
+(agent/stall_watch.py), or after its give-up bound unless the leader says most of the fleet stalls with it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from shardherd.agent.quarantine import Destination, open_destination
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
-from shardherd.agent.stall_watch import StallBounds, StallWatch
+from shardherd.agent.stall_watch import FleetVerdict, StallBounds, StallWatch
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
@@ -162,11 +162,14 @@ class Agent:
                                          me=settings.worker_id)
         reads: dict[str, ReaderStats] = {}  # per lease: GetRecords calls and throttles (/metrics, the worker row)
         self.progress = ProgressBoard(self.clock, throttle_totals=lambda: {
-            key: stats.throttled for key, stats in list(reads.items())})
+            key: stats.throttled for key, stats in list(reads.items())}, stalled=lambda: self.stalls.stalled_keys())
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=self._reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
-        self.stalls = StallWatch(self.clock, StallBounds.from_settings(settings), self._reading,
-                                 self._give_up_lease, self._worker_running)
+        bounds = StallBounds.from_settings(settings)
+        # The leader's word on a fleet-wide stall (decision 0039), heard on the assignment channel while it answers.
+        self.fleet_verdict = FleetVerdict(self.clock, bounds.red_after)
+        self.stalls = StallWatch(self.clock, bounds, self._reading, self._give_up_lease, self._worker_running,
+                                 fleet_stalls=self.fleet_verdict)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
@@ -178,7 +181,8 @@ class Agent:
             prefetch=prefetch, progressed=self.stalls.progressed, poison_attempts=settings.poison_attempts,
             quarantine=poison_destination(settings), worker_id=settings.worker_id, reads=reads,
         )
-        self.watch = AssignmentWatch(settings, self.keeper, self.clock) if settings.coordinator_url else None
+        self.watch = (AssignmentWatch(settings, self.keeper, self.clock, fleet_verdict=self.fleet_verdict.heard)
+                      if settings.coordinator_url else None)
         if self.watch is not None:
             self.keeper.attach_channel(self.watch.healthy, self.watch.news, self.watch.beat)
         self.workers: dict[str, ShardWorker] = {}

@@ -13,13 +13,24 @@ Invariants:
    made no progress for `give_up_after` (red_after + 3 failover times: a call that hangs, reads that fail for good;
    generous, since a slow first read on a loaded host must not cost a lease).
    No process holds a lease for work it is not doing; one given back is counted (`given_up`).
-4. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
+4. Except in a fleet-wide stall (decision 0039): while the leader's fresh verdict says most lease-holding workers
+   stall at once (coordinator/fleet_stall.py, heard on the assignment channel: `FleetVerdict`), a stalled lease whose
+   reader still runs is *held*: kept past `give_up_after` (its reader keeps retrying with its backoff) and not a
+   health problem (restarting every pod brings no shared outage back; /metrics still lists the lease). A reader that
+   is not running is still given back at once. A verdict older than `red_after`, or none (no coordinator, channel
+   down), is no verdict: invariant 3 holds, counting the give-up span after red (3 failover times) from the last
+   fresh word that the fleet stalls as well. So a leader change (no answer for a few seconds), or a verdict that
+   turns for a moment (one worker's leases fenced and handed on, not yet stalled again), does not give back at once
+   every lease an outage has kept long past its bound.
+5. The stalled leases of the last `check()` (held ones included) are what the worker row reports (`stalled_keys`).
+6. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
 
 from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -40,6 +51,7 @@ class Verdict(enum.Enum):
 
     OK = "ok"
     STALLED = "stalled"  # health red
+    HELD = "held"  # stalled with the fleet: kept, health green (invariant 4)
     GIVE_UP = "give_up"  # given back
 
 
@@ -57,13 +69,45 @@ class StallBounds:
         return cls(red, red + GIVE_UP_FAILOVERS * settings.failover_time_millis / 1000)
 
 
-def verdict(since_progress: float, running: bool, bounds: StallBounds) -> Verdict:
-    """The rule of invariants 2 and 3 for one lease."""
+def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_stalls: bool = False,
+            since_fleet_stall: float = math.inf) -> Verdict:
+    """The rule of invariants 2 to 4 for one lease.
+
+    `fleet_stalls`: a fresh verdict of the leader says the fleet stalls now; `since_fleet_stall`: seconds since one
+    last did (a kept lease is given back only once that is longer than the give-up span after red as well).
+    """
     if since_progress <= bounds.red_after:
         return Verdict.OK
-    if not running or since_progress > bounds.give_up_after:
+    if not running:
+        return Verdict.GIVE_UP
+    if fleet_stalls:
+        return Verdict.HELD
+    if since_progress > bounds.give_up_after and since_fleet_stall > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
+
+
+class FleetVerdict:
+    """The leader's last word on a fleet-wide stall, as the assignment channel brought it; true only while fresh.
+
+    The channel answers a listening agent at least once per heartbeat period while it works (the leader holds a
+    request at most that long, coordinator/assignment_feed.py), so a word older than `fresh_for` (the red bound, 3
+    heartbeat intervals) means the coordinator or the channel is gone: no verdict, today's rule (invariant 4).
+    """
+
+    def __init__(self, clock: Clock, fresh_for: float) -> None:
+        self._clock = clock
+        self._fresh_for = fresh_for
+        self._heard: tuple[bool, float] | None = None  # (the fleet stalls, monotonic time heard)
+
+    def heard(self, fleet_stalls: bool) -> None:
+        """An answer of the leader said whether the fleet stalls."""
+        self._heard = (fleet_stalls, self._clock.monotonic())
+
+    def __call__(self) -> bool:
+        """True while the leader's word that the fleet stalls is fresh."""
+        heard = self._heard
+        return heard is not None and heard[0] and self._clock.monotonic() - heard[1] <= self._fresh_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,20 +117,26 @@ class Stalled:
     lease_key: str
     seconds: float
     running: bool
+    verdict: Verdict
 
 
 class StallWatch:
     """Per held lease, when its reader last made progress; `check` gives back those past their bound."""
 
     def __init__(self, clock: Clock, bounds: StallBounds, held: Callable[[], Iterable[str]],
-                 give_back: Callable[[str, str], None], running: Callable[[str], bool] | None = None) -> None:
+                 give_back: Callable[[str, str], None], running: Callable[[str], bool] | None = None,
+                 fleet_stalls: Callable[[], bool] | None = None) -> None:
         self._clock = clock
         self.bounds = bounds
         self._held = held
         self._give_back = give_back
         self._running = running or (lambda key: True)
+        self.fleet_stalls = fleet_stalls or (lambda: False)  # the leader's fresh verdict (FleetVerdict)
         self._last: dict[str, float] = {}
         self._guard = threading.Lock()
+        self._reported: frozenset[str] = frozenset()  # stalled at the last check, kept ones included (invariant 5)
+        self._holding: frozenset[str] = frozenset()  # held for a fleet-wide stall at the last check
+        self._fleet_seen = -math.inf  # monotonic time of the last fresh word that the fleet stalls (invariant 4)
         self.given_up = 0
 
     def progressed(self, lease_key: str, at: float | None = None) -> None:
@@ -96,18 +146,34 @@ class StallWatch:
             self._last[lease_key] = max(when, self._last.get(lease_key, when))
 
     def stalled(self) -> list[Stalled]:
-        """The held leases past `red_after`, by key."""
+        """The held leases past `red_after`, by key, each with its verdict."""
         now = self._clock.monotonic()
         held = set(self._held())
         with self._guard:
             self._last = {key: self._last.get(key, now) for key in held}  # a lease first seen starts its clock
             ages = sorted((key, now - last) for key, last in self._last.items())
-        return [Stalled(key, age, self._running(key)) for key, age in ages if age > self.bounds.red_after]
+        fleet = self.fleet_stalls()
+        if fleet:
+            self._fleet_seen = max(self._fleet_seen, now)
+        states = []
+        for key, age in ages:
+            if age > self.bounds.red_after:
+                running = self._running(key)
+                states.append(Stalled(key, age, running,
+                                      verdict(age, running, self.bounds, fleet, now - self._fleet_seen)))
+        return states
+
+    def stalled_keys(self) -> frozenset[str]:
+        """The leases the last `check` found stalled and kept (the worker row reports them, invariant 5)."""
+        return self._reported
 
     def check(self) -> None:
         """Give back every held lease whose verdict is GIVE_UP (one log line each)."""
-        for state in self.stalled():
-            if verdict(state.seconds, state.running, self.bounds) is not Verdict.GIVE_UP:
+        states = self.stalled()
+        self._reported = frozenset(state.lease_key for state in states if state.verdict is not Verdict.GIVE_UP)
+        self._note_holding(frozenset(state.lease_key for state in states if state.verdict is Verdict.HELD))
+        for state in states:
+            if state.verdict is not Verdict.GIVE_UP:
                 continue
             why = (f"its reader made no progress for {state.seconds:.1f} s and "
                    + ("is not running (dead or waiting for a restart)" if not state.running else "still has none"))
@@ -117,9 +183,16 @@ class StallWatch:
             self._give_back(state.lease_key, why)
             self.given_up += 1  # after the give-back's store writes: a reader of the counter sees the lease free
 
+    def _note_holding(self, holding: frozenset[str]) -> None:
+        """One log line per lease when it starts being held for a fleet-wide stall."""
+        for key in sorted(holding - self._holding):
+            log.warning("lease %s: no progress, as for most workers (the leader's verdict): kept, its reader retries "
+                        "(decision 0039)", key)
+        self._holding = holding
+
     def problem(self) -> str | None:
-        """Why health is red for leases (None while every held lease progresses)."""
-        stalled = self.stalled()
+        """Why health is red for leases (None while every held lease progresses or is held for the fleet)."""
+        stalled = [state for state in self.stalled() if state.verdict is not Verdict.HELD]
         if not stalled:
             return None
         return "; ".join(f"lease {state.lease_key} made no progress for {state.seconds:.1f} s (bound "

@@ -97,6 +97,7 @@ class AssignmentFeed:
         self._present: dict[str, _Presence] = {}
         self._signals: list[tuple[str, str]] = []  # (worker, JOINED | DROPPED | NEWS), oldest first
         self._beats: dict[str, tuple[int, int, float]] = {}  # worker -> (hb, lut, when a request first named it)
+        self.fleet_stalls = False  # the latest full run's verdict on a fleet-wide stall (decision 0039)
         self.wakeup = threading.Event()
 
     # ------------------------------------------------------------------ who listens
@@ -175,10 +176,15 @@ class AssignmentFeed:
                 return now - presence.started_at <= self._hold + REPOLL_GRACE_SECONDS
             return presence.ended_at is not None and now - presence.ended_at <= REPOLL_GRACE_SECONDS
 
-    def observe(self, epoch: int, leases: Iterable[Lease]) -> None:
-        """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed."""
+    def observe(self, epoch: int, leases: Iterable[Lease], fleet_stalls: bool = False) -> None:
+        """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed.
+
+        `fleet_stalls` is the run's verdict on a fleet-wide stall (coordinator/fleet_stall.py): every position
+        answered from now on carries it; it wakes nobody (shared/assignment_channel.py).
+        """
         current = relations(leases)
         with self._guard:
+            self.fleet_stalls = fleet_stalls
             if self._name is None or not self._name.startswith(f"{epoch}-"):
                 self._name = f"{epoch}-{secrets.token_hex(4)}"
                 self._versions, self._leases = {}, {}
@@ -196,6 +202,7 @@ class AssignmentFeed:
         """The replica stopped leading: every waiting request returns (as not leading)."""
         with self._guard:
             self._name = None
+            self.fleet_stalls = False
             woken = [waiter for waiters in self._waiters.values() for waiter in waiters]
             self._waiters = {}
         _wake(woken)
@@ -208,7 +215,8 @@ class AssignmentFeed:
     def _position(self, worker: str) -> FeedPosition:
         if self._name is None:
             raise NotLeading()
-        return FeedPosition(self._name, self._versions.get(worker, 0), dict(self._leases.get(worker, {})))
+        return FeedPosition(self._name, self._versions.get(worker, 0), dict(self._leases.get(worker, {})),
+                            self.fleet_stalls)
 
     async def wait(self, worker: str, feed: str | None, after: int, timeout: float,
                    listen: bool = True) -> FeedPosition:

@@ -27,6 +27,7 @@ from datetime import datetime
 from shardherd.coordinator.assignment_feed import AssignmentFeed
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig
+from shardherd.coordinator.fleet_stall import judge
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.liveness import (
     LivenessTracker,
@@ -469,7 +470,7 @@ class LeaderLoop:
         tally = self._write(term, plan, leases, views, fence, tally, started_wall)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
-        self.feed.observe(term.epoch, leases.values())
+        self.feed.observe(term.epoch, leases.values(), self._fleet_stalls(active, leases.values()))
         term.leases = leases
         term.view = self._view_after(term, leases, views, worker_scan.workers, active, tally, now)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
@@ -482,6 +483,15 @@ class LeaderLoop:
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
             decide_ms=decide_ms, scan_reason=reason, scale=scale,
         )
+
+    def _fleet_stalls(self, active: Sequence[WorkerRecord], leases: Collection[Lease]) -> bool:
+        """The run's verdict on a fleet-wide stall (coordinator/fleet_stall.py), logged when it changes."""
+        fleet = judge(active, leases)
+        if fleet.stalls != self.feed.fleet_stalls:
+            log.warning("leader loop: %d of %d lease-holding workers report stalled leases: %s", fleet.stalling,
+                        fleet.holders, "the fleet stalls at once, agents keep their stalled leases (decision 0039)"
+                        if fleet.stalls else "no fleet-wide stall (a stalled lease is given back at its bound)")
+        return fleet.stalls
 
     @staticmethod
     def _view_after(term: _Term, leases: dict[str, Lease], views: Sequence[LeaseView], workers: Sequence[WorkerRecord],

@@ -13,6 +13,9 @@ Invariants:
   or ends (shared/pause.py); `base_relation` strips it.
 * The channel is advice: an agent reads every lease it starts or stops from the store, so a stale position can delay
   a pickup but never make a worker process a lease it does not own.
+* A position also carries the leader's verdict on a fleet-wide stall (`fleet_stalls`, coordinator/fleet_stall.py) as
+  of its latest full run. A change of it moves no version: every listening request is answered within a heartbeat
+  period anyway, and an agent takes the verdict only while answers keep coming (agent/stall_watch.FleetVerdict).
 """
 
 from __future__ import annotations
@@ -36,11 +39,15 @@ def base_relation(relation: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class FeedPosition:
-    """A worker's place in a feed: the feed's name, the worker's version and its leases (key -> relation)."""
+    """A worker's place in a feed: the feed's name, the worker's version and its leases (key -> relation).
+
+    Plus the leader's verdict that most lease-holding workers stall at once (`fleet_stalls`, decision 0039).
+    """
 
     feed: str
     version: int
     leases: dict[str, str]
+    fleet_stalls: bool = False
 
 
 def relations(leases: Iterable[Lease]) -> dict[str, dict[str, str]]:

@@ -62,6 +62,9 @@ class LeaseProgress:
     `records_behind` is how many records wait after the owner's position, where the owner knows it exactly (it read
     up to the stream's tip), else None. `throttled` counts the owner's read calls on the shard that Kinesis throttled
     in the last THROTTLE_WINDOW_SECONDS (the per-shard read limits are shared by every application reading it).
+    `stalled` is True while the lease's reader on this worker has made no progress for its red bound
+    (agent/stall_watch.py): the leader counts such workers to tell a fleet-wide stall from a local one
+    (coordinator/fleet_stall.py).
     """
 
     millis_behind_latest: int | None = None
@@ -74,6 +77,7 @@ class LeaseProgress:
     poison: PoisonReport | None = None  # a poison record blocking it, records quarantined (decision 0031)
     checkpointed_at_millis: int | None = None  # stamped by the keeper as it writes a checkpoint (epoch ms)
     throttled: int = 0  # read calls throttled in the last THROTTLE_WINDOW_SECONDS
+    stalled: bool = False  # its reader here made no progress for the red bound (decision 0039)
 
     def __post_init__(self) -> None:
         problem = (count_problem(self.millis_behind_latest, allow_none=True) or count_problem(self.records)
@@ -90,13 +94,13 @@ NO_POISON = PoisonReport()
 
 
 def troubled(progress: Mapping[str, LeaseProgress]) -> dict[str, LeaseProgress]:
-    """The entries a worker row carries: leases failed on, refused, stuck, throttled lately or with poison records here.
+    """The entries a worker row carries: leases failed on, refused, stuck, throttled lately, stalled or with poison.
 
     Lag, records and bytes go onto the lease with each checkpoint instead, so the heartbeat row stays under one write
     unit (1 KiB) however many leases the worker holds without trouble.
     """
     return {key: value for key, value in progress.items() if value.failures or value.refused or value.failing
-            or value.poison or value.throttled}
+            or value.poison or value.throttled or value.stalled}
 
 
 def lease_progress_fields(progress: LeaseProgress) -> dict[str, int | None]:

@@ -9,7 +9,8 @@ The request is also the agent's presence on the channel (docs/decisions/0010-lea
 away while its request waits (a killed agent) is noticed at once and signalled to the leader, and `news=true` (an
 agent that announced a drain, gave leases back or reached a shard's end) asks the leader to look at the store now.
 `hb` and `lut` are the agent's last written worker row, as the leader's liveness sightings take them (the feed's
-`report_beat`).
+`report_beat`). `fleet_stalls` is the leader's verdict that most lease-holding workers stall at once
+(coordinator/fleet_stall.py): agents then keep their stalled leases instead of giving them back.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class AssignmentChanges(BaseModel):
     feed: str
     version: int
     leases: dict[str, str]  # lease key -> owns | receives | hands_off
+    fleet_stalls: bool = False  # most lease-holding workers stall at once: keep stalled leases (decision 0039)
 
 
 @router.get("/workers/{worker_id}/assignments/changes", response_model=AssignmentChanges,
@@ -65,7 +67,8 @@ async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotat
         position = await _unless_gone(request, ctx.loop.feed.wait(worker_id, feed, after, wait, listen))
     except NotLeading:
         raise HTTPException(status.HTTP_409_CONFLICT, "this replica does not lead") from None
-    return AssignmentChanges(feed=position.feed, version=position.version, leases=position.leases)
+    return AssignmentChanges(feed=position.feed, version=position.version, leases=position.leases,
+                             fleet_stalls=position.fleet_stalls)
 
 
 async def _unless_gone(request: Request, waiting: Coroutine[Any, Any, FeedPosition]) -> FeedPosition:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 from shardherd.coordinator.leader_loop import reported_throughput
 from shardherd.coordinator.liveness import ChangeWatcher, WorkerGrace, heartbeat_age, worker_version
@@ -14,7 +15,7 @@ from shardherd.shared.lease import Lease
 from shardherd.shared.restart import reserved
 from shardherd.shared.store import LeaseScan, WorkerScan
 from shardherd.shared.streams import stream_name_of
-from shardherd.shared.worker import CPU_METRIC, NO_POISON, LeaseProgress, WorkerRecord
+from shardherd.shared.worker import CPU_METRIC, NO_POISON, NO_PROGRESS, LeaseProgress, WorkerRecord
 from shardherd.shared.worker_metrics import ema
 
 
@@ -204,9 +205,6 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
                away: set[str]) -> LeaseOut:
     owner = records.get(lease.actual_owner or "")
     progress = _progress(lease, owner)
-    reported = owner.lease_progress.get(lease.lease_key) if owner is not None else None
-    failing = reported.failing if reported is not None else None
-    poison = (reported.poison if reported is not None else None) or NO_POISON  # decision 0031
     return LeaseOut(
         lease_key=lease.lease_key, stream=stream_name_of(lease) or settings.stream_name, shard_id=lease.shard,
         owner=lease.lease_owner, checkpoint_owner=lease.checkpoint_owner,
@@ -216,15 +214,28 @@ def _lease_out(lease: Lease, records: dict[str, WorkerRecord], expired: set[str]
         child_shard_ids=sorted(lease.child_shard_ids), explanation=None,
         millis_behind_latest=progress.millis_behind_latest if progress else None,
         records_behind=progress.records_behind if progress else None,
-        read_throttled=reported.throttled if reported is not None else (0 if owner is not None else None),
         records_processed=progress.records if progress else None,
         bytes_processed=progress.bytes if progress else None,
         checkpoint_written_at=None if lease.checkpointed_at_millis is None else lease.checkpointed_at_millis / 1000,
-        failing_since=failing.since if failing else None, failing_attempts=failing.attempts if failing else None,
-        failing_error=failing.last_error if failing else None, paused=lease.paused, paused_by=lease.paused_by,
-        poison_blocked_on=poison.blocked_on, quarantined_records=poison.quarantined,
-        last_quarantined=poison.last_quarantined, last_quarantined_object=poison.last_object,
+        paused=lease.paused, paused_by=lease.paused_by, **_trouble(lease, owner),
     )
+
+
+def _trouble(lease: Lease, owner: WorkerRecord | None) -> dict[str, Any]:
+    """The LeaseOut fields of what the owner's row reports of the lease: throttled, stalled, a failing batch, poison.
+
+    Without a row they are null; with a row that reports nothing of the lease, none (0, false).
+    """
+    reported = None if owner is None else owner.lease_progress.get(lease.lease_key, NO_PROGRESS)
+    failing = reported.failing if reported is not None else None
+    poison = (reported.poison if reported is not None else None) or NO_POISON  # decision 0031
+    return {"read_throttled": reported.throttled if reported is not None else None,
+            "read_stalled": reported.stalled if reported is not None else None,
+            "failing_since": failing.since if failing else None,
+            "failing_attempts": failing.attempts if failing else None,
+            "failing_error": failing.last_error if failing else None,
+            "poison_blocked_on": poison.blocked_on, "quarantined_records": poison.quarantined,
+            "last_quarantined": poison.last_quarantined, "last_quarantined_object": poison.last_object}
 
 
 def _worker_out(record: WorkerRecord, age: float, expired: bool, leases: list[LeaseOut],

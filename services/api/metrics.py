@@ -168,14 +168,17 @@ def stuck_families(fleet: Fleet) -> list[Metric]:
 
 
 def replica_families(ctx: ApiContext) -> list[Metric]:
-    """What this replica alone knows: whether it leads, how often it gained or lost the lock, its threads' health."""
+    """What this replica alone knows: whether it leads, lock changes, its threads' health, its fleet-stall verdict."""
     changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
                                   labels=["change"])
     for change, count in sorted(ctx.watch.lock_changes().items()):
         changes.add_metric([change], count)
     supervised = [] if ctx.supervisor is None else supervision_families(ctx.supervisor)
     return [_gauge("shardherd_replica_is_leader", "1 if this replica holds the leader lock",
-                   1 if ctx.lock.is_leader() else 0), changes, *supervised]
+                   1 if ctx.lock.is_leader() else 0), changes, *supervised,
+            _gauge("shardherd_fleet_stalled", "1 while this replica leads and its latest full run found most "
+                   "lease-holding workers reporting stalled leases (agents keep them: decision 0039)",
+                   1 if ctx.loop.feed.fleet_stalls else 0)]
 
 
 class _Families(Collector):

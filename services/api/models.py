@@ -79,6 +79,9 @@ class LeaseOut(BaseModel):
     read_throttled: Annotated[int | None, Field(
         description="the owner's read calls on the shard that Kinesis throttled in the last minute (the shard's read "
                     "limits are shared by every application reading it); null when the owner has no row")] = None
+    read_stalled: Annotated[bool | None, Field(
+        description="true while the owner reports that its reads of the shard made no progress for its red bound "
+                    "(3 heartbeat intervals; decision 0039); null when the owner has no row")] = None
     records_processed: Annotated[int | None, Field(
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(

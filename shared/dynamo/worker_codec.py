@@ -88,13 +88,14 @@ def _read_progress(item: Item, repairs: list[str]) -> dict[str, LeaseProgress]:
             int(_read_number(f"{LEASE_PROGRESS}.{key}.failures", fields.get("failures", {"N": "0"}))),
         )
         throttled = int(_read_number(f"{LEASE_PROGRESS}.{key}.throttled", fields.get("throttled", {"N": "0"})))
-        refused = bool(read_bool(fields, "refused"))
+        refused, stalled = bool(read_bool(fields, "refused")), bool(read_bool(fields, "stalled"))
         behind = fields.get("behind")
         records_behind = int(_read_number(f"{LEASE_PROGRESS}.{key}.behind", behind)) if behind is not None else None
         try:
             progress[key] = LeaseProgress(*figures, refused=refused, records_behind=records_behind,
                                           failing=_read_failing(key, fields.get("failing")),
-                                          poison=_read_poison(key, fields.get("poison")), throttled=throttled)
+                                          poison=_read_poison(key, fields.get("poison")), throttled=throttled,
+                                          stalled=stalled)
         except InvalidRowValue as exc:
             repairs.append(f"{LEASE_PROGRESS}.{key} {exc}: ignored")
     return progress
@@ -156,6 +157,8 @@ def _progress_map(progress: Mapping[str, LeaseProgress]) -> AttributeValue:
             fields["throttled"] = integer(value.throttled)
         if value.refused:
             fields["refused"] = {"BOOL": True}
+        if value.stalled:
+            fields["stalled"] = {"BOOL": True}
         if value.failing is not None:
             fields["failing"] = {"M": {"since": integer(int(value.failing.since)),
                                        "attempts": integer(value.failing.attempts),

@@ -36,7 +36,7 @@ def worker_values(record: WorkerRecord) -> dict[str, Any]:
 
 
 def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
-    """One lease's progress as stored: lag, records, bytes, plus failures, throttles, refused and behind when set."""
+    """One lease's progress as stored: lag, records, bytes, plus failures, throttles, flags and behind when set."""
     entry: dict[str, Any] = {"lag": progress.millis_behind_latest, "records": progress.records, "bytes": progress.bytes}
     if progress.failures:
         entry["failures"] = progress.failures
@@ -44,6 +44,8 @@ def _progress_entry(progress: LeaseProgress) -> dict[str, Any]:
         entry["throttled"] = progress.throttled
     if progress.refused:
         entry["refused"] = True
+    if progress.stalled:
+        entry["stalled"] = True
     if progress.records_behind is not None:
         entry["behind"] = progress.records_behind
     if progress.failing is not None:
@@ -143,12 +145,13 @@ def _progress_map(value: object, repairs: list[str]) -> dict[str, LeaseProgress]
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in counts) or not all(
                 v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in (lag, behind)):
             raise ValueError(f"progress of {key!r} must hold integers")
-        if not isinstance(refused, bool):
-            raise ValueError(f"progress of {key!r}: refused must be a boolean")
+        stalled = entry.get("stalled", False)
+        if not isinstance(refused, bool) or not isinstance(stalled, bool):
+            raise ValueError(f"progress of {key!r}: refused and stalled must be booleans")
         try:
             progress[key] = LeaseProgress(lag, records, size, failures, refused, behind,
                                           _failing(key, entry.get("failing")), _poison(key, entry.get("poison")),
-                                          throttled=throttled)
+                                          throttled=throttled, stalled=stalled)
         except InvalidRowValue as exc:
             repairs.append(f"leaseProgress.{key} {exc}: ignored")
     return progress

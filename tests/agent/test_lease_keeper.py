@@ -455,3 +455,34 @@ def test_reads_throttled_in_the_last_minute_reach_the_row_and_age_out(store: Lea
     assert row_says() == 3  # the sample at 0 s aged out: the growth since the one at 20 s (the newest a minute old)
     clock.advance(61)
     assert row_says() == 0 and KEY not in worker_record(store, "w1").lease_progress  # type: ignore[union-attr]
+
+
+def test_a_stalled_lease_reaches_the_row_with_news_and_leaves_it_when_reads_resume(store: LeaseStore) -> None:
+    """Decision 0039: the row names the leases whose reader makes no progress, so the leader can tell a fleet-wide
+    stall from a local one; the row changes only when a lease starts or stops stalling, and that is news (the
+    leader scans at its next tick instead of at its full-scan cadence)."""
+    clock = ManualClock()
+    stalled: set[str] = set()
+    board = ProgressBoard(clock, stalled=lambda: frozenset(stalled))
+    keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
+    news: list[float] = []
+    keeper.attach_channel(lambda: True, lambda: news.append(clock.monotonic()))
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+
+    def row_says() -> bool:
+        clock.advance(5.0)  # one heartbeat period (4 s at the defaults) and more: a row is due
+        keeper.beat()
+        row = worker_record(store, "w1")
+        assert row is not None
+        return row.lease_progress.get(KEY, NO_PROGRESS).stalled
+
+    assert not row_says()
+    told = len(news)
+    stalled.add(KEY)
+    assert row_says() and len(news) == told + 1
+    assert row_says() and len(news) == told + 1  # still stalled: no news
+    stalled.clear()
+    assert not row_says() and len(news) == told + 2
+    assert KEY not in worker_record(store, "w1").lease_progress  # type: ignore[union-attr]  # the row stays small

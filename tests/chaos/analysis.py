@@ -411,3 +411,20 @@ def format_report(report: Report) -> str:
     lines.append("counts:")
     lines += [f"  {name}: {count}" for name, count in sorted(report.counts.items())]
     return "\n".join(lines)
+
+
+def owner_changes(samples: Sequence[Sample], since: float, until: float, skip: Iterable[str] = ()) -> int:
+    """How often a lease's processing worker changed between lease-table samples within [since, until].
+
+    `skip` names leases not counted (those of an agent the harness killed meanwhile: their move is failover).
+    """
+    skipped = set(skip)
+    window = [sample for sample in samples if since <= sample.time <= until]
+    changes = 0
+    for before, after in itertools.pairwise(window):
+        for key, row in after.leases.items():
+            old = before.leases.get(key)
+            if key not in skipped and old is not None and (
+                    (old.checkpoint_owner or old.owner) != (row.checkpoint_owner or row.owner)):
+                changes += 1
+    return changes

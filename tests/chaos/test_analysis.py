@@ -17,6 +17,7 @@ from tests.chaos.analysis import (
     check_no_loss,
     check_overlap,
     check_unowned,
+    owner_changes,
     stints_of_others,
     tenures,
 )
@@ -115,3 +116,18 @@ def test_a_quick_handoff_back_and_forth_is_not_an_overlap_but_interleaving_is() 
     together = rows("ABABABAB")  # both read the shard at once: one long tenure each, so they overlap
     spans = tenures([d.time for d in together if d.worker == "agent-A"], 2.5, stints_of_others(together, "agent-A"))
     assert [(round(a, 1), round(b, 1)) for a, b in spans] == [(0.0, 0.6)]
+
+
+def test_owner_changes_count_each_move_within_the_window_except_skipped_leases() -> None:
+    def held(*owners: tuple[str | None, str | None]) -> dict[str, LeaseRow]:
+        return {f"s{index}": LeaseRow(owner, giver, Checkpoint.at(5), frozenset())
+                for index, (owner, giver) in enumerate(owners)}
+
+    samples = [Sample(1.0, held(("a", None), ("b", None)), None),
+               Sample(2.0, held(("b", "a"), ("b", None)), None),  # s0 handed off: its reader is still a
+               Sample(3.0, held(("b", None), ("a", None)), None),  # s0 now read by b, s1 moved to a
+               Sample(4.0, held(("a", None), ("a", None)), None)]
+    assert owner_changes(samples, 0.0, 10.0) == 3
+    assert owner_changes(samples, 0.0, 3.0) == 2
+    assert owner_changes(samples, 0.0, 10.0, skip=["s1"]) == 2
+    assert owner_changes(samples, 3.5, 10.0) == 0  # one sample: nothing to compare

@@ -447,3 +447,35 @@ def test_the_leaders_last_good_run_is_its_newest_run_not_the_last_heartbeat(repl
     replica.step(3)  # runs that change nothing: the status is not published again
     body = replica.client.get("/v1/leader").json()
     assert body["replica_is_leader"] and body["last_success_age_seconds"] == pytest.approx(INTERVAL)
+
+
+def test_a_fleet_wide_stall_is_judged_by_the_leader_and_carried_on_the_assignment_channel(replica: Replica) -> None:
+    """Decision 0039: both lease-holding workers report a stalled lease in their rows (every backend's codec): the
+    leader's next full run judges the fleet stalled, every long-poll answer says so and /metrics shows it; one of two
+    stalling is a local fault."""
+    owners = replica.owners()
+    mine = {worker: sorted(key for key, owner in owners.items() if owner == worker)[0] for worker in ("w1", "w2")}
+
+    def channel_says() -> bool:
+        answer = replica.client.get("/v1/workers/w1/assignments/changes", params={"wait": 0})
+        assert answer.status_code == 200
+        return bool(answer.json()["fleet_stalls"])
+
+    def metric() -> str:
+        text: str = replica.client.get("/metrics").text
+        return next(line for line in text.splitlines() if line.startswith("shardherd_fleet_stalled "))
+
+    assert not channel_says() and metric() == "shardherd_fleet_stalled 0.0"
+    replica.lease_progress["w1"] = {mine["w1"]: LeaseProgress(stalled=True)}
+    replica.step()
+    assert not channel_says()  # one of two: a local fault, given back as before
+    replica.lease_progress["w2"] = {mine["w2"]: LeaseProgress(stalled=True)}
+    replica.step()
+    assert worker_record(replica.store, "w2").lease_progress[mine["w2"]].stalled  # type: ignore[union-attr]
+    assert channel_says() and metric() == "shardherd_fleet_stalled 1.0"
+    items = replica.client.get("/v1/assignments").json()["items"]
+    assert {item["lease_key"] for item in items if item["read_stalled"]} == set(mine.values())
+    assert replica.owners() == owners  # the verdict moves no lease
+    replica.lease_progress.clear()  # reads came back
+    replica.step()
+    assert not channel_says() and metric() == "shardherd_fleet_stalled 0.0"

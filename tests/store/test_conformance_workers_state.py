@@ -30,7 +30,9 @@ def record(worker_id: str = "worker-a", last_update: int = 1_700_000_000, heartb
         state=WorkerState.DRAINING,
         lease_throughput={"shardId-000000000001": 512.5, "shardId-000000000002": 0.0},
         lease_progress={"shardId-000000000001": LeaseProgress(1_250, 40_000, 2**40, records_behind=321),
-                        "shardId-000000000002": LeaseProgress(None, 0, 0)},
+                        "shardId-000000000002": LeaseProgress(None, 0, 0),
+                        # a stalled, throttled lease (decision 0039): both written only when set
+                        "shardId-000000000003": LeaseProgress(None, 5, 9, throttled=4, stalled=True)},
     )
 
 
