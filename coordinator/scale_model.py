@@ -18,8 +18,9 @@ Invariants:
   (LAG_FLOOR_MILLIS behind and rising by at least LAG_GROWTH_SHARE of the time passing, over half the scale-out
   window or more) needs one worker more than there are, and blocks scale-in.
 * Hysteresis: the count rises only once every run for `scale_out_after_millis` asked for more (to the smallest of
-  those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest of those
-  asks); a run asking for the current count ends a pending change, while a run without a capacity estimate
+  those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest ask of
+  that window, once the last `scale_out_after_millis` asked for it too: a draining load falls once; at most two
+  windows); a run asking for the current count ends a pending change, while a run without a capacity estimate
   neither asks for fewer nor ends anything (only the lease bound or a growing lag ask for more in it). So the count
   changes at most once per direction per window. A term's count starts at the count its predecessor published, if
   that is at most a scale-in window old (`inherited`: a leader change neither drops nor raises what an autoscaler
@@ -97,6 +98,7 @@ class ScaleState:
     pending: int = 0  # +1 a scale-out, -1 a scale-in waiting for its window, 0 none
     since: float = 0.0  # monotonic seconds the pending change was first asked for
     ask: int = 0  # the smallest (out) or largest (in) count asked for since then
+    asks: tuple[tuple[float, int], ...] = ()  # a pending scale-in's (monotonic seconds, ask), the last `in_after` s
     lags: tuple[tuple[float, int], ...] = ()  # (monotonic seconds, largest lag in ms) within the scale-out window
     remove_first: str | None = None
     began: float | None = None  # monotonic seconds of the term's first run
@@ -225,22 +227,49 @@ def settle(state: ScaleState, asked: _Need, current: int, now: float,
     """The count after this run's ask under the hysteresis rules, and a note on a change still pending."""
     desired = state.desired if state.desired is not None else cfg.clamp(current)
     desired = cfg.clamp(desired)  # the bounds may have changed with a new term's settings
-    direction = 1 if asked.out > desired else -1 if asked.known and asked.fewer < desired else 0
-    if direction == 0 and not asked.known:
-        return dataclasses.replace(state, desired=desired), None
-    if direction == 0:
-        return dataclasses.replace(state, desired=desired, pending=0), None
-    ask = asked.out if direction > 0 else asked.fewer
-    if state.pending == direction:
-        since, ask = state.since, min(state.ask, ask) if direction > 0 else max(state.ask, ask)
-    else:
-        since = now
-    window = cfg.out_after if direction > 0 else cfg.in_after
-    if now - since >= window:
-        return dataclasses.replace(state, desired=ask, pending=0), None
-    kind = "scale-out" if direction > 0 else "scale-in"
-    note = f"{kind} to {ask} pending for {now - since:.0f} of {window:.0f} s"
-    return dataclasses.replace(state, desired=desired, pending=direction, since=since, ask=ask), note
+    state = dataclasses.replace(state, desired=desired)
+    if asked.out > desired:
+        return _settle_out(state, asked.out, now, cfg)
+    if asked.known and asked.fewer < desired:
+        return _settle_in(state, asked.fewer, now, cfg)
+    return (state if not asked.known else dataclasses.replace(state, pending=0, asks=())), None
+
+
+def _settle_out(state: ScaleState, ask: int, now: float, cfg: ScaleSettings) -> tuple[ScaleState, str | None]:
+    """A run asking for more: the smallest ask since the pending scale-out began, once its window passed."""
+    since, ask = (state.since, min(state.ask, ask)) if state.pending > 0 else (now, ask)
+    if now - since >= cfg.out_after:
+        return dataclasses.replace(state, desired=ask, pending=0, asks=()), None
+    return (dataclasses.replace(state, pending=1, since=since, ask=ask, asks=()),
+            f"scale-out to {ask} pending for {now - since:.0f} of {cfg.out_after:.0f} s")
+
+
+def _settle_in(state: ScaleState, ask: int, now: float, cfg: ScaleSettings) -> tuple[ScaleState, str | None]:
+    """A run asking for fewer: `scale_in_to` decides when, and to what."""
+    since = state.since if state.pending < 0 else now
+    kept = state.asks if state.pending < 0 else ()
+    asks = (*(a for a in kept if now - a[0] <= cfg.in_after), (now, ask))
+    target = scale_in_to(asks, since, now, cfg)
+    if target is not None:
+        return dataclasses.replace(state, desired=target, pending=0, asks=()), None
+    largest = max(a for _, a in asks)
+    return (dataclasses.replace(state, pending=-1, since=since, ask=largest, asks=asks),
+            f"scale-in to {largest} pending for {now - since:.0f} of {cfg.in_after:.0f} s")
+
+
+def scale_in_to(asks: Sequence[tuple[float, int]], since: float, now: float, cfg: ScaleSettings) -> int | None:
+    """The count a pending scale-in falls to now, or None while it waits.
+
+    It waits the whole `in_after` window, then falls to the largest ask of the last `in_after` seconds, once the asks
+    stopped falling (the last `out_after` seconds asked for that much): a load that drains over a minute or two (a
+    throughput average decaying) ends in one fall, not a fall to a halfway count and another a window later. A load
+    still falling after two windows falls anyway.
+    """
+    if now - since < cfg.in_after:
+        return None
+    largest = max(a for _, a in asks)
+    settled = max(a for at, a in asks if now - at <= cfg.out_after) == largest
+    return largest if settled or now - since >= 2 * cfg.in_after else None
 
 
 def removal_candidate(snapshot: Snapshot, previous: str | None) -> str | None:

@@ -21,6 +21,7 @@ from shardherd.coordinator.scale_model import (
     inherited,
     need,
     removal_candidate,
+    scale_in_to,
     step,
     worker_capacity,
 )
@@ -173,6 +174,28 @@ def test_a_load_step_raises_the_count_after_the_out_window_and_lowers_it_after_t
     out_run, in_run = changes[0][0], changes[1][0]
     assert counts[out_run] == 4 and (out_run - 5) * RUN == CFG.out_after
     assert counts[in_run] == 2 and (in_run - 65) * RUN == CFG.in_after
+
+
+def test_a_load_that_drains_over_minutes_falls_once_to_what_it_drained_to() -> None:
+    # 800 carried + 4000 unowned -> 8 workers; the extra load then decays over 3 minutes (a throughput average
+    # draining) to nothing. Every run asks for fewer than 8 from the start of the decay; the largest ask of the first
+    # scale-in window is 7, the last minute's 2: the count waits for the asks to settle and falls once, to 2.
+    decay = [4000.0 * (1 - run / 90) for run in range(90)]
+    counts = _run([4000.0] * 40 + decay + [0.0] * 400)
+    changes = _changes(counts)
+    assert [d for _, d in changes] == [1, -1], changes
+    in_run = changes[1][0]
+    assert counts[in_run] == 2 and counts[-1] == 2
+    assert CFG.in_after <= (in_run - 40) * RUN <= CFG.in_after + 90 * RUN + CFG.out_after  # waited for the decay
+
+
+def test_a_load_still_falling_after_two_windows_falls_anyway() -> None:
+    # One ask fewer every minute, from 9 down: the last minute never asks for the window's largest.
+    asks = [(run * RUN, 9 - int(run * RUN // 60)) for run in range(int(2 * CFG.in_after / RUN) + 1)]
+    waiting = [scale_in_to([a for a in asks[: i + 1] if at - a[0] <= CFG.in_after], 0.0, at, CFG)
+               for i, (at, _) in enumerate(asks)]  # the last window's asks, as a pending scale-in keeps them
+    assert waiting[:-1] == [None] * (len(asks) - 1)  # one window passed long ago, the asks kept falling
+    assert waiting[-1] == max(a for at, a in asks if asks[-1][0] - at <= CFG.in_after)  # two windows: it falls
 
 
 @settings(max_examples=40, deadline=None)
