@@ -241,16 +241,34 @@ def bare_reader(context: Any, endpoint: str, stream: str) -> Iterator[Counted]:
             process.kill()
 
 
-def counting_sink(counted: Counted) -> Any:
-    """A foreachBatch function of one action reading every row's data; it adds the batch's rows to `counted`."""
+def counting_sink(counted: Counted, took: list[float] | None = None) -> Any:
+    """A foreachBatch function of one action reading every row's data; it adds the batch's rows to `counted`.
+
+    With `took`, each batch's action (the executors' reads and the aggregation) appends its seconds there.
+    """
 
     def write(df: Any, batch_id: int) -> None:
         from pyspark.sql import functions as F  # noqa: N812
 
+        began = time.monotonic()
         row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
         counted.add(records=int(row["n"]) if row is not None else 0)
+        if took is not None:
+            took.append(time.monotonic() - began)
 
     return write
+
+
+def median(values: list[float]) -> float:
+    """The upper median (0 for none)."""
+    return sorted(values)[len(values) // 2] if values else 0.0
+
+
+def phase_medians(progress: list[dict[str, Any]]) -> str:
+    """Median milliseconds of each durationMs phase of Spark's query progress entries, longest first."""
+    phases = sorted({phase for item in progress for phase in item["durationMs"]})
+    medians = {phase: median([float(item["durationMs"].get(phase, 0)) for item in progress]) for phase in phases}
+    return ", ".join(f"{phase} {value:.0f}" for phase, value in sorted(medians.items(), key=lambda kv: -kv[1]))
 
 
 class SparkReaders:
@@ -268,6 +286,7 @@ class SparkReaders:
         self.stack, self.spark, self.workdir = stack, spark, workdir
         self.counted = Counted()
         self.running: dict[int, tuple[Any, Any]] = {}  # driver index -> (SparkAgent, StreamingQuery)
+        self.actions: dict[int, list[float]] = {}  # driver index -> seconds of each batch's sink action
         self.agents = agents
 
     def _launch(self, index: int, attempt: int) -> None:
@@ -276,7 +295,8 @@ class SparkReaders:
         worker = f"{self.stack.app}-spark-{index}-{attempt}"
         agent = SparkAgent(self.stack.settings(worker), channel=self.workdir / f"channel-{worker}")
         self.running[index] = (agent, None)
-        self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted),
+        self.actions[index] = []
+        self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted, self.actions[index]),
                                                       str(self.workdir / f"checkpoint-{worker}")))
 
     def _all_active(self) -> bool:
@@ -302,14 +322,20 @@ class SparkReaders:
         raise RuntimeError(f"the Spark queries did not write the warm-up records in {self.ATTEMPTS} rounds")
 
     def stop(self) -> None:
-        """Print each query's last batches with records (median and longest seconds, median rows); stop them all."""
+        """Print each query's last batches with records (seconds, rows, Spark's phases, the sink's action); stop all.
+
+        The phases are the medians of Spark's progress `durationMs` (ms); `addBatch` is the sink: its action (the
+        executors' reads and the aggregation, timed by the sink) plus the agent's commit of the batch.
+        """
         for index, (agent, query) in sorted(self.running.items()):
             batches = [item for item in query.recentProgress if item["numInputRows"]][-30:]
             if batches:
-                took = sorted(item["durationMs"]["triggerExecution"] / 1000 for item in batches)
-                rows = sorted(item["numInputRows"] for item in batches)
-                print(f"  driver {index}: last {len(batches)} batches with records: median {took[len(took) // 2]:.2f} s"
-                      f", longest {took[-1]:.2f} s, median {rows[len(rows) // 2]} rows", flush=True)
+                took = [item["durationMs"]["triggerExecution"] / 1000 for item in batches]
+                rows = [float(item["numInputRows"]) for item in batches]
+                print(f"  driver {index}: last {len(batches)} batches with records: median {median(took):.2f} s"
+                      f", longest {max(took):.2f} s, median {median(rows):.0f} rows; phases (median ms) "
+                      f"{phase_medians(batches)}; sink action {1000 * median(self.actions[index][-30:]):.0f}",
+                      flush=True)
             agent.stop(drain=False)
 
 
@@ -341,7 +367,7 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
     context = mp.get_context("spawn")
     rates = [float(rate) for rate in args.rates.split(",")]
     results: dict[str, tuple[float, str]] = {}
-    for reader in ("bare", "spark"):
+    for reader in args.readers.split(","):
         stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
                             lease_assignment_strategy="lease-count")
         try:
@@ -374,6 +400,7 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, default=15.0)
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of a step before its lag is sampled")
     parser.add_argument("--modes", default="plain,limits")
+    parser.add_argument("--readers", default="bare,spark", help="bare, spark or both (in that order)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tests.support.stream_stack import local_spark
@@ -395,7 +422,8 @@ def main() -> None:
         spark.stop()
     print(f"{'mode':<7} {'bare rec/s':>10} {'spark rec/s':>11} {'spark/bare':>10}  why each ramp ended")
     for mode, result in table.items():
-        (bare, bare_why), (spark_rate, spark_why) = result["bare"], result["spark"]
+        (bare, bare_why), (spark_rate, spark_why) = result.get("bare", (0.0, "not run")), result.get(
+            "spark", (0.0, "not run"))
         ratio = spark_rate / bare if bare else float("nan")
         print(f"{mode:<7} {bare:>10,.0f} {spark_rate:>11,.0f} {ratio:>10.2f}  bare {bare_why}; spark {spark_why}")
 

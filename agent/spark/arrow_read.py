@@ -28,7 +28,7 @@ from shardherd.agent.kpl import MAGIC, BrokenAggregate, is_aggregate
 from shardherd.agent.kpl_decoding import decode_columns
 from shardherd.agent.read_spec import MAX_RECORDS_PER_CALL, StartPosition
 from shardherd.agent.reader import ReaderStats, ShardReadError
-from shardherd.agent.spark.batch_ends import BatchEnd, record_end, recorded_end
+from shardherd.agent.spark.batch_ends import BatchEnd, end_of_plan, record_over, stored_end
 from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.agent.spark.kinesis_records import data_size, skip_covered
 from shardherd.agent.spark.kinesis_records import record_end as record_checkpoint
@@ -282,10 +282,11 @@ def read_plan(kinesis: RawKinesis, store: LeaseStore, stream: str, plan: ShardPl
     `stream` is the stream of a single-stream application; a multi-stream plan names its stream in its key.
     """
     target = read_target(plan.shard_id, stream)
-    recorded = recorded_end(store, plan.tenure, plan.run, plan.number)
+    stored = stored_end(store, plan.tenure)
+    recorded = end_of_plan(stored, plan.tenure, plan.run, plan.number)
     if recorded is None:
         batches, end = read_open(kinesis, target, plan, include_reader, min_call_interval)
-        recorded = record_end(store, end)
+        recorded = record_over(store, end, stored)  # two store calls per first read: this and `stored_end`
         if recorded == end:  # this read fixed the end: its rows are the plan's
             yield from batches
             return

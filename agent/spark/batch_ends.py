@@ -76,13 +76,14 @@ def end_key(tenure: str) -> str:
     return KEY_PREFIX + tenure
 
 
-def _stored(store: LeaseStore, tenure: str) -> BatchEnd | None:
+def stored_end(store: LeaseStore, tenure: str) -> BatchEnd | None:
+    """The end recorded under the hold `tenure`, whichever plan's (None if none)."""
     item = store.get_state(end_key(tenure))
     return None if item is None else BatchEnd.from_item(item)
 
 
-def _same_plan(recorded: BatchEnd | None, tenure: str, run: str, number: int) -> BatchEnd | None:
-    """`recorded` if it is the end of that plan; None if it is another run's or an older plan's; StaleBatch."""
+def end_of_plan(recorded: BatchEnd | None, tenure: str, run: str, number: int) -> BatchEnd | None:
+    """`recorded` if it is the end of that plan; None if it is another run's or an older plan's; StaleBatch if newer."""
     if recorded is None or recorded.run != run:
         return None
     if recorded.number > number:
@@ -92,13 +93,21 @@ def _same_plan(recorded: BatchEnd | None, tenure: str, run: str, number: int) ->
 
 def recorded_end(store: LeaseStore, tenure: str, run: str, number: int) -> BatchEnd | None:
     """The end recorded for plan `number` of `run` under the hold `tenure`; None if none yet; StaleBatch if older."""
-    return _same_plan(_stored(store, tenure), tenure, run, number)
+    return end_of_plan(stored_end(store, tenure), tenure, run, number)
 
 
 def record_end(store: LeaseStore, end: BatchEnd) -> BatchEnd:
     """Record `end` unless another read of the same plan did first; the end every read of the plan must follow."""
-    previous = _stored(store, end.tenure)
-    same = _same_plan(previous, end.tenure, end.run, end.number)
+    return record_over(store, end, stored_end(store, end.tenure))
+
+
+def record_over(store: LeaseStore, end: BatchEnd, previous: BatchEnd | None) -> BatchEnd:
+    """`record_end` given the hold's item as read before the plan's read (`stored_end`): one store read less.
+
+    The write is conditional on that item being still there, so a read of the same plan that recorded its end in
+    between wins, as with `record_end`.
+    """
+    same = end_of_plan(previous, end.tenure, end.run, end.number)
     if same is not None:
         return same
     condition: dict[str, str | int | bytes | None] = (

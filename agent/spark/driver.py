@@ -39,6 +39,7 @@ from shardherd.agent.spark.probe import Prober, ProbeResult
 from shardherd.agent.spark.probe_schedule import ProbeSchedule
 from shardherd.agent.spark.query_watch import QueryWatch
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions, StoreOptions
+from shardherd.agent.spark.spark_status import SparkMoves
 from shardherd.shared.checkpoint import SHARD_END
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
@@ -49,7 +50,6 @@ from shardherd.shared.streams import LeaseOutOfScope, MalformedLeaseKey, read_ta
 from shardherd.shared.supervision import GIVE_UP_FLOOR_SECONDS, Kind
 
 if TYPE_CHECKING:
-    from pyspark.core.status import StatusTracker
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -115,7 +115,7 @@ class SparkAgent(Agent):
         self._pending_guard = threading.Lock()
         self._first_batch_done = False
         self._query: StreamingQuery | None = None
-        self._tracker: tuple[StatusTracker, str] | None = None  # the query's SparkContext's, its job group (runId)
+        self._moves: SparkMoves | None = None  # the query's Spark work (its job group is its runId)
         self.query_watch = QueryWatch(self.clock, max(self.stalls.bounds.give_up_after, GIVE_UP_FLOOR_SECONDS))
         self._sink: CheckpointingSink | None = None
         self._halt = threading.Event()
@@ -344,7 +344,7 @@ class SparkAgent(Agent):
         With the query's `spark` session, the query's Spark jobs and stages moving on count as its progress too (a
         long batch that works is not stuck); without it only completed triggers do (agent/spark/query_watch.py).
         """
-        self._tracker = (spark.sparkContext.statusTracker(), str(query.runId)) if spark is not None else None
+        self._moves = SparkMoves(spark, str(query.runId)) if spark is not None else None
         self._query = query
         failover = self.settings.failover_time_millis / 1000
         # Critical: a query that cannot be asked whether it runs (a dead JVM: py4j raises) gives the leases back
@@ -535,23 +535,10 @@ class SparkAgent(Agent):
     def _watch_query(self, query: StreamingQuery) -> None:
         """Sample the query's progress (agent/spark/query_watch.py); raise QueryHung once it is stuck too long."""
         active = bool(query.status["isTriggerActive"])
-        self.query_watch.observe(active, self._spark_moves() if active else None)
+        self.query_watch.observe(active, self._moves.now() if active and self._moves is not None else None)
         if self.query_watch.hung():
             raise QueryHung(f"the query made no progress for {self.query_watch.stuck_for():.1f} s inside a batch "
                             f"(bound {self.query_watch.exit_after:.1f} s)")
-
-    def _spark_moves(self) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-        """A value that changes as the query's Spark work moves on: its latest job, tasks completed in active stages.
-
-        Spark runs a query's jobs, the sink's own included, in a job group named by its run id; a job short enough
-        to start and end between two looks still raises the latest job id.
-        """
-        if self._tracker is None:
-            return None
-        tracker, group = self._tracker
-        stages = tuple((stage, info.numCompletedTasks) for stage in sorted(tracker.getActiveStageIds())
-                       if (info := tracker.getStageInfo(stage)) is not None)
-        return max(tracker.getJobIdsForGroup(group), default=-1), stages
 
     def _end(self, why: str, drain: bool) -> None:
         self._ending = True

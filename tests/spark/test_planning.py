@@ -10,8 +10,17 @@ from pathlib import Path
 import pytest
 
 from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.reader import ShardReadError
 from shardherd.agent.spark import source
-from shardherd.agent.spark.batch_ends import BatchEnd, StaleBatch, forget_ends, record_end, recorded_end
+from shardherd.agent.spark.batch_ends import (
+    BatchEnd,
+    StaleBatch,
+    forget_ends,
+    record_end,
+    record_over,
+    recorded_end,
+    stored_end,
+)
 from shardherd.agent.spark.book import ShardBook
 from shardherd.agent.spark.channel import (
     ChannelError,
@@ -145,6 +154,21 @@ def test_the_first_read_of_a_plan_records_its_end_and_every_other_read_follows_i
     assert recorded_end(store, "other", "r", 1) is None
     forget_ends(store, "t")
     assert recorded_end(store, "t", "r2", 1) is None
+
+
+def test_a_first_read_records_over_the_item_it_found_and_loses_to_a_read_of_the_plan_that_recorded_in_between() -> None:
+    store = MemoryLeaseStore(TableNames.for_application("app"))
+    assert stored_end(store, "t") is None
+    found = _end("t", 1, "40")
+    assert record_over(store, found, None) == found  # no item before the read: recorded
+    previous = stored_end(store, "t")
+    assert previous == found
+    first, second = _end("t", 2, "50"), _end("t", 2, "58", records=7)
+    assert record_over(store, first, previous) == first  # the item found is still there: recorded
+    assert record_over(store, second, previous) == first  # another read of plan 2 recorded after it looked: its end
+    with pytest.raises(ShardReadError):  # an item that changed since (not to this plan's end): the task fails
+        record_over(store, _end("t", 3, "60"), previous)
+    assert recorded_end(store, "t", "r", 2) == first
 
 
 def test_book_probes_idle_shards_only_plans_busy_ones_again_and_releases_a_handoff_after_the_write_in_flight(

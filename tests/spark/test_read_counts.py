@@ -7,6 +7,8 @@ the executors and the driver call).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.spark.arrow_read import read_plans
@@ -20,9 +22,26 @@ from shardherd.services.emulators.throttle_model import ShardLimits
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import TRIM_HORIZON
 from shardherd.shared.memory_store import MemoryLeaseStore
-from shardherd.shared.store import TableNames
+from shardherd.shared.store import StateCondition, StateValue, TableNames
 from tests.support.stores import unique_app
 from tests.support.waiting import wait_for
+
+
+class CountingStore(MemoryLeaseStore):
+    """A memory store counting the coordinator-state reads and writes (where executors record batch ends)."""
+
+    def __init__(self) -> None:
+        super().__init__(TableNames.for_application("counts"))
+        self.state_calls: list[str] = []
+
+    def get_state(self, key: str, consistent: bool = True) -> dict[str, StateValue] | None:
+        self.state_calls.append("get")
+        return super().get_state(key, consistent)
+
+    def put_state(self, key: str, attributes: Mapping[str, StateValue],
+                  condition: StateCondition | None = None) -> bool:
+        self.state_calls.append("put")
+        return super().put_state(key, attributes, condition)
 
 
 def test_a_read_records_its_calls_and_throttles_with_its_end_and_a_probe_counts_into_the_shards_stats(
@@ -39,7 +58,7 @@ def test_a_read_records_its_calls_and_throttles_with_its_end_and_a_probe_counts_
                 kinesis.put_record(StreamName=stream, Data=f"r-{index}".encode(), PartitionKey="k")
             shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
             raw = RawKinesis("us-east-1", limits.endpoint_url)
-            store = MemoryLeaseStore(TableNames.for_application("counts"))
+            store = CountingStore()
             plan = ShardPlan(shard, StartPosition.after(TRIM_HORIZON), Caps(100), "t-1", "r", 1)
             rows = [row for batch in read_plans(raw, store, stream, (plan,))
                     for row in batch.column("data").to_pylist()]
@@ -49,6 +68,7 @@ def test_a_read_records_its_calls_and_throttles_with_its_end_and_a_probe_counts_
         finally:
             kinesis.delete_stream(StreamName=stream)
     assert len(rows) == 3
+    assert store.state_calls == ["get", "put"]  # a first read: is an end recorded, then record its own
     end = recorded_end(store, "t-1", "r", 1)
     assert end is not None and end.calls >= 1
     assert stats.get_records_calls == 1 and stats.iterators_requested == 1 and stats.throttled >= 1
