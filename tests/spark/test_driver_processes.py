@@ -63,8 +63,10 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         drained_at = time.time()
 
         c = fleet.start("driver-c", "--slow-write", "0.5")
-        # Balancing decides how many shards C takes (by throughput): wait until it writes every shard it holds.
-        wait_for(partial(_writes_all_it_holds, fleet, c), 60,
+        # Balancing decides how many shards C takes (by throughput): wait until it writes every shard it holds. A
+        # whole Spark driver starts here, beside A's busy one: in a CI run with another Spark test alongside, C's agent
+        # came up 27 s after the launch and its query had not started 55 s after its JVM (the wait was 60 s).
+        wait_for(partial(_writes_all_it_holds, fleet, c), 120,
                  partial(_holding, fleet, c, "driver-c holds shards and wrote rows for them"))
 
         wait_for(busy_marker(c.out).exists, 30, "driver-c between a write and its checkpoint")
