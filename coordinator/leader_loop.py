@@ -19,7 +19,7 @@ import math
 import statistics
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -137,6 +137,8 @@ class _Term:
     balanced: frozenset[str] = frozenset()  # the live workers with valid metrics, not draining, at the last full run
     on_view: bool = False  # the newest tick ran on the view (no scan)
     scale: ScaleState = field(default_factory=ScaleState)  # the desired-worker count's memory (scale_model.py)
+    # Worker -> its row (last update, heartbeat) when a lease of its own lapsed: it receives nothing until it changes.
+    lapsed: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,8 +384,9 @@ class LeaderLoop:
         views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
         lines = dict(term.lines) if term is not None else {}
         reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
+        lapsed = _lapsed(term.lapsed if term is not None else {}, views, active)
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else (), self._stale(tracker, w, now)) for w in active)
+                                               else (), self._stale(tracker, w, now, lapsed)) for w in active)
         return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
 
     # ------------------------------------------------------------------ one run
@@ -455,8 +458,9 @@ class LeaderLoop:
         joined = self._joined(term, active)
         balance = joined or reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
-        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()), self._stale(term.tracker, w, now))
-                   for w in active)
+        term.lapsed = _lapsed(term.lapsed, views, active)
+        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
+                                          self._stale(term.tracker, w, now, term.lapsed)) for w in active)
         deciding = time.perf_counter()
         snapshot = Snapshot.of(views, workers, term.lines)
         plan, balance_error = self._plan(snapshot, balance)
@@ -613,13 +617,18 @@ class LeaderLoop:
             return None
         return figure
 
-    def _stale(self, tracker: LivenessTracker, worker: WorkerRecord, now: float) -> bool:
-        """True for a live worker that must receive no lease: too old a heartbeat, or a restart announced.
+    def _stale(self, tracker: LivenessTracker, worker: WorkerRecord, now: float,
+               lapsed: Mapping[str, object]) -> bool:
+        """True for a live worker that must receive no lease: too old a heartbeat, a restart, a lease it let lapse.
 
         With too old a heartbeat it may have died; one that announced a restart keeps what it holds
-        (shared/restart.py) and takes nothing new.
+        (shared/restart.py) and takes nothing new. A lease of its own that expired (`lapsed`: one it stopped
+        renewing) is the leader's own sign that it may be dead while its row still looks fresh (a Java KCL worker
+        killed: its metrics row stays fresh for a reporting period), until its row changes. In a CI run one run
+        placed a killed KCL worker's expired leases elsewhere and, in the same run, balanced another lease onto it.
         """
-        return worker.restart_within_ms is not None or not tracker.worker_receives(worker.worker_id, now)
+        return (worker.restart_within_ms is not None or worker.worker_id in lapsed
+                or not tracker.worker_receives(worker.worker_id, now))
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
         """The decider's plan, and why balancing failed if it did (the plan then places leases without balancing).
@@ -885,6 +894,21 @@ class LeaderLoop:
         if outcome.conflict is Conflict.FENCED:
             raise LeadershipLost()
 
+
+
+def _lapsed(previous: Mapping[str, tuple[int, int | None]], views: Iterable[LeaseView],
+            workers: Iterable[WorkerRecord]) -> dict[str, tuple[int, int | None]]:
+    """Workers that let a lease lapse, each with its row as it was then (LeaderLoop._stale).
+
+    The owners of leases expired now, and those seen so before whose row has not changed since.
+    """
+    owners = {view.lease_owner for view in views if view.expired and view.lease_owner is not None}
+    lapsed: dict[str, tuple[int, int | None]] = {}
+    for worker in workers:
+        row = (worker.last_update, worker.heartbeat)
+        if worker.worker_id in owners or previous.get(worker.worker_id) == row:
+            lapsed[worker.worker_id] = row
+    return lapsed
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"

@@ -184,6 +184,26 @@ def test_leases_are_never_handed_back_to_a_killed_agent(moto_store: LeaseStore, 
     assert fleet.loop.history.recent()[-1].active_workers == 1
 
 
+def test_no_lease_is_balanced_onto_a_killed_kcl_worker_whose_row_still_looks_fresh(moto_store: LeaseStore,
+                                                                                    moto_server: MotoServer) -> None:
+    # A CI run of the interop suite: a leader run placed a killed KCL worker's expired leases on the agent and, in the
+    # same run, balanced one of the agent's leases onto the KCL worker, whose row (written every 30 s) still looked
+    # fresh. A worker that let a lease lapse receives nothing until its row changes.
+    fleet = MixedFleet(moto_store, moto_server.endpoint_url)
+    for index, key in enumerate(LEASES):
+        assert moto_store.assign(key, "agent-a" if index % 2 else "kcl-b", None, None).applied
+    fleet.agents["agent-a"] = 0
+    fleet.kcl["kcl-b"] = KclWorker("kcl-b")
+    fleet.run(70.0)
+    assert fleet.count("agent-a") == fleet.count("kcl-b") == len(LEASES) // 2
+    del fleet.kcl["kcl-b"]  # kill -9: no more row writes, no more renewals
+    fleet.summaries.clear()
+    fleet.run(90.0)
+    moves = [move for _, summary in fleet.summaries if summary.plan for move in summary.plan.moves]
+    assert [move for move in moves if move.to_worker == "kcl-b"] == []
+    assert fleet.count("agent-a") == len(LEASES)
+
+
 @dataclass
 class _Holder:
     keeper: LeaseKeeper
