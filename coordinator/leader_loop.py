@@ -895,7 +895,6 @@ class LeaderLoop:
             raise LeadershipLost()
 
 
-
 def _lapsed(previous: Mapping[str, tuple[int, int | None]], views: Iterable[LeaseView],
             workers: Iterable[WorkerRecord]) -> dict[str, tuple[int, int | None]]:
     """Workers that let a lease lapse, each with its row as it was then (LeaderLoop._stale).
