@@ -55,6 +55,14 @@ class PostgresServer:
         self._run("pg_ctl", "-D", data, "-o", options, "-w", "-t", "60", "-l", str(self._dir / "log"), "start")
         return self
 
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's process id while it runs (its first line of postmaster.pid), else None."""
+        try:
+            return int((self._dir / "data" / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
     def stop(self) -> None:
         """Stop the server immediately and delete its directory."""
         data = self._dir / "data"

@@ -1,0 +1,31 @@
+"""The fleet simulator's side of the scale bench (bench/scale_sim.py): it replays a live run's fleet and events."""
+
+from __future__ import annotations
+
+from bench.scale_sim import Figures, LiveInputs, cpu_inputs, predict, side_by_side
+
+
+def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_over() -> None:
+    kbps = {f"shardId-{i:012d}": 0.5 + (i % 5) * 0.3 for i in range(16)}
+    joins = [-3.0, -1.0, 0.0, 6.0]  # three agents there before the first lease is owned, one joins 6 s after it
+    figures = predict(LiveInputs(kbps, joins, cpu_base=2.0, cpu_mean=3.0, warmup=20.0, settle=30.0))
+    assert figures.owned_after is not None and figures.owned_after < 6.0  # the late agent is not needed to own them
+    assert figures.steady_moves is not None and figures.steady_moves >= 0
+    assert figures.read_units and figures.write_units  # heartbeats, checkpoints and scans are priced
+    assert figures.kill_leases is not None and 4 <= figures.kill_leases <= 16  # the busiest of 4 holds >= a quarter
+    assert figures.kill_after is not None and figures.kill_after <= 20.0  # failover 10 s at the users' defaults
+
+
+def test_cpu_inputs_take_the_base_from_agents_holding_nothing() -> None:
+    base, mean = cpu_inputs([(2.5, 15), (1.2, 0), (1.4, 0), (2.3, 15)])
+    assert abs(base - 1.3) < 1e-9 and abs(mean - 1.85) < 1e-9
+    assert cpu_inputs([(2.5, 15), (2.1, 3)])[0] == 2.1  # every agent holds leases: the least loaded one
+
+
+def test_the_table_marks_figures_that_differ_by_more_than_a_fifth() -> None:
+    live = Figures(6.0, 0, 100.0, 50.0, 15, 12.0)
+    sim = Figures(5.0, 0, 130.0, 50.0, 15, None)
+    table = side_by_side(live, sim)
+    assert "| 6.0 | 5.0 (within 20 %) |" in table
+    assert "| 100 | 130 (over 20 %) |" in table
+    assert "| 12.0 | - |" in table  # a figure one side did not measure is not judged
