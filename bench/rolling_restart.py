@@ -1,6 +1,7 @@
 """Rolling restart of every agent, with restart reservations and with drains, in one live `shardherd up` stack.
 
 Usage: python -m bench.rolling_restart [--shards 12] [--agents 3] [--rate 40] [--window 60s] [--gap 3] [--settle 20]
+       [--store moto|postgres]
 
 One plain stack (`shardherd up --no-spark`, one coordinator, user defaults: 10 s failover), then two passes over
 every agent, one at a time as Kubernetes rolls pods:
@@ -17,7 +18,8 @@ polling `GET /v1/assignments` every second), shard-seconds without a reader (per
 rate / shards records per shard per second, so a shard being read grows every poll of its reader), the longest such
 stretch, duplicates (records processed more than once: lines minus distinct keys in the agents' key files), and the
 restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit).
-The load average is printed with the figures (the machine is shared).
+The load average is printed with the figures (the machine is shared). The emulators (and PostgreSQL with `--store
+postgres`) run at a higher CPU priority, as bench/scale.py runs them.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ from pathlib import Path
 from urllib.parse import quote
 
 from bench.churn import StackRun, _poll
+from bench.stack_cost import emulator_pids, favour
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.restart import parse_window
+from tests.support.postgres import PostgresServer
 
 SAMPLE_SECONDS = 0.25
 OWNERS_SECONDS = 1.0
@@ -278,15 +282,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the no-action baseline pass")
     parser.add_argument("--run-root", default=tempfile.gettempdir())
+    parser.add_argument("--store", choices=("moto", "postgres"), default="moto",
+                        help="the lease store: the stack's moto server, or a throwaway PostgreSQL (at tens of agents "
+                             "moto, one single-threaded process, starves the leader lock's calls: bench/scale.py)")
     args = parser.parse_args(argv)
     window_ms = parse_window(args.window)
+    postgres = PostgresServer().start() if args.store == "postgres" else None
+    try:
+        return _run(args, window_ms, {} if postgres is None else {"store_backend": "sql", "sql_url": postgres.url},
+                    postgres)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+
+
+def _run(args: argparse.Namespace, window_ms: int, settings: dict[str, str], postgres: PostgresServer | None) -> int:
+    """Both passes in one stack with the given store settings; the table."""
     run_dir = Path(args.run_root).resolve() / f"rolling-{int(time.time())}"
     extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
              "--coordinators", "1", "--duration", "3600"]
-    stack = StackRun(run_dir, False, {}, extra)
+    if postgres is not None:
+        favour([postgres.pid])  # before the stack connects: its backends inherit the priority
+    stack = StackRun(run_dir, False, settings, extra)
     watch = None
     try:
         state = stack.wait_ready(args.shards)
+        favour(emulator_pids(state))
         records_dir = run_dir / PLAIN_RECORDS_DIR
         watch = Watch(state, records_dir, args.gap)
         time.sleep(args.warmup)

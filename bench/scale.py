@@ -20,7 +20,7 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
   where the two differ by more than 20 %.
 
 The emulators and PostgreSQL stand in for AWS's services, which do not share the fleet's cores: they run at a higher
-CPU priority (niceness SERVICE_NICENESS) than the 30+ shardherd processes. At equal priority on two cores (load
+CPU priority (bench/stack_cost.py's `favour`) than the 30+ shardherd processes. At equal priority on two cores (load
 20-40) kinesalite answered GetShardIterator after 17-27 s and GetRecords of a few hundred records after 19-30 s,
 so shards with a backlog were never read within the agents' 30 s read timeout.
 """
@@ -48,6 +48,8 @@ from bench.stack_cost import (
     USER_DEFAULTS,
     by_caller,
     difference,
+    emulator_pids,
+    favour,
     fresh_meters,
     print_bill,
     read_meters,
@@ -63,7 +65,6 @@ from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
 
 POLL = 1.0  # seconds between the bench's reads of the API
-SERVICE_NICENESS = -10  # the emulators' and PostgreSQL's CPU priority (see the module's docstring)
 
 
 def percentiles(values: Sequence[float]) -> str:
@@ -101,19 +102,6 @@ class LeaderRuns:
         """Stop watching."""
         self._stop.set()
         self._thread.join(10)
-
-
-def favour(pids: Sequence[int | None]) -> None:
-    """Run these processes and their children at SERVICE_NICENESS (the services AWS would run elsewhere)."""
-    for pid in pids:
-        if pid is None:
-            continue
-        try:
-            process = psutil.Process(pid)
-            for each in (process, *process.children(recursive=True)):
-                each.nice(SERVICE_NICENESS)
-        except psutil.Error as exc:
-            print(f"(could not raise the priority of process {pid}: {exc})")
 
 
 def _owners(client: OperatorClient) -> dict[str, dict[str, Any]]:
@@ -242,7 +230,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
             store_settings: dict[str, str]) -> None:
     """Everything the docstring lists, printed as it is measured."""
     state = wait_for_state(run, began + args.limit, stack)
-    favour([entry.pid for role in ("kinesis-emulator", "dynamodb-emulator") for entry in state.by_role(role)])
+    favour(emulator_pids(state))
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
     runs = LeaderRuns(client)
     seen = Startup()
