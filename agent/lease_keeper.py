@@ -12,6 +12,12 @@ listener as lost for PAUSED while the keeper keeps it; a row seen without the pa
 lease's pause mark, every discovery interval for paused leases (one read each, to see a resume), and without the
 channel every UNCHANNELED_PAUSE_POLL_SECONDS for every held lease.
 
+Handoffs never wait for good: a handoff whose previous owner does not hold the lease (the leader handed it on before
+that worker had discovered it) is completed by that worker as soon as the coordinator names it (nothing of its own to
+checkpoint); and a receiver that has waited for a previous owner longer than the handoff timeout plus one failover
+time (the leader's own bound on a pending handoff) completes it itself, from the last checkpoint, as the previous
+owner does at its timeout.
+
 Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
 counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
 sent. The keeper stops every lease once `failover - margin` has passed since that send time, so processing always ends
@@ -129,6 +135,12 @@ class KeeperTiming:
         )
 
 
+def unheld_handoffs(told: Mapping[str, str] | None, held: Mapping[str, object]) -> list[str]:
+    """The leases the coordinator says this worker hands off while it does not hold them, sorted."""
+    return sorted(key for key, relation in (told or {}).items() if base_relation(relation) == HANDS_OFF
+                  and key not in held)
+
+
 def handed_over(outcome: Outcome, worker: str) -> bool:
     """True if a checkpoint of `worker` also completed its handoff: applied, and the lease now owned by another."""
     lease = outcome.lease
@@ -166,6 +178,7 @@ class LeaseKeeper:
         self._beat: Callable[[], None] | None = None  # names the row just written to the leader (see attach_channel)
         self._told: dict[str, str] | None = None  # the coordinator's newest view of our leases, not yet applied
         self._awaiting: set[str] = set()  # leases handed to us whose previous owner has not finished yet
+        self._awaited_since: dict[str, float] = {}  # when this keeper first found each of them waiting
         self._next_await_check = 0.0
         self._next_pause_check = 0.0  # paused leases are re-read every discovery interval, to see a resume
         self._next_unchanneled_check = 0.0  # without the coordinator channel, every held lease now and then
@@ -594,7 +607,9 @@ class LeaseKeeper:
         held = self.held()
         new, gone = sorted(owned - held.keys()), sorted(held.keys() - owned)
         watched = sorted(pause_rechecks(held, owned, told)) if told is not None else []
-        rows = self._read_leases(new + gone + watched)
+        unheld = unheld_handoffs(told, held)
+        rows = self._read_leases(new + gone + watched + unheld)
+        self._hand_on_unheld(unheld, rows)
         self._set_awaiting({key for key in new if self._consider_new(key, rows[key])})
         for key in gone:
             self._recheck(key, rows[key])
@@ -652,6 +667,7 @@ class LeaseKeeper:
     def _set_awaiting(self, awaiting: set[str]) -> None:
         """Keep the leases that wait for their previous owner; tell the listener when that set changed."""
         changed, self._awaiting = awaiting != self._awaiting, awaiting
+        self._awaited_since = {key: since for key, since in self._awaited_since.items() if key in awaiting}
         if changed:
             self._listener.leases_awaited(frozenset(awaiting))
 
@@ -667,7 +683,10 @@ class LeaseKeeper:
         if lease is None or lease.lease_owner != self._me:
             return False  # stale index entry (or view)
         if lease.checkpoint_owner is not None:
-            return True  # still draining from its previous owner: look again at the next discovery
+            taken = self._take_overdue_handoff(key, lease)
+            if taken is None:
+                return True  # still draining from its previous owner: look again at the next discovery
+            lease = taken
         if lease.is_paused:
             with self._guard:
                 self._held[key] = HeldLease(lease, HeldState.PAUSED, self._clock.monotonic())
@@ -686,6 +705,41 @@ class LeaseKeeper:
             log.error("starting to process %s failed (offered again at the next discovery): %s: %s", key,
                       type(exc).__name__, exc)
         return False
+
+    def _hand_on_unheld(self, keys: list[str], rows: Mapping[str, Lease | Exception | None]) -> None:
+        """Complete at once the handoffs the coordinator says this worker makes of leases it does not hold."""
+        for key in keys:
+            row = rows[key]
+            if not isinstance(row, Lease) or row.checkpoint_owner != self._me or key in self.held():
+                continue
+            log.info("handoff of %s to %s: not processed here, handed on at once", key, row.lease_owner)
+            try:
+                self._store.complete_handoff(key, self._me)
+            except StoreUnavailable as exc:
+                log.warning("completing the handoff of %s failed (again when the coordinator names it): %s", key, exc)
+
+    def _take_overdue_handoff(self, key: str, lease: Lease) -> Lease | None:
+        """The row once this receiver completed a handoff overdue by the module docstring's bound, else None.
+
+        None also when the previous owner completed it meanwhile: the next look sees the row.
+        """
+        now = self._clock.monotonic()
+        since = self._awaited_since.setdefault(key, now)
+        if now - since <= self._timing.handoff_timeout + self._timing.failover:
+            return None
+        previous = lease.checkpoint_owner
+        assert previous is not None
+        log.warning("handoff of %s from %s not completed after %.0f s: completing it here, from the last checkpoint",
+                    key, previous, now - since)
+        try:
+            outcome = self._store.complete_handoff(key, previous)
+        except StoreUnavailable as exc:
+            log.warning("completing the handoff of %s failed (again at the next look): %s", key, exc)
+            return None
+        row = outcome.lease
+        if not outcome.applied or row is None or row.lease_owner != self._me or row.checkpoint_owner is not None:
+            return None
+        return row
 
     def _recheck(self, key: str, lease: Lease | Exception | None) -> None:
         """A held lease no longer shows under our owner in the index: its row (just read) tells why."""

@@ -305,16 +305,23 @@ class Channel:
         keeper.tell(self.feed.position(keeper.worker_id).leases)
 
 
+def _channelled_pair(store: LeaseStore, clock: ManualClock) -> tuple[
+        Channel, tuple[LeaseKeeper, Events], tuple[LeaseKeeper, Events]]:
+    """Keepers w1 and w2 on the coordinator channel, KEY created unowned and both past their first discovery (the
+    next store poll is 30 s away)."""
+    channel = Channel(store)
+    first, second = _keeper(store, "w1", clock), _keeper(store, "w2", clock)
+    for keeper, _ in (first, second):
+        keeper.attach_channel(channel.healthy)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    _step(clock, 1, first[0], second[0])
+    return channel, first, second
+
+
 def test_with_the_coordinator_channel_up_the_index_is_polled_rarely_and_handoffs_are_still_fast(
         store: LeaseStore) -> None:
     clock = ManualClock()
-    channel = Channel(store)
-    old, old_events = _keeper(store, "w1", clock)
-    new, new_events = _keeper(store, "w2", clock)
-    for keeper in (old, new):
-        keeper.attach_channel(channel.healthy)
-    store.create_lease(new_lease(KEY, TRIM_HORIZON))
-    _step(clock, 1, old, new)  # first discovery of both; the next store poll is 30 s away
+    channel, (old, old_events), (new, new_events) = _channelled_pair(store, clock)
     store.assign(KEY, "w1", None, None)
     _step(clock, 10, old, new)
     assert old_events.acquired == []  # nobody polls the index every second any more
@@ -357,6 +364,40 @@ def test_a_wrong_view_from_the_coordinator_never_gives_a_lease_away(store: Lease
     keeper.tell({KEY: OWNS})  # stale or wrong: the store says w2
     _step(clock, 1, keeper)
     assert events.acquired == [] and keeper.held() == {}
+
+
+def test_a_handoff_from_a_worker_that_never_took_the_lease_completes_at_once(store: LeaseStore) -> None:
+    """The leader assigned the lease to w1 and, in its next run (w2 had joined), handed it to w2 before w1 had
+    discovered it: w1 never held it, so no final checkpoint of its own was coming, and w2 waited for it for good
+    (a live rolling-restart run: two shards owned and never read for minutes, the status saying lag 0)."""
+    clock = ManualClock()
+    channel, (donor, donor_events), (receiver, receiver_events) = _channelled_pair(store, clock)
+    store.assign(KEY, "w1", None, None)
+    assert store.start_handoff(KEY, "w2", "w1").applied  # w1 has not looked since
+    channel.tell(donor)
+    channel.tell(receiver)
+    _step(clock, 1.5, donor, receiver)
+    assert donor_events.acquired == [] and donor_events.handoffs == []
+    assert receiver_events.acquired == [KEY]
+    row = store.get_lease(KEY)
+    assert row is not None and row.checkpoint_owner is None and row.lease_owner == "w2"
+
+
+def test_a_receiver_takes_a_lease_whose_handoff_outlived_its_timeout_and_a_failover(store: LeaseStore) -> None:
+    """Whatever keeps the previous owner from completing a handoff (it never held the lease and heard nothing, a
+    bug, a hung thread), the receiver does not wait for good: past the handoff timeout and one failover time (the
+    leader's own bound on a pending handoff) it completes it itself, from the last checkpoint."""
+    clock = ManualClock()
+    receiver, events = _keeper(store, "w2", clock, graceful_lease_handoff_timeout_millis=5000)
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    assert store.start_handoff(KEY, "w2", "w1").applied  # w1 holds it and never completes it (no keeper here)
+    _step(clock, 14.5, receiver)  # 5 s timeout + 10 s failover: not yet
+    assert events.acquired == []
+    _step(clock, 2, receiver)
+    assert events.acquired == [KEY]
+    row = store.get_lease(KEY)
+    assert row is not None and row.checkpoint_owner is None and row.lease_owner == "w2"
 
 
 def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseStore) -> None:
