@@ -315,9 +315,11 @@ def _run(args: argparse.Namespace, window_ms: int, settings: dict[str, str], pos
               f"every shard owned {stack.all_assigned:.1f} s after start; load {os.getloadavg()[0]:.2f}", flush=True)
         print(f"  quiet (no action, {args.quiet:g} s: the noise floor of the measure):", flush=True)
         quiet = run_pass("quiet", list, watch, records_dir, args.quiet)
+        print(f"  = {line(quiet, args.shards)}", flush=True)  # each pass as it ends: a later failure keeps it
         print("  reservations (restart in place, same worker id):", flush=True)
         reserved = run_pass("reservations", lambda: reservations(run_dir, watch, window_ms), watch, records_dir,
                             args.settle)
+        print(f"  = {line(reserved, args.shards)}", flush=True)
         print("  drains (new pod up, old one drained):", flush=True)
         drained = run_pass("drains", lambda: drains(run_dir, watch), watch, records_dir, args.settle)
     finally:
