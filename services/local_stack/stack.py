@@ -325,7 +325,7 @@ class LocalStack:
         if op == "kill":
             sig = signal.Signals[str(request.get("signal", "SIGKILL"))]
             child = self.supervisor.kill(str(request["name"]), sig)
-            child.process.wait(30)
+            child.process.wait(child.launch.grace + 45)  # SIGTERM drains first: 37 s for one agent at load 40
             self.write_state()
             return {"name": child.name, "pid": child.pid, "signal": sig.name}
         if op == "restart":  # a pod restarted in place (a StatefulSet's): SIGTERM, then the same name started again
