@@ -253,9 +253,9 @@ def counting_sink(counted: Counted, took: dict[int, float] | None = None) -> Any
 
         began = time.monotonic()
         row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
-        counted.add(records=int(row["n"]) if row is not None else 0)
-        if took is not None:
+        if took is not None:  # before the count: a reader of the count finds this batch's action there
             took[batch_id] = time.monotonic() - began
+        counted.add(records=int(row["n"]) if row is not None else 0)
 
     return write
 
