@@ -20,8 +20,9 @@ slope: a steady lag is the reader's latency, a growing one a reader that cannot 
 step that held before the first that did not, and the bench says why the ramp ended. Behind the proxy each shard
 takes at most 1,000 records/s of writes, so past `shards x 1000` records/s the ramp ends at the write limit (the
 producer falls short), whatever the reader.
-Printed: each step (rate, written/s, read/s, lag, load average), each Spark driver's last batches (median and
-longest seconds, median rows), then the table of ceilings and Spark/bare ratios.
+Printed: each step (rate, written/s, read/s, lag, load average), each Spark driver's batches before the ramp (its
+query's first batch: start-up, 10-25 s on a loaded host) apart from its last ramp batches (median and longest
+seconds, median rows, Spark's phases), then the table of ceilings and Spark/bare ratios.
 """
 
 from __future__ import annotations
@@ -241,10 +242,10 @@ def bare_reader(context: Any, endpoint: str, stream: str) -> Iterator[Counted]:
             process.kill()
 
 
-def counting_sink(counted: Counted, took: list[float] | None = None) -> Any:
+def counting_sink(counted: Counted, took: dict[int, float] | None = None) -> Any:
     """A foreachBatch function of one action reading every row's data; it adds the batch's rows to `counted`.
 
-    With `took`, each batch's action (the executors' reads and the aggregation) appends its seconds there.
+    With `took`, each batch's action (the executors' reads and the aggregation) puts its seconds there by batch id.
     """
 
     def write(df: Any, batch_id: int) -> None:
@@ -252,11 +253,24 @@ def counting_sink(counted: Counted, took: list[float] | None = None) -> Any:
 
         began = time.monotonic()
         row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
+        if took is not None:  # before the count: a reader of the count finds this batch's action there
+            took[batch_id] = time.monotonic() - began
         counted.add(records=int(row["n"]) if row is not None else 0)
-        if took is not None:
-            took.append(time.monotonic() - began)
 
     return write
+
+
+def split_at_ramp(progress: list[dict[str, Any]], first_ramp_batch: int) -> tuple[list[dict[str, Any]],
+                                                                                   list[dict[str, Any]]]:
+    """Spark progress entries with rows: those of the batches before `first_ramp_batch` (the query's start and its
+    warm-up records), and the ramp's.
+
+    A query's first batch starts its executors' Python workers and their clients (10-25 s on a loaded host): it is
+    start-up, written before the ramp began, and summed with the ramp's batches it reads as a stall of the ramp.
+    """
+    with_rows = [item for item in progress if item["numInputRows"]]
+    return ([item for item in with_rows if item["batchId"] < first_ramp_batch],
+            [item for item in with_rows if item["batchId"] >= first_ramp_batch])
 
 
 def median(values: list[float]) -> float:
@@ -286,7 +300,8 @@ class SparkReaders:
         self.stack, self.spark, self.workdir = stack, spark, workdir
         self.counted = Counted()
         self.running: dict[int, tuple[Any, Any]] = {}  # driver index -> (SparkAgent, StreamingQuery)
-        self.actions: dict[int, list[float]] = {}  # driver index -> seconds of each batch's sink action
+        self.actions: dict[int, dict[int, float]] = {}  # driver index -> batch id -> seconds of its sink action
+        self.ramp_from: dict[int, int] = {}  # driver index -> its first batch after the warm-up was written
         self.agents = agents
 
     def _launch(self, index: int, attempt: int) -> None:
@@ -295,7 +310,7 @@ class SparkReaders:
         worker = f"{self.stack.app}-spark-{index}-{attempt}"
         agent = SparkAgent(self.stack.settings(worker), channel=self.workdir / f"channel-{worker}")
         self.running[index] = (agent, None)
-        self.actions[index] = []
+        self.actions[index] = {}
         self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted, self.actions[index]),
                                                       str(self.workdir / f"checkpoint-{worker}")))
 
@@ -317,25 +332,35 @@ class SparkReaders:
             if self._all_active() and self.counted.total() >= self.WARM_UP:
                 with self.counted.lock:
                     self.counted.records -= self.WARM_UP
+                self.ramp_from = {index: max(self.actions[index], default=-1) + 1 for index in self.running}
                 return self.counted
             print(f"  a Spark query ended or wrote nothing in 180 s (round {attempt + 1}); again", flush=True)
         raise RuntimeError(f"the Spark queries did not write the warm-up records in {self.ATTEMPTS} rounds")
 
     def stop(self) -> None:
-        """Print each query's last batches with records (seconds, rows, Spark's phases, the sink's action); stop all.
+        """Print each query's start-up batches, then its last ramp batches with records; stop all.
 
-        The phases are the medians of Spark's progress `durationMs` (ms); `addBatch` is the sink: its action (the
-        executors' reads and the aggregation, timed by the sink) plus the agent's commit of the batch.
+        Per driver: the batches written before the ramp (the query's first batch starts its executors' Python workers:
+        start-up, not the ramp's), then the ramp's last 30 batches with records (seconds, rows, Spark's phases, the
+        sink's action). The phases are the medians of Spark's progress `durationMs` (ms); `addBatch` is the sink: its
+        action (the executors' reads and the aggregation, timed by the sink) plus the agent's commit of the batch.
         """
         for index, (agent, query) in sorted(self.running.items()):
-            batches = [item for item in query.recentProgress if item["numInputRows"]][-30:]
+            actions = self.actions[index]
+            start_up, ramp = split_at_ramp(query.recentProgress, self.ramp_from.get(index, 0))
+            for item in start_up:
+                print(f"  driver {index}: batch {item['batchId']} before the ramp (query start, warm-up): "
+                      f"{item['durationMs']['triggerExecution'] / 1000:.2f} s, {item['numInputRows']} rows; phases "
+                      f"(ms) {phase_medians([item])}; sink action {1000 * actions.get(item['batchId'], 0.0):.0f}",
+                      flush=True)
+            batches = ramp[-30:]
             if batches:
                 took = [item["durationMs"]["triggerExecution"] / 1000 for item in batches]
                 rows = [float(item["numInputRows"]) for item in batches]
-                print(f"  driver {index}: last {len(batches)} batches with records: median {median(took):.2f} s"
+                sink = [actions[item["batchId"]] for item in batches if item["batchId"] in actions]
+                print(f"  driver {index}: last {len(batches)} ramp batches with records: median {median(took):.2f} s"
                       f", longest {max(took):.2f} s, median {median(rows):.0f} rows; phases (median ms) "
-                      f"{phase_medians(batches)}; sink action {1000 * median(self.actions[index][-30:]):.0f}",
-                      flush=True)
+                      f"{phase_medians(batches)}; sink action {1000 * median(sink):.0f}", flush=True)
             agent.stop(drain=False)
 
 

@@ -6,7 +6,7 @@ import multiprocessing as mp
 
 import pytest
 
-from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, write_refusals
+from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, split_at_ramp, write_refusals
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
@@ -30,6 +30,17 @@ def test_lag_growth_is_the_least_squares_slope_so_a_batch_sawtooth_does_not_coun
     growing = [(t / 4, 300.0 * t / 4 + 1000.0 * ((t % 4) / 4)) for t in range(40)]
     assert slope(growing) == pytest.approx(300, abs=50)
     assert slope([(1.0, 5.0)]) == 0.0
+
+
+def test_the_query_start_batch_is_reported_apart_from_the_ramps_batches() -> None:
+    """Session 20's one run of both readers: each driver's 18.6 s batch was batch 0 (the query's start, its warm-up
+    records, written before the ramp), summarised with the ramp's batches as if the ramp had stalled."""
+    progress = [{"batchId": batch, "numInputRows": rows, "durationMs": {"triggerExecution": millis}}
+                for batch, rows, millis in [(0, 102, 18_600), (1, 0, 300), (2, 1300, 2_200), (3, 1400, 3_300)]]
+    start_up, ramp = split_at_ramp(progress, 2)
+    assert [item["batchId"] for item in start_up] == [0]  # the empty batch 1 is in neither
+    assert [item["batchId"] for item in ramp] == [2, 3]
+    assert max(item["durationMs"]["triggerExecution"] for item in ramp) == 3_300
 
 
 @pytest.mark.slow
