@@ -8,7 +8,10 @@ worker if there is one). It is never held without being processed.
 Each step of the worker's loop (a read that returned, a step of a backoff wait; not a read that failed) is progress
 (`ShardContext.progressed`); a read that failed (an error answer or its deadline; throttling is not one) is reported
 (`ShardContext.failed`); `running` is False while its thread is dead or waiting for a restart. The agent's StallWatch
-(agent/stall_watch.py) turns health red and gives the lease back from those.
+(agent/stall_watch.py) turns health red and gives the lease back from those. Reads that keep failing are retried
+from the last delivered position for as long as the lease is held (no attempt count: with Kinesis calls' deadlines,
+ten retries last a minute, and a shared outage must stay a wait, decision 0039); the stall watch decides when the
+lease goes.
 
 A batch the processor keeps failing, and a shard end whose SHARD_END checkpoint the processor does not store, block the
 shard (nothing is skipped, the children of an ended shard wait) and are retried with a growing wait, the shard shown
@@ -43,7 +46,7 @@ from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, Shar
 from shardherd.agent.records import Record
 from shardherd.shared.checkpoint import Sentinel
 from shardherd.shared.clock import Clock
-from shardherd.shared.errors import ShardherdError
+from shardherd.shared.errors import ShardherdError, StoreUnavailable
 from shardherd.shared.lease import Lease
 from shardherd.shared.streams import stream_to_read
 from shardherd.shared.supervision import Supervisor
@@ -268,7 +271,7 @@ class ShardWorker:
                         return True
             except ShardNotFound:
                 raise
-            except ShardReadError as exc:
+            except (ShardReadError, StoreUnavailable) as exc:  # StoreUnavailable: the reader's retries ran out
                 log.warning("%s: read failed, reopening from %s: %s", self.lease.lease_key, position, exc)
                 self._read_failed(str(exc))
                 self._ctx.clock.sleep(self._ctx.retry_delay)
