@@ -1,5 +1,5 @@
 """The stalled-lease rule (agent/stall_watch.py) on a manual clock: red after 3 heartbeat intervals without progress,
-given back at once when the reader is not running, after 1 failover time more when its reads only failed since its
+given back at once when the reader is not running, after 2 failover times more when its reads only failed since its
 last progress, after 3 failover times more when it is merely slow (a call in flight), unless a fresh verdict of the
 leader says most of the fleet stalls with it (then kept, health green: decision 0039)."""
 
@@ -33,7 +33,7 @@ def watch(clock: ManualClock, fleet: Fleet) -> StallWatch:
 
 def test_the_bounds_come_from_the_heartbeat_interval_and_the_failover_time() -> None:
     settings = load_settings(**fast_settings(failover_time_millis=3000, heartbeat_interval_millis=1000))
-    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 6.0)
+    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 9.0)
 
 
 def test_verdicts_at_the_edges() -> None:
@@ -183,8 +183,8 @@ def test_a_verdict_that_the_fleet_does_not_stall_gives_back_as_today() -> None:
 
 # ------------------------------------------------------------------ failing reads against slow ones (invariant 3)
 def test_a_lease_whose_reads_only_failed_is_given_back_at_the_failing_bound() -> None:
-    """An agent's own fault (ExpiredToken, a malformed body, a hang past the read deadline): given back 1 failover
-    time after red, where a slow reader keeps 3 (before this rule both waited 3: 12.5 s at the matrix's timings)."""
+    """An agent's own fault (ExpiredToken, a malformed body, a hang past the read deadline): given back 2 failover
+    times after red, where a slow reader keeps 3 (before this rule both waited 3: 12.5 s at the matrix's timings)."""
     clock, fleet = ManualClock(), Fleet("failing", "slow")
     stalls = watch(clock, fleet)
     stalls.check()

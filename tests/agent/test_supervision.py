@@ -218,9 +218,9 @@ def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
     """Issue 30: a Spark prober whose reads fail for good (here ExpiredToken) kept its leases.
 
     While the reads answer, the lease is kept well past the give-up bound; once every read fails it is red after 3
-    heartbeat intervals and given back after 1 failover time more: its reads only fail, a fault of this worker's
+    heartbeat intervals and given back after 2 failover times more: its reads only fail, a fault of this worker's
     (agent/stall_watch.py, invariant 3; 3 failover times before). About 17 s: the lease must be seen kept past the
-    give-up bound (8.3 s at a 2 s failover) and then given back after the failing bound (4.3 s), once each.
+    give-up bound (8.3 s at a 2 s failover) and then given back after the failing bound (6.3 s), once each.
     """
     stream = unique_app("failing-reads")
     kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)

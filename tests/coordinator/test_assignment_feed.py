@@ -68,7 +68,7 @@ def test_a_waiting_request_wakes_on_a_change_from_another_thread_and_times_out_o
 
 
 def test_a_turning_fleet_verdict_answers_every_listener_at_once_without_moving_a_version() -> None:
-    """Agents give back leases whose reads only fail 1 failover time after red (agent/stall_watch.py): in a shared
+    """Agents give back leases whose reads only fail 2 failover times after red (agent/stall_watch.py): in a shared
     outage the leader's verdict must reach them before that, not with their next answer a heartbeat later."""
     feed = AssignmentFeed()
     leases = [Lease("a", lease_owner="w1"), Lease("b", lease_owner="w2")]
