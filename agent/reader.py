@@ -42,6 +42,9 @@ T = TypeVar("T")
 _EXPIRED = "ExpiredIteratorException"
 _THROTTLED = "ProvisionedThroughputExceededException"
 _KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
+# Answers that are not a failed read for the stall watch: limits of the shard or account (a new owner would meet them
+# as well), and an iterator that only needs refreshing.
+_NOT_FAILURES = frozenset({_THROTTLED, "KMSThrottlingException", "LimitExceededException", _EXPIRED})
 _SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
 
 EndingSequenceLookup = Callable[[], str | None]
@@ -102,8 +105,10 @@ class ShardReader:
         ending_sequence_number: EndingSequenceLookup | None = None,
         counters: DeaggregationCounters | None = None,
         stats: ReaderStats | None = None,
+        failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._client = client
+        self._failed = failed  # told of each failed call but throttling and an expired iterator (agent/stall_watch.py)
         self.stream_name = stream_name
         self.shard_id = shard_id
         self._limits = limits or ReadLimits()
@@ -279,6 +284,8 @@ class ShardReader:
         transient = is_transient(exc) or code in _KINESIS_TRANSIENT
         if code == _THROTTLED:
             self.stats.throttled += 1
+        elif code not in _NOT_FAILURES and self._failed is not None:
+            self._failed(exc)
         if transient:
             self.stats.transient_failures += 1
             log.debug("%s: transient failure, backing off: %s", self._what, exc)

@@ -5,7 +5,8 @@ the lease keeper are critical (a failure, or no completed step within its bound,
 back and exits non-zero); CPU sampling, the assignment watch and each shard worker are restartable. With
 `agent_health_port` set, /healthz and /metrics serve that state (agent/health_server.py). A held lease whose
 shard worker makes no progress turns /healthz red and is given back once its worker cannot be restarted
-(agent/stall_watch.py), or after its give-up bound unless the leader says most of the fleet stalls with it.
+(agent/stall_watch.py), or after its give-up bound (sooner while its reads only fail) unless the leader says most of
+the fleet stalls with it. Kinesis calls have a deadline (agent/read_deadline.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from shardherd.agent.metrics.select import select_cpu_source
 from shardherd.agent.metrics.throughput import ThroughputRecorder
 from shardherd.agent.progress import ProgressBoard
 from shardherd.agent.quarantine import Destination, open_destination
+from shardherd.agent.read_deadline import kinesis_timeouts
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
@@ -172,14 +174,16 @@ class Agent:
                                  fleet_stalls=self.fleet_verdict)
         self._context = ShardContext(
             keeper=self.keeper,
-            kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url),
+            kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url,
+                                           kinesis_timeouts(settings)),
             stream_name=settings.stream_name, stream_names=frozenset(settings.stream_names), factory=factory,
             throughput=self.throughput, progress=self.progress,
             clock=self.clock,
             limits=limits or ReadLimits(), initial_timestamp=settings.initial_timestamp,
             stream_timestamps={name: settings.initial_position_for(name)[1] for name in settings.stream_names},
-            prefetch=prefetch, progressed=self.stalls.progressed, poison_attempts=settings.poison_attempts,
-            quarantine=poison_destination(settings), worker_id=settings.worker_id, reads=reads,
+            prefetch=prefetch, progressed=self.stalls.progressed, failed=self.stalls.failed,
+            poison_attempts=settings.poison_attempts, quarantine=poison_destination(settings),
+            worker_id=settings.worker_id, reads=reads,
         )
         self.watch = (AssignmentWatch(settings, self.keeper, self.clock, fleet_verdict=self.fleet_verdict.heard)
                       if settings.coordinator_url else None)

@@ -9,9 +9,17 @@ Invariants:
 2. A lease is *stalled* once its reader made no progress for `red_after` (3 heartbeat intervals): /healthz is red
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
-   reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart), or once it
-   made no progress for `give_up_after` (red_after + 3 failover times: a call that hangs, reads that fail for good;
-   generous, since a slow first read on a loaded host must not cost a lease).
+   reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart); once its
+   reads only *failed* since its last progress and it made none for `fail_give_up_after` (red_after + 2 failover
+   times); or once it made none for `give_up_after` (red_after + 3 failover times), whatever its reader does.
+   A read *failed* when it got an error answer or hit its deadline: credentials rejected or not refreshed
+   (ExpiredToken), a malformed body, a 5xx, a connection refused or timed out (the reader reports it with
+   `failed(key, why)`; the agent's Kinesis calls have a deadline, agent/kinesis_client.py). Such a fault is this
+   worker's (its network, its credentials, its proxy) or passes, and another worker can read the shard. A reader
+   whose call is merely in flight is *slow*: the generous bound, since a first read from TRIM_HORIZON on a loaded
+   host must not cost a lease. Throttling is not a failure: Kinesis limits reads per shard, for every consumer of
+   it, so a new owner would be throttled as well (and pay a GetShardIterator, limited per shard too, and the
+   records after the checkpoint again); a throttled reader backs off and keeps the generous bound.
    No process holds a lease for work it is not doing; one given back is counted (`given_up`).
 4. Except in a fleet-wide stall (decision 0039): while the leader's fresh verdict says most lease-holding workers
    stall at once (coordinator/fleet_stall.py, heard on the assignment channel: `FleetVerdict`), a stalled lease whose
@@ -21,7 +29,10 @@ Invariants:
    down), is no verdict: invariant 3 holds, counting the give-up span after red (3 failover times) from the last
    fresh word that the fleet stalls as well. So a leader change (no answer for a few seconds), or a verdict that
    turns for a moment (one worker's leases fenced and handed on, not yet stalled again), does not give back at once
-   every lease an outage has kept long past its bound.
+   every lease an outage has kept long past its bound. The sooner bound of failing reads leaves the verdict time to
+   come: 2 failover times after red cover the stall reports of every agent (each at its next heartbeat, late on a
+   loaded host), the leader's next run and its answer (the feed wakes listeners when its verdict turns,
+   coordinator/assignment_feed.py). It is a margin, not a proof: see decision 0026's amendment.
 5. The stalled leases of the last `check()` (held ones included) are what the worker row reports (`stalled_keys`).
 6. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
@@ -44,6 +55,10 @@ RED_INTERVALS = 3  # heartbeat intervals without progress before a held lease tu
 # Failover times more before a lease whose reader still runs is given back. One was too few: on a host at load 40 a
 # first GetRecords from TRIM_HORIZON took longer, and the receiver gave every lease it got back (the CI cell churned).
 GIVE_UP_FAILOVERS = 3
+# Failover times more before a lease whose reads only failed since its last progress is given back (invariant 3). One
+# was too few: in a shared outage at load 35-45 the leader's verdict reached the agents 7.9 s after the last progress,
+# against a bound of 6.5 s (tests/chaos/test_fleet_stall.py gave one lease back per agent).
+FAIL_FAILOVERS = 2
 
 
 class Verdict(enum.Enum):
@@ -57,24 +72,30 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class StallBounds:
-    """Seconds without progress before a held lease is stalled (`red_after`) and given back (`give_up_after`)."""
+    """Seconds without progress before a held lease is stalled, and before it is given back (invariant 3).
+
+    `give_up_after` while its reader is slow, `fail_give_up_after` while its reads only failed.
+    """
 
     red_after: float
     give_up_after: float
+    fail_give_up_after: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StallBounds:
-        """3 heartbeat intervals to red; GIVE_UP_FAILOVERS failover times more to give back a reader that still runs."""
+        """3 heartbeat intervals to red; 3 failover times more to give back a slow reader, 2 a failing one."""
         red = RED_INTERVALS * settings.effective_heartbeat_interval_millis / 1000
-        return cls(red, red + GIVE_UP_FAILOVERS * settings.failover_time_millis / 1000)
+        failover = settings.failover_time_millis / 1000
+        return cls(red, red + GIVE_UP_FAILOVERS * failover, red + FAIL_FAILOVERS * failover)
 
 
 def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_stalls: bool = False,
-            since_fleet_stall: float = math.inf) -> Verdict:
+            since_fleet_stall: float = math.inf, failing: bool = False) -> Verdict:
     """The rule of invariants 2 to 4 for one lease.
 
     `fleet_stalls`: a fresh verdict of the leader says the fleet stalls now; `since_fleet_stall`: seconds since one
-    last did (a kept lease is given back only once that is longer than the give-up span after red as well).
+    last did (a kept lease is given back only once that is longer than the give-up span after red as well);
+    `failing`: the lease's reads only failed since its last progress.
     """
     if since_progress <= bounds.red_after:
         return Verdict.OK
@@ -82,7 +103,8 @@ def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_sta
         return Verdict.GIVE_UP
     if fleet_stalls:
         return Verdict.HELD
-    if since_progress > bounds.give_up_after and since_fleet_stall > bounds.give_up_after - bounds.red_after:
+    bound = bounds.fail_give_up_after if failing else bounds.give_up_after
+    if since_progress > bound and since_fleet_stall > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
 
@@ -118,6 +140,7 @@ class Stalled:
     seconds: float
     running: bool
     verdict: Verdict
+    failure: str | None = None  # the last failed read's error while the reads only failed since the last progress
 
 
 class StallWatch:
@@ -133,6 +156,7 @@ class StallWatch:
         self._running = running or (lambda key: True)
         self.fleet_stalls = fleet_stalls or (lambda: False)  # the leader's fresh verdict (FleetVerdict)
         self._last: dict[str, float] = {}
+        self._failing: dict[str, str] = {}  # lease -> its last read's error, while reads only failed since progress
         self._guard = threading.Lock()
         self._reported: frozenset[str] = frozenset()  # stalled at the last check, kept ones included (invariant 5)
         self._holding: frozenset[str] = frozenset()  # held for a fleet-wide stall at the last check
@@ -144,6 +168,12 @@ class StallWatch:
         when = self._clock.monotonic() if at is None else at
         with self._guard:
             self._last[lease_key] = max(when, self._last.get(lease_key, when))
+            self._failing.pop(lease_key, None)
+
+    def failed(self, lease_key: str, why: str) -> None:
+        """A read of the lease failed (an error answer or its deadline, not throttling: invariant 3)."""
+        with self._guard:
+            self._failing[lease_key] = why
 
     def stalled(self) -> list[Stalled]:
         """The held leases past `red_after`, by key, each with its verdict."""
@@ -151,16 +181,18 @@ class StallWatch:
         held = set(self._held())
         with self._guard:
             self._last = {key: self._last.get(key, now) for key in held}  # a lease first seen starts its clock
-            ages = sorted((key, now - last) for key, last in self._last.items())
+            self._failing = {key: why for key, why in self._failing.items() if key in held}
+            ages = sorted((key, now - last, self._failing.get(key)) for key, last in self._last.items())
         fleet = self.fleet_stalls()
         if fleet:
             self._fleet_seen = max(self._fleet_seen, now)
         states = []
-        for key, age in ages:
+        for key, age, failure in ages:
             if age > self.bounds.red_after:
                 running = self._running(key)
-                states.append(Stalled(key, age, running,
-                                      verdict(age, running, self.bounds, fleet, now - self._fleet_seen)))
+                states.append(Stalled(key, age, running, verdict(age, running, self.bounds, fleet,
+                                                                 now - self._fleet_seen, failure is not None),
+                                      failure))
         return states
 
     def stalled_keys(self) -> frozenset[str]:
@@ -175,11 +207,11 @@ class StallWatch:
         for state in states:
             if state.verdict is not Verdict.GIVE_UP:
                 continue
-            why = (f"its reader made no progress for {state.seconds:.1f} s and "
-                   + ("is not running (dead or waiting for a restart)" if not state.running else "still has none"))
+            why = f"its reader made no progress for {state.seconds:.1f} s and " + _still(state)
             log.error("lease %s: %s; giving it back", state.lease_key, why)
             with self._guard:
                 self._last.pop(state.lease_key, None)
+                self._failing.pop(state.lease_key, None)
             self._give_back(state.lease_key, why)
             self.given_up += 1  # after the give-back's store writes: a reader of the counter sees the lease free
 
@@ -198,3 +230,10 @@ class StallWatch:
         return "; ".join(f"lease {state.lease_key} made no progress for {state.seconds:.1f} s (bound "
                          f"{self.bounds.red_after:.1f} s{'' if state.running else ', reader not running'})"
                          for state in stalled)
+
+
+def _still(state: Stalled) -> str:
+    """Why a lease given back had no progress, for its log line."""
+    if not state.running:
+        return "is not running (dead or waiting for a restart)"
+    return "still has none" if state.failure is None else f"its reads only failed since (last: {state.failure})"

@@ -180,10 +180,12 @@ class AssignmentFeed:
         """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed.
 
         `fleet_stalls` is the run's verdict on a fleet-wide stall (coordinator/fleet_stall.py): every position
-        answered from now on carries it; it wakes nobody (shared/assignment_channel.py).
+        answered from now on carries it; when it turns, every listener is answered at once (no version moves), so
+        agents hear it before their sooner give-back of failing reads (agent/stall_watch.py, invariant 4).
         """
         current = relations(leases)
         with self._guard:
+            turned = fleet_stalls != self.fleet_stalls
             self.fleet_stalls = fleet_stalls
             if self._name is None or not self._name.startswith(f"{epoch}-"):
                 self._name = f"{epoch}-{secrets.token_hex(4)}"
@@ -195,6 +197,8 @@ class AssignmentFeed:
             self._leases = current
             for worker in changed:
                 self._versions[worker] = self._versions.get(worker, 0) + 1
+            if turned:
+                changed = set(self._waiters)
             woken = [waiter for worker in changed for waiter in self._waiters.pop(worker, [])]
         _wake(woken)
 

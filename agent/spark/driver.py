@@ -26,6 +26,7 @@ from shardherd.agent.consumer import RecordProcessor
 from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import LossReason, handed_over
 from shardherd.agent.progress import PoisonRecord
+from shardherd.agent.read_deadline import kinesis_timeouts
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.runtime import Agent
@@ -107,7 +108,10 @@ class SparkAgent(Agent):
                                      StoreOptions(settings.application_name, settings.store_backend,
                                                   settings.dynamodb_endpoint_url))
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
-        self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url), streams)
+        # One attempt per probe, with the read deadline: the probe rounds are the retries, and a hung call is a failed
+        # probe within the deadline rather than after 8 attempts of 30 s (agent/read_deadline.py).
+        self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url, attempts=1,
+                                         timeouts=kinesis_timeouts(settings)), streams)
         self.probe_schedule = ProbeSchedule(probe_interval)
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._commit_pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="shard-checkpoint")
@@ -493,6 +497,8 @@ class SparkAgent(Agent):
         if key is not None:
             if not result.failed:  # a probe that answered is the lease's progress; reads that fail for good give
                 self.stalls.progressed(key)  # it back (agent/stall_watch.py)
+            elif result.failure is not None:
+                self.stalls.failed(key, result.failure)
             self.progress.record(key, 0, 0, self.book.lag_millis(shard, time.time()), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:

@@ -31,19 +31,27 @@ _CONTENT_TYPE = "application/x-amz-json-1.1"
 # driver probes from 8 threads: with fewer, each call beyond the pool would open (on AWS: TLS-handshake) a new one.
 KEPT_CONNECTIONS = 64
 _THROTTLED = "ProvisionedThroughputExceededException"
-_RETRYABLE = frozenset({_THROTTLED, "LimitExceededException",
-                        "KMSThrottlingException", "InternalFailure", "ServiceUnavailable", "ThrottlingException"})
+_LIMITS = frozenset({_THROTTLED, "LimitExceededException", "KMSThrottlingException", "ThrottlingException"})
+_RETRYABLE = _LIMITS | {"InternalFailure", "ServiceUnavailable"}
 
 
 class IteratorExpired(ShardReadError):
     """GetRecords said the shard iterator expired; get a new one from the last position."""
 
 
+class Throttled(ShardReadError):
+    """The shard's (or the account's) read limits refused the call through every attempt: not a failed read."""
+
+
 class RawKinesis:
-    """GetShardIterator and GetRecords as signed JSON calls; responses are `json.loads` dicts (no botocore parse)."""
+    """GetShardIterator and GetRecords as signed JSON calls; responses are `json.loads` dicts (no botocore parse).
+
+    `timeouts` (connect, read seconds) replace 5 and 30 for a caller with a deadline (a driver's probes,
+    agent/read_deadline.py).
+    """
 
     def __init__(self, region: str, endpoint_url: str | None = None, attempts: int = 8,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, timeouts: tuple[float, float] = (5.0, 30.0)) -> None:
         self._endpoint = str(make_client("kinesis", region, endpoint_url).meta.endpoint_url)
         self._region = region
         credentials = boto3.session.Session().get_credentials()
@@ -53,7 +61,7 @@ class RawKinesis:
             raise ShardReadError("no AWS credentials found for Kinesis")
         self._credentials = credentials
         self._http = urllib3.PoolManager(maxsize=KEPT_CONNECTIONS, retries=False,
-                                         timeout=urllib3.Timeout(connect=5, read=30))
+                                         timeout=urllib3.Timeout(connect=timeouts[0], read=timeouts[1]))
         self._attempts = attempts
         self._rng = rng or random.Random()
 
@@ -94,15 +102,7 @@ class RawKinesis:
                     if attempt == self._attempts:  # a 200 that is not Kinesis' answer (a proxy's page): retried
                         raise ShardReadError(f"{operation} answered 200 without a JSON object: {data[:80]!r}")
                 else:
-                    code, message = _error(data)
-                    if code == "ExpiredIteratorException":
-                        raise IteratorExpired(message)
-                    if code == "ResourceNotFoundException":
-                        raise ShardNotFound(f"{operation}: {message}")
-                    if code == _THROTTLED and stats is not None:
-                        stats.throttled += 1
-                    if not (code in _RETRYABLE or status >= 500) or attempt == self._attempts:
-                        raise ShardReadError(f"{operation} failed: HTTP {status} {code}: {message}")
+                    _refused(operation, status, data, stats, attempt == self._attempts)
             time.sleep(self._rng.uniform(0, delay))
             delay = min(delay * 2, 2.0)
         raise ShardReadError(f"{operation} failed after {self._attempts} attempts")  # pragma: no cover
@@ -114,6 +114,20 @@ class RawKinesis:
         SigV4Auth(credentials, "kinesis", self._region).add_auth(request)
         response = self._http.request("POST", self._endpoint, body=payload, headers=dict(request.headers.items()))
         return response.status, response.data
+
+
+def _refused(operation: str, status: int, data: bytes, stats: ReaderStats | None, last: bool) -> None:
+    """An error answer: raise its typed error, unless it is retryable and this was not the `last` attempt."""
+    code, message = _error(data)
+    if code == "ExpiredIteratorException":
+        raise IteratorExpired(message)
+    if code == "ResourceNotFoundException":
+        raise ShardNotFound(f"{operation}: {message}")
+    if code == _THROTTLED and stats is not None:
+        stats.throttled += 1
+    if not (code in _RETRYABLE or status >= 500) or last:
+        error = Throttled if code in _LIMITS else ShardReadError
+        raise error(f"{operation} failed: HTTP {status} {code}: {message}")
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.reader import ReaderStats
-from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
+from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis, Throttled
 from shardherd.agent.spark.kinesis_records import skip_covered
 from shardherd.shared.streams import read_target
 
@@ -36,6 +36,7 @@ class ProbeResult:
     behind_millis: int | None = None
     first_arrival: float | None = None
     failed: bool = False  # the read did not answer: no progress for the lease (agent/stall_watch.py)
+    failure: str | None = None  # why it failed, None for throttling (not a failed read: agent/stall_watch.py)
 
 
 class Prober:
@@ -56,7 +57,8 @@ class Prober:
             return self._probe(shard_id, position, iterator, stats)
         except Exception as exc:  # read errors, credentials that fail to refresh, a body that is not JSON, ...
             log.warning("probe of %s failed: %s: %s", shard_id, type(exc).__name__, exc)
-            return ProbeResult(failed=True)
+            return ProbeResult(failed=True, failure=None if isinstance(exc, Throttled) else
+                               f"{type(exc).__name__}: {exc}")
 
     def _probe(self, shard_id: str, position: StartPosition, iterator: str | None,
                stats: ReaderStats | None) -> ProbeResult:

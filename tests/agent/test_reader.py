@@ -19,6 +19,7 @@ from shardherd.agent.read_spec import ENDED, InvalidReadSpec, ReadLimits, ReadSp
 from shardherd.agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup
 from shardherd.agent.records import Record
 from shardherd.agent.spark.kinesis_raw import RawKinesis
+from shardherd.agent.spark.probe import Prober
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.services.emulators.ports import wait_until
@@ -27,7 +28,7 @@ from shardherd.shared.clock import ManualClock, SystemClock
 from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.retry import RetryPolicy
 from tests.coordinator.conftest import kinesis_client
-from tests.support.faulty_proxy import THROTTLED, Fault, FaultyProxy
+from tests.support.faulty_proxy import INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
 
 EXPIRED = Fault(400, "ExpiredIteratorException")
 _names = itertools.count()
@@ -80,10 +81,10 @@ def drain(reader: ShardReader) -> tuple[list[Record], list[Batch]]:
 
 
 def reader_for(client: Any, name: str, shard_id: str, start: StartPosition, clock: ManualClock | None = None,
-               **limits: Any) -> ShardReader:
+               failed: Any = None, **limits: Any) -> ShardReader:
     settings = {"stop_when_caught_up": True, **limits}
     return ShardReader(client, name, shard_id, start, ReadLimits(**settings), clock or ManualClock(),
-                       rng=random.Random(3))
+                       rng=random.Random(3), failed=failed)
 
 
 @pytest.fixture
@@ -323,6 +324,20 @@ def test_the_executors_client_reads_again_after_a_200_that_is_not_json(moto: Any
             raw.get_records(answer["NextShardIterator"], 1000)
 
 
+def test_a_driver_probe_that_is_throttled_is_not_a_failed_read(moto: Any, moto_stream: Any) -> None:
+    """A Spark driver's probe: one attempt (the probe rounds retry), throttling is no failure for the stall watch."""
+    name, shard_ids, _ = moto_stream
+    start = StartPosition.after(TRIM_HORIZON)
+    with FaultyProxy(moto.meta.endpoint_url, [THROTTLED, Fault(400, "ExpiredTokenException"), None, None]) as proxy:
+        prober = Prober(RawKinesis("us-east-1", proxy.endpoint_url, attempts=1, timeouts=(1.0, 2.0)), name)
+        throttled = prober.probe(shard_ids[0], start, None)
+        rejected = prober.probe(shard_ids[0], start, None)
+        answered = prober.probe(shard_ids[0], start, None)
+    assert throttled.failed and throttled.failure is None
+    assert rejected.failed and "ExpiredTokenException" in (rejected.failure or "")
+    assert not answered.failed and answered.pending
+
+
 def test_throttling_is_retried_with_backoff(moto: Any, moto_stream: Any) -> None:
     name, shard_ids, produced = moto_stream
     clock = ManualClock()
@@ -343,6 +358,27 @@ def test_throttling_beyond_the_budget_raises(moto: Any, moto_stream: Any) -> Non
                             StartPosition.after(TRIM_HORIZON), retry_attempts=3)
         with pytest.raises(StoreUnavailable, match="3 times"):
             reader.read_batch()
+
+
+def test_failed_calls_are_reported_and_throttling_and_an_expired_iterator_are_not(moto: Any, moto_stream: Any) -> None:
+    """The stall watch gives a lease back sooner while its reads only fail (agent/stall_watch.py, invariant 3): the
+    reader tells it of each error answer, a 5xx retried included, but not of the shard's limits or an iterator to
+    refresh (a new owner would meet the limits as well)."""
+    name, shard_ids, produced = moto_stream
+    failures: list[BaseException] = []
+    faults = [None, THROTTLED, INTERNAL_ERROR, Fault(400, "LimitExceededException"), EXPIRED, None]
+    with FaultyProxy(moto.meta.endpoint_url, faults) as proxy:
+        reader = reader_for(kinesis_client(proxy.endpoint_url), name, shard_ids[0], StartPosition.after(TRIM_HORIZON),
+                            failed=failures.append)
+        records, _ = drain(reader)
+        assert keys(records) == produced[shard_ids[0]]
+        assert [type(exc).__name__ for exc in failures] == ["ClientError"] and "InternalServerError" in str(failures[0])
+        proxy.add([Fault(400, "ExpiredTokenException")])
+        again = reader_for(kinesis_client(proxy.endpoint_url), name, shard_ids[0], StartPosition.after(TRIM_HORIZON),
+                           failed=failures.append)
+        with pytest.raises(ShardReadError, match="ExpiredTokenException"):
+            again.read_batch()
+    assert len(failures) == 2 and "ExpiredTokenException" in str(failures[1])
 
 
 def test_expired_iterator_is_refreshed_from_the_last_delivered_position(moto: Any, moto_stream: Any) -> None:

@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,8 +25,9 @@ from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.supervision import EXIT_GAVE_UP
 from tests.chaos.inject import raise_in, targets
+from tests.support.chaos_proxy import CALM, Chaos, ChaosProxy
 from tests.support.fast_settings import FAST_READS
-from tests.support.faulty_proxy import Fault, FaultyProxy
+from tests.support.faulty_proxy import INTERNAL_ERROR, Fault, FaultyProxy
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stores import worker_record
 from tests.support.stream_stack import StreamStack
@@ -342,3 +344,38 @@ def test_a_shard_end_without_its_checkpoint_is_asked_again_visibly_until_stored(
     assert ForgetsShardEnd.calls == 3
     lines = [record for record in caplog.records if "did not store SHARD_END" in record.getMessage()]
     assert len(lines) == 2 and all(record.exc_info is None for record in lines)  # one line per attempt
+
+
+def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts(
+        moto_server: MotoServer, kinesalite: NodeEmulator) -> None:
+    """Reads that keep failing are the stall watch's to judge (agent/stall_watch.py), not an attempt count's.
+
+    Before, each time the reader's retries ran out was a failed attempt of the shard: its backoff counted as
+    progress (so in a fleet-wide outage the worker stopped reporting its stalled leases and the leader's verdict
+    turned), and after 3 the shard worker gave the lease back itself, whatever the verdict. With Kinesis calls'
+    deadlines (agent/read_deadline.py) the retries run out within a minute: the 5-minute blackhole cell churned.
+    Here every Kinesis call answers 500 for 2.5 s, the reader's retries running out at once: no attempt is counted,
+    nothing is given back, and every record is delivered after the heal. About 10 s.
+    """
+    with ChaosProxy(kinesalite.endpoint_url) as proxy:
+        stack = Stack(moto_server, kinesalite, kinesis_endpoint_url=proxy.endpoint_url)
+        try:
+            limits = replace(FAST_READS, retry_attempts=2, retry_base_delay=0.01, retry_max_delay=0.02)
+            agent = Agent(stack.settings("agent-1"), lambda: LedgerProcessor(stack.ledger, "agent-1"),
+                          limits=limits).start()
+            stack.agents["agent-1"] = agent
+            stack.wait_owned("agent-1", 30)
+            stack.produce(30, "a")
+            wait_for(stack.all_delivered, 30, "the first records delivered")
+            proxy.set(Chaos(reply=INTERNAL_ERROR))
+            time.sleep(2.5)
+            proxy.set(CALM)
+            stack.produce(30, "b")
+            wait_for(stack.all_delivered, 30, "every record delivered after the heal")
+            keys = [key for key in stack.owners()]
+            assert [progress.failures for progress in agent.progress.snapshot(keys).values()] == [0] * len(keys)
+            assert agent.stalls.given_up == 0 and stack.refused("agent-1") == {}
+            assert set(stack.owners().values()) == {"agent-1"}
+        finally:
+            proxy.set(CALM)
+            stack.close()

@@ -1,15 +1,17 @@
 """The stalled-lease rule (agent/stall_watch.py) on a manual clock: red after 3 heartbeat intervals without progress,
-given back at once when the reader is not running, after 3 failover times more when it still runs (a hang), unless a
-fresh verdict of the leader says most of the fleet stalls with it (then kept, health green: decision 0039)."""
+given back at once when the reader is not running, after 2 failover times more when its reads only failed since its
+last progress, after 3 failover times more when it is merely slow (a call in flight), unless a fresh verdict of the
+leader says most of the fleet stalls with it (then kept, health green: decision 0039)."""
 
 from __future__ import annotations
 
+from shardherd.agent.read_deadline import kinesis_timeouts
 from shardherd.agent.stall_watch import FleetVerdict, StallBounds, StallWatch, Verdict, verdict
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
 from tests.support.fast_settings import fast_settings
 
-BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0)
+BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, fail_give_up_after=5.0)
 
 
 class Fleet:
@@ -31,7 +33,7 @@ def watch(clock: ManualClock, fleet: Fleet) -> StallWatch:
 
 def test_the_bounds_come_from_the_heartbeat_interval_and_the_failover_time() -> None:
     settings = load_settings(**fast_settings(failover_time_millis=3000, heartbeat_interval_millis=1000))
-    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0)
+    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 9.0)
 
 
 def test_verdicts_at_the_edges() -> None:
@@ -177,3 +179,88 @@ def test_a_verdict_that_the_fleet_does_not_stall_gives_back_as_today() -> None:
     word.heard(False)
     stalls.check()
     assert fleet.given == ["a"]
+
+
+# ------------------------------------------------------------------ failing reads against slow ones (invariant 3)
+def test_a_lease_whose_reads_only_failed_is_given_back_at_the_failing_bound() -> None:
+    """An agent's own fault (ExpiredToken, a malformed body, a hang past the read deadline): given back 2 failover
+    times after red, where a slow reader keeps 3 (before this rule both waited 3: 12.5 s at the matrix's timings)."""
+    clock, fleet = ManualClock(), Fleet("failing", "slow")
+    stalls = watch(clock, fleet)
+    stalls.check()
+    clock.advance(1.0)
+    stalls.failed("failing", "ClientError: ExpiredTokenException")
+    clock.advance(4.0)  # 5.0 s without progress: at the failing bound
+    stalls.check()
+    assert fleet.given == []
+    assert [(state.lease_key, state.failure) for state in stalls.stalled()] == [
+        ("failing", "ClientError: ExpiredTokenException"), ("slow", None)]
+    clock.advance(0.1)
+    stalls.check()
+    assert fleet.given == ["failing"] and stalls.given_up == 1
+    clock.advance(2.9)  # 8.0 s: the slow reader keeps the generous bound
+    stalls.check()
+    assert fleet.given == ["failing"]
+    clock.advance(0.1)
+    stalls.check()
+    assert fleet.given == ["failing", "slow"]
+
+
+def test_progress_after_a_failure_makes_the_reader_slow_again() -> None:
+    clock, fleet = ManualClock(), Fleet("a")
+    stalls = watch(clock, fleet)
+    stalls.check()
+    stalls.failed("a", "ReadTimeoutError: read timeout")  # one failed read, then an answer: not failing any more
+    clock.advance(0.5)
+    stalls.progressed("a")
+    clock.advance(5.5)
+    stalls.check()
+    assert fleet.given == []
+    assert verdict(5.1, True, BOUNDS, failing=True) is Verdict.GIVE_UP
+    assert verdict(5.1, True, BOUNDS) is Verdict.STALLED
+    assert verdict(5.0, True, BOUNDS, failing=True) is Verdict.STALLED
+
+
+def test_a_fleet_verdict_keeps_failing_leases_and_after_one_the_generous_span_applies() -> None:
+    """A global fault (every agent's credentials rejected, Kinesis hung for all): the sooner bound must not beat the
+    leader's verdict, nor give back at once when the word goes quiet for a moment (a leader change)."""
+    assert verdict(100.0, True, BOUNDS, fleet_stalls=True, failing=True) is Verdict.HELD
+    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.0, failing=True) is Verdict.STALLED
+    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.1, failing=True) is Verdict.GIVE_UP
+    clock, fleet = ManualClock(), Fleet("a")
+    word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
+    stalls = StallWatch(clock, BOUNDS, lambda: fleet.held, fleet.give_back, fleet_stalls=word)
+    stalls.check()
+    for _ in range(20):  # 10 s of failed reads, the leader saying "the fleet stalls" from 4 s on
+        clock.advance(0.5)
+        stalls.failed("a", "ClientError: ExpiredTokenException")
+        if clock.monotonic() >= 4.0:
+            word.heard(True)
+        stalls.check()
+    assert fleet.given == [] and stalls.problem() is None
+
+
+def test_a_failed_read_of_a_lease_given_back_is_forgotten() -> None:
+    clock, fleet = ManualClock(), Fleet("a")
+    stalls = watch(clock, fleet)
+    stalls.check()
+    stalls.failed("a", "ClientError: ExpiredTokenException")
+    clock.advance(5.1)
+    stalls.check()
+    assert fleet.given == ["a"]
+    fleet.held.add("a")  # the leader hands it back later: a fresh clock, no failure on record
+    stalls.check()
+    clock.advance(5.1)
+    stalls.check()
+    assert fleet.given == ["a"] and [state.failure for state in stalls.stalled()] == [None]
+
+
+def test_a_hung_read_fails_at_its_deadline_before_the_failing_bound() -> None:
+    """A Kinesis call that hangs must turn into a failed read (agent/read_deadline.py) before the failing bound, at
+    the user's defaults and at the fault matrix's timings; botocore's 30 s read timeout did not."""
+    for overrides in ({}, {"failover_time_millis": 3000}):
+        settings = load_settings(**overrides)
+        connect, read = kinesis_timeouts(settings)
+        bounds = StallBounds.from_settings(settings)
+        assert connect < read < bounds.fail_give_up_after < bounds.give_up_after, overrides
+    assert kinesis_timeouts(load_settings()) == (2.5, 5.0)

@@ -218,8 +218,9 @@ def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
     """Issue 30: a Spark prober whose reads fail for good (here ExpiredToken) kept its leases.
 
     While the reads answer, the lease is kept well past the give-up bound; once every read fails it is red after 3
-    heartbeat intervals and given back after 3 failover times more (agent/stall_watch.py). About 20 s: the lease must be
-    seen kept past the give-up bound (8.3 s at a 2 s failover) and then given back after it, once each.
+    heartbeat intervals and given back after 2 failover times more: its reads only fail, a fault of this worker's
+    (agent/stall_watch.py, invariant 3; 3 failover times before). About 17 s: the lease must be seen kept past the
+    give-up bound (8.3 s at a 2 s failover) and then given back after the failing bound (6.3 s), once each.
     """
     stream = unique_app("failing-reads")
     kinesis = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
@@ -247,9 +248,9 @@ def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
             wait_for(lambda: agent.stalls.given_up == 1, bounds.give_up_after + 2, "the lease given back")
             given = time.monotonic() - failing
             print(f"\nreads failing: health red after {red:.2f} s, lease given back after {given:.2f} s "
-                  f"(bounds {bounds.red_after:.1f} / {bounds.give_up_after:.1f} s)")
+                  f"(bounds {bounds.red_after:.1f} / {bounds.fail_give_up_after:.1f} s)")
             assert bounds.red_after - 0.5 <= red <= bounds.red_after + 1.5
-            assert bounds.give_up_after - 0.5 <= given <= bounds.give_up_after + 1.5
+            assert bounds.fail_give_up_after - 0.5 <= given <= bounds.fail_give_up_after + 1.5
             lease = store.get_lease(KEY)
             assert lease is not None and lease.lease_owner != "w1"
             assert "shardherd_leases_given_up_total 1.0" in httpx.get(f"{url}/metrics", timeout=5).text

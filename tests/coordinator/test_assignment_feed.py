@@ -67,6 +67,29 @@ def test_a_waiting_request_wakes_on_a_change_from_another_thread_and_times_out_o
     asyncio.run(scenario())
 
 
+def test_a_turning_fleet_verdict_answers_every_listener_at_once_without_moving_a_version() -> None:
+    """Agents give back leases whose reads only fail 2 failover times after red (agent/stall_watch.py): in a shared
+    outage the leader's verdict must reach them before that, not with their next answer a heartbeat later."""
+    feed = AssignmentFeed()
+    leases = [Lease("a", lease_owner="w1"), Lease("b", lease_owner="w2")]
+    feed.observe(1, leases)
+    start = {worker: feed.position(worker) for worker in ("w1", "w2")}
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        loop.call_later(0.1, lambda: threading.Thread(target=feed.observe, args=(1, leases, True)).start())
+        answers = await asyncio.wait_for(asyncio.gather(
+            *(feed.wait(worker, start[worker].feed, start[worker].version, 30) for worker in ("w1", "w2"))), 5)
+        assert [answer.fleet_stalls for answer in answers] == [True, True]
+        assert [answer.version for answer in answers] == [start["w1"].version, start["w2"].version]
+        quiet = await feed.wait("w1", start["w1"].feed, start["w1"].version, 0.2)  # the same verdict: no wake
+        assert quiet.fleet_stalls
+        return [loop.time() - began]
+
+    assert asyncio.run(scenario())[0] < 2.0
+
+
 def test_presence_follows_requests_and_joins_drops_and_news_are_signalled_once() -> None:
     clock = ManualClock()
     feed = AssignmentFeed(clock)
