@@ -9,6 +9,11 @@ throttling and transient failures with jittered backoff on an injected clock (co
 iterator from the last delivered position, and detects the end of a closed shard three ways: no
 `NextShardIterator` (AWS, kinesalite), `ChildShards` in the response (kinesis-local), or an optional lookup of the
 shard's `EndingSequenceNumber` (moto, which never signals shard end on its own).
+
+A GetRecords that hit its read deadline (agent/read_deadline.py) is asked again for half as many records (down to
+MIN_RECORDS_PER_CALL), and each call that answers doubles the ask back towards `records_per_call`: a server that
+builds a large page before its first byte (kinesalite on a loaded host took over 30 s for 10,000 records and 7 s for
+100, the scale run's hot shards) otherwise never answers within the deadline, and the shard is never read.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
 
 from shardherd.agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
 from shardherd.agent.records import DeaggregationCounters, Record, records_from_kinesis
@@ -46,6 +51,7 @@ _KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
 # as well), and an iterator that only needs refreshing.
 _NOT_FAILURES = frozenset({_THROTTLED, "KMSThrottlingException", "LimitExceededException", _EXPIRED})
 _SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
+MIN_RECORDS_PER_CALL = 100  # the smallest ask after calls that hit their read deadline
 
 EndingSequenceLookup = Callable[[], str | None]
 
@@ -112,6 +118,7 @@ class ShardReader:
         self.stream_name = stream_name
         self.shard_id = shard_id
         self._limits = limits or ReadLimits()
+        self._ask = self._limits.records_per_call  # records asked per GetRecords: halved after a call timed out
         self._clock = clock or SystemClock()
         self._retry = RetryPolicy(
             max_attempts=self._limits.retry_attempts,
@@ -212,7 +219,7 @@ class ShardReader:
     def _next_call(self, started: float, raw_records: list[Any], lag: int | None) -> float:
         """When the next GetRecords may go: 1 call per `idle_backoff` once caught up, else the share of the limits."""
         limits = self._limits
-        if not raw_records or (not lag and len(raw_records) < limits.records_per_call):
+        if not raw_records or (not lag and len(raw_records) < self._ask):
             return self._clock.monotonic() + limits.idle_backoff
         data_bytes = sum(len(raw.get("Data", b"")) for raw in raw_records)
         return started + max(limits.min_call_interval, data_bytes / limits.read_bytes_per_second)
@@ -237,10 +244,16 @@ class ShardReader:
 
             def call(iterator: str = iterator) -> GetRecordsOutputTypeDef:
                 self.stats.get_records_calls += 1
-                return self._client.get_records(ShardIterator=iterator, Limit=self._limits.records_per_call)
+                try:
+                    return self._client.get_records(ShardIterator=iterator, Limit=self._ask)
+                except ReadTimeoutError:
+                    self._ask = max(min(MIN_RECORDS_PER_CALL, self._limits.records_per_call), self._ask // 2)
+                    raise
 
             try:
-                return self._call(call, "GetRecords")
+                response = self._call(call, "GetRecords")
+                self._ask = min(self._limits.records_per_call, 2 * self._ask)
+                return response
             except _IteratorExpired as exc:
                 refreshes += 1
                 self.stats.expired_iterators += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import pickle
 import random
@@ -23,6 +24,7 @@ from shardherd.agent.spark.probe import Prober
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.services.emulators.ports import wait_until
+from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import LATEST, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock, SystemClock
 from shardherd.shared.errors import StoreUnavailable
@@ -336,6 +338,19 @@ def test_a_driver_probe_that_is_throttled_is_not_a_failed_read(moto: Any, moto_s
     assert throttled.failed and throttled.failure is None
     assert rejected.failed and "ExpiredTokenException" in (rejected.failure or "")
     assert not answered.failed and answered.pending
+
+
+def test_a_read_that_hit_its_deadline_asks_for_fewer_records_then_for_more_again(moto: Any, moto_stream: Any) -> None:
+    """A server that builds a large page before its first byte (kinesalite on a loaded host: over 30 s for 10,000
+    records, the scale run's hot shards) would never answer a full ask within the read deadline."""
+    name, shard_ids, produced = moto_stream
+    with FaultyProxy(moto.meta.endpoint_url, [None, Fault(0, delay=1.0), Fault(0, delay=1.0)]) as proxy:
+        client = make_client("kinesis", "us-east-1", proxy.endpoint_url, timeouts=(1.0, 0.3))
+        reader = reader_for(client, name, shard_ids[0], StartPosition.after(TRIM_HORIZON), records_per_call=1000)
+        records, _ = drain(reader)
+        asks = [json.loads(body)["Limit"] for body in proxy.bodies if b'"Limit"' in body]
+    assert keys(records) == produced[shard_ids[0]]
+    assert asks[:4] == [1000, 500, 250, 500]  # halved after each call that timed out, doubled after an answer
 
 
 def test_throttling_is_retried_with_backoff(moto: Any, moto_stream: Any) -> None:

@@ -10,6 +10,7 @@ import http.client
 import json
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class Fault:
 
     With `forward` the request still reaches the server first (applied there), and only the reply is replaced. `raw`
     replaces the JSON body with those bytes (a 200 whose body is not what the service sends, as a broken proxy does).
+    `delay` seconds pass before the reply (a server slow to build its answer: a client's read deadline runs out).
     """
 
     status: int
@@ -35,6 +37,7 @@ class Fault:
     extra: dict[str, Any] = field(default_factory=dict)
     forward: bool = False
     raw: bytes | None = None
+    delay: float = 0.0
 
     def body(self) -> bytes:
         """The JSON body the service would send (error type and message, plus any extra fields), or `raw`."""
@@ -96,6 +99,7 @@ class FaultyProxy(LoopbackServer):
         self._lock = threading.Lock()
         self.faults_served = 0
         self.forwarded: list[str] = []  # the X-Amz-Target of every request that reached the server, in order
+        self.bodies: list[bytes] = []  # every request's body as received, in order
         self._received = 0
         super().__init__(self._handler_class())
 
@@ -115,9 +119,10 @@ class FaultyProxy(LoopbackServer):
         with self._lock:
             self._schedule.extend(schedule)
 
-    def _next(self, target: str) -> Fault | None:
+    def _next(self, target: str, body: bytes) -> Fault | None:
         with self._lock:
             self._received += 1
+            self.bodies.append(body)
             fault = self._schedule.popleft() if self._schedule else None
             if fault is None or fault.forward:
                 self.forwarded.append(target)
@@ -140,7 +145,9 @@ class FaultyProxy(LoopbackServer):
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                fault = proxy._next(self.headers.get("X-Amz-Target", ""))
+                fault = proxy._next(self.headers.get("X-Amz-Target", ""), body)
+                if fault is not None and fault.delay:
+                    time.sleep(fault.delay)
                 if fault is not None and fault.forward:
                     proxy._forward("POST", self.path, dict(self.headers), body)
                 if fault is None:
