@@ -220,18 +220,9 @@ class BandPass:
                     return True
         return moved
 
-    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]],
-               cap: float) -> tuple[str, float] | None:
-        """The first, least loaded, of `probes` whose room below `cap` takes the lease, with its value after."""
-        room, slack = self._room, 1 + ROUNDING
-        for level, receiver in probes:
-            limit, _, per_point = room[receiver]
-            top = limit if limit < cap else cap
-            if top > level and weight <= (top - level) * per_point * slack:
-                landed = self._fits(receiver, key, weight, cap)
-                if landed is not None:
-                    return receiver, landed
-        return None
+    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
+        """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""
+        return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap)) is not None), None)
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
         """`keys` with equal weights together and, among them, the donor's most-held stream first (multi-stream).
