@@ -187,35 +187,42 @@ class BandPass:
                           and not self._leases[key].avoids(receiver) and self.room_left(receiver, weight)) else None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's cheapest step out of its excess to the least loaded receiver that takes it.
+        """The donor's cheapest step out of its excess to the least loaded receiver that takes it; True if it moved.
 
-        False if it is at or below its ceiling, or no lease fits a receiver.
+        A lease that keeps it above its ceiling changes neither its rate nor (unless it was its heaviest) its ceiling,
+        so it goes on down its preference in one batch until a lease would land it at or under its ceiling (then the
+        next call prices it anew) or none fits a receiver.
         """
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
         ceiling = self.ceiling(donor, rate)
         if value <= ceiling:
             return False
         cap = value - self.band.min_gain
-        probes, room, slack = self._extremes(True, donor), self._room, 1 + ROUNDING
+        probes, moved = self._extremes(True, donor), False
         if not probes or not probes[0][0] < min(cap, self._top_limit):
             return False  # no receiver below its limit and `cap`
         # No receiver can take more KiB/s than this (the least loaded one, as most often all share limit and slope).
-        heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * slack
+        heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
         keys = self._preferred(donor, value, ceiling, heaviest, rate)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
-            if not after < value:
-                continue
-            for level, receiver in probes:  # the first, least loaded, whose room below `cap` takes the lease
-                limit, _, per_point = room[receiver]
-                top = limit if limit < cap else cap
-                if top > level and weight <= (top - level) * per_point * slack:
-                    landed = self._fits(receiver, key, weight, cap)
-                    if landed is not None:
-                        self._move(key, (donor, after), (receiver, landed), "above the band: shed")
-                        return True
-        return False
+            if moved and after <= ceiling:
+                return True
+            taker = self._taker(key, weight, probes, cap) if after < value else None
+            if taker is not None:
+                self._move(key, (donor, after), taker, "above the band: shed")
+                if rate is None or after <= ceiling or donor not in self._heaviest:
+                    return True
+                value, moved = self._at[donor], True
+                cap, probes = value - self.band.min_gain, self._extremes(True, donor)
+                if not probes[0][0] < min(cap, self._top_limit):
+                    return True
+        return moved
+
+    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
+        """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""
+        return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap)) is not None), None)
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
         """`keys` with equal weights together and, among them, the donor's most-held stream first (multi-stream).
@@ -255,8 +262,10 @@ class BandPass:
                 else:
                     yield movable[right][1]
                     right += 1
-        yield from (movable[i][1] for i in range(end, below))
-        yield from (movable[i][1] for i in range(first - 1, -1, -1))
+        # (slices: a batch in `_shed_one` moves leases while these run; a range under the operating range is in both)
+        yield from (key for _, key in movable[end:below])
+        yield from (key for _, key in reversed(movable[max(end, below):first]))
+        yield from (key for _, key in reversed(movable[:min(first, end)]))
 
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""
