@@ -119,10 +119,9 @@ class FaultyProxy(LoopbackServer):
         with self._lock:
             self._schedule.extend(schedule)
 
-    def _next(self, target: str, body: bytes) -> Fault | None:
+    def _next(self, target: str) -> Fault | None:
         with self._lock:
             self._received += 1
-            self.bodies.append(body)
             fault = self._schedule.popleft() if self._schedule else None
             if fault is None or fault.forward:
                 self.forwarded.append(target)
@@ -145,7 +144,9 @@ class FaultyProxy(LoopbackServer):
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-                fault = proxy._next(self.headers.get("X-Amz-Target", ""), body)
+                with proxy._lock:
+                    proxy.bodies.append(body)
+                fault = proxy._next(self.headers.get("X-Amz-Target", ""))
                 if fault is not None and fault.delay:
                     time.sleep(fault.delay)
                 if fault is not None and fault.forward:
