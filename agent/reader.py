@@ -10,10 +10,11 @@ iterator from the last delivered position, and detects the end of a closed shard
 `NextShardIterator` (AWS, kinesalite), `ChildShards` in the response (kinesis-local), or an optional lookup of the
 shard's `EndingSequenceNumber` (moto, which never signals shard end on its own).
 
-A GetRecords that hit its read deadline (agent/read_deadline.py) is asked again for half as many records (down to
-MIN_RECORDS_PER_CALL), and each call that answers doubles the ask back towards `records_per_call`: a server that
-builds a large page before its first byte (kinesalite on a loaded host took over 30 s for 10,000 records and 7 s for
-100, the scale run's hot shards) otherwise never answers within the deadline, and the shard is never read.
+A GetRecords that hit its read deadline (agent/read_deadline.py) is asked again for MIN_RECORDS_PER_CALL records, and
+each call that answers doubles the ask back towards `records_per_call` (as TCP's slow start): a server that builds a
+large page before its first byte (kinesalite on a loaded host took over 30 s for 10,000 records and 7 s for 100, the
+scale run's hot shards) otherwise never answers within the deadline, and the shard is never read. Halving instead
+took seven timed-out calls to get there, longer than the stall watch waits for reads that only fail.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ _KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
 # as well), and an iterator that only needs refreshing.
 _NOT_FAILURES = frozenset({_THROTTLED, "KMSThrottlingException", "LimitExceededException", _EXPIRED})
 _SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
-MIN_RECORDS_PER_CALL = 100  # the smallest ask after calls that hit their read deadline
+MIN_RECORDS_PER_CALL = 100  # the ask after a call that hit its read deadline
 
 EndingSequenceLookup = Callable[[], str | None]
 
@@ -118,7 +119,7 @@ class ShardReader:
         self.stream_name = stream_name
         self.shard_id = shard_id
         self._limits = limits or ReadLimits()
-        self._ask = self._limits.records_per_call  # records asked per GetRecords: halved after a call timed out
+        self._ask = self._limits.records_per_call  # records asked per GetRecords: small again after a call timed out
         self._clock = clock or SystemClock()
         self._retry = RetryPolicy(
             max_attempts=self._limits.retry_attempts,
@@ -247,7 +248,7 @@ class ShardReader:
                 try:
                     return self._client.get_records(ShardIterator=iterator, Limit=self._ask)
                 except ReadTimeoutError:
-                    self._ask = max(min(MIN_RECORDS_PER_CALL, self._limits.records_per_call), self._ask // 2)
+                    self._ask = min(MIN_RECORDS_PER_CALL, self._limits.records_per_call)
                     raise
 
             try:

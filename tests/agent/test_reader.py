@@ -350,7 +350,7 @@ def test_a_read_that_hit_its_deadline_asks_for_fewer_records_then_for_more_again
         records, _ = drain(reader)
         asks = [json.loads(body)["Limit"] for body in proxy.bodies if b'"Limit"' in body]
     assert keys(records) == produced[shard_ids[0]]
-    assert asks[:4] == [1000, 500, 250, 500]  # halved after each call that timed out, doubled after an answer
+    assert asks[:4] == [1000, 100, 100, 200]  # a small ask after each call that timed out, doubled after an answer
 
 
 def test_throttling_is_retried_with_backoff(moto: Any, moto_stream: Any) -> None:
