@@ -120,6 +120,7 @@ class ShardReader:
         self.shard_id = shard_id
         self._limits = limits or ReadLimits()
         self._ask = self._limits.records_per_call  # records asked per GetRecords: small again after a call timed out
+        self._asked = self._ask  # the ask of the last call made (a page that filled it is not the stream's tip)
         self._clock = clock or SystemClock()
         self._retry = RetryPolicy(
             max_attempts=self._limits.retry_attempts,
@@ -220,7 +221,7 @@ class ShardReader:
     def _next_call(self, started: float, raw_records: list[Any], lag: int | None) -> float:
         """When the next GetRecords may go: 1 call per `idle_backoff` once caught up, else the share of the limits."""
         limits = self._limits
-        if not raw_records or (not lag and len(raw_records) < self._ask):
+        if not raw_records or (not lag and len(raw_records) < self._asked):
             return self._clock.monotonic() + limits.idle_backoff
         data_bytes = sum(len(raw.get("Data", b"")) for raw in raw_records)
         return started + max(limits.min_call_interval, data_bytes / limits.read_bytes_per_second)
@@ -245,6 +246,7 @@ class ShardReader:
 
             def call(iterator: str = iterator) -> GetRecordsOutputTypeDef:
                 self.stats.get_records_calls += 1
+                self._asked = self._ask
                 try:
                     return self._client.get_records(ShardIterator=iterator, Limit=self._ask)
                 except ReadTimeoutError:
