@@ -53,7 +53,7 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         a, b = fleet.start("driver-a"), fleet.start("driver-b", "--slow-write", "0.5")
         for driver in (a, b):
             # 120 s, as for driver C below: in a fresh-clone CI run beside another Spark test, driver A held its
-            # two shards and had written nothing 60 s after its launch (its JVM came up 11 s in); alone, 72 s in all.
+            # two shards and had written nothing 60 s after its launch; alone, the whole test took 72 s.
             wait_for(partial(_writes_all_it_holds, fleet, driver, SHARDS // 2), 120,
                      partial(_holding, fleet, driver, f"{driver.worker} holds {SHARDS // 2} shards and wrote rows"))
         b_shards = fleet.held_by("driver-b")
