@@ -20,7 +20,7 @@ more than 20 % is marked, as the issue asks, for the simulator to be fixed, not 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.fleet.model import VARIANCE, Fleet
@@ -75,12 +75,12 @@ def _owned(fleet: Fleet) -> bool:
     return all(lease.actual_owner in live for lease in fleet.leases())
 
 
-def _run_until(fleet: Fleet, done: object, limit: float) -> float | None:
+def _run_until(fleet: Fleet, done: Callable[[Fleet], bool], limit: float) -> float | None:
     """Virtual seconds until `done(fleet)` holds, looking every STEP; None past `limit`."""
     start = fleet.events.now()
     while fleet.events.now() - start < limit:
         fleet.events.run_until(fleet.events.now() + STEP)
-        if done(fleet):  # type: ignore[operator]
+        if done(fleet):
             return fleet.events.now() - start
     return None
 
