@@ -37,6 +37,7 @@ COMMANDS = {
     "demo": "shardherd.services.demo",
     "up": "shardherd.services.up_cli",
     "scenario": "shardherd.services.up_cli",
+    "mark-removal": "shardherd.services.removal_cli",
 }
 
 

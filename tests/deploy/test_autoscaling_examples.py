@@ -15,6 +15,7 @@ from shardherd.coordinator.scale_model import ScaleFigure
 from shardherd.services.api.metrics import leader_families
 from shardherd.services.api.models import ScaleOut
 from shardherd.services.api.scale import router
+from shardherd.services.cli import build_parser
 from shardherd.services.leader_status import LeaderStatus, ScaleRecord
 from tests.deploy.keda import ScaledObject, TriggerAuthentication
 from tests.deploy.rendering import EXAMPLES, KUBERNETES_VERSION, RELEASE, manifests
@@ -81,3 +82,31 @@ def test_the_hpa_scales_the_same_deployment_on_the_desired_workers_gauge() -> No
     served = {sample.name: sample.value for family in leader_families(status, True, 0.0, None)
               for sample in family.samples}
     assert served[metric["external"]["metric"]["name"]] == 3
+
+
+def test_the_removal_marker_may_do_what_mark_removal_calls_on_the_scaled_deployments_pods() -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES / "removal-marker.yaml").read_text(encoding="utf-8")))
+    for document in documents:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+    kinds = {d["kind"]: d for d in documents}
+    deployment, workers = kinds["Deployment"], _deployment()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = build_parser("mark-removal").parse_args(container["command"][1:])
+    # The pods it marks are the scaled Deployment's, in its namespace (the MultiLang example names none: it is
+    # applied in kclpy-apps, the namespace its comment and the ScaledObject's name).
+    _, scaled = yaml.safe_load_all((EXAMPLES / "keda-scaledobject.yaml").read_text(encoding="utf-8"))
+    assert args.namespace == scaled["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    key, value = args.selector.split("=")
+    assert workers["spec"]["selector"]["matchLabels"] == {key: value}  # type: ignore[index]
+    # The Role grants the two verbs the command uses (list, patch) on pods, bound to the pod's ServiceAccount.
+    (rule,) = kinds["Role"]["rules"]
+    assert rule == {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "patch"]}
+    (subject,) = kinds["RoleBinding"]["subjects"]
+    assert subject["name"] == deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    assert kinds["RoleBinding"]["roleRef"]["name"] == kinds["Role"]["metadata"]["name"]
+    # It reads /v1/scale with the chart's read token, on the chart's agent env (the coordinator's URL).
+    rendered = {o["metadata"]["name"]: o for o in manifests({"fullnameOverride": RELEASE})}
+    (env_from,) = container["envFrom"]
+    assert "SHARDHERD_COORDINATOR_URL" in rendered[env_from["configMapRef"]["name"]]["data"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["shardherd-token"]["secret"]["secretName"] == f"{RELEASE}-api-read-token"
