@@ -47,6 +47,7 @@ from bench.scale_sim import Figures, LiveInputs, cpu_inputs, predict, side_by_si
 from bench.stack_cost import (
     USER_DEFAULTS,
     by_caller,
+    checkpoint_rate,
     difference,
     emulator_pids,
     favour,
@@ -61,6 +62,7 @@ from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import load_settings
+from shardherd.shared.errors import ShardherdError
 from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
 
@@ -140,12 +142,42 @@ def _memory(state: StackState) -> list[float]:
 
 
 class Startup:
-    """What the start-up showed: when each agent's row first appeared and when the first lease was owned (monotonic)."""
+    """When each agent's row first appeared and when the first and the last lease were first owned (monotonic), seen
+    on the store itself every half second from the moment the stack's state names it. Not through the API: on a
+    loaded host the coordinators answer after the agents' rows exist, so the first answer already lists all of them
+    (the simulator then started every agent at once, while live 17 agents took all 256 leases before the rest)."""
 
-    def __init__(self) -> None:
+    def __init__(self, state: StackState, store_settings: dict[str, str], shards: int) -> None:
         self.rows: dict[str, float] = {}
         self.first_owned: float | None = None
         self.all_owned: float | None = None
+        self._store = _open(state, store_settings)
+        self._shards = shards
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="startup-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                workers, leases = self._store.scan_workers().workers, self._store.scan_leases().leases
+            except ShardherdError:
+                continue  # the stack is still creating its tables
+            now = time.monotonic()
+            for record in workers:
+                self.rows.setdefault(record.worker_id, now)
+            open_leases = [lease for lease in leases if not lease.is_finished]
+            if self.first_owned is None and any(lease.lease_owner for lease in open_leases):
+                self.first_owned = now
+            if len(open_leases) >= self._shards and all(lease.lease_owner for lease in open_leases):
+                self.all_owned = now
+                return
+
+    def stop(self) -> None:
+        """Stop watching and close the store."""
+        self._stop.set()
+        self._thread.join(10)
+        self._store.close()
 
     def joins(self) -> list[float]:
         """Seconds from the first lease owned to each agent's first row (negative: there before it), ascending."""
@@ -153,25 +185,19 @@ class Startup:
         return sorted(seen - first for seen in self.rows.values())
 
 
+def _open(state: StackState, store_settings: dict[str, str]) -> Any:
+    return open_store(load_settings(application_name=state.application_name, region=state.region,
+                                    dynamodb_endpoint_url=state.dynamodb_endpoint_url, **store_settings))
+
+
 def _startup(client: OperatorClient, state: StackState, shards: int, began: float,
              limit: float, seen: Startup) -> tuple[float, float]:
-    """Seconds from `began` to every lease owned, and to every shard read: its owner reports its lag, or the shard
-    holds no record yet (a lease's progress is written with its checkpoints, so an empty shard never reports one;
-    the producer's Zipf keys leave some shards empty for minutes). Rows and owners seen on the way go to `seen`."""
+    """Seconds from `began` to every lease owned (as `seen` watches the store), and to every shard read: its owner
+    reports its lag, or the shard holds no record yet (a lease's progress is written with its checkpoints, so an
+    empty shard never reports one; the producer's Zipf keys leave some shards empty for minutes)."""
     kinesis = make_client("kinesis", state.region, state.kinesis_endpoint_url)
-
-    def owned() -> bool:
-        now = time.monotonic()
-        for worker in client.call("GET", "/v1/workers")["items"]:
-            seen.rows.setdefault(worker["worker_id"], now)
-        leases = _owners(client)
-        if seen.first_owned is None and any(lease["owner"] for lease in leases.values()):
-            seen.first_owned = now
-        done = len(leases) >= shards and all(lease["owner"] for lease in leases.values())
-        if done:
-            seen.all_owned = now
-        return done
-
+    _until("every lease owned", began, limit, lambda: seen.all_owned is not None)
+    owned = (seen.all_owned or began) - began
     holding: set[str] = set()  # shards seen to hold a record: they stay so, no need to ask Kinesis again
 
     def empty(shard: str) -> bool:
@@ -188,14 +214,13 @@ def _startup(client: OperatorClient, state: StackState, shards: int, began: floa
         leases = _owners(client)
         return len(leases) >= shards and all(lease["millis_behind_latest"] is not None or empty(lease["shard_id"])
                                              for lease in leases.values())
-    return _until("every lease owned", began, limit, owned), _until("every shard read", began, limit, read)
+    return owned, _until("every shard read", began, limit, read)
 
 
 def _live_fleet(client: OperatorClient, store_settings: dict[str, str], state: StackState) -> tuple[
         dict[str, float], list[tuple[float, int]], list[Any], list[str]]:
     """Each lease's KiB/s as its owner reports it, (CPU, leases held) per agent, and the lease and worker tables."""
-    store = open_store(load_settings(application_name=state.application_name, region=state.region,
-                                     dynamodb_endpoint_url=state.dynamodb_endpoint_url, **store_settings))
+    store = _open(state, store_settings)
     try:
         leases, records = store.scan_leases().leases, store.scan_workers().workers
     finally:
@@ -233,7 +258,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     favour(emulator_pids(state))
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
     runs = LeaderRuns(client)
-    seen = Startup()
+    seen = Startup(state, store_settings, args.shards)
     try:
         owned, read = _startup(client, state, args.shards, began, args.limit, seen)
         up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
@@ -261,9 +286,12 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
               f"after {max(resumed, default=float('nan')):.1f} s (load {os.getloadavg()[0]:.1f})")
     finally:
+        seen.stop()
         runs.stop()
         client.close()
-    units = by_caller(window).values()
+    # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
+    # counts them.
+    units = [values for caller, values in by_caller(window).items() if caller != "api"]
     live = Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
                    changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, len(outcomes),
                    max(resumed) if len(resumed) == len(outcomes) and resumed else None)
@@ -272,7 +300,11 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
           f"agents reported, {sum(kbps.values()):.1f} KiB/s in all; agents joining {seen.joins()[0]:.1f} to "
           f"{seen.joins()[-1]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %):")
-    print(side_by_side(live, predict(LiveInputs(kbps, seen.joins(), base, mean, warmup, args.settle))), flush=True)
+    rate = checkpoint_rate(window, minutes, len(kbps))
+    print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
+          f"often as the live ones, {rate:.1f} per shard per minute)")
+    print(side_by_side(live, predict(LiveInputs(kbps, seen.joins(), base, mean, warmup, args.settle, rate))),
+          flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

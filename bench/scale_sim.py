@@ -46,6 +46,7 @@ class LiveInputs:
     cpu_mean: float  # mean CPU of every live agent
     warmup: float  # seconds from every lease owned to the steady window
     settle: float  # seconds of the steady window
+    checkpoints: float = 0.0  # the live agents' application checkpoints per shard per minute (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
 
     keys = sorted(inputs.kbps)
     fleet = Fleet(VARIANCE, "worker", Stream.tiled([inputs.kbps[key] for key in keys]), seed,
+                  checkpoint_seconds=60.0 / inputs.checkpoints if inputs.checkpoints > 0 else 0.0,
                   overrides=_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
                   wrap_store=wrap, progress=True, channel=True)
     fleet.calibrate(len(inputs.joins))

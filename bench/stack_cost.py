@@ -114,6 +114,12 @@ def by_caller(totals: Totals) -> dict[str, list[float]]:
     return callers
 
 
+def checkpoint_rate(window: Totals, minutes: float, leases: int) -> float:
+    """The agents' application checkpoints per shard per minute over the window."""
+    checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
+    return checkpoints / minutes / max(1, leases)
+
+
 def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers: Sequence[str]) -> None:
     """Units per minute by caller (and the costliest operations) over the window, next to KCL 3.x's bill.
 
@@ -129,8 +135,7 @@ def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers:
         if reads + writes > 0:
             print(f"    {caller:<12} {operation:<48} {requests / minutes:>8,.0f} {reads / minutes:>8,.1f} "
                   f"{writes / minutes:>8,.1f}")
-    checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
-    rate = checkpoints / minutes / max(1, len(leases))  # the agents' own checkpoint rate, for KCL's line too
+    rate = checkpoint_rate(window, minutes, len(leases))  # the agents' own, for KCL's line too
     kcl = kcl_bill(leases, workers or ["worker"], rate)
     kcl_reads, kcl_writes = sum(line.read_units for line in kcl), sum(line.write_units for line in kcl)
     print(f"  KCL 3.x on the same {len(leases)} leases and {len(workers)} workers, checkpointing as often "

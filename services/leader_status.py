@@ -167,6 +167,7 @@ class RunRecord(_Frozen):
 
 
 MAX_SCALE_REASONS = 4
+SCALE_NEWS_FRACTION = 0.1  # a load or capacity this far from the last published figure is news
 
 
 class ScaleRecord(_Frozen):
@@ -189,10 +190,23 @@ class ScaleRecord(_Frozen):
                    capacity_kbps=None if figure.capacity_kbps is None else round(figure.capacity_kbps, 3),
                    computed_at=started_at)
 
-    def news(self) -> tuple[object, ...]:
-        """What makes a new figure worth publishing: the counts, the candidate, load or capacity off by about 10 %."""
-        return (self.desired, self.current, self.remove_first, f"{self.load_kbps:.2g}",
-                None if self.capacity_kbps is None else f"{self.capacity_kbps:.2g}")
+    def is_news_after(self, counted: ScaleRecord | None) -> bool:
+        """Whether this figure is worth publishing after `counted`, the last one that was.
+
+        It is when the counts or the removal candidate differ, or the load or the capacity is 10 % or more away from
+        the counted one. Measured from the counted figure, not rounded: a capacity estimate hovering at a rounding
+        boundary (2,268 and 2,215 KiB/s are 2.3e3 and 2.2e3 to two digits) published the status again at every full
+        scan of a steady fleet.
+        """
+        if counted is None or (self.desired, self.current, self.remove_first) != (
+                counted.desired, counted.current, counted.remove_first):
+            return True
+        if (self.capacity_kbps is None) != (counted.capacity_kbps is None):
+            return True
+        pairs = [(self.load_kbps, counted.load_kbps)]
+        if self.capacity_kbps is not None and counted.capacity_kbps is not None:
+            pairs.append((self.capacity_kbps, counted.capacity_kbps))
+        return any(abs(new - old) >= SCALE_NEWS_FRACTION * max(abs(old), 1.0) for new, old in pairs)
 
 
 class Totals(_Frozen):
@@ -340,6 +354,8 @@ class LeaderWatch:
         self._moves: deque[Decision] = deque(maxlen=MAX_RECENT_MOVES)
         self._unplaced: tuple[Decision, ...] = ()
         self._scale: ScaleRecord | None = None  # the newest full run's desired-worker count
+        self._scale_counted: ScaleRecord | None = None  # the last figure that was news (ScaleRecord.is_news_after)
+        self._scale_news = 0  # how many figures were news
         self._totals: Totals | None = None
         self._epoch: int | None = None
         self._last_success_at: float | None = None
@@ -417,6 +433,8 @@ class LeaderWatch:
         self._totals = self._totals.plus(record)
         if summary.scale is not None:
             self._scale = ScaleRecord.of(summary.scale, summary.started_at)
+            if self._scale.is_news_after(self._scale_counted):
+                self._scale_counted, self._scale_news = self._scale, self._scale_news + 1
         if record.ok:
             moves, unplaced = decisions_of(summary)
             self._moves.extend(moves)
@@ -434,7 +452,7 @@ class LeaderWatch:
     def _due(self, record: RunRecord, summary: RunSummary, since: float | None, error: str | None) -> bool:
         """Whether to publish now: news not yet published, and a token (failures starting or ending need none)."""
         # A shard-sync streak starting or ending is news, and so is a new desired-worker count or removal candidate.
-        shape = (*_shape(record, summary), since, error, self._scale.news() if self._scale else None)
+        shape = (*_shape(record, summary), since, error, self._scale_news)
         if shape != self._seen:
             self._seen, self._dirty = shape, True
             self._runs.append(record)
@@ -505,7 +523,7 @@ class LeaderWatch:
         self._runs.clear()
         self._moves.clear()
         self._unplaced = ()
-        self._scale = None if previous is None else previous.scale
+        self._scale = self._scale_counted = None if previous is None else previous.scale
         if previous is None:
             self._totals, self._last_success_at = Totals(), None
             return

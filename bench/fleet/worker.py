@@ -260,11 +260,16 @@ class AgentWorker(SimWorker):
     def _listen(self) -> None:
         """What agent/assignment_watch.py passes on: the leader's view of this worker's leases once it changed.
 
-        Each keeper tick stands for an answer that arrived since the previous one (real answers come at once).
+        Each keeper tick stands for an answer that arrived since the previous one (real answers come at once), and
+        for the agent's next request: the feed sees the answered request end and a new one open, as a real agent's
+        re-poll does. Without it the feed held one request open from the agent's start, judged it stale after its
+        hold (`AssignmentFeed.on_channel`), and the simulated leader scanned the store at every run.
         """
         loop = self.fleet.loop
         if loop is None:
             return
+        loop.feed.disconnect(self.worker_id, dropped=False)
+        loop.feed.connect(self.worker_id)
         try:
             position = loop.feed.position(self.worker_id)
         except NotLeading:

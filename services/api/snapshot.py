@@ -131,6 +131,11 @@ class SnapshotCache:
         if scans is None:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())
+        # On the leader the lock (it writes it) and the status (it publishes it) are at hand however old its scans.
+        lock = self._lock.own_view()
+        known, status = self._own_status() if self._own_status is not None else (False, None)
+        if lock is not None and known:
+            return ApiSnapshot(self._judge(scans), lock, status, None)
         try:  # views for operators: eventually consistent reads (half price) are fresh enough
             # With the moves recorded on the lease rows: a killed leader's last moves are there before its successor
             # publishes them.

@@ -2,7 +2,9 @@
 
 Times are measured here, from the moment the action was taken, by polling the operator API (lease owners and the
 owners' heartbeats, which carry records processed per lease since the owner took it). A shard counts as "resumed"
-once a new owner holds it outside any handoff and has reported records for it.
+once a new owner holds it outside any handoff and has reported records for it; a shard that held no record when the
+action was taken (nothing checkpointed and nothing from TRIM_HORIZON) has nothing to report, and counts once a new
+owner holds it outside any handoff.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from shardherd.services.local_stack.state import StackState
 from shardherd.services.local_stack.status import Snapshot, read_snapshot
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
+from shardherd.shared.checkpoint import INITIAL_SENTINELS
 from shardherd.shared.errors import ShardherdError
 
 POLL_SECONDS = 0.25
@@ -85,10 +88,29 @@ class Scenarios:
             name = max(agents, key=lambda agent: sum(1 for lease in leases.values() if _processor(lease) == agent))
         victim = name
         held = sorted(key for key, lease in leases.items() if _processor(lease) == victim)
+        empty = self._empty({key: leases[key] for key in held})
         request(self.state.control_socket, "kill", name=victim, signal="SIGKILL")
         started = time.monotonic()
-        self.say(f"killed {victim} (SIGKILL); it held {len(held)} leases: {', '.join(held) or 'none'}")
-        return self._follow(held, lambda lease: _resumed(lease, {victim}), "resumed", started)
+        self.say(f"killed {victim} (SIGKILL); it held {len(held)} leases: {', '.join(held) or 'none'}"
+                 + (f" ({len(empty)} of them on shards without a record)" if empty else ""))
+        return self._follow(held, lambda lease: _resumed(lease, {victim}, lease["lease_key"] in empty), "resumed",
+                            started)
+
+    def _empty(self, leases: dict[str, dict[str, Any]]) -> set[str]:
+        """The keys of `leases` whose shard holds no record: never checkpointed, and nothing from TRIM_HORIZON."""
+        initial = {sentinel.value for sentinel in INITIAL_SENTINELS}
+        unread = {key: lease for key, lease in leases.items() if lease["checkpoint"] in initial}
+        if not unread:
+            return set()
+        kinesis = self._kinesis()
+        empty = set()
+        for key, lease in unread.items():
+            iterator = kinesis.get_shard_iterator(StreamName=lease["stream"] or self.state.stream_name,
+                                                  ShardId=lease["shard_id"],
+                                                  ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+            if not kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]:
+                empty.add(key)
+        return empty
 
     def add_agent(self, watch: float) -> list[Outcome]:
         """Start one more agent; report its first heartbeat, then (within `watch` s) its first records, if any.
@@ -234,6 +256,7 @@ def _processor(lease: dict[str, Any]) -> str | None:
     return owner
 
 
-def _resumed(lease: dict[str, Any], not_on: set[str]) -> bool:
+def _resumed(lease: dict[str, Any], not_on: set[str], empty: bool = False) -> bool:
+    """Held outside a handoff by a worker not in `not_on`, which reported records for it (or it has none to read)."""
     return (lease["owner"] is not None and lease["owner"] not in not_on and lease["checkpoint_owner"] is None
-            and (lease["records_processed"] or 0) > 0)
+            and (empty or (lease["records_processed"] or 0) > 0))

@@ -29,3 +29,12 @@ def test_the_table_marks_figures_that_differ_by_more_than_a_fifth() -> None:
     assert "| 6.0 | 5.0 (within 20 %) |" in table
     assert "| 100 | 130 (over 20 %) |" in table
     assert "| 12.0 | - |" in table  # a figure one side did not measure is not judged
+
+
+def test_the_live_checkpoint_rate_is_replayed() -> None:
+    kbps = {f"shardId-{i:012d}": 1.0 for i in range(8)}
+    quiet, checkpointing = (predict(LiveInputs(kbps, [0.0, 0.0], cpu_base=2.0, cpu_mean=3.0, warmup=10.0, settle=30.0,
+                                               checkpoints=rate)) for rate in (0.0, 30.0))
+    assert quiet.write_units is not None and checkpointing.write_units is not None
+    # 30 checkpoints per shard per minute on 8 shards: 240 writes a minute, at least 1 unit each.
+    assert checkpointing.write_units - quiet.write_units >= 0.8 * 240, (quiet, checkpointing)

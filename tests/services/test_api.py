@@ -213,12 +213,15 @@ def test_follower_is_ready_and_reads_what_the_leader_published(replica: Replica)
 
 
 def test_malformed_status_is_reported_not_a_500(replica: Replica) -> None:
+    # A replica that does not lead reads the status item (the leader serves the status it published itself).
+    follower = Replica(replica.store, shards=6, replica_id="coord-b", clock=replica.clock, api_token=TOKEN)
+    follower.client.headers.update(follower.auth())
     replica.store.put_state(STATUS_KEY, {VERSION_ATTRIBUTE: 1, "status": "{not json"})
-    body = replica.client.get("/v1/leader").json()
+    body = follower.client.get("/v1/leader").json()
     assert body["status"] is None and "LeaderStatus" in body["status_error"]
-    explain = replica.client.get("/v1/assignments", params={"explain": "true"})
+    explain = follower.client.get("/v1/assignments", params={"explain": "true"})
     assert explain.status_code == 503 and "cannot explain" in explain.json()["detail"]
-    assert replica.client.get("/metrics").status_code == 200
+    assert follower.client.get("/metrics").status_code == 200
 
 
 def test_checkpoint_age_counts_from_the_last_move_this_replica_saw(replica: Replica) -> None:

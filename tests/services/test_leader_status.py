@@ -19,6 +19,7 @@ from shardherd.services.leader_status import (
     LeaderStatus,
     LeaderWatch,
     MalformedLeaderStatus,
+    ScaleRecord,
     decode,
     encode,
     read_status,
@@ -209,3 +210,18 @@ def test_moves_recorded_on_lease_rows_are_merged_once_and_a_bad_record_is_skippe
     merged = with_recorded_moves(status, [*rows, older])
     assert merged is not None and [m.lease_key for m in merged.recent_moves] == ["shard-d", "shard-a"]
     assert with_recorded_moves(None, rows) is None
+
+
+def test_a_scale_figure_is_news_only_past_a_tenth_of_the_counted_one() -> None:
+    def figure(capacity: float | None, load: float = 4476.0, remove: str = "w1") -> ScaleRecord:
+        return ScaleRecord(desired=3, current=3, remove_first=remove, load_kbps=load, capacity_kbps=capacity,
+                           computed_at=0.0)
+
+    counted = figure(2268.4)
+    assert figure(2215.3).is_news_after(counted) is False  # 2.3e3 and 2.2e3 to two digits: no longer news
+    assert figure(2280.3).is_news_after(counted) is False
+    assert figure(2500.0).is_news_after(counted) is True  # 10 % up
+    assert figure(2268.4, load=4000.0).is_news_after(counted) is True  # the load 10 % down
+    assert figure(2268.4, remove="w2").is_news_after(counted) is True
+    assert figure(None).is_news_after(counted) is True and figure(1.0).is_news_after(figure(None)) is True
+    assert figure(2268.4).is_news_after(None) is True
