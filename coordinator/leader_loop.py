@@ -65,7 +65,7 @@ from shardherd.shared.shards import Shard
 from shardherd.shared.store import Conflict, Fence, LeaseScan, LeaseStore, Outcome, WorkerScan
 from shardherd.shared.store_meter import acting_as
 from shardherd.shared.streams import StreamIdentifier, stream_name_of
-from shardherd.shared.worker import NO_PROGRESS, WorkerRecord
+from shardherd.shared.worker import WorkerRecord
 from shardherd.shared.worker_metrics import WorkerStatus, classify
 
 log = logging.getLogger(__name__)
@@ -646,6 +646,11 @@ class LeaderLoop:
     def _lease_views(self, term: _Term, leases: Collection[Lease], reporters: list[WorkerRecord],
                      now: float) -> list[LeaseView]:
         owners = {worker.worker_id: worker for worker in reporters}
+        refusals: dict[str, set[str]] = {}  # lease key -> the workers whose rows say they gave it back
+        for worker in reporters:
+            for key, progress in worker.lease_progress.items():
+                if progress.refused:
+                    refusals.setdefault(key, set()).add(worker.worker_id)
         views = []
         figures: dict[str, float] = {}
         trends: dict[str, tuple[float, ...]] = {}
@@ -672,9 +677,8 @@ class LeaderLoop:
                 trends[lease.lease_key] = trend
                 settling = self._still_changing(trend)
             moved = term.moved_in_run.get(lease.lease_key)
-            refused_by = frozenset(worker.worker_id for worker in reporters if worker.lease_progress.get(
-                lease.lease_key, NO_PROGRESS).refused)
-            views.append(LeaseView.from_lease(lease.with_changes(throughput_kbps=throughput),
+            refused_by = frozenset(refusals.get(lease.lease_key, ()))
+            views.append(LeaseView.from_lease(lease, throughput_kbps=throughput,
                                               expired=verdict.expired and not held_for, reserved=held_for,
                                               silent_ms=int(verdict.silent_seconds * 1000),
                                               handoff_blocked=blocked,

@@ -86,14 +86,18 @@ class LeaseView:
     def from_lease(
         cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
         recently_moved: bool = False, refused_by: frozenset[str] = frozenset(), settling: bool = False,
-        reserved: bool = False,
+        reserved: bool = False, throughput_kbps: float | None = None,
     ) -> LeaseView:
-        """A view of a stored lease plus the leader's observations of it."""
+        """A view of a stored lease plus the leader's observations of it.
+
+        `throughput_kbps`, when known, replaces the figure stored on the lease (in `worker` liveness mode the owner's
+        heartbeat reports a newer one).
+        """
         return cls(
             key=lease.lease_key,
             lease_owner=lease.lease_owner,
             checkpoint_owner=lease.checkpoint_owner,
-            throughput_kbps=lease.throughput_kbps,
+            throughput_kbps=lease.throughput_kbps if throughput_kbps is None else throughput_kbps,
             finished=lease.is_finished,
             expired=expired,
             silent_ms=silent_ms,
