@@ -1,12 +1,13 @@
 """The real stack at scale (issue 36): hundreds of shards on tens of plain agents, every process real, on this machine.
 
-    python -m bench.scale [--shards 256] [--agents 32] [--rate 2000] [--settle 120] [--run-dir .scale]
+    python -m bench.scale [--shards 256] [--agents 32] [--spark-agents 2] [--rate 500] [--settle 120] [--run-dir .scale]
 
 Starts `shardherd up --no-spark` with shardherd's user defaults (CPU metrics on, leader every 2 s, full scans every
 20 s; bench/stack_cost.py's USER_DEFAULTS), the Kinesis limits proxy in front of kinesalite (its shard limit raised
 to fit), a throwaway PostgreSQL as the store (`--store moto` for the stack's moto server: one single-threaded Python
 process, where 32 agents' checkpoints and heartbeats starved the leader lock's calls until both replicas gave up) and a
-producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR). It prints:
+producer at `--rate` records/s, every process pricing its own store calls (SHARDHERD_STORE_METER_DIR), and adds
+`--spark-agents` Spark agents (drivers running the example pipeline) beside the plain ones. It prints:
 * start to every lease owned and to every shard read (its owner reports its lag, or it holds no record), from
   launching `up` (start-up of 30+ Python processes on two cores included; `up`'s own start-up line beside it);
 * the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`);
@@ -14,7 +15,8 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
 * owner changes and leader moves (by reason) over `--settle` s of steady state from `--warmup` s after every shard
   was read, and the store's capacity units per minute over
   that window next to KCL 3.x's bill for the same leases and workers;
-* each agent's resident memory (median, max);
+* when each Spark agent first reads a lease of its own, and how many it holds;
+* each plain agent's resident memory (median, max), and each Spark agent's with its JVM;
 * kill -9 of the agent holding most leases: seconds until each of its shards is read elsewhere (max, and how many);
 * the fleet simulator's figures for the same fleet and events beside the live ones (bench/scale_sim.py), each marked
   where the two differ by more than 20 %.
@@ -35,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,7 @@ from bench.stack_cost import (
     stop_stack,
     wait_for_state,
 )
+from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.scenarios import Scenarios
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
@@ -131,14 +134,37 @@ def _latency(call: Callable[[], object], count: int) -> list[float]:
     return times
 
 
-def _memory(state: StackState) -> list[float]:
+def _memory(state: StackState, names: Collection[str], tree: bool = False) -> list[float]:
+    """Resident MiB of each named agent's process (with `tree`, its children too: a Spark driver's JVM)."""
     sizes = []
     for entry in state.by_role("agent"):
+        if entry.name not in names:
+            continue
         try:
-            sizes.append(psutil.Process(entry.pid).memory_info().rss / 2**20)
+            process = psutil.Process(entry.pid)
+            members = [process, *process.children(recursive=True)] if tree else [process]
+            sizes.append(sum(member.memory_info().rss for member in members) / 2**20)
         except psutil.Error:
             continue
     return sizes
+
+
+def _spark_share(client: OperatorClient, names: Sequence[str], began: float, limit: float) -> str:
+    """Each Spark agent's leases once it holds one whose lag it reports (it reads), and when (s from launching)."""
+    held: dict[str, float] = {}
+
+    def reading() -> bool:
+        for lease in _owners(client).values():
+            if lease["owner"] in names and lease["millis_behind_latest"] is not None:
+                held.setdefault(lease["owner"], time.monotonic() - began)
+        return len(held) == len(names)
+
+    try:
+        _until("every Spark agent reading a lease", began, limit, reading)
+    except SystemExit as exc:
+        return str(exc)
+    counts = {name: sum(1 for lease in _owners(client).values() if lease["owner"] == name) for name in names}
+    return ", ".join(f"{name} reads from {held[name]:.1f} s, holds {counts[name]}" for name in names)
 
 
 class Startup:
@@ -147,12 +173,12 @@ class Startup:
     loaded host the coordinators answer after the agents' rows exist, so the first answer already lists all of them
     (the simulator then started every agent at once, while live 17 agents took all 256 leases before the rest)."""
 
-    def __init__(self, state: StackState, store_settings: dict[str, str], shards: int) -> None:
+    def __init__(self, state: StackState, store_settings: dict[str, str], shards: int, agents: int) -> None:
         self.rows: dict[str, float] = {}
         self.first_owned: float | None = None
         self.all_owned: float | None = None
         self._store = _open(state, store_settings)
-        self._shards = shards
+        self._shards, self._agents = shards, agents
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="startup-watch", daemon=True)
         self._thread.start()
@@ -169,9 +195,11 @@ class Startup:
             open_leases = [lease for lease in leases if not lease.is_finished]
             if self.first_owned is None and any(lease.lease_owner for lease in open_leases):
                 self.first_owned = now
-            if len(open_leases) >= self._shards and all(lease.lease_owner for lease in open_leases):
+            if self.all_owned is None and len(open_leases) >= self._shards and all(
+                    lease.lease_owner for lease in open_leases):
                 self.all_owned = now
-                return
+            if self.all_owned is not None and len(self.rows) >= self._agents:
+                return  # every lease owned, every agent's row seen (a Spark agent's comes late)
 
     def stop(self) -> None:
         """Stop watching and close the store."""
@@ -256,9 +284,13 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     """Everything the docstring lists, printed as it is measured."""
     state = wait_for_state(run, began + args.limit, stack)
     favour(emulator_pids(state))
+    spark = [str(request(state.control_socket, "add-agent", timeout=60.0, spark=True)["name"])
+             for _ in range(args.spark_agents)]
+    state = StackState.read(run)  # with the Spark agents
+    plain = {entry.name for entry in state.by_role("agent")} - set(spark)
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=30.0)
     runs = LeaderRuns(client)
-    seen = Startup(state, store_settings, args.shards)
+    seen = Startup(state, store_settings, args.shards, args.agents + len(spark))
     try:
         owned, read = _startup(client, state, args.shards, began, args.limit, seen)
         up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
@@ -266,6 +298,9 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         print(f"{args.shards} shards, {args.agents} agents, store {args.store}, load {os.getloadavg()[0]:.1f}: every "
               f"lease owned after {owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n"
               f"  up says: {up_line}")
+        if spark:
+            print(f"{len(spark)} Spark agents (started with the plain ones): "
+                  f"{_spark_share(client, spark, began, args.limit)}", flush=True)
         assignments = _latency(client.leases, args.calls)
         with httpx.Client(timeout=30.0) as http:
             metrics = _latency(lambda: http.get(f"{state.api_urls()[0]}/metrics").raise_for_status(), args.calls)
@@ -278,9 +313,12 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         kbps, cpus, leases, workers = _live_fleet(client, store_settings, state)
         print_bill(window, minutes, leases, workers)
         print(f"leader runs: {percentiles(list(runs.durations.values()))}")
-        sizes = _memory(state)
+        sizes = _memory(state, plain)
         print(f"agent resident memory: median {statistics.median(sizes):.0f} MiB, max {max(sizes):.0f} MiB "
-              f"({len(sizes)} agents)")
+              f"({len(sizes)} plain agents)")
+        if spark:
+            drivers = _memory(state, spark, tree=True)
+            print(f"Spark agents (driver process and its JVM): {', '.join(f'{size:.0f} MiB' for size in drivers)}")
         outcomes = Scenarios(state, timeout=args.limit, say=lambda line: None).kill_agent(None)
         resumed = [outcome.seconds for outcome in outcomes if outcome.seconds is not None]
         print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
@@ -317,6 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds after every shard is read before the "
                         "steady-state window (the first balancing runs)")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds of steady state watched")
+    parser.add_argument("--spark-agents", type=int, default=2, help="Spark agents (drivers running the example "
+                        "pipeline, `local[1]`) started beside the plain ones (0: none)")
     parser.add_argument("--calls", type=int, default=30, help="API calls timed per endpoint")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds any one step may take")
     parser.add_argument("--run-dir", default=".scale", help="run directory (inside the current directory)")

@@ -293,9 +293,14 @@ class LocalStack:
             return free_port()
         return self.options.api_port + index - 1
 
-    def add_agent(self) -> Child:
-        """Start one more agent (a Spark driver running the example pipeline, or a plain agent)."""
+    def add_agent(self, spark: bool | None = None) -> Child:
+        """Start one more agent: a Spark driver running the example pipeline, or a plain agent.
+
+        `spark` chooses; by default the stack's mode. A plain stack may take Spark agents too (a scale run's mixed
+        fleet, bench/scale.py).
+        """
         options = self.options
+        spark = options.spark if spark is None else spark
         drain = str(options.drain_timeout)
         with self._guard:
             name = self._next_name(AGENT)
@@ -305,7 +310,7 @@ class LocalStack:
                 # (decision 0008), and tells it of its own (decision 0010), instead of polling the store.
                 env["SHARDHERD_COORDINATOR_URL"] = ",".join(
                     child.api_url for child in self.supervisor.children(COORDINATOR) if child.api_url)
-            if options.spark:
+            if spark:
                 args = ["--out", str(options.pipeline_dir), "--master", options.spark_master,
                         "--driver-memory", options.spark_driver_memory, "--drain-timeout", drain]
                 # Draining waits for in-flight batches; then the query and the JVM stop.
@@ -321,7 +326,10 @@ class LocalStack:
         """Carry out one control request (see shardherd.services.local_stack.control)."""
         op = request["op"]
         if op == "add-agent":
-            return {"name": self.add_agent().name}
+            spark = request.get("spark")
+            if spark is not None and not isinstance(spark, bool):
+                raise StackFailed(f"add-agent: spark must be true or false, not {spark!r}")
+            return {"name": self.add_agent(spark).name}
         if op == "kill":
             sig = signal.Signals[str(request.get("signal", "SIGKILL"))]
             child = self.supervisor.kill(str(request["name"]), sig)
