@@ -34,6 +34,7 @@ from shardherd.shared.assignment_channel import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError
+from shardherd.shared.lean_httpx import client as http_client
 from shardherd.shared.lean_httpx import httpx
 from shardherd.shared.supervision import Supervisor
 
@@ -73,13 +74,17 @@ class AssignmentWatch:
         self._keeper = keeper
         self._fleet_verdict = fleet_verdict  # hears the leader's fleet-stall verdict of each answer (decision 0039)
         self._clock = clock
-        self._client = client or _client()
+        self._client = client or self._new_client()
         self._healthy_until = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="assignment-watch", daemon=True)
         self._send = threading.Event()  # news or a beat to send
         self._news = False  # the next short request asks the leader to scan (news=true)
         self._notifier = threading.Thread(target=self._notify, name="assignment-news", daemon=True)
+
+    def _new_client(self) -> httpx.Client:
+        """A client on new connections; all share the process's TLS context (shared/lean_httpx.py), if any."""
+        return http_client(self._urls)
 
     def healthy(self) -> bool:
         """True while a request answered within the last wait plus slack."""
@@ -132,7 +137,7 @@ class AssignmentWatch:
             self._at = (self._at + 1) % len(self._urls)  # the next replica listed (or the same one, re-asked)
             if failures >= 1:  # a new connection, which a Service may route to another replica
                 self._client.close()
-                self._client = _client()
+                self._client = self._new_client()
             self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
             failures += 1
 
@@ -150,7 +155,7 @@ class AssignmentWatch:
             params = self._beat_params({"wait": 0, "news": "true"} if news else {"wait": 0})
             for attempt in range(max(NEWS_ATTEMPTS, len(self._urls)) if news else 1):
                 url = self._urls[(self._at + attempt) % len(self._urls)]  # the replica that answered last first
-                with _client() as client:
+                with self._new_client() as client:
                     try:
                         response = client.get(url, params=params, headers=self._headers(), timeout=SLACK_SECONDS)
                     except httpx.HTTPError as exc:
@@ -213,10 +218,6 @@ class AssignmentWatch:
             log.warning("assignment watch: unreadable answer: %s", exc)
             return None
         return answer
-
-
-def _client() -> httpx.Client:
-    return httpx.Client(trust_env=False)
 
 
 def _credential(settings: Settings) -> TokenSource | None:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from shardherd.agent import kpl_decoding
 from shardherd.agent.assignment_watch import AssignmentWatch
-from shardherd.agent.health_server import HealthServer
 from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import HeldState, LeaseKeeper, LossReason
 from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV
@@ -50,6 +49,8 @@ from shardherd.shared.worker_metrics import WorkerStatus, classify
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
+
+    from shardherd.agent.health_server import HealthServer
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +285,8 @@ class Agent:
             self.watch.start(self.supervisor)
         self.supervisor.watch()
         if self.settings.agent_health_port is not None:
+            from shardherd.agent.health_server import HealthServer  # prometheus_client: only with a health port
+
             self.health = HealthServer(self.supervisor, self.progress.failing, self.clock.time, self.stalls,
                                        self.settings.agent_health_host, self.settings.agent_health_port,
                                        reads=lambda: dict(self._context.reads), drain=self.drain_itself,

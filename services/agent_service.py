@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from shardherd.agent.consumer import RecordProcessor
+from shardherd.agent.heap import limit_malloc_arenas
 from shardherd.agent.runtime import Agent
 from shardherd.agent.shard_worker import ProcessorFactory
 from shardherd.shared.config import load_settings
@@ -92,6 +93,7 @@ class StopSignals:
 def run(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT (drain: leases move to other workers with their checkpoints) or SIGUSR1 (no drain)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    limit_malloc_arenas()  # before the agent's threads start (agent/heap.py)
     factory = load_processor(args.processor)
     agent = Agent(load_settings(), factory)
     signals = StopSignals(agent.begin_stop).install()

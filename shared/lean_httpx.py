@@ -1,4 +1,4 @@
-"""httpx without its command-line module: import httpx from here.
+"""httpx without its command-line module, and clients that do not each load a CA bundle: import httpx from here.
 
 httpx's package imports its CLI (`httpx._main`, which loads rich, click and pygments) whenever those are installed,
 and they are (rich is ours, click comes with uvicorn): about 6 MB in every process that makes an HTTP call (a
@@ -6,16 +6,42 @@ MultiLang agent among them; docs/decisions/0024-multilang-daemon.md). Marking `h
 is first imported makes httpx fall back to its stub `httpx.main`, which only prints how to get the CLI. No shardherd
 process runs httpx's CLI.
 
+`httpx.Client()` builds a TLS context and loads certifi's CA bundle into it, every time: 90-210 ms of CPU and 3 MB at
+the first. A plain agent's assignment watch opens a client per heartbeat (agent/assignment_watch.py), so 32 agents on
+two cores spent a third of a core on it. `client(urls)` gives every client of the process one verifying context,
+made on the first https URL; a client for plain-http URLs gets none (it never opens a TLS connection: redirects are
+not followed).
+
 Invariant: every shardherd module that uses httpx imports it from here, so whichever imports it first leaves the CLI
 out (a process that imported httpx before is left as it is).
 """
 
 from __future__ import annotations
 
+import ssl
 import sys
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
 
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable", as the import system documents
 
 import httpx  # noqa: E402  # after the line above, by design
 
-__all__ = ["httpx"]
+__all__ = ["client", "httpx", "tls_context"]
+
+
+@cache
+def tls_context() -> ssl.SSLContext:
+    """The process's one verifying TLS context: httpx's default (certifi's CA bundle, environment ignored)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+def client(urls: Iterable[str], **options: Any) -> httpx.Client:
+    """An httpx client (environment ignored, no redirects) for requests to `urls`, with `options` (timeout, ...).
+
+    It verifies TLS with `tls_context()` when any of `urls` is https; for plain-http URLs it builds no CA store.
+    """
+    secure = any(httpx.URL(url).scheme == "https" for url in urls)
+    return httpx.Client(verify=tls_context() if secure else False, trust_env=False, follow_redirects=False,
+                        **options)

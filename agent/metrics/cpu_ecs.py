@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
-from shardherd.shared.lean_httpx import httpx
+from shardherd.shared.lean_httpx import client, httpx
 
 ECS_URI_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 DEFAULT_CONTAINER_SHARE = 2.0
@@ -59,7 +59,7 @@ class EcsCpu:
             raise InvalidMetricInput(f"{ECS_URI_ENV} is not an http URI ending in a container id: {base_uri!r}")
         self._base = base_uri.rstrip("/")
         self._docker_id = docker_id
-        self._client = httpx.Client(timeout=timeout_seconds, trust_env=False)
+        self._client = client([base_uri], timeout=timeout_seconds)
         self._limit: float | None = None
 
     def close(self) -> None:
