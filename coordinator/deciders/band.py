@@ -93,14 +93,15 @@ class ShareFill(BandPass):
         """A lease's KiB/s in share points."""
         return self.rise(wid, self.plan.ledger.weight[key])
 
-    def __init__(self, plan: FleetPlan, band: Band, untouched: bool = False) -> None:
+    def __init__(self, plan: FleetPlan, band: Band, after_shed: bool = False) -> None:
         super().__init__(plan, band)
-        self.untouched = untouched  # fill only workers no move of this run changed
+        # After a pass that moved: workers that gave a lease in this run are not filled in it.
+        self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
-        return 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active)) and not (
-            self.untouched and wid in self.plan.changed)
+        joining = 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
+        return joining and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the joining worker reports stays under its ceiling with the lease.
@@ -143,7 +144,7 @@ class CountFill(ShareFill):
         return self.rise(wid, 1.0)
 
 
-def share_fill(plan: FleetPlan, untouched: bool) -> ShareFill:
+def share_fill(plan: FleetPlan, after_shed: bool) -> ShareFill:
     """The fill on throughput shares, or on lease counts where an empty worker is inside the throughput band's floor.
 
     There the fleet's whole throughput is within the noise margin (decision 0042).
@@ -153,22 +154,22 @@ def share_fill(plan: FleetPlan, untouched: bool) -> ShareFill:
     band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * view.gain_floor(THROUGHPUT_METRIC)),
                        view.gain_floor(THROUGHPUT_METRIC), cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
     if band.floor > 0:
-        return ShareFill(plan, band, untouched)
+        return ShareFill(plan, band, after_shed)
     one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
     return CountFill(plan, Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one,
-                                       cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW), untouched)
+                                       cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW), after_shed)
 
 
-def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", untouched: bool = False) -> str:
+def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
     """With no metric out of band (`why`), fill joining workers on shares; the note says what happened.
 
-    `untouched`: only those no move of this run changed.
+    `after_shed`: after a pass that moved, only workers that gave no lease in this run.
     """
     view = plan.view
     if not view.config.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
         return why
-    fill = share_fill(plan, untouched)
+    fill = share_fill(plan, after_shed)
     fill.fill()  # fill only: nothing is shed on shares
     if not fill.moved:
         return why
@@ -187,8 +188,8 @@ def balance_pass(plan: FleetPlan) -> str:
     balancing.run()
     note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
     # Out of band but nothing (more) to move (a joining worker's own load above the band, say): fill as if in band,
-    # after a pass that moved only workers it left alone (the next run, on the same reports, would fill those).
-    return fill_on_share(plan, note, untouched=True) if balancing.moved else fill_on_share(
+    # after a pass that moved only workers that gave nothing (the next run, on the same reports, would fill those).
+    return fill_on_share(plan, note, after_shed=True) if balancing.moved else fill_on_share(
         plan, f"{note}: nothing to move")
 
 

@@ -173,8 +173,8 @@ def test_band_plans_of_a_thousand_seeded_fleets_planned_again_move_only_lifts_on
 
     Two causes are fixed (decision 0042): the proportional line took its mean over the non-draining workers and
     their KiB/s over the draining ones too, and a pass that moved left the fill on shares to the next run. Still
-    open (about 1 in 2,000): a worker a move of this run changed is filled on shares by the next run only, by lifts
-    of small leases that leave it below the band.
+    open (1 in 8,000): a worker that shed in this run is filled on shares by the next run only, by lifts of small
+    leases that leave it below the band.
     """
     config = DeciderConfig()
     for seed in range(1000):
