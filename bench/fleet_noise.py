@@ -17,6 +17,13 @@ by default and without the fill on throughput (`rebalance_fill_on_throughput=fal
     python -m bench.fleet_noise --add-agent      # scale-out with the agents' CPU
     python -m bench.fleet_noise --scenarios --seeds 24   # fleet_sim's scale-out, hot shards, crash, seeds 7-30
     python -m bench.fleet_noise --scenarios --quick --only crash   # one scenario, small fleets
+    python -m bench.fleet_noise --joins --seeds 2   # bench.scale's fleet: 256 shards, 32 agents joining, tiny load
+
+With `--joins`, the fleet of the live scale run (`python -m bench.scale`: 256 shards at about 30 KiB/s in all, user
+defaults): 17 agents take every lease, 15 more join one by one over 40 s; it prints the leases the late joiners hold
+60 s after the last joined, the balancing runs from each one's first row with a CPU report to the run that assigns it
+its share (at least three quarters of the average lease count, rounded down; decision 0042), and the owner changes
+in the 300 s after.
 
 With `--scenarios`, the fleet simulator's scale-out, hot-shards and crash scenarios (full size or `--quick`,
 Zipf 0.5) run with the live stack's noise (plain deliveries) for the default strategy only, one run per seed from
@@ -27,9 +34,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import random
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +46,7 @@ from bench.fleet.noise import PLAIN_DELIVERY, SPARK_DELIVERY, LiveNoise, NoiseMo
 from bench.fleet.scenarios import FULL, QUICK, Size, run_variant, scenarios
 from bench.fleet.worker import CpuModel
 from bench.fleet.world import Stream
+from bench.stack_cost import USER_DEFAULTS
 
 # Per-shard medians (KiB/s) the live bench measured on the default local stack (8 shards, 200 records/s, seed 7).
 LOCAL_STACK_KBPS = (1.11, 1.20, 1.60, 0.65, 1.65, 3.60, 0.81, 1.49)
@@ -151,6 +160,76 @@ def _scale_out(seeds: int, model: NoiseModel, cpu: CpuModel, kind: str, warmup: 
               f"({'MET' if met else 'MISSED'})", flush=True)
 
 
+@dataclass(frozen=True, slots=True)
+class JoinsResult:
+    """One seed of the staggered-joins scenario (`--joins`)."""
+
+    seed: int
+    joiners: tuple[int, ...]  # leases each late joiner holds 60 s after the last one joined
+    share: int  # at least this many leases count as a share
+    runs_to_share: tuple[int | None, ...]  # per late joiner, balancing runs from its first valid row to the one
+    # assigning it its share (the row was written within the half second before it was seen)
+    after_moves: int  # owner changes in the 300 s after
+
+
+def _held(fleet: Fleet, assigned: bool = False) -> Counter[str]:
+    """Leases per live worker: those it processes, or (`assigned`) those the leader assigned it, handoffs included."""
+    held = Counter(dict.fromkeys(fleet.live(), 0))
+    for lease in fleet.leases():
+        owner = lease.lease_owner if assigned else lease.actual_owner
+        if owner is not None and owner in held:
+            held[owner] += 1
+    return held
+
+
+def run_joins(seed: int, model: NoiseModel, cpu: CpuModel = LOCAL_CPU, shards: int = 256, first: int = 17,
+              late: int = 15, observe: float = 300.0) -> JoinsResult:
+    """The scale run's fleet: `first` agents take every lease, `late` more join over 40 s; what they hold."""
+    rng = random.Random(seed)
+    rates = [rng.expovariate(1.0 / 0.12) for _ in range(shards)]  # about 30 KiB/s in all, as at 500 records/s
+    settings: dict[str, object] = {name.removeprefix("SHARDHERD_").lower(): value
+                                   for name, value in USER_DEFAULTS.items()}
+    fleet = Fleet(VARIANCE, "worker", Stream.tiled(rates), seed, overrides=settings, noise=LiveNoise(model, seed),
+                  cpu_model=cpu, channel=True)
+    fleet.calibrate(first + late)
+    fleet.add_workers(first)
+    fleet.events.run_until(30.0)
+    share = (3 * shards // (first + late)) // 4
+    joined: list[str] = []
+    seen: dict[str, float] = {}  # when the store first held each joiner's row with a CPU report (decision 0038)
+    reached: dict[str, float] = {}  # when the leader first assigned it its share
+
+    def watch(until: float) -> None:
+        while fleet.events.now() < until:
+            fleet.events.run_until(fleet.events.now() + 0.5)
+            rows = {row.worker_id for row in fleet.inner.scan_workers().workers if row.metric_stats}
+            seen.update({w: fleet.events.now() for w in joined if w not in seen and w in rows})
+            held = _held(fleet, assigned=True)
+            reached.update({w: fleet.events.now() for w in joined if w not in reached and held[w] >= share})
+
+    for _ in range(late):
+        joined += fleet.add_workers(1)
+        watch(fleet.events.now() + 40.0 / late)
+    watch(fleet.events.now() + 60.0)
+    held = _held(fleet)
+    runs = tuple(None if w not in reached else sum(1 for t, balancing, _ in fleet.runs
+                                                   if balancing and seen[w] - 0.5 <= t <= reached[w]) for w in joined)
+    fleet.moves.moves = 0
+    fleet.events.run_until(fleet.events.now() + observe)
+    return JoinsResult(seed, tuple(held[w] for w in joined), share, runs, fleet.moves.moves)
+
+
+def _joins(seeds: int, model: NoiseModel, cpu: CpuModel) -> None:
+    results = [run_joins(7 + i, model, cpu) for i in range(seeds)]
+    for r in results:
+        runs = [n for n in r.runs_to_share if n is not None]
+        print(f"  seed {r.seed}: late joiners hold {min(r.joiners)}-{max(r.joiners)} leases (share: >= {r.share}), "
+              f"{len(runs)} of {len(r.joiners)} assigned it within {max(runs, default=0)} balancing runs of their "
+              f"first CPU report; {r.after_moves} owner changes in the 300 s after", flush=True)
+    met = all(all(n is not None and n <= 2 for n in r.runs_to_share) for r in results)
+    print(f"  joiners at tiny load: each holds its share within 2 balancing runs ({'MET' if met else 'MISSED'})")
+
+
 # The fleet simulator's scenarios the `--scenarios` targets are judged on.
 SCENARIO_PREFIXES = ("scale-out", "hot-shards", "crash")
 
@@ -188,6 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenarios", action="store_true",
                         help="fleet_sim's scale-out, hot shards and crash with the live noise, per seed")
     parser.add_argument("--quick", action="store_true", help="with --scenarios: fleet_sim's small fleets")
+    parser.add_argument("--joins", action="store_true",
+                        help="bench.scale's fleet at tiny load: 15 of 32 agents join one by one (decision 0042)")
     parser.add_argument("--only", choices=SCENARIO_PREFIXES, action="append",
                         help="with --scenarios: this scenario only (repeatable), e.g. to run them in parallel")
     args = parser.parse_args(argv)
@@ -198,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = NoiseModel(delivery_period=SPARK_DELIVERY if args.spark else PLAIN_DELIVERY)
     cpu = SPARK_CPU if args.spark else LOCAL_CPU
     kind = "Spark" if args.spark else "plain"
+    if args.joins:
+        _joins(args.seeds, model, cpu)
+        return 0
     if args.add_agent:
         _scale_out(args.seeds, model, cpu, kind, args.warmup)
         return 0

@@ -93,9 +93,15 @@ class ShareFill(BandPass):
         """A lease's KiB/s in share points."""
         return self.rise(wid, self.plan.ledger.weight[key])
 
+    def __init__(self, plan: FleetPlan, band: Band, after_shed: bool = False) -> None:
+        super().__init__(plan, band)
+        # After a pass that moved: workers that gave a lease in this run are not filled in it.
+        self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
+
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
-        return 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
+        joining = 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
+        return joining and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the joining worker reports stays under its ceiling with the lease.
@@ -112,22 +118,63 @@ class ShareFill(BandPass):
                    for metric, value in self.plan.values(wid).items())
 
 
-def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band") -> str:
-    """With no metric out of band (`why`), fill joining workers on throughput; the note says what happened."""
+class CountFill(ShareFill):
+    """The fill on shares where throughput cannot tell an empty worker from the rest: a share is a lease count.
+
+    A share is in points of the average lease count; every lease weighs one lease's points, and a move must leave the
+    receiver at most as many leases as its giver keeps (the minimum gain is one lease), so no run moves one back.
+    """
+
+    counts_leases = True
+
+    def level(self, wid: str) -> float:
+        """The worker's lease count in points of the average count."""
+        return self.rise(wid, self.plan.ledger.count(wid))
+
+    def confirmed(self, wid: str) -> float:
+        """Its lease count (known exactly; no report to wait for)."""
+        return self.level(wid)
+
+    def rise(self, wid: str, weight: float) -> float:
+        """`weight` leases in points of the average count."""
+        return 100.0 * weight * max(1, len(self.view.active)) / self.view.n_leases
+
+    def fall(self, wid: str, key: str) -> float:
+        """One lease in points of the average count."""
+        return self.rise(wid, 1.0)
+
+
+def share_fill(plan: FleetPlan, after_shed: bool) -> ShareFill:
+    """The fill on throughput shares, or on lease counts where an empty worker is inside the throughput band's floor.
+
+    There the fleet's whole throughput is within the noise margin (decision 0042).
+    """
+    view, cfg = plan.view, plan.view.config
+    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * view.gain_floor(THROUGHPUT_METRIC)),
+                       view.gain_floor(THROUGHPUT_METRIC), cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
+    if band.floor > 0:
+        return ShareFill(plan, band, after_shed)
+    one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
+    return CountFill(plan, Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one,
+                                       cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW), after_shed)
+
+
+def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
+    """With no metric out of band (`why`), fill joining workers on shares; the note says what happened.
+
+    `after_shed`: after a pass that moved, only workers that gave no lease in this run.
+    """
     view = plan.view
     if not view.config.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
         return why
-    half = max(view.config.rebalance_threshold_percentage, view.config.rebalance_min_band_points,
-               2.0 * 100.0 * view.config.rebalance_min_gain_kbps / view.target_throughput)
-    band = Band.around(THROUGHPUT_METRIC, 100.0, half, view.gain_floor(THROUGHPUT_METRIC),
-                       view.config.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
-    fill = ShareFill(plan, band)
-    fill.fill()  # fill only: nothing is shed on throughput
+    fill = share_fill(plan, after_shed)
+    fill.fill()  # fill only: nothing is shed on shares
     if not fill.moved:
         return why
-    return (f"{why}; filling on {THROUGHPUT_METRIC}: "
-            f"band [{band.lower:.2f}, {band.upper:.2f}]")
+    measure = "lease count" if fill.counts_leases else THROUGHPUT_METRIC
+    return f"{why}; filling on {measure}: band [{fill.band.lower:.2f}, {fill.band.upper:.2f}]"
 
 
 def balance_pass(plan: FleetPlan) -> str:
@@ -140,10 +187,10 @@ def balance_pass(plan: FleetPlan) -> str:
     balancing = BandPass(plan, band)
     balancing.run()
     note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
-    if balancing.moved:
-        return note
-    # Out of band but nothing to move (a joining worker's own load above the band, say): fill as if in band.
-    return fill_on_share(plan, f"{note}: nothing to move")
+    # Out of band but nothing (more) to move (a joining worker's own load above the band, say): fill as if in band,
+    # after a pass that moved only workers that gave nothing (the next run, on the same reports, would fill those).
+    return fill_on_share(plan, note, after_shed=True) if balancing.moved else fill_on_share(
+        plan, f"{note}: nothing to move")
 
 
 class BandDecider:

@@ -67,6 +67,8 @@ class Band:
 class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
+    counts_leases = False  # a subclass measuring lease counts weighs every lease 1
+
     def __init__(self, plan: FleetPlan, band: Band) -> None:
         self.plan = plan
         self.view = plan.view
@@ -76,7 +78,9 @@ class BandPass:
         self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
-        self._weight = plan.ledger.weight  # each lease's KiB/s (read only)
+        self._kbps = plan.ledger.weight  # each lease's KiB/s (read only)
+        # What a lease weighs on the balanced measure (read only): its KiB/s, or 1 for a pass on lease counts.
+        self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
@@ -183,8 +187,8 @@ class BandPass:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
         limit, rise, _ = self._room[receiver]
         landed = self._at[receiver] + rise * weight
-        return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver)
-                          and not self._leases[key].avoids(receiver) and self.room_left(receiver, weight)) else None
+        return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
+                          self._leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])) else None
 
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded receiver that takes it; True if it moved.

@@ -68,7 +68,7 @@ class FleetView:
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self.fitted = self._fit(values, lagged, ledger) if band else {}
-        self.lines = self._lines(snapshot, values)
+        self.lines = self._lines(snapshot, values, [w.worker_id for w in reporting])
         self.values = self._catch_up(values, lagged, now)
         self.averages = self._averages()
         self.carried_history = {w.worker_id: tuple(w.throughput_history[-config.rebalance_persistent_reports:])
@@ -113,15 +113,20 @@ class FleetView:
         self.falling = sum(now.values()) < (1.0 - UNSETTLED_SHARE) * sum(lagged.values())
         return lagged, now
 
-    def _lines(self, snapshot: Snapshot, values: Values) -> dict[str, Line]:
-        """Per metric: the fitted line, else the leader's last, else the proportional one (KCL: always that)."""
+    def _lines(self, snapshot: Snapshot, values: Values, reporting: Sequence[str]) -> dict[str, Line]:
+        """Per metric: the fitted line, else the leader's last, else the proportional one (KCL: always that).
+
+        Band's proportional line is the reporting workers' mean value over the KiB/s they carry on average (`carried`),
+        draining ones included in both (a mean over the others against their KiB/s took the slope from two fleets).
+        """
         lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         for metric, mean in self._mean(values, self.band).items():
+            seen = [values[w][metric] for w in reporting if metric in values[w]]
             if not self.band:
                 lines[metric] = proportional(mean, self.target_throughput)
             elif metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
-            lines.setdefault(metric, proportional(mean, self.carried))
+            lines.setdefault(metric, proportional(sum(seen) / len(seen) if seen else mean, self.carried))
         return lines
 
     # -- construction -------------------------------------------------------------------------------------------
@@ -218,10 +223,11 @@ class FleetView:
         back = self.config.rebalance_persistent_reports
         if back <= 1:
             return confirmed
+        noise = self.config.rebalance_min_gain_kbps  # a change under the minimum gain explains nothing (0042)
         for worker in reporting:
             wid, now = worker.worker_id, ledger.known_throughput(worker.worker_id)
             carried = worker.throughput_history[-back:]
-            if len(carried) < back or any(abs(kbps - now) > STEADY_SHARE * max(kbps, now) for kbps in carried):
+            if len(carried) < back or any(abs(k - now) > max(STEADY_SHARE * max(k, now), noise) for k in carried):
                 continue
             for metric, value in self.values[wid].items():
                 history = worker.metric_stats[metric][-back:]

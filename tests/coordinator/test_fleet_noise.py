@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bench.fleet.noise import PLAIN_DELIVERY, NoiseModel
 from bench.fleet.worker import CpuModel
-from bench.fleet_noise import LOCAL_CPU, run_add_agent, run_steady
+from bench.fleet_noise import LOCAL_CPU, run_add_agent, run_joins, run_steady
 
 
 def test_cpu_excursions_moved_leases_when_only_the_newest_report_counted_and_move_none_now() -> None:
@@ -30,3 +30,11 @@ def test_an_added_agent_gets_its_share_with_cpu_metrics_on_and_nothing_moves_aft
     assert after.leases_new == after.settle_moves == 2 and after.runs_to_settle == 1
     assert after.share_new > 0.9  # of an average agent's KiB/s
     assert after.after_moves == 0
+
+
+def test_agents_joining_a_fleet_at_tiny_load_each_get_a_share_of_the_leases() -> None:
+    # The live scale run (256 shards, 32 agents joining over about 40 s, about 1 KiB/s per agent): the 15 agents that
+    # joined after 17 held every lease stayed empty for the whole run. Shares are lease counts there (decision 0042).
+    result = run_joins(7, NoiseModel(PLAIN_DELIVERY), observe=60.0)
+    assert all(runs is not None for runs in result.runs_to_share)
+    assert min(result.joiners) >= result.share > 0

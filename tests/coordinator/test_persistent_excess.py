@@ -25,14 +25,14 @@ NEWEST_ONLY = DeciderConfig()  # KCL: the moving average as of the newest report
 
 
 def _fleet(histories: dict[str, list[float]], carried: dict[str, list[float]] | None = None,
-           leases: dict[str, int] | None = None) -> Snapshot:
-    """Workers holding 40 KiB/s leases (3 unless `leases` says), with the given CPU and throughput histories."""
+           leases: dict[str, int] | None = None, kbps: float = 40.0) -> Snapshot:
+    """Workers holding `kbps` KiB/s leases (3 unless `leases` says), with the given CPU and throughput histories."""
     counts = leases or {}
-    views = [LeaseView(f"{wid}{i}", lease_owner=wid, throughput_kbps=40.0)
+    views = [LeaseView(f"{wid}{i}", lease_owner=wid, throughput_kbps=kbps)
              for wid in histories for i in range(counts.get(wid, 3))]
     tp = carried or {}
     workers = [WorkerView(wid, {"C": tuple(h)}, {"C": (100.0,)},
-                          throughput_history=tuple(tp.get(wid, [40.0 * counts.get(wid, 3)] * len(h))))
+                          throughput_history=tuple(tp.get(wid, [kbps * counts.get(wid, 3)] * len(h))))
                for wid, h in histories.items()]
     return Snapshot.of(views, workers)
 
@@ -53,6 +53,17 @@ def test_a_cpu_spike_in_one_report_moves_nothing_while_one_seen_in_two_reports_d
     three = DeciderConfig(rebalance_persistent_reports=3)
     assert _donors(lasting, three) == []
     assert set(_donors(_fleet({"A": [*quiet[:-3], 28.0, 28.0, 28.0], "B": quiet, "C": quiet}), three)) == {"A"}
+
+
+def test_at_tiny_load_throughput_wobbling_under_the_minimum_gain_still_asks_for_persistence() -> None:
+    # The 256-shard scale fleet (bench.fleet_noise --joins): each agent carries about 1 KiB/s, and its measured
+    # figure moves by more than a fifth between reports. A change under the 0.5 KiB/s minimum gain is noise, not a
+    # load change the throughput explains: a one-report CPU spike still waits for persistence (decision 0042).
+    quiet = [4.0] * 10
+    wobble = {wid: [1.2, 0.9] * 5 for wid in "ABC"}
+    spike = _fleet({"A": [*quiet[:-1], 20.0], "B": quiet, "C": quiet}, carried=wobble, kbps=0.4)
+    assert _donors(spike, PERSISTENT) == []
+    assert _donors(spike, NEWEST_ONLY) == ["A"]
 
 
 def test_a_worker_dipping_for_one_report_is_not_filled() -> None:
