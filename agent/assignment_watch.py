@@ -12,8 +12,9 @@ row the keeper wrote (`beat()`: the same short request without `news`), so the l
 publishes it to a successor within a lock heartbeat (coordinator/liveness.py); a long-poll names it only when it
 returns, up to a heartbeat period later, and a leader killed in between left its successor to watch that row afresh.
 
-Each answer also carries the leader's verdict on a fleet-wide stall (decision 0039), handed to `fleet_verdict`: the
-stall watch keeps stalled leases only while such answers keep coming (agent/stall_watch.py).
+Each answer also carries the leader's verdict on a fleet-wide stall (decision 0039) and the worker's leases whose
+reads stalled at two workers or more (decision 0043), handed to `fleet_verdict`: the stall watch keeps stalled leases
+only while such answers keep coming (agent/stall_watch.py).
 
 It sends the read token (`api_read_token` / `api_read_token_file`; the admin token `api_token` only where no read
 token is given), read again whenever its file changes, so a rotated Secret is picked up without a restart. Without a
@@ -63,7 +64,7 @@ class AssignmentWatch:
     """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
 
     def __init__(self, settings: Settings, keeper: Told, clock: Clock, client: httpx.Client | None = None,
-                 fleet_verdict: Callable[[bool], None] | None = None) -> None:
+                 fleet_verdict: Callable[[bool, frozenset[str]], None] | None = None) -> None:
         if not settings.coordinator_urls:
             raise ValueError("the assignment watch needs coordinator_url")
         path = f"/v1/workers/{settings.worker_id}/assignments/changes"
@@ -72,7 +73,7 @@ class AssignmentWatch:
         self._token = _credential(settings)
         self._refused = False  # in a spell of refused tokens (logged once at its start)
         self._keeper = keeper
-        self._fleet_verdict = fleet_verdict  # hears the leader's fleet-stall verdict of each answer (decision 0039)
+        self._fleet_verdict = fleet_verdict  # hears the leader's stall verdicts of each answer (decisions 0039, 0043)
         self._clock = clock
         self._client = client or self._new_client()
         self._healthy_until = 0.0
@@ -126,7 +127,7 @@ class AssignmentWatch:
                 failures = 0
                 self._healthy_until = self._clock.monotonic() + WAIT_SECONDS + SLACK_SECONDS
                 if self._fleet_verdict is not None:
-                    self._fleet_verdict(answer.fleet_stalls)
+                    self._fleet_verdict(answer.fleet_stalls, answer.shard_stalls)
                 if (answer.feed, answer.version) != (feed, version):
                     self._keeper.tell(answer.leases)
                 feed, version = answer.feed, answer.version
@@ -213,7 +214,8 @@ class AssignmentWatch:
             body = response.json()
             answer = FeedPosition(str(body["feed"]), int(body["version"]),
                                   {str(key): str(value) for key, value in dict(body["leases"]).items()},
-                                  body.get("fleet_stalls") is True)  # absent (an older coordinator): no verdict
+                                  body.get("fleet_stalls") is True,  # absent (an older coordinator): no verdict
+                                  frozenset(str(key) for key in body.get("shard_stalls") or ()))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("assignment watch: unreadable answer: %s", exc)
             return None

@@ -4,7 +4,9 @@
 made no progress within its bound (shared/supervision.py), or while a held lease's reader makes none
 (agent/stall_watch.py), 200 otherwise. A lease kept in a fleet-wide stall (the leader's verdict, decision 0039) is
 no health problem: restarting every pod cannot bring a shared Kinesis back, so /healthz stays 200 and says so, and
-/metrics shows it (`shardherd_fleet_stall_verdict`, the lease's stalled seconds). /metrics carries the supervised
+/metrics shows it (`shardherd_fleet_stall_verdict`, the lease's stalled seconds). Likewise a lease whose reads
+stalled at another worker too (the leader's per-lease verdict, decision 0043): a restart cannot fix a shard, so it
+is kept with /healthz 200 naming it (`shardherd_shard_stall_held_leases`). /metrics carries the supervised
 threads' restarts and progress, the stalled leases and those given back for it, each shard stuck on a failing batch
 (since when, attempts, the last error as a label), and on plain agents each shard's GetRecords calls and Kinesis
 throttles (ProvisionedThroughputExceededException).
@@ -115,7 +117,11 @@ def stall_families(stalls: StallWatch) -> list[Metric]:
     fleet = GaugeMetricFamily("shardherd_fleet_stall_verdict", "1 while the leader's fresh verdict says most "
                               "lease-holding workers stall at once: stalled leases are kept, health stays green "
                               "(decision 0039)", value=1 if stalls.fleet_stalls() else 0)
-    return [stalled, given_up, fleet]
+    shard = GaugeMetricFamily("shardherd_shard_stall_held_leases", "Stalled leases kept because the leader's fresh "
+                              "verdict says their reads stalled at another worker too: the shard's fault, not this "
+                              "worker's (decision 0043)",
+                              value=sum(1 for state in stalls.held() if state.shard_stalled))
+    return [stalled, given_up, fleet, shard]
 
 
 class _Families(Collector):
@@ -162,11 +168,15 @@ class HealthServer:
         self._server.server_close()
 
     def _fine(self) -> str:
-        """The detail of a green /healthz: all progressing, or stalled leases kept in a fleet-wide stall."""
+        """The detail of a green /healthz: all progressing, or stalled leases kept for the leader's verdict."""
+        shard = sorted(state.lease_key for state in self._stalls.held() if state.shard_stalled)
         if self._stalls.fleet_stalls():
             kept = len(self._stalls.stalled_keys())
             return (f"alive; the leader reports a fleet-wide stall (Kinesis failing for most workers): {kept} stalled "
                     "leases kept while their readers retry (a restart would not help; decision 0039)")
+        if shard:
+            return (f"alive; leases {', '.join(shard)} stall at every owner (the leader's verdict: the shard's fault "
+                    "or the service's), kept while their readers retry (a restart would not help; decision 0043)")
         return "alive, every critical thread and held lease making progress"
 
     def _metrics(self) -> bytes:

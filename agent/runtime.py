@@ -169,10 +169,11 @@ class Agent:
         self.keeper = LeaseKeeper(self.store, settings, self.clock, self, metrics=self._reporter,
                                   throughput=self.throughput.compute, progress=self.progress.snapshot)
         bounds = StallBounds.from_settings(settings)
-        # The leader's word on a fleet-wide stall (decision 0039), heard on the assignment channel while it answers.
+        # The leader's word on a fleet-wide stall (decision 0039) and on leases stalled at every owner (decision 0043),
+        # heard on the assignment channel while it answers.
         self.fleet_verdict = FleetVerdict(self.clock, bounds.red_after)
         self.stalls = StallWatch(self.clock, bounds, self._reading, self._give_up_lease, self._worker_running,
-                                 fleet_stalls=self.fleet_verdict)
+                                 fleet_stalls=self.fleet_verdict, shard_stalls=self.fleet_verdict.shard_stalls)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url,

@@ -33,6 +33,12 @@ Invariants:
    come: 2 failover times after red cover the stall reports of every agent (each at its next heartbeat, late on a
    loaded host), the leader's next run and its answer (the feed wakes listeners when its verdict turns,
    coordinator/assignment_feed.py). It is a margin, not a proof: see decision 0026's amendment.
+   The same holds per lease under the leader's per-lease verdict (decision 0043, coordinator/shard_stall.py): a
+   lease whose reads stalled at two workers or more is the shard's fault (or the service's), not this worker's, and
+   handing it round only pays a move per owner; while the leader's word that this lease is shard-stalled is fresh
+   (heard with the same answers, `FleetVerdict.shard_stalls`), the lease is held like the fleet's, its health green
+   (restarting the pod cannot fix a shard), and a stale word counts the same give-up span from its last fresh
+   word, per lease. A reader that is not running is still given back at once.
 5. The stalled leases of the last `check()` (held ones included) are what the worker row reports (`stalled_keys`).
 6. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
@@ -43,7 +49,7 @@ import enum
 import logging
 import math
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from shardherd.shared.clock import Clock
@@ -66,7 +72,7 @@ class Verdict(enum.Enum):
 
     OK = "ok"
     STALLED = "stalled"  # health red
-    HELD = "held"  # stalled with the fleet: kept, health green (invariant 4)
+    HELD = "held"  # stalled with the fleet, or at every owner: kept, health green (invariant 4)
     GIVE_UP = "give_up"  # given back
 
 
@@ -89,47 +95,58 @@ class StallBounds:
         return cls(red, red + GIVE_UP_FAILOVERS * failover, red + FAIL_FAILOVERS * failover)
 
 
-def verdict(since_progress: float, running: bool, bounds: StallBounds, fleet_stalls: bool = False,
-            since_fleet_stall: float = math.inf, failing: bool = False) -> Verdict:
+def verdict(since_progress: float, running: bool, bounds: StallBounds, kept: bool = False,
+            since_kept: float = math.inf, failing: bool = False) -> Verdict:
     """The rule of invariants 2 to 4 for one lease.
 
-    `fleet_stalls`: a fresh verdict of the leader says the fleet stalls now; `since_fleet_stall`: seconds since one
-    last did (a kept lease is given back only once that is longer than the give-up span after red as well);
-    `failing`: the lease's reads only failed since its last progress.
+    `kept`: a fresh verdict of the leader says the fleet stalls now, or that this lease stalls at every owner;
+    `since_kept`: seconds since such a word last did (a kept lease is given back only once that is longer than the
+    give-up span after red as well); `failing`: the lease's reads only failed since its last progress.
     """
     if since_progress <= bounds.red_after:
         return Verdict.OK
     if not running:
         return Verdict.GIVE_UP
-    if fleet_stalls:
+    if kept:
         return Verdict.HELD
     bound = bounds.fail_give_up_after if failing else bounds.give_up_after
-    if since_progress > bound and since_fleet_stall > bounds.give_up_after - bounds.red_after:
+    if since_progress > bound and since_kept > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
 
 
 class FleetVerdict:
-    """The leader's last word on a fleet-wide stall, as the assignment channel brought it; true only while fresh.
+    """The leader's last word on stalls, as the assignment channel brought it; heeded only while fresh.
 
-    The channel answers a listening agent at least once per heartbeat period while it works (the leader holds a
-    request at most that long, coordinator/assignment_feed.py), so a word older than `fresh_for` (the red bound, 3
-    heartbeat intervals) means the coordinator or the channel is gone: no verdict, today's rule (invariant 4).
+    Fleet-wide (`__call__`, decision 0039) and per lease (`shard_stalls`, decision 0043). The channel answers a
+    listening agent at least once per heartbeat period while it works (the leader holds a request at most that long,
+    coordinator/assignment_feed.py), so a word older than `fresh_for` (the red bound, 3 heartbeat intervals) means
+    the coordinator or the channel is gone: no verdict, today's rule (invariant 4).
     """
 
     def __init__(self, clock: Clock, fresh_for: float) -> None:
         self._clock = clock
         self._fresh_for = fresh_for
-        self._heard: tuple[bool, float] | None = None  # (the fleet stalls, monotonic time heard)
+        # (the fleet stalls, the shard-stalled leases of this worker, monotonic time heard)
+        self._heard: tuple[bool, frozenset[str], float] | None = None
 
-    def heard(self, fleet_stalls: bool) -> None:
-        """An answer of the leader said whether the fleet stalls."""
-        self._heard = (fleet_stalls, self._clock.monotonic())
+    def heard(self, fleet_stalls: bool, shard_stalls: Collection[str] = ()) -> None:
+        """An answer of the leader said whether the fleet stalls, and which of this worker's leases stall anywhere."""
+        self._heard = (fleet_stalls, frozenset(shard_stalls), self._clock.monotonic())
+
+    def _fresh(self) -> tuple[bool, frozenset[str]]:
+        heard = self._heard
+        if heard is None or self._clock.monotonic() - heard[2] > self._fresh_for:
+            return False, frozenset()
+        return heard[0], heard[1]
 
     def __call__(self) -> bool:
         """True while the leader's word that the fleet stalls is fresh."""
-        heard = self._heard
-        return heard is not None and heard[0] and self._clock.monotonic() - heard[1] <= self._fresh_for
+        return self._fresh()[0]
+
+    def shard_stalls(self) -> frozenset[str]:
+        """The leases the leader's fresh word says stalled at two workers or more (none once the word is stale)."""
+        return self._fresh()[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +158,7 @@ class Stalled:
     running: bool
     verdict: Verdict
     failure: str | None = None  # the last failed read's error while the reads only failed since the last progress
+    shard_stalled: bool = False  # the leader's fresh word says this lease stalls at every owner (decision 0043)
 
 
 class StallWatch:
@@ -148,19 +166,22 @@ class StallWatch:
 
     def __init__(self, clock: Clock, bounds: StallBounds, held: Callable[[], Iterable[str]],
                  give_back: Callable[[str, str], None], running: Callable[[str], bool] | None = None,
-                 fleet_stalls: Callable[[], bool] | None = None) -> None:
+                 fleet_stalls: Callable[[], bool] | None = None,
+                 shard_stalls: Callable[[], frozenset[str]] | None = None) -> None:
         self._clock = clock
         self.bounds = bounds
         self._held = held
         self._give_back = give_back
         self._running = running or (lambda key: True)
         self.fleet_stalls = fleet_stalls or (lambda: False)  # the leader's fresh verdict (FleetVerdict)
+        self.shard_stalls = shard_stalls or frozenset  # its fresh per-lease verdict (FleetVerdict.shard_stalls)
         self._last: dict[str, float] = {}
         self._failing: dict[str, str] = {}  # lease -> its last read's error, while reads only failed since progress
         self._guard = threading.Lock()
         self._reported: frozenset[str] = frozenset()  # stalled at the last check, kept ones included (invariant 5)
-        self._holding: frozenset[str] = frozenset()  # held for a fleet-wide stall at the last check
+        self._holding: frozenset[str] = frozenset()  # held for a fleet-wide or shard-wide stall at the last check
         self._fleet_seen = -math.inf  # monotonic time of the last fresh word that the fleet stalls (invariant 4)
+        self._shard_seen: dict[str, float] = {}  # per lease: the last fresh word that it stalls at every owner
         self.given_up = 0
 
     def progressed(self, lease_key: str, at: float | None = None) -> None:
@@ -183,16 +204,18 @@ class StallWatch:
             self._last = {key: self._last.get(key, now) for key in held}  # a lease first seen starts its clock
             self._failing = {key: why for key, why in self._failing.items() if key in held}
             ages = sorted((key, now - last, self._failing.get(key)) for key, last in self._last.items())
-        fleet = self.fleet_stalls()
+        fleet, shards = self.fleet_stalls(), self.shard_stalls()
         if fleet:
             self._fleet_seen = max(self._fleet_seen, now)
+        self._shard_seen = {key: at for key, at in self._shard_seen.items() if key in held}
+        self._shard_seen.update((key, now) for key in shards if key in held)
         states = []
         for key, age, failure in ages:
             if age > self.bounds.red_after:
                 running = self._running(key)
-                states.append(Stalled(key, age, running, verdict(age, running, self.bounds, fleet,
-                                                                 now - self._fleet_seen, failure is not None),
-                                      failure))
+                since_kept = now - max(self._fleet_seen, self._shard_seen.get(key, -math.inf))
+                rule = verdict(age, running, self.bounds, fleet or key in shards, since_kept, failure is not None)
+                states.append(Stalled(key, age, running, rule, failure, key in shards))
         return states
 
     def stalled_keys(self) -> frozenset[str]:
@@ -203,7 +226,7 @@ class StallWatch:
         """Give back every held lease whose verdict is GIVE_UP (one log line each)."""
         states = self.stalled()
         self._reported = frozenset(state.lease_key for state in states if state.verdict is not Verdict.GIVE_UP)
-        self._note_holding(frozenset(state.lease_key for state in states if state.verdict is Verdict.HELD))
+        self._note_holding(states)
         for state in states:
             if state.verdict is not Verdict.GIVE_UP:
                 continue
@@ -215,15 +238,22 @@ class StallWatch:
             self._give_back(state.lease_key, why)
             self.given_up += 1  # after the give-back's store writes: a reader of the counter sees the lease free
 
-    def _note_holding(self, holding: frozenset[str]) -> None:
-        """One log line per lease when it starts being held for a fleet-wide stall."""
-        for key in sorted(holding - self._holding):
-            log.warning("lease %s: no progress, as for most workers (the leader's verdict): kept, its reader retries "
-                        "(decision 0039)", key)
-        self._holding = holding
+    def _note_holding(self, states: list[Stalled]) -> None:
+        """One log line per lease when it starts being held for a fleet-wide or a shard-wide stall."""
+        holding = {state.lease_key: state for state in states if state.verdict is Verdict.HELD}
+        for key in sorted(holding.keys() - self._holding):
+            why = ("its reads stalled at another worker too (the leader's verdict): the shard's fault, not this "
+                   "worker's; kept, its reader retries (decision 0043)" if holding[key].shard_stalled else
+                   "as for most workers (the leader's verdict): kept, its reader retries (decision 0039)")
+            log.warning("lease %s: no progress, %s", key, why)
+        self._holding = frozenset(holding)
+
+    def held(self) -> list[Stalled]:
+        """The stalled leases kept for the leader's verdict now, each saying whether it stalls at every owner."""
+        return [state for state in self.stalled() if state.verdict is Verdict.HELD]
 
     def problem(self) -> str | None:
-        """Why health is red for leases (None while every held lease progresses or is held for the fleet)."""
+        """Why health is red for leases (None while every held lease progresses or is held for a verdict)."""
         stalled = [state for state in self.stalled() if state.verdict is not Verdict.HELD]
         if not stalled:
             return None

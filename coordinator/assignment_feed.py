@@ -98,6 +98,7 @@ class AssignmentFeed:
         self._signals: list[tuple[str, str]] = []  # (worker, JOINED | DROPPED | NEWS), oldest first
         self._beats: dict[str, tuple[int, int, float]] = {}  # worker -> (hb, lut, when a request first named it)
         self.fleet_stalls = False  # the latest full run's verdict on a fleet-wide stall (decision 0039)
+        self.shard_stalls: frozenset[str] = frozenset()  # its shard-stalled leases (decision 0043)
         self.wakeup = threading.Event()
 
     # ------------------------------------------------------------------ who listens
@@ -176,17 +177,22 @@ class AssignmentFeed:
                 return now - presence.started_at <= self._hold + REPOLL_GRACE_SECONDS
             return presence.ended_at is not None and now - presence.ended_at <= REPOLL_GRACE_SECONDS
 
-    def observe(self, epoch: int, leases: Iterable[Lease], fleet_stalls: bool = False) -> None:
+    def observe(self, epoch: int, leases: Iterable[Lease], fleet_stalls: bool = False,
+                shard_stalls: frozenset[str] = frozenset()) -> None:
         """A leader run's lease view (its writes applied): bump and wake every worker whose leases changed.
 
-        `fleet_stalls` is the run's verdict on a fleet-wide stall (coordinator/fleet_stall.py): every position
-        answered from now on carries it; when it turns, every listener is answered at once (no version moves), so
-        agents hear it before their sooner give-back of failing reads (agent/stall_watch.py, invariant 4).
+        `fleet_stalls` is the run's verdict on a fleet-wide stall (coordinator/fleet_stall.py), `shard_stalls` the
+        leases whose reads stalled at two workers or more (coordinator/shard_stall.py): every position answered from
+        now on carries them (a worker's position only its own shard-stalled leases). When the fleet's verdict turns,
+        every listener is answered at once, and when a worker's shard-stalled leases change, that worker (no version
+        moves): agents hear a verdict before their sooner give-back of failing reads (agent/stall_watch.py,
+        invariant 4).
         """
         current = relations(leases)
         with self._guard:
             turned = fleet_stalls != self.fleet_stalls
-            self.fleet_stalls = fleet_stalls
+            before = {worker: _stalled_of(self.shard_stalls, mine) for worker, mine in self._leases.items()}
+            self.fleet_stalls, self.shard_stalls = fleet_stalls, shard_stalls
             if self._name is None or not self._name.startswith(f"{epoch}-"):
                 self._name = f"{epoch}-{secrets.token_hex(4)}"
                 self._versions, self._leases = {}, {}
@@ -199,6 +205,8 @@ class AssignmentFeed:
                 self._versions[worker] = self._versions.get(worker, 0) + 1
             if turned:
                 changed = set(self._waiters)
+            changed |= {worker for worker, mine in current.items()
+                        if _stalled_of(shard_stalls, mine) != before.get(worker, frozenset())}
             woken = [waiter for worker in changed for waiter in self._waiters.pop(worker, [])]
         _wake(woken)
 
@@ -206,7 +214,7 @@ class AssignmentFeed:
         """The replica stopped leading: every waiting request returns (as not leading)."""
         with self._guard:
             self._name = None
-            self.fleet_stalls = False
+            self.fleet_stalls, self.shard_stalls = False, frozenset()
             woken = [waiter for waiters in self._waiters.values() for waiter in waiters]
             self._waiters = {}
         _wake(woken)
@@ -219,8 +227,9 @@ class AssignmentFeed:
     def _position(self, worker: str) -> FeedPosition:
         if self._name is None:
             raise NotLeading()
-        return FeedPosition(self._name, self._versions.get(worker, 0), dict(self._leases.get(worker, {})),
-                            self.fleet_stalls)
+        mine = self._leases.get(worker, {})
+        return FeedPosition(self._name, self._versions.get(worker, 0), dict(mine), self.fleet_stalls,
+                            _stalled_of(self.shard_stalls, mine))
 
     async def wait(self, worker: str, feed: str | None, after: int, timeout: float,
                    listen: bool = True) -> FeedPosition:
@@ -262,6 +271,11 @@ class AssignmentFeed:
                 if not waiters:
                     self._waiters.pop(worker, None)
         return self.position(worker)
+
+
+def _stalled_of(shard_stalls: frozenset[str], leases: dict[str, str]) -> frozenset[str]:
+    """The shard-stalled leases among a worker's (a compact answer: only the leases it holds or receives)."""
+    return frozenset(key for key in leases if key in shard_stalls) if shard_stalls else frozenset()
 
 
 def _wake(waiters: list[_Waiter]) -> None:

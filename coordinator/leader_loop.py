@@ -46,6 +46,7 @@ from shardherd.coordinator.scale_model import inherited as scale_inherited
 from shardherd.coordinator.scale_model import step as scale_step
 from shardherd.coordinator.scan_policy import CADENCE, ViewState, pending_in, scan_reason
 from shardherd.coordinator.shard_listing import Found, Listed, ShardListing
+from shardherd.coordinator.shard_stall import ShardStalls, window_for
 from shardherd.coordinator.shard_sync import SyncPlan
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from shardherd.coordinator.stream_sync import (
@@ -139,6 +140,7 @@ class _Term:
     scale: ScaleState = field(default_factory=ScaleState)  # the desired-worker count's memory (scale_model.py)
     # Worker -> its row (last update, heartbeat) when a lease of its own lapsed: it receives nothing until it changes.
     lapsed: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    shard_stalls: ShardStalls | None = None  # leases whose reads stalled at two workers (shard_stall.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,7 +476,8 @@ class LeaderLoop:
         tally = self._write(term, plan, leases, views, fence, tally, started_wall)
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
-        self.feed.observe(term.epoch, leases.values(), self._fleet_stalls(active, leases.values()))
+        self.feed.observe(term.epoch, leases.values(), self._fleet_stalls(active, leases.values()),
+                          self._shard_stalls(term, active, leases.values(), now))
         term.leases = leases
         term.view = self._view_after(term, leases, views, worker_scan.workers, active, tally, now)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
@@ -496,6 +499,22 @@ class LeaderLoop:
                         fleet.holders, "the fleet stalls at once, agents keep their stalled leases (decision 0039)"
                         if fleet.stalls else "no fleet-wide stall (a stalled lease is given back at its bound)")
         return fleet.stalls
+
+    def _shard_stalls(self, term: _Term, active: Sequence[WorkerRecord], leases: Collection[Lease],
+                      now: float) -> frozenset[str]:
+        """The run's shard-stalled leases (coordinator/shard_stall.py), each logged when its verdict starts or ends."""
+        if term.shard_stalls is None:
+            term.shard_stalls = ShardStalls(window_for(self._settings))
+        judged = term.shard_stalls
+        before = judged.verdict
+        after = judged.judge(active, leases, now)
+        for key in sorted(after - before):
+            log.warning("leader loop: lease %s: reads stalled at %s: the shard's fault (or the service's), not a "
+                        "worker's; its owner keeps it while its reader retries (decision 0043)", key,
+                        ", ".join(judged.workers(key)))
+        for key in sorted(before - after):
+            log.info("leader loop: lease %s: no shard-wide stall any more", key)
+        return after
 
     @staticmethod
     def _view_after(term: _Term, leases: dict[str, Lease], views: Sequence[LeaseView], workers: Sequence[WorkerRecord],

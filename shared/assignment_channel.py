@@ -16,6 +16,9 @@ Invariants:
 * A position also carries the leader's verdict on a fleet-wide stall (`fleet_stalls`, coordinator/fleet_stall.py) as
   of its latest full run. A change of it moves no version: every listening request is answered within a heartbeat
   period anyway, and an agent takes the verdict only while answers keep coming (agent/stall_watch.FleetVerdict).
+* Likewise the leases of the worker whose reads stalled at two workers or more (`shard_stalls`,
+  coordinator/shard_stall.py): only the worker's own (those it owns, receives or hands off), so an answer stays
+  small; a change of them answers the worker at once and moves no version.
 """
 
 from __future__ import annotations
@@ -41,13 +44,15 @@ def base_relation(relation: str) -> str:
 class FeedPosition:
     """A worker's place in a feed: the feed's name, the worker's version and its leases (key -> relation).
 
-    Plus the leader's verdict that most lease-holding workers stall at once (`fleet_stalls`, decision 0039).
+    Plus the leader's verdict that most lease-holding workers stall at once (`fleet_stalls`, decision 0039), and
+    which of the worker's leases stalled at two workers or more (`shard_stalls`, decision 0043).
     """
 
     feed: str
     version: int
     leases: dict[str, str]
     fleet_stalls: bool = False
+    shard_stalls: frozenset[str] = frozenset()
 
 
 def relations(leases: Iterable[Lease]) -> dict[str, dict[str, str]]:

@@ -57,9 +57,11 @@ def list_assignments(
     matching = [lease for lease in fleet.leases if _wanted(lease, worker, stream, state)]
     remaining = [lease for lease in matching if after is None or lease.lease_key > after]
     now = ctx.clock.time()  # the snapshot may be seconds old: ages as of this answer, from when the moves were seen
-    page = [lease if lease.checkpoint_moved_at is None else lease.model_copy(
-        update={"checkpoint_age_seconds": round(max(0.0, now - lease.checkpoint_moved_at), 3)})
-        for lease in remaining[:limit]]
+    stalls = ctx.loop.feed.shard_stalls if ctx.lock.is_leader() else None  # decision 0043: the leader's alone
+    page = [lease.model_copy(update={
+        "checkpoint_age_seconds": None if lease.checkpoint_moved_at is None
+        else round(max(0.0, now - lease.checkpoint_moved_at), 3),
+        "shard_stalled": None if stalls is None else lease.lease_key in stalls}) for lease in remaining[:limit]]
     if explain_ and page:
         page = _explained(snapshot, page)
     next_cursor = encode_cursor(page[-1].lease_key) if len(remaining) > limit else None

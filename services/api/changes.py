@@ -10,7 +10,8 @@ away while its request waits (a killed agent) is noticed at once and signalled t
 agent that announced a drain, gave leases back or reached a shard's end) asks the leader to look at the store now.
 `hb` and `lut` are the agent's last written worker row, as the leader's liveness sightings take them (the feed's
 `report_beat`). `fleet_stalls` is the leader's verdict that most lease-holding workers stall at once
-(coordinator/fleet_stall.py): agents then keep their stalled leases instead of giving them back.
+(coordinator/fleet_stall.py): agents then keep their stalled leases instead of giving them back. `shard_stalls` are
+the worker's leases whose reads stalled at two workers or more (coordinator/shard_stall.py): it keeps those too.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class AssignmentChanges(BaseModel):
     version: int
     leases: dict[str, str]  # lease key -> owns | receives | hands_off
     fleet_stalls: bool = False  # most lease-holding workers stall at once: keep stalled leases (decision 0039)
+    shard_stalls: list[str] = []  # the worker's leases stalled at two workers or more: keep them (decision 0043)
 
 
 @router.get("/workers/{worker_id}/assignments/changes", response_model=AssignmentChanges,
@@ -68,7 +70,7 @@ async def assignment_changes(worker_id: WorkerId, request: Request, ctx: Annotat
     except NotLeading:
         raise HTTPException(status.HTTP_409_CONFLICT, "this replica does not lead") from None
     return AssignmentChanges(feed=position.feed, version=position.version, leases=position.leases,
-                             fleet_stalls=position.fleet_stalls)
+                             fleet_stalls=position.fleet_stalls, shard_stalls=sorted(position.shard_stalls))
 
 
 async def _unless_gone(request: Request, waiting: Coroutine[Any, Any, FeedPosition]) -> FeedPosition:

@@ -168,7 +168,7 @@ def stuck_families(fleet: Fleet) -> list[Metric]:
 
 
 def replica_families(ctx: ApiContext) -> list[Metric]:
-    """What this replica alone knows: whether it leads, lock changes, its threads' health, its fleet-stall verdict."""
+    """What this replica alone knows: whether it leads, lock changes, its threads' health, its stall verdicts."""
     changes = CounterMetricFamily("shardherd_leader_lock_changes", "Leader lock changes on this replica",
                                   labels=["change"])
     for change, count in sorted(ctx.watch.lock_changes().items()):
@@ -178,7 +178,10 @@ def replica_families(ctx: ApiContext) -> list[Metric]:
                    1 if ctx.lock.is_leader() else 0), changes, *supervised,
             _gauge("shardherd_fleet_stalled", "1 while this replica leads and its latest full run found most "
                    "lease-holding workers reporting stalled leases (agents keep them: decision 0039)",
-                   1 if ctx.loop.feed.fleet_stalls else 0)]
+                   1 if ctx.loop.feed.fleet_stalls else 0),
+            _gauge("shardherd_shard_stalled_leases", "Leases whose reads stalled at two workers or more, as this "
+                   "replica's latest full run judged while it leads: the shard's fault, their owners keep them "
+                   "(decision 0043)", len(ctx.loop.feed.shard_stalls))]
 
 
 class _Families(Collector):

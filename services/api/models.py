@@ -82,6 +82,10 @@ class LeaseOut(BaseModel):
     read_stalled: Annotated[bool | None, Field(
         description="true while the owner reports that its reads of the shard made no progress for its red bound "
                     "(3 heartbeat intervals; decision 0039); null when the owner has no row")] = None
+    shard_stalled: Annotated[bool | None, Field(
+        description="true while the leader judges that the shard's reads stalled at two workers or more (the "
+                    "shard's or the service's fault, not a worker's: its owner keeps it, decision 0043); null from a "
+                    "replica that does not lead")] = None
     records_processed: Annotated[int | None, Field(
         description="records the current owner handled since it took the lease (null until it reports)")] = None
     bytes_processed: Annotated[int | None, Field(

@@ -67,15 +67,18 @@ def test_the_watch_finds_the_leader_carries_news_and_its_end_is_signalled(
     leader, _, urls = replicas
     settings = load_settings(application_name="api-test", worker_id="w1", coordinator_url=",".join(urls))
     keeper = Keeper()
-    heard: list[bool] = []
+    heard: list[tuple[bool, frozenset[str]]] = []
     epoch = leader.lock.epoch()
-    assert epoch is not None  # the leader's verdict of its last run: the fleet stalls (decision 0039)
-    leader.loop.feed.observe(epoch, leader.store.scan_leases().leases, fleet_stalls=True)
-    watch = AssignmentWatch(settings, keeper, SystemClock(), fleet_verdict=heard.append).start()  # first URL: 409
+    assert epoch is not None  # the leader's verdicts of its last run: the fleet stalls (decision 0039), and one of
+    leases = leader.store.scan_leases().leases  # w1's leases stalls at every owner, as does another's (0043)
+    stalled = min(lease.lease_key for lease in leases)
+    leader.loop.feed.observe(epoch, leases, fleet_stalls=True, shard_stalls=frozenset({stalled, "not-w1s"}))
+    watch = AssignmentWatch(settings, keeper, SystemClock(),
+                            fleet_verdict=lambda fleet, shards: heard.append((fleet, shards))).start()  # first: 409
     try:
         wait_for(lambda: bool(keeper.told), 10, "an answer from the leading replica")
         assert set(keeper.told[-1].values()) == {"owns"} and len(keeper.told[-1]) == 2
-        assert heard == [True]  # each answer's verdict is heard
+        assert heard == [(True, frozenset({stalled}))]  # each answer's verdicts are heard, only w1's leases
         wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "w1 on the leader's channel")
         assert (("w1", JOINED)) in leader.loop.feed.take_signals()
         assert leader.loop.feed.beats()["w1"][:2] == (7, 1_700_000_000)  # the leader knows the row without a scan

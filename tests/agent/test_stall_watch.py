@@ -1,7 +1,8 @@
 """The stalled-lease rule (agent/stall_watch.py) on a manual clock: red after 3 heartbeat intervals without progress,
 given back at once when the reader is not running, after 2 failover times more when its reads only failed since its
 last progress, after 3 failover times more when it is merely slow (a call in flight), unless a fresh verdict of the
-leader says most of the fleet stalls with it (then kept, health green: decision 0039)."""
+leader says most of the fleet stalls with it (then kept, health green: decision 0039), or that this lease's reads
+stalled at another worker too (kept the same way: decision 0043)."""
 
 from __future__ import annotations
 
@@ -94,13 +95,13 @@ def test_a_lease_taken_again_starts_a_fresh_clock() -> None:
 
 # ------------------------------------------------------------------ a fleet-wide stall (decision 0039)
 def test_with_the_fleet_stalling_a_running_reader_is_held_and_a_dead_one_still_given_back() -> None:
-    assert verdict(3.1, True, BOUNDS, fleet_stalls=True) is Verdict.HELD
-    assert verdict(100.0, True, BOUNDS, fleet_stalls=True) is Verdict.HELD
-    assert verdict(3.1, False, BOUNDS, fleet_stalls=True) is Verdict.GIVE_UP
-    assert verdict(3.0, True, BOUNDS, fleet_stalls=True) is Verdict.OK
+    assert verdict(3.1, True, BOUNDS, kept=True) is Verdict.HELD
+    assert verdict(100.0, True, BOUNDS, kept=True) is Verdict.HELD
+    assert verdict(3.1, False, BOUNDS, kept=True) is Verdict.GIVE_UP
+    assert verdict(3.0, True, BOUNDS, kept=True) is Verdict.OK
     # no fresh word now, but one 5 s ago or less (the span from red to give-up): kept a little longer, health red
-    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.0) is Verdict.STALLED
-    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.1) is Verdict.GIVE_UP
+    assert verdict(100.0, True, BOUNDS, since_kept=5.0) is Verdict.STALLED
+    assert verdict(100.0, True, BOUNDS, since_kept=5.1) is Verdict.GIVE_UP
 
 
 def test_a_fresh_fleet_verdict_keeps_stalled_leases_past_the_give_up_bound_with_health_green() -> None:
@@ -224,9 +225,9 @@ def test_progress_after_a_failure_makes_the_reader_slow_again() -> None:
 def test_a_fleet_verdict_keeps_failing_leases_and_after_one_the_generous_span_applies() -> None:
     """A global fault (every agent's credentials rejected, Kinesis hung for all): the sooner bound must not beat the
     leader's verdict, nor give back at once when the word goes quiet for a moment (a leader change)."""
-    assert verdict(100.0, True, BOUNDS, fleet_stalls=True, failing=True) is Verdict.HELD
-    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.0, failing=True) is Verdict.STALLED
-    assert verdict(100.0, True, BOUNDS, since_fleet_stall=5.1, failing=True) is Verdict.GIVE_UP
+    assert verdict(100.0, True, BOUNDS, kept=True, failing=True) is Verdict.HELD
+    assert verdict(100.0, True, BOUNDS, since_kept=5.0, failing=True) is Verdict.STALLED
+    assert verdict(100.0, True, BOUNDS, since_kept=5.1, failing=True) is Verdict.GIVE_UP
     clock, fleet = ManualClock(), Fleet("a")
     word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
     stalls = StallWatch(clock, BOUNDS, lambda: fleet.held, fleet.give_back, fleet_stalls=word)
@@ -264,3 +265,72 @@ def test_a_hung_read_fails_at_its_deadline_before_the_failing_bound() -> None:
         bounds = StallBounds.from_settings(settings)
         assert connect < read < bounds.fail_give_up_after < bounds.give_up_after, overrides
     assert kinesis_timeouts(load_settings()) == (2.5, 5.0)
+
+
+# ------------------------------------------------------------------ a lease stalled at every owner (decision 0043)
+def shard_watch(clock: ManualClock, fleet: Fleet, word: FleetVerdict) -> StallWatch:
+    return StallWatch(clock, BOUNDS, lambda: fleet.held, fleet.give_back, lambda key: key not in fleet.dead,
+                      fleet_stalls=word, shard_stalls=word.shard_stalls)
+
+
+def test_a_fresh_shard_verdict_keeps_only_that_failing_lease_past_its_bound_with_health_green() -> None:
+    """The leader says lease "hot" stalled at another worker too: kept while its reader retries; "local", failing as
+    long with no such word, is this worker's fault and goes at the failing bound."""
+    clock, fleet = ManualClock(), Fleet("hot", "local", "fine")
+    word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
+    stalls = shard_watch(clock, fleet, word)
+    stalls.check()
+    for _ in range(60):  # 30 s of failed reads on two leases, the leader naming "hot" every 0.5 s from 2 s on
+        clock.advance(0.5)
+        stalls.progressed("fine")
+        for key in ("hot", "local"):
+            stalls.failed(key, "ReadTimeoutError: read timeout")
+        word.heard(False, {"hot"} if clock.monotonic() >= 2.0 else ())
+        stalls.check()
+    assert fleet.given == ["local"] and stalls.given_up == 1
+    assert [(state.lease_key, state.verdict, state.shard_stalled) for state in stalls.stalled()] == [
+        ("hot", Verdict.HELD, True)]
+    assert stalls.problem() is None  # a restart cannot fix the shard: health green
+    assert stalls.stalled_keys() == {"hot"}  # still reported in the worker row: the leader's evidence goes on
+    assert not word()  # no fleet-wide stall was said
+
+
+def test_a_not_running_reader_of_a_shard_stalled_lease_is_given_back_at_once() -> None:
+    clock, fleet = ManualClock(), Fleet("hot")
+    word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
+    stalls = shard_watch(clock, fleet, word)
+    stalls.check()
+    clock.advance(BOUNDS.red_after + 0.1)
+    word.heard(False, {"hot"})
+    stalls.check()
+    assert fleet.given == []
+    fleet.dead.add("hot")
+    stalls.check()
+    assert fleet.given == ["hot"]
+
+
+def test_a_stale_shard_verdict_gives_back_a_give_up_span_after_its_last_fresh_word() -> None:
+    """The word goes quiet (coordinator gone) or stops naming the lease (it read at its owner, or the verdict ended):
+    the lease is kept for the span from red to give-up (5 s here) after the word last named it while fresh (a quiet
+    word stays fresh for the red bound), then given back."""
+    for quiet in (True, False):
+        clock, fleet = ManualClock(), Fleet("hot")
+        word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
+        stalls = shard_watch(clock, fleet, word)
+        stalls.check()
+        for _ in range(40):  # 20 s kept, far past the failing bound
+            clock.advance(0.5)
+            stalls.failed("hot", "ReadTimeoutError: read timeout")
+            word.heard(False, {"hot"})
+            stalls.check()
+        assert fleet.given == []
+        last = clock.monotonic() + (BOUNDS.red_after if quiet else 0.0)
+        while clock.monotonic() - last < 5.0 - 1e-9:
+            clock.advance(0.5)
+            if not quiet:
+                word.heard(False, ())  # answers go on, without the lease
+            stalls.check()
+        assert fleet.given == [] and stalls.problem() is not None  # red again once the word is stale
+        clock.advance(0.5)
+        stalls.check()
+        assert fleet.given == ["hot"] and stalls.given_up == 1

@@ -206,6 +206,16 @@ class ChaosCluster:
             env.update(self.cpu.add(name).settings())
         return self._spawn(name, self.agent_command(skew), env, skew)
 
+    def start_probed_agents(self, count: int) -> list[Member]:
+        """Start `count` agents, each serving /healthz and /metrics on a free port of its own (`Member.port`)."""
+        agents = []
+        for _ in range(count):
+            port = free_port()
+            agent = self.start_agent(extra_env={"SHARDHERD_AGENT_HEALTH_PORT": str(port)})
+            agent.port = port
+            agents.append(agent)
+        return agents
+
     def lease_holders(self) -> list[str | None]:
         """Who processes each unfinished lease in the latest lease-table sample (what each agent's CPU follows)."""
         with self._lock:

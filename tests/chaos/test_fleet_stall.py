@@ -22,7 +22,6 @@ import pytest
 from shardherd.agent.stall_watch import StallBounds
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
-from shardherd.services.emulators.ports import free_port
 from tests.chaos.analysis import owner_changes
 from tests.chaos.cluster import ChaosCluster, Member
 from tests.chaos.ledgers import read_deliveries
@@ -50,12 +49,7 @@ def test_every_agent_stalling_gives_nothing_back_and_health_stays_green(
     try:
         cluster.start_coordinator()
         wait_for(lambda: cluster.leader() is not None, 120, "a leader")
-        agents = []
-        for _ in range(2):
-            port = free_port()
-            agent = cluster.start_agent(extra_env={"SHARDHERD_AGENT_HEALTH_PORT": str(port)})
-            agent.port = port
-            agents.append(agent)
+        agents = cluster.start_probed_agents(2)
         cluster.start_background(20.0)
         wait_for(cluster.all_leases_owned_by_live_agents, 120, "both agents reading", period=0.5)
         wait_for(lambda: all(metric(agent, "shardherd_fleet_stall_verdict") == 0 for agent in agents), 30,

@@ -482,3 +482,33 @@ def test_a_fleet_wide_stall_is_judged_by_the_leader_and_carried_on_the_assignmen
     replica.lease_progress.clear()  # reads came back
     replica.step()
     assert not channel_says() and metric() == "shardherd_fleet_stalled 0.0"
+
+
+def test_a_lease_stalled_at_two_workers_is_judged_by_the_leader_and_told_to_its_owner_alone(replica: Replica) -> None:
+    """Decision 0043: w2's row reports a lease stalled (it held it before), then given back; now its owner w1 reports
+    it stalled too. The leader's next full run judges it shard-stalled: w1's long-poll answer names it, w2's does not
+    (not its lease), /metrics counts it, /v1/assignments marks it; no lease moves, and (one of two workers stalling
+    now) no fleet-wide stall is said."""
+    owners = replica.owners()
+    hot = sorted(key for key, owner in owners.items() if owner == "w1")[0]
+
+    def told(worker: str) -> list[str]:
+        answer = replica.client.get(f"/v1/workers/{worker}/assignments/changes", params={"wait": 0})
+        assert answer.status_code == 200 and not answer.json()["fleet_stalls"]
+        return list(answer.json()["shard_stalls"])
+
+    def metric() -> str:
+        text: str = replica.client.get("/metrics").text
+        return next(line for line in text.splitlines() if line.startswith("shardherd_shard_stalled_leases "))
+
+    replica.lease_progress["w2"] = {hot: LeaseProgress(stalled=True)}
+    replica.step()
+    assert told("w1") == [] and metric() == "shardherd_shard_stalled_leases 0.0"  # one worker: its own fault
+    replica.lease_progress["w2"] = {hot: LeaseProgress(refused=True)}
+    replica.lease_progress["w1"] = {hot: LeaseProgress(stalled=True)}
+    replica.step()
+    assert told("w1") == [hot] and told("w2") == [] and metric() == "shardherd_shard_stalled_leases 1.0"
+    items = replica.client.get("/v1/assignments").json()["items"]
+    assert {item["lease_key"] for item in items if item["shard_stalled"]} == {hot}
+    assert all(item["shard_stalled"] is not None for item in items)  # the leading replica knows
+    assert replica.owners() == owners  # the verdict moves no lease

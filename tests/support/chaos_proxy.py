@@ -8,11 +8,15 @@ out their connect timeout, as against a firewall that drops packets) while reque
 fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
 seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
 latency. One proxy per process makes it easy to cut a single
-agent off from the store while the others pass. The knobs are set from the test or bench in the same Python process.
+agent off from the store while the others pass. With `shard` set, only Kinesis requests on that shard meet the chaos
+(GetShardIterator naming it, GetRecords with an iterator the proxy saw issued for it: it follows each shard's
+iterator chain through the answers it forwards); every other request passes. The knobs are set from the test or
+bench in the same Python process.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -36,6 +40,7 @@ class Chaos:
     hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
     reply: Fault | None = None  # every request answered with this canned fault
     syn_dropped: bool = False  # no connection accepted (SYNs dropped once the backlog is full); open ones hang
+    shard: str | None = None  # only requests on this Kinesis shard meet the chaos (see the module's docstring)
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -56,6 +61,7 @@ class ChaosProxy(FaultyProxy):
         self._chaos_lock = threading.Lock()
         self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned, hung
         self._closing = threading.Event()  # set on exit: hung requests end, so closing the server does not wait
+        self._iterators: dict[str, str] = {}  # a Kinesis shard iterator answered -> its shard (the newest per chain)
         accept = self._server.get_request
 
         def get_request() -> tuple[Any, Any]:
@@ -109,6 +115,42 @@ class ChaosProxy(FaultyProxy):
                  tb: TracebackType | None) -> None:
         self._closing.set()
         super().__exit__(exc_type, exc, tb)
+
+    def _next_for(self, target: str, body: bytes) -> Fault | None:
+        shard = self.chaos.shard
+        if shard is not None and self._shard_of(body) != shard:
+            return FaultyProxy._next(self, target)  # scheduled faults only
+        return self._next(target)
+
+    def _shard_of(self, body: bytes) -> str | None:
+        """The Kinesis shard a request is on: the ShardId it names, or the shard of the iterator it reads from."""
+        try:
+            request = json.loads(body or b"{}")
+        except ValueError:
+            return None
+        if not isinstance(request, dict):
+            return None
+        if "ShardId" in request:
+            return str(request["ShardId"])
+        with self._chaos_lock:
+            return self._iterators.get(str(request.get("ShardIterator")))
+
+    def _answered(self, target: str, body: bytes, payload: bytes) -> None:
+        """Follow the iterator chains: GetShardIterator's answer, then each GetRecords' next iterator."""
+        if not target.endswith((".GetShardIterator", ".GetRecords")):
+            return
+        try:
+            request, answer = json.loads(body), json.loads(payload)
+        except ValueError:
+            return
+        with self._chaos_lock:
+            if target.endswith(".GetShardIterator"):
+                shard = request.get("ShardId")
+            else:
+                shard = self._iterators.pop(str(request.get("ShardIterator")), None)
+            issued = answer.get("ShardIterator") or answer.get("NextShardIterator")
+            if shard is not None and issued:
+                self._iterators[str(issued)] = str(shard)
 
     def _next(self, target: str) -> Fault | None:
         scheduled = super()._next(target)

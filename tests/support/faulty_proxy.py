@@ -129,6 +129,13 @@ class FaultyProxy(LoopbackServer):
                 self.faults_served += 1
             return fault
 
+    def _next_for(self, target: str, body: bytes) -> Fault | None:
+        """The reply to a request with this body: `_next` (subclasses may look at the body first)."""
+        return self._next(target)
+
+    def _answered(self, target: str, body: bytes, payload: bytes) -> None:
+        """A forwarded request's answer arrived (subclasses may learn from it)."""
+
     def _forward(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list[Any], bytes]:
         connection = http.client.HTTPConnection("127.0.0.1", self._upstream_port, timeout=30)
         try:
@@ -146,13 +153,15 @@ class FaultyProxy(LoopbackServer):
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 with proxy._lock:
                     proxy.bodies.append(body)
-                fault = proxy._next(self.headers.get("X-Amz-Target", ""))
+                target = self.headers.get("X-Amz-Target", "")
+                fault = proxy._next_for(target, body)
                 if fault is not None and fault.delay:
                     time.sleep(fault.delay)
                 if fault is not None and fault.forward:
                     proxy._forward("POST", self.path, dict(self.headers), body)
                 if fault is None:
                     status, headers, payload = proxy._forward("POST", self.path, dict(self.headers), body)
+                    proxy._answered(target, body, payload)
                     self.send_response(status)
                     for name, value in headers:
                         if name.lower() not in ("content-length", "connection", "transfer-encoding", "date",
