@@ -33,7 +33,7 @@ from shardherd.agent.read_deadline import kinesis_timeouts
 from shardherd.agent.read_spec import ReadLimits
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.shard_worker import ProcessorFactory, ShardContext, ShardWorker, Stop
-from shardherd.agent.stall_watch import FleetVerdict, StallBounds, StallWatch
+from shardherd.agent.stall_watch import FleetVerdict, StallWatch
 from shardherd.shared.aws import make_client
 from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
@@ -41,6 +41,7 @@ from shardherd.shared.errors import ConfigError, MalformedWorker, StoreUnavailab
 from shardherd.shared.lease import Lease
 from shardherd.shared.restart import stop_window
 from shardherd.shared.retry import RetryPolicy, retry_deadline
+from shardherd.shared.stall_bounds import StallBounds
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
 from shardherd.shared.supervision import Kind, Supervisor

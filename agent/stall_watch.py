@@ -53,19 +53,9 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from shardherd.shared.clock import Clock
-from shardherd.shared.config import Settings
+from shardherd.shared.stall_bounds import StallBounds
 
 log = logging.getLogger(__name__)
-
-RED_INTERVALS = 3  # heartbeat intervals without progress before a held lease turns health red
-# Failover times more before a lease whose reader still runs is given back. One was too few: on a host at load 40 a
-# first GetRecords from TRIM_HORIZON took longer, and the receiver gave every lease it got back (the CI cell churned).
-GIVE_UP_FAILOVERS = 3
-# Failover times more before a lease whose reads only failed since its last progress is given back (invariant 3). One
-# was too few: in a shared outage at load 35-45 the leader's verdict reached the agents 7.9 s after the last progress,
-# against a bound of 6.5 s (tests/chaos/test_fleet_stall.py gave one lease back per agent).
-FAIL_FAILOVERS = 2
-
 
 class Verdict(enum.Enum):
     """What a held lease's progress calls for."""
@@ -74,25 +64,6 @@ class Verdict(enum.Enum):
     STALLED = "stalled"  # health red
     HELD = "held"  # stalled with the fleet, or at every owner: kept, health green (invariant 4)
     GIVE_UP = "give_up"  # given back
-
-
-@dataclass(frozen=True, slots=True)
-class StallBounds:
-    """Seconds without progress before a held lease is stalled, and before it is given back (invariant 3).
-
-    `give_up_after` while its reader is slow, `fail_give_up_after` while its reads only failed.
-    """
-
-    red_after: float
-    give_up_after: float
-    fail_give_up_after: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> StallBounds:
-        """3 heartbeat intervals to red; 3 failover times more to give back a slow reader, 2 a failing one."""
-        red = RED_INTERVALS * settings.effective_heartbeat_interval_millis / 1000
-        failover = settings.failover_time_millis / 1000
-        return cls(red, red + GIVE_UP_FAILOVERS * failover, red + FAIL_FAILOVERS * failover)
 
 
 def verdict(since_progress: float, running: bool, bounds: StallBounds, kept: bool = False,

@@ -33,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from shardherd.agent.stall_watch import StallBounds
 from shardherd.shared.config import Settings
 from shardherd.shared.lease import Lease
+from shardherd.shared.stall_bounds import StallBounds
 from shardherd.shared.worker import WorkerRecord
 
 MIN_WORKERS = 2  # a lease whose reads stalled at two workers is the shard's fault (or the service's), not a worker's

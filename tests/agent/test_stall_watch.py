@@ -7,9 +7,10 @@ stalled at another worker too (kept the same way: decision 0043)."""
 from __future__ import annotations
 
 from shardherd.agent.read_deadline import kinesis_timeouts
-from shardherd.agent.stall_watch import FleetVerdict, StallBounds, StallWatch, Verdict, verdict
+from shardherd.agent.stall_watch import FleetVerdict, StallWatch, Verdict, verdict
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
+from shardherd.shared.stall_bounds import StallBounds
 from tests.support.fast_settings import fast_settings
 
 BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, fail_give_up_after=5.0)

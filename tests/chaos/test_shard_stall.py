@@ -19,9 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from shardherd.agent.stall_watch import StallBounds
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.stall_bounds import StallBounds
 from tests.chaos.cluster import ChaosCluster, Member, Sample
 from tests.chaos.ledgers import read_deliveries
 from tests.chaos.scenario import METRICS_OFF
