@@ -287,6 +287,8 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     """Everything the docstring lists, printed as it is measured."""
     state = wait_for_state(run, began + args.limit, stack)
     favour(emulator_pids(state))
+    # The state is written as each agent starts, before the control socket listens.
+    _until("the stack's control socket", began, args.limit, lambda: Path(state.control_socket).exists())
     spark = [str(request(state.control_socket, "add-agent", timeout=60.0, spark=True)["name"])
              for _ in range(args.spark_agents)]
     state = StackState.read(run)  # with the Spark agents
