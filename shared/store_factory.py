@@ -15,6 +15,8 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter
 
+SQL_IDLE_CONNECTIONS = 2  # connections an SQL store keeps open between calls, outside the coordinator
+
 
 def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str = "other") -> LeaseStore:
     """The DynamoDB or SQL store named by `settings.store_backend`, on the application's tables.
@@ -22,7 +24,7 @@ def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str
     With `store_meter_dir` set the store is wrapped in a StoreMeter whose report (calls outside any `acting_as`
     block count under `caller`) is written to `<dir>/<caller>-<pid>.json` every few seconds and at close.
     """
-    store = _open_backend(settings, retry)
+    store = _open_backend(settings, retry, caller)
     if settings.store_meter_dir is None:
         return store
     path = Path(settings.store_meter_dir) / f"{caller}-{os.getpid()}.json"
@@ -41,7 +43,7 @@ def call_timeouts(deadline: float) -> tuple[float, float]:
     return deadline / 2, deadline
 
 
-def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
+def _open_backend(settings: Settings, retry: RetryPolicy | None, caller: str) -> LeaseStore:
     if settings.store_backend == "dynamodb":
         from shardherd.shared.dynamo.store import DynamoLeaseStore
 
@@ -58,5 +60,11 @@ def _open_backend(settings: Settings, retry: RetryPolicy | None) -> LeaseStore:
         )
     from shardherd.shared.sql.store import SqlLeaseStore
 
+    # The coordinator keeps its pool open (the leader writes with leader_write_threads at once, every run); any other
+    # process keeps SQL_IDLE_CONNECTIONS. Each held 10 idle connections before: 34 agents of the scale run
+    # (bench/scale.py) exhausted PostgreSQL's max_connections (200 there, 100 by default), and the Spark agents could
+    # not heartbeat.
+    idle = None if caller == "coordinator" else SQL_IDLE_CONNECTIONS
     return SqlLeaseStore(settings.sql_url.get_secret_value(), settings.table_names, retry=retry,
-                         call_timeout=settings.effective_store_call_timeout_millis / 1000)
+                         call_timeout=settings.effective_store_call_timeout_millis / 1000, idle=idle,
+                         name=f"shardherd-{caller}")

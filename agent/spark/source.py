@@ -57,7 +57,8 @@ class StoreOptions:
         from shardherd.shared.store_factory import open_store
 
         return open_store(load_settings(application_name=self.application, store_backend=self.backend, region=region,
-                                        dynamodb_endpoint_url=self.endpoint_url, store_meter_dir=None))
+                                        dynamodb_endpoint_url=self.endpoint_url, store_meter_dir=None),
+                          caller="executor")
 
 
 @dataclass(frozen=True, slots=True)

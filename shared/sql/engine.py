@@ -40,8 +40,13 @@ _TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "
 _TRANSIENT_SQLITE_ERRORS = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_IOERR")
 
 
-def make_engines(url: str, pool_size: int, call_timeout: float | None = None) -> tuple[Engine, Engine]:
+def make_engines(url: str, pool_size: int, call_timeout: float | None = None, idle: int | None = None,
+                 name: str | None = None) -> tuple[Engine, Engine]:
     """(read engine, write engine) sharing one pool; on SQLite the write engine's transactions begin IMMEDIATE.
+
+    At most `pool_size` connections at once, of which `idle` (default all) stay open between calls: the rest close
+    when returned. On PostgreSQL `name` is the connections' `application_name` (pg_stat_activity shows which
+    shardherd process holds them).
 
     `call_timeout` (seconds) bounds one call: SQLite's busy wait (unless the URL sets `timeout`); PostgreSQL's connect
     timeout, TCP user timeout (sent data unacknowledged: a dead network), the wait for a pooled connection, and the
@@ -51,6 +56,8 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None) ->
     """
     parsed = make_url(url)
     backend = parsed.get_backend_name()
+    kept = pool_size if idle is None else max(1, min(idle, pool_size))
+    pool = {"pool_size": kept, "max_overflow": 2 * pool_size - kept}  # at most 2 x pool_size, as before
     if backend == "sqlite":
         import sqlite3  # a PostgreSQL store's process loads neither it nor SQLAlchemy's SQLite dialect
 
@@ -62,19 +69,20 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None) ->
         connect_args: dict[str, Any] = {"check_same_thread": False}
         if "timeout" not in parsed.query:
             connect_args["timeout"] = SQLITE_BUSY_TIMEOUT if call_timeout is None else call_timeout
-        engine = create_engine(parsed, connect_args=connect_args, pool_size=pool_size, max_overflow=pool_size)
+        engine = create_engine(parsed, connect_args=connect_args, **pool)
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine, engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
     if backend == "postgresql":
+        named = {} if name is None or "application_name" in parsed.query else {"application_name": name}
         if call_timeout is None:
-            engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size)
+            engine = create_engine(parsed, connect_args=named, **pool)
             return engine, engine
         millis = int(call_timeout * 1000)
-        engine = create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_timeout=call_timeout,
+        engine = create_engine(parsed, pool_timeout=call_timeout, **pool,
                                connect_args={"connect_timeout": max(1, round(call_timeout)),
                                              "tcp_user_timeout": millis,
-                                             "options": f"-c statement_timeout={millis}"})
+                                             "options": f"-c statement_timeout={millis}", **named})
         return engine, engine
     raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
                       "use sqlite:///<file> or postgresql+psycopg://...")

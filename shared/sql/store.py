@@ -74,11 +74,11 @@ class SqlLeaseStore(LeaseStore):
     """Leases, worker records and coordinator state of one application in a SQLite file or a PostgreSQL database."""
 
     def __init__(self, url: str, tables: TableNames, retry: RetryPolicy | None = None, pool_size: int = 10,
-                 call_timeout: float | None = None) -> None:
+                 call_timeout: float | None = None, idle: int | None = None, name: str | None = None) -> None:
         self.tables = tables
         self._retry = retry or RetryPolicy()
         self._schema = build_schema(tables)
-        self._read_engine, self._write_engine = make_engines(url, pool_size, call_timeout)
+        self._read_engine, self._write_engine = make_engines(url, pool_size, call_timeout, idle, name)
         self._postgres = self._read_engine.dialect.name == "postgresql"
         if self._postgres and (overlong := overlong_identifiers(self._schema, version_table(tables))):
             self._read_engine.dispose()
