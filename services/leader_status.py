@@ -167,7 +167,7 @@ class RunRecord(_Frozen):
 
 
 MAX_SCALE_REASONS = 4
-SCALE_NEWS_FRACTION = 0.1  # a load or capacity this far from the last published figure is news
+SCALE_NEWS_FRACTION = 0.1  # a load or capacity this far from the last figure that was news is news again
 
 
 class ScaleRecord(_Frozen):
