@@ -46,6 +46,7 @@ import httpx
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bench.multilang import tree_rss
 from bench.scale_sim import Figures, LiveInputs, cpu_inputs, predict, side_by_side
 from bench.stack_cost import (
     USER_DEFAULTS,
@@ -61,7 +62,7 @@ from bench.stack_cost import (
     wait_for_state,
 )
 from shardherd.services.local_stack.control import request
-from shardherd.services.local_stack.scenarios import Scenarios
+from shardherd.services.local_stack.scenarios import Scenarios, holds_records
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
@@ -144,9 +145,7 @@ def _memory(state: StackState, names: Collection[str], tree: bool = False) -> li
         if entry.name not in names:
             continue
         try:
-            process = psutil.Process(entry.pid)
-            members = [process, *process.children(recursive=True)] if tree else [process]
-            sizes.append(sum(member.memory_info().rss for member in members) / 2**20)
+            sizes.append((tree_rss(entry.pid) if tree else psutil.Process(entry.pid).memory_info().rss) / 2**20)
         except psutil.Error:
             continue
     return sizes
@@ -155,9 +154,12 @@ def _memory(state: StackState, names: Collection[str], tree: bool = False) -> li
 def _spark_share(client: OperatorClient, names: Sequence[str], began: float, limit: float) -> str:
     """Each Spark agent's leases once it holds one whose lag it reports (it reads), and when (s from launching)."""
     held: dict[str, float] = {}
+    counts: dict[str, int] = {}
 
     def reading() -> bool:
+        counts.clear()
         for lease in _owners(client).values():
+            counts[lease["owner"]] = counts.get(lease["owner"], 0) + 1
             if lease["owner"] in names and lease["millis_behind_latest"] is not None:
                 held.setdefault(lease["owner"], time.monotonic() - began)
         return len(held) == len(names)
@@ -166,7 +168,6 @@ def _spark_share(client: OperatorClient, names: Sequence[str], began: float, lim
         _until("every Spark agent reading a lease", began, limit, reading)
     except SystemExit as exc:
         return str(exc)
-    counts = {name: sum(1 for lease in _owners(client).values() if lease["owner"] == name) for name in names}
     return ", ".join(f"{name} reads from {held[name]:.1f} s, holds {counts[name]}" for name in names)
 
 
@@ -232,14 +233,9 @@ def _startup(client: OperatorClient, state: StackState, shards: int, began: floa
     holding: set[str] = set()  # shards seen to hold a record: they stay so, no need to ask Kinesis again
 
     def empty(shard: str) -> bool:
-        if shard in holding:
-            return False
-        iterator = kinesis.get_shard_iterator(StreamName=state.stream_name, ShardId=shard,
-                                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-        if kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]:
+        if shard not in holding and holds_records(kinesis, state.stream_name, shard):
             holding.add(shard)
-            return False
-        return True
+        return shard not in holding
 
     def read() -> bool:
         leases = _owners(client)

@@ -83,15 +83,15 @@ def mark_round(args: argparse.Namespace, pods: KubePods) -> str:
     finally:
         client.close()
     target = scale.get("remove_first")
-    listed = pods.pods(args.selector)
-    names = {pod.name for pod in listed}
-    for pod in listed:
-        if pod.annotations.get(DELETION_COST) == MARK and pod.name != target:
-            pods.annotate(pod.name, DELETION_COST, None)
-            print(f"unmarked pod {pod.name}", flush=True)
+    listed = {pod.name: pod for pod in pods.pods(args.selector)}
+    for name, pod in listed.items():
+        if pod.annotations.get(DELETION_COST) == MARK and name != target:
+            pods.annotate(name, DELETION_COST, None)
+            print(f"unmarked pod {name}", flush=True)
     counts = f"desired {scale.get('desired_workers')} of {scale.get('current_workers')} workers"
-    if target is None or target not in names:
+    chosen = listed.get(target) if target is not None else None
+    if chosen is None:
         return f"no pod to mark: remove_first is {target!r}, not a pod of the selector ({counts})"
-    if next(pod for pod in listed if pod.name == target).annotations.get(DELETION_COST) != MARK:
-        pods.annotate(target, DELETION_COST, MARK)
+    if chosen.annotations.get(DELETION_COST) != MARK:
+        pods.annotate(chosen.name, DELETION_COST, MARK)
     return f"pod {target} removed first on scale-in: deletion cost {MARK} ({counts})"

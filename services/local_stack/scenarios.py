@@ -103,14 +103,8 @@ class Scenarios:
         if not unread:
             return set()
         kinesis = self._kinesis()
-        empty = set()
-        for key, lease in unread.items():
-            iterator = kinesis.get_shard_iterator(StreamName=lease["stream"] or self.state.stream_name,
-                                                  ShardId=lease["shard_id"],
-                                                  ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
-            if not kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"]:
-                empty.add(key)
-        return empty
+        return {key for key, lease in unread.items()
+                if not holds_records(kinesis, lease["stream"] or self.state.stream_name, lease["shard_id"])}
 
     def add_agent(self, watch: float) -> list[Outcome]:
         """Start one more agent; report its first heartbeat, then (within `watch` s) its first records, if any.
@@ -248,6 +242,13 @@ class Scenarios:
 
     def _kinesis(self) -> Any:
         return make_client("kinesis", self.state.region, self.state.kinesis_endpoint_url)
+
+
+def holds_records(kinesis: Any, stream: str, shard: str) -> bool:
+    """Whether the shard holds any record (one GetRecords of one record from TRIM_HORIZON)."""
+    iterator = kinesis.get_shard_iterator(StreamName=stream, ShardId=shard,
+                                          ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+    return bool(kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"])
 
 
 def _processor(lease: dict[str, Any]) -> str | None:

@@ -57,7 +57,7 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None, id
     parsed = make_url(url)
     backend = parsed.get_backend_name()
     kept = pool_size if idle is None else max(1, min(idle, pool_size))
-    pool = {"pool_size": kept, "max_overflow": 2 * pool_size - kept}  # at most 2 x pool_size, as before
+    pool: dict[str, Any] = {"pool_size": kept, "max_overflow": 2 * pool_size - kept}  # at most 2 x pool_size
     if backend == "sqlite":
         import sqlite3  # a PostgreSQL store's process loads neither it nor SQLAlchemy's SQLite dialect
 
@@ -74,15 +74,14 @@ def make_engines(url: str, pool_size: int, call_timeout: float | None = None, id
         event.listen(engine, "begin", _sqlite_begin)
         return engine, engine.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
     if backend == "postgresql":
-        named = {} if name is None or "application_name" in parsed.query else {"application_name": name}
-        if call_timeout is None:
-            engine = create_engine(parsed, connect_args=named, **pool)
-            return engine, engine
-        millis = int(call_timeout * 1000)
-        engine = create_engine(parsed, pool_timeout=call_timeout, **pool,
-                               connect_args={"connect_timeout": max(1, round(call_timeout)),
-                                             "tcp_user_timeout": millis,
-                                             "options": f"-c statement_timeout={millis}", **named})
+        connect: dict[str, Any] = {} if name is None or "application_name" in parsed.query else {
+            "application_name": name}
+        if call_timeout is not None:
+            millis = int(call_timeout * 1000)
+            pool["pool_timeout"] = call_timeout
+            connect.update(connect_timeout=max(1, round(call_timeout)), tcp_user_timeout=millis,
+                           options=f"-c statement_timeout={millis}")
+        engine = create_engine(parsed, connect_args=connect, **pool)
         return engine, engine
     raise ConfigError(f"unsupported SQL URL {parsed.render_as_string(hide_password=True)}: "
                       "use sqlite:///<file> or postgresql+psycopg://...")
