@@ -41,6 +41,7 @@ from tests.support.file_ledger import LEDGER_ENV
 from tests.support.waiting import wait_for
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
+PRODUCER_STOP_SECONDS = 30.0  # a PutRecords in flight at the stop: longer than any call the producer makes
 AgentCommand = Callable[[float], list[str]]
 _apps = itertools.count()
 
@@ -324,7 +325,7 @@ class ChaosCluster:
     def start_background(self, rate: float = 40.0, batch: int = 8, sample_period: float = 0.25) -> None:
         """Start the producer (about `rate` records/s in batches) and the lease-table sampler."""
         for target, args in ((self._produce, (rate, batch)), (self._sample, (sample_period,))):
-            thread = threading.Thread(target=target, args=args, daemon=True)
+            thread = threading.Thread(target=target, args=args, daemon=True, name=target.__name__.strip("_"))
             thread.start()
             self._threads.append(thread)
 
@@ -352,8 +353,15 @@ class ChaosCluster:
             pending = retry
 
     def stop_producer(self) -> None:
-        """Stop putting records (what was acknowledged stays in the producer ledger)."""
+        """Stop putting records and wait for the last call in flight, so the producer ledger is final on return.
+
+        A PutRecords sent just before the stop is acknowledged after it: a caller that read the ledger at once
+        missed those records and could end its drain before they were delivered.
+        """
         self._stop_producer.set()
+        for thread in self._threads:
+            if thread.name == "produce" and thread is not threading.current_thread():
+                thread.join(PRODUCER_STOP_SECONDS)
 
     def _sample(self, period: float) -> None:
         while not self._stop_sampler.wait(period):

@@ -69,7 +69,6 @@ def run_soak(moto_url: str, kinesis_url: str, workdir: Path, config: SoakConfig,
         log("healed; settling")
         time.sleep(timing.failover + 2)
         cluster.stop_producer()
-        time.sleep(1)
         produced = {p.data for p in cluster.producer.read()}
         try:
             wait_for(lambda: produced <= {d.data for d in read_deliveries(workdir)}, 120,
