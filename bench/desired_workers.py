@@ -67,16 +67,21 @@ def watch(client: OperatorClient, seconds: float, poll: float, readings: list[Re
 
 def change_lines(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
     """One line per change of the count: when (from the load's start or end), the count, the load, the capacity."""
-    lines = []
-    for before, change in itertools.pairwise(readings):
-        if change.desired == before.desired:
-            continue
-        since = (f"+{change.at - hot_start:.0f} s after the load began" if change.at < hot_end
-                 else f"+{change.at - hot_end:.0f} s after it ended")
-        capacity = "none" if change.capacity is None else f"{change.capacity:.1f}"
-        lines.append(f"  {since}: desired {change.desired} (current {change.current}), load {change.load:.1f} KiB/s, "
-                     f"capacity {capacity} KiB/s per worker; {change.reason}")
-    return lines
+    return [_line(change, hot_start, hot_end) for before, change in itertools.pairwise(readings)
+            if change.desired != before.desired]
+
+
+def reading_lines(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
+    """One line per reading (`--every-reading`): how the asks ramp with the throughput averages."""
+    return [_line(reading, hot_start, hot_end) for reading in readings]
+
+
+def _line(reading: Reading, hot_start: float, hot_end: float) -> str:
+    since = (f"+{reading.at - hot_start:.0f} s after the load began" if reading.at < hot_end
+             else f"+{reading.at - hot_end:.0f} s after it ended")
+    capacity = "none" if reading.capacity is None else f"{reading.capacity:.1f}"
+    return (f"  {since}: desired {reading.desired} (current {reading.current}), load {reading.load:.1f} KiB/s, "
+            f"capacity {capacity} KiB/s per worker; {reading.reason}")
 
 
 def summary_lines(readings: Sequence[Reading], hot_start: float, hot_end: float) -> list[str]:
@@ -112,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--after", type=float, default=600.0, help="seconds watched after the load ends")
     parser.add_argument("--poll", type=float, default=5.0)
     parser.add_argument("--run-root", default=None, help="where the stack's run directory goes (default: a temp dir)")
+    parser.add_argument("--every-reading", action="store_true", help="print every reading, not only changes")
     args = parser.parse_args(argv)
     root = Path(args.run_root or tempfile.mkdtemp(prefix="desired-"))
     duration = args.warmup + args.hot_seconds + args.after + 300
@@ -140,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         watch(client, args.after, args.poll, readings)
     finally:
         stack.stop()
-    for line in change_lines(readings, hot_start, hot_end) + summary_lines(readings, hot_start, hot_end):
+    shown = reading_lines(readings, hot_start, hot_end) if args.every_reading else change_lines(readings, hot_start,
+                                                                                               hot_end)
+    for line in shown + summary_lines(readings, hot_start, hot_end):
         print(line)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     return 0

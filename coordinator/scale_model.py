@@ -17,15 +17,16 @@ Invariants:
   count (and the lease bound). An idle stream (every figure 0, or no lease) needs the minimum. A growing lag
   (LAG_FLOOR_MILLIS behind and rising by at least LAG_GROWTH_SHARE of the time passing, over half the scale-out
   window or more) needs one worker more than there are, and blocks scale-in.
-* Hysteresis: the count rises only once every run for `scale_out_after_millis` asked for more (to the smallest of
-  those asks) and falls only once every run for `scale_in_after_millis` asked for fewer (to the largest ask of
-  that window, once the last `scale_out_after_millis` asked for it too: a draining load falls once; at most two
-  windows); a run asking for the current count ends a pending change, while a run without a capacity estimate
-  neither asks for fewer nor ends anything (only the lease bound or a growing lag ask for more in it). So the count
-  changes at most once per direction per window. A term's count starts at the count its predecessor published, if
-  that is at most a scale-in window old (`inherited`: a leader change neither drops nor raises what an autoscaler
-  reads), else at the number of workers there are at its first run that sees one (before that, for up to a
-  scale-out window, it has no figure: a new leader has not yet seen its workers alive).
+* Hysteresis: the count rises only once every run for `scale_out_after_millis` asked for more (to the smallest ask
+  of that window's second half: a load ramping in through the throughput averages rises once) and falls only once
+  every run for `scale_in_after_millis` asked for fewer (to the largest ask of that window, once the last
+  `scale_out_after_millis` asked for it too: a draining load falls once; at most two windows); a run asking for the
+  current count ends a pending change, while a run without a capacity estimate neither asks for fewer nor ends
+  anything (only the lease bound or a growing lag ask for more in it). So the count changes at most once per
+  direction per window. A term's count starts at the count its predecessor published, if that is at most a scale-in
+  window old (`inherited`: a leader change neither drops nor raises what an autoscaler reads), else at the number of
+  workers there are at its first run that sees one (before that, for up to a scale-out window, it has no figure: a
+  new leader has not yet seen its workers alive).
 * The removal candidate is a non-draining worker with a fresh heartbeat holding the fewest leases (then the least
   throughput, then the smallest id); the previous candidate stays while it holds no more leases than the cheapest.
 """
@@ -97,8 +98,9 @@ class ScaleState:
     desired: int | None = None
     pending: int = 0  # +1 a scale-out, -1 a scale-in waiting for its window, 0 none
     since: float = 0.0  # monotonic seconds the pending change was first asked for
-    ask: int = 0  # the smallest (out) or largest (in) count asked for since then
-    asks: tuple[tuple[float, int], ...] = ()  # a pending scale-in's (monotonic seconds, ask), the last `in_after` s
+    ask: int = 0  # the count the pending change goes to if its window passed now
+    asks: tuple[tuple[float, int], ...] = ()  # a pending change's (monotonic seconds, ask): out, the last half
+    # `out_after` s; in, the last `in_after` s
     lags: tuple[tuple[float, int], ...] = ()  # (monotonic seconds, largest lag in ms) within the scale-out window
     remove_first: str | None = None
     began: float | None = None  # monotonic seconds of the term's first run
@@ -236,12 +238,21 @@ def settle(state: ScaleState, asked: _Need, current: int, now: float,
 
 
 def _settle_out(state: ScaleState, ask: int, now: float, cfg: ScaleSettings) -> tuple[ScaleState, str | None]:
-    """A run asking for more: the smallest ask since the pending scale-out began, once its window passed."""
-    since, ask = (state.since, min(state.ask, ask)) if state.pending > 0 else (now, ask)
+    """A run asking for more: once its window passed, the smallest ask of the window's second half.
+
+    Every run of the window asked for more, so a spike shorter than the window sets nothing; the second half's
+    smallest ask is what the load held for half a window. A load that steps up reaches the asks through the
+    throughput averages (`lease_throughput_window_millis`, 30 s) in about half a default window: the count rises
+    once, to the new load, instead of to the first half's partial ask and again a window later.
+    """
+    since = state.since if state.pending > 0 else now
+    kept = state.asks if state.pending > 0 else ()
+    asks = (*(a for a in kept if now - a[0] <= cfg.out_after / 2), (now, ask))
+    held = min(a for _, a in asks)
     if now - since >= cfg.out_after:
-        return dataclasses.replace(state, desired=ask, pending=0, asks=()), None
-    return (dataclasses.replace(state, pending=1, since=since, ask=ask, asks=()),
-            f"scale-out to {ask} pending for {now - since:.0f} of {cfg.out_after:.0f} s")
+        return dataclasses.replace(state, desired=held, pending=0, asks=()), None
+    return (dataclasses.replace(state, pending=1, since=since, ask=held, asks=asks),
+            f"scale-out to {held} pending for {now - since:.0f} of {cfg.out_after:.0f} s")
 
 
 def _settle_in(state: ScaleState, ask: int, now: float, cfg: ScaleSettings) -> tuple[ScaleState, str | None]:

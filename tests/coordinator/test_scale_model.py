@@ -176,6 +176,27 @@ def test_a_load_step_raises_the_count_after_the_out_window_and_lowers_it_after_t
     assert counts[in_run] == 2 and (in_run - 65) * RUN == CFG.in_after
 
 
+def test_a_load_ramping_in_through_the_throughput_average_rises_once_to_the_load_it_reached() -> None:
+    # The live shape (bench.desired_workers): the extra load reaches the asks over about 30 s (the throughput
+    # window), 800 carried + 0 -> 4000 unowned KiB/s; asks 2 -> 8 over 15 runs. Before: the count rose to the
+    # window's smallest ask (2, the ramp's first) and to 8 a window later.
+    ramp = [4000.0 * run / 15 for run in range(1, 16)]
+    counts = _run([0.0] * 5 + ramp + [4000.0] * 80)
+    changes = _changes(counts)
+    assert [d for _, d in changes] == [1], changes
+    out_run = changes[0][0]
+    assert counts[out_run] == 8 and counts[-1] == 8
+    first_ask = next(run for run, load in enumerate([0.0] * 5 + ramp) if 800 + load > 2 * 600)
+    assert (out_run - first_ask) * RUN == CFG.out_after  # one window after the first run asking for more
+
+
+def test_a_spike_in_the_window_s_second_half_sets_the_count_only_as_far_as_it_held_half_a_window() -> None:
+    # Asks of 3 for the first half of the window, then 6 for its last 20 s: the count goes to 3, not 6.
+    half = int(CFG.out_after / 2 / RUN)
+    counts = _run([0.0] * 5 + [1000.0] * (half + 5) + [3000.0] * (half - 5) + [1000.0] * 20)
+    assert max(counts) == 3, _changes(counts)
+
+
 def test_a_load_that_drains_over_minutes_falls_once_to_what_it_drained_to() -> None:
     # 800 carried + 4000 unowned -> 8 workers; the extra load then decays over 3 minutes (a throughput average
     # draining) to nothing. Every run asks for fewer than 8 from the start of the decay; the largest ask of the first
