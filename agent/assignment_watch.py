@@ -35,8 +35,7 @@ from shardherd.shared.assignment_channel import FeedPosition
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError
-from shardherd.shared.lean_httpx import client as http_client
-from shardherd.shared.lean_httpx import httpx
+from shardherd.shared.plain_http import HttpClient, HttpError, Response
 from shardherd.shared.supervision import Supervisor
 
 log = logging.getLogger(__name__)
@@ -63,7 +62,7 @@ class Told(Protocol):
 class AssignmentWatch:
     """Long-polls `coordinator_url` on a thread; `healthy()` says whether the keeper can rely on it now."""
 
-    def __init__(self, settings: Settings, keeper: Told, clock: Clock, client: httpx.Client | None = None,
+    def __init__(self, settings: Settings, keeper: Told, clock: Clock,
                  fleet_verdict: Callable[[bool, frozenset[str]], None] | None = None) -> None:
         if not settings.coordinator_urls:
             raise ValueError("the assignment watch needs coordinator_url")
@@ -75,17 +74,13 @@ class AssignmentWatch:
         self._keeper = keeper
         self._fleet_verdict = fleet_verdict  # hears the leader's stall verdicts of each answer (decisions 0039, 0043)
         self._clock = clock
-        self._client = client or self._new_client()
+        self._client = HttpClient()
         self._healthy_until = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="assignment-watch", daemon=True)
         self._send = threading.Event()  # news or a beat to send
         self._news = False  # the next short request asks the leader to scan (news=true)
         self._notifier = threading.Thread(target=self._notify, name="assignment-news", daemon=True)
-
-    def _new_client(self) -> httpx.Client:
-        """A client on new connections; all share the process's TLS context (shared/lean_httpx.py), if any."""
-        return http_client(self._urls)
 
     def healthy(self) -> bool:
         """True while a request answered within the last wait plus slack."""
@@ -111,7 +106,7 @@ class AssignmentWatch:
         self._send.set()
 
     def stop(self) -> None:
-        """Stop after the current request (the client is closed, so a waiting request ends at once)."""
+        """Stop now: the client is closed, so a waiting request ends at once (shared/plain_http.py)."""
         self._stop.set()
         self._client.close()
         self._thread.join(WAIT_SECONDS + SLACK_SECONDS)
@@ -138,7 +133,7 @@ class AssignmentWatch:
             self._at = (self._at + 1) % len(self._urls)  # the next replica listed (or the same one, re-asked)
             if failures >= 1:  # a new connection, which a Service may route to another replica
                 self._client.close()
-                self._client = self._new_client()
+                self._client = HttpClient()
             self._stop.wait(RETRY_SECONDS[min(failures, len(RETRY_SECONDS) - 1)])
             failures += 1
 
@@ -156,10 +151,10 @@ class AssignmentWatch:
             params = self._beat_params({"wait": 0, "news": "true"} if news else {"wait": 0})
             for attempt in range(max(NEWS_ATTEMPTS, len(self._urls)) if news else 1):
                 url = self._urls[(self._at + attempt) % len(self._urls)]  # the replica that answered last first
-                with self._new_client() as client:
+                with HttpClient(SLACK_SECONDS) as client:
                     try:
-                        response = client.get(url, params=params, headers=self._headers(), timeout=SLACK_SECONDS)
-                    except httpx.HTTPError as exc:
+                        response = client.get(url, params=params, headers=self._headers())
+                    except HttpError as exc:
                         log.debug("assignment watch: news not delivered: %s", exc)
                         break
                 self._note_refusal(response)
@@ -183,7 +178,7 @@ class AssignmentWatch:
             return {}
         return {"Authorization": f"Bearer {token}"} if token else {}
 
-    def _note_refusal(self, response: httpx.Response) -> None:
+    def _note_refusal(self, response: Response) -> None:
         """Log a refused token loudly at the start of a spell of refusals; note its end."""
         refused = response.status_code in (401, 403)
         if refused and not self._refused:
@@ -202,7 +197,7 @@ class AssignmentWatch:
         try:
             response = self._client.get(self._urls[self._at], params=self._beat_params(params), headers=self._headers(),
                                         timeout=WAIT_SECONDS + SLACK_SECONDS)
-        except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the client was closed by stop()
+        except HttpError as exc:  # also when stop() closed the client under a waiting request
             if not self._stop.is_set():
                 log.debug("assignment watch: %s", exc)
             return None

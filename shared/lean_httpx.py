@@ -7,10 +7,9 @@ is first imported makes httpx fall back to its stub `httpx.main`, which only pri
 process runs httpx's CLI.
 
 `httpx.Client()` builds a TLS context and loads certifi's CA bundle into it, every time: 90-210 ms of CPU and 3 MB at
-the first. A plain agent's assignment watch opens a client per heartbeat (agent/assignment_watch.py), so 32 agents on
-two cores spent a third of a core on it. `client(urls)` gives every client of the process one verifying context,
-made on the first https URL; a client for plain-http URLs gets none (it never opens a TLS connection: redirects are
-not followed).
+the first (a client per heartbeat on 32 agents took a third of a core). `client(urls)` gives every client of the
+process one verifying context (shared/plain_http.py's, which an agent's own requests use), made on the first https
+URL; a client for plain-http URLs gets none (it never opens a TLS connection: redirects are not followed).
 
 Invariant: every shardherd module that uses httpx imports it from here, so whichever imports it first leaves the CLI
 out (a process that imported httpx before is left as it is).
@@ -18,23 +17,17 @@ out (a process that imported httpx before is left as it is).
 
 from __future__ import annotations
 
-import ssl
 import sys
 from collections.abc import Iterable
-from functools import cache
 from typing import Any
 
 sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]  # None: "not importable", as the import system documents
 
 import httpx  # noqa: E402  # after the line above, by design
 
+from shardherd.shared.plain_http import tls_context  # noqa: E402  # one context for httpx and plain clients
+
 __all__ = ["client", "httpx", "tls_context"]
-
-
-@cache
-def tls_context() -> ssl.SSLContext:
-    """The process's one verifying TLS context: httpx's default (certifi's CA bundle, environment ignored)."""
-    return httpx.create_ssl_context(trust_env=False)
 
 
 def client(urls: Iterable[str], **options: Any) -> httpx.Client:

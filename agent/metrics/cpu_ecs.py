@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from shardherd.agent.metrics import InvalidMetricInput, MetricSourceError
-from shardherd.shared.lean_httpx import client, httpx
+from shardherd.shared.plain_http import HttpClient, HttpError
 
 ECS_URI_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 DEFAULT_CONTAINER_SHARE = 2.0
@@ -53,13 +54,13 @@ class EcsCpu:
     name = "ecs"
 
     def __init__(self, base_uri: str, timeout_seconds: float = 2.0) -> None:
-        url = httpx.URL(base_uri)
+        url = urlsplit(base_uri)
         docker_id = url.path.rstrip("/").rsplit("/", 1)[-1]
-        if url.scheme not in ("http", "https") or not docker_id:
+        if url.scheme not in ("http", "https") or not url.hostname or not docker_id:
             raise InvalidMetricInput(f"{ECS_URI_ENV} is not an http URI ending in a container id: {base_uri!r}")
         self._base = base_uri.rstrip("/")
         self._docker_id = docker_id
-        self._client = client([base_uri], timeout=timeout_seconds)
+        self._client = HttpClient(timeout_seconds)
         self._limit: float | None = None
 
     def close(self) -> None:
@@ -70,9 +71,10 @@ class EcsCpu:
         url = self._base + suffix
         try:
             response = self._client.get(url)
-            response.raise_for_status()
+            if response.status_code != 200:
+                raise ValueError(f"HTTP {response.status_code}: {response.text[:200]}")
             return response.json()
-        except (httpx.HTTPError, ValueError) as exc:
+        except (HttpError, ValueError) as exc:
             raise MetricSourceError(f"ECS metadata {url} failed: {exc}") from exc
 
     def limit_cpus(self, online_cpus: float) -> float:

@@ -31,6 +31,7 @@ DEFERRED = {
     "sqlite3": "a SQLite store",
     "alembic": "a migration (`shardherd check-table`, the coordinator)",
     "boto3": "nothing: its clients are botocore's (shared/aws.py)",
+    "httpx": "nothing: its HTTP requests use the standard library's (shared/plain_http.py)",
     "fastapi": "nothing: the coordinator's API",
     "uvicorn": "nothing: the coordinator's API",
     "rich": "nothing: `shardherd up`'s console",
@@ -54,7 +55,7 @@ from shardherd.shared.config import load_settings
 from shardherd.agent.runtime import Agent
 agent = Agent(load_settings(), load_processor(args.processor))
 seconds = time.perf_counter() - began
-from shardherd.shared.lean_httpx import tls_context
+from shardherd.shared.plain_http import tls_context
 print(json.dumps({"seconds": seconds, "modules": len(sys.modules),
                   "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "loaded": sorted(name for name in sys.argv[2:] if name in sys.modules),
