@@ -314,12 +314,12 @@ def one_run(args: argparse.Namespace, index: int) -> RunFigures:
             balancing = [m for m in settled if m["reason"].startswith("BALANCE")]
             balancing_runs = len({m["run_started_at"] for m in balancing})
             settle_moves = len(settled)
-            settle_details = [f"+{move['run_started_at'] - acted:.0f} s {_detail(move)}" for move in settled]
+            settle_details = [f"+{move['run_started_at'] - acted:.0f} s {move_detail(move)}" for move in settled]
         began = time.time()
         window = watch(state, args.window, args.poll)
         moved = moves_since(_leader_status(state.api_urls(), state.api_token()), began)
         reasons = Counter(move["reason"] for move in moved)
-        details = [_detail(move) for move in moved[: args.details]]
+        details = [move_detail(move) for move in moved[: args.details]]
         join = [] if joined is None else join_lines(joined)
     finally:
         stack.stop()
@@ -452,7 +452,7 @@ def up_startup_line(run_dir: Path) -> str | None:
     return next((line for line in lines if line.startswith("startup:")), None)
 
 
-def _detail(move: dict[str, Any]) -> str:
+def move_detail(move: dict[str, Any]) -> str:
     """One published move: lease, owners, reason and the decider's detail."""
     return f"{move['lease_key']}: {move['from_owner']} -> {move['to_worker']} {move['reason']}: {move['detail']}"
 

@@ -46,6 +46,7 @@ import httpx
 import psutil
 from botocore.exceptions import BotoCoreError, ClientError
 
+from bench.churn import move_detail
 from bench.multilang import tree_rss
 from bench.scale_sim import Figures, LiveInputs, cpu_inputs, predict, side_by_side
 from bench.stack_cost import (
@@ -92,6 +93,7 @@ class LeaderRuns:
         self._client = client
         self.durations: dict[tuple[int, float], float] = {}
         self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
+        self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-runs", daemon=True)
         self._thread.start()
@@ -106,6 +108,8 @@ class LeaderRuns:
                 self.durations[(run["epoch"], run["started_at"])] = run["duration_ms"]
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
+            for move in status.get("recent_moves", ()):
+                self.recent[(move["lease_key"], move["run_started_at"])] = move
 
     def stop(self) -> None:
         """Stop watching."""
@@ -263,7 +267,7 @@ def _live_fleet(client: OperatorClient, store_settings: dict[str, str], state: S
 def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path,
             seconds: float) -> tuple[int, dict[str, int], float, Any]:
     """Owner changes seen and leader moves by reason over `seconds`, with the meters' difference and the minutes."""
-    before, moves = read_meters(meters), runs.moves
+    before, moves, since = read_meters(meters), runs.moves, time.time()
     owners = {key: lease["owner"] for key, lease in _owners(client).items()}
     changes = 0
     began = time.monotonic()
@@ -275,6 +279,9 @@ def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path,
     time.sleep(2.5)  # the meters write every 2 s
     moved = {reason: count - moves.get(reason, 0) for reason, count in runs.moves.items()
              if count > moves.get(reason, 0)}
+    for move in sorted(runs.recent.values(), key=lambda move: move["run_started_at"]):
+        if move["run_started_at"] >= since:
+            print(f"  +{move['run_started_at'] - since:.0f} s {move_detail(move)}")
     return changes, moved, (time.monotonic() - began) / 60, difference(read_meters(meters), before)
 
 
