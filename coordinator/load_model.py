@@ -49,7 +49,7 @@ def fit_line(points: Sequence[tuple[float, float]], average: float) -> Line | No
     if mean_x <= 0 or var_x <= 0 or var_y <= 0 or math.sqrt(var_x / len(xs)) < MIN_FIT_SPREAD * mean_x:
         return None
     cov = sum((x - mean_x) * (y - mean_y) for x, y in points)
-    if cov <= 0 or cov * cov / (var_x * var_y) < MIN_FIT_R2:
+    if cov <= 0 or (cov / var_x) * (cov / var_y) < MIN_FIT_R2:  # (r squared; var_x x var_y may underflow to 0)
         return None
     base = max(0.0, min(mean_y - cov / var_x * mean_x, min(ys), MAX_BASE_SHARE * average))
     return Line(base, (mean_y - base) / mean_x)

@@ -64,39 +64,48 @@ def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried
 
 
 class ShareFill(BandPass):
-    """Fill only, on each worker's share of the average throughput, while its reported metrics stay in band."""
+    """Fill only, on each worker's share of the average, while its reported metrics stay in band.
 
-    def has_metric(self, wid: str) -> bool:
-        """Every balanced worker has a throughput share."""
-        return True
+    A share is KiB/s, or a lease count where throughput cannot tell an empty worker from the rest (decision 0042):
+    there every lease weighs one lease's points and the minimum gain is one lease, so a move leaves the receiver at
+    most as many leases as its giver keeps, and no run moves one back.
+    """
 
-    def level(self, wid: str) -> float:
-        """The worker's KiB/s now, in points of an average share."""
-        return 100.0 * self.plan.ledger.throughput.get(wid, 0.0) / self.view.target_throughput
-
-    def confirmed(self, wid: str) -> float:
-        """Its share now or at a report of the persistence window, whichever is nearest the average."""
-        if wid in self.plan.changed:
-            return self.level(wid)
-        past = [100.0 * kbps / self.view.target_throughput for kbps in self.view.carried_history.get(wid, ())]
-        return min((self.level(wid), *past), key=lambda v: (abs(v - 100.0), v))
-
-    def limit(self, wid: str) -> float:
-        """The band's edge (a throughput share has no operating range)."""
-        return self.band.upper
-
-    def rise(self, wid: str, weight: float) -> float:
-        """A lease's KiB/s in share points."""
-        return 100.0 * weight / self.view.target_throughput
-
-    def fall(self, wid: str, key: str) -> float:
-        """A lease's KiB/s in share points."""
-        return self.rise(wid, self.plan.ledger.weight[key])
-
-    def __init__(self, plan: FleetPlan, band: Band, after_shed: bool = False) -> None:
+    def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
+        view = plan.view
+        self.counts_leases = counts_leases
+        self._share = view.n_leases / max(1, len(view.active)) if counts_leases else view.target_throughput
         super().__init__(plan, band)
         # After a pass that moved: workers that gave a lease in this run are not filled in it.
         self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
+
+    def has_metric(self, wid: str) -> bool:
+        """Every balanced worker has a share."""
+        return True
+
+    def level(self, wid: str) -> float:
+        """The worker's share now, in points of an average share."""
+        ledger = self.plan.ledger
+        return self.rise(wid, ledger.count(wid) if self.counts_leases else ledger.throughput.get(wid, 0.0))
+
+    def confirmed(self, wid: str) -> float:
+        """Its share now or at a report of the persistence window, whichever is nearest the average (counts: now)."""
+        if self.counts_leases or wid in self.plan.changed:
+            return self.level(wid)
+        past = [self.rise(wid, kbps) for kbps in self.view.carried_history.get(wid, ())]
+        return min((self.level(wid), *past), key=lambda v: (abs(v - 100.0), v))
+
+    def limit(self, wid: str) -> float:
+        """The band's edge (a share has no operating range)."""
+        return self.band.upper
+
+    def rise(self, wid: str, weight: float) -> float:
+        """`weight` (KiB/s or leases) in points of an average share."""
+        return 100.0 * weight / self._share
+
+    def fall(self, wid: str, key: str) -> float:
+        """The lease's weight in points of an average share."""
+        return self.rise(wid, self._weight[key])
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
@@ -118,32 +127,6 @@ class ShareFill(BandPass):
                    for metric, value in self.plan.values(wid).items())
 
 
-class CountFill(ShareFill):
-    """The fill on shares where throughput cannot tell an empty worker from the rest: a share is a lease count.
-
-    A share is in points of the average lease count; every lease weighs one lease's points, and a move must leave the
-    receiver at most as many leases as its giver keeps (the minimum gain is one lease), so no run moves one back.
-    """
-
-    counts_leases = True
-
-    def level(self, wid: str) -> float:
-        """The worker's lease count in points of the average count."""
-        return self.rise(wid, self.plan.ledger.count(wid))
-
-    def confirmed(self, wid: str) -> float:
-        """Its lease count (known exactly; no report to wait for)."""
-        return self.level(wid)
-
-    def rise(self, wid: str, weight: float) -> float:
-        """`weight` leases in points of the average count."""
-        return 100.0 * weight * max(1, len(self.view.active)) / self.view.n_leases
-
-    def fall(self, wid: str, key: str) -> float:
-        """One lease in points of the average count."""
-        return self.rise(wid, 1.0)
-
-
 def share_fill(plan: FleetPlan, after_shed: bool) -> ShareFill:
     """The fill on throughput shares, or on lease counts where an empty worker is inside the throughput band's floor.
 
@@ -151,13 +134,14 @@ def share_fill(plan: FleetPlan, after_shed: bool) -> ShareFill:
     """
     view, cfg = plan.view, plan.view.config
     floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
-    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * view.gain_floor(THROUGHPUT_METRIC)),
-                       view.gain_floor(THROUGHPUT_METRIC), cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW)
+    dead = cfg.rebalance_dead_band_percentage
+    gain = view.gain_floor(THROUGHPUT_METRIC)  # the minimum gain: as `FleetView.min_gain`, the average being 100
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
     if band.floor > 0:
-        return ShareFill(plan, band, after_shed)
+        return ShareFill(plan, band, False, after_shed)
     one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
-    return CountFill(plan, Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one,
-                                       cfg.rebalance_dead_band_percentage, SHARE_FILL_BELOW), after_shed)
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)
+    return ShareFill(plan, band, True, after_shed)
 
 
 def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
@@ -189,8 +173,7 @@ def balance_pass(plan: FleetPlan) -> str:
     note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
     # Out of band but nothing (more) to move (a joining worker's own load above the band, say): fill as if in band,
     # after a pass that moved only workers that gave nothing (the next run, on the same reports, would fill those).
-    return fill_on_share(plan, note, after_shed=True) if balancing.moved else fill_on_share(
-        plan, f"{note}: nothing to move")
+    return fill_on_share(plan, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
 
 
 class BandDecider:

@@ -16,6 +16,8 @@ Invariants (each checked after every move by tests/coordinator/test_decider_prop
    not get it inside), but never above its operating range: there it sheds what it can, as KCL does.
 4. A worker far below the band (its value and confirmed value a band's width under it: a new or emptied worker) is
    filled, least loaded first, from the most loaded workers above the average, none of which ends below the band.
+   A move that leaves the receiver below the band lifts it by at least the minimum gain (less is noise), and a
+   receiver that takes nothing more does not end the fill while the next one may take something.
 5. The pass repeats shed and fill until a round moves nothing: the plan it leaves is one the same pass, re-run on
    the same reports, leaves alone.
 
@@ -276,9 +278,11 @@ class BandPass:
         under = sorted((w for w in self.holders if max(self._at[w], self.confirmed(w)) < self.band.floor
                         and self.fillable(w)), key=lambda w: (self._at[w], w))
         for receiver in under:
-            while self._at[receiver] < self.band.lower:
-                if not self._fill_one(receiver):
-                    return  # nothing fits the least loaded receiver: nothing fits the fuller ones either
+            start = self._at[receiver]
+            while self._at[receiver] < self.band.lower and self._fill_one(receiver):
+                pass
+            if self._at[receiver] == start and self.plan.assignable(receiver):
+                return  # nothing fits the least loaded receiver that may take a lease: nor the fuller ones
 
     def _fill_one(self, receiver: str) -> bool:
         """The giver's lease that lands the receiver nearest the average (else lifts it most); False if none."""
@@ -297,7 +301,7 @@ class BandPass:
                 if not self.band.lower <= after < giver_value:
                     continue
                 landed = self._fits(receiver, key, weight, giver_value - self.band.min_gain)
-                if landed is not None and landed > base:
+                if landed is not None and landed >= base + self.band.min_gain:
                     options.append((abs(landed - self.band.avg), mine[stream_prefix(key)] - theirs[stream_prefix(key)],
                                     landed, key, after))
             inside = [o for o in options if o[2] >= self.band.lower]

@@ -198,6 +198,14 @@ def test_fit_line_refuses_untrustworthy_points(points: list[tuple[float, float]]
     assert fit_line(points, average=30.0) is None
 
 
+def test_fit_line_on_tiny_values_does_not_divide_by_zero() -> None:
+    # Hypothesis found it (5,000 examples of the re-planning property): the product of the two variances, about
+    # 1e-187 x 1e-191, underflowed to 0 and the R^2 check divided by it, so the decider raised. The points lie on
+    # the line value = 0.01 x throughput.
+    line = fit_line([(4.616122417574195e-94, 4.616122417574195e-96), (0.0, 0.0), (0.0, 0.0)], average=1.5e-96)
+    assert line is not None and line.slope == pytest.approx(0.01)
+
+
 @pytest.mark.parametrize(
     ("points", "average", "expected"),
     [

@@ -167,22 +167,60 @@ def _seeded_fleet(seed: int, multi_stream: bool) -> Snapshot:
 
 
 @pytest.mark.parametrize("multi_stream", [False, True], ids=["single-stream", "multi-stream"])
-def test_band_plans_of_a_thousand_seeded_fleets_planned_again_move_only_lifts_on_shares(multi_stream: bool) -> None:
-    """The property above over fixed seeds: hypothesis found its rare counterexamples in some runs only (about 4 in
-    1,000 fleets, with single- and multi-stream keys alike; the deciders are deterministic, whatever the hash seed).
+def test_band_plans_of_a_thousand_seeded_fleets_planned_again_move_nothing(multi_stream: bool) -> None:
+    """The property above over fixed seeds: hypothesis found its rare counterexamples in some runs only (the deciders
+    are deterministic, whatever the hash seed).
 
-    Two causes are fixed (decision 0042): the proportional line took its mean over the non-draining workers and
-    their KiB/s over the draining ones too, and a pass that moved left the fill on shares to the next run. Still
-    open (1 in 8,000): a worker that shed in this run is filled on shares by the next run only, by lifts of small
-    leases that leave it below the band.
+    Four causes are fixed: the proportional line took its mean over the non-draining workers and their KiB/s over the
+    draining ones too, and a pass that moved left the fill on shares to the next run (decision 0042); a fill stopped
+    at the first joiner it could lift no further, and lifted a worker by less than the minimum gain (the two tests
+    below). 80,000 seeded fleets, 40,000 of each kind, re-plan without a move.
     """
     config = DeciderConfig()
     for seed in range(1000):
         snapshot = _seeded_fleet(seed, multi_stream)
         plan = decide(snapshot, config, balance=True)
         again = decide(replanned(snapshot, plan), config, balance=True).moves
-        assert all(move.reason is MoveReason.BALANCE_THROUGHPUT and "below the band: fill" in move.detail
-                   for move in again), (seed, again)
+        assert again == (), (seed, again)
+
+
+def test_a_fill_goes_on_to_the_next_joiner_when_the_first_takes_nothing_more() -> None:
+    """Seed 8,245 of the multi-stream sweep: w1, w2 and w3 are empty; w0 holds 1,024, 187.81 and 117.24 KiB/s.
+
+    The fill on shares lifts w1 with the 187.81 lease (to 70.55 points of an average share), and then nothing fits
+    w1 inside the band. The fill stopped there, as if nothing could fit the fuller workers either, and the next run
+    gave the 117.24 lease to w2, still empty. Now the same run does.
+    """
+    key = "123456789012:a:1700000000:shardId-{:012d}".format
+    leases = [LeaseView(key(0), "w0", throughput_kbps=1024.0), LeaseView(key(1), "w0", throughput_kbps=187.81),
+              LeaseView(key(2), "w0", throughput_kbps=117.24), LeaseView(key(3), "w4", throughput_kbps=1.0),
+              LeaseView(key(4), "w4", throughput_kbps=1.0)]
+    cpu = {"w0": 13.2905, "w4": 0.02}  # 0.01 x KiB/s
+    snapshot = Snapshot.of(leases, [WorkerView(w, {"C": (cpu.get(w, 0.0),) * 2}, {"C": (100.0,)})
+                                    for w in ("w0", "w1", "w2", "w3", "w4")])
+    plan = decide(snapshot, DeciderConfig(), balance=True)
+    assert {(move.lease_key, move.to_worker) for move in plan.moves} == {(key(1), "w1"), (key(2), "w2")}
+    assert decide(replanned(snapshot, plan), DeciderConfig(), balance=True).moves == ()
+
+
+def test_a_fill_does_not_lift_a_worker_by_less_than_the_minimum_gain() -> None:
+    """Seed 3,028 of the single-stream sweep: w0 sheds its 1,024 KiB/s lease on CPU and keeps 402.6 KiB/s.
+
+    The run that sheds does not fill w0 on shares (it gave a lease); the next run did, with five leases of 1 KiB/s
+    that lifted it from 43.69 to 44.24 points of an average share: moves no report can tell from noise. A lift that
+    leaves a worker below the band must raise it by the minimum gain (the dead-band share of an average share).
+    """
+    held = {"w0": [1024.0, 402.6], "w1": [1024.0, 1.0], "w2": [], "w3": [1024.0, 1.0, 1.0, 1.0],
+            "w4": [1024.0, 1.0], "w5": [1024.0]}
+    leases = [LeaseView(f"{w}-{i}", w, throughput_kbps=kbps, recently_moved=(w, i) in {("w0", 1), ("w4", 1)})
+              for w, weights in held.items() for i, kbps in enumerate(weights)]
+    limits = {"w0": 60.0, "w1": 1000.0, "w5": 60.0}
+    snapshot = Snapshot.of([*leases, LeaseView("new", None, throughput_kbps=1.0)],
+                           [WorkerView(w, {"C": (0.01 * sum(weights),) * 2}, {"C": (limits.get(w, 100.0),)},
+                                       stale=w == "w5") for w, weights in held.items()])
+    plan = decide(snapshot, DeciderConfig(), balance=True)
+    assert [(move.lease_key, move.to_worker) for move in plan.moves if move.reason.is_balancing] == [("w0-0", "w2")]
+    assert decide(replanned(snapshot, plan), DeciderConfig(), balance=True).moves == ()
 
 
 def test_the_proportional_line_counts_draining_workers_on_both_sides() -> None:
