@@ -48,7 +48,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from bench.churn import move_detail
 from bench.multilang import tree_rss
-from bench.scale_sim import Figures, LiveInputs, cpu_inputs, predict, side_by_side
+from bench.scale_sim import Figures, LiveInputs, cpu_inputs, own_cpu, predict, side_by_side
 from bench.stack_cost import (
     USER_DEFAULTS,
     by_caller,
@@ -215,10 +215,10 @@ class Startup:
         self._thread.join(10)
         self._store.close()
 
-    def joins(self) -> list[float]:
-        """Seconds from the first lease owned to each agent's first row (negative: there before it), ascending."""
+    def joins(self) -> list[tuple[float, str]]:
+        """(seconds from the first lease owned to the agent's first row (< 0: there before it), its id), by time."""
         first = self.first_owned if self.first_owned is not None else min(self.rows.values(), default=0.0)
-        return sorted(seen - first for seen in self.rows.values())
+        return sorted((seen - first, wid) for wid, seen in self.rows.items())
 
 
 def _open(state: StackState, store_settings: dict[str, str]) -> Any:
@@ -249,7 +249,7 @@ def _startup(client: OperatorClient, state: StackState, shards: int, began: floa
 
 
 def _live_fleet(client: OperatorClient, store_settings: dict[str, str], state: StackState) -> tuple[
-        dict[str, float], list[tuple[float, int]], list[Any], list[str]]:
+        dict[str, float], dict[str, tuple[float, int]], list[Any], list[str]]:
     """Each lease's KiB/s as its owner reports it, (CPU, leases held) per agent, and the lease and worker tables."""
     store = _open(state, store_settings)
     try:
@@ -259,8 +259,8 @@ def _live_fleet(client: OperatorClient, store_settings: dict[str, str], state: S
     kbps = {lease.lease_key: 0.0 for lease in leases if not lease.is_finished}
     for record in records:
         kbps.update({key: value for key, value in record.lease_throughput.items() if key in kbps})
-    cpus = [(worker["cpu_ema"], worker["lease_count"]) for worker in client.call("GET", "/v1/workers")["items"]
-            if worker["cpu_ema"] is not None]
+    cpus = {worker["worker_id"]: (worker["cpu_ema"], worker["lease_count"])
+            for worker in client.call("GET", "/v1/workers")["items"] if worker["cpu_ema"] is not None}
     return kbps, cpus, leases, [record.worker_id for record in records]
 
 
@@ -341,16 +341,20 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     live = Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
                    changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, len(outcomes),
                    max(resumed) if len(resumed) == len(outcomes) and resumed else None)
-    base, mean = cpu_inputs(cpus)
+    base, mean = cpu_inputs(list(cpus.values()))
+    joins = seen.joins()
+    own = own_cpu(cpus, set(spark))
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
-          f"agents reported, {sum(kbps.values()):.1f} KiB/s in all; agents joining {seen.joins()[0]:.1f} to "
-          f"{seen.joins()[-1]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %):")
+          f"agents reported, {sum(kbps.values()):.1f} KiB/s in all; agents joining {joins[0][0]:.1f} to "
+          f"{joins[-1][0]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %; own CPU of "
+          f"the Spark agents {', '.join(f'{own[w]:.1f}' for w in spark if w in own) or '-'} points):")
     rate = checkpoint_rate(window, minutes, len(kbps))
     print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
           f"often as the live ones, {rate:.1f} per shard per minute)")
-    print(side_by_side(live, predict(LiveInputs(kbps, seen.joins(), base, mean, warmup, args.settle, rate))),
-          flush=True)
+    inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, warmup, args.settle, rate,
+                        [own.get(wid, 0.0) for _, wid in joins])
+    print(side_by_side(live, predict(inputs)), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,7 +20,7 @@ more than 20 % is marked, as the issue asks, for the simulator to be fixed, not 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.fleet.model import VARIANCE, Fleet
@@ -47,6 +47,7 @@ class LiveInputs:
     warmup: float  # seconds from every lease owned to the steady window
     settle: float  # seconds of the steady window
     checkpoints: float = 0.0  # the live agents' application checkpoints per shard per minute (0: none)
+    own_cpu: Sequence[float] = ()  # per agent of `joins` (same order), CPU points no lease explains (0: a plain one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +87,13 @@ def _run_until(fleet: Fleet, done: Callable[[Fleet], bool], limit: float) -> flo
     return None
 
 
-def _start(fleet: Fleet, joins: Sequence[float]) -> float | None:
-    """Add the agents at their offsets from the first lease owned (those at or before it at once); seconds from the
-    first lease owned to every lease owned, once every agent joined (None if not within 600 s)."""
-    pending = sorted(joins)
-    early = max(1, sum(1 for offset in pending if offset <= 0))
-    fleet.add_workers(early)
+def _start(fleet: Fleet, joins: Sequence[float], own_cpu: Sequence[float]) -> float | None:
+    """Add the agents at their offsets from the first lease owned (those at or before it at once), each with its own
+    CPU; seconds from the first lease owned to every lease owned, once every agent joined (None if not within 600 s)."""
+    pending = sorted(zip(joins, [*own_cpu, *[0.0] * (len(joins) - len(own_cpu))], strict=True))
+    early = max(1, sum(1 for offset, _ in pending if offset <= 0))
+    for _, own in pending[:early]:
+        fleet.add_workers(1, own)
     pending = pending[early:]
     first: float | None = None
     owned: float | None = None
@@ -99,9 +101,8 @@ def _start(fleet: Fleet, joins: Sequence[float]) -> float | None:
         fleet.events.run_until(fleet.events.now() + STEP)
         if first is None and any(lease.actual_owner for lease in fleet.leases()):
             first = fleet.events.now()
-        while first is not None and pending and fleet.events.now() - first >= pending[0]:
-            fleet.add_workers(1)
-            pending.pop(0)
+        while first is not None and pending and fleet.events.now() - first >= pending[0][0]:
+            fleet.add_workers(1, pending.pop(0)[1])
         if first is not None and owned is None and _owned(fleet):
             owned = fleet.events.now() - first
     return owned
@@ -121,7 +122,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
                   overrides=_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
                   wrap_store=wrap, progress=True, channel=True)
     fleet.calibrate(len(inputs.joins))
-    owned_after = _start(fleet, inputs.joins)
+    owned_after = _start(fleet, inputs.joins, inputs.own_cpu)
     fleet.events.run_until(fleet.events.now() + inputs.warmup)
     meters[0].reset()
     fleet.moves.moves = 0
@@ -151,6 +152,14 @@ def cpu_inputs(rows: Sequence[tuple[float, int]]) -> tuple[float, float]:
     idle = [cpu for cpu, held in rows if held == 0]
     base = statistics.median(idle) if idle else min(cpu for cpu, _ in rows)
     return base, statistics.fmean(cpu for cpu, _ in rows)
+
+
+def own_cpu(cpus: Mapping[str, tuple[float, int]], spark: Collection[str]) -> dict[str, float]:
+    """Each Spark agent's CPU points above the plain agents' median (what its JVM adds; never below 0), from
+    (CPU, leases held) per agent. The plain agents carry about the same share, so the rest is not their leases'."""
+    plain = [cpu for wid, (cpu, _) in cpus.items() if wid not in spark]
+    middle = statistics.median(plain) if plain else 0.0
+    return {wid: max(0.0, cpus[wid][0] - middle) for wid in spark if wid in cpus}
 
 
 def _cell(value: float | int | None, digits: int) -> str:

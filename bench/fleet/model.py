@@ -151,8 +151,8 @@ class Fleet:
         span = self.cpu_model.mean_at_start - self.cpu_model.base
         self.capacity = share / span if share > 0 and span > 0 else 1.0
 
-    def add_workers(self, count: int) -> list[str]:
-        """Start `count` new workers within the next second (seeded offsets)."""
+    def add_workers(self, count: int, own_cpu: float = 0.0) -> list[str]:
+        """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` (SimWorker)."""
         now = self.events.now()
         added = []
         for _ in range(count):
@@ -167,6 +167,7 @@ class Fleet:
                 worker = Kcl2Worker(wid, self, rng, taker, taker_interval_seconds(t.failover, t.epsilon))
             else:
                 worker = AgentWorker(wid, self, rng)
+            worker.own_cpu = own_cpu
             self.workers[wid] = worker
             worker.start(start)
             if self.checkpoint_seconds > 0:

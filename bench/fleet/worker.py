@@ -102,7 +102,8 @@ class ModelCpu:
         """One sample of the current load (taken once a second)."""
         worker = self._worker
         model = worker.fleet.cpu_model
-        cpu = model.base + worker.carried() / worker.fleet.capacity + worker.rng.gauss(0.0, model.sample_sd)
+        cpu = model.base + worker.own_cpu + worker.carried() / worker.fleet.capacity + worker.rng.gauss(
+            0.0, model.sample_sd)
         return min(100.0, max(0.0, cpu + self._excursion_now()))
 
     def _excursion_now(self) -> float:
@@ -120,12 +121,16 @@ class ModelCpu:
 
 
 class SimWorker(ABC):
-    """What every simulated worker has: an id, the leases it processes, its modelled CPU, and a life."""
+    """What every simulated worker has: an id, the leases it processes, its modelled CPU, and a life.
+
+    `own_cpu`: CPU points no lease explains, on top of the model's base (a Spark driver's JVM beside plain agents).
+    """
 
     def __init__(self, worker_id: str, fleet: Fleet, rng: random.Random) -> None:
         self.worker_id = worker_id
         self.fleet = fleet
         self.rng = rng
+        self.own_cpu = 0.0
         self.alive = True
         self.draining = False
         self.processing: dict[str, int] = {}  # lease key -> the lease counter last written or read
