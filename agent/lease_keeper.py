@@ -452,6 +452,10 @@ class LeaseKeeper:
         """The next liveness write comes `seconds` from now at the earliest (a start jitter)."""
         self._next_heartbeat = self._clock.monotonic() + seconds
 
+    def beat_soon(self) -> None:
+        """The next liveness write comes at the heartbeat thread's next step (a lease newly reported stalled)."""
+        self._next_heartbeat = min(self._next_heartbeat, self._clock.monotonic())
+
     def beat(self) -> None:
         """The liveness write (worker row; renewals in `lease` mode) if it is due; the heartbeat thread's loop."""
         now = self._clock.monotonic()
@@ -541,9 +545,8 @@ class LeaseKeeper:
         last, self._last_record = self._last_record, record
         if self._reservation_open:
             self._end_reservation()
-        if (last is None or last.state is not record.state
-                or last.lease_progress.keys() != record.lease_progress.keys()):
-            self._tell_news()  # a new row, a drain, a refused or failing lease: the leader must see it this run
+        if last is None or last.state is not record.state or _troubles(last) != _troubles(record):
+            self._tell_news()  # a new row, a drain, a refused, failing or stalled lease: the leader must see it now
         else:
             self._tell(self._beat)
 
@@ -835,3 +838,9 @@ class LeaseKeeper:
         if held is not None:
             log.info("lease %s ended on this worker: %s", key, reason.value)
             self._listener.lease_lost(key, reason)
+
+
+def _troubles(record: WorkerRecord) -> tuple[frozenset[str], frozenset[str]]:
+    """The leases a row reports trouble for, and those of them it reports stalled (a change of either is news)."""
+    progress = record.lease_progress
+    return frozenset(progress), frozenset(key for key, entry in progress.items() if entry.stalled)

@@ -194,8 +194,11 @@ class ProgressBoard:
                                    stalled=key in stalled)
                       for key in lease_keys
                       if key in self._progress or key in self._failing or throttled.get(key) or key in stalled}
-            refused = {key: progress for key, (progress, _) in self._refused.items() if key not in wanted}
-            return {**refused, **wanted}
+            refused = {key: progress for key, (progress, _) in self._refused.items()}
+        # A lease given back stays refused in the row while it is still held (until the release lands) and has
+        # figures of its own (throttled reads, a stall): else the leader may hand it straight back.
+        return {**refused, **{key: replace(entry, refused=True) if key in refused else entry
+                              for key, entry in wanted.items()}}
 
     def _poison_report(self, lease_key: str) -> PoisonReport | None:
         """The lease's poison records for the worker row (caller holds the guard); None when it has none."""

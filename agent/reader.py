@@ -26,7 +26,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from botocore.exceptions import BotoCoreError, ClientError, ReadTimeoutError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    CredentialRetrievalError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+)
 
 from shardherd.agent.read_spec import ENDED, ReadLimits, ReadSpec, StartPosition
 from shardherd.agent.records import DeaggregationCounters, Record, records_from_kinesis
@@ -48,9 +55,11 @@ T = TypeVar("T")
 _EXPIRED = "ExpiredIteratorException"
 _THROTTLED = "ProvisionedThroughputExceededException"
 _KINESIS_TRANSIENT = frozenset({"KMSThrottlingException"})
-# Answers that are not a failed read for the stall watch: limits of the shard or account (a new owner would meet them
-# as well), and an iterator that only needs refreshing.
-_NOT_FAILURES = frozenset({_THROTTLED, "KMSThrottlingException", "LimitExceededException", _EXPIRED})
+# Answers rejecting the caller's credentials: a failed read that is this worker's own fault, never the shard's
+# (agent/stall_watch.py, invariant 4).
+_CREDENTIAL_CODES = frozenset({"ExpiredTokenException", "ExpiredToken", "UnrecognizedClientException",
+                               "AccessDeniedException", "InvalidSignatureException", "IncompleteSignature",
+                               "InvalidClientTokenId", "MissingAuthenticationToken"})
 _SLEEP_SLICE = 0.05  # seconds; how soon a sleeping reader notices stop()
 MIN_RECORDS_PER_CALL = 100  # the ask after a call that hit its read deadline
 
@@ -115,7 +124,7 @@ class ShardReader:
         failed: Callable[[BaseException], None] | None = None,
     ) -> None:
         self._client = client
-        self._failed = failed  # told of each failed call but throttling and an expired iterator (agent/stall_watch.py)
+        self._failed = failed  # told of each failed call but an expired iterator (agent/stall_watch.py)
         self.stream_name = stream_name
         self.shard_id = shard_id
         self._limits = limits or ReadLimits()
@@ -300,7 +309,7 @@ class ShardReader:
         transient = is_transient(exc) or code in _KINESIS_TRANSIENT
         if code == _THROTTLED:
             self.stats.throttled += 1
-        elif code not in _NOT_FAILURES and self._failed is not None:
+        if code != _EXPIRED and self._failed is not None:  # an expired iterator only needs refreshing
             self._failed(exc)
         if transient:
             self.stats.transient_failures += 1
@@ -373,3 +382,10 @@ def closed_shard_lookup(client: KinesisClient, stream_name: str, shard_id: str,
         raise ShardNotFound(f"shard {shard_id} is not listed in stream {stream_name}")
 
     return lookup
+
+
+def own_fault(exc: BaseException) -> bool:
+    """True when a failed Kinesis call says this worker's credentials are rejected, or none could be had."""
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError | CredentialRetrievalError):
+        return True
+    return isinstance(exc, ClientError) and error_code(exc) in _CREDENTIAL_CODES

@@ -174,7 +174,8 @@ class Agent:
         # heard on the assignment channel while it answers.
         self.fleet_verdict = FleetVerdict(self.clock, bounds.red_after)
         self.stalls = StallWatch(self.clock, bounds, self._reading, self._give_up_lease, self._worker_running,
-                                 fleet_stalls=self.fleet_verdict, shard_stalls=self.fleet_verdict.shard_stalls)
+                                 fleet_stalls=self.fleet_verdict, shard_stalls=self.fleet_verdict.shard_stalls,
+                                 on_report=self.keeper.beat_soon)
         self._context = ShardContext(
             keeper=self.keeper,
             kinesis=kinesis or make_client("kinesis", settings.region, settings.kinesis_endpoint_url,

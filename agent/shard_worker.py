@@ -6,12 +6,12 @@ lease is given back (released, logged, and reported as refused in the worker rec
 worker if there is one). It is never held without being processed.
 
 Each step of the worker's loop (a read that returned, a step of a backoff wait; not a read that failed) is progress
-(`ShardContext.progressed`); a read that failed (an error answer or its deadline; throttling is not one) is reported
-(`ShardContext.failed`); `running` is False while its thread is dead or waiting for a restart. The agent's StallWatch
-(agent/stall_watch.py) turns health red and gives the lease back from those. Reads that keep failing are retried
-from the last delivered position for as long as the lease is held (no attempt count: with Kinesis calls' deadlines,
-ten retries last a minute, and a shared outage must stay a wait, decision 0039); the stall watch decides when the
-lease goes.
+(`ShardContext.progressed`); a read that failed (an error answer, throttling or its deadline) is reported
+(`ShardContext.failed`, saying whether it failed on this worker's credentials); `running` is False while its thread
+is dead or waiting for a restart. The agent's StallWatch (agent/stall_watch.py) turns health red and gives the lease
+back from those. Reads that keep failing are retried from the last delivered position for as long as the lease is
+held (no attempt count: with Kinesis calls' deadlines, ten retries last a minute, and a shared outage must stay a
+wait, decision 0039); the stall watch decides when the lease goes.
 
 A batch the processor keeps failing, and a shard end whose SHARD_END checkpoint the processor does not store, block the
 shard (nothing is skipped, the children of an ended shard wait) and are retried with a growing wait, the shard shown
@@ -42,7 +42,7 @@ from shardherd.agent.prefetch import Prefetcher
 from shardherd.agent.progress import PoisonRecord, ProgressBoard
 from shardherd.agent.quarantine import Destination, Quarantined
 from shardherd.agent.read_spec import ReadLimits, StartPosition
-from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, ShardReadError
+from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReader, ShardReadError, own_fault
 from shardherd.agent.records import Record
 from shardherd.shared.checkpoint import Sentinel
 from shardherd.shared.clock import Clock
@@ -103,7 +103,8 @@ class ShardContext:
     prefetch: bool = False  # read the next batch while the processor handles the current one (agent/prefetch.py)
     reads: dict[str, ReaderStats] = field(default_factory=dict)  # per lease: GetRecords calls, throttles (/metrics)
     progressed: Callable[[str], None] = lambda lease_key: None  # a step of a lease's worker completed
-    failed: Callable[[str, str], None] = lambda lease_key, why: None  # a read failed (agent/stall_watch.py)
+    # A read failed; True: on this worker's credentials (agent/stall_watch.py).
+    failed: Callable[[str, str, bool], None] = lambda lease_key, why, own: None
     poison_attempts: int = 3  # failures of one batch (or record) before it is bisected (or judged poison)
     quarantine: Destination | None = None  # poison_policy quarantine: where poison records go; None: block on them
     worker_id: str = ""
@@ -238,10 +239,10 @@ class ShardWorker:
     def _reader_at(self, stream: str, position: StartPosition) -> ShardReader:
         return ShardReader(self._ctx.kinesis, stream, self.lease.shard, position, self._ctx.limits, self._ctx.clock,
                            stats=self._ctx.reads.setdefault(self.lease.lease_key, ReaderStats()),
-                           failed=lambda exc: self._read_failed(f"{type(exc).__name__}: {exc}"))
+                           failed=lambda exc: self._read_failed(f"{type(exc).__name__}: {exc}", own_fault(exc)))
 
-    def _read_failed(self, why: str) -> None:
-        self._ctx.failed(self.lease.lease_key, why)
+    def _read_failed(self, why: str, own: bool = False) -> None:
+        self._ctx.failed(self.lease.lease_key, why, own)
 
     def _loop(self, processor: RecordProcessor, stream: str, position: StartPosition,
               early: Prefetcher | None = None) -> bool:

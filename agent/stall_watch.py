@@ -10,36 +10,39 @@ Invariants:
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
    reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart); once its
-   reads only *failed* since its last progress and it made none for `fail_give_up_after` (red_after + 2 failover
-   times); or once it made none for `give_up_after` (red_after + 3 failover times), whatever its reader does.
-   A read *failed* when it got an error answer or hit its deadline: credentials rejected or not refreshed
-   (ExpiredToken), a malformed body, a 5xx, a connection refused or timed out (the reader reports it with
-   `failed(key, why)`; the agent's Kinesis calls have a deadline, agent/kinesis_client.py). Such a fault is this
-   worker's (its network, its credentials, its proxy) or passes, and another worker can read the shard. A reader
-   whose call is merely in flight is *slow*: the generous bound, since a first read from TRIM_HORIZON on a loaded
-   host must not cost a lease. Throttling is not a failure: Kinesis limits reads per shard, for every consumer of
-   it, so a new owner would be throttled as well (and pay a GetShardIterator, limited per shard too, and the
-   records after the checkpoint again); a throttled reader backs off and keeps the generous bound.
+   reads only *failed* since its last progress (`fail_give_up_after`: at red); or once it made none for
+   `give_up_after` (red_after + 3 failover times), whatever its reader does. A read *failed* when it got no answer
+   but a refusal or hit its deadline: credentials rejected or not refreshed (ExpiredToken), a malformed body, a 5xx,
+   throttling, a connection refused or timed out (the reader reports it with `failed(key, why)`; the agent's Kinesis
+   calls have a deadline, agent/read_deadline.py). Such a fault is this worker's (its network, its credentials, its
+   proxy), passes, or is shared: a shared one is for the leader's verdicts (invariant 4), which the early reports of
+   invariant 5 let arrive before red. A reader whose call is merely in flight is *slow*: the generous bound, since a
+   first read from TRIM_HORIZON on a loaded host must not cost a lease.
    No process holds a lease for work it is not doing; one given back is counted (`given_up`).
 4. Except in a fleet-wide stall (decision 0039): while the leader's fresh verdict says most lease-holding workers
    stall at once (coordinator/fleet_stall.py, heard on the assignment channel: `FleetVerdict`), a stalled lease whose
-   reader still runs is *held*: kept past `give_up_after` (its reader keeps retrying with its backoff) and not a
+   reader still runs is *held*: kept past its give-up bound (its reader keeps retrying with its backoff) and not a
    health problem (restarting every pod brings no shared outage back; /metrics still lists the lease). A reader that
    is not running is still given back at once. A verdict older than `red_after`, or none (no coordinator, channel
    down), is no verdict: invariant 3 holds, counting the give-up span after red (3 failover times) from the last
    fresh word that the fleet stalls as well. So a leader change (no answer for a few seconds), or a verdict that
    turns for a moment (one worker's leases fenced and handed on, not yet stalled again), does not give back at once
-   every lease an outage has kept long past its bound. The sooner bound of failing reads leaves the verdict time to
-   come: 2 failover times after red cover the stall reports of every agent (each at its next heartbeat, late on a
-   loaded host), the leader's next run and its answer (the feed wakes listeners when its verdict turns,
-   coordinator/assignment_feed.py). It is a margin, not a proof: see decision 0026's amendment.
+   every lease an outage has kept long past its bound. The give-back of failing reads at red leaves the verdict the
+   1-2 heartbeat intervals after the reports of invariant 5 to arrive (the row is written at once, the leader runs
+   on the news, the feed wakes listeners when its verdict turns: coordinator/assignment_feed.py). It is a margin,
+   not a proof: see decision 0026's amendments.
    The same holds per lease under the leader's per-lease verdict (decision 0043, coordinator/shard_stall.py): a
    lease whose reads stalled at two workers or more is the shard's fault (or the service's), not this worker's, and
    handing it round only pays a move per owner; while the leader's word that this lease is shard-stalled is fresh
    (heard with the same answers, `FleetVerdict.shard_stalls`), the lease is held like the fleet's, its health green
    (restarting the pod cannot fix a shard), and a stale word counts the same give-up span from its last fresh
-   word, per lease. A reader that is not running is still given back at once.
-5. The stalled leases of the last `check()` (held ones included) are what the worker row reports (`stalled_keys`).
+   word, per lease. A reader that is not running is still given back at once, and so is a lease whose reads failed
+   on this worker's own credentials since its last progress (rejected or none to be had: `failed(key, why,
+   own=True)`): that fault is the worker's, whoever else stalled on the lease.
+5. What the worker row reports as stalled (`stalled_keys`, counted by the leader's verdicts): the held leases the
+   last `check()` did not give back whose reader made no progress for `fail_report_after` (1 heartbeat interval)
+   while its reads only failed, or for `report_after` (2) whatever it does. `on_report` is told when one is added,
+   so the row is written at once, not at the next heartbeat.
 6. Pure bookkeeping on an injected clock; the caller runs `check()` on a supervised loop and owns the give-back.
 """
 
@@ -138,7 +141,8 @@ class StallWatch:
     def __init__(self, clock: Clock, bounds: StallBounds, held: Callable[[], Iterable[str]],
                  give_back: Callable[[str, str], None], running: Callable[[str], bool] | None = None,
                  fleet_stalls: Callable[[], bool] | None = None,
-                 shard_stalls: Callable[[], frozenset[str]] | None = None) -> None:
+                 shard_stalls: Callable[[], frozenset[str]] | None = None,
+                 on_report: Callable[[], None] | None = None) -> None:
         self._clock = clock
         self.bounds = bounds
         self._held = held
@@ -146,10 +150,12 @@ class StallWatch:
         self._running = running or (lambda key: True)
         self.fleet_stalls = fleet_stalls or (lambda: False)  # the leader's fresh verdict (FleetVerdict)
         self.shard_stalls = shard_stalls or frozenset  # its fresh per-lease verdict (FleetVerdict.shard_stalls)
+        self._on_report = on_report or (lambda: None)  # a lease was added to the report (invariant 5)
         self._last: dict[str, float] = {}
         self._failing: dict[str, str] = {}  # lease -> its last read's error, while reads only failed since progress
+        self._own: set[str] = set()  # leases whose reads failed on this worker's credentials since progress
         self._guard = threading.Lock()
-        self._reported: frozenset[str] = frozenset()  # stalled at the last check, kept ones included (invariant 5)
+        self._reported: frozenset[str] = frozenset()  # reported stalled at the last check (invariant 5)
         self._holding: frozenset[str] = frozenset()  # held for a fleet-wide or shard-wide stall at the last check
         self._fleet_seen = -math.inf  # monotonic time of the last fresh word that the fleet stalls (invariant 4)
         self._shard_seen: dict[str, float] = {}  # per lease: the last fresh word that it stalls at every owner
@@ -161,21 +167,35 @@ class StallWatch:
         with self._guard:
             self._last[lease_key] = max(when, self._last.get(lease_key, when))
             self._failing.pop(lease_key, None)
+            self._own.discard(lease_key)
 
-    def failed(self, lease_key: str, why: str) -> None:
-        """A read of the lease failed (an error answer or its deadline, not throttling: invariant 3)."""
+    def failed(self, lease_key: str, why: str, own: bool = False) -> None:
+        """A read of the lease failed (invariant 3); `own`: on this worker's credentials (invariant 4)."""
         with self._guard:
             self._failing[lease_key] = why
+            if own:
+                self._own.add(lease_key)
 
-    def stalled(self) -> list[Stalled]:
-        """The held leases past `red_after`, by key, each with its verdict."""
+    def _ages(self) -> tuple[float, list[tuple[str, float, str | None]]]:
+        """Now, and per held lease: seconds since its progress and its last failed read's error while failing."""
         now = self._clock.monotonic()
         held = set(self._held())
         with self._guard:
             self._last = {key: self._last.get(key, now) for key in held}  # a lease first seen starts its clock
             self._failing = {key: why for key, why in self._failing.items() if key in held}
-            ages = sorted((key, now - last, self._failing.get(key)) for key, last in self._last.items())
-        fleet, shards = self.fleet_stalls(), self.shard_stalls()
+            self._own &= held
+            return now, sorted((key, now - last, self._failing.get(key)) for key, last in self._last.items())
+
+    def stalled(self) -> list[Stalled]:
+        """The held leases past `red_after`, by key, each with its verdict."""
+        return self._judge(*self._ages())
+
+    def _judge(self, now: float, ages: list[tuple[str, float, str | None]]) -> list[Stalled]:
+        """`stalled()` from the ages `_ages()` gave."""
+        held = {key for key, _, _ in ages}
+        with self._guard:
+            own = frozenset(self._own)
+        fleet, shards = self.fleet_stalls(), self.shard_stalls() - own
         if fleet:
             self._fleet_seen = max(self._fleet_seen, now)
         self._shard_seen = {key: at for key, at in self._shard_seen.items() if key in held}
@@ -190,13 +210,20 @@ class StallWatch:
         return states
 
     def stalled_keys(self) -> frozenset[str]:
-        """The leases the last `check` found stalled and kept (the worker row reports them, invariant 5)."""
+        """The leases the last `check` reported stalled (the worker row carries them, invariant 5)."""
         return self._reported
 
     def check(self) -> None:
-        """Give back every held lease whose verdict is GIVE_UP (one log line each)."""
-        states = self.stalled()
-        self._reported = frozenset(state.lease_key for state in states if state.verdict is not Verdict.GIVE_UP)
+        """Give back every held lease whose verdict is GIVE_UP (one log line each); report the rest (invariant 5)."""
+        now, ages = self._ages()
+        states = self._judge(now, ages)
+        bounds = self.bounds
+        reported = frozenset(key for key, age, failure in ages
+                             if age > (bounds.report_after if failure is None else bounds.fail_report_after))
+        reported -= {state.lease_key for state in states if state.verdict is Verdict.GIVE_UP}
+        added, self._reported = reported - self._reported, reported
+        if added:
+            self._on_report()
         self._note_holding(states)
         for state in states:
             if state.verdict is not Verdict.GIVE_UP:
@@ -206,6 +233,7 @@ class StallWatch:
             with self._guard:
                 self._last.pop(state.lease_key, None)
                 self._failing.pop(state.lease_key, None)
+                self._own.discard(state.lease_key)
             self._give_back(state.lease_key, why)
             self.given_up += 1  # after the give-back's store writes: a reader of the counter sees the lease free
 

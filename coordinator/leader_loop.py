@@ -38,7 +38,7 @@ from shardherd.coordinator.liveness import (
 )
 from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.move_record import MoveRecord
-from shardherd.coordinator.moves import Move, Plan
+from shardherd.coordinator.moves import Move, Plan, UnplacedReason
 from shardherd.coordinator.paused_leases import hold_paused
 from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
 from shardherd.coordinator.scale_model import ScaleFigure, ScaleSettings, ScaleState
@@ -468,6 +468,9 @@ class LeaderLoop:
         plan, balance_error = self._plan(snapshot, balance)
         scale = self._scale_figure(term, snapshot, leases.values(), now)
         plan = hold_paused(plan, leases)
+        if term.shard_stalls is not None and term.shard_stalls.verdict:  # the last run's verdict (decision 0043)
+            plan = plan.hold_balancing(term.shard_stalls.verdict.__contains__, UnplacedReason.SHARD_STALLED,
+                                       "its reads stalled at two workers or more: a move would not help")
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
         # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.

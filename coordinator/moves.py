@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from shardherd.coordinator.load_model import Line
@@ -51,6 +52,7 @@ class UnplacedReason(enum.Enum):
     NO_CAPACITY = "NO_CAPACITY"
     HANDOFF_PENDING = "HANDOFF_PENDING"
     PAUSED = "PAUSED"  # an operator paused it: balancing leaves it with its owner (coordinator/paused_leases.py)
+    SHARD_STALLED = "SHARD_STALLED"  # its reads stalled at two workers or more: balancing leaves it (decision 0043)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,18 @@ class Plan:
     averages: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     fitted: Mapping[str, Line] = field(default_factory=dict)  # lines fitted in this run (the leader keeps them)
+
+    def hold_balancing(self, stays: Callable[[str], bool], reason: UnplacedReason, detail: str) -> Plan:
+        """The plan without the balancing moves of leases that `stays` names; each dropped move becomes held.
+
+        Placing an unowned lease, failing over an expired one and draining a worker still move it.
+        """
+        dropped = [move for move in self.moves if move.reason.is_balancing and stays(move.lease_key)]
+        if not dropped:
+            return self
+        held = tuple(Unplaced(move.lease_key, move.from_owner, reason, detail) for move in dropped)
+        return dataclasses.replace(self, moves=tuple(move for move in self.moves if move not in dropped),
+                                   held=self.held + held)
 
     def moves_by_reason(self) -> dict[MoveReason, int]:
         """How many moves each reason produced (for the run summary)."""

@@ -7,10 +7,9 @@ expired one and draining a worker still move it (its new owner stays paused).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
-from shardherd.coordinator.moves import Plan, Unplaced, UnplacedReason
+from shardherd.coordinator.moves import Plan, UnplacedReason
 from shardherd.shared.lease import Lease
 
 
@@ -21,10 +20,4 @@ def hold_paused(plan: Plan, leases: Mapping[str, Lease]) -> Plan:
         lease = leases.get(key)
         return lease is not None and lease.is_paused
 
-    dropped = [move for move in plan.moves if move.reason.is_balancing and paused(move.lease_key)]
-    if not dropped:
-        return plan
-    held = tuple(Unplaced(move.lease_key, move.from_owner, UnplacedReason.PAUSED,
-                          "paused by an operator: stays with its owner") for move in dropped)
-    return dataclasses.replace(plan, moves=tuple(move for move in plan.moves if move not in dropped),
-                               held=plan.held + held)
+    return plan.hold_balancing(paused, UnplacedReason.PAUSED, "paused by an operator: stays with its owner")

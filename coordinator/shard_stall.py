@@ -21,7 +21,9 @@ Invariants:
    meanwhile is kept at once); a finished lease has none.
 4. The verdict never moves a lease: the feed tells each owner which of its leases are shard-stalled
    (`FeedPosition.shard_stalls`), and its stall watch keeps them while the word is fresh (agent/stall_watch.py,
-   invariant 4). A reader that is not running is still given back at once.
+   invariant 4). A reader that is not running is still given back at once. Nor does balancing move one: the leader
+   drops the decider's balancing moves of the leases under its last verdict (`Plan.hold_balancing`, as for paused
+   leases); placing, failing over and draining still move them.
 5. Pure bookkeeping on the leader's clock; memory of one leader term. A new leader starts without evidence: the
    owner's stall report counts at once, an earlier owner's refusal only after a stall of it was seen (invariant 1),
    so a lease kept across a leader change may move once more (its owner gives it back a give-up span after the old

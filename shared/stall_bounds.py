@@ -1,6 +1,6 @@
-"""When a held lease's lack of progress turns health red and when it is given back: bounds both sides share.
+"""When a held lease's lack of progress is reported, turns health red and is given back: bounds both sides share.
 
-The agent's stall watch applies them (agent/stall_watch.py, invariants 2 and 3); the leader sizes its memory of
+The agent's stall watch applies them (agent/stall_watch.py, invariants 2, 3 and 5); the leader sizes its memory of
 shard-wide stalls by them (coordinator/shard_stall.py). Pure: derived from the settings only.
 """
 
@@ -11,32 +11,37 @@ from dataclasses import dataclass
 from shardherd.shared.config import Settings
 
 RED_INTERVALS = 3  # heartbeat intervals without progress before a held lease turns health red
-# Failover times more before a lease whose reader still runs is given back. One was too few: on a host at load 40 a
-# first GetRecords from TRIM_HORIZON took longer, and the receiver gave every lease it got back (the CI cell churned).
+# Heartbeat intervals without progress before a held lease is reported stalled in the worker row (the leader's
+# fleet-wide and shard-wide verdicts count these reports): 1 while its reads fail, 2 whatever its reader does. Two
+# intervals before red, so a verdict reaches the agents before a failing lease's give-back at red (decision 0026's
+# session-23 amendment); not 1 for a slow reader, as a caught-up reader waits 1 s between calls.
+FAIL_REPORT_INTERVALS = 1
+REPORT_INTERVALS = 2
+# Failover times more before a lease whose reader still runs, slowly, is given back. One was too few: on a host at
+# load 40 a first GetRecords from TRIM_HORIZON took longer, and the receiver gave every lease it got back (the CI cell
+# churned). A lease whose reads only fail is given back at red (no failover time more).
 GIVE_UP_FAILOVERS = 3
-# Failover times more before a lease whose reads only failed since its last progress is given back
-# (agent/stall_watch.py, invariant 3). One was too few: in a shared outage at load 35-45 the leader's verdict reached
-# the agents 7.9 s after the last progress, against a bound of 6.5 s (tests/chaos/test_fleet_stall.py gave one lease
-# back per agent).
-FAIL_FAILOVERS = 2
 
 
 @dataclass(frozen=True, slots=True)
 class StallBounds:
-    """Seconds without progress before a held lease is stalled, and before it is given back.
+    """Seconds without progress before a held lease is reported, stalled (red), and given back.
 
-    The rule is agent/stall_watch.py's invariant 3.
-
-    `give_up_after` while its reader is slow, `fail_give_up_after` while its reads only failed.
+    The rule is agent/stall_watch.py's invariants 3 and 5: `give_up_after` while its reader is slow (a call in
+    flight), `fail_give_up_after` while its reads only failed since its last progress; reported to the leader after
+    `fail_report_after` while they fail, `report_after` whatever the reader does.
     """
 
     red_after: float
     give_up_after: float
     fail_give_up_after: float
+    report_after: float
+    fail_report_after: float
 
     @classmethod
     def from_settings(cls, settings: Settings) -> StallBounds:
-        """3 heartbeat intervals to red; 3 failover times more to give back a slow reader, 2 a failing one."""
-        red = RED_INTERVALS * settings.effective_heartbeat_interval_millis / 1000
+        """3 heartbeat intervals to red; 3 failover times more to give back a slow reader, none a failing one."""
+        beat = settings.effective_heartbeat_interval_millis / 1000
+        red = RED_INTERVALS * beat
         failover = settings.failover_time_millis / 1000
-        return cls(red, red + GIVE_UP_FAILOVERS * failover, red + FAIL_FAILOVERS * failover)
+        return cls(red, red + GIVE_UP_FAILOVERS * failover, red, REPORT_INTERVALS * beat, FAIL_REPORT_INTERVALS * beat)

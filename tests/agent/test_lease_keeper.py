@@ -431,11 +431,15 @@ def test_the_keeper_tells_the_leader_only_what_it_must_see_at_once(store: LeaseS
     assert keeper.release_all() == [KEY] and len(news) == 4
 
 
-def test_a_lease_given_back_is_refused_in_the_row_before_it_is_free(store: LeaseStore) -> None:
+@pytest.mark.parametrize("throttled", [0, 5])
+def test_a_lease_given_back_is_refused_in_the_row_before_it_is_free(store: LeaseStore, throttled: int) -> None:
     """The leader, told of the release at once, must read the refusal with the free lease: else it may hand the
-    lease straight back to this worker (a CI run saw that loop for 60 s under load)."""
+    lease straight back to this worker (a CI run saw that loop for 60 s under load). Also when the lease has figures
+    of its own in the row (reads throttled lately: the fault matrix's "Kinesis throttled, agent" cell had its lease
+    handed straight back, the refusal hidden behind them)."""
     clock = ManualClock()
-    board = ProgressBoard(clock)
+    totals = {KEY: 0}
+    board = ProgressBoard(clock, throttle_totals=lambda: dict(totals))
     keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
     seen: list[bool] = []
 
@@ -449,9 +453,37 @@ def test_a_lease_given_back_is_refused_in_the_row_before_it_is_free(store: Lease
     store.assign(KEY, "w1", None, None)
     _step(clock, 2.5, keeper)
     assert keeper.held() and not seen
+    totals[KEY] = throttled
     board.refuse(KEY)
     keeper.give_back(KEY)
     assert seen == [True] and not keeper.held()
+
+
+def test_a_lease_that_starts_stalling_is_news_even_when_the_row_already_lists_it(store: LeaseStore) -> None:
+    """The leader's verdicts count stalled leases (decisions 0039, 0043): a row whose lease turns stalled is news,
+    though the lease was listed already (throttled reads), so the leader scans now, not at its full-scan cadence."""
+    clock = ManualClock()
+    stalled: set[str] = set()
+    totals = {KEY: 0}
+    board = ProgressBoard(clock, throttle_totals=lambda: dict(totals), stalled=lambda: frozenset(stalled))
+    keeper = LeaseKeeper(store, _settings("w1"), clock, Events(), progress=board.snapshot)
+    news: list[int] = []
+    keeper.attach_channel(lambda: True, lambda: news.append(1))
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    store.assign(KEY, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    totals[KEY] = 3
+    clock.advance(1.0)
+    keeper.beat_soon()
+    keeper.beat()
+    before = len(news)
+    row = worker_record(store, "w1")
+    assert row is not None and KEY in row.lease_progress  # listed for its throttled reads
+    stalled.add(KEY)
+    keeper.beat_soon()
+    keeper.beat()  # due at once: no time passed since the last beat
+    row = worker_record(store, "w1")
+    assert row is not None and row.lease_progress[KEY].stalled and len(news) == before + 1
 
 
 def test_a_checkpoint_carries_the_time_it_was_written(store: LeaseStore) -> None:

@@ -14,10 +14,11 @@ from multiprocessing import get_context
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from shardherd.agent.kpl import Aggregator, UserRecord
 from shardherd.agent.read_spec import ENDED, InvalidReadSpec, ReadLimits, ReadSpec, StartPosition
-from shardherd.agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup
+from shardherd.agent.reader import Batch, ShardNotFound, ShardReader, ShardReadError, closed_shard_lookup, own_fault
 from shardherd.agent.records import Record
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.probe import Prober
@@ -27,6 +28,7 @@ from shardherd.services.emulators.ports import wait_until
 from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import LATEST, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock, SystemClock
+from shardherd.shared.dynamo.errors import error_code
 from shardherd.shared.errors import StoreUnavailable
 from shardherd.shared.retry import RetryPolicy
 from tests.coordinator.conftest import kinesis_client
@@ -375,10 +377,11 @@ def test_throttling_beyond_the_budget_raises(moto: Any, moto_stream: Any) -> Non
             reader.read_batch()
 
 
-def test_failed_calls_are_reported_and_throttling_and_an_expired_iterator_are_not(moto: Any, moto_stream: Any) -> None:
-    """The stall watch gives a lease back sooner while its reads only fail (agent/stall_watch.py, invariant 3): the
-    reader tells it of each error answer, a 5xx retried included, but not of the shard's limits or an iterator to
-    refresh (a new owner would meet the limits as well)."""
+def test_failed_calls_and_throttling_are_reported_an_expired_iterator_is_not(moto: Any, moto_stream: Any) -> None:
+    """The stall watch gives a lease back at red while its reads only fail (agent/stall_watch.py, invariant 3): the
+    reader tells it of each error answer, throttling and a 5xx retried included (a shard throttled at every owner is
+    the leader's per-lease verdict's, decision 0043), but not of an iterator to refresh; and whether the failure is
+    this worker's credentials (`own_fault`: the per-lease verdict does not keep such a lease)."""
     name, shard_ids, produced = moto_stream
     failures: list[BaseException] = []
     faults = [None, THROTTLED, INTERNAL_ERROR, Fault(400, "LimitExceededException"), EXPIRED, None]
@@ -387,13 +390,15 @@ def test_failed_calls_are_reported_and_throttling_and_an_expired_iterator_are_no
                             failed=failures.append)
         records, _ = drain(reader)
         assert keys(records) == produced[shard_ids[0]]
-        assert [type(exc).__name__ for exc in failures] == ["ClientError"] and "InternalServerError" in str(failures[0])
+        assert [error_code(exc) for exc in failures if isinstance(exc, ClientError)] == [
+            "ProvisionedThroughputExceededException", "InternalServerError", "LimitExceededException"]
         proxy.add([Fault(400, "ExpiredTokenException")])
         again = reader_for(kinesis_client(proxy.endpoint_url), name, shard_ids[0], StartPosition.after(TRIM_HORIZON),
                            failed=failures.append)
         with pytest.raises(ShardReadError, match="ExpiredTokenException"):
             again.read_batch()
-    assert len(failures) == 2 and "ExpiredTokenException" in str(failures[1])
+    assert len(failures) == 4 and "ExpiredTokenException" in str(failures[3])
+    assert [own_fault(exc) for exc in failures] == [False, False, False, True]
 
 
 def test_expired_iterator_is_refreshed_from_the_last_delivered_position(moto: Any, moto_stream: Any) -> None:

@@ -354,7 +354,8 @@ def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts
     progress (so in a fleet-wide outage the worker stopped reporting its stalled leases and the leader's verdict
     turned), and after 3 the shard worker gave the lease back itself, whatever the verdict. With Kinesis calls'
     deadlines (agent/read_deadline.py) the retries run out within a minute: the 5-minute blackhole cell churned.
-    Here every Kinesis call answers 500 for 2.5 s, the reader's retries running out at once: no attempt is counted,
+    Here every Kinesis call answers 500 for two thirds of the failing-read bound (1.5 s: the stall watch gives a lease
+    whose reads only fail back at red, 2.3 s), the reader's retries running out at once: no attempt is counted,
     nothing is given back, and every record is delivered after the heal. About 10 s.
     """
     with ChaosProxy(kinesalite.endpoint_url) as proxy:
@@ -368,7 +369,7 @@ def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts
             stack.produce(30, "a")
             wait_for(stack.all_delivered, 30, "the first records delivered")
             proxy.set(Chaos(reply=INTERNAL_ERROR))
-            time.sleep(2.5)
+            time.sleep(agent.stalls.bounds.fail_give_up_after * 2 / 3)
             proxy.set(CALM)
             stack.produce(30, "b")
             wait_for(stack.all_delivered, 30, "every record delivered after the heal")
