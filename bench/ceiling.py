@@ -35,6 +35,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from botocore.exceptions import ConnectionError as EndpointUnreachable
 from botocore.exceptions import HTTPClientError
 
 from bench.spark_pipeline import bare_consume
+from bench.store_calls import StoreCalls
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
@@ -203,12 +205,14 @@ class Counted:
 
     records: int = 0
     throttled: int = 0
+    batches: int = 0  # Spark batches that wrote rows (all drivers)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, records: int = 0, throttled: int = 0) -> None:
+    def add(self, records: int = 0, throttled: int = 0, batches: int = 0) -> None:
         with self.lock:
             self.records += records
             self.throttled += throttled
+            self.batches += batches
 
     def total(self) -> int:
         with self.lock:
@@ -255,7 +259,8 @@ def counting_sink(counted: Counted, took: dict[int, float] | None = None) -> Any
         row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
         if took is not None:  # before the count: a reader of the count finds this batch's action there
             took[batch_id] = time.monotonic() - began
-        counted.add(records=int(row["n"]) if row is not None else 0)
+        rows = int(row["n"]) if row is not None else 0
+        counted.add(records=rows, batches=1 if rows else 0)
 
     return write
 
@@ -386,31 +391,51 @@ def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], in
     return refused
 
 
+def print_store_calls(counts: Counter[str], seconds: float, batches: int) -> None:
+    """The ramp's store calls by kind (bench/store_calls.py): per second, and per Spark batch with rows."""
+    total = sum(counts.values())
+    print(f"  store calls in the ramp: {total:,} in {seconds:.0f} s ({total / seconds:.1f}/s), {batches} batches "
+          f"with rows ({total / max(1, batches):.1f} per batch)", flush=True)
+    for kind, count in counts.most_common():
+        print(f"    {kind:<40} {count:>7,}  {count / seconds:6.1f}/s  {count / max(1, batches):6.2f} per batch",
+              flush=True)
+
+
 def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: KinesisLimits | None, spark: Any,
                  args: argparse.Namespace, workdir: Path) -> dict[str, tuple[float, str]]:
-    """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons."""
+    """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons.
+
+    With `--count-store` every store call of the stack goes through a counting proxy (one more hop per call: a
+    measurement of where calls go, not of the ceiling), printed per kind for each ramp.
+    """
     context = mp.get_context("spawn")
     rates = [float(rate) for rate in args.rates.split(",")]
     results: dict[str, tuple[float, str]] = {}
     for reader in args.readers.split(","):
-        stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
-                            lease_assignment_strategy="lease-count")
-        try:
+        with contextlib.ExitStack() as scope:
+            calls = scope.enter_context(StoreCalls(moto.endpoint_url)) if args.count_store else None
+            overrides: dict[str, Any] = {"dynamodb_endpoint_url": calls.endpoint_url} if calls is not None else {}
+            stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
+                                lease_assignment_strategy="lease-count", **overrides)
+            scope.callback(stack.close)
             readers = (bare_reader(context, kinesis.endpoint_url, stack.app) if reader == "bare"
                        else spark_readers(stack, spark, args.agents, workdir))
             with readers as counted:
                 print(f" {reader}:", flush=True)
                 ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
+                began, batches = time.monotonic(), counted.batches
+                if calls is not None:
+                    calls.reset()
                 try:
                     steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
                                      write_refusals(limits, stack.app))
                 finally:
                     ramp.stop()
+                if calls is not None:
+                    print_store_calls(calls.reset(), time.monotonic() - began, counted.batches - batches)
                 if counted.throttled:
                     print(f"  the bare reader was throttled {counted.throttled} times", flush=True)
             results[reader] = ceiling(steps)
-        finally:
-            stack.close()
     return results
 
 
@@ -426,6 +451,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of a step before its lag is sampled")
     parser.add_argument("--modes", default="plain,limits")
     parser.add_argument("--readers", default="bare,spark", help="bare, spark or both (in that order)")
+    parser.add_argument("--count-store", action="store_true",
+                        help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tests.support.stream_stack import local_spark
