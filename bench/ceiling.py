@@ -13,7 +13,9 @@ for the Spark pipeline:
 * spark: two SparkAgents (user defaults: caps, pacing, 1 s trigger) splitting the shards by lease count, each
   running its query on one local[2] session, a sink of one action per batch reading every row's data; a query that
   fails to start on a loaded host (Spark's fixed 10 s for its source runner) is started again before the ramp.
-The two readers run one after the other, never together, so neither takes CPU from the other.
+The two readers run one after the other, never together, so neither takes CPU from the other. The coordinator (in
+this process) and the agents run at their deployed intervals; `--cadence test` gives them the tests' short ones (the
+bench's only setting before session 23), and `--count-store` prints the ramp's store calls by kind.
 A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
 sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
 slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
@@ -50,8 +52,14 @@ from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
+from shardherd.shared.config import Settings
+from tests.support.fast_settings import FAST_SETTINGS
 from tests.support.stream_stack import StreamStack
 
+# The stack's intervals (leader runs, discovery, leader lock, shard sync) as `shardherd up` runs them: the tests'
+# short ones (tests/support/fast_settings.py) make the coordinator, which runs in this process beside the Spark
+# drivers' Python, scan several times a second; `--cadence test` keeps them.
+DEPLOYED_CADENCE: dict[str, Any] = {name: Settings.model_fields[name].default for name in FAST_SETTINGS}
 HOLD_SHARE = 0.9  # a step holds only if the producer wrote this share of its rate
 GROWTH_SHARE = 0.1  # and its lag grew by at most this share of the rate (a batch's sawtooth averages out)
 SAMPLE_SECONDS = 0.25
@@ -414,7 +422,9 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
     for reader in args.readers.split(","):
         with contextlib.ExitStack() as scope:
             calls = scope.enter_context(StoreCalls(moto.endpoint_url)) if args.count_store else None
-            overrides: dict[str, Any] = {"dynamodb_endpoint_url": calls.endpoint_url} if calls is not None else {}
+            overrides = dict(DEPLOYED_CADENCE) if args.cadence == "deployed" else {}
+            if calls is not None:
+                overrides["dynamodb_endpoint_url"] = calls.endpoint_url
             stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
                                 lease_assignment_strategy="lease-count", **overrides)
             scope.callback(stack.close)
@@ -451,6 +461,8 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of a step before its lag is sampled")
     parser.add_argument("--modes", default="plain,limits")
     parser.add_argument("--readers", default="bare,spark", help="bare, spark or both (in that order)")
+    parser.add_argument("--cadence", choices=("deployed", "test"), default="deployed",
+                        help="the coordinator's and agents' intervals: their defaults, or the tests' short ones")
     parser.add_argument("--count-store", action="store_true",
                         help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
     args = parser.parse_args()
