@@ -15,7 +15,8 @@ for the Spark pipeline:
   fails to start on a loaded host (Spark's fixed 10 s for its source runner) is started again before the ramp.
 The two readers run one after the other, never together, so neither takes CPU from the other. The coordinator (in
 this process) and the agents run at their deployed intervals; `--cadence test` gives them the tests' short ones (the
-bench's only setting before session 23), and `--count-store` prints the ramp's store calls by kind.
+bench's only setting before session 23), `--jvm full` starts the driver's JVM with full compilation (the session
+stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind.
 A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
 sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
 slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
@@ -60,6 +61,7 @@ from tests.support.stream_stack import StreamStack
 # short ones (tests/support/fast_settings.py) make the coordinator, which runs in this process beside the Spark
 # drivers' Python, scan several times a second; `--cadence test` keeps them.
 DEPLOYED_CADENCE: dict[str, Any] = {name: Settings.model_fields[name].default for name in FAST_SETTINGS}
+FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}  # `--jvm full`: C2 as well, not only C1
 HOLD_SHARE = 0.9  # a step holds only if the producer wrote this share of its rate
 GROWTH_SHARE = 0.1  # and its lag grew by at most this share of the rate (a batch's sawtooth averages out)
 SAMPLE_SECONDS = 0.25
@@ -463,6 +465,8 @@ def main() -> None:
     parser.add_argument("--readers", default="bare,spark", help="bare, spark or both (in that order)")
     parser.add_argument("--cadence", choices=("deployed", "test"), default="deployed",
                         help="the coordinator's and agents' intervals: their defaults, or the tests' short ones")
+    parser.add_argument("--jvm", choices=("fast-start", "full"), default="fast-start",
+                        help="the driver JVM as agent/spark/session.py starts it (C1 only), or with full compilation")
     parser.add_argument("--count-store", action="store_true",
                         help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
     args = parser.parse_args()
@@ -471,7 +475,7 @@ def main() -> None:
 
     workdir = Path(f"/tmp/bench-ceiling-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
-    spark = local_spark("bench-ceiling")
+    spark = local_spark("bench-ceiling", conf=FULL_JIT if args.jvm == "full" else None)
     table: dict[str, dict[str, tuple[float, str]]] = {}
     try:
         with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite:
