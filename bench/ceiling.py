@@ -13,7 +13,10 @@ for the Spark pipeline:
 * spark: two SparkAgents (user defaults: caps, pacing, 1 s trigger) splitting the shards by lease count, each
   running its query on one local[2] session, a sink of one action per batch reading every row's data; a query that
   fails to start on a loaded host (Spark's fixed 10 s for its source runner) is started again before the ramp.
-The two readers run one after the other, never together, so neither takes CPU from the other.
+The two readers run one after the other, never together, so neither takes CPU from the other. The coordinator (in
+this process) and the agents run at their deployed intervals; `--cadence test` gives them the tests' short ones (the
+bench's only setting before session 23), `--jvm full` starts the driver's JVM with full compilation (the session
+stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind.
 A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
 sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
 slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
@@ -35,6 +38,7 @@ import os
 import queue
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,12 +48,20 @@ from botocore.exceptions import ConnectionError as EndpointUnreachable
 from botocore.exceptions import HTTPClientError
 
 from bench.spark_pipeline import bare_consume
+from bench.store_calls import StoreCalls
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
+from shardherd.shared.config import Settings
+from tests.support.fast_settings import FAST_SETTINGS
 from tests.support.stream_stack import StreamStack
 
+# The stack's intervals (leader runs, discovery, leader lock, shard sync) as `shardherd up` runs them: the tests'
+# short ones (tests/support/fast_settings.py) make the coordinator, which runs in this process beside the Spark
+# drivers' Python, scan several times a second; `--cadence test` keeps them.
+DEPLOYED_CADENCE: dict[str, Any] = {name: Settings.model_fields[name].default for name in FAST_SETTINGS}
+FULL_JIT = {"spark.driver.extraJavaOptions": "-XX:+UseSerialGC"}  # `--jvm full`: C2 as well, not only C1
 HOLD_SHARE = 0.9  # a step holds only if the producer wrote this share of its rate
 GROWTH_SHARE = 0.1  # and its lag grew by at most this share of the rate (a batch's sawtooth averages out)
 SAMPLE_SECONDS = 0.25
@@ -203,12 +215,14 @@ class Counted:
 
     records: int = 0
     throttled: int = 0
+    batches: int = 0  # Spark batches that wrote rows (all drivers)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, records: int = 0, throttled: int = 0) -> None:
+    def add(self, records: int = 0, throttled: int = 0, batches: int = 0) -> None:
         with self.lock:
             self.records += records
             self.throttled += throttled
+            self.batches += batches
 
     def total(self) -> int:
         with self.lock:
@@ -255,7 +269,8 @@ def counting_sink(counted: Counted, took: dict[int, float] | None = None) -> Any
         row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
         if took is not None:  # before the count: a reader of the count finds this batch's action there
             took[batch_id] = time.monotonic() - began
-        counted.add(records=int(row["n"]) if row is not None else 0)
+        rows = int(row["n"]) if row is not None else 0
+        counted.add(records=rows, batches=1 if rows else 0)
 
     return write
 
@@ -386,31 +401,53 @@ def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], in
     return refused
 
 
+def print_store_calls(counts: Counter[str], seconds: float, batches: int) -> None:
+    """The ramp's store calls by kind (bench/store_calls.py): per second, and per Spark batch with rows."""
+    total = sum(counts.values())
+    print(f"  store calls in the ramp: {total:,} in {seconds:.0f} s ({total / seconds:.1f}/s), {batches} batches "
+          f"with rows ({total / max(1, batches):.1f} per batch)", flush=True)
+    for kind, count in counts.most_common():
+        print(f"    {kind:<40} {count:>7,}  {count / seconds:6.1f}/s  {count / max(1, batches):6.2f} per batch",
+              flush=True)
+
+
 def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: KinesisLimits | None, spark: Any,
                  args: argparse.Namespace, workdir: Path) -> dict[str, tuple[float, str]]:
-    """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons."""
+    """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons.
+
+    With `--count-store` every store call of the stack goes through a counting proxy (one more hop per call: a
+    measurement of where calls go, not of the ceiling), printed per kind for each ramp.
+    """
     context = mp.get_context("spawn")
     rates = [float(rate) for rate in args.rates.split(",")]
     results: dict[str, tuple[float, str]] = {}
     for reader in args.readers.split(","):
-        stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
-                            lease_assignment_strategy="lease-count")
-        try:
+        with contextlib.ExitStack() as scope:
+            calls = scope.enter_context(StoreCalls(moto.endpoint_url)) if args.count_store else None
+            overrides = dict(DEPLOYED_CADENCE) if args.cadence == "deployed" else {}
+            if calls is not None:
+                overrides["dynamodb_endpoint_url"] = calls.endpoint_url
+            stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
+                                lease_assignment_strategy="lease-count", **overrides)
+            scope.callback(stack.close)
             readers = (bare_reader(context, kinesis.endpoint_url, stack.app) if reader == "bare"
                        else spark_readers(stack, spark, args.agents, workdir))
             with readers as counted:
                 print(f" {reader}:", flush=True)
                 ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
+                began, batches = time.monotonic(), counted.batches
+                if calls is not None:
+                    calls.reset()
                 try:
                     steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
                                      write_refusals(limits, stack.app))
                 finally:
                     ramp.stop()
+                if calls is not None:
+                    print_store_calls(calls.reset(), time.monotonic() - began, counted.batches - batches)
                 if counted.throttled:
                     print(f"  the bare reader was throttled {counted.throttled} times", flush=True)
             results[reader] = ceiling(steps)
-        finally:
-            stack.close()
     return results
 
 
@@ -426,13 +463,19 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=5.0, help="seconds of a step before its lag is sampled")
     parser.add_argument("--modes", default="plain,limits")
     parser.add_argument("--readers", default="bare,spark", help="bare, spark or both (in that order)")
+    parser.add_argument("--cadence", choices=("deployed", "test"), default="deployed",
+                        help="the coordinator's and agents' intervals: their defaults, or the tests' short ones")
+    parser.add_argument("--jvm", choices=("fast-start", "full"), default="fast-start",
+                        help="the driver JVM as agent/spark/session.py starts it (C1 only), or with full compilation")
+    parser.add_argument("--count-store", action="store_true",
+                        help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tests.support.stream_stack import local_spark
 
     workdir = Path(f"/tmp/bench-ceiling-{os.getpid()}")
     workdir.mkdir(parents=True, exist_ok=True)
-    spark = local_spark("bench-ceiling")
+    spark = local_spark("bench-ceiling", conf=FULL_JIT if args.jvm == "full" else None)
     table: dict[str, dict[str, tuple[float, str]]] = {}
     try:
         with MotoServer() as moto, Kinesalite(shard_limit=500) as kinesalite:

@@ -3,7 +3,8 @@
 A plan fixes its start and caps (agent/spark/offsets.py). Its first read takes records up to the caps or until it
 caught up with the shard, records where it stopped (agent/spark/batch_ends.py) and only then hands the rows out;
 every later read (a task retried after a lost executor, a second action of the sink, a batch replayed after a
-crash) goes from the start through that recorded end and stops there, so it yields the same rows. A read starts
+crash) gives the rows from the start through that recorded end and stops there, so it yields the same rows. Each
+read reads the hold's item while it reads the shard (the store's answer decides which of the two it is). A read starts
 from the plan's iterator (the previous read's NextShardIterator) when it has one: GetShardIterator only for a new
 hold, an expired iterator or a position that moved. Records are handed over per GetRecords response as columns:
 payloads are base64-decoded with `binascii` in one pass, arrival times (epoch seconds in the JSON) become a
@@ -18,8 +19,9 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
@@ -47,6 +49,7 @@ ARROW_SCHEMA = pa.schema(ARROW_FIELDS)
 READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
 END_WAIT_SECONDS = 60.0  # how long a read waits for its recorded end record to become readable before failing
 OPEN_READ_SECONDS = 1.0  # how long a first read keeps calling through empty answers while Kinesis says it is behind
+_T = TypeVar("_T")
 READ_AHEAD = 4  # Arrow batches (GetRecords responses) a shard read may hold ahead of the one being handed over
 
 
@@ -279,18 +282,59 @@ def read_plan(kinesis: RawKinesis, store: LeaseStore, stream: str, plan: ShardPl
               min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the plan's records: exactly those of its recorded end, which the first read records.
 
-    `stream` is the stream of a single-stream application; a multi-stream plan names its stream in its key.
+    The hold's item is read while the shard is read from the plan's start (one store round trip off the read's
+    path): a first read then records its end over that item; a read of a plan whose end is already recorded (a
+    retried task, a second action, a replay) keeps its rows through that end, and reads on from the start only
+    if they do not reach it. `stream` is the stream of a single-stream application; a multi-stream plan names its
+    stream in its key.
     """
     target = read_target(plan.shard_id, stream)
-    stored = stored_end(store, plan.tenure)
+    stored_read = _in_background(lambda: stored_end(store, plan.tenure))
+    batches, end = read_open(kinesis, target, plan, include_reader, min_call_interval)
+    stored = stored_read.result()
     recorded = end_of_plan(stored, plan.tenure, plan.run, plan.number)
     if recorded is None:
-        batches, end = read_open(kinesis, target, plan, include_reader, min_call_interval)
         recorded = record_over(store, end, stored)  # two store calls per first read: this and `stored_end`
         if recorded == end:  # this read fixed the end: its rows are the plan's
             yield from batches
             return
+    if recorded.end is None:
+        return
+    kept, reached = through_sequence(batches, int(recorded.end.sequence_number))
+    if reached:
+        yield from kept
+        return
     yield from read_through(kinesis, target, plan, recorded, include_reader, min_call_interval)
+
+
+def through_sequence(batches: list[pa.RecordBatch], end: int) -> tuple[list[pa.RecordBatch], bool]:
+    """The leading rows of `batches` (a read from a plan's start) through Kinesis sequence `end`.
+
+    True if a row of that record is among them: the rows are then exactly the plan's through that end.
+    """
+    kept: list[pa.RecordBatch] = []
+    for batch in batches:
+        sequences = [int(sequence) for sequence in batch.column(1).to_pylist()]
+        count = sum(1 for sequence in sequences if sequence <= end)
+        if count:
+            kept.append(batch.slice(0, count))
+        if count < len(sequences) or (sequences and sequences[-1] == end):
+            return kept, count > 0 and sequences[count - 1] == end
+    return kept, False
+
+
+def _in_background(call: Callable[[], _T]) -> Future[_T]:
+    """`call()` run on its own thread (a store call overlapped with a Kinesis call), as a future."""
+    future: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as exc:  # handed to the caller of `result()`
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="batch-end-read", daemon=True).start()
+    return future
 
 
 def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple[ShardPlan, ...],

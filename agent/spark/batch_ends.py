@@ -8,7 +8,7 @@ Invariants:
 - An end is written only by the first read of its plan, conditionally (the item absent, or still holding the
   previous number), before that read hands out any row; every other read of the plan reads through it. So all
   reads of one plan give the same rows, whichever executor, attempt or action does them.
-- A plan older than the recorded one of the same run is never read (StaleBatch): Spark plans batch n+1 only after
+- A plan older than the recorded one of the same run yields no row (StaleBatch): Spark plans batch n+1 only after
   batch n committed. A run is a query's sequence of plans (a fresh Spark checkpoint starts a new one, numbered
   from 1 again; a query restarted on its checkpoint continues its run).
 - The driver checkpoints a written batch at the recorded end (nothing recorded: no checkpoint) and deletes the
@@ -29,7 +29,7 @@ KEY_PREFIX = "spark-end/"
 
 
 class StaleBatch(ShardReadError):
-    """A read of a plan older than the one whose end is recorded for its hold (a leftover task): not read."""
+    """A read of a plan older than the one whose end is recorded for its hold (a leftover task): no row given."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,9 +7,11 @@ import multiprocessing as mp
 import pytest
 
 from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, split_at_ramp, write_refusals
+from bench.store_calls import StoreCalls
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
+from tests.support.stores import make_store
 from tests.support.stream_stack import StreamStack
 
 
@@ -65,3 +67,14 @@ def test_a_short_ramp_reads_what_it_writes_and_ends_at_a_shards_write_limit(moto
     assert 700 <= steps[1].written <= 1100 and steps[1].write_throttled > 0  # the shard's write limit
     assert ceiling(steps)[0] == 300
     assert counted.throttled == 0  # the bare reader's calls stay under the read limit
+
+
+def test_store_calls_are_counted_by_operation_table_and_key_kind(moto_server: MotoServer) -> None:
+    with StoreCalls(moto_server.endpoint_url) as calls:
+        store = make_store("dynamodb", moto_url=calls.endpoint_url)
+        calls.reset()  # the tables' creation is not counted
+        assert store.put_state("spark-end/t1", {"n": 1})
+        assert store.get_state("spark-end/t1") == {"n": 1}
+        assert store.get_lease("shard-0") is None
+        counted = calls.reset()
+    assert counted == {"PutItem state/spark-end": 1, "GetItem state/spark-end": 1, "GetItem leases": 1}

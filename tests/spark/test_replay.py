@@ -8,6 +8,7 @@ records keep arriving, and checks the lease checkpoints against what was written
 
 from __future__ import annotations
 
+import base64
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import pytest
 from shardherd.agent.kpl import UserRecord, encode_aggregate
 from shardherd.agent.read_spec import StartPosition
 from shardherd.agent.reader import ShardNotFound
-from shardherd.agent.spark.arrow_read import read_plan, read_plans
+from shardherd.agent.spark.arrow_read import arrow_batch, read_plan, read_plans, through_sequence
 from shardherd.agent.spark.batch_ends import recorded_end
 from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
@@ -93,6 +94,28 @@ def test_a_plan_read_again_after_more_records_arrived_gives_the_same_rows(
     assert tip is not None and tip.iterator is not None
     idle = Prober(raw, stream).probe(shard, StartPosition.after(tip.end or TRIM_HORIZON), tip.iterator)
     assert not idle.pending and not idle.ended and idle.iterator is not None
+
+
+def _batch(sequences: list[int]) -> pa.RecordBatch:
+    records = [{"SequenceNumber": str(sequence), "Data": base64.b64encode(f"r{sequence}".encode()).decode(),
+                "PartitionKey": "k", "ApproximateArrivalTimestamp": 1.0} for sequence in sequences]
+    return arrow_batch("s", "shardId-0", records, False)
+
+
+def test_a_read_of_a_recorded_plan_keeps_its_rows_through_the_recorded_end_and_only_if_it_reaches_it() -> None:
+    """A read that found its plan's end recorded keeps the rows it read through that end (no second read)."""
+    batches = [_batch([10, 20]), _batch([30, 40, 50]), _batch([60])]
+
+    def sequences(kept: list[pa.RecordBatch]) -> list[int]:
+        return [int(row["sequence_number"]) for batch in kept for row in batch.to_pylist()]
+
+    inside, reached = through_sequence(batches, 40)
+    assert (sequences(inside), reached) == ([10, 20, 30, 40], True)
+    at_a_batch_end, reached = through_sequence(batches, 20)
+    assert (sequences(at_a_batch_end), reached) == ([10, 20], True)
+    assert through_sequence(batches, 70)[1] is False  # the read stopped before the end: it is read from the start
+    assert through_sequence(batches, 35)[1] is False  # no such record among them (trimmed?): read from the start
+    assert through_sequence([], 10) == ([], False)
 
 
 def test_a_partition_of_several_shards_reads_each_plan_exactly_in_plan_order(kinesalite: NodeEmulator) -> None:
