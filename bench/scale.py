@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import dataclasses
 import os
 import signal
 import statistics
@@ -300,15 +301,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     runs = LeaderRuns(client)
     seen = Startup(state, store_settings, args.shards, args.agents + len(spark))
     try:
-        owned, read = _startup(client, state, args.shards, began, args.limit, seen)
-        up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
-                       "(no start-up line yet)")
-        print(f"{args.shards} shards, {args.agents} agents, store {args.store}, load {os.getloadavg()[0]:.1f}: every "
-              f"lease owned after {owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n"
-              f"  up says: {up_line}")
-        if spark:
-            print(f"{len(spark)} Spark agents (started with the plain ones): "
-                  f"{_spark_share(client, spark, began, args.limit)}", flush=True)
+        _print_startup(args, run, client, state, began, seen, spark)
         assignments = _latency(client.leases, args.calls)
         with httpx.Client(timeout=30.0) as http:
             metrics = _latency(lambda: http.get(f"{state.api_urls()[0]}/metrics").raise_for_status(), args.calls)
@@ -321,16 +314,8 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         kbps, cpus, leases, workers = _live_fleet(client, store_settings, state)
         print_bill(window, minutes, leases, workers)
         print(f"leader runs: {percentiles(list(runs.durations.values()))}")
-        sizes = _memory(state, plain)
-        print(f"agent resident memory: median {statistics.median(sizes):.0f} MiB, max {max(sizes):.0f} MiB "
-              f"({len(sizes)} plain agents)")
-        if spark:
-            drivers = _memory(state, spark, tree=True)
-            print(f"Spark agents (driver process and its JVM): {', '.join(f'{size:.0f} MiB' for size in drivers)}")
-        outcomes = Scenarios(state, timeout=args.limit, say=lambda line: None).kill_agent(None)
-        resumed = [outcome.seconds for outcome in outcomes if outcome.seconds is not None]
-        print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
-              f"after {max(resumed, default=float('nan')):.1f} s (load {os.getloadavg()[0]:.1f})")
+        _print_memory(state, plain, spark)
+        killed, resumed = _kill(state, args.limit)
     finally:
         seen.stop()
         runs.stop()
@@ -339,21 +324,58 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     # counts them.
     units = [values for caller, values in by_caller(window).items() if caller != "api"]
     live = Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
-                   changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, len(outcomes),
-                   max(resumed) if len(resumed) == len(outcomes) and resumed else None)
-    base, mean = cpu_inputs(list(cpus.values()))
-    joins = seen.joins()
-    own = own_cpu(cpus, set(spark))
+                   changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
+                   max(resumed) if len(resumed) == killed and resumed else None)
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
+    _simulate(live, LiveInputs(kbps, [], 0.0, 0.0, warmup, args.settle, checkpoint_rate(window, minutes, len(kbps))),
+              seen.joins(), cpus, spark)
+
+
+def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,
+                   seen: Startup, spark: Sequence[str]) -> None:
+    owned, read = _startup(client, state, args.shards, began, args.limit, seen)
+    up_line = next((line for line in (run / "up.log").read_text().splitlines() if line.startswith("startup:")),
+                   "(no start-up line yet)")
+    print(f"{args.shards} shards, {args.agents} agents, store {args.store}, load {os.getloadavg()[0]:.1f}: every "
+          f"lease owned after {owned:.1f} s, every shard read after {read:.1f} s (from launching `up`)\n"
+          f"  up says: {up_line}")
+    if spark:
+        print(f"{len(spark)} Spark agents (started with the plain ones): "
+              f"{_spark_share(client, spark, began, args.limit)}", flush=True)
+
+
+def _print_memory(state: StackState, plain: Collection[str], spark: Sequence[str]) -> None:
+    sizes = _memory(state, plain)
+    print(f"agent resident memory: median {statistics.median(sizes):.0f} MiB, max {max(sizes):.0f} MiB "
+          f"({len(sizes)} plain agents)")
+    if spark:
+        drivers = _memory(state, spark, tree=True)
+        print(f"Spark agents (driver process and its JVM): {', '.join(f'{size:.0f} MiB' for size in drivers)}")
+
+
+def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
+    """kill -9 of the agent holding most leases: how many it held, and the seconds each took to be read elsewhere."""
+    outcomes = Scenarios(state, timeout=limit, say=lambda line: None).kill_agent(None)
+    resumed = [outcome.seconds for outcome in outcomes if outcome.seconds is not None]
+    print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
+          f"after {max(resumed, default=float('nan')):.1f} s (load {os.getloadavg()[0]:.1f})")
+    return len(outcomes), resumed
+
+
+def _simulate(live: Figures, partial: LiveInputs, joins: list[tuple[float, str]],
+              cpus: dict[str, tuple[float, int]], spark: Sequence[str]) -> None:
+    """Print the simulator's figures for the live run's fleet (`partial` with the joins and CPU filled in here)."""
+    kbps = partial.kbps
+    base, mean = cpu_inputs(list(cpus.values()))
+    own = own_cpu(cpus, set(spark))
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
           f"agents reported, {sum(kbps.values()):.1f} KiB/s in all; agents joining {joins[0][0]:.1f} to "
           f"{joins[-1][0]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %; own CPU of "
           f"the Spark agents {', '.join(f'{own[w]:.1f}' for w in spark if w in own) or '-'} points):")
-    rate = checkpoint_rate(window, minutes, len(kbps))
     print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
-          f"often as the live ones, {rate:.1f} per shard per minute)")
-    inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, warmup, args.settle, rate,
-                        [own.get(wid, 0.0) for _, wid in joins])
+          f"often as the live ones, {partial.checkpoints:.1f} per shard per minute)")
+    inputs = dataclasses.replace(partial, joins=[offset for offset, _ in joins], cpu_base=base, cpu_mean=mean,
+                                 own_cpu=[own.get(wid, 0.0) for _, wid in joins])
     print(side_by_side(live, predict(inputs)), flush=True)
 
 

@@ -47,7 +47,7 @@ class LiveInputs:
     warmup: float  # seconds from every lease owned to the steady window
     settle: float  # seconds of the steady window
     checkpoints: float = 0.0  # the live agents' application checkpoints per shard per minute (0: none)
-    own_cpu: Sequence[float] = ()  # per agent of `joins` (same order), CPU points no lease explains (0: a plain one)
+    own_cpu: Sequence[float] = ()  # per agent of `joins` (same order; none: all 0), CPU points no lease explains
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +87,16 @@ def _run_until(fleet: Fleet, done: Callable[[Fleet], bool], limit: float) -> flo
     return None
 
 
-def _start(fleet: Fleet, joins: Sequence[float], own_cpu: Sequence[float]) -> float | None:
-    """Add the agents at their offsets from the first lease owned (those at or before it at once), each with its own
-    CPU; seconds from the first lease owned to every lease owned, once every agent joined (None if not within 600 s)."""
-    pending = sorted(zip(joins, [*own_cpu, *[0.0] * (len(joins) - len(own_cpu))], strict=True))
+def _join_due(fleet: Fleet, pending: list[tuple[float, float]], since: float) -> None:
+    """Add the agents of `pending` (offset, own CPU; sorted, popped as added) whose offset from `since` passed."""
+    while pending and fleet.events.now() - since >= pending[0][0]:
+        fleet.add_workers(1, pending.pop(0)[1])
+
+
+def _start(fleet: Fleet, agents: Sequence[tuple[float, float]]) -> float | None:
+    """Add the agents (offset from the first lease owned, own CPU) at their offsets (those at or before it at once);
+    seconds from the first lease owned to every lease owned, once every agent joined (None if not within 600 s)."""
+    pending = sorted(agents)
     early = max(1, sum(1 for offset, _ in pending if offset <= 0))
     for _, own in pending[:early]:
         fleet.add_workers(1, own)
@@ -101,8 +107,8 @@ def _start(fleet: Fleet, joins: Sequence[float], own_cpu: Sequence[float]) -> fl
         fleet.events.run_until(fleet.events.now() + STEP)
         if first is None and any(lease.actual_owner for lease in fleet.leases()):
             first = fleet.events.now()
-        while first is not None and pending and fleet.events.now() - first >= pending[0][0]:
-            fleet.add_workers(1, pending.pop(0)[1])
+        if first is not None:
+            _join_due(fleet, pending, first)
         if first is not None and owned is None and _owned(fleet):
             owned = fleet.events.now() - first
     return owned
@@ -122,7 +128,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
                   overrides=_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
                   wrap_store=wrap, progress=True, channel=True)
     fleet.calibrate(len(inputs.joins))
-    owned_after = _start(fleet, inputs.joins, inputs.own_cpu)
+    owned_after = _start(fleet, list(zip(inputs.joins, inputs.own_cpu or [0.0] * len(inputs.joins), strict=True)))
     fleet.events.run_until(fleet.events.now() + inputs.warmup)
     meters[0].reset()
     fleet.moves.moves = 0
