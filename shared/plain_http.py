@@ -1,8 +1,8 @@
 """HTTP GETs over the standard library's http.client, for an agent's coordinator channel and ECS metadata reads.
 
-A plain agent already holds http.client (botocore's urllib3 is built on it); httpx would add about 5.6 MB and 110
-modules to each agent process (docs/decisions/0024-multilang-daemon.md, "Memory"). The coordinator, the operator
-CLI and the MultiLang daemon keep httpx (shared/lean_httpx.py).
+A plain agent already holds http.client (botocore's urllib3 is built on it); httpx added about 70 modules and 2.2 MB
+of resident memory to each agent process (docs/decisions/0024-multilang-daemon.md, session 23). The coordinator, the
+operator CLI and the MultiLang daemon keep httpx (shared/lean_httpx.py).
 
 Invariants:
 - Every request has a deadline: its timeout bounds the connect and each read of the socket.
