@@ -118,7 +118,10 @@ def test_a_failing_shard_sync_does_not_stop_failover(loop_store: LeaseStore, kin
     assert sum(s.moves_by_reason().get(MoveReason.EXPIRED.value, 0) for s in runs) == 2
     assert replica.lock.is_leader()  # a failing shard sync is no reason to hand leadership on
     synced = [s for s in runs if s.shard_sync_ran]
-    assert synced and all(expected in (s.shard_sync_error or "") for s in synced)
+    # (Seen once in CI, not reproduced in 48 local runs: a synced run without the expected error. The message says
+    # which runs synced and with what, for the next time.)
+    assert synced and all(expected in (s.shard_sync_error or "") for s in synced), \
+        [(s.started_at, s.shard_sync_error) for s in runs if s.shard_sync_ran]
     # Retries back off (1, 2, 4 intervals, ... up to the sync interval) instead of listing every run.
     assert len(synced) < len(runs)
 
