@@ -1,6 +1,7 @@
 """The desired-worker count (`GET /v1/scale`) over a load past the fleet's capacity and back, in the live stack.
 
     python -m bench.desired_workers [--hot 3] [--hot-rate 600] [--hot-seconds 180] [--after 600] [--cap 30]
+                                    [--every-reading]
 
 One plain stack (`shardherd up --no-spark`, 8 shards, 3 agents, 200 records/s, CPU metrics on, the scale windows at
 their defaults: 1 min out, 5 min in) with `max_throughput_per_host_kbps` set to `--cap`. On this 2-core host a
@@ -10,10 +11,11 @@ never move; the cap, a user setting (KCL's `maxThroughputPerHostKBps`), bounds e
 `--hot-seconds`, then the extra load ends and the bench watches `--after` s more. `/v1/scale` is read every `--poll`
 s throughout.
 
-Prints every change of the published count (seconds from the load's start or end, count, load, capacity, reason),
-then: seconds from the load's start to the first rise, from its end to the first fall, and the number of changes in
-each direction (the issue's targets: a rise within 2 minutes, a fall within 10, one change per direction), with the
-load average (the machine is shared).
+Prints every change of the published count (seconds from the load's start or end, count, load, capacity, reason;
+with `--every-reading` every reading, to see how the asks ramp with the throughput averages), then: seconds from the
+load's start to the first rise, from its end to the first fall, and the number of changes in each direction (the
+issue's targets: a rise within 2 minutes, a fall within 10, one change per direction), with the load average (the
+machine is shared).
 """
 
 from __future__ import annotations
