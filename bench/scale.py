@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import dataclasses
 import os
 import signal
 import statistics
@@ -327,8 +326,8 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
                    changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
                    max(resumed) if len(resumed) == killed and resumed else None)
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
-    _simulate(live, LiveInputs(kbps, [], 0.0, 0.0, warmup, args.settle, checkpoint_rate(window, minutes, len(kbps))),
-              seen.joins(), cpus, spark)
+    _simulate(live, kbps, (warmup, args.settle), checkpoint_rate(window, minutes, len(kbps)), seen.joins(), cpus,
+              spark)
 
 
 def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,
@@ -362,10 +361,9 @@ def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
     return len(outcomes), resumed
 
 
-def _simulate(live: Figures, partial: LiveInputs, joins: list[tuple[float, str]],
-              cpus: dict[str, tuple[float, int]], spark: Sequence[str]) -> None:
-    """Print the simulator's figures for the live run's fleet (`partial` with the joins and CPU filled in here)."""
-    kbps = partial.kbps
+def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float], checkpoints: float,
+              joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]], spark: Sequence[str]) -> None:
+    """Print the simulator's figures for the live run's fleet: `window` is (warm-up, steady) seconds."""
     base, mean = cpu_inputs(list(cpus.values()))
     own = own_cpu(cpus, set(spark))
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
@@ -373,9 +371,9 @@ def _simulate(live: Figures, partial: LiveInputs, joins: list[tuple[float, str]]
           f"{joins[-1][0]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %; own CPU of "
           f"the Spark agents {', '.join(f'{own[w]:.1f}' for w in spark if w in own) or '-'} points):")
     print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
-          f"often as the live ones, {partial.checkpoints:.1f} per shard per minute)")
-    inputs = dataclasses.replace(partial, joins=[offset for offset, _ in joins], cpu_base=base, cpu_mean=mean,
-                                 own_cpu=[own.get(wid, 0.0) for _, wid in joins])
+          f"often as the live ones, {checkpoints:.1f} per shard per minute)")
+    inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, *window, checkpoints,
+                        [own.get(wid, 0.0) for _, wid in joins])
     print(side_by_side(live, predict(inputs)), flush=True)
 
 
