@@ -51,6 +51,7 @@ from bench.multilang import tree_rss
 from bench.scale_sim import Figures, LiveInputs, cpu_inputs, own_cpu, predict, side_by_side
 from bench.stack_cost import (
     USER_DEFAULTS,
+    batch_end_rate,
     by_caller,
     checkpoint_rate,
     difference,
@@ -326,8 +327,10 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
                    changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
                    max(resumed) if len(resumed) == killed and resumed else None)
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
-    _simulate(live, kbps, (warmup, args.settle), checkpoint_rate(window, minutes, len(kbps)), seen.joins(), cpus,
-              spark)
+    spark_leases = sum(cpus[wid][1] for wid in spark if wid in cpus)
+    _simulate(live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
+                                                   batch_end_rate(window, minutes, spark_leases)),
+              seen.joins(), cpus, spark)
 
 
 def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,
@@ -361,9 +364,11 @@ def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
     return len(outcomes), resumed
 
 
-def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float], checkpoints: float,
+def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float], rates: tuple[float, float],
               joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]], spark: Sequence[str]) -> None:
-    """Print the simulator's figures for the live run's fleet: `window` is (warm-up, steady) seconds."""
+    """Print the simulator's figures for the live run's fleet: `window` is (warm-up, steady) seconds, `rates` the
+    checkpoints per shard and the Spark agents' batch-end reads per lease they hold, each per minute."""
+    checkpoints, batch_ends = rates
     base, mean = cpu_inputs(list(cpus.values()))
     own = own_cpu(cpus, set(spark))
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
@@ -371,9 +376,11 @@ def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float]
           f"{joins[-1][0]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %; own CPU of "
           f"the Spark agents {', '.join(f'{own[w]:.1f}' for w in spark if w in own) or '-'} points):")
     print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
-          f"often as the live ones, {checkpoints:.1f} per shard per minute)")
+          f"often as the live ones, {checkpoints:.1f} per shard per minute, and the Spark agents read their batch "
+          f"ends as often, {batch_ends:.1f} per lease per minute)")
     inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, *window, checkpoints,
-                        [own.get(wid, 0.0) for _, wid in joins])
+                        [own.get(wid, 0.0) for _, wid in joins],
+                        [batch_ends if wid in spark else 0.0 for _, wid in joins])
     print(side_by_side(live, predict(inputs)), flush=True)
 
 

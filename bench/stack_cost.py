@@ -28,6 +28,7 @@ import httpx
 import psutil
 
 from bench.kcl_baseline import kcl_bill
+from shardherd.agent.spark.batch_ends import KEY_PREFIX
 from shardherd.services.local_stack.state import StackNotRunning, StackState
 from shardherd.shared.aws import make_client
 from shardherd.shared.dynamo.store import DynamoLeaseStore
@@ -118,6 +119,12 @@ def checkpoint_rate(window: Totals, minutes: float, leases: int) -> float:
     """The agents' application checkpoints per shard per minute over the window."""
     checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
     return checkpoints / minutes / max(1, leases)
+
+
+def batch_end_rate(window: Totals, minutes: float, leases: int) -> float:
+    """The Spark agents' reads of their batch ends (agent/spark/batch_ends.py) per lease they hold per minute."""
+    reads = sum(values[0] for (_, operation), values in window.items() if f":get {KEY_PREFIX}" in operation)
+    return reads / minutes / max(1, leases)
 
 
 def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers: Sequence[str]) -> None:

@@ -234,9 +234,9 @@ class LeaderLoop:
         if stop.wait(self._timing.interval / 4) or contending:
             return
         deadline = time.monotonic() + self._timing.interval * 3 / 4
-        verdict = self._next_verdict()
+        verdict = self.next_verdict()
         if verdict is not None:
-            deadline = min(deadline, time.monotonic() + verdict + VERDICT_SLACK_SECONDS)
+            deadline = min(deadline, time.monotonic() + verdict)
         while (not stop.is_set() and not self.feed.wakeup.is_set() and time.monotonic() < deadline
                and not self._lock_changing()):
             self.feed.wakeup.wait(min(0.25, max(0.0, deadline - time.monotonic())))
@@ -253,8 +253,10 @@ class LeaderLoop:
         """
         return self._term is None and (self._lock.is_leader() or self._lock.looks_abandoned())
 
-    def _next_verdict(self) -> float | None:
-        """Seconds until a quiet live worker would count as gone (`LivenessTracker.next_verdict`), if one is quiet.
+    def next_verdict(self) -> float | None:
+        """Seconds until a run should judge a quiet worker gone (`LivenessTracker.next_verdict`), if one is quiet.
+
+        `cycle` runs then (a small slack after it), and so does the fleet simulator (bench/fleet/model.py).
 
         So a crashed worker's leases move one failover time after its last heartbeat was seen, not up to an
         assignment interval later (kill -9 -> read elsewhere at a 3 s failover and a 1 s interval: 0.5 s on average).
@@ -264,7 +266,7 @@ class LeaderLoop:
             return None
         now = self._clock.monotonic()
         due = term.tracker.next_verdict(now, self._timing.heartbeat)
-        return None if due is None else max(0.0, due - now)
+        return None if due is None else max(0.0, due - now) + VERDICT_SLACK_SECONDS
 
     def run_once(self) -> RunSummary | None:
         """One leader run; None when this replica is not the leader.

@@ -132,11 +132,18 @@ class Fleet:
         self._lead()
 
     def _lead(self) -> bool:
+        """One leader run; a quiet worker's verdict due before the next interval's run gets its own run then (not
+        before a quarter interval), as `LeaderLoop.cycle` waits."""
         assert self.loop is not None
         summary = self.loop.run_once()
         if summary is not None:
             moved = summary.plan is not None and bool(summary.plan.moves)
             self.runs.append((self.events.now(), summary.balanced_this_run, moved))
+        verdict = self.loop.next_verdict()
+        interval = self.settings.lease_assignment_interval_millis / 1000
+        if verdict is not None and verdict < interval and not self._early_run:
+            self._early_run = True
+            self.events.at(self.events.now() + max(interval / 4, verdict), self._lead_once)
         return True
 
     def _sample(self) -> bool:
@@ -151,8 +158,9 @@ class Fleet:
         span = self.cpu_model.mean_at_start - self.cpu_model.base
         self.capacity = share / span if share > 0 and span > 0 else 1.0
 
-    def add_workers(self, count: int, own_cpu: float = 0.0) -> list[str]:
-        """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` (SimWorker)."""
+    def add_workers(self, count: int, own_cpu: float = 0.0, batch_end_seconds: float = 0.0) -> list[str]:
+        """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` (SimWorker); with
+        `batch_end_seconds` > 0 each reads its held leases' batch ends that often, as a Spark agent does."""
         now = self.events.now()
         added = []
         for _ in range(count):
@@ -172,6 +180,8 @@ class Fleet:
             worker.start(start)
             if self.checkpoint_seconds > 0:
                 self.events.every(start + self.checkpoint_seconds, self.checkpoint_seconds, worker.checkpoint_all)
+            if batch_end_seconds > 0:
+                self.events.every(start + batch_end_seconds, batch_end_seconds, worker.read_batch_ends)
             added.append(wid)
         return added
 

@@ -24,6 +24,7 @@ from bench.kcl2_taker import Kcl2Taker
 from shardherd.agent.lease_keeper import LeaseKeeper, LossReason
 from shardherd.agent.metrics.sampler import MetricsSampler
 from shardherd.agent.runtime import MetricsReporter
+from shardherd.agent.spark.batch_ends import end_key
 from shardherd.coordinator.assignment_feed import DROPPED, JOINED, NEWS, NotLeading
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.config import Settings
@@ -158,6 +159,15 @@ class SimWorker(ABC):
     def checkpoint_all(self) -> bool:
         """Application checkpoints of every processed lease (optional periodic load)."""
 
+    def read_batch_ends(self) -> bool:
+        """Read each processed lease's batch end, as a Spark agent's batches do (agent/spark/batch_ends.py): a
+        consistent GetItem of a coordinator-state item per lease (optional periodic load)."""
+        if not self.alive:
+            return False
+        for key in self.processing:
+            self.fleet.store.get_state(end_key(key))
+        return True
+
     def crash(self) -> None:
         """kill -9: nothing more is written."""
         self.alive = False
@@ -187,7 +197,7 @@ class AgentWorker(SimWorker):
         self._beats = 0  # generation of the heartbeat tick chain (a drain restarts it)
         self._told: tuple[str, int] | None = None  # the leader's feed position last passed to the keeper
         if fleet.channel:
-            self.keeper.attach_channel(self._channel_answers, lambda: fleet.signal(worker_id, NEWS))
+            self.keeper.attach_channel(self._channel_answers, lambda: fleet.signal(worker_id, NEWS), self._name_row)
 
     # ---- what the agent's threads would do
     def sample_cpu(self) -> None:
@@ -262,6 +272,13 @@ class AgentWorker(SimWorker):
         except NotLeading:
             return False
 
+    def _name_row(self) -> None:
+        """Name the worker row last written to the leader, as each real request does (`hb`, `lut`): the leader then
+        times a crashed worker's silence from its last write, not from when a scan first saw that row."""
+        loop, beat = self.fleet.loop, self.keeper.last_beat()
+        if loop is not None and beat is not None and self.alive:
+            loop.feed.report_beat(self.worker_id, *beat)
+
     def _listen(self) -> None:
         """What agent/assignment_watch.py passes on: the leader's view of this worker's leases once it changed.
 
@@ -275,6 +292,7 @@ class AgentWorker(SimWorker):
             return
         loop.feed.disconnect(self.worker_id, dropped=False)
         loop.feed.connect(self.worker_id)
+        self._name_row()
         try:
             position = loop.feed.position(self.worker_id)
         except NotLeading:
