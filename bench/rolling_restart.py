@@ -14,8 +14,10 @@ every agent, one at a time as Kubernetes rolls pods:
 
 Each pass ends `--settle` seconds after its last step. Per pass it prints: moves (owner changes of any lease seen by
 polling `GET /v1/assignments` every second), shard-seconds without a reader (per shard, every stretch longer than
-`--gap` seconds in which its processed records did not grow, counted whole; the producer puts about
-rate / shards records per shard per second, so a shard being read grows every poll of its reader), the longest such
+`--gap` seconds in which its processed records did not grow, counted whole; the producer puts its records without
+key skew (`shardherd up --key-skew 0`: every shard gets 1/3 to 2x of rate / shards records per second, where the
+default skew leaves some shards a tenth of that, and the quiet pass counted 516 shard-seconds in 40 s), so a shard
+being read grows every poll of its reader), the longest such
 stretch, duplicates (records processed more than once: lines minus distinct keys in the agents' key files), and the
 restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit).
 The load average is printed with the figures (the machine is shared). The emulators (and PostgreSQL with `--store
@@ -278,6 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=40.0, help="records per second the producer puts")
     parser.add_argument("--window", default="60s", help="the reservation's window")
     parser.add_argument("--gap", type=float, default=3.0, help="seconds without a record that count as unread")
+    parser.add_argument("--key-skew", type=float, default=0.0, help="the producer's key skew (`shardherd up`)")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds watched after each pass's last step")
     parser.add_argument("--warmup", type=float, default=15.0)
     parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the no-action baseline pass")
@@ -300,6 +303,7 @@ def _run(args: argparse.Namespace, window_ms: int, settings: dict[str, str], pos
     """Both passes in one stack with the given store settings; the table."""
     run_dir = Path(args.run_root).resolve() / f"rolling-{int(time.time())}"
     extra = ["--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
+             "--key-skew", str(args.key_skew),
              "--coordinators", "1", "--duration", "3600"]
     if postgres is not None:
         favour([postgres.pid])  # before the stack connects: its backends inherit the priority

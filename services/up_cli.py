@@ -50,6 +50,9 @@ def register(sub: Any) -> None:
     up.add_argument("--rate", type=float, default=200.0, help="user records per second the producer puts")
     up.add_argument("--aggregated", type=float, default=0.3, help="fraction of records packed KPL-style")
     up.add_argument("--seed", type=int, default=7, help="seed of the producer's key choice")
+    up.add_argument("--key-skew", type=float, default=1.2,
+                    help="Zipf exponent of the producer's partition keys (default 1.2: hot and nearly idle shards; "
+                         "0: no hot keys, every shard within a few times the mean rate)")
     mode = up.add_mutually_exclusive_group()
     mode.add_argument("--no-spark", dest="spark", action="store_false",
                       help="plain agents with a counting processor, for a quick look")
@@ -133,6 +136,7 @@ def run_up(args: argparse.Namespace) -> int:
     directory = run_dir(args.run_dir)
     options = StackOptions(run_dir=directory, shards=args.shards, agents=args.agents, coordinators=args.coordinators,
                            rate=args.rate, aggregated_fraction=args.aggregated, seed=args.seed,
+                           zipf_exponent=args.key_skew,
                            use_aws=args.aws, create_stream=args.create_stream, api_port=_api_port(args, settings),
                            aws_limits=args.aws_limits,
                            spark=args.spark, spark_master=args.spark_master,

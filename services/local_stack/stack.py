@@ -79,6 +79,9 @@ class StackFailed(ShardherdError, RuntimeError):
     """A part of the stack did not start."""
 
 
+MAX_KEY_SKEW = 10.0  # beyond it nearly every record has the first key: one hot shard, the rest idle
+
+
 @dataclass(frozen=True)
 class StackOptions:
     """What `shardherd up` was asked for."""
@@ -111,6 +114,9 @@ class StackOptions:
         if self.spark and self.poison_policy is not None:
             raise ConfigError("--poison-policy needs plain agents (--no-spark): Spark agents do not bisect batches "
                               "or quarantine records (docs/spark.md)")
+        if not 0 <= self.zipf_exponent <= MAX_KEY_SKEW:
+            raise ConfigError(f"--key-skew is between 0 (every shard alike) and {MAX_KEY_SKEW:g} "
+                              f"(got {self.zipf_exponent:g})")
 
     @property
     def pipeline_dir(self) -> Path:

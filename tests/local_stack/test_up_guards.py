@@ -120,6 +120,10 @@ def test_bad_settings_and_emulator_limits_fail_in_one_line(tmp_path: Path) -> No
     assert too_many.returncode == 2, too_many.stdout
     assert "Traceback" not in too_many.stderr and len(too_many.stderr.strip().splitlines()) == 1, too_many.stderr
     assert "refused CreateStream of stream shardherd-local (100000 shards): LimitExceededException" in too_many.stderr
+    skewed = _shardherd("up", "--no-spark", "--duration", "5", "--key-skew", "-1", "--run-dir", str(tmp_path / "c"))
+    assert skewed.returncode == 2, skewed.stdout
+    assert "Traceback" not in skewed.stderr and len(skewed.stderr.strip().splitlines()) == 1, skewed.stderr
+    assert "--key-skew is between 0 (every shard alike) and 10 (got -1)" in skewed.stderr
 
 
 def test_a_taken_api_port_fails_up_loudly(tmp_path: Path) -> None:
