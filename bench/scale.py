@@ -93,6 +93,7 @@ class LeaderRuns:
     def __init__(self, client: OperatorClient) -> None:
         self._client = client
         self.durations: dict[tuple[int, float], float] = {}
+        self.full: dict[tuple[int, float], tuple[float, float, float]] = {}  # full runs: (duration, scan, decide) ms
         self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
         self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
         self._stop = threading.Event()
@@ -107,6 +108,9 @@ class LeaderRuns:
                 continue
             for run in status.get("runs", ()):
                 self.durations[(run["epoch"], run["started_at"])] = run["duration_ms"]
+                if run.get("scanned", True):
+                    self.full[(run["epoch"], run["started_at"])] = (
+                        run["duration_ms"], run.get("scan_ms", 0.0), run.get("decide_ms", 0.0))
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
             for move in status.get("recent_moves", ()):
@@ -116,6 +120,12 @@ class LeaderRuns:
         """Stop watching."""
         self._stop.set()
         self._thread.join(10)
+
+    def summary(self) -> str:
+        """Every published run's time; the full runs' (both tables read) apart, with their scan and decide times."""
+        full = list(self.full.values())
+        return (f"{percentiles(list(self.durations.values()))}; full runs {percentiles([run[0] for run in full])}, "
+                f"their scans {percentiles([run[1] for run in full])}, decides {percentiles([run[2] for run in full])}")
 
 
 def _owners(client: OperatorClient) -> dict[str, dict[str, Any]]:
@@ -313,7 +323,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
               f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
         kbps, cpus, leases, workers = _live_fleet(client, store_settings, state)
         print_bill(window, minutes, leases, workers)
-        print(f"leader runs: {percentiles(list(runs.durations.values()))}")
+        print(f"leader runs: {runs.summary()}")
         _print_memory(state, plain, spark)
         killed, resumed = _kill(state, args.limit)
     finally:

@@ -445,6 +445,7 @@ class LeaderLoop:
         or to write it fails the run (the next tick then scans again).
         """
         term.view, term.on_view = None, False
+        scanning = self._clock.monotonic()
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
@@ -493,7 +494,7 @@ class LeaderLoop:
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
-            decide_ms=decide_ms, scan_reason=reason, scale=scale,
+            decide_ms=decide_ms, scan_reason=reason, scale=scale, scan_ms=(now - scanning) * 1000,
         )
 
     def _fleet_stalls(self, active: Sequence[WorkerRecord], leases: Collection[Lease]) -> bool:

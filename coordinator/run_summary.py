@@ -42,6 +42,7 @@ class RunSummary:
     balancing_error: str | None = None  # the run went on without balancing (leases were still assigned)
     decide_ms: float = 0.0  # this process's CPU time in the decider (the run's time minus store waits, roughly)
     scanned: bool = True  # a full run (both tables scanned); False: a tick on the leader's view (scan_policy)
+    scan_ms: float = 0.0  # a full run's time reading both tables (wall clock: store waits and this process's CPU)
     scan_reason: str | None = None  # why a full run scanned
     scale: ScaleFigure | None = None  # the desired-worker count of a full run (coordinator/scale_model.py)
     worker_rows: int = 0  # rows in the worker table, live or not (a full run's scan)

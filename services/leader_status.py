@@ -133,6 +133,9 @@ class RunRecord(_Frozen):
     epoch: int
     started_at: float = Field(description="wall-clock seconds since the epoch on the leader")
     duration_ms: float
+    scanned: bool = Field(default=True, description="a full run (both tables read); false: a tick on the view")
+    scan_ms: float = Field(default=0.0, description="a full run's time reading both tables")
+    decide_ms: float = Field(default=0.0, description="the run's CPU time in the decider")
     ok: bool
     error: str | None = None
     leases: int
@@ -155,8 +158,10 @@ class RunRecord(_Frozen):
     def of(cls, summary: RunSummary) -> RunRecord:
         """The compact record of a run summary."""
         plan = summary.plan
-        return cls(epoch=summary.epoch, started_at=summary.started_at, duration_ms=summary.duration_ms,
-                   ok=summary.ok, error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
+        return cls(epoch=summary.epoch, started_at=summary.started_at, duration_ms=round(summary.duration_ms, 1),
+                   scanned=summary.scanned, scan_ms=round(summary.scan_ms, 1), decide_ms=round(summary.decide_ms, 1),
+                   ok=summary.ok,
+                   error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
                    worker_rows=summary.worker_rows, expired_leases=summary.expired_leases,
                    malformed_rows=summary.malformed_rows,
                    balanced=summary.balanced_this_run, shard_sync_ran=summary.shard_sync_ran,
@@ -262,10 +267,10 @@ def _item(status: LeaderStatus, text: str) -> dict[str, StateValue]:
 def encode(status: LeaderStatus) -> str:
     """The status as compact JSON, shrunk until the item fits MAX_STATUS_BYTES.
 
-    The oldest moves go first (down to MIN_KEPT_MOVES), then the oldest runs (the newest stays), then unplaced
-    leases, then the remaining moves.
+    Fields at their defaults are left out (readers fill them in). The oldest moves go first (down to
+    MIN_KEPT_MOVES), then the oldest runs (the newest stays), then unplaced leases, then the remaining moves.
     """
-    text = status.model_dump_json()
+    text = status.model_dump_json(exclude_defaults=True)
     while state_size(STATUS_KEY, _item(status, text)) > MAX_STATUS_BYTES:
         moves, runs, unplaced = status.recent_moves, status.runs, status.unplaced
         if len(moves) > MIN_KEPT_MOVES:
@@ -280,7 +285,7 @@ def encode(status: LeaderStatus) -> str:
         else:
             break
         status = status.model_copy(update=update)
-        text = status.model_dump_json()
+        text = status.model_dump_json(exclude_defaults=True)
     return text
 
 
