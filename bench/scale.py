@@ -63,6 +63,7 @@ from bench.stack_cost import (
     stop_stack,
     wait_for_state,
 )
+from shardherd.coordinator.moves import MoveReason
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.scenarios import Scenarios, holds_records
 from shardherd.services.local_stack.state import StackState
@@ -95,6 +96,7 @@ class LeaderRuns:
         self.durations: dict[tuple[int, float], float] = {}
         self.full: dict[tuple[int, float], tuple[float, float, float]] = {}  # full runs: (duration, scan, decide) ms
         self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
+        self.balancing: list[tuple[float, int]] = []  # (monotonic, the totals' balancing moves) each time they grew
         self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-runs", daemon=True)
@@ -113,6 +115,10 @@ class LeaderRuns:
                         run["duration_ms"], run.get("scan_ms", 0.0), run.get("decide_ms", 0.0))
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
+                count = sum(n for reason, n in self.moves.items()
+                            if (known := MoveReason.__members__.get(reason)) is None or known.is_balancing)
+                if not self.balancing or count != self.balancing[-1][1]:
+                    self.balancing.append((time.monotonic(), count))
             for move in status.get("recent_moves", ()):
                 self.recent[(move["lease_key"], move["run_started_at"])] = move
 
@@ -120,6 +126,15 @@ class LeaderRuns:
         """Stop watching."""
         self._stop.set()
         self._thread.join(10)
+
+    def balancing_between(self, start: float, end: float) -> tuple[int, float]:
+        """Balancing moves the leader made between two monotonic times, and seconds from `start` until the last of
+        them was seen (0: none)."""
+        before = [count for at, count in self.balancing if at <= start]
+        within = [(at, count) for at, count in self.balancing if start < at <= end]
+        if not within:
+            return 0, 0.0
+        return within[-1][1] - (before[-1] if before else 0), within[-1][0] - start
 
     def summary(self) -> str:
         """Every published run's time; the full runs' (both tables read) apart, with their scan and decide times."""
@@ -333,9 +348,10 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
     # counts them.
     units = [values for caller, values in by_caller(window).items() if caller != "api"]
+    settling = (None, None) if seen.all_owned is None else runs.balancing_between(seen.all_owned, steady_from)
     live = Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
                    changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
-                   max(resumed) if len(resumed) == killed and resumed else None)
+                   max(resumed) if len(resumed) == killed and resumed else None, *settling)
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
     spark_leases = sum(cpus[wid][1] for wid in spark if wid in cpus)
     _simulate(live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),

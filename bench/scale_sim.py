@@ -10,6 +10,8 @@ figures on its virtual clock:
   the live stack's measurement noise (bench/fleet/noise.py), the users' timings (bench/stack_cost.py USER_DEFAULTS);
 * every lease owned, counted from the first lease owned (the live figure from launching `up` includes process
   start-up and the shard sync, which the simulator models differently, so both sides count from the first owner);
+* balancing moves from every lease owned to the steady window (agents still joining are filled by them), and when
+  the last of them came: the time the fleet took to settle;
 * owner changes over the steady window, after the same warm-up, and the store's capacity units per minute there
   (the simulated agents checkpoint as often as the live ones did, and the Spark agents among them read their batch
   ends as often per lease as the live Spark agents did: those reads are the bulk of a mixed fleet's read units);
@@ -69,6 +71,8 @@ class Figures:
     write_units: float | None
     kill_leases: int | None  # leases the killed agent held
     kill_after: float | None  # seconds until each of them is owned (sim) or read (live) elsewhere
+    settle_moves: int | None = None  # balancing moves from every lease owned to the steady window
+    settled_after: float | None = None  # seconds from every lease owned to the last of them (0: none)
 
 
 def _settings() -> dict[str, object]:
@@ -121,16 +125,25 @@ def _join_due(fleet: Fleet, pending: list[_Agent], since: float) -> None:
         pending.pop(0).add_to(fleet)
 
 
-def _start(fleet: Fleet, agents: Sequence[_Agent]) -> float | None:
-    """Add the agents at their offsets from the first lease owned (those at or before it at once); seconds from the
-    first lease owned to every lease owned, once every agent joined (None if not within 600 s)."""
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """Where the start left the fleet: every agent joined, every lease owned (if it was within 600 s)."""
+
+    owned_after: float | None  # seconds from the first lease owned to every lease owned
+    owned_at: float  # the simulation time every lease was owned (the time the start ended if never)
+    moves: int  # the fleet's move count then
+
+
+def _start(fleet: Fleet, agents: Sequence[_Agent]) -> _Started:
+    """Add the agents at their offsets from the first lease owned (those at or before it at once), until every one
+    joined and every lease is owned."""
     pending = sorted(agents)
     early = max(1, sum(1 for agent in pending if agent.offset <= 0))
     for agent in pending[:early]:
         agent.add_to(fleet)
     pending = pending[early:]
     first: float | None = None
-    owned: float | None = None
+    owned: _Started | None = None
     while fleet.events.now() < 600.0 and (owned is None or pending):
         fleet.events.run_until(fleet.events.now() + STEP)
         if first is None and any(lease.actual_owner for lease in fleet.leases()):
@@ -138,8 +151,8 @@ def _start(fleet: Fleet, agents: Sequence[_Agent]) -> float | None:
         if first is not None:
             _join_due(fleet, pending, first)
         if first is not None and owned is None and _owned(fleet):
-            owned = fleet.events.now() - first
-    return owned
+            owned = _Started(fleet.events.now() - first, fleet.events.now(), fleet.moves.moves)
+    return owned or _Started(None, fleet.events.now(), fleet.moves.moves)
 
 
 def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
@@ -156,8 +169,11 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
                   overrides=_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
                   wrap_store=wrap, progress=True, channel=True)
     fleet.calibrate(len(inputs.joins))
-    owned_after = _start(fleet, _agents(inputs))
+    started = _start(fleet, _agents(inputs))
     fleet.events.run_until(fleet.events.now() + inputs.warmup)
+    settle_moves = fleet.moves.moves - started.moves  # every lease is owned: each owner change is a balancing move
+    settled_after = max((at - started.owned_at for at, _, moved in fleet.runs if moved and at > started.owned_at),
+                        default=0.0)
     meters[0].reset()
     fleet.moves.moves = 0
     fleet.events.run_until(fleet.events.now() + inputs.settle)
@@ -176,8 +192,8 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
         live = set(fleet.live())
         return all(lease.actual_owner in live for lease in fleet.leases() if lease.lease_key in victims)
 
-    return Figures(owned_after, steady, usage.read_units / minutes, usage.write_units / minutes, len(victims),
-                   _run_until(fleet, moved, KILL_WATCH))
+    return Figures(started.owned_after, steady, usage.read_units / minutes, usage.write_units / minutes, len(victims),
+                   _run_until(fleet, moved, KILL_WATCH), settle_moves, settled_after)
 
 
 def cpu_inputs(rows: Sequence[tuple[float, int]]) -> tuple[float, float]:
@@ -213,6 +229,8 @@ def side_by_side(live: Figures, sim: Figures) -> str:
     """The comparison table (Markdown), each row marked when live and simulator differ by more than 20 %, or for a
     time by more than LOOKS (the two sides' resolution), whichever is more."""
     rows = [("every lease owned, s after the first was", live.owned_after, sim.owned_after, 1, LOOKS),
+            ("balancing moves from then to the steady window", live.settle_moves, sim.settle_moves, 0, 0.0),
+            ("the last of them, s after every lease was owned", live.settled_after, sim.settled_after, 1, LOOKS),
             ("owner changes in the steady window", live.steady_moves, sim.steady_moves, 0, 0.0),
             ("store read units per minute", live.read_units, sim.read_units, 0, 0.0),
             ("store write units per minute", live.write_units, sim.write_units, 0, 0.0),

@@ -241,7 +241,8 @@ class AgentWorker(SimWorker):
 
     # ---- schedule
     def start(self, first: float) -> None:
-        """The agent starts at `first`: its recorder (under noise) and the keeper loop's ticks."""
+        """The agent starts at `first`: its recorder (under noise), then, once its first CPU report is due (as
+        `Agent.start` waits: agent/runtime.py), the keeper loop's ticks, so its first row is valid (decision 0038)."""
         events = self.fleet.events
 
         def boot() -> None:
@@ -249,8 +250,9 @@ class AgentWorker(SimWorker):
                 self.fleet.signal(self.worker_id, JOINED)
             if self.fleet.noise is not None:
                 self.fleet.noise.recorder(self)
-            events.every(events.now(), self.fleet.timing.discovery + TICK_LAG, self._tick)
-            self._beat_from(events.now())
+            ticks = events.now() + self.reporter.start()
+            events.every(ticks, self.fleet.timing.discovery + TICK_LAG, self._tick)
+            self._beat_from(ticks)
 
         events.at(first, boot)
 

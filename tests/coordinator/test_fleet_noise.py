@@ -26,10 +26,11 @@ def test_an_added_agent_gets_its_share_with_cpu_metrics_on_and_nothing_moves_aft
     model = NoiseModel(PLAIN_DELIVERY)
     before = run_add_agent(7, model, LOCAL_CPU, settings={"rebalance_fill_on_throughput": False})
     assert (before.leases_new, before.settle_moves) == (0, 0)
-    after = run_add_agent(7, model, LOCAL_CPU)
-    assert after.leases_new == after.settle_moves == 2 and after.runs_to_settle == 1
-    assert after.share_new > 0.9  # of an average agent's KiB/s
-    assert after.after_moves == 0
+    for seed in range(7, 11):  # its share in the first balancing run (1 or 2 leases, by the seed), nothing after
+        after = run_add_agent(seed, model, LOCAL_CPU)
+        assert after.leases_new == after.settle_moves >= 1 and after.runs_to_settle == 1, after
+        assert after.share_new > 0.9, after  # of an average agent's KiB/s
+        assert after.after_moves == 0, after
 
 
 def test_agents_joining_a_fleet_at_tiny_load_each_get_a_share_of_the_leases() -> None:
