@@ -19,7 +19,10 @@ key skew (`shardherd up --key-skew 0`: every shard gets 1/3 to 2x of rate / shar
 default skew leaves some shards a tenth of that, and the quiet pass counted 516 shard-seconds in 40 s), so a shard
 being read grows every poll of its reader), the longest such
 stretch, duplicates (records processed more than once: lines minus distinct keys in the agents' key files), and the
-restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit).
+restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit), and
+for reservations each shard's unread seconds minus the restart time of the agent that held it (issue 36's bound:
+a shard waits no longer than its agent's restart; the stretch starts at the last record before SIGTERM, so a few
+tenths of a second over it is the measure's own).
 The load average is printed with the figures (the machine is shared). The emulators (and PostgreSQL with `--store
 postgres`) run at a higher CPU priority, as bench/scale.py runs them.
 """
@@ -55,6 +58,15 @@ STEP_TIMEOUT = 120.0
 API_TIMEOUT = 30.0  # the operator API on a loaded 2-core host
 
 
+@dataclass(frozen=True)
+class Restart:
+    """One agent's step of a pass: seconds (reservations: SIGTERM to reading again; drains: to the old pod's exit)
+    and the shards it held."""
+
+    seconds: float
+    shards: tuple[str, ...]
+
+
 @dataclass
 class Pass:
     """What one pass saw."""
@@ -63,7 +75,7 @@ class Pass:
     moves: int = 0
     gaps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # seconds, per shard
     duplicates: int = 0
-    restarts: list[float] = field(default_factory=list)  # seconds per agent
+    restarts: list[Restart] = field(default_factory=list)  # per agent that held leases
     load: str = ""
 
 
@@ -170,7 +182,7 @@ def _agents(run_dir: Path) -> list[str]:
     return [entry.name for entry in StackState.read(run_dir).by_role("agent")]
 
 
-def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
+def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[Restart]:
     """Restart every agent in place under a reservation; seconds from SIGTERM to reading again, per agent."""
     state = StackState.read(run_dir)
     client = OperatorClient(state.api_urls(), state.api_token(), timeout=API_TIMEOUT)
@@ -189,7 +201,7 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
             _wait(functools.partial(_reads_again, watch, name, started), f"{name} reading again")
             back = watch.reads_again(name, started)
             assert back is not None
-            times.append(back - sent)
+            times.append(Restart(back - sent, tuple(held)))
             print(f"    {name}: restarted holding {len(held)} leases, reading again {back - sent:.1f} s after "
                   "SIGTERM", flush=True)
     finally:
@@ -197,17 +209,18 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[float]:
     return times
 
 
-def drains(run_dir: Path, watch: Watch) -> list[float]:
+def drains(run_dir: Path, watch: Watch) -> list[Restart]:
     """Replace every agent: a new one up, then the old one drained (SIGTERM); seconds from SIGTERM to its exit."""
     state = StackState.read(run_dir)
     times = []
     for name in _agents(run_dir):
         new = str(request(state.control_socket, "add-agent")["name"])
         _wait(functools.partial(_row_shows, run_dir, new), f"{new}'s first heartbeat")
+        held = watch.held_by(name)
         sent = time.monotonic()
         request(state.control_socket, "kill", timeout=STEP_TIMEOUT, name=name, signal="SIGTERM")
-        times.append(time.monotonic() - sent)
-        print(f"    {name}: drained and stopped in {times[-1]:.1f} s (replaced by {new})", flush=True)
+        times.append(Restart(time.monotonic() - sent, tuple(held)))
+        print(f"    {name}: drained and stopped in {times[-1].seconds:.1f} s (replaced by {new})", flush=True)
     return times
 
 
@@ -239,7 +252,7 @@ def _row_shows(run_dir: Path, worker: str) -> bool:
         client.close()
 
 
-def run_pass(name: str, act: Callable[[], list[float]], watch: Watch, records_dir: Path, settle: float) -> Pass:
+def run_pass(name: str, act: Callable[[], list[Restart]], watch: Watch, records_dir: Path, settle: float) -> Pass:
     """One pass: count from now, act, settle, stop counting; duplicates from the key files before and after."""
     figures = Pass(name)
     lines0, distinct0 = key_counts(records_dir)
@@ -259,17 +272,21 @@ def per_shard(figures: Pass) -> str:
     stretches = sum(len(gaps) for gaps in figures.gaps.values())
     if not totals:
         return f"{figures.name}: no stretch"
+    over = [sum(figures.gaps.get(shard, ())) - step.seconds for step in figures.restarts for shard in step.shards]
+    beyond = (f"; unread minus its agent's restart time, per shard it held: median {statistics.median(over):.1f} s, "
+              f"max {max(over):.1f} s") if over and figures.name == "reservations" else ""
     return (f"{figures.name}: per shard median {statistics.median(totals):.1f} s, max {max(totals):.1f} s, "
-            f"{stretches} stretches")
+            f"{stretches} stretches{beyond}")
 
 
 def line(figures: Pass, shards: int) -> str:
     """One row of the table."""
     gaps = [gap for shard_gaps in figures.gaps.values() for gap in shard_gaps]
-    restart = statistics.median(figures.restarts) if figures.restarts else float("nan")
+    seconds = [step.seconds for step in figures.restarts]
+    restart = statistics.median(seconds) if seconds else float("nan")
     return (f"{figures.name:<13}{figures.moves:>6}{sum(gaps):>12.1f}{max(gaps, default=0.0):>10.1f}"
             f"{len(figures.gaps):>8}/{shards:<3}{figures.duplicates:>6}{restart:>10.1f}"
-            f"{max(figures.restarts, default=float('nan')):>9.1f}   {figures.load}")
+            f"{max(seconds, default=float('nan')):>9.1f}   {figures.load}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
