@@ -429,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the lease store: a throwaway PostgreSQL (the default: moto is one single-threaded "
                              "Python process, and 32 agents' checkpoints and heartbeats starve the leader lock's "
                              "calls there), or the stack's moto server")
+    parser.add_argument("--kinesis-limits", action=argparse.BooleanOptionalAction, default=True,
+                        help="Kinesis through the stack's limits proxy (`shardherd up --aws-limits`, the default)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # unwind: the stack and PostgreSQL stop
     # An installed package carries its bytecode; an editable checkout under PYTHONDONTWRITEBYTECODE=1 compiles every
@@ -440,7 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {**os.environ, **USER_DEFAULTS, "SHARDHERD_STORE_METER_DIR": str(meters)}
     command = [sys.executable, "-m", "shardherd", "up", "--no-spark", "--api-port", "0", "--run-dir", str(run),
                "--shards", str(args.shards), "--agents", str(args.agents), "--rate", str(args.rate),
-               "--startup-timeout", str(args.limit), "--duration", str(3 * args.limit + args.warmup + args.settle)]
+               "--startup-timeout", str(args.limit), "--duration", str(3 * args.limit + args.warmup + args.settle),
+               "--aws-limits" if args.kinesis_limits else "--no-aws-limits"]
     postgres = PostgresServer().start() if args.store == "postgres" else None
     if postgres is not None:
         favour([postgres.pid])  # before any connection: each backend forked from it inherits the priority
