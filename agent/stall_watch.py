@@ -10,7 +10,7 @@ Invariants:
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
    reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart); once its
-   reads only *failed* since its last progress (`fail_give_up_after`: at red); or once it made none for
+   reads only *failed* since its last progress (at red, `red_after`); or once it made none for
    `give_up_after` (red_after + 3 failover times), whatever its reader does. A read *failed* when it got no answer
    but a refusal or hit its deadline: credentials rejected or not refreshed (ExpiredToken), a malformed body, a 5xx,
    throttling, a connection refused or timed out (the reader reports it with `failed(key, why)`; the agent's Kinesis
@@ -83,8 +83,7 @@ def verdict(since_progress: float, running: bool, bounds: StallBounds, kept: boo
         return Verdict.GIVE_UP
     if kept:
         return Verdict.HELD
-    bound = bounds.fail_give_up_after if failing else bounds.give_up_after
-    if since_progress > bound and since_kept > bounds.give_up_after - bounds.red_after:
+    if (failing or since_progress > bounds.give_up_after) and since_kept > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
 

@@ -369,7 +369,7 @@ def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts
             stack.produce(30, "a")
             wait_for(stack.all_delivered, 30, "the first records delivered")
             proxy.set(Chaos(reply=INTERNAL_ERROR))
-            time.sleep(agent.stalls.bounds.fail_give_up_after * 2 / 3)
+            time.sleep(agent.stalls.bounds.red_after * 2 / 3)
             proxy.set(CALM)
             stack.produce(30, "b")
             wait_for(stack.all_delivered, 30, "every record delivered after the heal")

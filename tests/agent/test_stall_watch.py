@@ -14,7 +14,7 @@ from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.stall_bounds import StallBounds
 from tests.support.fast_settings import fast_settings
 
-BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, fail_give_up_after=3.0, report_after=2.0, fail_report_after=1.0)
+BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, report_after=2.0, fail_report_after=1.0)
 
 
 class Fleet:
@@ -36,7 +36,7 @@ def watch(clock: ManualClock, fleet: Fleet) -> StallWatch:
 
 def test_the_bounds_come_from_the_heartbeat_interval_and_the_failover_time() -> None:
     settings = load_settings(**fast_settings(failover_time_millis=3000, heartbeat_interval_millis=1000))
-    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 3.0, 2.0, 1.0)
+    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 2.0, 1.0)
 
 
 def test_verdicts_at_the_edges() -> None:
@@ -265,10 +265,10 @@ def test_a_hung_read_fails_at_its_deadline_before_the_failing_bound() -> None:
     comes after red: a hung lease goes at its first failed read); botocore's 30 s read timeout did not."""
     defaults = load_settings()
     bounds = StallBounds.from_settings(defaults)
-    assert kinesis_timeouts(defaults) == (2.5, 5.0) and bounds.fail_give_up_after > 5.0
+    assert kinesis_timeouts(defaults) == (2.5, 5.0) and bounds.red_after > 5.0
     short = load_settings(failover_time_millis=3000)
     connect, read = kinesis_timeouts(short)
-    assert connect < StallBounds.from_settings(short).fail_give_up_after < read < failover_plus_five(short)
+    assert connect < StallBounds.from_settings(short).red_after < read < failover_plus_five(short)
 
 
 def failover_plus_five(settings: Settings) -> float:
