@@ -18,6 +18,10 @@ checkpoint); and a receiver that has waited for a previous owner longer than the
 time (the leader's own bound on a pending handoff) completes it itself, from the last checkpoint, as the previous
 owner does at its timeout.
 
+A lease lost while one of its checkpoints is in flight (fenced during a store outage whose retries outlast the
+fencing deadline) is not taken up again until that write has ended: a new worker started from a row read meanwhile
+would deliver again what that write then covers.
+
 Safety rule (self-fencing): the leader moves a lease only after it has watched the owner's heartbeat (or the lease's
 counter) stay unchanged for the failover time, starting no earlier than the moment the last successful write was
 sent. The keeper stops every lease once `failover - margin` has passed since that send time, so processing always ends
@@ -30,6 +34,7 @@ import contextvars
 import enum
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -163,6 +168,7 @@ class LeaseKeeper:
         self._progress = progress
         self._timing = KeeperTiming.from_settings(settings)
         self._held: dict[str, HeldLease] = {}
+        self._writing: Counter[str] = Counter()  # checkpoint writes in flight, by lease: not re-acquired meanwhile
         self._guard = threading.RLock()
         self._row_guard = threading.RLock()  # reentrant: a give-back inside a row write never waits on itself
         self._heartbeat_count = 0
@@ -215,8 +221,19 @@ class LeaseKeeper:
         """
         with self._guard:
             held = self._held.get(lease_key)
-        if held is None:
-            return Outcome.lost(Conflict.OWNERSHIP, None)
+            if held is None:
+                return Outcome.lost(Conflict.OWNERSHIP, None)
+            self._writing[lease_key] += 1
+        try:
+            return self._write_checkpoint(lease_key, held, checkpoint, progress, hand_over)
+        finally:
+            with self._guard:
+                self._writing[lease_key] -= 1
+                if not self._writing[lease_key]:
+                    del self._writing[lease_key]
+
+    def _write_checkpoint(self, lease_key: str, held: HeldLease, checkpoint: Checkpoint,
+                          progress: LeaseProgress | None, hand_over: bool) -> Outcome:
         if progress is None and self._progress:
             progress = self._progress([lease_key]).get(lease_key)
         if progress is not None:  # when it was written: the operator API's checkpoint age counts from it
@@ -608,7 +625,9 @@ class LeaseKeeper:
                 log.warning("discovery failed: %s", exc)
                 return
         held = self.held()
-        new, gone = sorted(owned - held.keys()), sorted(held.keys() - owned)
+        with self._guard:  # a lease lost while its checkpoint is in flight is re-read once that write has ended
+            writing = set(self._writing)
+        new, gone = sorted(owned - held.keys() - writing), sorted(held.keys() - owned)
         watched = sorted(pause_rechecks(held, owned, told)) if told is not None else []
         unheld = unheld_handoffs(told, held)
         rows = self._read_leases(new + gone + watched + unheld)

@@ -194,6 +194,7 @@ class Agent:
         if self.watch is not None:
             self.keeper.attach_channel(self.watch.healthy, self.watch.news, self.watch.beat)
         self.workers: dict[str, ShardWorker] = {}
+        self._leaving: dict[str, ShardWorker] = {}  # workers told to stop, by lease, until their lease comes back
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []  # the heartbeat and lease keeper loops, once started
@@ -228,8 +229,9 @@ class Agent:
             self.throughput.seed(lease.lease_key, lease.throughput_kbps)
         if lease.is_finished:
             return
-        worker = ShardWorker(lease, self._context)
         with self._guard:
+            previous = self._leaving.pop(lease.lease_key, None)
+            worker = ShardWorker(lease, self._context, previous)
             self.workers[lease.lease_key] = worker
         worker.start(self.supervisor)
 
@@ -246,6 +248,9 @@ class Agent:
         """Stop the lease's worker at once (a completed handoff's worker has already stopped)."""
         with self._guard:
             worker = self.workers.pop(lease_key, None)
+            self._leaving = {key: left for key, left in self._leaving.items() if left.thread.is_alive()}
+            if worker is not None:
+                self._leaving[lease_key] = worker
         if worker is not None and reason is not LossReason.HANDED_OFF:
             worker.request_stop(Stop.LOST if reason is not LossReason.RELEASED else Stop.SHUTDOWN)
         self.throughput.drop(lease_key)

@@ -126,9 +126,10 @@ def start_position(lease: Lease, initial_timestamp: datetime | None) -> StartPos
 class ShardWorker:
     """Processes one lease until it ends, is handed off, is lost, or the agent shuts down."""
 
-    def __init__(self, lease: Lease, context: ShardContext) -> None:
+    def __init__(self, lease: Lease, context: ShardContext, previous: ShardWorker | None = None) -> None:
         self.lease = lease
         self._ctx = context
+        self._previous = previous  # this shard's last worker in this process, maybe still finishing its batch
         self._stop: Stop | None = None
         self._reader: ShardReader | Prefetcher | None = None
         self._guard = threading.Lock()
@@ -174,6 +175,7 @@ class ShardWorker:
 
     def _run(self) -> None:
         key = self.lease.lease_key
+        self._await_previous()
         while True:
             self._beat()
             failure = self._attempt()
@@ -193,6 +195,18 @@ class ShardWorker:
         self._ctx.progress.drop(key)
         if self._hand_over:  # last: a paused lease may be resumed at once, and its new worker's figures must stay
             self._ctx.keeper.finish_handoff(key)
+
+    def _await_previous(self) -> None:
+        """Wait until this shard's previous worker in this process has ended (told to stop, it finishes its batch).
+
+        Its last checkpoint is then in the keeper's row, which `_attempt` starts from: started at once, this worker
+        read from the row as it was before that checkpoint and delivered again records it covered (issue 30's
+        covered duplicates under DynamoDB 5xx: a lease fenced and taken up again while its batch was checkpointed).
+        Not progress: a previous worker that never ends leaves the lease stalled, and the stall watch gives it back.
+        """
+        previous, self._previous = self._previous, None
+        while previous is not None and previous.thread.is_alive() and self._stop is None:
+            previous.thread.join(0.1)
 
     def _pause(self, seconds: float) -> None:
         """Wait before the next attempt, in short steps so a stop request ends the wait."""

@@ -10,7 +10,7 @@ Invariants:
    while one is (`problem`), and /metrics lists it.
 3. A stalled lease is given back (released, reported as refused so the leader gives it to another worker) once its
    reader cannot be restarted (it says it is not running: its thread is dead or waiting for a restart); once its
-   reads only *failed* since its last progress (`fail_give_up_after`: at red); or once it made none for
+   reads only *failed* since its last progress (at red, `red_after`); or once it made none for
    `give_up_after` (red_after + 3 failover times), whatever its reader does. A read *failed* when it got no answer
    but a refusal or hit its deadline: credentials rejected or not refreshed (ExpiredToken), a malformed body, a 5xx,
    throttling, a connection refused or timed out (the reader reports it with `failed(key, why)`; the agent's Kinesis
@@ -27,10 +27,13 @@ Invariants:
    down), is no verdict: invariant 3 holds, counting the give-up span after red (3 failover times) from the last
    fresh word that the fleet stalls as well. So a leader change (no answer for a few seconds), or a verdict that
    turns for a moment (one worker's leases fenced and handed on, not yet stalled again), does not give back at once
-   every lease an outage has kept long past its bound. The give-back of failing reads at red leaves the verdict the
-   1-2 heartbeat intervals after the reports of invariant 5 to arrive (the row is written at once, the leader runs
-   on the news, the feed wakes listeners when its verdict turns: coordinator/assignment_feed.py). It is a margin,
-   not a proof: see decision 0026's amendments.
+   every lease an outage has kept long past its bound. Nor does red come the moment the word ends: a lease kept
+   for it stays held (health green) for `red_after` after its last fresh word, the time it has to read again, as
+   after progress (at a heal the leader's verdict turns once most workers read again, and a reader whose hung call
+   the heal ended reads a second or two later: its agent flashed red, session 23). The give-back of failing reads
+   at red leaves the verdict the 1-2 heartbeat intervals after the reports of invariant 5 to arrive (the row is
+   written at once, the leader runs on the news, the feed wakes listeners when its verdict turns:
+   coordinator/assignment_feed.py). It is a margin, not a proof: see decision 0026's amendments.
    The same holds per lease under the leader's per-lease verdict (decision 0043, coordinator/shard_stall.py): a
    lease whose reads stalled at two workers or more is the shard's fault (or the service's), not this worker's, and
    handing it round only pays a move per owner; while the leader's word that this lease is shard-stalled is fresh
@@ -74,17 +77,17 @@ def verdict(since_progress: float, running: bool, bounds: StallBounds, kept: boo
     """The rule of invariants 2 to 4 for one lease.
 
     `kept`: a fresh verdict of the leader says the fleet stalls now, or that this lease stalls at every owner;
-    `since_kept`: seconds since such a word last did (a kept lease is given back only once that is longer than the
-    give-up span after red as well); `failing`: the lease's reads only failed since its last progress.
+    `since_kept`: seconds since such a word last did (a lease stays held for `red_after` after it, and is given back
+    only once that is longer than the give-up span after red as well); `failing`: the lease's reads only failed
+    since its last progress.
     """
     if since_progress <= bounds.red_after:
         return Verdict.OK
     if not running:
         return Verdict.GIVE_UP
-    if kept:
+    if kept or since_kept <= bounds.red_after:  # a kept lease's red bound counts from the end of the word (no flash)
         return Verdict.HELD
-    bound = bounds.fail_give_up_after if failing else bounds.give_up_after
-    if since_progress > bound and since_kept > bounds.give_up_after - bounds.red_after:
+    if (failing or since_progress > bounds.give_up_after) and since_kept > bounds.give_up_after - bounds.red_after:
         return Verdict.GIVE_UP
     return Verdict.STALLED
 

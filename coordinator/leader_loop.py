@@ -81,6 +81,9 @@ class ShardSyncFailed(Exception):
 
 # At most this many runs' carried throughput is kept per worker between two metric reports (a bound on memory).
 _CARRIED_RUNS = 64
+# Failover times a worker whose row shows a lease it newly gave back (it could not read or process it) receives none
+# (decision 0026): handed a lease at once, a worker whose reads fail gave each back at red, again and again.
+GAVE_BACK_FAILOVERS = 3
 VERDICT_SLACK_SECONDS = 0.02  # a run for a worker's verdict comes this long after its failover time ends
 
 
@@ -141,6 +144,8 @@ class _Term:
     # Worker -> its row (last update, heartbeat) when a lease of its own lapsed: it receives nothing until it changes.
     lapsed: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     shard_stalls: ShardStalls | None = None  # leases whose reads stalled at two workers (shard_stall.py)
+    # Worker -> the leases its row reports given back, and when this leader first saw the newest of them (_gave_back).
+    gave_back: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,16 +387,17 @@ class LeaderLoop:
         tracker.observe(scan.leases, workers, now)
         # A non-leader has watched nothing change yet: every worker with a record counts as active.
         active = workers if term is None else [w for w in workers if tracker.worker_alive(w.worker_id, now)]
-        shadow = _Term(term.epoch if term else 0, tracker, now, dict(term.handoff_seen) if term else {},
-                       streams=term.streams if term else frozenset(), figures=dict(term.figures) if term else {},
-                       trends=dict(term.trends) if term else {})
+        last = term if term is not None else _Term(0, tracker, now)  # a non-leader remembers nothing
+        shadow = _Term(last.epoch, tracker, now, dict(last.handoff_seen), streams=last.streams,
+                       figures=dict(last.figures), trends=dict(last.trends))
         views = self._lease_views(shadow, self._in_scope(shadow, scan.leases), workers, now)
-        lines = dict(term.lines) if term is not None else {}
-        reports = term.reports if term is not None else {}  # read only: the loop replaces it, never mutates it
-        lapsed = _lapsed(term.lapsed if term is not None else {}, views, active)
+        reports = last.reports  # read only: the loop replaces it, never mutates it
+        lapsed = _lapsed(last.lapsed, views, active)
+        gave_back = _gave_back(last.gave_back, active, now)
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else (), self._stale(tracker, w, now, lapsed)) for w in active)
-        return self._plan(Snapshot.of(views, workers_seen, lines), True)[0]
+                                               else (), self._stale(tracker, w, now, lapsed, gave_back))
+                        for w in active)
+        return self._plan(Snapshot.of(views, workers_seen, dict(last.lines)), True)[0]
 
     # ------------------------------------------------------------------ one run
     def _watch_while_contending(self) -> None:
@@ -464,8 +470,10 @@ class LeaderLoop:
         balance = joined or reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         term.lapsed = _lapsed(term.lapsed, views, active)
+        term.gave_back = _gave_back(term.gave_back, active, now)
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
-                                          self._stale(term.tracker, w, now, term.lapsed)) for w in active)
+                                          self._stale(term.tracker, w, now, term.lapsed, term.gave_back))
+                   for w in active)
         deciding = time.perf_counter()
         snapshot = Snapshot.of(views, workers, term.lines)
         plan, balance_error = self._plan(snapshot, balance)
@@ -643,8 +651,11 @@ class LeaderLoop:
         return figure
 
     def _stale(self, tracker: LivenessTracker, worker: WorkerRecord, now: float,
-               lapsed: Mapping[str, object]) -> bool:
-        """True for a live worker that must receive no lease: too old a heartbeat, a restart, a lease it let lapse.
+               lapsed: Mapping[str, object], gave_back: Mapping[str, tuple[frozenset[str], float]]) -> bool:
+        """True for a live worker that must receive no lease: old heartbeat, restart, lapsed or given-back lease.
+
+        A lease given back counts for GAVE_BACK_FAILOVERS failover times after the leader first saw it in the row (as
+        for every such worker, the decider still hands it unowned leases when no other worker can take them).
 
         With too old a heartbeat it may have died; one that announced a restart keeps what it holds
         (shared/restart.py) and takes nothing new. A lease of its own that expired (`lapsed`: one it stopped
@@ -652,7 +663,9 @@ class LeaderLoop:
         killed: its metrics row stays fresh for a reporting period), until its row changes. In a CI run one run
         placed a killed KCL worker's expired leases elsewhere and, in the same run, balanced another lease onto it.
         """
+        given = gave_back.get(worker.worker_id)
         return (worker.restart_within_ms is not None or worker.worker_id in lapsed
+                or (given is not None and now - given[1] < GAVE_BACK_FAILOVERS * self._timing.failover)
                 or not tracker.worker_receives(worker.worker_id, now))
 
     def _plan(self, snapshot: Snapshot, balance: bool) -> tuple[Plan, str | None]:
@@ -937,6 +950,22 @@ def _lapsed(previous: Mapping[str, tuple[int, int | None]], views: Iterable[Leas
         if worker.worker_id in owners or previous.get(worker.worker_id) == row:
             lapsed[worker.worker_id] = row
     return lapsed
+
+def _gave_back(previous: Mapping[str, tuple[frozenset[str], float]], workers: Iterable[WorkerRecord],
+               now: float) -> dict[str, tuple[frozenset[str], float]]:
+    """Per worker whose row reports leases given back (`refused`): those leases, and when the newest was first seen.
+
+    A row reports a lease given back for minutes (agent/progress.py); only one not reported at the last run restarts
+    the span. A new leader sees every reported one as new: a worker gives its span once more.
+    """
+    seen: dict[str, tuple[frozenset[str], float]] = {}
+    for worker in workers:
+        keys = frozenset(key for key, progress in worker.lease_progress.items() if progress.refused)
+        if keys:
+            before = previous.get(worker.worker_id)
+            seen[worker.worker_id] = (keys, before[1] if before is not None and keys <= before[0] else now)
+    return seen
+
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"

@@ -27,14 +27,13 @@ GIVE_UP_FAILOVERS = 3
 class StallBounds:
     """Seconds without progress before a held lease is reported, stalled (red), and given back.
 
-    The rule is agent/stall_watch.py's invariants 3 and 5: `give_up_after` while its reader is slow (a call in
-    flight), `fail_give_up_after` while its reads only failed since its last progress; reported to the leader after
-    `fail_report_after` while they fail, `report_after` whatever the reader does.
+    The rule is agent/stall_watch.py's invariants 3 and 5: given back after `give_up_after` while its reader is slow
+    (a call in flight), at `red_after` while its reads only failed since its last progress; reported to the leader
+    after `fail_report_after` while they fail, `report_after` whatever the reader does.
     """
 
     red_after: float
     give_up_after: float
-    fail_give_up_after: float
     report_after: float
     fail_report_after: float
 
@@ -44,4 +43,4 @@ class StallBounds:
         beat = settings.effective_heartbeat_interval_millis / 1000
         red = RED_INTERVALS * beat
         failover = settings.failover_time_millis / 1000
-        return cls(red, red + GIVE_UP_FAILOVERS * failover, red, REPORT_INTERVALS * beat, FAIL_REPORT_INTERVALS * beat)
+        return cls(red, red + GIVE_UP_FAILOVERS * failover, REPORT_INTERVALS * beat, FAIL_REPORT_INTERVALS * beat)

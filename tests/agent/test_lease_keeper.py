@@ -22,7 +22,7 @@ from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import Conflict, LeaseStore, TableNames
 from shardherd.shared.worker import NO_PROGRESS, WorkerState
-from tests.support.faulty_proxy import INTERNAL_ERROR, FaultyProxy
+from tests.support.faulty_proxy import INTERNAL_ERROR, Fault, FaultyProxy
 from tests.support.stores import unique_app, worker_record
 
 KEY = "shardId-000000000000"
@@ -263,15 +263,21 @@ def test_lease_mode_renews_each_lease_and_follows_a_handoff(store: LeaseStore) -
     assert store.get_lease(KEY).lease_counter > renewed.lease_counter  # type: ignore[union-attr]
 
 
+def _direct_and_proxied(moto: MotoServer, proxy: FaultyProxy, prefix: str,
+                        clock: ManualClock) -> tuple[DynamoLeaseStore, DynamoLeaseStore]:
+    """One application's tables (created), reached directly and through `proxy` (2 attempts per call)."""
+    tables = TableNames.for_application(unique_app(prefix))
+    direct = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto.endpoint_url), tables)
+    direct.ensure_tables()
+    return direct, DynamoLeaseStore(make_client("dynamodb", "us-east-1", proxy.endpoint_url), tables,
+                                    retry=RetryPolicy(max_attempts=2, clock=clock))
+
+
 @pytest.mark.dynamodb
 def test_agent_cut_off_from_the_store_fences_itself_before_failover(moto_server: MotoServer) -> None:
     clock = ManualClock()
-    tables = TableNames.for_application(unique_app("fence"))
     with FaultyProxy(moto_server.endpoint_url) as proxy:
-        direct = DynamoLeaseStore(make_client("dynamodb", "us-east-1", moto_server.endpoint_url), tables)
-        direct.ensure_tables()
-        proxied = DynamoLeaseStore(make_client("dynamodb", "us-east-1", proxy.endpoint_url), tables,
-                                   retry=RetryPolicy(max_attempts=2, clock=clock))
+        direct, proxied = _direct_and_proxied(moto_server, proxy, "fence", clock)
         keeper, events = _keeper(proxied, "w1", clock)
         direct.create_lease(new_lease(KEY, TRIM_HORIZON))
         direct.assign(KEY, "w1", None, None)
@@ -559,3 +565,47 @@ def test_a_stalled_lease_reaches_the_row_with_news_and_leaves_it_when_reads_resu
     stalled.clear()
     assert not row_says() and len(news) == told + 2
     assert KEY not in worker_record(store, "w1").lease_progress  # type: ignore[union-attr]  # the row stays small
+
+
+class HoldsCheckpoints(FaultyProxy):
+    """Holds each checkpoint write until `release` is set (while `holding`); fails every request while `failing`."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.holding = False
+        self.failing = False
+        self.held = threading.Event()  # a checkpoint write is being held
+        self.release = threading.Event()
+
+    def _next_for(self, target: str, body: bytes) -> Fault | None:
+        if self.holding and target.endswith(".UpdateItem") and b"checkpointSubSequenceNumber" in body:
+            self.held.set()
+            self.release.wait(20)
+            return super()._next_for(target, body)
+        return INTERNAL_ERROR if self.failing else super()._next_for(target, body)
+
+
+@pytest.mark.dynamodb
+def test_a_lease_fenced_while_its_checkpoint_is_in_flight_is_taken_up_again_only_after_that_write(
+        moto_server: MotoServer) -> None:
+    """Issue 30's covered duplicates: a row read while the write was in flight would start the next worker before it."""
+    clock = ManualClock()
+    with HoldsCheckpoints(moto_server.endpoint_url) as proxy:
+        _, proxied = _direct_and_proxied(moto_server, proxy, "inflight", clock)
+        keeper, events = _holding(proxied, "w1", clock)
+        proxy.holding = True
+        outcomes: list[bool] = []
+        writer = threading.Thread(target=lambda: outcomes.append(keeper.checkpoint(KEY, Checkpoint.at("500")).applied))
+        writer.start()
+        assert proxy.held.wait(10)
+        proxy.failing = True  # the store answers 500: the keeper fences the lease, its checkpoint still in flight
+        _step(clock, 10, keeper)
+        assert events.lost == [(KEY, LossReason.SELF_FENCED)]
+        proxy.failing = False
+        _step(clock, 5, keeper)  # the store answers again (a heartbeat, then discovery) and still names w1 the owner
+        assert events.acquired == [KEY] and KEY not in keeper.held()  # not while the write is in flight
+        proxy.release.set()
+        writer.join(10)
+        assert outcomes == [True]
+        _step(clock, 1.5, keeper)
+        assert events.acquired == [KEY, KEY] and keeper.held()[KEY].checkpoint == Checkpoint.at("500")

@@ -369,7 +369,7 @@ def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts
             stack.produce(30, "a")
             wait_for(stack.all_delivered, 30, "the first records delivered")
             proxy.set(Chaos(reply=INTERNAL_ERROR))
-            time.sleep(agent.stalls.bounds.fail_give_up_after * 2 / 3)
+            time.sleep(agent.stalls.bounds.red_after * 2 / 3)
             proxy.set(CALM)
             stack.produce(30, "b")
             wait_for(stack.all_delivered, 30, "every record delivered after the heal")
@@ -380,3 +380,74 @@ def test_reads_whose_retries_run_out_are_reopened_not_counted_as_failed_attempts
         finally:
             proxy.set(CALM)
             stack.close()
+
+
+class CheckpointsLate(LedgerProcessor):
+    """BAD_SHARD's first batch is ledgered, and checkpointed only once the shard's next worker here initializes.
+
+    The next worker's `initialize` then waits for that checkpoint, so a worker that started from the row as it was
+    before the checkpoint delivers records the checkpoint already covers. The first batch waits 6 s at most (a next
+    worker that waits for this one's end never initializes before; by then the lease is held again).
+    """
+
+    holding = threading.Event()  # the first batch is ledgered, its checkpoint not yet asked for
+    successor = threading.Event()  # a later worker of BAD_SHARD initializes
+    stored: list[tuple[int, tuple[int, int]]] = []  # the ledger's length once that checkpoint returned, its position
+
+    def initialize(self, shard_id: str, start: Checkpoint) -> None:
+        super().initialize(shard_id, start)
+        self.shard = shard_id
+        if shard_id == BAD_SHARD and CheckpointsLate.holding.is_set():
+            CheckpointsLate.successor.set()
+            wait_for(lambda: bool(CheckpointsLate.stored), 10, "the previous worker's late checkpoint")
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer,
+                        millis_behind_latest: int | None) -> None:
+        if self.shard != BAD_SHARD or not records or CheckpointsLate.holding.is_set():
+            super().process_records(records, checkpointer, millis_behind_latest)
+            return
+        self.ledger.add(self.worker, records)
+        CheckpointsLate.holding.set()
+        CheckpointsLate.successor.wait(6)
+        checkpointer.checkpoint(records[-1])
+        CheckpointsLate.stored.append((len(self.ledger.entries), (int(records[-1].sequence_number),
+                                                                  records[-1].sub_sequence_number)))
+
+    shard = ""
+
+
+def test_a_lease_taken_up_again_while_its_batch_is_checkpointed_starts_after_that_checkpoint(
+        moto_server: MotoServer, kinesalite: NodeEmulator) -> None:
+    """Issue 30: under DynamoDB 5xx a run redelivered 11 records a checkpoint already covered.
+
+    The agent fenced itself while a batch of a shard was being checkpointed, took the lease up again once the store
+    answered, and started a new worker from the row it read then; the old worker's checkpoint landed afterwards (the
+    keeper held the lease again, so it was accepted) and the new worker delivered the batch again. Here the old
+    worker's checkpoint is held back until the new worker initializes. A new worker waits until the old one ended
+    and starts after its checkpoint: no record is delivered again after a checkpoint covered it. About 10 s.
+    """
+    CheckpointsLate.holding.clear()
+    CheckpointsLate.successor.clear()
+    CheckpointsLate.stored.clear()
+    with ChaosProxy(moto_server.endpoint_url) as proxy:
+        stack = Stack(moto_server, kinesalite)
+        try:
+            stack.add_agent("agent-1", kind=CheckpointsLate, dynamodb_endpoint_url=proxy.endpoint_url)
+            stack.wait_owned("agent-1", 30)
+            stack.produce(60, "a")
+            wait_for(CheckpointsLate.holding.is_set, 30, "a batch of the shard waiting for its checkpoint")
+            agent = stack.agents["agent-1"]
+            proxy.set(Chaos(reply=INTERNAL_ERROR))  # every store call fails: the agent fences its leases
+            wait_for(lambda: BAD_SHARD not in agent.keeper.held(), 10, "the shard's lease fenced")
+            proxy.set(CALM)
+            wait_for(lambda: bool(CheckpointsLate.stored), 15, "the held-back checkpoint stored")
+            stack.produce(30, "b")
+            wait_for(stack.all_delivered, 30, "every record delivered")
+        finally:
+            proxy.set(CALM)
+            stack.close()
+    stored_at, position = CheckpointsLate.stored[0]
+    later = [(int(sequence), sub) for shard, sequence, sub, _, _ in stack.ledger.entries[stored_at:]
+             if shard == BAD_SHARD]
+    assert later, "the shard read on after the checkpoint"
+    assert not [p for p in later if p <= position], f"delivered again after checkpoint {position}: {later}"

@@ -14,7 +14,7 @@ from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.stall_bounds import StallBounds
 from tests.support.fast_settings import fast_settings
 
-BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, fail_give_up_after=3.0, report_after=2.0, fail_report_after=1.0)
+BOUNDS = StallBounds(red_after=3.0, give_up_after=8.0, report_after=2.0, fail_report_after=1.0)
 
 
 class Fleet:
@@ -36,7 +36,7 @@ def watch(clock: ManualClock, fleet: Fleet) -> StallWatch:
 
 def test_the_bounds_come_from_the_heartbeat_interval_and_the_failover_time() -> None:
     settings = load_settings(**fast_settings(failover_time_millis=3000, heartbeat_interval_millis=1000))
-    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 3.0, 2.0, 1.0)
+    assert StallBounds.from_settings(settings) == StallBounds(3.0, 12.0, 2.0, 1.0)
 
 
 def test_verdicts_at_the_edges() -> None:
@@ -146,13 +146,44 @@ def test_a_stale_or_missing_fleet_verdict_falls_back_to_giving_back_a_give_up_sp
     assert word() and fleet.given == []
     clock.advance(0.1)
     assert not word()
-    assert stalls.problem() is not None  # red again at once
-    clock.advance(4.9)  # 5 s since the word was last fresh (the check at its freshness bound saw it)
+    assert stalls.problem() is None  # held for the red bound more, counted from the word's last fresh moment
+    clock.advance(2.9)
+    assert stalls.problem() is None
+    clock.advance(0.1)
+    assert stalls.problem() is not None  # red once the lease had its red bound since the word
+    clock.advance(1.9)  # 5 s since the word was last fresh (the check at its freshness bound saw it)
     stalls.check()
     assert fleet.given == []
     clock.advance(0.1)
     stalls.check()
     assert fleet.given == ["a"] and stalls.given_up == 1
+
+
+def test_a_lease_kept_through_a_fleet_wide_stall_is_not_red_the_moment_the_verdict_ends() -> None:
+    """Session 23's 5-minute Kinesis blackhole: an agent's /healthz flashed red 2 s after the heal. The leader's
+    verdict turned once most workers read again, and a lease whose reader had not read yet was red at once, its red
+    bound counted from its progress before the outage. Now it has the red bound from the verdict's end to read."""
+    clock, fleet = ManualClock(), Fleet("a", "b")
+    word = FleetVerdict(clock, fresh_for=BOUNDS.red_after)
+    stalls = StallWatch(clock, BOUNDS, lambda: fleet.held, fleet.give_back, fleet_stalls=word)
+    stalls.check()
+    for _ in range(600):  # 300 s without progress, the leader saying "the fleet stalls" every 0.5 s
+        clock.advance(0.5)
+        word.heard(True)
+        stalls.check()
+    stalls.progressed("a")  # the heal: "a" reads again, and the leader's verdict turns
+    word.heard(False)
+    for _ in range(6):  # "b" reads 3 s (the red bound) after the verdict's last fresh word
+        assert stalls.problem() is None and fleet.given == []
+        clock.advance(0.5)
+        stalls.progressed("a")
+        word.heard(False)
+        stalls.check()
+    assert stalls.problem() is None
+    clock.advance(0.1)
+    assert stalls.problem() == "lease b made no progress for 303.1 s (bound 3.0 s)"  # none by then: red
+    stalls.progressed("b")
+    assert stalls.problem() is None and fleet.given == []
 
 
 def test_without_any_word_of_the_leader_the_rule_is_todays() -> None:
@@ -265,10 +296,10 @@ def test_a_hung_read_fails_at_its_deadline_before_the_failing_bound() -> None:
     comes after red: a hung lease goes at its first failed read); botocore's 30 s read timeout did not."""
     defaults = load_settings()
     bounds = StallBounds.from_settings(defaults)
-    assert kinesis_timeouts(defaults) == (2.5, 5.0) and bounds.fail_give_up_after > 5.0
+    assert kinesis_timeouts(defaults) == (2.5, 5.0) and bounds.red_after > 5.0
     short = load_settings(failover_time_millis=3000)
     connect, read = kinesis_timeouts(short)
-    assert connect < StallBounds.from_settings(short).fail_give_up_after < read < failover_plus_five(short)
+    assert connect < StallBounds.from_settings(short).red_after < read < failover_plus_five(short)
 
 
 def failover_plus_five(settings: Settings) -> float:

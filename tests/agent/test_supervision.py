@@ -246,8 +246,8 @@ def test_a_driver_whose_reads_fail_for_good_gives_its_lease_back_and_says_so(
             with caplog.at_level(logging.ERROR, logger="shardherd.agent.stall_watch"):
                 wait_for(lambda: agent.stalls.given_up == 1, bounds.give_up_after + 2, "the lease given back")
             given = time.monotonic() - failing
-            print(f"\nreads failing: lease given back after {given:.2f} s (bound {bounds.fail_give_up_after:.1f} s)")
-            assert bounds.fail_give_up_after - 0.5 <= given <= bounds.fail_give_up_after + 1.5
+            print(f"\nreads failing: lease given back after {given:.2f} s (bound {bounds.red_after:.1f} s)")
+            assert bounds.red_after - 0.5 <= given <= bounds.red_after + 1.5
             assert any(KEY in record.getMessage() and "ExpiredTokenException" in record.getMessage()
                        for record in caplog.records)
             lease = store.get_lease(KEY)

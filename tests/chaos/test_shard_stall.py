@@ -70,8 +70,8 @@ def test_a_shard_failing_at_every_owner_moves_at_most_once_and_the_rest_flows(
             assert agent.kinesis_proxy is not None
             agent.kinesis_proxy.set(Chaos(shard=hot, reply=INTERNAL_ERROR))
         kept = wait_for(lambda: metric(coordinator, "shardherd_shard_stalled_leases") == 1,
-                        3 * bounds.fail_give_up_after, "the leader judging the shard stalled at two workers")
-        time.sleep(max(0.0, start + SPANS * bounds.fail_give_up_after - time.time()))
+                        3 * bounds.red_after, "the leader judging the shard stalled at two workers")
+        time.sleep(max(0.0, start + SPANS * bounds.red_after - time.time()))
         owner = cluster.leases()[hot].actual_owner
         holder = next(agent for agent in agents if agent.name == owner)
         health = httpx.get(f"http://127.0.0.1:{holder.port}/healthz", timeout=5)
@@ -80,7 +80,7 @@ def test_a_shard_failing_at_every_owner_moves_at_most_once_and_the_rest_flows(
         given_up = sum(metric(agent, "shardherd_leases_given_up_total") for agent in agents)
         healed = time.time()
         owners = owners_of(cluster.samples, hot, start, healed)
-        late = {d.shard for d in read_deliveries(tmp_path) if d.time > healed - bounds.fail_give_up_after}
+        late = {d.shard for d in read_deliveries(tmp_path) if d.time > healed - bounds.red_after}
         for agent in agents:
             assert agent.kinesis_proxy is not None
             agent.kinesis_proxy.set(CALM)
@@ -91,7 +91,7 @@ def test_a_shard_failing_at_every_owner_moves_at_most_once_and_the_rest_flows(
         wait_for(lambda: produced <= {d.data for d in read_deliveries(tmp_path)}, 60, "every record delivered",
                  period=0.5)
         print(f"\nshard {hot} failing at every agent for {healed - start:.1f} s ({SPANS} spans of "
-              f"{bounds.fail_give_up_after:.1f} s): owners {owners} (first {first}), shard-wide verdict after "
+              f"{bounds.red_after:.1f} s): owners {owners} (first {first}), shard-wide verdict after "
               f"{kept:.1f} s, given up {given_up:.0f}, read again {read_again:.1f} s after the heal, "
               f"{len(produced)} records, 0 lost")
         assert owners[0] == first and len(owners) <= 2  # at most one move, not round the fleet

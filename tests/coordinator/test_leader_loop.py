@@ -16,7 +16,7 @@ from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.lease import Lease
 from shardherd.shared.shards import MAX_HASH_KEY, Shard
 from shardherd.shared.store import LeaseStore
-from shardherd.shared.worker import WorkerRecord
+from shardherd.shared.worker import LeaseProgress, WorkerRecord
 
 INTERVAL = 2.0
 
@@ -44,6 +44,7 @@ class Fleet:
         self.beats: dict[str, int] = {}
         self.alive: set[str] = set()
         self.cpu: dict[str, tuple[float, dict[str, float]]] = {}  # worker -> (CPU %, lease -> KiB/s) it reports
+        self.progress: dict[str, dict[str, LeaseProgress]] = {}  # worker -> the lease progress its row reports
 
     def join(self, *workers: str) -> None:
         for worker in workers:
@@ -58,6 +59,7 @@ class Fleet:
                 value, carried = self.cpu[worker]
                 record = dataclasses.replace(record, metric_stats={"C": (value, value)},
                                              operating_range={"C": (100.0,)}, lease_throughput=carried)
+            record = dataclasses.replace(record, lease_progress=self.progress.get(worker, {}))
             self.store.upsert_worker(record)
 
     def run(self, seconds: float) -> list[Any]:
@@ -366,3 +368,25 @@ def test_a_listing_started_before_the_term_is_never_applied(loop_store: LeaseSto
     fleet.clock.advance(INTERVAL)
     fresh = fleet.loop.run_once()
     assert fresh is not None and fresh.shard_sync_ran and len(loop_store.scan_leases().leases) == 2
+
+
+def test_a_worker_that_gave_leases_back_receives_none_for_three_failover_times(loop_store: LeaseStore) -> None:
+    """Decision 0026: in the "Kinesis throttled, one agent" cell balancing handed the victim, just emptied, another
+    lease twice, each given back at red. A worker whose row shows a lease newly given back receives none for 3
+    failover times (30 s here); then it gets its share again."""
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    given = sorted(key for key, owner in fleet.owners().items() if owner == "w2")
+    assert len(given) == 2
+    fleet.progress["w2"] = {key: LeaseProgress(refused=True) for key in given}  # its reads failed: given back
+    fleet.heartbeat()
+    for key in given:
+        assert loop_store.release(key, "w2").applied
+    steps = []
+    for _ in range(int(3 * fleet.settings.failover_time_millis / 1000 / INTERVAL) + 4):
+        fleet.run(INTERVAL)
+        steps.append(fleet.counts().get("w2", 0))
+    spanned = int(3 * fleet.settings.failover_time_millis / 1000 / INTERVAL) - 1
+    assert steps[:spanned] == [0] * spanned, steps  # w1 took both and w2 received nothing
+    assert steps[-1] == 2, steps  # then balancing gave it its share again
