@@ -456,7 +456,11 @@ class LeaderLoop:
         worker_scan = self._store.scan_workers()
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
-        term.tracker.start_from(self.feed.beats())  # rows the agents named on the channel: unchanged since then
+        # Rows the agents named on the channel: unchanged since then, and written by a live agent (a request names
+        # only the row its agent last wrote), so alive at once even at a term's first scan (a new stack's agents get
+        # their leases in one run instead of one agent taking them all until the others' next heartbeat).
+        beats = self.feed.beats()
+        term.tracker.start_from(beats, confirmed=beats.keys())
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         self._sightings = term.tracker.row_sightings()
         synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)

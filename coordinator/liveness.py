@@ -15,7 +15,9 @@ interval, so it is gone after KCL's own expiry, two reporter intervals.
 
 Agents also name the row they last wrote in each request on the coordinator channel (coordinator/assignment_feed.py,
 `beats`): a row still the one named counts as unchanged since that request first named it (it was written before),
-so a leader that scans rarely still knows when rows changed, for its own verdicts and for what it publishes.
+so a leader that scans rarely still knows when rows changed, for its own verdicts and for what it publishes. A named
+row is also evidence of life, as a change is: only a running agent makes requests, so a row its agent named is alive
+even at a term's first scan (its silence still counts from the first naming, so a dead agent's row expires on time).
 
 A new leader need not start from zero: the old leader publishes, with each lock heartbeat, how long it has seen each
 worker row unchanged (`encode_sightings`: 8 bytes a worker, within the lock item's one write unit). The successor
@@ -336,8 +338,9 @@ class LivenessTracker:
 
         For the same `hb` and `lut` the earlier start is kept (both are lower bounds of the row's silence); of two
         different rows, the one sighted later (the contending watch's, or one an agent named on the channel). Workers in
-        `confirmed` were seen changing by this process (its own watch, same clock): still the row sighted, they are
-        alive at once instead of after their next heartbeat (a new leader's receivers for a dead worker's leases).
+        `confirmed` were seen changing by this process (its own watch, same clock), or named their row in a request on
+        the channel (only a live agent makes one): still the row sighted, they are alive at once instead of after
+        their next heartbeat (a new leader's receivers for a dead worker's leases; a new stack's agents).
         """
         for worker, (heartbeat, last_update, since) in rows.items():
             known = self.handed_over.get(worker)

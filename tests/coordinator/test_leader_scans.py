@@ -23,7 +23,8 @@ FULL_SCAN = 20.0
 
 
 class ListeningFleet(Fleet):
-    """Workers that heartbeat through the store and keep a long-poll open on the leader's feed."""
+    """Workers that heartbeat through the store, keep a long-poll open on the leader's feed and finish the handoffs
+    the leader starts from them (a listening worker's row is alive before a silent one's: decision 0038)."""
 
     def __init__(self, store: LeaseStore, shards: int) -> None:
         self.meter = StoreMeter(store, consistent_reads=False, default_caller="agent")
@@ -44,6 +45,9 @@ class ListeningFleet(Fleet):
             record = worker_record(self.store, worker)  # the request names the row the agent last wrote
             assert record is not None
             self.loop.feed.report_beat(worker, record.heartbeat, record.last_update)
+        for lease in self.store.scan_leases().leases:
+            if lease.checkpoint_owner in self.alive:  # the old owner checkpointed and lets go
+                assert self.store.complete_handoff(lease.lease_key, lease.checkpoint_owner).applied
         for worker in sorted(self.draining & self.alive):
             record = worker_record(self.store, worker)
             assert record is not None
@@ -174,3 +178,17 @@ def test_the_published_sightings_stay_as_fresh_as_the_channel_between_full_scans
     rows = [record for worker in ("w1", "w2") if (record := worker_record(fleet.store, worker)) is not None]
     silences = decode_sightings(published).silences(rows)
     assert set(silences) == {"w1", "w2"} and max(silences.values()) <= INTERVAL + 0.1, silences
+
+
+def test_rows_named_on_the_channel_are_alive_at_the_terms_first_run(loop_store: LeaseStore) -> None:
+    """A new stack: every agent wrote its row and named it on the channel before the leader's term began. Those rows
+    are alive at the first run (only a running agent names its row), so the leases spread over every agent at once;
+    before, the first run counted none alive and the next gave every lease to the one agent whose row changed first."""
+    fleet = ListeningFleet(loop_store, 8)
+    fleet.join("w1", "w2", "w3", "w4")
+    fleet.listen("w1", "w2", "w3", "w4")
+    fleet.heartbeat()  # rows written and named before the term
+    fleet.lock.tick()
+    summary = fleet.loop.run_once()
+    assert summary is not None and summary.active_workers == 4
+    assert fleet.counts() == {"w1": 2, "w2": 2, "w3": 2, "w4": 2}
