@@ -16,7 +16,8 @@ for the Spark pipeline:
 The two readers run one after the other, never together, so neither takes CPU from the other. The coordinator (in
 this process) and the agents run at their deployed intervals; `--cadence test` gives them the tests' short ones (the
 bench's only setting before session 23), `--jvm full` starts the driver's JVM with full compilation (the session
-stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind.
+stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind (every process's store
+metered: shared/store_meter.py).
 A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
 sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
 slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
@@ -48,12 +49,13 @@ from botocore.exceptions import ConnectionError as EndpointUnreachable
 from botocore.exceptions import HTTPClientError
 
 from bench.spark_pipeline import bare_consume
-from bench.store_calls import StoreCalls
+from bench.stack_cost import Totals, difference, read_meters
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import Settings
+from shardherd.shared.store_meter import DUMP_SECONDS
 from tests.support.fast_settings import FAST_SETTINGS
 from tests.support.stream_stack import StreamStack
 
@@ -401,8 +403,26 @@ def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], in
     return refused
 
 
+TABLE_KINDS = (("-CoordinatorState", "state"), ("-WorkerMetricStats", "workers"), ("owner-index", "owner-index"))
+
+
+def store_calls(window: Totals) -> Counter[str]:
+    """Requests of a meter window by `caller table operation`, a coordinator-state key by its prefix.
+
+    `executor state get spark-end` counts the executors' reads of batch ends (agent/spark/batch_ends.py), whatever
+    the hold; the lease table is `leases`.
+    """
+    counts: Counter[str] = Counter()
+    for (caller, operation), (requests, _, _) in window.items():
+        table, _, call = operation.partition(":")
+        kind = next((name for suffix, name in TABLE_KINDS if table.endswith(suffix)), "leases")
+        verb, _, key = call.partition(" ")
+        counts[f"{caller} {kind} {verb} {key.split('/', 1)[0]}".rstrip()] += round(requests)
+    return +counts
+
+
 def print_store_calls(counts: Counter[str], seconds: float, batches: int) -> None:
-    """The ramp's store calls by kind (bench/store_calls.py): per second, and per Spark batch with rows."""
+    """The ramp's store calls by kind (`store_calls`): per second, and per Spark batch with rows."""
     total = sum(counts.values())
     print(f"  store calls in the ramp: {total:,} in {seconds:.0f} s ({total / seconds:.1f}/s), {batches} batches "
           f"with rows ({total / max(1, batches):.1f} per batch)", flush=True)
@@ -415,18 +435,19 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
                  args: argparse.Namespace, workdir: Path) -> dict[str, tuple[float, str]]:
     """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons.
 
-    With `--count-store` every store call of the stack goes through a counting proxy (one more hop per call: a
-    measurement of where calls go, not of the ceiling), printed per kind for each ramp.
+    With `--count-store` every process of the stack (coordinator, drivers, executors) meters its store calls
+    (shared/store_meter.py prices each call: work on every call, so a measurement of where calls go, not of the
+    ceiling), printed per kind for each ramp.
     """
     context = mp.get_context("spawn")
     rates = [float(rate) for rate in args.rates.split(",")]
     results: dict[str, tuple[float, str]] = {}
     for reader in args.readers.split(","):
         with contextlib.ExitStack() as scope:
-            calls = scope.enter_context(StoreCalls(moto.endpoint_url)) if args.count_store else None
+            meters = workdir / f"meter-{reader}-{time.monotonic_ns()}" if args.count_store else None
             overrides = dict(DEPLOYED_CADENCE) if args.cadence == "deployed" else {}
-            if calls is not None:
-                overrides["dynamodb_endpoint_url"] = calls.endpoint_url
+            if meters is not None:
+                overrides["store_meter_dir"] = str(meters)
             stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
                                 lease_assignment_strategy="lease-count", **overrides)
             scope.callback(stack.close)
@@ -436,15 +457,16 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
                 print(f" {reader}:", flush=True)
                 ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
                 began, batches = time.monotonic(), counted.batches
-                if calls is not None:
-                    calls.reset()
+                before = read_meters(meters) if meters is not None else {}
                 try:
                     steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
                                      write_refusals(limits, stack.app))
                 finally:
                     ramp.stop()
-                if calls is not None:
-                    print_store_calls(calls.reset(), time.monotonic() - began, counted.batches - batches)
+                if meters is not None:
+                    seconds, ramp_batches = time.monotonic() - began, counted.batches - batches
+                    time.sleep(DUMP_SECONDS + 1)  # every meter has written its report since the ramp ended
+                    print_store_calls(store_calls(difference(read_meters(meters), before)), seconds, ramp_batches)
                 if counted.throttled:
                     print(f"  the bare reader was throttled {counted.throttled} times", flush=True)
             results[reader] = ceiling(steps)
@@ -468,7 +490,7 @@ def main() -> None:
     parser.add_argument("--jvm", choices=("fast-start", "full"), default="fast-start",
                         help="the driver JVM as agent/spark/session.py starts it (C1 only), or with full compilation")
     parser.add_argument("--count-store", action="store_true",
-                        help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
+                        help="meter store calls by kind (costs CPU on every call: not for the ceiling itself)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tests.support.stream_stack import local_spark

@@ -106,7 +106,7 @@ class SparkAgent(Agent):
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
                                      settings.kpl_decoder, max_partitions,
                                      StoreOptions(settings.application_name, settings.store_backend,
-                                                  settings.dynamodb_endpoint_url))
+                                                  settings.dynamodb_endpoint_url, settings.store_meter_dir))
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
         # One attempt per probe, with the read deadline: the probe rounds are the retries, and a hung call is a failed
         # probe within the deadline rather than after 8 attempts of 30 s (agent/read_deadline.py).
