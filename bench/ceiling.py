@@ -11,12 +11,15 @@ for the Spark pipeline:
 * bare: bench/spark_pipeline.py's `bare_consume` (one process, a boto3 client and a thread per shard from LATEST,
   every record parsed, a shard's calls at least 0.25 s apart, throttled calls made again after a jittered wait);
 * spark: two SparkAgents (user defaults: caps, pacing, 1 s trigger) splitting the shards by lease count, each
-  running its query on one local[2] session, a sink of one action per batch reading every row's data; a query that
+  running its query on one local[2] session, each batch in its share of the slots (one task: the stack's drivers
+  run local[1]), a sink of one action per batch reading every row's data (`--sink`:
+  Spark's noop writer with the rows observed, one stage, or the earlier global aggregation, two); a query that
   fails to start on a loaded host (Spark's fixed 10 s for its source runner) is started again before the ramp.
 The two readers run one after the other, never together, so neither takes CPU from the other. The coordinator (in
 this process) and the agents run at their deployed intervals; `--cadence test` gives them the tests' short ones (the
 bench's only setting before session 23), `--jvm full` starts the driver's JVM with full compilation (the session
-stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind.
+stops at C1 for a fast start), and `--count-store` prints the ramp's store calls by kind (every process's store
+metered: shared/store_meter.py).
 A step "holds" when the producer wrote at least 90 % of its rate and the lag (records written, not yet read),
 sampled every 0.25 s after the step's first `--settle` seconds, grew by at most 10 % of the rate (least-squares
 slope: a steady lag is the reader's latency, a growing one a reader that cannot keep up); the ceiling is the last
@@ -48,12 +51,13 @@ from botocore.exceptions import ConnectionError as EndpointUnreachable
 from botocore.exceptions import HTTPClientError
 
 from bench.spark_pipeline import bare_consume
-from bench.store_calls import StoreCalls
+from bench.stack_cost import Totals, difference, read_meters
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import Settings
+from shardherd.shared.store_meter import DUMP_SECONDS
 from tests.support.fast_settings import FAST_SETTINGS
 from tests.support.stream_stack import StreamStack
 
@@ -256,20 +260,37 @@ def bare_reader(context: Any, endpoint: str, stream: str) -> Iterator[Counted]:
             process.kill()
 
 
-def counting_sink(counted: Counted, took: dict[int, float] | None = None) -> Any:
+SINKS = ("noop", "aggregate")
+
+
+def counting_sink(counted: Counted, took: dict[int, float] | None = None, sink: str = "noop") -> Any:
     """A foreachBatch function of one action reading every row's data; it adds the batch's rows to `counted`.
 
-    With `took`, each batch's action (the executors' reads and the aggregation) puts its seconds there by batch id.
+    `noop`: Spark's noop writer (every row of every column materialised, nothing stored) with the rows and the data's
+    bytes observed on the way: one stage, as a sink that appends to a table or a topic runs. `aggregate`: a global
+    count and sum of the data's lengths (the sink before session 24): a shuffle to one partition, so two stages, and
+    the second waits for a free task slot (the other driver's reads hold both of local[2]'s) - the bench's cost, not
+    the pipeline's. With `took`, each batch's action (the executors' reads and the sink's work) puts its seconds there
+    by batch id.
     """
+    if sink not in SINKS:
+        raise ValueError(f"sink must be one of {SINKS}, got {sink!r}")
 
     def write(df: Any, batch_id: int) -> None:
+        from pyspark.sql import Observation
         from pyspark.sql import functions as F  # noqa: N812
 
         began = time.monotonic()
-        row = df.agg(F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b")).first()
+        measures = (F.count(F.lit(1)).alias("n"), F.sum(F.length("data")).alias("b"))
+        if sink == "noop":
+            observed = Observation(f"batch-{batch_id}")
+            df.observe(observed, *measures).write.format("noop").mode("overwrite").save()
+            rows = int(observed.get["n"])
+        else:
+            row = df.agg(*measures).first()
+            rows = int(row["n"]) if row is not None else 0
         if took is not None:  # before the count: a reader of the count finds this batch's action there
             took[batch_id] = time.monotonic() - began
-        rows = int(row["n"]) if row is not None else 0
         counted.add(records=rows, batches=1 if rows else 0)
 
     return write
@@ -311,22 +332,28 @@ class SparkReaders:
     ATTEMPTS = 4
     WARM_UP = 200
 
-    def __init__(self, stack: StreamStack, spark: Any, agents: int, workdir: Path) -> None:
-        self.stack, self.spark, self.workdir = stack, spark, workdir
+    def __init__(self, stack: StreamStack, spark: Any, agents: int, workdir: Path, sink: str = "noop") -> None:
+        self.stack, self.spark, self.workdir, self.sink = stack, spark, workdir, sink
         self.counted = Counted()
         self.running: dict[int, tuple[Any, Any]] = {}  # driver index -> (SparkAgent, StreamingQuery)
         self.actions: dict[int, dict[int, float]] = {}  # driver index -> batch id -> seconds of its sink action
         self.ramp_from: dict[int, int] = {}  # driver index -> its first batch after the warm-up was written
         self.agents = agents
+        # The stack runs each driver on its own local[1] (services/local_stack/stack.py): a batch is one task. Two
+        # drivers sharing this session's slots would each plan its default parallelism (all the slots) and queue
+        # for the other's tasks: each gets its share instead.
+        self.partitions = max(1, spark.sparkContext.defaultParallelism // agents)
 
     def _launch(self, index: int, attempt: int) -> None:
         from shardherd.agent.spark.driver import SparkAgent
 
         worker = f"{self.stack.app}-spark-{index}-{attempt}"
-        agent = SparkAgent(self.stack.settings(worker), channel=self.workdir / f"channel-{worker}")
+        agent = SparkAgent(self.stack.settings(worker), channel=self.workdir / f"channel-{worker}",
+                           max_partitions=self.partitions)
         self.running[index] = (agent, None)
         self.actions[index] = {}
-        self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted, self.actions[index]),
+        self.running[index] = (agent, agent.run_query(self.spark, counting_sink(self.counted, self.actions[index],
+                                                                                self.sink),
                                                       str(self.workdir / f"checkpoint-{worker}")))
 
     def _all_active(self) -> bool:
@@ -358,7 +385,7 @@ class SparkReaders:
         Per driver: the batches written before the ramp (the query's first batch starts its executors' Python workers:
         start-up, not the ramp's), then the ramp's last 30 batches with records (seconds, rows, Spark's phases, the
         sink's action). The phases are the medians of Spark's progress `durationMs` (ms); `addBatch` is the sink: its
-        action (the executors' reads and the aggregation, timed by the sink) plus the agent's commit of the batch.
+        action (the executors' reads and the sink's work, timed by the sink) plus the agent's commit of the batch.
         """
         for index, (agent, query) in sorted(self.running.items()):
             actions = self.actions[index]
@@ -380,9 +407,9 @@ class SparkReaders:
 
 
 @contextlib.contextmanager
-def spark_readers(stack: StreamStack, spark: Any, agents: int, workdir: Path) -> Iterator[Counted]:
+def spark_readers(stack: StreamStack, spark: Any, agents: int, workdir: Path, sink: str) -> Iterator[Counted]:
     """The Spark drivers of SparkReaders, started and warm, stopped on the way out."""
-    readers = SparkReaders(stack, spark, agents, workdir)
+    readers = SparkReaders(stack, spark, agents, workdir, sink)
     try:
         yield readers.start()
     finally:
@@ -401,8 +428,26 @@ def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], in
     return refused
 
 
+TABLE_KINDS = (("-CoordinatorState", "state"), ("-WorkerMetricStats", "workers"), ("owner-index", "owner-index"))
+
+
+def store_calls(window: Totals) -> Counter[str]:
+    """Requests of a meter window by `caller table operation`, a coordinator-state key by its prefix.
+
+    `executor state get spark-end` counts the executors' reads of batch ends (agent/spark/batch_ends.py), whatever
+    the hold; the lease table is `leases`.
+    """
+    counts: Counter[str] = Counter()
+    for (caller, operation), (requests, _, _) in window.items():
+        table, _, call = operation.partition(":")
+        kind = next((name for suffix, name in TABLE_KINDS if table.endswith(suffix)), "leases")
+        verb, _, key = call.partition(" ")
+        counts[f"{caller} {kind} {verb} {key.split('/', 1)[0]}".rstrip()] += round(requests)
+    return +counts
+
+
 def print_store_calls(counts: Counter[str], seconds: float, batches: int) -> None:
-    """The ramp's store calls by kind (bench/store_calls.py): per second, and per Spark batch with rows."""
+    """The ramp's store calls by kind (`store_calls`): per second, and per Spark batch with rows."""
     total = sum(counts.values())
     print(f"  store calls in the ramp: {total:,} in {seconds:.0f} s ({total / seconds:.1f}/s), {batches} batches "
           f"with rows ({total / max(1, batches):.1f} per batch)", flush=True)
@@ -415,36 +460,38 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
                  args: argparse.Namespace, workdir: Path) -> dict[str, tuple[float, str]]:
     """The bare reader's ramp, then the Spark pipeline's, each on a fresh stream; their ceilings and reasons.
 
-    With `--count-store` every store call of the stack goes through a counting proxy (one more hop per call: a
-    measurement of where calls go, not of the ceiling), printed per kind for each ramp.
+    With `--count-store` every process of the stack (coordinator, drivers, executors) meters its store calls
+    (shared/store_meter.py prices each call: work on every call, so a measurement of where calls go, not of the
+    ceiling), printed per kind for each ramp.
     """
     context = mp.get_context("spawn")
     rates = [float(rate) for rate in args.rates.split(",")]
     results: dict[str, tuple[float, str]] = {}
     for reader in args.readers.split(","):
         with contextlib.ExitStack() as scope:
-            calls = scope.enter_context(StoreCalls(moto.endpoint_url)) if args.count_store else None
+            meters = workdir / f"meter-{reader}-{time.monotonic_ns()}" if args.count_store else None
             overrides = dict(DEPLOYED_CADENCE) if args.cadence == "deployed" else {}
-            if calls is not None:
-                overrides["dynamodb_endpoint_url"] = calls.endpoint_url
+            if meters is not None:
+                overrides["store_meter_dir"] = str(meters)
             stack = StreamStack(moto, kinesis, args.shards, prefix=f"ceiling-{reader}", failover_millis=10_000,
                                 lease_assignment_strategy="lease-count", **overrides)
             scope.callback(stack.close)
             readers = (bare_reader(context, kinesis.endpoint_url, stack.app) if reader == "bare"
-                       else spark_readers(stack, spark, args.agents, workdir))
+                       else spark_readers(stack, spark, args.agents, workdir, args.sink))
             with readers as counted:
                 print(f" {reader}:", flush=True)
                 ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
                 began, batches = time.monotonic(), counted.batches
-                if calls is not None:
-                    calls.reset()
+                before = read_meters(meters) if meters is not None else {}
                 try:
                     steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
                                      write_refusals(limits, stack.app))
                 finally:
                     ramp.stop()
-                if calls is not None:
-                    print_store_calls(calls.reset(), time.monotonic() - began, counted.batches - batches)
+                if meters is not None:
+                    seconds, ramp_batches = time.monotonic() - began, counted.batches - batches
+                    time.sleep(DUMP_SECONDS + 1)  # every meter has written its report since the ramp ended
+                    print_store_calls(store_calls(difference(read_meters(meters), before)), seconds, ramp_batches)
                 if counted.throttled:
                     print(f"  the bare reader was throttled {counted.throttled} times", flush=True)
             results[reader] = ceiling(steps)
@@ -467,8 +514,10 @@ def main() -> None:
                         help="the coordinator's and agents' intervals: their defaults, or the tests' short ones")
     parser.add_argument("--jvm", choices=("fast-start", "full"), default="fast-start",
                         help="the driver JVM as agent/spark/session.py starts it (C1 only), or with full compilation")
+    parser.add_argument("--sink", choices=SINKS, default="noop",
+                        help="the Spark sink: one stage (noop writer, rows observed) or a global aggregation (two)")
     parser.add_argument("--count-store", action="store_true",
-                        help="count store calls by kind through a proxy (adds a hop: not for the ceiling itself)")
+                        help="meter store calls by kind (costs CPU on every call: not for the ceiling itself)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from tests.support.stream_stack import local_spark

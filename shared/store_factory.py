@@ -6,6 +6,7 @@ client's connect and read timeouts, SQLite's busy wait, PostgreSQL's connect, st
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter
 
+_meters = itertools.count()  # tells apart the reports of stores opened in one process (two agents, a coordinator)
 SQL_IDLE_CONNECTIONS = 2  # connections an SQL store keeps open between calls, outside the coordinator
 
 
@@ -22,12 +24,13 @@ def open_store(settings: Settings, retry: RetryPolicy | None = None, caller: str
     """The DynamoDB or SQL store named by `settings.store_backend`, on the application's tables.
 
     With `store_meter_dir` set the store is wrapped in a StoreMeter whose report (calls outside any `acting_as`
-    block count under `caller`) is written to `<dir>/<caller>-<pid>.json` every few seconds and at close.
+    block count under `caller`) is written to `<dir>/<caller>-<pid>-<n>.json` every few seconds and at close (`n`
+    numbers the process's metered stores: two agents in one process would otherwise overwrite each other's report).
     """
     store = _open_backend(settings, retry, caller)
     if settings.store_meter_dir is None:
         return store
-    path = Path(settings.store_meter_dir) / f"{caller}-{os.getpid()}.json"
+    path = Path(settings.store_meter_dir) / f"{caller}-{os.getpid()}-{next(_meters)}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     return StoreMeter(store, consistent_reads=settings.consistent_reads or settings.store_backend == "sql",
                       default_caller=caller, dump_path=path)

@@ -37,8 +37,8 @@ from shardherd.shared.worker import LeaseProgress, WorkerRecord
 WRITE_UNIT_BYTES = 1024
 READ_UNIT_BYTES = 4096
 PAGE_BYTES = 1024 * 1024  # a Scan or Query page stops at 1 MB of items read
-INDEX_TABLE = "owner-index"
-DUMP_SECONDS = 2.0  # the table label of owner-index writes and queries
+INDEX_TABLE = "owner-index"  # the table label of owner-index writes and queries
+DUMP_SECONDS = 2.0  # how often a dumping meter writes its report
 
 _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("store_caller", default=None)
 

@@ -27,7 +27,7 @@ from shardherd.agent.heap import freeze_long_lived
 from shardherd.agent.lease_keeper import LossReason, handed_over
 from shardherd.agent.progress import PoisonRecord
 from shardherd.agent.read_deadline import kinesis_timeouts
-from shardherd.agent.read_spec import StartPosition
+from shardherd.agent.read_spec import ReadLimits, StartPosition
 from shardherd.agent.reader import ReaderStats
 from shardherd.agent.runtime import Agent
 from shardherd.agent.spark.batch_ends import BatchEnd, forget_ends, recorded_end
@@ -37,7 +37,7 @@ from shardherd.agent.spark.kinesis_raw import RawKinesis
 from shardherd.agent.spark.offsets import Caps, ShardPlan
 from shardherd.agent.spark.poison_rows import Check, PoisonRouting
 from shardherd.agent.spark.probe import Prober, ProbeResult
-from shardherd.agent.spark.probe_schedule import ProbeSchedule
+from shardherd.agent.spark.probe_schedule import ProbeBackoff, ProbeSchedule
 from shardherd.agent.spark.query_watch import QueryWatch
 from shardherd.agent.spark.source import ShardherdDataSource, SourceOptions, StoreOptions
 from shardherd.agent.spark.spark_status import SparkMoves
@@ -106,13 +106,15 @@ class SparkAgent(Agent):
                                      settings.kinesis_endpoint_url, caps or Caps(), min_call_interval, include_reader,
                                      settings.kpl_decoder, max_partitions,
                                      StoreOptions(settings.application_name, settings.store_backend,
-                                                  settings.dynamodb_endpoint_url))
+                                                  settings.dynamodb_endpoint_url, settings.store_meter_dir))
         self.book = ShardBook(settings.worker_id, self.channel, settings.initial_timestamp)
         # One attempt per probe, with the read deadline: the probe rounds are the retries, and a hung call is a failed
         # probe within the deadline rather than after 8 attempts of 30 s (agent/read_deadline.py).
         self._prober = Prober(RawKinesis(settings.region, settings.kinesis_endpoint_url, attempts=1,
                                          timeouts=kinesis_timeouts(settings)), streams)
         self.probe_schedule = ProbeSchedule(probe_interval)
+        # A shard whose probes fail waits from one probe period up to the plain reader's longest retry wait.
+        self.probe_backoff = ProbeBackoff(probe_interval, ReadLimits().retry_max_delay)
         self._probe_pool = ThreadPoolExecutor(PROBE_THREADS, thread_name_prefix="shard-probe")
         self._commit_pool = ThreadPoolExecutor(COMMIT_THREADS, thread_name_prefix="shard-checkpoint")
         self._pending: list[Future[None]] = []  # the last committed batch's checkpoints being stored
@@ -450,12 +452,24 @@ class SparkAgent(Agent):
             if self._halt.is_set():
                 return
             began = time.monotonic()
-            targets = self.book.to_probe()
-            self._ahead(self.book.held_shards() - {shard for shard, _, _ in targets})
-            results = self._probe_pool.map(self._probe_one, targets)
-            for (shard, position, _), result in zip(targets, results, strict=True):
-                self._probed(shard, position, result)
+            self.probe_round()
             self.probe_schedule.round_took(time.monotonic() - began)
+
+    def probe_round(self) -> None:
+        """Probe, in parallel, every owned shard not known to have records waiting, but those backing off.
+
+        A shard whose probes failed sits out rounds (`ProbeBackoff`): its lease stays failing for the stall watch
+        until a probe answers (or a batch reads it), so a throttled shard is given back on a plain agent's bounds.
+        """
+        targets = self.book.to_probe()
+        held = self.book.held_shards()
+        self._ahead(held - {shard for shard, _, _ in targets})
+        self.probe_backoff.keep_only(held)
+        now = self.clock.monotonic()
+        due = [target for target in targets if self.probe_backoff.due(target[0], now)]
+        results = self._probe_pool.map(self._probe_one, due)
+        for (shard, position, _), result in zip(due, results, strict=True):
+            self._probed(shard, position, result)
 
     def _ahead(self, shards: set[str]) -> None:
         """Held shards that were not probed (records known to wait for the next batch) progress as the query does.
@@ -493,12 +507,16 @@ class SparkAgent(Agent):
         """Apply one probe: whether records wait, SHARD_END at a closed shard's end, the lease's lag."""
         if self.book.probed(shard, position, result):
             self._finish_shard(shard)
+        if result.failed:
+            self.probe_backoff.failed(shard, self.clock.monotonic())
+        else:
+            self.probe_backoff.answered(shard)
         key = self.book.lease_key(shard)
         if key is not None:
-            if not result.failed:  # a probe that answered is the lease's progress; reads that fail for good give
-                self.stalls.progressed(key)  # it back (agent/stall_watch.py)
-            elif result.failure is not None:
-                self.stalls.failed(key, result.failure)
+            if not result.failed:  # a probe that answered is the lease's progress; reads that only fail (throttled
+                self.stalls.progressed(key)  # too) give it back at red (agent/stall_watch.py)
+            else:
+                self.stalls.failed(key, result.failure or "probe failed", result.own)
             self.progress.record(key, 0, 0, self.book.lag_millis(shard, time.time()), self.book.records_behind(shard))
 
     def _finish_shard(self, shard: str) -> None:

@@ -21,6 +21,7 @@ import urllib3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+from botocore.exceptions import ClientError
 
 from shardherd.agent.reader import ReaderStats, ShardNotFound, ShardReadError, require_records
 from shardherd.shared.aws import make_client
@@ -40,7 +41,7 @@ class IteratorExpired(ShardReadError):
 
 
 class Throttled(ShardReadError):
-    """The shard's (or the account's) read limits refused the call through every attempt: not a failed read."""
+    """The shard's (or the account's) read limits refused the call through every attempt."""
 
 
 class RawKinesis:
@@ -127,7 +128,9 @@ def _refused(operation: str, status: int, data: bytes, stats: ReaderStats | None
         stats.throttled += 1
     if not (code in _RETRYABLE or status >= 500) or last:
         error = Throttled if code in _LIMITS else ShardReadError
-        raise error(f"{operation} failed: HTTP {status} {code}: {message}")
+        # The refusal in botocore's shape as the cause: agent/reader.py's own_fault tells this worker's credentials
+        refusal = ClientError({"Error": {"Code": code, "Message": message}}, operation)  # from a shared fault.
+        raise error(f"{operation} failed: HTTP {status} {code}: {message}") from refusal
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:

@@ -6,6 +6,11 @@ at the shard's resume position (at most one record, whose payload is the only on
 never fixes where a batch ends: the executors do (agent/spark/batch_ends.py). The iterator comes from the last
 read (its NextShardIterator) or the last empty probe; GetShardIterator is called only when a shard has none (a
 lease just arrived) or it expired. A shard known to have records waiting is not probed at all.
+
+A probe that got no answer (an error answer, throttling included, or its deadline) is a *failed* read, as a plain
+agent's read is (agent/stall_watch.py invariant 3, decision 0026's session-23 amendment): a throttled shard turns red
+and is given back on the plain agent's bounds, and it is probed again only after a backoff
+(agent/spark/probe_schedule.py `ProbeBackoff`).
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ import logging
 from dataclasses import dataclass
 
 from shardherd.agent.read_spec import StartPosition
-from shardherd.agent.reader import ReaderStats
-from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis, Throttled
+from shardherd.agent.reader import ReaderStats, own_fault
+from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.agent.spark.kinesis_records import skip_covered
 from shardherd.shared.streams import read_target
 
@@ -27,7 +32,7 @@ class ProbeResult:
     """What a probe saw at a position: records waiting (with the first one's arrival), the shard's end, an iterator.
 
     `iterator` is an iterator at the probed position (to keep for the next probe or read); `failed` marks a probe
-    that could not read.
+    that could not read, `failure` says why and `own` whether the refusal was of this worker's credentials.
     """
 
     pending: bool = False
@@ -36,7 +41,8 @@ class ProbeResult:
     behind_millis: int | None = None
     first_arrival: float | None = None
     failed: bool = False  # the read did not answer: no progress for the lease (agent/stall_watch.py)
-    failure: str | None = None  # why it failed, None for throttling (not a failed read: agent/stall_watch.py)
+    failure: str | None = None  # why it failed (throttling too: a failed read, agent/stall_watch.py)
+    own: bool = False  # it failed on this worker's credentials (agent/reader.py own_fault)
 
 
 class Prober:
@@ -50,15 +56,16 @@ class Prober:
               stats: ReaderStats | None = None) -> ProbeResult:
         """One GetRecords of one record at `position` (plus GetShardIterator without a live `iterator`).
 
-        Never raises: any failure is a failed probe (logged; the shard is probed again next round), so the probing
-        thread cannot die of one and leave held shards unplanned. Its calls and throttles count in `stats`.
+        Never raises: any failure, throttling included, is a failed probe (logged; the shard is probed again after
+        a backoff), so the probing thread cannot die of one and leave held shards unplanned. Its calls and throttles
+        count in `stats`.
         """
         try:
             return self._probe(shard_id, position, iterator, stats)
-        except Exception as exc:  # read errors, credentials that fail to refresh, a body that is not JSON, ...
+        except Exception as exc:  # read errors, throttling, credentials that fail to refresh, a body not JSON, ...
             log.warning("probe of %s failed: %s: %s", shard_id, type(exc).__name__, exc)
-            return ProbeResult(failed=True, failure=None if isinstance(exc, Throttled) else
-                               f"{type(exc).__name__}: {exc}")
+            own = any(own_fault(error) for error in (exc, exc.__cause__) if error is not None)
+            return ProbeResult(failed=True, failure=f"{type(exc).__name__}: {exc}", own=own)
 
     def _probe(self, shard_id: str, position: StartPosition, iterator: str | None,
                stats: ReaderStats | None) -> ProbeResult:

@@ -45,11 +45,13 @@ class StoreOptions:
     """Where executors record each batch's end: the application's store (its coordinator-state table).
 
     A SQL store's URL is not an option (it may hold a password): executors take it from SHARDHERD_SQL_URL.
+    `meter_dir` is the driver's `store_meter_dir`: set, executors price their store calls there too, as `executor`.
     """
 
     application: str = "shardherd"
     backend: str = "dynamodb"
     endpoint_url: str | None = None
+    meter_dir: str | None = None
 
     def open(self, region: str) -> LeaseStore:
         """The store, as the driver's agent opens it (executors only: it imports boto3 or SQLAlchemy)."""
@@ -57,7 +59,8 @@ class StoreOptions:
         from shardherd.shared.store_factory import open_store
 
         return open_store(load_settings(application_name=self.application, store_backend=self.backend, region=region,
-                                        dynamodb_endpoint_url=self.endpoint_url, store_meter_dir=None),
+                                        dynamodb_endpoint_url=self.endpoint_url,
+                                        store_meter_dir=self.meter_dir),
                           caller="executor")
 
 
@@ -100,7 +103,8 @@ class SourceOptions:
         backend = lower.get("storebackend", "dynamodb")
         if backend not in ("dynamodb", "sql"):
             raise InvalidOffset(f"storeBackend must be dynamodb or sql, got {backend!r}")
-        store = StoreOptions(lower.get("application", "shardherd"), backend, lower.get("storeendpoint") or None)
+        store = StoreOptions(lower.get("application", "shardherd"), backend, lower.get("storeendpoint") or None,
+                             lower.get("storemeterdir") or None)
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
                    lower.get("includereader", "false").lower() == "true", decoder, partitions, store)
@@ -114,6 +118,8 @@ class SourceOptions:
                    "application": self.store.application, "storeBackend": self.store.backend}
         if self.store.endpoint_url:
             options["storeEndpoint"] = self.store.endpoint_url
+        if self.store.meter_dir:
+            options["storeMeterDir"] = self.store.meter_dir
         if self.endpoint_url:
             options["endpoint"] = self.endpoint_url
         if self.caps.max_bytes is not None:

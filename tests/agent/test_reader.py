@@ -328,8 +328,9 @@ def test_the_executors_client_reads_again_after_a_200_that_is_not_json(moto: Any
             raw.get_records(answer["NextShardIterator"], 1000)
 
 
-def test_a_driver_probe_that_is_throttled_is_not_a_failed_read(moto: Any, moto_stream: Any) -> None:
-    """A Spark driver's probe: one attempt (the probe rounds retry), throttling is no failure for the stall watch."""
+def test_a_driver_probe_that_is_throttled_or_refused_is_a_failed_read(moto: Any, moto_stream: Any) -> None:
+    """A Spark driver's probe: one attempt (the probe rounds retry); throttled or refused, a failed read for the stall
+    watch as a plain agent's is, and refused credentials are this worker's own fault."""
     name, shard_ids, _ = moto_stream
     start = StartPosition.after(TRIM_HORIZON)
     with FaultyProxy(moto.meta.endpoint_url, [THROTTLED, Fault(400, "ExpiredTokenException"), None, None]) as proxy:
@@ -337,8 +338,9 @@ def test_a_driver_probe_that_is_throttled_is_not_a_failed_read(moto: Any, moto_s
         throttled = prober.probe(shard_ids[0], start, None)
         rejected = prober.probe(shard_ids[0], start, None)
         answered = prober.probe(shard_ids[0], start, None)
-    assert throttled.failed and throttled.failure is None
-    assert rejected.failed and "ExpiredTokenException" in (rejected.failure or "")
+    assert throttled.failed and "ProvisionedThroughputExceededException" in (throttled.failure or "")
+    assert not throttled.own
+    assert rejected.failed and "ExpiredTokenException" in (rejected.failure or "") and rejected.own
     assert not answered.failed and answered.pending
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+from pathlib import Path
 
 import pytest
 
-from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, split_at_ramp, write_refusals
-from bench.store_calls import StoreCalls
+from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, split_at_ramp, store_calls, write_refusals
+from bench.stack_cost import read_meters
+from shardherd.agent.spark.source import StoreOptions
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
-from tests.support.stores import make_store
+from shardherd.shared.config import load_settings
+from shardherd.shared.store_factory import open_store
+from tests.support.stores import make_store, unique_app
 from tests.support.stream_stack import StreamStack
 
 
@@ -69,12 +73,21 @@ def test_a_short_ramp_reads_what_it_writes_and_ends_at_a_shards_write_limit(moto
     assert counted.throttled == 0  # the bare reader's calls stay under the read limit
 
 
-def test_store_calls_are_counted_by_operation_table_and_key_kind(moto_server: MotoServer) -> None:
-    with StoreCalls(moto_server.endpoint_url) as calls:
-        store = make_store("dynamodb", moto_url=calls.endpoint_url)
-        calls.reset()  # the tables' creation is not counted
-        assert store.put_state("spark-end/t1", {"n": 1})
-        assert store.get_state("spark-end/t1") == {"n": 1}
+def test_store_calls_are_metered_in_every_process_including_executors_by_caller_table_and_key_kind(
+        moto_server: MotoServer, tmp_path: Path) -> None:
+    """`--count-store`: the executors' store (opened as the source opens it) and an agent's in the same process each
+    write their own report, and the bench counts them apart by caller, table and coordinator-state key prefix."""
+    app = unique_app("meter")
+    make_store("dynamodb", moto_url=moto_server.endpoint_url, app=app).ensure_tables()
+    executor = StoreOptions(app, "dynamodb", moto_server.endpoint_url, str(tmp_path)).open("us-east-1")
+    agents = [open_store(load_settings(application_name=app, dynamodb_endpoint_url=moto_server.endpoint_url,
+                                       store_meter_dir=str(tmp_path)), caller="agent") for _ in range(2)]
+    assert executor.put_state("spark-end/t1", {"n": 1})
+    assert executor.get_state("spark-end/t1") == {"n": 1}
+    for store in agents:
         assert store.get_lease("shard-0") is None
-        counted = calls.reset()
-    assert counted == {"PutItem state/spark-end": 1, "GetItem state/spark-end": 1, "GetItem leases": 1}
+    for store in (executor, *agents):
+        store.close()  # writes its last report
+    assert len(list(tmp_path.glob("*.json"))) == 3
+    assert store_calls(read_meters(tmp_path)) == {"executor state put spark-end": 1, "executor state get spark-end": 1,
+                                                  "agent leases get_lease": 2}

@@ -267,7 +267,7 @@ def test_offset_log_entries_parse_and_garbage_is_rejected() -> None:
 
 def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None:
     options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True, "python",
-                            None, StoreOptions("app", "sql", "http://127.0.0.1:2"))
+                            None, StoreOptions("app", "sql", "http://127.0.0.1:2", str(tmp_path / "meter")))
     assert SourceOptions.parse(options.to_options()) == options
     grouped = SourceOptions(tmp_path, "stream", max_partitions=3)
     assert SourceOptions.parse(grouped.to_options()) == grouped
