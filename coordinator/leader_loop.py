@@ -122,6 +122,8 @@ class _Term:
     handoff_seen: dict[str, tuple[str | None, str, float]] = field(default_factory=dict)
     reports: dict[str, _Reports] = field(default_factory=dict)
     lines: dict[str, Line] = field(default_factory=dict)  # the last line fitted per metric (see Snapshot.lines)
+    # Per worker and metric, its own base as the last run knew it (see Snapshot.own_excess); only active workers'.
+    own_excess: dict[str, Mapping[str, float]] = field(default_factory=dict)
     moved_in_run: dict[str, int] = field(default_factory=dict)  # lease key -> run of its last balancing move
     # Lease key -> the KiB/s its owner last reported: a lease keeps its figure while its new owner measures none yet.
     figures: dict[str, float] = field(default_factory=dict)
@@ -397,7 +399,7 @@ class LeaderLoop:
         workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
                                                else (), self._stale(tracker, w, now, lapsed, gave_back))
                         for w in active)
-        return self._plan(Snapshot.of(views, workers_seen, dict(last.lines)), True)[0]
+        return self._plan(Snapshot.of(views, workers_seen, dict(last.lines), dict(last.own_excess)), True)[0]
 
     # ------------------------------------------------------------------ one run
     def _watch_while_contending(self) -> None:
@@ -479,7 +481,7 @@ class LeaderLoop:
                                           self._stale(term.tracker, w, now, term.lapsed, term.gave_back))
                    for w in active)
         deciding = time.perf_counter()
-        snapshot = Snapshot.of(views, workers, term.lines)
+        snapshot = Snapshot.of(views, workers, term.lines, term.own_excess)
         plan, balance_error = self._plan(snapshot, balance)
         scale = self._scale_figure(term, snapshot, leases.values(), now)
         plan = hold_paused(plan, leases)
@@ -488,6 +490,7 @@ class LeaderLoop:
                                        "its reads stalled at two workers or more: a move would not help")
         decide_ms = (time.perf_counter() - deciding) * 1000
         term.lines.update(plan.fitted)
+        term.own_excess = dict(plan.own_excess)
         # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.
         if balance and balance_error is None:
             term.rebalancing = any(move.reason.is_balancing for move in plan.moves)

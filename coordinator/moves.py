@@ -104,6 +104,8 @@ class Plan:
     averages: Mapping[str, float] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     fitted: Mapping[str, Line] = field(default_factory=dict)  # lines fitted in this run (the leader keeps them)
+    # Per worker and metric, its own base as this run knows it (load_model.own_base; the leader keeps them).
+    own_excess: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def hold_balancing(self, stays: Callable[[str], bool], reason: UnplacedReason, detail: str) -> Plan:
         """The plan without the balancing moves of leases that `stays` names; each dropped move becomes held.

@@ -158,11 +158,14 @@ class Snapshot:
 
     `lines` holds the last trustworthy metric/throughput line per metric the leader has seen fitted (this term),
     used when this run's points do not support a fit (a balanced fleet has too little spread in throughput).
+    `own_excess` holds, per worker and metric, the own base the last run knew (`Plan.own_excess`): a worker's reports
+    tell it only while their history spans a throughput change, and the history forgets.
     """
 
     leases: tuple[LeaseView, ...]
     workers: tuple[WorkerView, ...]
     lines: Mapping[str, Line] = field(default_factory=dict)
+    own_excess: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         leases = tuple(sorted(self.leases, key=lambda lease: lease.key))
@@ -177,7 +180,7 @@ class Snapshot:
         object.__setattr__(self, "workers", workers)
 
     @classmethod
-    def of(cls, leases: Iterable[LeaseView], workers: Iterable[WorkerView],
-           lines: Mapping[str, Line] | None = None) -> Snapshot:
-        """A snapshot from any iterables of views (and the leader's last fitted lines)."""
-        return cls(tuple(leases), tuple(workers), dict(lines or {}))
+    def of(cls, leases: Iterable[LeaseView], workers: Iterable[WorkerView], lines: Mapping[str, Line] | None = None,
+           own_excess: Mapping[str, Mapping[str, float]] | None = None) -> Snapshot:
+        """A snapshot from any iterables of views (and the leader's last fitted lines and own bases)."""
+        return cls(tuple(leases), tuple(workers), dict(lines or {}), dict(own_excess or {}))

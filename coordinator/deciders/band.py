@@ -13,7 +13,9 @@ Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band
    over the fleet's base (`ShareFill`; setting `rebalance_fill_on_throughput`).
 
 Load model: a line `value = base + slope x throughput` per metric fitted over the settled reporting workers
-(coordinator/load_model.py); averages count the load of leases that need an owner; an idle stream balances counts.
+(coordinator/load_model.py), each worker's learned own excess (a Spark driver's JVM) taken out of its values first
+(`FleetView`, coordinator/deciders/fleet_state.py); averages count the load of leases that need an owner; an idle
+stream balances counts.
 """
 
 from __future__ import annotations

@@ -10,18 +10,31 @@ worker with most room; `max_leases_for_worker`, `max_throughput_per_host_kbps`. 
 queue ties break on (room, fewer leases, id); an idle stream weighs every lease 1; an expired lease avoids its old
 owner and refusers while another worker can take it; drains first; lagging values caught up (`_catch_up`); an excess
 counts only as far as recent reports agree (`_confirm`, decision 0013).
+
+Own excess (band only, decision 0044): the points of a metric a worker has that no lease explains (a Spark driver's
+JVM beside plain agents) are taken out of its values and operating range before the line is fitted and the band
+placed, so band balances what leases explain and a move never tries to shed a JVM. Invariants:
+- it is learned only from the worker's own reports, where its throughput moved (a fill, a shed, nothing held) and
+  its value did not follow (`load_model.own_base`), never from one report nor while its figures still change;
+- the leader keeps it (`Plan.own_excess` -> `Snapshot.own_excess`), as a report history forgets within 10 reports;
+  a later report never lowers it (an excursion that meets a throughput change looks like costly leases), but it
+  counts only as far as the newest value shows it (at most that value less the line at what the worker carries):
+  a worker whose JVM went away is valued as reported;
+- under the minimum gain it is noise and none; with none learned a worker is valued as reported (a shed is then the
+  experiment that tells its own load from its leases': decision 0013's costly leases still shed).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.ledger import Ledger, priority_reason
-from shardherd.coordinator.load_model import Line, fit_line, proportional
+from shardherd.coordinator.load_model import Line, fit_line, own_base, proportional
 from shardherd.coordinator.moves import MoveReason, Plan, Unplaced, UnplacedReason
 from shardherd.coordinator.snapshot import Snapshot, WorkerView
 from shardherd.shared.streams import stream_prefix
@@ -39,9 +52,24 @@ OUTLIER_FROM = 5
 # holding the fewest leases of the lease's stream takes it.
 STREAM_SPREAD_ROOM = 0.1
 RECEIVER_PROBES = 8
+# At most this many rounds of learning own excess and fitting the line without it (`FleetView.__init__`).
+LEARNING_PASSES = 3
 
 HeapEntry = tuple[float, int, str]
 Values = dict[str, dict[str, float]]
+
+
+def _less(values: Values, own: Values) -> Values:
+    """`values` (per worker and metric) less each worker's `own` points: what its leases explain (and may take)."""
+    return {w: {m: v - own[w].get(m, 0.0) for m, v in vals.items()} if w in own else vals
+            for w, vals in values.items()}
+
+
+def _close(own: Values, kept: Values, margin: float) -> bool:
+    """Whether `own` and `kept` name the same workers' metrics, each within `margin` of the other."""
+    return own.keys() == kept.keys() and all(
+        own[w].keys() == kept[w].keys() and all(abs(x - kept[w][m]) <= margin for m, x in own[w].items())
+        for w in own)
 
 
 class FleetView:
@@ -67,9 +95,7 @@ class FleetView:
         # order changes with the process's hash seed, and so would the sum's last bit and a plan on the edge)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
-        self.fitted = self._fit(values, lagged, ledger) if band else {}
-        self.lines = self._lines(snapshot, values, [w.worker_id for w in reporting])
-        self.values = self._catch_up(values, lagged, now)
+        self._model(snapshot, values, (lagged, now), ledger, reporting)
         self.averages = self._averages()
         self.carried_history = {w.worker_id: tuple(w.throughput_history[-config.rebalance_persistent_reports:])
                                 for w in reporting}
@@ -162,6 +188,93 @@ class FleetView:
                 lines[metric] = line
         return lines
 
+    def _model(self, snapshot: Snapshot, values: Values, lags: tuple[dict[str, float], dict[str, float]],
+               ledger: Ledger, reporting: Sequence[WorkerView]) -> None:
+        """Sets the lines, the values caught up and less each worker's own excess, and the excess learned.
+
+        Each worker's own excess (the last run's first) is taken out before the line is fitted: a JVM's CPU then
+        neither bends the line nor raises its slope. A newly learned excess changes the line: learn again with it.
+        """
+        lagged, now = lags
+        self.own: Values = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}
+                            for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
+        for _ in range(LEARNING_PASSES):
+            kept = self.own
+            less = _less(values, kept)
+            self.fitted: dict[str, Line] = self._fit(less, lagged, ledger) if self.band else {}
+            self.lines: dict[str, Line] = self._lines(snapshot, less, [w.worker_id for w in reporting])
+            self.values: Values = self._catch_up(less, lagged, now)
+            typical = self._typical(kept, now)
+            self.learned = self._learn(snapshot, reporting, typical) if self.band and not self.count_only else {}
+            self.own = self._own_excess(kept, now, typical)
+            if _close(self.own, kept, self.config.rebalance_min_gain_points):
+                break
+        self.values = _less(self.values, {w: {m: self.own_excess(w, m) - kept.get(w, {}).get(m, 0.0)
+                                              for m in self.values[w]} for w in {*kept, *self.own}})
+        self.limits = _less(self.limits, self.own)
+
+    def _typical(self, kept: Values, now: Mapping[str, float]) -> dict[str, float]:
+        """Per metric, the reporting workers' median value (as reported) less the line's slope x KiB/s carried.
+
+        A worker's own excess is its base above this: above the fleet's typical worker at the same slope, so a wrong
+        slope (KCL's proportional line, when none can be fitted) errs alike on both sides.
+        """
+        typical: dict[str, float] = {}
+        for metric, line in self.lines.items():
+            bases = [vals[metric] + kept.get(w, {}).get(metric, 0.0) - line.slope * now[w]
+                     for w, vals in self.values.items() if w in now and metric in vals]
+            if bases:
+                typical[metric] = statistics.median(bases)
+        return typical
+
+    def _learn(self, snapshot: Snapshot, reporting: Sequence[WorkerView], typical: Mapping[str, float]) -> Values:
+        """Each reporting worker's own excess per metric: its own base (`load_model.own_base`) over `typical`.
+
+        Learned from its reports where they tell it, else the one the leader kept from an earlier run
+        (`Snapshot.own_excess`).
+        Nothing is learned from a worker whose reports miss most of a change or whose leases' figures still change
+        (its throughput is not yet what its reports saw).
+        """
+        learned: Values = {}
+        for worker in reporting:
+            wid = worker.worker_id
+            mine = dict(snapshot.own_excess.get(wid, {}))
+            if wid not in self.unsettled and wid not in self.settling:
+                for metric, history in worker.metric_stats.items():
+                    line, ref = self.lines.get(metric), typical.get(metric)
+                    base = own_base(worker.throughput_history, history, line.slope) if line else None
+                    # Under the minimum gain: noise. Never lowered here (`_own_excess` bounds it by the newest value).
+                    if base is not None and ref is not None and base - ref >= max(
+                            mine.get(metric, 0.0), self.config.rebalance_min_gain_points):
+                        mine[metric] = base - ref
+            if mine:
+                learned[wid] = mine
+        return learned
+
+    def _own_excess(self, kept: Values, now: Mapping[str, float], typical: Mapping[str, float]) -> Values:
+        """Per worker and metric, the own excess taken out of its value: points its leases cannot shed.
+
+        Never more than its value now sits above the fleet's typical worker at its KiB/s (a base learned before is
+        believed only as far as the newest reports still show it), and none under the minimum gain (noise).
+        `kept`: the excess already taken out of `values`.
+        """
+        excess: Values = {}
+        for wid, own in self.learned.items():
+            values = self.values.get(wid, {})
+            for metric, learned in own.items():
+                line, ref = self.lines.get(metric), typical.get(metric)
+                if line is None or ref is None or metric not in values:
+                    continue
+                reported = values[metric] + kept.get(wid, {}).get(metric, 0.0)
+                extra = min(learned, reported - line.slope * now.get(wid, 0.0) - ref)
+                if extra >= self.config.rebalance_min_gain_points and math.isfinite(extra):
+                    excess.setdefault(wid, {})[metric] = extra
+        return excess
+
+    def own_excess(self, wid: str, metric: str) -> float:
+        """Points of `metric` the worker has of its own above the line's base (0 unless learned, `_own_excess`)."""
+        return self.own.get(wid, {}).get(metric, 0.0)
+
     def _mean(self, values: Values, active_only: bool) -> dict[str, float]:
         """Per metric, the values' sum over the non-draining workers that report it (KCL's average)."""
         totals = dict.fromkeys(self.metrics, 0.0)
@@ -234,7 +347,8 @@ class FleetView:
                 if len(history) < back or FAILED_SAMPLE in history or not self.side(metric, value):
                     continue
                 slope = self.lines[metric].slope
-                reports = [v + slope * (now - kbps) for v, kbps in zip(history, carried, strict=True)]
+                own = self.own_excess(wid, metric)
+                reports = [v + slope * (now - kbps) - own for v, kbps in zip(history, carried, strict=True)]
                 ranked = sorted((value, *reports), key=lambda v: (abs(v - self.averages[metric]), v))
                 confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
         return confirmed
@@ -401,11 +515,12 @@ class FleetPlan:
         summaries = []
         for wid, status in view.status.items():
             shown = WorkerStatus.DRAINING if wid in view.draining else status
-            before = {m: round(v, 6) for m, v in view.values.get(wid, {}).items()}
-            after = {m: round(v, 6) for m, v in self._values.get(wid, {}).items()}
+            before = {m: round(v + view.own_excess(wid, m), 6) for m, v in view.values.get(wid, {}).items()}
+            after = {m: round(v + view.own_excess(wid, m), 6) for m, v in self._values.get(wid, {}).items()}
             summaries.append(ledger.summary(wid, shown, before, after))
         prefix = ("total throughput is 0: every lease weighs 1, so balancing counts leases",) if (
             ledger.unit_weights and ledger.leases) else ()
         return Plan(strategy=strategy, balanced=balanced, moves=tuple(ledger.moves.values()),
                     spillover=tuple(ledger.spillover), held=tuple(ledger.held), workers=tuple(summaries),
-                    averages=dict(view.averages), notes=(*prefix, *notes), fitted=dict(view.fitted))
+                    averages=dict(view.averages), notes=(*prefix, *notes), fitted=dict(view.fitted),
+                    own_excess=view.learned)

@@ -58,17 +58,18 @@ def test_the_live_checkpoint_rate_is_replayed() -> None:
     assert checkpointing.write_units - quiet.write_units >= 0.8 * 240, (quiet, checkpointing)
 
 
-def test_agents_with_cpu_no_lease_explains_churn_in_the_simulator_as_they_did_live() -> None:
+def test_agents_with_cpu_no_lease_explains_hold_their_share_in_the_simulator() -> None:
     # The live run (bench.scale: 64 shards, 8 plain agents and 2 Spark agents, 4.7 KiB/s in all, CPU base 1.2 %,
     # mean 3.9 %): the Spark agents' JVMs put them 12-17 points above the plain ones; band shed their leases for
-    # CPU and filled them again on throughput shares, 61 owner changes in 10 minutes. The simulator reproduces it
-    # once those agents carry their own CPU (and the plain fleet stays still): the decider's fix is tested here.
+    # CPU and filled them again on throughput shares, 61 owner changes in 10 minutes (the simulator: 43 in 180 s).
+    # The leader now learns each agent's own CPU from its reports (the fill that gave it its share moved its
+    # throughput, not its CPU) and keeps it (decision 0044): the mixed fleet settles as the plain one does.
     kbps = {f"shardId-{i:012d}": 0.04 + (i % 5) * 0.02 for i in range(64)}
     joins = [-1.5] * 2 + [0.0] * 6 + [25.0, 25.2]
     plain, spark = (predict(LiveInputs(kbps, joins, cpu_base=1.2, cpu_mean=3.9, warmup=60.0, settle=180.0,
                                        own_cpu=own)) for own in ((), [0.0] * 8 + [12.0, 12.0]))
     assert plain.steady_moves == 0, plain
-    assert spark.steady_moves is not None and spark.steady_moves >= 10, spark
+    assert spark.steady_moves == 0, spark
 
 
 def test_own_cpu_is_a_spark_agents_cpu_above_the_plain_median() -> None:

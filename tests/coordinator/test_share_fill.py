@@ -93,10 +93,15 @@ def test_a_joining_worker_busy_by_its_own_cpu_is_filled_below_its_operating_rang
     assert [m.to_worker for m in plan.moves] == ["D"]
     busy = decide(_fleet({"A": 3.0, "B": 3.0, "C": 2.6, "D": 7.4}), CONFIG, balance=True)
     assert _moves(busy) == [("s5", "B", "D")]
-    # Above the band while holding nothing: the CPU pass has nothing to move, so the fill runs (it used to wait for
-    # an in-band run that never came).
-    hot = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}), CONFIG, balance=True)
+    # Above the band while holding nothing: with its first reports (fewer than load_model.MIN_OWN_REPORTS) the CPU
+    # pass has nothing to move, so the fill runs (it used to wait for an in-band run that never came). With ten
+    # reports at 0 KiB/s its CPU is known to be its own (decision 0044): the CPU band is quiet and the fill runs.
+    first = _fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}, carried={"D": [0.0] * 3})
+    hot = decide(first, CONFIG, balance=True)
     assert _moves(hot) == [("s5", "B", "D")] and "nothing to move; filling on T" in hot.notes[0]
+    known = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}), CONFIG, balance=True)
+    assert _moves(known) == [("s5", "B", "D")] and known.notes[0].startswith("balancing: no metric out of band")
+    assert known.own_excess["D"]["C"] > 15.0
     # Never past its operating range (100 % CPU).
     full = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 99.5}), CONFIG, balance=True)
     assert full.moves == () and all(w.metrics_after["C"] <= 100.0 for w in busy.workers + hot.workers)
