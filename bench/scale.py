@@ -345,18 +345,26 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         seen.stop()
         runs.stop()
         client.close()
-    # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
-    # counts them.
-    units = [values for caller, values in by_caller(window).items() if caller != "api"]
-    settling = (None, None) if seen.all_owned is None else runs.balancing_between(seen.all_owned, steady_from)
-    live = Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
-                   changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
-                   max(resumed) if len(resumed) == killed and resumed else None, *settling)
+    live = _live_figures(seen, runs, (steady_from, minutes, window), changes, (killed, resumed))
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
     spark_leases = sum(cpus[wid][1] for wid in spark if wid in cpus)
     _simulate(live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
                                                    batch_end_rate(window, minutes, spark_leases)),
               seen.joins(), cpus, spark)
+
+
+def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, Any], changes: int,
+                  kill: tuple[int, list[float]]) -> Figures:
+    """The live side of the comparison; `steady` is the steady window's (monotonic start, minutes, meter totals)."""
+    steady_from, minutes, window = steady
+    killed, resumed = kill
+    # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
+    # counts them.
+    units = [values for caller, values in by_caller(window).items() if caller != "api"]
+    settling = (None, None) if seen.all_owned is None else runs.balancing_between(seen.all_owned, steady_from)
+    return Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
+                   changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
+                   max(resumed) if len(resumed) == killed and resumed else None, *settling)
 
 
 def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,

@@ -53,6 +53,15 @@ class StoreOptions:
     endpoint_url: str | None = None
     meter_dir: str | None = None
 
+    @classmethod
+    def parse(cls, lower: Mapping[str, str]) -> StoreOptions:
+        """From the source's options (keys lower-cased), raising InvalidOffset for an unknown backend."""
+        backend = lower.get("storebackend", "dynamodb")
+        if backend not in ("dynamodb", "sql"):
+            raise InvalidOffset(f"storeBackend must be dynamodb or sql, got {backend!r}")
+        return cls(lower.get("application", "shardherd"), backend, lower.get("storeendpoint") or None,
+                   lower.get("storemeterdir") or None)
+
     def open(self, region: str) -> LeaseStore:
         """The store, as the driver's agent opens it (executors only: it imports boto3 or SQLAlchemy)."""
         from shardherd.shared.config import load_settings
@@ -100,11 +109,7 @@ class SourceOptions:
         decoder = lower.get("kpldecoder", "auto").lower()
         if decoder not in KPL_DECODERS:
             raise InvalidOffset(f"kplDecoder must be one of {list(KPL_DECODERS)}, got {decoder!r}")
-        backend = lower.get("storebackend", "dynamodb")
-        if backend not in ("dynamodb", "sql"):
-            raise InvalidOffset(f"storeBackend must be dynamodb or sql, got {backend!r}")
-        store = StoreOptions(lower.get("application", "shardherd"), backend, lower.get("storeendpoint") or None,
-                             lower.get("storemeterdir") or None)
+        store = StoreOptions.parse(lower)
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
                    lower.get("includereader", "false").lower() == "true", decoder, partitions, store)
