@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,16 +115,20 @@ def by_caller(totals: Totals) -> dict[str, list[float]]:
     return callers
 
 
+def _per_lease(window: Totals, minutes: float, leases: int, counted: Callable[[str], bool]) -> float:
+    """Requests per lease per minute over the window, of the `table:operation` keys `counted` accepts."""
+    requests = sum(values[0] for (_, operation), values in window.items() if counted(operation))
+    return requests / minutes / max(1, leases)
+
+
 def checkpoint_rate(window: Totals, minutes: float, leases: int) -> float:
     """The agents' application checkpoints per shard per minute over the window."""
-    checkpoints = sum(values[0] for (_, operation), values in window.items() if operation.endswith(":checkpoint"))
-    return checkpoints / minutes / max(1, leases)
+    return _per_lease(window, minutes, leases, lambda operation: operation.endswith(":checkpoint"))
 
 
 def batch_end_rate(window: Totals, minutes: float, leases: int) -> float:
     """The Spark agents' reads of their batch ends (agent/spark/batch_ends.py) per lease they hold per minute."""
-    reads = sum(values[0] for (_, operation), values in window.items() if f":get {KEY_PREFIX}" in operation)
-    return reads / minutes / max(1, leases)
+    return _per_lease(window, minutes, leases, lambda operation: f":get {KEY_PREFIX}" in operation)
 
 
 def print_bill(window: Totals, minutes: float, leases: Sequence[Lease], workers: Sequence[str]) -> None:

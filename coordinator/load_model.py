@@ -82,18 +82,17 @@ def own_base(carried: Sequence[float], values: Sequence[float], slope: float) ->
     if ranked[-2] - ranked[1] < MIN_FIT_SPREAD * ranked[-2]:
         return None
     middle = (ranked[0] + ranked[-1]) / 2
-    rate = max(slope, _own_rate(points, middle))
-    ends = [[value - rate * kbps for kbps, value in points if (kbps > middle) == high] for high in (False, True)]
-    return min(statistics.median(end) for end in ends if end)
-
-
-def _own_rate(points: Sequence[tuple[float, float]], middle: float) -> float:
-    """How much the median value rises per KiB/s from the reports at or below `middle` KiB/s to those above.
-
-    0 if none is above (every report at the same KiB/s).
-    """
     low = [(kbps, value) for kbps, value in points if kbps <= middle]
     high = [(kbps, value) for kbps, value in points if kbps > middle]
+    rate = max(slope, _own_rate(low, high))
+    return min(statistics.median(value - rate * kbps for kbps, value in end) for end in (low, high) if end)
+
+
+def _own_rate(low: Sequence[tuple[float, float]], high: Sequence[tuple[float, float]]) -> float:
+    """How much the median value rises per KiB/s from the `low` reports (KiB/s, value) to the `high` ones.
+
+    0 if none is high (every report at the same KiB/s).
+    """
     if not high:
         return 0.0
     rise = statistics.median(v for _, v in high) - statistics.median(v for _, v in low)
