@@ -350,7 +350,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     spark_leases = sum(cpus[wid][1] for wid in spark if wid in cpus)
     _simulate(live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
                                                    batch_end_rate(window, minutes, spark_leases)),
-              seen.joins(), cpus, spark)
+              seen.joins(), cpus, spark, args.store == "postgres")  # the meter prices SQL reads as consistent
 
 
 def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, Any], changes: int,
@@ -360,11 +360,13 @@ def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, A
     killed, resumed = kill
     # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
     # counts them.
-    units = [values for caller, values in by_caller(window).items() if caller != "api"]
-    settling = (None, None) if seen.all_owned is None else runs.balancing_between(seen.all_owned, steady_from)
+    units = {caller: values for caller, values in by_caller(window).items() if caller != "api"}
+    settle_moves, settled_after = (None, None) if seen.all_owned is None else runs.balancing_between(seen.all_owned,
+                                                                                                    steady_from)
     return Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
-                   changes, sum(u[1] for u in units) / minutes, sum(u[2] for u in units) / minutes, killed,
-                   max(resumed) if len(resumed) == killed and resumed else None, *settling)
+                   changes, sum(u[1] for u in units.values()) / minutes, sum(u[2] for u in units.values()) / minutes,
+                   killed, max(resumed) if len(resumed) == killed and resumed else None, settle_moves, settled_after,
+                   reads_by_caller={caller: u[1] / minutes for caller, u in units.items() if u[1] > 0})
 
 
 def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,
@@ -399,9 +401,11 @@ def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
 
 
 def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float], rates: tuple[float, float],
-              joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]], spark: Sequence[str]) -> None:
+              joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]], spark: Sequence[str],
+              consistent_reads: bool) -> None:
     """Print the simulator's figures for the live run's fleet: `window` is (warm-up, steady) seconds, `rates` the
-    checkpoints per shard and the Spark agents' batch-end reads per lease they hold, each per minute."""
+    checkpoints per shard and the Spark agents' batch-end reads per lease they hold, each per minute;
+    `consistent_reads` says whether the live store's reads are priced as consistent (PostgreSQL)."""
     checkpoints, batch_ends = rates
     base, mean = cpu_inputs(list(cpus.values()))
     own = own_cpu(cpus, set(spark))
@@ -414,7 +418,7 @@ def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float]
           f"ends as often, {batch_ends:.1f} per lease per minute)")
     inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, *window, checkpoints,
                         [own.get(wid, 0.0) for _, wid in joins],
-                        [batch_ends if wid in spark else 0.0 for _, wid in joins])
+                        [batch_ends if wid in spark else 0.0 for _, wid in joins], consistent_reads)
     print(side_by_side(live, predict(inputs)), flush=True)
 
 

@@ -14,7 +14,8 @@ figures on its virtual clock:
   the last of them came: the time the fleet took to settle;
 * owner changes over the steady window, after the same warm-up, and the store's capacity units per minute there
   (the simulated agents checkpoint as often as the live ones did, and the Spark agents among them read their batch
-  ends as often per lease as the live Spark agents did: those reads are the bulk of a mixed fleet's read units);
+  ends as often per lease as the live Spark agents did: those reads are the bulk of a mixed fleet's read units),
+  priced as the live meter prices them (consistent reads on PostgreSQL) and shown per caller beside the live ones;
 * kill -9 (a crash) of the agent holding most leases: its leases, and seconds until every one is owned elsewhere.
   The simulated agents name each row they write to the leader and the leader runs when a quiet worker's failover
   time ends, as live (`LeaderLoop.next_verdict`), so the crash moves leases one failover time after the victim's
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.fleet.model import VARIANCE, Fleet
 from bench.fleet.noise import PLAIN_DELIVERY, LiveNoise, NoiseModel
@@ -59,6 +60,8 @@ class LiveInputs:
     checkpoints: float = 0.0  # the live agents' application checkpoints per shard per minute (0: none)
     own_cpu: Sequence[float] = ()  # per agent of `joins` (same order; none: all 0), CPU points no lease explains
     batch_ends: Sequence[float] = ()  # per agent of `joins` (none: all 0), batch-end reads per held lease per minute
+    consistent_reads: bool = False  # the live store's reads are priced as consistent (PostgreSQL; DynamoDB's default
+    # is eventual): the simulator prices its leader's scans the same way, or it would halve them
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Figures:
     kill_after: float | None  # seconds until each of them is owned (sim) or read (live) elsewhere
     settle_moves: int | None = None  # balancing moves from every lease owned to the steady window
     settled_after: float | None = None  # seconds from every lease owned to the last of them (0: none)
+    reads_by_caller: Mapping[str, float] = field(default_factory=dict)  # read units per minute per caller
 
 
 def _settings() -> dict[str, object]:
@@ -160,7 +164,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
     meters: list[StoreMeter] = []
 
     def wrap(inner: LeaseStore) -> LeaseStore:
-        meters.append(StoreMeter(inner, consistent_reads=False, default_caller="agent"))
+        meters.append(StoreMeter(inner, consistent_reads=inputs.consistent_reads, default_caller="agent"))
         return meters[-1]
 
     keys = sorted(inputs.kbps)
@@ -179,6 +183,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
     fleet.events.run_until(fleet.events.now() + inputs.settle)
     minutes = inputs.settle / 60.0
     usage = usage_total(meters[0].rows())
+    reads = {caller: total.read_units / minutes for caller, total in meters[0].by_caller().items()}
     steady = fleet.moves.moves
     held = {wid: 0 for wid in fleet.live()}
     for lease in fleet.leases():
@@ -193,7 +198,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
         return all(lease.actual_owner in live for lease in fleet.leases() if lease.lease_key in victims)
 
     return Figures(started.owned_after, steady, usage.read_units / minutes, usage.write_units / minutes, len(victims),
-                   _run_until(fleet, moved, KILL_WATCH), settle_moves, settled_after)
+                   _run_until(fleet, moved, KILL_WATCH), settle_moves, settled_after, reads)
 
 
 def cpu_inputs(rows: Sequence[tuple[float, int]]) -> tuple[float, float]:
@@ -225,18 +230,31 @@ def _differs(live: float | int | None, sim: float | int | None, resolution: floa
     return f" ({'over' if abs(live - sim) > bound else 'within'} 20 %)"
 
 
+def _grouped(reads: Mapping[str, float]) -> dict[str, float]:
+    """Read units per minute by caller, a Spark application's executors counted with its agent (the simulated
+    Spark agent reads its batch ends itself)."""
+    grouped: dict[str, float] = {}
+    for caller, units in reads.items():
+        name = "agents (executors included)" if caller in ("agent", "executor") else caller
+        grouped[name] = grouped.get(name, 0.0) + units
+    return grouped
+
+
 def side_by_side(live: Figures, sim: Figures) -> str:
     """The comparison table (Markdown), each row marked when live and simulator differ by more than 20 %, or for a
     time by more than LOOKS (the two sides' resolution), whichever is more."""
+    live_reads, sim_reads = _grouped(live.reads_by_caller), _grouped(sim.reads_by_caller)
     rows = [("every lease owned, s after the first was", live.owned_after, sim.owned_after, 1, LOOKS),
             ("balancing moves from then to the steady window", live.settle_moves, sim.settle_moves, 0, 0.0),
             ("the last of them, s after every lease was owned", live.settled_after, sim.settled_after, 1, LOOKS),
             ("owner changes in the steady window", live.steady_moves, sim.steady_moves, 0, 0.0),
-            ("store read units per minute", live.read_units, sim.read_units, 0, 0.0),
-            ("store write units per minute", live.write_units, sim.write_units, 0, 0.0),
-            ("leases of the killed agent", live.kill_leases, sim.kill_leases, 0, 0.0),
-            ("kill -9: all of them elsewhere after, s (live: read; sim: owned)", live.kill_after, sim.kill_after, 1,
-             LOOKS)]
+            ("store read units per minute", live.read_units, sim.read_units, 0, 0.0)]
+    rows += [(f"- of which {caller}", live_reads.get(caller), sim_reads.get(caller), 0, 0.0)
+             for caller in sorted(set(live_reads) | set(sim_reads))]
+    rows += [("store write units per minute", live.write_units, sim.write_units, 0, 0.0),
+             ("leases of the killed agent", live.kill_leases, sim.kill_leases, 0, 0.0),
+             ("kill -9: all of them elsewhere after, s (live: read; sim: owned)", live.kill_after, sim.kill_after, 1,
+              LOOKS)]
     lines = ["| figure | live | simulator |", "|---|---|---|"]
     lines += [f"| {name} | {_cell(a, digits)} | {_cell(b, digits)}{_differs(a, b, floor)} |"
               for name, a, b, digits, floor in rows]

@@ -75,3 +75,22 @@ def test_agents_with_cpu_no_lease_explains_hold_their_share_in_the_simulator() -
 def test_own_cpu_is_a_spark_agents_cpu_above_the_plain_median() -> None:
     cpus = {"a": (1.0, 7), "b": (2.0, 6), "c": (3.0, 6), "s1": (15.0, 4), "s2": (1.5, 7)}
     assert own_cpu(cpus, {"s1", "s2", "gone"}) == {"s1": 13.0, "s2": 0.0}
+
+
+def test_the_leaders_scans_are_priced_as_the_live_store_prices_them() -> None:
+    kbps = {f"shardId-{i:012d}": 1.0 for i in range(64)}
+    eventual, consistent = (predict(LiveInputs(kbps, [0.0, 0.0], cpu_base=2.0, cpu_mean=3.0, warmup=10.0, settle=60.0,
+                                               consistent_reads=flag)) for flag in (False, True))
+    # A consistent scan costs twice an eventual one (DynamoDB's pricing; the live meter prices PostgreSQL's reads
+    # as consistent): the simulated leader's reads double, the agents' owner-index queries (never consistent) do not.
+    leader = eventual.reads_by_caller["leader"], consistent.reads_by_caller["leader"]
+    assert leader[0] > 0 and abs(leader[1] - 2 * leader[0]) <= 0.1 * leader[1], leader
+    assert consistent.reads_by_caller["agent"] == eventual.reads_by_caller["agent"]
+
+
+def test_the_table_shows_read_units_by_caller_with_executors_counted_with_their_agents() -> None:
+    live = Figures(0.0, 0, 30.0, 1.0, 1, 9.0, reads_by_caller={"agent": 10.0, "executor": 5.0, "leader": 15.0})
+    sim = Figures(0.0, 0, 35.0, 1.0, 1, 9.0, reads_by_caller={"agent": 14.0, "leader": 21.0})
+    table = side_by_side(live, sim)
+    assert "| - of which agents (executors included) | 15 | 14 (within 20 %) |" in table
+    assert "| - of which leader | 15 | 21 (over 20 %) |" in table
