@@ -67,12 +67,15 @@ def _decode_user_record(raw: bytes, partition_keys: Sequence[str], hash_keys: Se
                 tags.append(_decode_tag(value))
     if key_index is None or data is None:
         raise BrokenAggregate("a record lacks its required partition_key_index or data")
-    if key_index >= len(partition_keys):
-        raise BrokenAggregate(f"partition_key_index {key_index} is out of range ({len(partition_keys)} keys)")
-    if hash_index is not None and hash_index >= len(hash_keys):
-        raise BrokenAggregate(f"explicit_hash_key_index {hash_index} is out of range ({len(hash_keys)} keys)")
-    explicit = hash_keys[hash_index] if hash_index is not None else None
-    return UserRecord(partition_keys[key_index], data, explicit, tuple(tags))
+    explicit = None if hash_index is None else _indexed(hash_keys, hash_index, "explicit_hash_key_index")
+    return UserRecord(_indexed(partition_keys, key_index, "partition_key_index"), data, explicit, tuple(tags))
+
+
+def _indexed(keys: Sequence[str], index: int, name: str) -> str:
+    """The key a record's `name` field points at in the aggregate's table."""
+    if index >= len(keys):
+        raise BrokenAggregate(f"{name} {index} is out of range ({len(keys)} keys)")
+    return keys[index]
 
 
 def _decode_tag(raw: bytes) -> tuple[str, str | None]:

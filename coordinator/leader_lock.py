@@ -30,7 +30,7 @@ import logging
 import math
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from shardherd.shared.clock import Clock
@@ -353,12 +353,25 @@ class LeaderLock:
             # Not an item the Java lock client could have written: take it unless someone versions it meanwhile.
             self._write_new(sent, epoch, {VERSION: None})
             return
+        seen = self._held_long_enough(item, version, sent, read_at)
+        if seen is not None:
+            log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
+                     item.get(OWNER), sent - seen.first_seen)
+            handover = None if seen.observed_rows is None else Handover(seen.observed_rows, seen.read_at)
+            self._write_new(sent, epoch, {VERSION: version}, handover)
+
+    def _held_long_enough(self, item: Mapping[str, StateValue], version: str, sent: float,
+                          read_at: float) -> _Observed | None:
+        """Note this read of another holder's `version`; its observation once unchanged for its duration, else None.
+
+        The lock may be taken over once the observation is returned.
+        """
         seen = self._observed
         duration = _int(item.get(DURATION))
         if seen is None or seen.version != version:
             self._observed = _Observed(version, sent, duration / 1000.0 if duration else self._duration, read_at,
                                        item.get(OBSERVED))
-            return
+            return None
         if seen.from_probe:  # the sightings of this version and its duration come with its first read
             # `read_at` stays when the holder first answered with this version: it computed the version's sightings
             # before it answered, so they are at least that old (a later read would throw away the time between).
@@ -368,11 +381,7 @@ class LeaderLock:
             seen.repeated = seen.repeated or sent - seen.first_seen > 2 * self._period
         else:
             seen.repeated = True
-        if sent - seen.first_seen > seen.duration:
-            log.info("leader lock: %s held by %s unchanged for %.1f s: taking over", version,
-                     item.get(OWNER), sent - seen.first_seen)
-            handover = None if seen.observed_rows is None else Handover(seen.observed_rows, seen.read_at)
-            self._write_new(sent, epoch, {VERSION: version}, handover)
+        return seen if sent - seen.first_seen > seen.duration else None
 
     def _next_epoch(self, previous_epoch: int | None) -> int:
         """Take the next epoch from the counter item (never below the lock item's own): each number is used once.

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -207,8 +207,7 @@ class Rewinder:
     def _carry_out(self, record: RewindRecord, chosen: list[Lease], place: Placer) -> RewindRecord:
         """Pause, resolve positions while the owners stop, rewrite once all stopped, resume; keep the record."""
         reason = REWIND_REASON + record.rewind_id
-        absent = {lease.lease_key: lease for lease in chosen if lease.lease_counter == 0 and lease.lease_owner is None
-                  and self._store.get_lease(lease.lease_key) is None}  # cleaned up after it finished
+        absent = self._absent(chosen)
         ours = [lease.lease_key for lease in chosen if not lease.is_paused and lease.lease_key not in absent]
         keys = [lease.lease_key for lease in chosen if lease.lease_key not in absent]
         written: dict[str, RewindRow] = {}
@@ -220,16 +219,8 @@ class Rewinder:
                 stopped = self._wait_stopped(keys, pool)
                 targets, rows, planned_at = planned.result()
                 record = replace(record, rows=rows, planned_at=planned_at, stopped_at=self._clock.time())
-
-                def rewrite(row: RewindRow) -> RewindRow | None:
-                    if row.note.endswith(HELD_BACK_NOTE):  # shard sync creates it again after its parents
-                        return None if row.lease_key in absent else self._delete_held(stopped[row.lease_key], row)
-                    if row.lease_key in absent:
-                        return self._recreate(absent[row.lease_key], targets[row.lease_key], row)
-                    before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
-                    return replace(row, before=str(before.checkpoint), owner=after.actual_owner)
-
-                written = {row.lease_key: row for row in pool.map(rewrite, record.rows) if row is not None}
+                written = {row.lease_key: row for row in pool.map(
+                    lambda row: self._write_row(row, absent, stopped, targets), record.rows) if row is not None}
             finally:
                 self._tell(list(pool.map(lambda key: self._resume(key), ours)))
                 rows = tuple(written.get(row.lease_key, replace(row, note=f"{row.note}; not written"))
@@ -238,6 +229,21 @@ class Rewinder:
                                  outcome="done" if set(keys) <= written.keys() else "failed")
                 self._remember(record)
         return record
+
+    def _absent(self, chosen: list[Lease]) -> dict[str, Lease]:
+        """The chosen leases with no row in the table: `_cleaned_up`'s placeholders (counter 0, no owner)."""
+        return {lease.lease_key: lease for lease in chosen if lease.lease_counter == 0 and lease.lease_owner is None
+                and self._store.get_lease(lease.lease_key) is None}
+
+    def _write_row(self, row: RewindRow, absent: Mapping[str, Lease], stopped: Mapping[str, Lease],
+                   targets: Mapping[str, Checkpoint]) -> RewindRow | None:
+        """Carry out one planned row once every owner stopped: rewrite, re-create or delete its lease."""
+        if row.note.endswith(HELD_BACK_NOTE):  # shard sync creates it again after its parents
+            return None if row.lease_key in absent else self._delete_held(stopped[row.lease_key], row)
+        if row.lease_key in absent:
+            return self._recreate(absent[row.lease_key], targets[row.lease_key], row)
+        before, after = self._rewrite(stopped[row.lease_key], targets[row.lease_key])
+        return replace(row, before=str(before.checkpoint), owner=after.actual_owner)
 
     def _recreate(self, lease: Lease, target: Checkpoint, row: RewindRow) -> RewindRow | None:
         """Create a cleaned-up shard's lease again at `target`, unless the shard ended before the time anyway."""

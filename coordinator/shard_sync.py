@@ -275,15 +275,7 @@ def _children_of_finished(stream: _Stream, table: dict[str, Lease], start: Check
 
 def _untracked_ancestry(stream: _Stream, tracked: set[str], position: Checkpoint) -> dict[str, LeaseCreation]:
     """Step 2: KCL's walk from leaseless open shards up through leaseless descendants."""
-    marked_roots = position.sentinel in _FROM_THE_START
-    descendants: set[str] = set()
-    marked: set[str] = set()
-    for shard_id in stream.order:
-        if shard_id in tracked or any(p in descendants or p in marked for p in stream.parents_in_stream(shard_id)):
-            descendants.add(shard_id)
-        elif marked_roots:
-            marked.add(shard_id)
-
+    descendants = _descendants(stream, tracked, position.sentinel in _FROM_THE_START)
     created: dict[str, LeaseCreation] = {}
     to_visit: list[str] = []
     for shard_id in stream.order:
@@ -307,6 +299,21 @@ def _untracked_ancestry(stream: _Stream, tracked: set[str], position: Checkpoint
             reason = CreateReason.UNLEASED_COPARENT if stream.parents_in_stream(parent) else CreateReason.TREE_ROOT
             created[parent] = LeaseCreation(_lease_for(stream.shards[parent], position), reason)
     return created
+
+
+def _descendants(stream: _Stream, tracked: set[str], marked_roots: bool) -> set[str]:
+    """The shards step 2's walk climbs: tracked ones and their descendants, judged in creation order.
+
+    Reading from the start, KCL also marks every shard that is neither, so its children count as descendants too.
+    """
+    descendants: set[str] = set()
+    marked: set[str] = set()
+    for shard_id in stream.order:
+        if shard_id in tracked or any(p in descendants or p in marked for p in stream.parents_in_stream(shard_id)):
+            descendants.add(shard_id)
+        elif marked_roots:
+            marked.add(shard_id)
+    return descendants
 
 
 def _deletion(stream: _Stream, table: dict[str, Lease], lease: Lease) -> LeaseDeletion | None:

@@ -48,6 +48,10 @@ class Shard:
     def __post_init__(self) -> None:
         if not isinstance(self.shard_id, str) or not _SHARD_ID.fullmatch(self.shard_id):
             raise MalformedShard(self.shard_id, "ShardId must be 1-128 characters of [a-zA-Z0-9_.-]")
+        self._check_lineage()
+        self._check_ranges()
+
+    def _check_lineage(self) -> None:
         for name in ("parent_shard_id", "adjacent_parent_shard_id"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not _SHARD_ID.fullmatch(value)):
@@ -58,6 +62,8 @@ class Shard:
             raise MalformedShard(self.shard_id, "parent and adjacent parent are the same shard")
         if self.shard_id in self.parent_ids:
             raise MalformedShard(self.shard_id, "is its own parent")
+
+    def _check_ranges(self) -> None:
         for name in ("starting_hash_key", "ending_hash_key", "starting_sequence_number", "ending_sequence_number"):
             value = getattr(self, name)
             if value is None and name == "ending_sequence_number":
