@@ -260,26 +260,33 @@ class StoreMeter(LeaseStore):
         before = self._remember(table, lease_key, None if (delete and outcome.applied) else size or None)
         billed = max(size, before or 0)
         transactional = fence is not None
-        writes = write_units(billed, transactional)
-        reads = 0.0
+        writes, reads = write_units(billed, transactional), 0.0
         if fence is not None:
-            lock = self._state_items.get(fence.key) or {k: v for k, v in fence.expect.items() if v is not None}
-            writes += write_units(state_size(fence.key, lock), True)  # the lock item's ConditionCheck
-            reads += read_units(billed, True)  # the backend reads the lease back (or first, for a delete)
+            writes, reads = writes + self._fence_check_units(fence), read_units(billed, True)  # the backend's re-read
         if outcome.applied:
             old_owner = before_owner if owner_known else self._owners.get(lease_key, before_owner)
             new_owner = None if delete or current is None else current.lease_owner
-            index = _index_writes(old_owner, new_owner)
-            if index:
-                self._count(INDEX_TABLE, operation, requests=0, writes=index * write_units(
-                    index_entry_size(lease_key, new_owner or old_owner or ""), transactional))
-            self._owners[lease_key] = new_owner
+            self._index_write(operation, lease_key, old_owner, new_owner, transactional)
             if delete:
                 self._owners.pop(lease_key, None)
         elif current is not None:
             self._owners[lease_key] = current.lease_owner
         self._count(table, operation, reads=reads, writes=writes)
         return outcome
+
+    def _fence_check_units(self, fence: Fence) -> float:
+        """Write units of the lock item's ConditionCheck inside a fenced write's transaction."""
+        lock = self._state_items.get(fence.key) or {k: v for k, v in fence.expect.items() if v is not None}
+        return write_units(state_size(fence.key, lock), True)
+
+    def _index_write(self, operation: str, lease_key: str, old_owner: str | None, new_owner: str | None,
+                     transactional: bool) -> None:
+        """Price the owner index's entry changes of an applied lease write and remember the new owner."""
+        index = _index_writes(old_owner, new_owner)
+        if index:
+            self._count(INDEX_TABLE, operation, requests=0, writes=index * write_units(
+                index_entry_size(lease_key, new_owner or old_owner or ""), transactional))
+        self._owners[lease_key] = new_owner
 
     # ---------------------------------------------------------------- schema
     def ensure_tables(self) -> None:

@@ -115,22 +115,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         attempts: list[int] = []
         try:
             if fence is None:
-                if delete:
-                    response = self._call(lambda: self._client.delete_item(ReturnValues="ALL_OLD", **params),
-                                          f"DeleteItem {what} {lease_key}")
-                else:
-                    response = self._call(lambda: self._client.update_item(ReturnValues="ALL_NEW", **params),
-                                          f"UpdateItem {what} {lease_key}", attempts)
-                return Outcome.ok(lc.decode_lease(response["Attributes"], self.tables.leases))
-            before = self._read_lease(lease_key) if delete else None
-            transaction = [self._fence_check(fence), {"Delete" if delete else "Update": params}]
-            request: dict[str, Any] = {"TransactItems": transaction}
-            self._call(lambda: self._client.transact_write_items(**request),
-                       f"TransactWriteItems {what} {lease_key}")
-            after = before if delete else self._read_lease(lease_key)
-            if after is None:
-                raise StoreError(f"{what} {lease_key}: the lease vanished right after an applied write")
-            return Outcome.ok(after)
+                return self._unfenced_write(lease_key, params, what, delete, attempts)
+            return self._fenced_write(lease_key, params, what, fence, delete)
         except ConditionFailed as lost:
             current = self._current(lease_key, lost.item)
             if len(attempts) > 1 and current is not None and own_result is not None and own_result(current):
@@ -143,6 +129,35 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             current = self._current(lease_key, canceled.reasons[1].get("Item") if len(codes) > 1 else None)
             conflict = Conflict.FENCED if codes[0] == _CONDITION_FAILED else classify(current)
             return Outcome.lost(conflict, current)
+
+    def _unfenced_write(self, lease_key: str, params: dict[str, Any], what: str, delete: bool,
+                        attempts: list[int]) -> Outcome:
+        """One conditional DeleteItem or UpdateItem.
+
+        `attempts` collects the update's tries: a retry may find its own earlier attempt applied.
+        """
+        if delete:
+            response = self._call(lambda: self._client.delete_item(ReturnValues="ALL_OLD", **params),
+                                  f"DeleteItem {what} {lease_key}")
+        else:
+            response = self._call(lambda: self._client.update_item(ReturnValues="ALL_NEW", **params),
+                                  f"UpdateItem {what} {lease_key}", attempts)
+        return Outcome.ok(lc.decode_lease(response["Attributes"], self.tables.leases))
+
+    def _fenced_write(self, lease_key: str, params: dict[str, Any], what: str, fence: Fence,
+                      delete: bool) -> Outcome:
+        """The write in a transaction with the fence's ConditionCheck.
+
+        A transaction returns no item: the lease is read back (or first, for a delete).
+        """
+        before = self._read_lease(lease_key) if delete else None
+        transaction = [self._fence_check(fence), {"Delete" if delete else "Update": params}]
+        request: dict[str, Any] = {"TransactItems": transaction}
+        self._call(lambda: self._client.transact_write_items(**request), f"TransactWriteItems {what} {lease_key}")
+        after = before if delete else self._read_lease(lease_key)
+        if after is None:
+            raise StoreError(f"{what} {lease_key}: the lease vanished right after an applied write")
+        return Outcome.ok(after)
 
     # ---------------------------------------------------------------- lease reads
     def get_lease(self, lease_key: str) -> Lease | None:
