@@ -163,14 +163,17 @@ def judge_fleet(lease_scan: LeaseScan, worker_scan: WorkerScan, settings: Settin
     leases.sort(key=lambda item: item.lease_key)
     workers = [_worker_out(records[wid], ages[wid], wid in expired, leases, settings, wid in away)
                for wid in sorted(records)]
-    return Fleet(
-        workers, leases,
-        [MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
-        [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
-        [MalformedRow(key=w.worker_id, reason="; ".join(w.repairs)) for w in worker_scan.workers if w.repairs],
-        [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
-         if lease.repairs],
-    )
+    return Fleet(workers, leases, *_unreadable_and_repaired(lease_scan, worker_scan))
+
+
+def _unreadable_and_repaired(lease_scan: LeaseScan, worker_scan: WorkerScan) -> tuple[
+        list[MalformedRow], list[MalformedRow], list[MalformedRow], list[MalformedRow]]:
+    """Fleet's malformed workers and leases, then its repaired ones, as rows with their reasons."""
+    return ([MalformedRow(key=row.worker_id, reason=row.reason) for row in worker_scan.malformed],
+            [MalformedRow(key=row.lease_key, reason=row.reason) for row in lease_scan.malformed],
+            [MalformedRow(key=w.worker_id, reason="; ".join(w.repairs)) for w in worker_scan.workers if w.repairs],
+            [MalformedRow(key=lease.lease_key, reason="; ".join(lease.repairs)) for lease in lease_scan.leases
+             if lease.repairs])
 
 
 def _motion_fields(motion: CheckpointMotion | None) -> dict[str, float | None]:

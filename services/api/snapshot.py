@@ -80,25 +80,41 @@ class SnapshotCache:
         recent = fresh and may_read_store  # tables at most max_age old (issue 33)
         with self._guard:
             now = self._clock.monotonic()
-            if self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view() and (
-                    not recent or now - self._data_at <= self.max_age):
+            if self._cached_will_do(now, recent):
+                assert self._snapshot is not None
                 return replace(self._snapshot, age=now - self._data_at)
             own = self._own(self.max_age, fresh=recent)
             got = own[0] if own is not None else (self._from_leader(recent) if self._from_leader is not None else None)
             if got is None and not may_read_store:
-                kept = self._own(math.inf)  # not cached as fresh: the next caller with a token still refreshes
-                if kept is not None:
-                    return replace(kept[0], age=max(0.0, now - kept[1][2]))
-                if self._snapshot is None:
-                    raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
-                                        "read the store: retry shortly, or send the read token")
-                return replace(self._snapshot, age=now - self._data_at)
+                return self._without_reading(now)
             self._source = own[1] if own is not None else None
             self._snapshot = got if got is not None else self._read(recent)
             self._taken = now
             # Its tables' age, not this copy's: a caller with a token gets them at most max_age old (issue 33).
             self._data_at = min(now, own[1][2] if own is not None else now - (got.age if got is not None else 0.0))
             return replace(self._snapshot, age=now - self._data_at)
+
+    def _cached_will_do(self, now: float, recent: bool) -> bool:
+        """The cached snapshot may be served.
+
+        It was taken within max_age, the leader has no newer view, and (for `recent`) its tables are at most max_age
+        old.
+        """
+        return (self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view()
+                and (not recent or now - self._data_at <= self.max_age))
+
+    def _without_reading(self, now: float) -> ApiSnapshot:
+        """For an anonymous caller when nothing fresh is at hand: the leader's own view or the last snapshot.
+
+        Either however old, and neither is cached as fresh: the next caller with a token still refreshes.
+        """
+        kept = self._own(math.inf)
+        if kept is not None:
+            return replace(kept[0], age=max(0.0, now - kept[1][2]))
+        if self._snapshot is None:
+            raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
+                                "read the store: retry shortly, or send the read token")
+        return replace(self._snapshot, age=now - self._data_at)
 
     def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
         """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand.
