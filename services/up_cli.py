@@ -179,9 +179,8 @@ def _api_port(args: argparse.Namespace, settings: Settings) -> int:
     return settings.api_port if "api_port" in settings.model_fields_set else 0
 
 
-def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.Namespace, started: float,
-                  stopping: threading.Event, deadline: float | None) -> StatusPrinter:
-    """Print where everything is, start the live status, and wait (bounded) for start-up to complete."""
+def _say_where(stack: LocalStack, say: Say) -> None:
+    """What runs where: the stream, the processes, the store, Kinesis, the dashboard and the run directory."""
     options, state = stack.options, stack.state()
     kind = "Spark agents (example pipeline)" if options.spark else "plain agents"
     holds = (f"DynamoDB {state.dynamodb_endpoint_url or 'AWS'}" if stack.settings.store_backend == "dynamodb"
@@ -193,6 +192,13 @@ def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.
         "   (every replica serves it)")
     say(f"run dir: {options.run_dir}   (Ctrl-C stops everything)")
     say(f"try: {follow_up_command()} scenario --run-dir {options.run_dir} kill-agent")
+
+
+def _report_start(stack: LocalStack, say: Say, console: Console, args: argparse.Namespace, started: float,
+                  stopping: threading.Event, deadline: float | None) -> StatusPrinter:
+    """Print where everything is, start the live status, and wait (bounded) for start-up to complete."""
+    options = stack.options
+    _say_where(stack, say)
     printer = StatusPrinter(stack, console, args.interval, started).start()
     if options.agents == 0:
         say(f"no agents: the {options.shards} shards stay unassigned until `scenario add-agent`")

@@ -22,6 +22,7 @@ from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.stack import AGENT, COORDINATOR, LocalStack
 from shardherd.services.local_stack.supervisor import Child
 from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.lease import Lease
 from shardherd.shared.store import LeaseStore
 
 
@@ -163,15 +164,19 @@ class StartupTimes:
                 leases = [lease for lease in store.scan_leases().leases if not lease.is_finished]
             except Exception:  # tables may not answer for the first moments
                 leases = []
-            self.owned, self.leases = sum(1 for lease in leases if lease.actual_owner), len(leases)
-            if self.owned and self.first_assignment is None:
-                self.first_assignment = time.time() - started
-            if self.owned >= shards and self.owned == len(leases) and self.all_assigned is None:
-                self.all_assigned = time.time() - started
-            if self.first_checkpoint is None and any(lease.checkpoint.sequence_value is not None for lease in leases):
-                self.first_checkpoint = time.time() - started
+            self._note(leases, shards, time.time() - started)
             self.cancelled.wait(0.1)
         self.done.set()
+
+    def _note(self, leases: list[Lease], shards: int, elapsed: float) -> None:
+        """Take one look at the unfinished leases, `elapsed` seconds after the start."""
+        self.owned, self.leases = sum(1 for lease in leases if lease.actual_owner), len(leases)
+        if self.owned and self.first_assignment is None:
+            self.first_assignment = elapsed
+        if self.owned >= shards and self.owned == len(leases) and self.all_assigned is None:
+            self.all_assigned = elapsed
+        if self.first_checkpoint is None and any(lease.checkpoint.sequence_value is not None for lease in leases):
+            self.first_checkpoint = elapsed
 
 
 class ShardTally:
@@ -250,6 +255,21 @@ class StatusPrinter:
                 self._console.print(self._line(self._observe()), highlight=False, soft_wrap=True)
 
     def _observe(self) -> Snapshot | None:
+        self._report_processes()
+        snapshot = read_snapshot([c.api_url for c in self._stack.supervisor.children("coordinator") if c.api_url])
+        if snapshot is not None:
+            self.tally.update(snapshot.leases)
+            agents = {child.name for child in self._stack.supervisor.children(AGENT, alive_only=False)}
+            self.outside.update(owner for lease in snapshot.leases for owner in (lease["owner"],)
+                                if owner and owner not in agents)
+        if snapshot is not None and snapshot.leader != self._leader:
+            self._console.print(f"* leader is now {snapshot.leader or 'nobody'} (epoch {snapshot.epoch})",
+                                highlight=False)
+            self._leader = snapshot.leader
+        return snapshot
+
+    def _report_processes(self) -> None:
+        """Print processes that exited on their own, were started again or ended on purpose, and a Kinesis exit."""
         for child in self._stack.supervisor.unexpected_exits():
             pending = self._stack.restarts.exited(child)
             again = f"; starting it again in {pending.delay:g} s" if pending is not None else ""
@@ -264,17 +284,6 @@ class StatusPrinter:
             self._stack.write_state()
         if (exited := self._stack.emulators.kinesis_exit()) is not None:
             self._console.print(f"! {exited}", highlight=False)
-        snapshot = read_snapshot([c.api_url for c in self._stack.supervisor.children("coordinator") if c.api_url])
-        if snapshot is not None:
-            self.tally.update(snapshot.leases)
-            agents = {child.name for child in self._stack.supervisor.children(AGENT, alive_only=False)}
-            self.outside.update(owner for lease in snapshot.leases for owner in (lease["owner"],)
-                                if owner and owner not in agents)
-        if snapshot is not None and snapshot.leader != self._leader:
-            self._console.print(f"* leader is now {snapshot.leader or 'nobody'} (epoch {snapshot.epoch})",
-                                highlight=False)
-            self._leader = snapshot.leader
-        return snapshot
 
     def _gone(self, child: Child) -> str:
         """The line for a process a scenario ended: it is not started again; where the dashboard is now."""
