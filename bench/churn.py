@@ -151,17 +151,8 @@ def watch(state: StackState, seconds: float, poll: float) -> Window:
                 window.cpu[worker].append(history[-1])
             seen_cpu[worker] = history
         leases = _poll(urls, token)
-        if leases is None:
-            continue
-        for key, lease in leases.items():
-            owner = lease["owner"]
-            if key in owners and owner != owners[key] and owner is not None:
-                window.changes[key] += 1
-                window.paths[key].append(owner)
-                changed_at[key] = now
-            elif key not in owners:
-                window.paths[key].append(str(owner))
-            owners[key] = owner
+        for key, lease in (leases or {}).items():
+            _note_owner(window, key, lease["owner"], owners, changed_at, now)
             if lease["throughput_kbps"] is not None:
                 since = now - changed_at[key] if key in changed_at else None
                 window.rates[key].append((since, float(lease["throughput_kbps"])))
@@ -172,6 +163,18 @@ def watch(state: StackState, seconds: float, poll: float) -> Window:
     for (key, _), stalled in minute.items():
         window.worst_minute[key] = max(window.worst_minute.get(key, 0.0), stalled)
     return window
+
+
+def _note_owner(window: Window, key: str, owner: str | None, owners: dict[str, str | None],
+                changed_at: dict[str, float], now: float) -> None:
+    """Count an owner change of `key` (a lease given to someone else, not one given back) and its path."""
+    if key in owners and owner != owners[key] and owner is not None:
+        window.changes[key] += 1
+        window.paths[key].append(owner)
+        changed_at[key] = now
+    elif key not in owners:
+        window.paths[key].append(str(owner))
+    owners[key] = owner
 
 
 SETTLED_AFTER = 20.0  # seconds after an owner change from which a shard's reported rate counts as settled
@@ -461,7 +464,7 @@ def _summary(name: str, values: Sequence[float]) -> str:
     return f"{name} median {statistics.median(values):.1f} max {max(values):.1f}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spark", action="store_true", help="Spark agents (default: plain agents)")
     parser.add_argument("--runs", type=int, default=1)
@@ -481,7 +484,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu", action="store_true", help="print each worker's CPU reports' spread and excursions")
     parser.add_argument("--run-root", default=".shardherd/churn")
     parser.add_argument("--json", help="append each run's figures to this file (JSON lines)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _print_run(args: argparse.Namespace, index: int, result: RunFigures) -> None:
+    """One run's figures, the shards that changed owners, the moves' reasons and the optional spreads."""
+    w = result.window
+    worst = max(w.worst_minute.values(), default=0.0)
+    scenario = "" if result.balancing_runs is None else \
+        f"; after {args.scenario}: {result.settle_moves} moves in {result.balancing_runs} balancing runs"
+    print(f"run {index + 1}: {w.moves} owner changes in {w.seconds:.0f} s ({w.per_ten_minutes():.0f} per 10 min);"
+          f" handoff seconds {sum(w.stalled.values()):.1f}, worst shard-minute {worst:.1f} s; reasons "
+          f"{dict(result.reasons) or '-'}{scenario}", flush=True)
+    assigned = "-" if result.all_assigned is None else f"{result.all_assigned:.1f} s"
+    print(f"  start-up: every shard owned {assigned} after `shardherd up` started (seen through the API); "
+          f"up says: {result.up_reported or '-'}", flush=True)
+    for line in result.join:
+        print(f"  {args.scenario}: {line}", flush=True)
+    for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
+        print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: {' -> '.join(w.paths[key])}")
+    for line in result.settle_details:
+        print(f"  after {args.scenario}: move {line}")
+    for line in result.details:
+        print(f"  move {line}")
+    if args.cpu:
+        print("  CPU reports per worker (GET /v1/workers at every poll):")
+        print("\n".join(cpu_lines(w)))
+    if args.noise:
+        print("  reported throughput per shard (GET /v1/assignments at every poll):")
+        print("\n".join(noise_lines(w)))
+
+
+def _json_line(args: argparse.Namespace, kind: str, result: RunFigures) -> str:
+    w = result.window
+    return json.dumps({"kind": kind, "settings": args.set, "scenario": args.scenario, "moves": w.moves,
+                       "seconds": w.seconds, "per_10_min": w.per_ten_minutes(),
+                       "handoff_seconds": sum(w.stalled.values()),
+                       "worst_minute": max(w.worst_minute.values(), default=0.0), "reasons": dict(result.reasons),
+                       "balancing_runs": result.balancing_runs, "settle_moves": result.settle_moves})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     kind = "Spark" if args.spark else "plain"
     print(f"churn: {kind} agents, {args.shards} shards, {args.agents} agents, {args.rate:.0f} records/s; warm-up "
           f"{args.warmup:.0f} s, window {args.window:.0f} s{'; ' + args.scenario if args.scenario else ''}"
@@ -490,38 +534,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for index in range(args.runs):
         result = one_run(args, index)
         figures.append(result)
-        w = result.window
-        worst = max(w.worst_minute.values(), default=0.0)
-        scenario = "" if result.balancing_runs is None else \
-            f"; after {args.scenario}: {result.settle_moves} moves in {result.balancing_runs} balancing runs"
-        print(f"run {index + 1}: {w.moves} owner changes in {w.seconds:.0f} s ({w.per_ten_minutes():.0f} per 10 min);"
-              f" handoff seconds {sum(w.stalled.values()):.1f}, worst shard-minute {worst:.1f} s; reasons "
-              f"{dict(result.reasons) or '-'}{scenario}", flush=True)
-        assigned = "-" if result.all_assigned is None else f"{result.all_assigned:.1f} s"
-        print(f"  start-up: every shard owned {assigned} after `shardherd up` started (seen through the API); "
-              f"up says: {result.up_reported or '-'}", flush=True)
-        for line in result.join:
-            print(f"  {args.scenario}: {line}", flush=True)
-        for key in sorted(w.changes, key=lambda k: (-w.changes[k], k)):
-            print(f"  {key}: {w.changes[key]} changes, {w.stalled[key]:.1f} s in handoff: "
-                  f"{' -> '.join(w.paths[key])}")
-        for line in result.settle_details:
-            print(f"  after {args.scenario}: move {line}")
-        for line in result.details:
-            print(f"  move {line}")
-        if args.cpu:
-            print("  CPU reports per worker (GET /v1/workers at every poll):")
-            print("\n".join(cpu_lines(w)))
-        if args.noise:
-            print("  reported throughput per shard (GET /v1/assignments at every poll):")
-            print("\n".join(noise_lines(w)))
+        _print_run(args, index, result)
         if args.json:
             with open(args.json, "a", encoding="utf-8") as out:
-                out.write(json.dumps({"kind": kind, "settings": args.set, "scenario": args.scenario,
-                                      "moves": w.moves, "seconds": w.seconds, "per_10_min": w.per_ten_minutes(),
-                                      "handoff_seconds": sum(w.stalled.values()), "worst_minute": worst,
-                                      "reasons": dict(result.reasons), "balancing_runs": result.balancing_runs,
-                                      "settle_moves": result.settle_moves}) + "\n")
+                out.write(_json_line(args, kind, result) + "\n")
     if len(figures) > 1:
         print(f"over {len(figures)} runs: " + "; ".join([
             _summary("owner changes", [f.window.moves for f in figures]),
