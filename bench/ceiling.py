@@ -26,9 +26,10 @@ slope: a steady lag is the reader's latency, a growing one a reader that cannot 
 step that held before the first that did not, and the bench says why the ramp ended. Behind the proxy each shard
 takes at most 1,000 records/s of writes, so past `shards x 1000` records/s the ramp ends at the write limit (the
 producer falls short), whatever the reader.
-Printed: each step (rate, written/s, read/s, lag, load average), each Spark driver's batches before the ramp (its
-query's first batch: start-up, 10-25 s on a loaded host) apart from its last ramp batches (median and longest
-seconds, median rows, Spark's phases), then the table of ceilings and Spark/bare ratios.
+Printed: each step (rate, written/s, read/s, lag, load average; behind the proxy, GetRecords calls per shard per
+second of every caller), behind the proxy the ramp's payload read per payload written, each Spark driver's batches
+before the ramp (its query's first batch: start-up, 10-25 s on a loaded host) apart from its last ramp batches
+(median and longest seconds, median rows, Spark's phases), then the table of ceilings and Spark/bare ratios.
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ from bench.stack_cost import Totals, difference, read_meters
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.services.emulators.throttle_model import (
+    GET_RECORDS,
+    GET_RECORDS_BYTES,
+    GET_RECORDS_RECORDS,
+    INCOMING_BYTES,
+    READ_THROTTLED,
+    WRITE_THROTTLED,
+)
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import Settings
 from shardherd.shared.store_meter import DUMP_SECONDS
@@ -87,6 +96,7 @@ class Step:
     growth: float
     load: float  # 1-minute load average at the step's end
     write_throttled: int = 0  # records the limits proxy refused in the step (0 without it)
+    calls_per_shard: float = 0.0  # GetRecords calls answered per shard per second in the step, all callers (proxy)
 
 
 def slope(samples: list[tuple[float, float]]) -> float:
@@ -186,28 +196,29 @@ class Ramp:
 
 
 def run_ramp(ramp: Ramp, read: Callable[[], int], rates: list[float], step_seconds: float, settle: float,
-             write_refusals: Callable[[], int]) -> list[Step]:
+             counts: Callable[[], Counter[str]], shards: int = 1) -> list[Step]:
     """Step the producer through `rates` until a step does not hold; `read()` is the reader's records so far.
 
-    The lag is sampled every SAMPLE_SECONDS after the first `settle` seconds of a step.
+    The lag is sampled every SAMPLE_SECONDS after the first `settle` seconds of a step; `counts()` are the limits
+    proxy's counts of the stream (`proxy_counts`), over `shards` shards.
     """
     steps: list[Step] = []
     for rate in rates:
         ramp.rate.value = rate
-        begun, written, done, refused = time.monotonic(), ramp.written(), read(), write_refusals()
+        begun, written, done, before = time.monotonic(), ramp.written(), read(), counts()
         samples: list[tuple[float, float]] = []
         while (now := time.monotonic()) - begun < step_seconds:
             if now - begun >= settle:
                 samples.append((now, ramp.written() - read()))
             time.sleep(SAMPLE_SECONDS)
-        seconds = time.monotonic() - begun
+        seconds, during = time.monotonic() - begun, counts() - before
         step = Step(rate, (ramp.written() - written) / seconds, (read() - done) / seconds,
                     sum(lag for _, lag in samples) / max(1, len(samples)), slope(samples), os.getloadavg()[0],
-                    write_refusals() - refused)
+                    during[WRITE_THROTTLED], during[GET_RECORDS] / shards / seconds)
         steps.append(step)
         print(f"  {rate:>7,.0f}/s  written {step.written:>8,.0f}/s  read {step.read:>8,.0f}/s  "
               f"lag {step.lag / rate:5.2f} s of production, growing {step.growth:>7,.0f}/s  load {step.load:.1f}  "
-              f"{verdict(step) or 'held'}", flush=True)
+              f"GetRecords/shard/s {step.calls_per_shard:.2f}  {verdict(step) or 'held'}", flush=True)
         if verdict(step) is not None:
             break
     return steps
@@ -416,16 +427,27 @@ def spark_readers(stack: StreamStack, spark: Any, agents: int, workdir: Path, si
         readers.stop()
 
 
-def write_refusals(limits: KinesisLimits | None, stream: str) -> Callable[[], int]:
-    """Records of `stream` the limits proxy refused so far (0 without the proxy)."""
+def proxy_counts(limits: KinesisLimits | None, stream: str) -> Callable[[], Counter[str]]:
+    """The limits proxy's counts of `stream` so far, summed over its shards and callers (none without the proxy)."""
 
-    def refused() -> int:
-        if limits is None:
-            return 0
-        return sum(int(counts.get("WriteProvisionedThroughputExceeded", 0))
-                   for key, counts in limits.counts()["shards"].items() if key.startswith(f"{stream}/"))
+    def counts() -> Counter[str]:
+        total: Counter[str] = Counter()
+        if limits is not None:
+            for key, shard in limits.counts()["shards"].items():
+                if key.startswith(f"{stream}/"):
+                    total.update({metric: int(value) for metric, value in shard.items()})
+        return total
 
-    return refused
+    return counts
+
+
+def print_payload(counts: Counter[str]) -> None:
+    """Payload read per payload written over a ramp, from the proxy's counts (records left unread lower it)."""
+    if counts[INCOMING_BYTES]:
+        ratio = counts[GET_RECORDS_BYTES] / counts[INCOMING_BYTES]
+        print(f"  payload read per payload written over the ramp: {ratio:.3f}"
+              f" ({counts[GET_RECORDS_RECORDS]:,} records read, {counts[GET_RECORDS]:,} GetRecords calls, "
+              f"{counts[READ_THROTTLED]} throttled)", flush=True)
 
 
 TABLE_KINDS = (("-CoordinatorState", "state"), ("-WorkerMetricStats", "workers"), ("owner-index", "owner-index"))
@@ -483,11 +505,12 @@ def measure_mode(moto: MotoServer, kinesis: Kinesalite | KinesisLimits, limits: 
                 ramp = Ramp(context, kinesis.endpoint_url, stack.app, args.size)
                 began, batches = time.monotonic(), counted.batches
                 before = read_meters(meters) if meters is not None else {}
+                counts = proxy_counts(limits, stack.app)
                 try:
-                    steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle,
-                                     write_refusals(limits, stack.app))
+                    steps = run_ramp(ramp, counted.total, rates, args.step_seconds, args.settle, counts, args.shards)
                 finally:
                     ramp.stop()
+                print_payload(counts())
                 if meters is not None:
                     seconds, ramp_batches = time.monotonic() - began, counted.batches - batches
                     time.sleep(DUMP_SECONDS + 1)  # every meter has written its report since the ramp ended

@@ -35,6 +35,7 @@ from shardherd.agent.spark.kinesis_raw import IteratorExpired, RawKinesis
 from shardherd.agent.spark.kinesis_records import data_size, skip_covered
 from shardherd.agent.spark.kinesis_records import record_end as record_checkpoint
 from shardherd.agent.spark.offsets import ShardPlan
+from shardherd.agent.spark.read_ahead import READS_AHEAD, behind, first_answer
 from shardherd.shared.checkpoint import Checkpoint
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.streams import read_target
@@ -183,7 +184,8 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
 
     It stops at a cap, at the first record after `until`, at the shard's tip (MillisBehindLatest 0) or its end, or
     after OPEN_READ_SECONDS of empty answers while behind. Rows are held until the caller recorded the end; the end
-    carries the read's calls and throttles.
+    carries the read's calls and throttles. Its first answer is the hold's read ahead when one was made on the plan's
+    iterator (agent/spark/read_ahead.py).
     """
     stream, shard = target
     position: StartPosition = plan.position
@@ -192,22 +194,25 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
     iterator: str | None = plan.iterator or kinesis.get_shard_iterator(stream, shard, position.iterator_arguments(),
                                                                        stats)
     taken, pacer, batches = _Taken(plan), _Pacer(min_call_interval), []
-    behind: int | None = None
+    ahead = READS_AHEAD.take(plan.tenure, plan.iterator) if plan.iterator else None
+    millis_behind: int | None = None
     at_tip = False
     deadline = time.monotonic() + OPEN_READ_SECONDS
     while iterator is not None and taken.room() > 0:
         pacer.wait()
         limit = min(MAX_RECORDS_PER_CALL, taken.room())
         try:
-            response = kinesis.get_records(iterator, limit, stats)
+            response = first_answer(kinesis, iterator, limit, stats, ahead)
         except IteratorExpired:
             iterator = kinesis.get_shard_iterator(stream, shard, position.iterator_arguments(), stats)
             skip = position.skips_through
             continue
+        finally:
+            ahead = None
         answered = response.get("Records", [])
         records, cut = taken.take(skip_covered(answered, skip))
-        behind = _behind(response)
-        at_tip = behind == 0 and len(answered) < limit and not cut
+        millis_behind = _behind(response)
+        at_tip = millis_behind == 0 and len(answered) < limit and not cut
         if records:
             skip_through = _partial(records, skip)
             skip = None
@@ -218,7 +223,7 @@ def read_open(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, inc
             break
         if not records:
             pacer.idle()
-    end = BatchEnd(plan.tenure, plan.run, plan.number, taken.end, taken.records, taken.bytes, iterator, behind,
+    end = BatchEnd(plan.tenure, plan.run, plan.number, taken.end, taken.records, taken.bytes, iterator, millis_behind,
                    taken.first_arrival, taken.last_arrival, at_tip, stats.get_records_calls, stats.throttled)
     return batches, end
 
@@ -279,14 +284,15 @@ def read_through(kinesis: RawKinesis, target: tuple[str, str], plan: ShardPlan, 
 
 
 def read_plan(kinesis: RawKinesis, store: LeaseStore, stream: str, plan: ShardPlan, include_reader: bool = False,
-              min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+              min_call_interval: float = 0.0, read_ahead_after: float | None = None) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the plan's records: exactly those of its recorded end, which the first read records.
 
     The hold's item is read while the shard is read from the plan's start (one store round trip off the read's
     path): a first read then records its end over that item; a read of a plan whose end is already recorded (a
     retried task, a second action, a replay) keeps its rows through that end, and reads on from the start only
     if they do not reach it. `stream` is the stream of a single-stream application; a multi-stream plan names its
-    stream in its key.
+    stream in its key. A first read that found the pipeline behind (its records spanned `read_ahead_after` seconds
+    of arrivals) starts the next plan's first call before it hands its rows over (agent/spark/read_ahead.py).
     """
     target = read_target(plan.shard_id, stream)
     stored_read = _in_background(lambda: stored_end(store, plan.tenure))
@@ -296,6 +302,9 @@ def read_plan(kinesis: RawKinesis, store: LeaseStore, stream: str, plan: ShardPl
     if recorded is None:
         recorded = record_over(store, end, stored)  # two store calls per first read: this and `stored_end`
         if recorded == end:  # this read fixed the end: its rows are the plan's
+            if end.iterator is not None and plan.until is None and behind(end, read_ahead_after):
+                READS_AHEAD.start(kinesis, plan.tenure, end.iterator, min(MAX_RECORDS_PER_CALL, plan.caps.max_records),
+                                 min_call_interval)
             yield from batches
             return
     if recorded.end is None:
@@ -338,7 +347,8 @@ def _in_background(call: Callable[[], _T]) -> Future[_T]:
 
 
 def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple[ShardPlan, ...],
-               include_reader: bool = False, min_call_interval: float = 0.0) -> Iterator[pa.RecordBatch]:
+               include_reader: bool = False, min_call_interval: float = 0.0,
+               read_ahead_after: float | None = None) -> Iterator[pa.RecordBatch]:
     """Arrow batches of several plans (one partition of shards, planning.group_plans), their shards read at once.
 
     Each plan is read by its own thread, as `read_plan` reads it, into a queue of READ_AHEAD responses; the batches
@@ -346,12 +356,12 @@ def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple
     every read. The first failure of any plan fails the partition; closing the iterator stops the threads.
     """
     if len(plans) == 1:
-        yield from read_plan(kinesis, store, stream, plans[0], include_reader, min_call_interval)
+        yield from read_plan(kinesis, store, stream, plans[0], include_reader, min_call_interval, read_ahead_after)
         return
     stop = threading.Event()
     queues: list[queue.Queue[object]] = [queue.Queue(READ_AHEAD) for _ in plans]
     for plan, out in zip(plans, queues, strict=True):
-        batches = read_plan(kinesis, store, stream, plan, include_reader, min_call_interval)
+        batches = read_plan(kinesis, store, stream, plan, include_reader, min_call_interval, read_ahead_after)
         threading.Thread(target=_fill, args=(batches, out, stop), name=f"read-{plan.shard_id}", daemon=True).start()
     try:
         for out in queues:

@@ -61,6 +61,7 @@ SPARK_SUPERVISOR = "spark-supervisor"
 PROBE_THREADS = 8
 COMMIT_THREADS = 8
 CHECKPOINT_WAIT_SECONDS = 10.0  # on stop, how long the last batch's checkpoints may still take
+READ_AHEAD_TRIGGERS = 1.5  # executors read ahead once a batch's records span this many trigger intervals
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +370,8 @@ class SparkAgent(Agent):
         its agent starts first, as such a query ends at its first empty plan. Unless the agent was given
         `max_partitions`, a batch reads in at most the session's default parallelism of tasks (its cores), each
         reading its shards at once: a task per shard beyond the cores costs a Python worker round trip each, in waves.
+        With a processing-time trigger, a read whose records span READ_AHEAD_TRIGGERS intervals (the pipeline is
+        behind) makes the next batch's first call while its batch is written (agent/spark/read_ahead.py).
         With `poison_check`, rows it raises for are kept out of `write` and quarantined or refused per
         `poison_policy` (agent/spark/poison_rows.py).
         """
@@ -381,15 +384,17 @@ class SparkAgent(Agent):
         options = self.source_options()
         if self.options.max_partitions is None:
             options["maxPartitions"] = str(spark.sparkContext.defaultParallelism)
+        if not available_now:  # Spark's own parser of the interval: probe rounds end just before each trigger
+            jvm = spark._jvm
+            assert jvm is not None
+            interval_ms = int(jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(processing_time).intervalMs())
+            self.probe_schedule.trigger = interval_ms / 1000
+            if interval_ms > 0:  # a read whose records span this much finds the pipeline behind: it reads ahead
+                options["readAheadAfterMs"] = str(round(READ_AHEAD_TRIGGERS * interval_ms))
         stream = spark.readStream.format(ShardherdDataSource.name()).options(**options).load()
         sink = self.sink(write, checkpoint_location)
         writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_location)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=processing_time)
-        if not available_now:  # Spark's own parser of the interval: probe rounds end just before each trigger
-            jvm = spark._jvm
-            assert jvm is not None
-            trigger = jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(processing_time)
-            self.probe_schedule.trigger = int(trigger.intervalMs()) / 1000
         query = writer.start()
         if not self.running():
             self.start()

@@ -13,10 +13,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 FORMAT = "shardherd"
 FIRST_PROBE_WAIT_SECONDS = 1.0  # how long a plan may wait for shards on their way here and their first probe
 FIRST_PROBE_POLL_SECONDS = 0.02
+_N = TypeVar("_N", int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,12 @@ class StoreOptions:
 
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
-    """The source's options (all strings in Spark): channel directory, stream, endpoint, caps, read pacing."""
+    """The source's options (all strings in Spark): channel directory, stream, endpoint, caps, read pacing.
+
+    `read_ahead_after` (option `readAheadAfterMs`; unset: off) is the span of arrivals past which a read finds the
+    pipeline behind and reads the next plan's first answer ahead (agent/spark/read_ahead.py); `run_query` sets it
+    to 1.5 trigger intervals.
+    """
 
     channel: Path
     stream_name: str
@@ -87,6 +93,7 @@ class SourceOptions:
     kpl_decoder: str = "auto"
     max_partitions: int | None = None
     store: StoreOptions = field(default_factory=lambda: StoreOptions())
+    read_ahead_after: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -97,22 +104,25 @@ class SourceOptions:
             raise InvalidOffset(f"the shardherd source needs option(s) {missing}; use SparkAgent.source_options()")
         try:
             caps = Caps(int(lower.get("maxrecordspershard", DEFAULT_MAX_RECORDS_PER_SHARD)),
-                        int(lower["maxbytespershard"]) if lower.get("maxbytespershard") else None)
+                        _optional(lower, "maxbytespershard", int))
             interval = float(lower.get("mincallintervalms", "200")) / 1000
-            partitions = int(lower["maxpartitions"]) if lower.get("maxpartitions") else None
+            partitions = _optional(lower, "maxpartitions", int)
+            ahead = _optional(lower, "readaheadafterms", lambda text: float(text) / 1000)
         except ValueError as exc:
             raise InvalidOffset(f"bad numeric option: {exc}") from exc
         if not interval >= 0:
             raise InvalidOffset(f"minCallIntervalMs must be >= 0, got {lower['mincallintervalms']}")
         if partitions is not None and partitions < 1:
             raise InvalidOffset(f"maxPartitions must be >= 1, got {partitions}")
+        if ahead is not None and not ahead > 0:
+            raise InvalidOffset(f"readAheadAfterMs must be > 0, got {lower['readaheadafterms']}")
         decoder = lower.get("kpldecoder", "auto").lower()
         if decoder not in KPL_DECODERS:
             raise InvalidOffset(f"kplDecoder must be one of {list(KPL_DECODERS)}, got {decoder!r}")
         store = StoreOptions.parse(lower)
         return cls(Path(lower["channel"]), lower["stream"], lower.get("region", "us-east-1"),
                    lower.get("endpoint") or None, caps, interval,
-                   lower.get("includereader", "false").lower() == "true", decoder, partitions, store)
+                   lower.get("includereader", "false").lower() == "true", decoder, partitions, store, ahead)
 
     def to_options(self) -> dict[str, str]:
         """The options map to pass to `spark.readStream.format("shardherd").options(...)`."""
@@ -131,7 +141,15 @@ class SourceOptions:
             options["maxBytesPerShard"] = str(self.caps.max_bytes)
         if self.max_partitions is not None:
             options["maxPartitions"] = str(self.max_partitions)
+        if self.read_ahead_after is not None:
+            options["readAheadAfterMs"] = str(round(self.read_ahead_after * 1000))
         return options
+
+
+def _optional(lower: Mapping[str, str], key: str, convert: Callable[[str], _N]) -> _N | None:
+    """Option `key` (lower case) converted, None if absent or empty."""
+    text = lower.get(key)
+    return convert(text) if text else None
 
 
 class ShardPartition(InputPartition):
@@ -144,6 +162,7 @@ class ShardPartition(InputPartition):
         self.region = options.region
         self.endpoint_url = options.endpoint_url
         self.min_call_interval = options.min_call_interval
+        self.read_ahead_after = options.read_ahead_after
         self.include_reader = options.include_reader
         self.kpl_decoder = options.kpl_decoder
         self.store = options.store
@@ -184,7 +203,8 @@ def read_partition(partition: ShardPartition) -> Iterator[pa.RecordBatch]:
 
     use(partition.kpl_decoder)  # the driver's choice, in whichever executor process reads the partition
     return read_plans(_client(partition.region, partition.endpoint_url), _store(partition.store, partition.region),
-                      partition.stream_name, partition.plans, partition.include_reader, partition.min_call_interval)
+                      partition.stream_name, partition.plans, partition.include_reader, partition.min_call_interval,
+                      partition.read_ahead_after)
 
 
 class ShardherdStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

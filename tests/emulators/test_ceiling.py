@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.ceiling import Ramp, Step, bare_reader, ceiling, run_ramp, slope, split_at_ramp, store_calls, write_refusals
+from bench.ceiling import Ramp, Step, bare_reader, ceiling, proxy_counts, run_ramp, slope, split_at_ramp, store_calls
 from bench.stack_cost import read_meters
 from shardherd.agent.spark.source import StoreOptions
 from shardherd.services.emulators.kinesalite import NodeEmulator
@@ -61,7 +61,7 @@ def test_a_short_ramp_reads_what_it_writes_and_ends_at_a_shards_write_limit(moto
             with bare_reader(context, limits.endpoint_url, stack.app) as counted:
                 ramp = Ramp(context, limits.endpoint_url, stack.app, 100)
                 try:
-                    steps = run_ramp(ramp, counted.total, [300, 1500], 3.0, 1.0, write_refusals(limits, stack.app))
+                    steps = run_ramp(ramp, counted.total, [300, 1500], 3.0, 1.0, proxy_counts(limits, stack.app))
                 finally:
                     ramp.stop()
         finally:
@@ -69,6 +69,7 @@ def test_a_short_ramp_reads_what_it_writes_and_ends_at_a_shards_write_limit(moto
     assert [step.rate for step in steps] == [300, 1500]
     assert steps[0].written >= 270 and steps[0].lag <= 300  # held: records read within a second
     assert 700 <= steps[1].written <= 1100 and steps[1].write_throttled > 0  # the shard's write limit
+    assert 0 < steps[0].calls_per_shard <= 5  # the bare reader's calls, counted by the proxy within its read limit
     assert ceiling(steps)[0] == 300
     assert counted.throttled == 0  # the bare reader's calls stay under the read limit
 

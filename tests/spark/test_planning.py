@@ -269,7 +269,7 @@ def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None
     options = SourceOptions(tmp_path, "stream", "eu-west-1", "http://127.0.0.1:1", Caps(5, 99), 0.05, True, "python",
                             None, StoreOptions("app", "sql", "http://127.0.0.1:2", str(tmp_path / "meter")))
     assert SourceOptions.parse(options.to_options()) == options
-    grouped = SourceOptions(tmp_path, "stream", max_partitions=3)
+    grouped = SourceOptions(tmp_path, "stream", max_partitions=3, read_ahead_after=1.5)
     assert SourceOptions.parse(grouped.to_options()) == grouped
     assert SourceOptions.parse({"channel": "x", "stream": "s"}).kpl_decoder == "auto"
     for bad in [{}, {"channel": "x"}, {"channel": "x", "stream": "s", "maxRecordsPerShard": "0"},
@@ -277,6 +277,7 @@ def test_source_options_round_trip_and_reject_bad_values(tmp_path: Path) -> None
                 {"channel": "x", "stream": "s", "kplDecoder": "fast"},
                 {"channel": "x", "stream": "s", "maxBytesPerShard": "lots"},
                 {"channel": "x", "stream": "s", "maxPartitions": "0"},
+                {"channel": "x", "stream": "s", "readAheadAfterMs": "0"},
                 {"channel": "x", "stream": "s", "storeBackend": "redis"}]:
         with pytest.raises(InvalidOffset):
             SourceOptions.parse(bad)
