@@ -51,7 +51,7 @@ READER_SCHEMA = pa.schema([*ARROW_FIELDS, pa.field("reader_pid", pa.int32())])
 END_WAIT_SECONDS = 60.0  # how long a read waits for its recorded end record to become readable before failing
 OPEN_READ_SECONDS = 1.0  # how long a first read keeps calling through empty answers while Kinesis says it is behind
 _T = TypeVar("_T")
-READ_AHEAD = 4  # Arrow batches (GetRecords responses) a shard read may hold ahead of the one being handed over
+QUEUED_RESPONSES = 4  # Arrow batches (GetRecords responses) a shard read may hold ahead of the one being handed over
 
 
 class PlannedEndMissing(ShardReadError):
@@ -351,7 +351,7 @@ def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple
                read_ahead_after: float | None = None) -> Iterator[pa.RecordBatch]:
     """Arrow batches of several plans (one partition of shards, planning.group_plans), their shards read at once.
 
-    Each plan is read by its own thread, as `read_plan` reads it, into a queue of READ_AHEAD responses; the batches
+    Each plan is read by its own thread, as `read_plan` reads it, into a queue of QUEUED_RESPONSES responses; the batches
     come out plan after plan in the partition's order, so the rows are those of the plans, in the same order, on
     every read. The first failure of any plan fails the partition; closing the iterator stops the threads.
     """
@@ -359,7 +359,7 @@ def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple
         yield from read_plan(kinesis, store, stream, plans[0], include_reader, min_call_interval, read_ahead_after)
         return
     stop = threading.Event()
-    queues: list[queue.Queue[object]] = [queue.Queue(READ_AHEAD) for _ in plans]
+    queues: list[queue.Queue[object]] = [queue.Queue(QUEUED_RESPONSES) for _ in plans]
     for plan, out in zip(plans, queues, strict=True):
         batches = read_plan(kinesis, store, stream, plan, include_reader, min_call_interval, read_ahead_after)
         threading.Thread(target=_fill, args=(batches, out, stop), name=f"read-{plan.shard_id}", daemon=True).start()
