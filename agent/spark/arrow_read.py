@@ -351,7 +351,7 @@ def read_plans(kinesis: RawKinesis, store: LeaseStore, stream: str, plans: tuple
                read_ahead_after: float | None = None) -> Iterator[pa.RecordBatch]:
     """Arrow batches of several plans (one partition of shards, planning.group_plans), their shards read at once.
 
-    Each plan is read by its own thread, as `read_plan` reads it, into a queue of QUEUED_RESPONSES responses; the batches
+    Each plan is read by its own thread, as `read_plan` reads it, into a queue of QUEUED_RESPONSES; the batches
     come out plan after plan in the partition's order, so the rows are those of the plans, in the same order, on
     every read. The first failure of any plan fails the partition; closing the iterator stops the threads.
     """
