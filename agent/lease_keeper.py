@@ -345,7 +345,8 @@ class LeaseKeeper:
         if giving and self._mode == "worker" and not self._draining:
             self._draining = True
             self._write_worker_record(self._clock.monotonic())
-        released = []
+        released: list[str] = []
+        failed: Exception | None = None
         for key, _ in giving:
             try:
                 outcome = self._store.release(key, self._me)
@@ -354,9 +355,14 @@ class LeaseKeeper:
                 continue
             if outcome.applied:
                 released.append(key)
-            self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+            try:
+                self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+            except Exception as exc:  # the listener's trouble (a full disk) must not keep the other leases held
+                failed = failed or exc
         if released:
             self._tell_news()
+        if failed is not None:
+            raise failed
         return released
 
     def retire(self) -> bool:
