@@ -35,8 +35,9 @@ import enum
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -225,7 +226,10 @@ class LeaseKeeper:
                 return Outcome.lost(Conflict.OWNERSHIP, None)
             self._writing[lease_key] += 1
         try:
-            return self._write_checkpoint(lease_key, held, checkpoint, progress, hand_over)
+            if self._fenced_now(lease_key):
+                return Outcome.lost(Conflict.OWNERSHIP, None)
+            with self._within_fence(lease_key):
+                return self._write_checkpoint(lease_key, held, checkpoint, progress, hand_over)
         finally:
             with self._guard:
                 self._writing[lease_key] -= 1
@@ -266,10 +270,11 @@ class LeaseKeeper:
                 held.state = HeldState.PAUSED
             else:
                 held.handoff_ready = True
-        if pausing:
-            self._pause_stopped(lease_key)
-        else:
-            self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
+        with self._within_fence(lease_key):
+            if pausing:
+                self._pause_stopped(lease_key)
+            else:
+                self._complete_handoff(lease_key)  # at once: the next owner's wait is the shard's gap in processing
 
     def last_beat(self) -> tuple[int, int] | None:
         """The `hb` and `lut` of the last worker row this keeper wrote successfully (None before the first).
@@ -340,7 +345,8 @@ class LeaseKeeper:
         if giving and self._mode == "worker" and not self._draining:
             self._draining = True
             self._write_worker_record(self._clock.monotonic())
-        released = []
+        released: list[str] = []
+        failed: Exception | None = None
         for key, _ in giving:
             try:
                 outcome = self._store.release(key, self._me)
@@ -349,9 +355,14 @@ class LeaseKeeper:
                 continue
             if outcome.applied:
                 released.append(key)
-            self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+            try:
+                self._lose(key, LossReason.RELEASED if outcome.applied else LossReason.TAKEN)
+            except Exception as exc:  # the listener's trouble (a full disk) must not keep the other leases held
+                failed = failed or exc
         if released:
             self._tell_news()
+        if failed is not None:
+            raise failed
         return released
 
     def retire(self) -> bool:
@@ -385,7 +396,45 @@ class LeaseKeeper:
             if lease_key not in self._held:
                 return
             self._giving_back.add(lease_key)
-        self._release_given_back()
+        with self._within_fence(lease_key):
+            self._release_given_back()
+
+    def _fenced_now(self, lease_key: str) -> bool:
+        """Fence now if `lease_key`'s liveness deadline has passed (the keeper thread may be stuck): True if so.
+
+        A processing thread's store write starts only while the lease is live, and at the deadline it stops the
+        lease itself rather than wait for the keeper's next tick: nothing is written for a lease past its fence.
+        """
+        if self.lease_live(lease_key):
+            return False
+        self._fence(self._clock.monotonic())
+        return True
+
+    @contextmanager
+    def _within_fence(self, lease_key: str) -> Iterator[None]:
+        """A processing thread's store write: its retries end by the lease's fence, which is then applied at once.
+
+        Without it a checkpoint against a failing store retried `RetryPolicy.max_attempts` times (seconds of
+        backoff) whatever the fence, so its wait, and its last attempt, could come after another worker took over.
+        Writes that give a lease up (a release, a handoff's completion) are bounded the same way but not refused
+        past the fence: they are conditioned on this worker's ownership and only speed the next owner up.
+        """
+        try:
+            with retry_deadline(self._lease_deadline(lease_key)):
+                yield
+        finally:
+            self._fenced_now(lease_key)
+
+    def _lease_deadline(self, lease_key: str) -> float:
+        """The moment `lease_key` must be fenced (now if it is not held, or no heartbeat has been written)."""
+        now = self._clock.monotonic()
+        limit = self._timing.failover - self._timing.margin
+        with self._guard:
+            held = self._held.get(lease_key)
+        if held is None:
+            return now
+        last = self._last_heartbeat_send if self._mode == "worker" else held.last_renewed_send
+        return now if last is None else last + limit
 
     def _release_given_back(self) -> None:
         with self._guard:  # claimed under the guard: the keeper thread and a shard thread never both release

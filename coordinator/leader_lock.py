@@ -205,11 +205,17 @@ class LeaderLock:
         """Raise StoreUnavailable unless the store answers (a readiness check that mostly costs no read).
 
         Evidence: this lock's own calls within `within` seconds (heartbeats on the holder, item reads on a
-        contender) with no failure since; without it, one eventually consistent read of the item.
+        contender, counted with the takeover write that follows a read): whether the last of them failed or
+        answered; without any, one eventually consistent read of the item. That read never overrules a failure
+        within `within`: a store that answers reads and refuses writes (a read-only SQLite file, a policy without
+        write rights) cannot be led from, and a replica whose takeovers fail there is not ready.
         """
+        now = self._clock.monotonic()
         with self._guard:
             answered, failed = self._store_ok_at, self._store_failed_at
-        if self._clock.monotonic() - answered <= within and failed < answered:
+        if failed >= answered and now - failed <= within:
+            raise StoreUnavailable(f"the leader lock's last store call failed {now - failed:.1f} s ago")
+        if now - answered <= within:
             return
         self._store.get_state(self._key, consistent=False)
         self._note_store(True)
@@ -338,9 +344,13 @@ class LeaderLock:
         item = self._store.get_state(self._key, consistent=False)
         read_at = self._clock.monotonic()
         self._store_read_at = sent
-        self._note_store(True)
         owner, url = (_text(item.get(OWNER)), _text(item.get(API_URL))) if item is not None else (None, None)
         self._holder = (owner, url) if owner is not None and url is not None and url != self._api_url else None
+        self._take_if_due(item, sent, read_at)
+        self._note_store(True)  # after any takeover write: a read alone must not hide a write that fails
+
+    def _take_if_due(self, item: dict[str, StateValue] | None, sent: float, read_at: float) -> None:
+        """Write a new term over `item` (the lock item read at `sent`) if it is free, released or abandoned."""
         if item is None:
             self._write_new(sent, None, {"key": None})
             return

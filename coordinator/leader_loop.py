@@ -234,11 +234,14 @@ class LeaderLoop:
         feed down). While this replica contends for a lock whose holder misses heartbeats it runs four times as
         often, so its own watch of the worker rows (see `_watch_while_contending`) starts within half a second. A
         signal (a dropped connection, an agent's news) starts a run a quarter interval after the last one at the
-        earliest.
+        earliest; a worker's verdict due sooner starts it then (a verdict that came due during a run under load is
+        not held back another quarter interval).
         """
         self.run_once()
         contending = self._term is None and self._lock.looks_abandoned()
-        if stop.wait(self._timing.interval / 4) or contending:
+        verdict = self.next_verdict()
+        quarter = self._timing.interval / 4 if verdict is None else min(self._timing.interval / 4, verdict)
+        if stop.wait(quarter) or contending:
             return
         deadline = time.monotonic() + self._timing.interval * 3 / 4
         verdict = self.next_verdict()

@@ -247,6 +247,31 @@ def test_a_stop_without_a_drain_says_draining_before_the_first_lease_is_free(sto
     assert seen == [("w1", WorkerState.DRAINING), (None, WorkerState.DRAINING)]  # the row first, then the lease
 
 
+class FailsToForget(Events):
+    """A processing side that cannot record a loss (a Spark driver whose channel directory's disk is full)."""
+
+    def lease_lost(self, lease_key: str, reason: LossReason) -> None:
+        super().lease_lost(lease_key, reason)
+        raise OSError(28, "No space left on device")
+
+
+def test_release_all_gives_every_lease_back_even_if_the_listener_fails(store: LeaseStore) -> None:
+    """Fault matrix, Spark channel disk full: the first lease's `lease_lost` raised and the rest stayed held."""
+    clock = ManualClock()
+    events = FailsToForget()
+    keeper = LeaseKeeper(store, _settings("w1"), clock, events)
+    keys = [KEY, "shardId-000000000001"]
+    for key in keys:
+        store.create_lease(new_lease(key, TRIM_HORIZON))
+        store.assign(key, "w1", None, None)
+    _step(clock, 2.5, keeper)
+    assert sorted(events.acquired) == keys
+    with pytest.raises(OSError):
+        keeper.release_all()
+    assert sorted(key for key, _ in events.lost) == keys
+    assert all(lease.lease_owner is None for lease in (store.get_lease(key) for key in keys) if lease is not None)
+
+
 def test_lease_mode_renews_each_lease_and_follows_a_handoff(store: LeaseStore) -> None:
     clock = ManualClock()
     keeper, events = _holding(store, "w1", clock, liveness_mode="lease")

@@ -41,6 +41,9 @@ from tests.support.file_ledger import LEDGER_ENV
 from tests.support.waiting import wait_for
 
 PROCESSOR = "tests.chaos.ledgers:CheckpointLedgerProcessor"
+RESTART_FIRST_SECONDS = 2.0  # the restarter's first backoff (start_restarter), doubled at each restart
+RESTART_CAP_SECONDS = 20.0
+RESTART_POLL_SECONDS = 0.25
 PRODUCER_STOP_SECONDS = 30.0  # a PutRecords in flight at the stop: longer than any call the producer makes
 AgentCommand = Callable[[float], list[str]]
 _apps = itertools.count()
@@ -104,6 +107,9 @@ class Member:
     ready: float | None = None  # when the sampler first saw it usable by the leader (heartbeat, and CPU report if on)
     port: int | None = None  # a coordinator's API port when the cluster chose it (channel_slots)
     kinesis_proxy: ChaosProxy | None = None  # its own proxy to Kinesis when the cluster proxies Kinesis too
+    command: list[str] = field(default_factory=list)  # how it was started: a restart runs the same again
+    env: dict[str, str] = field(default_factory=dict)
+    restarts: int = 0  # times the cluster's restarter started it again after it exited on its own
 
     @property
     def alive(self) -> bool:
@@ -177,7 +183,7 @@ class ChaosCluster:
             env["SHARDHERD_KINESIS_ENDPOINT_URL"] = kinesis_proxy.endpoint_url
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 (closed in close())
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        member = Member(name, process, proxy, log, skew, kinesis_proxy=kinesis_proxy)
+        member = Member(name, process, proxy, log, skew, kinesis_proxy=kinesis_proxy, command=command, env=env)
         with self._lock:
             self.members[name] = member
         return member
@@ -236,6 +242,7 @@ class ChaosCluster:
 
     def kill(self, member: Member) -> Event:
         """SIGKILL a member (no drain, no lock release)."""
+        member.how = "kill"  # before the signal: the restarter leaves a member the harness ends alone
         member.process.send_signal(signal.SIGKILL)
         member.process.wait(10)
         event = self.note("kill", member.name)
@@ -262,6 +269,39 @@ class ChaosCluster:
         for member in members:
             member.proxy.set(chaos)
         self.note(kind, ",".join(m.name for m in members), "calm" if chaos == CALM else repr(chaos))
+
+    def start_restarter(self, first: float = RESTART_FIRST_SECONDS, cap: float = RESTART_CAP_SECONDS) -> None:
+        """Start every member again that exits on its own, as an orchestrator restarts a pod's container.
+
+        Kubernetes (restartPolicy Always, every Deployment) restarts an exited container in place, after a backoff
+        that doubles from restart to restart up to a cap (`first`, `cap`: shorter than the kubelet's 10 s and
+        5 min, for runs of a minute). The member keeps its name (the worker id, as the pod keeps its name), its
+        proxies (a fault on them goes on hitting it), its ledger file and its log. Members the harness ended (kill,
+        SIGTERM, close) are left alone.
+        """
+        thread = threading.Thread(target=self._restart_exited, args=(first, cap), daemon=True, name="restarter")
+        thread.start()
+        self._threads.append(thread)
+
+    def _restart_exited(self, first: float, cap: float) -> None:
+        due: dict[str, float] = {}  # member -> when its restart is due
+        while not self._stop_sampler.wait(RESTART_POLL_SECONDS):
+            with self._lock:
+                members = [m for m in self.members.values() if not m.how and m.process.poll() is not None]
+            for member in members:
+                if member.name not in due:
+                    delay = min(cap, first * 2 ** member.restarts)
+                    due[member.name] = time.time() + delay
+                    self.note("exited", member.name, f"code={member.process.returncode}; restart in {delay:.1f} s")
+                elif time.time() >= due[member.name]:
+                    del due[member.name]
+                    with self._lock:
+                        if member.how:
+                            continue
+                        member.process = subprocess.Popen(member.command, env=member.env, stdout=member.log,
+                                                          stderr=subprocess.STDOUT)
+                        member.restarts += 1
+                    self.note("restart", member.name, f"restart {member.restarts}")
 
     # ------------------------------------------------------------------ store views
     def leader(self) -> str | None:
@@ -399,7 +439,10 @@ class ChaosCluster:
     def close(self) -> None:
         """Kill every process still running, stop the proxies and threads, close the logs."""
         self.stop_producer()
-        self.stop_sampler()
+        self.stop_sampler()  # and the restarter
+        with self._lock:
+            for member in self.members.values():
+                member.how = member.how or "close"
         for member in list(self.members.values()):
             if member.process.poll() is None:
                 member.process.kill()

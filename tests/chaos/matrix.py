@@ -4,6 +4,8 @@ Invariants:
 - Every cell starts from the same fleet (2 coordinator replicas serving the assignment channel, 3 agents, 4 shards,
   CPU metrics on, a steady producer), every process behind its own ChaosProxy to DynamoDB and to Kinesis, its
   credentials from a container credentials endpoint on 127.0.0.1, and a fault-injection hook (tests/chaos/inject.py).
+- A process that exits on its own is started again, under the same name and proxies, after 2, 4, 8 ... s (at most
+  20 s), as Kubernetes restarts a pod's container (`ChaosCluster.start_restarter`); the harness's kills stay dead.
 - A fault starts at `t0` and lasts `hold` seconds; then it is healed and the fleet watched for failover + 8 s more.
   A cell with `probe` also kill -9s one other agent 2 s into the fault: can the fleet still fail over meanwhile?
 - The figures come only from what processes did (delivery and checkpoint ledgers), the lease table sampled every
@@ -342,6 +344,63 @@ def disk_read_only() -> tuple[Step, Step]:
     return inject, heal
 
 
+# The write syscalls SQLite makes on a WAL store's files (`strace -c` of a writing process: pwrite64 on the database
+# and its -wal file, fdatasync, ftruncate, unlink at close); its -shm file is written through mmap, as on any
+# filesystem. On a read-only filesystem each fails with EROFS.
+SQLITE_WRITES = "pwrite64,write,fsync,fdatasync,ftruncate,unlink,unlinkat"
+
+
+def store_read_only() -> tuple[Step, Step]:
+    """Every process's writes to the SQLite store's files fail with EROFS from the kernel; heal lets them through.
+
+    A remount cannot do it (the kernel refuses to make a filesystem read-only while a file on it is open for writing:
+    `mount` answers busy), so `strace` attaches to every process and injects EROFS into SQLITE_WRITES on the store's
+    files (`-P`): what a process sees under a filesystem the kernel remounted read-only beneath its open files
+    (`errors=remount-ro`). Opening files and reading them still work, as they do there. Heal detaches strace.
+    """
+    tracers: list[subprocess.Popen[bytes]] = []
+
+    def inject(run: Run) -> None:
+        db = _disk(run) / "store.db"
+        pids = [m.process.pid for m in run.cluster.members.values() if m.alive]
+        tracers[:] = erofs_tracers(pids, [db, Path(f"{db}-wal"), Path(f"{db}-journal")])
+        run.cluster.note("read_only", detail=f"{len(pids)} processes")
+
+    def heal(run: Run) -> None:
+        detach(tracers)
+
+    return inject, heal
+
+
+def erofs_tracers(pids: list[int], files: list[Path]) -> list[subprocess.Popen[bytes]]:
+    """Attach strace to each process (every thread): its SQLITE_WRITES on `files` fail with EROFS until `detach`.
+
+    Returns once every thread of every process is traced, so the fault is in force for each write after the call.
+    """
+    paths = [arg for path in files for arg in ("-P", str(path))]
+    tracers = [subprocess.Popen(["strace", "-f", "-qq", "-p", str(pid), *paths, "-e", f"trace={SQLITE_WRITES}",
+                                 "-e", f"inject={SQLITE_WRITES}:error=EROFS", "-o", "/dev/null"]) for pid in pids]
+    wait_for(lambda: all(_traced(pid) for pid in pids), 10, "strace attached to every process")
+    return tracers
+
+
+def detach(tracers: list[subprocess.Popen[bytes]]) -> None:
+    """End the tracers: strace detaches and each process goes on, its writes passing again."""
+    for tracer in tracers:
+        tracer.terminate()
+    for tracer in tracers:
+        tracer.wait(10)
+
+
+def _traced(pid: int) -> bool:
+    """True when every thread of `pid` (gone counts as traced) has a tracer."""
+    try:
+        threads = psutil.Process(pid).threads()
+        return all("TracerPid:\t0\n" not in Path(f"/proc/{pid}/task/{t.id}/status").read_text() for t in threads)
+    except (psutil.NoSuchProcess, FileNotFoundError):
+        return True
+
+
 def _disk(run: Run) -> Path:
     return run.cluster.workdir / "disk"
 
@@ -427,8 +486,9 @@ def _catalogue() -> list[Cell]:
           for thread in ("leader-loop", "LockKeeper", "replica-report")],
         Cell("SQLite disk full", "the SQLite store's filesystem has no free byte left (every process shares the "
              "file)", disk="store", **_pair(disk_full())),
-        Cell("SQLite read-only", "the SQLite store's filesystem is remounted read-only", disk="store",
-             **_pair(disk_read_only())),
+        Cell("SQLite read-only", "every process's writes to the SQLite store's files fail with EROFS, as on a "
+             "filesystem remounted read-only under them (strace injects the kernel's error)", disk="store",
+             **_pair(store_read_only())),
         Cell("agent clock jumps +300 s", "the busiest agent's wall clock steps 300 s ahead", clock_jump(300.0)),
         Cell("agent clock jumps -300 s", "the busiest agent's wall clock steps 300 s back", clock_jump(-300.0)),
     ]
@@ -566,6 +626,7 @@ def _run_cell(cell: Cell, moto_url: str, kinesis_url: str, workdir: Path, log: C
         run = Run(cluster, credentials, workdir / "api-token")
         poller: HealthPoller | None = None
         try:
+            cluster.start_restarter()  # processes that exit start again, as their pods would
             _start_fleet(run, 2 if cell.spark else agents)
             poller = HealthPoller(run)
             run.t0 = cluster.note("fault", cell.name).time

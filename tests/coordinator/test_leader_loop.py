@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -390,3 +392,28 @@ def test_a_worker_that_gave_leases_back_receives_none_for_three_failover_times(l
     spanned = int(3 * fleet.settings.failover_time_millis / 1000 / INTERVAL) - 1
     assert steps[:spanned] == [0] * spanned, steps  # w1 took both and w2 received nothing
     assert steps[-1] == 2, steps  # then balancing gave it its share again
+
+
+def test_a_verdict_due_right_after_a_run_starts_the_next_run_then_not_a_quarter_interval_later(
+        loop_store: LeaseStore) -> None:
+    """Issue 30, kill -9 at the defaults under load: a verdict that came due during a run (about 1 s at load 17-19)
+    waited out the fixed quarter interval (0.5 s) after it before the run that moves the dead worker's leases."""
+    fleet = Fleet(loop_store, _even_shards(4))
+    fleet.join("w1", "w2")
+    fleet.run(3 * INTERVAL)
+    fleet.alive.discard("w2")  # killed: its row stays as last written
+    verdict = None
+    while verdict is None or verdict > 1.0:  # runs every half second until the verdict is 0.5-1 s away
+        fleet.clock.advance(0.5)
+        fleet.heartbeat()
+        fleet.lock.tick()
+        fleet.loop.run_once()
+        verdict = fleet.loop.next_verdict()
+    fleet.clock.advance(verdict - 0.05)  # the next run comes 0.05 s before the verdict (its slack included)
+    fleet.heartbeat()
+    fleet.lock.tick()
+    started = time.monotonic()
+    fleet.loop.cycle(threading.Event())
+    took = time.monotonic() - started  # the run, then the wait (virtual time stands still: still 0.05 s to go)
+    assert fleet.loop.history.recent()[-1].expired_leases == 0, "the run before the verdict moved nothing"
+    assert took < 0.45, f"the run and the wait for a verdict due 0.05 s after it took {took:.2f} s (old: 0.55 s + run)"

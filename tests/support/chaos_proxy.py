@@ -10,8 +10,9 @@ seeded draw picks a throttling reply, a 500, a dropped connection or a plain for
 latency. One proxy per process makes it easy to cut a single
 agent off from the store while the others pass. With `shard` set, only Kinesis requests on that shard meet the chaos
 (GetShardIterator naming it, GetRecords with an iterator the proxy saw issued for it: it follows each shard's
-iterator chain through the answers it forwards); every other request passes. The knobs are set from the test or
-bench in the same Python process.
+iterator chain through the answers it forwards); every other request passes. With `writes_only`, only DynamoDB
+writes meet the chaos (a store that answers reads and refuses writes, as a read-only SQLite file does). The knobs
+are set from the test or bench in the same Python process.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class Chaos:
     reply: Fault | None = None  # every request answered with this canned fault
     syn_dropped: bool = False  # no connection accepted (SYNs dropped once the backlog is full); open ones hang
     shard: str | None = None  # only requests on this Kinesis shard meet the chaos (see the module's docstring)
+    writes_only: bool = False  # only DynamoDB writes meet the chaos; reads pass (a store that refuses writes)
 
     def __post_init__(self) -> None:
         rates = (self.throttle_rate, self.error_rate, self.drop_rate)
@@ -49,6 +51,7 @@ class Chaos:
 
 
 CALM = Chaos()
+DYNAMODB_WRITES = (".PutItem", ".UpdateItem", ".DeleteItem", ".BatchWriteItem", ".TransactWriteItems")
 
 
 class ChaosProxy(FaultyProxy):
@@ -117,8 +120,9 @@ class ChaosProxy(FaultyProxy):
         super().__exit__(exc_type, exc, tb)
 
     def _next_for(self, target: str, body: bytes) -> Fault | None:
-        shard = self.chaos.shard
-        if shard is not None and self._shard_of(body) != shard:
+        chaos = self.chaos
+        if (chaos.shard is not None and self._shard_of(body) != chaos.shard) or (
+                chaos.writes_only and not target.endswith(DYNAMODB_WRITES)):
             return FaultyProxy._next(self, target)  # scheduled faults only
         return self._next(target)
 
