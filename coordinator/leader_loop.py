@@ -20,7 +20,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -224,6 +224,9 @@ class LeaderLoop:
         # What agents long-poll for (assignment_feed.py); a request is held at most a heartbeat period, so a frozen
         # agent leaves the channel (and the leader watches its row) within that period plus the re-poll grace.
         self.feed = AssignmentFeed(clock, self._timing.interval, hold=self._timing.heartbeat)
+        # The owner writes' threads, started at the first run that writes in parallel and kept: a pool started per
+        # run waited for each of its threads to start, which on a busy host took up to 0.5 s (bench/leader_run.py).
+        self._writers: ThreadPoolExecutor | None = None
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
@@ -926,14 +929,20 @@ class LeaderLoop:
                 self._on_progress()
             return outcome
 
-        threads = min(self._settings.leader_write_threads, len(moves))
-        if threads <= 1:
+        if min(self._settings.leader_write_threads, len(moves)) <= 1:
             return [write(move) for move in moves]
-        with ThreadPoolExecutor(threads, thread_name_prefix="leader-write") as pool:
-            # Each task runs in a copy of this context, so the store meter still attributes it to the leader.
-            futures: list[Future[Outcome | None]] = [
-                pool.submit(contextvars.copy_context().run, write, move) for move in moves]
-            return [future.result() for future in futures]
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(self._settings.leader_write_threads, thread_name_prefix="leader-write")
+        # Each task runs in a copy of this context, so the store meter still attributes it to the leader.
+        futures: list[Future[Outcome | None]] = [
+            self._writers.submit(contextvars.copy_context().run, write, move) for move in moves]
+        wait(futures)  # every write returns before the first error (in plan order) is raised
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        """Stop the owner writes' threads (the replica is stopping); writes of a run in progress finish first."""
+        if self._writers is not None:
+            self._writers.shutdown(wait=True)
 
     def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence, record: str) -> Outcome:
         graceful = (self._graceful and not expired and not lease.is_finished and lease.checkpoint_owner is None
