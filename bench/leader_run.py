@@ -14,7 +14,8 @@ leader would spend on them. The simulated agents act between the leader's runs, 
 For each `--busy` count it starts that many busy loops (separate processes at the default priority, as the scale
 run's 30+ Python processes) and, once every lease is owned, prints over `--seconds` virtual seconds of full runs:
 wall and CPU p50/p99/max and each part's, with the load average. `--store memory` runs on the in-memory store (the
-leader's own CPU alone).
+leader's own CPU alone); `--favour` runs the leader at the services' priority (a coordinator with a CPU share of its
+own).
 """
 
 from __future__ import annotations
@@ -107,7 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--busy", default="0,16", help="comma-separated counts of busy loops to measure under")
     parser.add_argument("--seconds", type=float, default=120.0, help="virtual seconds of full runs measured")
     parser.add_argument("--store", choices=("postgres", "memory"), default="postgres")
+    parser.add_argument("--favour", action="store_true", help="run the leader (this process) at the priority the "
+                        "scale run gives the services (bench/stack_cost.py `favour`): a coordinator with a CPU share "
+                        "of its own, as a pod with a CPU request has")
     args = parser.parse_args(argv)
+    if args.favour:
+        favour([os.getpid()])
     for count in (int(value) for value in args.busy.split(",") if value):
         postgres = PostgresServer().start() if args.store == "postgres" else None
         store = _store(postgres)
@@ -120,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 store.close()
             if postgres is not None:
                 postgres.stop()
-        print(f"{args.shards} shards, {args.agents} agents, store {args.store}, {count} busy loops "
+        print(f"{args.shards} shards, {args.agents} agents, store {args.store}, {count} busy loops, leader "
+              f"{'favoured' if args.favour else 'at the default priority'} "
               f"(load {load[0]:.1f} {load[1]:.1f}): {len(summaries)} full runs", flush=True)
         print(report(summaries), flush=True)
     return 0
