@@ -33,13 +33,12 @@ from bench.fleet.world import Stream
 from bench.scale import percentiles
 from bench.scale_sim import user_settings
 from bench.stack_cost import favour
-from shardherd.coordinator.run_summary import RunSummary
+from shardherd.coordinator.run_summary import FULL_RUN_PARTS, RunSummary
 from shardherd.shared.config import load_settings
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
 
-PARTS = ("scan", "observe", "sync", "views", "decide", "write", "feed", "cleanup")
 SPIN = "while True: pass"
 
 
@@ -93,7 +92,7 @@ def report(summaries: Sequence[RunSummary]) -> str:
     """Wall, CPU and each part's time of the full runs, one line each."""
     lines = [f"  wall: {percentiles([wall(s) for s in summaries])}",
              f"  CPU of the run's thread: {percentiles([s.cpu_ms for s in summaries])}"]
-    for part in PARTS:
+    for part in FULL_RUN_PARTS:
         values = [s.scan_ms if part == "scan" else s.decide_ms if part == "decide" else s.parts.get(part, 0.0)
                   for s in summaries]
         lines.append(f"  {part}: {percentiles(values)}")

@@ -64,6 +64,7 @@ from bench.stack_cost import (
     wait_for_state,
 )
 from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.run_summary import FULL_RUN_PARTS
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.scenarios import Scenarios, holds_records
 from shardherd.services.local_stack.state import StackState
@@ -75,7 +76,6 @@ from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
 
 POLL = 1.0  # seconds between the bench's reads of the API
-FIXED_PARTS = ("run", "cpu", "scan", "decide")  # a full run's wall and CPU time, then its parts (RunRecord.parts)
 LABELS = {"run": "wall", "cpu": "CPU of the run's thread"}
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "coordinator", "services", "shared")
@@ -143,7 +143,8 @@ class LeaderRuns:
         """Every published run's time; the full runs' (both tables read) apart: wall, the run thread's CPU, and the
         wall time of each part (a part a run did not publish counts 0 there)."""
         full = list(self.full.values())
-        names = ["run", "cpu", "scan", "decide", *sorted({name for run in full for name in run} - set(FIXED_PARTS))]
+        names = ["run", "cpu", *FULL_RUN_PARTS,
+                 *sorted({name for run in full for name in run} - {"run", "cpu", *FULL_RUN_PARTS})]
         lines = [f"{percentiles(list(self.durations.values()))}; full runs:"]
         lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
         return "\n".join(lines)

@@ -65,6 +65,10 @@ class RunSummary:
         return {reason.value: count for reason, count in self.plan.moves_by_reason().items()}
 
 
+# A full run's parts in the order it runs them (LeaderLoop._run's laps); `scan` and `decide` have summary fields.
+FULL_RUN_PARTS = ("scan", "observe", "sync", "views", "decide", "write", "feed", "cleanup")
+
+
 class RunLaps:
     """Where a run's time goes: consecutive laps of wall time (perf_counter), and the thread's CPU time since start.
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from shardherd.coordinator.run_summary import RunLaps, RunSummary
+from shardherd.coordinator.run_summary import FULL_RUN_PARTS, RunLaps, RunSummary
 from shardherd.services.leader_status import LeaderWatch, read_status
 from shardherd.shared.store import LeaseStore
 from tests.coordinator.test_leader_loop import INTERVAL, Fleet, _even_shards
 
-PARTS = {"observe", "sync", "views", "write", "feed", "cleanup"}
+PARTS = set(FULL_RUN_PARTS) - {"scan", "decide"}
 
 
 def test_laps_add_up_to_the_span_and_cpu_follows_work() -> None:
