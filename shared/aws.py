@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import threading
 from datetime import UTC, datetime
 from functools import cache
@@ -64,17 +65,51 @@ class LeanModelFiles(JSONFileLoader):
 def _endpoint_table(file_path: str) -> Any:
     """The endpoint table at `file_path` (.json or .json.gz, as botocore looks) with ENDPOINT_SERVICES only, or None.
 
-    Each partition's services are filtered as the parser closes the partition, not once the whole table is parsed:
-    all of it parsed at once (6.7 MB, botocore's ordered dicts) and then dropped left the process 6-7 MiB larger
-    than the kept table needs, freed memory it keeps between the objects it holds (a Kinesis client cost 9.2 MiB of
-    resident memory, 5.4 MiB so filtered; decision 0024).
+    Parsed whole (6.7 MB of botocore's ordered dicts) and then filtered, the table left the process 6-7 MiB larger
+    than the part it keeps needs: freed memory stays between the objects kept. Here the other services' entries are
+    cut from the text first, each parsed only to find its end and dropped at once (`_kept_text`), and what is left
+    is parsed with each partition's services filtered again (`_kept_services`: the same table if the text held a
+    surprise). A Kinesis client's resident memory: 9.2 MiB with the whole table parsed, 2.5 MiB with only the
+    kept table's text (decision 0024).
     """
     for suffix, opener in ((".json", open), (".json.gz", gzip.open)):
         path = file_path + suffix
         if os.path.isfile(path):
             with opener(path, "rb") as source:
-                return json.loads(source.read().decode("utf-8"), object_pairs_hook=_kept_services)
+                return json.loads(_kept_text(source.read().decode("utf-8")), object_pairs_hook=_kept_services)
     return None
+
+
+_SERVICES = re.compile(r'"services"\s*:\s*\{')
+
+
+def _kept_text(text: str) -> str:
+    """The endpoint table's JSON text with each `"services": {...}` object holding ENDPOINT_SERVICES' members only."""
+    decoder = json.JSONDecoder()
+    pieces: list[str] = []
+    copied = 0
+    for found in _SERVICES.finditer(text):
+        if found.start() < copied:
+            continue  # inside a services object already cut
+        kept, at = [], found.end()
+        while text[at := _past_space(text, at)] != "}":
+            name, at = decoder.raw_decode(text, at)
+            start = _past_space(text, _past_space(text, at) + 1)  # past the colon
+            _, at = decoder.raw_decode(text, start)  # the entry, dropped at once
+            if name in ENDPOINT_SERVICES:
+                kept.append(f"{json.dumps(name)}: {text[start:at]}")
+            at = _past_space(text, at)
+            at += text[at] == ","
+        pieces += [text[copied:found.end()], ", ".join(kept)]
+        copied = at
+    return "".join([*pieces, text[copied:]])
+
+
+def _past_space(text: str, at: int) -> int:
+    """The index of the first character at or after `at` that is not JSON whitespace."""
+    while text[at] in " \t\r\n":
+        at += 1
+    return at
 
 
 def _kept_services(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import botocore.session
 import pytest
 from botocore.loaders import JSONFileLoader
 
-from shardherd.shared.aws import ENDPOINT_SERVICES, LeanModelFiles, _models, make_client
+from shardherd.shared.aws import ENDPOINT_SERVICES, LeanModelFiles, _kept_text, _models, make_client
 
 # Services kept in the endpoint table and some left out (global, regional, newer); partitions of every kind.
 CALLS = {"kinesis": "list_streams", "dynamodb": "list_tables", "s3": "list_buckets",
@@ -82,6 +82,17 @@ def test_the_endpoint_table_is_botocores_with_the_kept_services_only() -> None:
     lean = LeanModelFiles().load_file(path)
     assert lean == expected
     assert all(partition["services"] for partition in lean["partitions"])  # each partition keeps some
+
+
+@pytest.mark.parametrize("layout", [{"indent": 2}, {"separators": (",", ":")}, {"indent": "\t"}])
+def test_the_text_cut_keeps_exactly_the_kept_services_whatever_the_layout(layout: dict[str, Any]) -> None:
+    entry = {"endpoints": {"us-east-1": {"hostname": "{service}.{region}.{dnsSuffix}", "tags": ["a", "}"]}}}
+    services = {"aaa": entry, "kinesis": entry, "iam": {}, "sts": {"endpoints": {}}, "zzz": entry}
+    partitions: list[dict[str, Any]] = [{"partition": name, "services": services, "regions": {"r": {}}}
+                                        for name in ("aws", "aws-cn")]
+    kept = json.loads(_kept_text(json.dumps({"partitions": partitions, "version": 3}, **layout)))
+    assert kept == {"partitions": [{**partition, "services": {"kinesis": entry, "sts": {"endpoints": {}}}}
+                                   for partition in partitions], "version": 3}
 
 
 # Resident memory a process gains making a Kinesis and a DynamoDB client, as botocore makes them or as we do.
