@@ -64,6 +64,7 @@ from bench.stack_cost import (
     wait_for_state,
 )
 from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.run_summary import FULL_RUN_PARTS
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.scenarios import Scenarios, holds_records
 from shardherd.services.local_stack.state import StackState
@@ -75,6 +76,7 @@ from shardherd.shared.store_factory import open_store
 from tests.support.postgres import PostgresServer
 
 POLL = 1.0  # seconds between the bench's reads of the API
+LABELS = {"run": "wall", "cpu": "CPU of the run's thread"}
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "coordinator", "services", "shared")
 
@@ -94,7 +96,7 @@ class LeaderRuns:
     def __init__(self, client: OperatorClient) -> None:
         self._client = client
         self.durations: dict[tuple[int, float], float] = {}
-        self.full: dict[tuple[int, float], tuple[float, float, float]] = {}  # full runs: (duration, scan, decide) ms
+        self.full: dict[tuple[int, float], dict[str, float]] = {}  # full runs: milliseconds by part (RunRecord)
         self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
         self.balancing: list[tuple[float, int]] = []  # (monotonic, the totals' balancing moves) each time they grew
         self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
@@ -111,8 +113,9 @@ class LeaderRuns:
             for run in status.get("runs", ()):
                 self.durations[(run["epoch"], run["started_at"])] = run["duration_ms"]
                 if run.get("scanned", True):
-                    self.full[(run["epoch"], run["started_at"])] = (
-                        run["duration_ms"], run.get("scan_ms", 0.0), run.get("decide_ms", 0.0))
+                    self.full[(run["epoch"], run["started_at"])] = {
+                        "run": run["duration_ms"], "cpu": run.get("cpu_ms", 0.0), "scan": run.get("scan_ms", 0.0),
+                        "decide": run.get("decide_ms", 0.0), **run.get("parts", {})}
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
                 count = sum(n for reason, n in self.moves.items()
@@ -137,10 +140,14 @@ class LeaderRuns:
         return within[-1][1] - (before[-1] if before else 0), within[-1][0] - start
 
     def summary(self) -> str:
-        """Every published run's time; the full runs' (both tables read) apart, with their scan and decide times."""
+        """Every published run's time; the full runs' (both tables read) apart: wall, the run thread's CPU, and the
+        wall time of each part (a part a run did not publish counts 0 there)."""
         full = list(self.full.values())
-        return (f"{percentiles(list(self.durations.values()))}; full runs {percentiles([run[0] for run in full])}, "
-                f"their scans {percentiles([run[1] for run in full])}, decides {percentiles([run[2] for run in full])}")
+        names = ["run", "cpu", *FULL_RUN_PARTS,
+                 *sorted({name for run in full for name in run} - {"run", "cpu", *FULL_RUN_PARTS})]
+        lines = [f"{percentiles(list(self.durations.values()))}; full runs:"]
+        lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
+        return "\n".join(lines)
 
 
 def _owners(client: OperatorClient) -> dict[str, dict[str, Any]]:

@@ -79,7 +79,8 @@ class Figures:
     reads_by_caller: Mapping[str, float] = field(default_factory=dict)  # read units per minute per caller
 
 
-def _settings() -> dict[str, object]:
+def user_settings() -> dict[str, object]:
+    """The users' defaults of the scale run (bench/stack_cost.py USER_DEFAULTS) as settings overrides."""
     return {name.removeprefix("SHARDHERD_").lower(): value for name, value in USER_DEFAULTS.items()}
 
 
@@ -170,7 +171,7 @@ def predict(inputs: LiveInputs, seed: int = 7) -> Figures:
     keys = sorted(inputs.kbps)
     fleet = Fleet(VARIANCE, "worker", Stream.tiled([inputs.kbps[key] for key in keys]), seed,
                   checkpoint_seconds=60.0 / inputs.checkpoints if inputs.checkpoints > 0 else 0.0,
-                  overrides=_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
+                  overrides=user_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
                   wrap_store=wrap, progress=True, channel=True)
     fleet.calibrate(len(inputs.joins))
     started = _start(fleet, _agents(inputs))

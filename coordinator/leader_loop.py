@@ -20,7 +20,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,7 +40,7 @@ from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.move_record import MoveRecord
 from shardherd.coordinator.moves import Move, Plan, UnplacedReason
 from shardherd.coordinator.paused_leases import hold_paused
-from shardherd.coordinator.run_summary import RunHistory, RunSummary, WriteTally
+from shardherd.coordinator.run_summary import RunHistory, RunLaps, RunSummary, WriteTally
 from shardherd.coordinator.scale_model import ScaleFigure, ScaleSettings, ScaleState
 from shardherd.coordinator.scale_model import inherited as scale_inherited
 from shardherd.coordinator.scale_model import step as scale_step
@@ -224,6 +224,9 @@ class LeaderLoop:
         # What agents long-poll for (assignment_feed.py); a request is held at most a heartbeat period, so a frozen
         # agent leaves the channel (and the leader watches its row) within that period plus the re-poll grace.
         self.feed = AssignmentFeed(clock, self._timing.interval, hold=self._timing.heartbeat)
+        # The owner writes' threads, started at the first run that writes in parallel and kept: a pool started per
+        # run waited for each of its threads to start, which on a busy host took up to 0.5 s (bench/leader_run.py).
+        self._writers: ThreadPoolExecutor | None = None
         lock.publish_with_heartbeat(self.published_sightings)
 
     # ------------------------------------------------------------------ driving
@@ -455,10 +458,11 @@ class LeaderLoop:
         (unowned and expired leases are placed every run); only failing to read the store, to plan the assignment
         or to write it fails the run (the next tick then scans again).
         """
+        laps = RunLaps()
         term.view, term.on_view = None, False
-        scanning = self._clock.monotonic()
         scan = self._store.scan_leases()
         worker_scan = self._store.scan_workers()
+        scan_ms = laps.lap("scan")
         now = self._clock.monotonic()
         leases = {lease.lease_key: lease for lease in scan.leases}
         # Rows the agents named on the channel: unchanged since then, and written by a live agent (a request names
@@ -468,7 +472,9 @@ class LeaderLoop:
         term.tracker.start_from(beats, confirmed=beats.keys())
         term.tracker.observe(leases.values(), worker_scan.workers, now)
         self._sightings = term.tracker.row_sightings()
+        laps.lap("observe")
         synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)
+        laps.lap("sync")
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
@@ -483,7 +489,7 @@ class LeaderLoop:
         workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
                                           self._stale(term.tracker, w, now, term.lapsed, term.gave_back))
                    for w in active)
-        deciding = time.perf_counter()
+        laps.lap("views")
         snapshot = Snapshot.of(views, workers, term.lines, term.own_excess)
         plan, balance_error = self._plan(snapshot, balance)
         scale = self._scale_figure(term, snapshot, leases.values(), now)
@@ -491,28 +497,32 @@ class LeaderLoop:
         if term.shard_stalls is not None and term.shard_stalls.verdict:  # the last run's verdict (decision 0043)
             plan = plan.hold_balancing(term.shard_stalls.verdict.__contains__, UnplacedReason.SHARD_STALLED,
                                        "its reads stalled at two workers or more: a move would not help")
-        decide_ms = (time.perf_counter() - deciding) * 1000
+        decide_ms = laps.lap("decide")
         term.lines.update(plan.fitted)
         term.own_excess = dict(plan.own_excess)
         # Watched every interval while balancing moves leases: the fleet converges at the interval's pace.
         if balance and balance_error is None:
             term.rebalancing = any(move.reason.is_balancing for move in plan.moves)
         tally = self._write(term, plan, leases, views, fence, tally, started_wall)
+        laps.lap("write")
         with self._latest_guard:  # the tables as this run left them (its own writes applied)
             self._latest = (LeaseScan(list(leases.values()), scan.malformed), worker_scan, now)
         self.feed.observe(term.epoch, leases.values(), self._fleet_stalls(active, leases.values()),
                           self._shard_stalls(term, active, leases.values(), now))
+        laps.lap("feed")
         term.leases = leases
         term.view = self._view_after(term, leases, views, worker_scan.workers, active, tally, now)
         tally = dataclasses.replace(tally, workers_deleted=self._delete_stale_workers(term, worker_scan.workers, now))
         self._note_balancing_moves(term, plan)
+        laps.lap("cleanup")
         return RunSummary(
             epoch=term.epoch, started_at=started_wall, duration_ms=(self._clock.monotonic() - started) * 1000,
             leases=len(leases), active_workers=len(active), worker_rows=len(worker_scan.workers),
             expired_leases=sum(1 for view in views if view.expired),
             malformed_rows=len(scan.malformed) + len(worker_scan.malformed), balanced_this_run=balance,
             plan=plan, writes=tally, shard_sync_ran=synced, shard_sync_error=sync_error, balancing_error=balance_error,
-            decide_ms=decide_ms, scan_reason=reason, scale=scale, scan_ms=(now - scanning) * 1000,
+            decide_ms=decide_ms, scan_reason=reason, scale=scale, scan_ms=scan_ms, parts=laps.parts("scan", "decide"),
+            cpu_ms=laps.cpu_ms(),
         )
 
     def _fleet_stalls(self, active: Sequence[WorkerRecord], leases: Collection[Lease]) -> bool:
@@ -922,14 +932,20 @@ class LeaderLoop:
                 self._on_progress()
             return outcome
 
-        threads = min(self._settings.leader_write_threads, len(moves))
-        if threads <= 1:
+        if min(self._settings.leader_write_threads, len(moves)) <= 1:
             return [write(move) for move in moves]
-        with ThreadPoolExecutor(threads, thread_name_prefix="leader-write") as pool:
-            # Each task runs in a copy of this context, so the store meter still attributes it to the leader.
-            futures: list[Future[Outcome | None]] = [
-                pool.submit(contextvars.copy_context().run, write, move) for move in moves]
-            return [future.result() for future in futures]
+        if self._writers is None:
+            self._writers = ThreadPoolExecutor(self._settings.leader_write_threads, thread_name_prefix="leader-write")
+        # Each task runs in a copy of this context, so the store meter still attributes it to the leader.
+        futures: list[Future[Outcome | None]] = [
+            self._writers.submit(contextvars.copy_context().run, write, move) for move in moves]
+        wait(futures)  # every write returns before the first error (in plan order) is raised
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        """Stop the owner writes' threads (the replica is stopping); writes of a run in progress finish first."""
+        if self._writers is not None:
+            self._writers.shutdown(wait=True)
 
     def _apply(self, move: Move, lease: Lease, expired: bool, fence: Fence, record: str) -> Outcome:
         graceful = (self._graceful and not expired and not lease.is_finished and lease.checkpoint_owner is None

@@ -188,6 +188,7 @@ class CoordinatorService:
         for thread in self._threads:
             thread.join(timeout)
         self.loop.feed.stand_down()  # agents waiting on this replica turn to the store (or another replica) at once
+        self.loop.close()
         self.lock.release()
         if self.api is not None:
             self.api.stop(timeout)

@@ -135,7 +135,10 @@ class RunRecord(_Frozen):
     duration_ms: float
     scanned: bool = Field(default=True, description="a full run (both tables read); false: a tick on the view")
     scan_ms: float = Field(default=0.0, description="a full run's time reading both tables")
-    decide_ms: float = Field(default=0.0, description="the run's CPU time in the decider")
+    decide_ms: float = Field(default=0.0, description="a full run's wall time in the decider")
+    parts: dict[str, float] = Field(default_factory=dict, description="a full run's wall milliseconds in each other "
+                                    "part (observe, sync, views, write, feed, cleanup: RunLaps), those of 0.1 or more")
+    cpu_ms: float = Field(default=0.0, description="the run thread's CPU time (wall far above it: the host was busy)")
     ok: bool
     error: str | None = None
     leases: int
@@ -160,6 +163,8 @@ class RunRecord(_Frozen):
         plan = summary.plan
         return cls(epoch=summary.epoch, started_at=summary.started_at, duration_ms=round(summary.duration_ms, 1),
                    scanned=summary.scanned, scan_ms=round(summary.scan_ms, 1), decide_ms=round(summary.decide_ms, 1),
+                   parts={part: round(ms, 1) for part, ms in summary.parts.items() if round(ms, 1) > 0},
+                   cpu_ms=round(summary.cpu_ms, 1),
                    ok=summary.ok,
                    error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
                    worker_rows=summary.worker_rows, expired_leases=summary.expired_leases,

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
+import botocore
 import botocore.session
 import pytest
+from botocore.loaders import JSONFileLoader
 
-from shardherd.shared.aws import ENDPOINT_SERVICES, _models, make_client
+from shardherd.shared.aws import ENDPOINT_SERVICES, LeanModelFiles, _kept_text, _models, make_client
 
 # Services kept in the endpoint table and some left out (global, regional, newer); partitions of every kind.
 CALLS = {"kinesis": "list_streams", "dynamodb": "list_tables", "s3": "list_buckets",
@@ -67,6 +70,29 @@ def test_the_process_keeps_the_services_endpoints_and_models_without_their_docum
     assert set(lean["operations"]) == set(full["operations"]) and set(lean["shapes"]) == set(full["shapes"])
     for part in ("operations", "shapes"):
         assert '"documentation"' in json.dumps(full[part]) and '"documentation"' not in json.dumps(lean[part])
+
+
+def test_the_endpoint_table_is_botocores_with_the_kept_services_only() -> None:
+    # Read afresh: a loader's endpoint table is cached, and botocore's endpoint resolver fills resolved entries in.
+    path = str(Path(botocore.__file__).parent / "data" / "endpoints")
+    full = JSONFileLoader().load_file(path)
+    expected = {**full, "partitions": [{**partition, "services": {
+        name: entry for name, entry in partition["services"].items() if name in ENDPOINT_SERVICES}}
+        for partition in full["partitions"]]}
+    lean = LeanModelFiles().load_file(path)
+    assert lean == expected
+    assert all(partition["services"] for partition in lean["partitions"])  # each partition keeps some
+
+
+@pytest.mark.parametrize("layout", [{"indent": 2}, {"separators": (",", ":")}, {"indent": "\t"}])
+def test_the_text_cut_keeps_exactly_the_kept_services_whatever_the_layout(layout: dict[str, Any]) -> None:
+    entry = {"endpoints": {"us-east-1": {"hostname": "{service}.{region}.{dnsSuffix}", "tags": ["a", "}"]}}}
+    services = {"aaa": entry, "kinesis": entry, "iam": {}, "sts": {"endpoints": {}}, "zzz": entry}
+    partitions: list[dict[str, Any]] = [{"partition": name, "services": services, "regions": {"r": {}}}
+                                        for name in ("aws", "aws-cn")]
+    kept = json.loads(_kept_text(json.dumps({"partitions": partitions, "version": 3}, **layout)))
+    assert kept == {"partitions": [{**partition, "services": {"kinesis": entry, "sts": {"endpoints": {}}}}
+                                   for partition in partitions], "version": 3}
 
 
 # Resident memory a process gains making a Kinesis and a DynamoDB client, as botocore makes them or as we do.

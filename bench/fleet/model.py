@@ -66,6 +66,8 @@ class Fleet:
     workers: dict[str, SimWorker] = field(default_factory=dict)
     # Hooks for bench/fleet_cost.py: a wrapper around the in-memory store (e.g. a StoreMeter) and a run hook.
     wrap_store: Callable[[LeaseStore], LeaseStore] | None = None
+    # The store under the fleet (bench/leader_run.py: a real PostgreSQL); None: an in-memory store.
+    base_store: LeaseStore | None = None
     on_run: Callable[[RunSummary], None] | None = None
     progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
     channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
@@ -80,7 +82,7 @@ class Fleet:
         self.settings = load_settings(**overrides, **self.overrides)
         self.timing = Timing.of(self.settings)
         self.moves = MoveCounter()
-        self.inner = MemoryLeaseStore(TableNames.for_application("fleet-sim"))
+        self.inner = self.base_store or MemoryLeaseStore(TableNames.for_application("fleet-sim"))
         wrapped = self.wrap_store(self.inner) if self.wrap_store is not None else self.inner
         self.store = CountingStore(wrapped, on_write=self.moves)
         self.events = EventQueue(self.clock)

@@ -73,18 +73,23 @@ def real_store(request: pytest.FixtureRequest) -> Iterator[LeaseStore]:
     store.close()
 
 
-def test_writes_run_concurrently_and_stop_at_a_lost_fence(real_store: LeaseStore) -> None:
-    settings = load_settings(application_name="parallel-writes", leader_write_threads=THREADS)
+def _leader(real_store: LeaseStore, wrapped: object, application: str) -> tuple[LeaderLock, LeaderLoop, ManualClock]:
+    """LEASES unowned leases in `real_store`, and a leader (THREADS write threads) on `wrapped`, a wrapper of it."""
+    settings = load_settings(application_name=application, leader_write_threads=THREADS)
     clock = ManualClock()
-    watched = _Watched(real_store)
-    store = cast(LeaseStore, watched)
+    store = cast(LeaseStore, wrapped)
     for index in range(LEASES):
         real_store.create_lease(Lease(f"shardId-{index:012d}"))
     lock = LeaderLock(store, "coord-a", clock, settings.leader_lock_lease_duration_millis,
                       settings.leader_lock_heartbeat_period_millis)
+    return lock, LeaderLoop(store, lock, settings, clock), clock
+
+
+def test_writes_run_concurrently_and_stop_at_a_lost_fence(real_store: LeaseStore) -> None:
+    watched = _Watched(real_store)
+    lock, loop, clock = _leader(real_store, watched, "parallel-writes")
     watched.lock = lock
     assert lock.tick()
-    loop = LeaderLoop(store, lock, settings, clock)
     for beat in (1, 2):  # the leader counts a worker alive once it has seen its heartbeat advance
         for worker in ("w1", "w2", "w3"):
             real_store.upsert_worker(WorkerRecord(worker, int(clock.time()), heartbeat=beat))
@@ -100,3 +105,50 @@ def test_writes_run_concurrently_and_stop_at_a_lost_fence(real_store: LeaseStore
     owned = [lease for lease in real_store.scan_leases().leases if lease.lease_owner is not None]
     assert LOSE_AFTER - THREADS <= len(owned) < LOSE_AFTER + THREADS  # those written before the release
     assert not {lease.lease_key for lease in owned} & set(watched.after_release)  # every write was fenced
+
+
+class _Writers:
+    """A store that records the thread of each owner write (assign or handoff start)."""
+
+    def __init__(self, inner: LeaseStore) -> None:
+        self.inner = inner
+        self.threads: list[threading.Thread] = []  # kept: a thread object is never reused for another thread
+        self._guard = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _note(self) -> None:
+        with self._guard:
+            self.threads.append(threading.current_thread())
+
+    def assign(self, *args: Any, **kwargs: Any) -> Outcome:
+        self._note()
+        return self.inner.assign(*args, **kwargs)
+
+    def start_handoff(self, *args: Any, **kwargs: Any) -> Outcome:
+        self._note()
+        return self.inner.start_handoff(*args, **kwargs)
+
+
+def test_the_write_threads_are_kept_across_runs_and_stopped_at_close(real_store: LeaseStore) -> None:
+    writers = _Writers(real_store)
+    lock, loop, clock = _leader(real_store, writers, "kept-writers")
+    workers = ["w1"]
+    writing_runs = 0
+    for beat in range(1, 40):
+        if beat == 10:
+            workers.append("w2")  # a joining worker: balancing hands it leases, in more runs with writes
+        for worker in workers:
+            real_store.upsert_worker(WorkerRecord(worker, int(clock.time()), heartbeat=beat))
+        lock.tick()
+        summary = loop.run_once()
+        assert summary is not None
+        writing_runs += bool(summary.writes.assigned or summary.writes.handoffs_started)
+        clock.advance(2.0)
+    assert writing_runs >= 3
+    kept = set(writers.threads)
+    assert 2 <= len(kept) <= THREADS  # a pool per run would have started new threads at each run that wrote
+    assert all(thread.name.startswith("leader-write") for thread in kept)
+    loop.close()
+    assert not any(thread.is_alive() for thread in kept)
