@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,7 @@ class LeaderRuns:
         self.moves: dict[str, int] = {}  # the newest totals' moves by reason (continued across failovers)
         self.balancing: list[tuple[float, int]] = []  # (monotonic, the totals' balancing moves) each time they grew
         self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
+        self.reasons: dict[tuple[int, float], str] = {}  # full runs: why each read the tables (its kind, no worker id)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-runs", daemon=True)
         self._thread.start()
@@ -116,6 +118,7 @@ class LeaderRuns:
                     self.full[(run["epoch"], run["started_at"])] = {
                         "run": run["duration_ms"], "cpu": run.get("cpu_ms", 0.0), "scan": run.get("scan_ms", 0.0),
                         "decide": run.get("decide_ms", 0.0), **run.get("parts", {})}
+                    self.reasons[(run["epoch"], run["started_at"])] = (run.get("scan_reason") or "-").split(":")[0]
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
                 count = sum(n for reason, n in self.moves.items()
@@ -147,6 +150,7 @@ class LeaderRuns:
                  *sorted({name for run in full for name in run} - {"run", "cpu", *FULL_RUN_PARTS})]
         lines = [f"{percentiles(list(self.durations.values()))}; full runs:"]
         lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
+        lines.append(f"  why they read the tables: {dict(Counter(self.reasons.values()).most_common()) or '-'}")
         return "\n".join(lines)
 
 

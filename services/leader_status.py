@@ -46,6 +46,7 @@ MAX_RUNS = 5
 MAX_RECENT_MOVES = 50
 MAX_UNPLACED = 50
 MAX_DETAIL_CHARS = 200
+MAX_SCAN_REASON_CHARS = 60  # a run record's scan reason: the runs of one status item share its 4 KB
 MIN_KEPT_MOVES = 5  # moves kept before older runs are given up to fit the size bound
 MIN_PUBLISH_SECONDS = 10.0  # a leader that changes something every run writes on average at most this often
 PUBLISH_BURST = 3  # publications allowed back to back after a quiet spell (term start, then the first assignments)
@@ -58,7 +59,9 @@ class MalformedLeaderStatus(ShardherdError):
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # A newer leader may publish fields this version does not know (a rolling deploy of the replicas): they are
+    # ignored, as a missing field takes its default, so mixed replicas read each other's status.
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
 
 class Decision(_Frozen):
@@ -139,6 +142,8 @@ class RunRecord(_Frozen):
     parts: dict[str, float] = Field(default_factory=dict, description="a full run's wall milliseconds in each other "
                                     "part (observe, sync, views, write, feed, cleanup: RunLaps), those of 0.1 or more")
     cpu_ms: float = Field(default=0.0, description="the run thread's CPU time (wall far above it: the host was busy)")
+    scan_reason: str | None = Field(default=None, description="why a full run read the tables "
+                                    "(coordinator/scan_policy.py), at most MAX_SCAN_REASON_CHARS")
     ok: bool
     error: str | None = None
     leases: int
@@ -165,6 +170,7 @@ class RunRecord(_Frozen):
                    scanned=summary.scanned, scan_ms=round(summary.scan_ms, 1), decide_ms=round(summary.decide_ms, 1),
                    parts={part: round(ms, 1) for part, ms in summary.parts.items() if round(ms, 1) > 0},
                    cpu_ms=round(summary.cpu_ms, 1),
+                   scan_reason=summary.scan_reason[:MAX_SCAN_REASON_CHARS] if summary.scan_reason else None,
                    ok=summary.ok,
                    error=summary.error, leases=summary.leases, active_workers=summary.active_workers,
                    worker_rows=summary.worker_rows, expired_leases=summary.expired_leases,

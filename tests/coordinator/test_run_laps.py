@@ -75,3 +75,7 @@ def test_the_status_publishes_the_parts_and_the_cpu(loop_store: LeaseStore) -> N
         published = status.runs[-1]
         assert published.cpu_ms == round(summary.cpu_ms, 1)
         assert published.parts == {part: round(ms, 1) for part, ms in summary.parts.items() if round(ms, 1) > 0}
+        # Why it read the tables (coordinator/scan_policy.py): the term's first run, then what it waited for.
+        assert summary.scan_reason and published.scan_reason == summary.scan_reason[:60]
+    status = read_status(loop_store)
+    assert status is not None and status.runs[0].scan_reason == "first run of the term"

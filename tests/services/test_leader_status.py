@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,3 +226,17 @@ def test_a_scale_figure_is_news_only_past_a_tenth_of_the_counted_one() -> None:
     assert figure(2268.4, remove="w2").is_news_after(counted) is True
     assert figure(None).is_news_after(counted) is True and figure(1.0).is_news_after(figure(None)) is True
     assert figure(2268.4).is_news_after(None) is True
+
+
+def test_a_status_from_a_newer_leader_with_fields_this_version_lacks_is_read(sqlite_store: LeaseStore) -> None:
+    # A rolling deploy: the new leader's run records carry a field the old replica does not know (as scan_ms once
+    # was); the old replica still reads the status, and the counters a new term continues are kept.
+    watch = LeaderWatch(sqlite_store, "coord-a", ManualClock(), min_interval=0)
+    watch.on_run(_summary(3, 2, random.Random(2)))
+    raw = encode(read_status(sqlite_store) or pytest.fail("no status"))
+    document = json.loads(raw)
+    document["runs"][-1]["a_field_of_a_newer_version"] = {"p99": 1}
+    document["newer_top_level"] = [1, 2]
+    status = decode({"statusVersion": 1, "status": json.dumps(document)})
+    assert status is not None and status.epoch == 3 and status.totals.writes["assigned"] == 2
+    assert not hasattr(status.runs[-1], "a_field_of_a_newer_version")
