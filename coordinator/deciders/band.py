@@ -108,7 +108,8 @@ class ShareFill(BandPass):
 def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
     """Fill joining workers on shares (after a pass that moved: only workers that gave nothing); a note on it.
 
-    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
+    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042), or
+    while leases placed in this term have no settled figure (`LeaseView.fresh`: a just-placed fleet is placed again).
     """
     view, cfg = plan.view, plan.view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
@@ -118,7 +119,7 @@ def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band"
     dead = cfg.rebalance_dead_band_percentage
     gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
     band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
-    counts = band.floor <= 0
+    counts = band.floor <= 0 or bool(view.fresh)
     if counts:
         one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
         band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)

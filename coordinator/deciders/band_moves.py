@@ -2,8 +2,9 @@
 
 Invariants (checked after every move by tests/coordinator/test_decider_properties.py):
 1. A move goes to a receiver with a fresh heartbeat, under `max_leases_for_worker` and `max_throughput_per_host_kbps`,
-   that never gave the lease back, from a giver with a fresh heartbeat whose lease figures are settled; only leases
-   balancing did not move in this run or the last few runs move (one placed in this run may move on once).
+   that never gave the lease back, from a giver with a fresh heartbeat whose lease figures are settled (a fill on
+   lease counts may move fresh leases, placed in this term and never priced: moving one costs nothing measurable);
+   only leases balancing did not move in this run or the last few runs move (one placed in this run may move on once).
 2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range) and
    at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
@@ -148,10 +149,15 @@ class BandPass:
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
-        """The worker's leases balancing may move, by weight (none while it may be dead or its figures settle)."""
+        """The worker's leases balancing may move, by weight (invariant 1: none from a stale or settling worker).
+
+        A settling worker's fresh leases may move in a fill on lease counts: nothing priced them yet.
+        """
         movable = self._by_weight.get(wid)
         if movable is None:
-            keys = [] if wid in self.view.stale or wid in self.view.settling else self.plan.ledger.movable(wid, True)
+            view, keys = self.view, self.plan.ledger.movable(wid, True)
+            if wid in view.stale or wid in view.settling:
+                keys = [k for k in keys if k in view.fresh] if self.counts_leases and wid not in view.stale else []
             movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 

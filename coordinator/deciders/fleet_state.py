@@ -105,6 +105,7 @@ class FleetView:
         # Workers holding a lease whose figure is still changing: their leases cannot be priced yet.
         self.settling = frozenset(lease.actual_owner for lease in snapshot.leases
                                   if lease.settling and lease.actual_owner)
+        self.fresh = frozenset(lease.key for lease in snapshot.leases if lease.fresh)  # placed, not yet settled
 
     def _lags(self, reporting: Sequence[WorkerView], ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
         """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`, `falling`."""
