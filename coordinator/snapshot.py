@@ -31,7 +31,7 @@ class LeaseView:
     agents' throughput windows take tens of seconds to show it, the owner's CPU a few): band balancing leaves its
     owner alone until the figure settles, as it cannot yet price the owner's leases.
     `fresh` is True for a lease the leader placed (unassigned, expired, drained) in this term whose figure has not yet
-    settled: moving it on costs nothing any report shows, so a fill on lease counts may move it while it settles.
+    settled: moving it on costs nothing any report shows, so the fill on shares may move it while it settles.
     `reserved` is True while the owner's restart reservation holds (shared/restart.py): the lease is not expired and
     nothing moves it (pinned), so the owner resumes it when it is back.
     """

@@ -54,7 +54,12 @@ def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried
 
 
 class ShareFill(BandPass):
-    """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042)."""
+    """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042).
+
+    A settling worker gives its fresh leases (`LeaseView.fresh`): a joiner into a just-placed fleet is filled at once.
+    """
+
+    gives_fresh = True
 
     def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
         view = plan.view
@@ -108,8 +113,7 @@ class ShareFill(BandPass):
 def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
     """Fill joining workers on shares (after a pass that moved: only workers that gave nothing); a note on it.
 
-    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042), or
-    while leases placed in this term have no settled figure (`LeaseView.fresh`: a just-placed fleet is placed again).
+    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
     """
     view, cfg = plan.view, plan.view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
@@ -119,7 +123,7 @@ def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band"
     dead = cfg.rebalance_dead_band_percentage
     gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
     band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
-    counts = band.floor <= 0 or bool(view.fresh)
+    counts = band.floor <= 0
     if counts:
         one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
         band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)

@@ -3,7 +3,7 @@
 Invariants (checked after every move by tests/coordinator/test_decider_properties.py):
 1. A move goes to a receiver with a fresh heartbeat, under `max_leases_for_worker` and `max_throughput_per_host_kbps`,
    that never gave the lease back, from a giver with a fresh heartbeat whose lease figures are settled (a fill on
-   lease counts may move fresh leases, placed in this term and never priced: moving one costs nothing measurable);
+   shares may move fresh leases, placed in this term and never settled: moving one costs nothing measurable);
    only leases balancing did not move in this run or the last few runs move (one placed in this run may move on once).
 2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range) and
    at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
@@ -58,6 +58,7 @@ class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
     counts_leases = False  # a subclass measuring lease counts weighs every lease 1
+    gives_fresh = False  # whether a settling worker may give its fresh leases (a fill on shares: invariant 1)
 
     def __init__(self, plan: FleetPlan, band: Band) -> None:
         self.plan = plan
@@ -151,13 +152,13 @@ class BandPass:
     def _movable(self, wid: str) -> list[tuple[float, str]]:
         """The worker's leases balancing may move, by weight (invariant 1: none from a stale or settling worker).
 
-        A settling worker's fresh leases may move in a fill on lease counts: nothing priced them yet.
+        A settling worker's fresh leases may move in a fill on shares (`gives_fresh`): nothing priced them yet.
         """
         movable = self._by_weight.get(wid)
         if movable is None:
             view, keys = self.view, self.plan.ledger.movable(wid, True)
             if wid in view.stale or wid in view.settling:
-                keys = [k for k in keys if k in view.fresh] if self.counts_leases and wid not in view.stale else []
+                keys = [k for k in keys if k in view.fresh] if self.gives_fresh and wid not in view.stale else []
             movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 

@@ -3,8 +3,8 @@
 Live (`shardherd up --no-spark --shards 64 --agents 8`): the first placing run spread the 64 leases over the 5 agents
 whose rows the leader had seen; the 3 that came later held nothing for 14 s, because every giver's lease figures were
 still rising from 0 (settling) and band gives nothing from a worker it cannot price (band_moves.py invariant 1). A
-lease placed in this term whose figure never settled costs nothing any report shows, so a fill on lease counts may
-move it on.
+lease placed in this term whose figure never settled costs nothing any report shows, so the fill on shares may move
+it on.
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def test_joiners_into_a_just_placed_fleet_get_their_share_in_the_run_that_counts
     snapshot = _just_placed(fresh=True)
     plan = decide(snapshot, DeciderConfig(), balance=True)
     held = _held(snapshot, {move.lease_key: move.to_worker for move in plan.moves})
-    assert any("filling on lease count" in note for note in plan.notes), plan.notes
-    assert min(held[f"agent-{i}"] for i in (6, 7, 8)) >= 7 and max(held.values()) <= 10, held  # 64 / 8 = 8 each
+    assert any("filling on T" in note for note in plan.notes), plan.notes
+    # A share: at least three quarters of the average count (64 / 8 = 8 each), as bench.fleet_noise --joins counts it.
+    assert min(held[f"agent-{i}"] for i in (6, 7, 8)) >= 6 and max(held.values()) <= 10, held
 
 
 def test_leases_whose_figure_settled_once_are_priced_first() -> None:
@@ -56,7 +57,7 @@ def test_leases_whose_figure_settled_once_are_priced_first() -> None:
     assert decide(snapshot, DeciderConfig(), balance=True).moves == ()
 
 
-def test_once_filled_on_counts_the_fleet_moves_nothing_while_the_figures_settle() -> None:
+def test_once_filled_the_fleet_moves_nothing_while_the_figures_settle() -> None:
     """The plan applied (every lease still fresh and settling): the next run moves nothing."""
     snapshot = _just_placed(fresh=True)
     plan = decide(snapshot, DeciderConfig(), balance=True)

@@ -90,7 +90,7 @@ def test_joiners_into_a_just_placed_fleet_hold_their_share_within_two_balancing_
     """5 agents take 16 leases whose figures then rise (settling) for 12 runs; 3 agents join after 3 of them.
 
     The leases were placed in this term and no figure settled yet (`LeaseView.fresh`): the run that counts the joiners
-    fills them on lease counts, not the run after the givers' figures settle (13 runs later before, and one joiner
+    fills them from the settling givers, not the run after their figures settle (13 runs later before, and one joiner
     got 1 lease of 2; live: 14 s, issue 31). Once the figures settle nothing moves.
     """
     replica = Replica(store, shards=16)
