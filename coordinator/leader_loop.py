@@ -129,6 +129,8 @@ class _Term:
     figures: dict[str, float] = field(default_factory=dict)
     # Lease key -> its figure at each of the last few runs (oldest first): is it still changing (`LeaseView.settling`)?
     trends: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    # Leases this term placed (unassigned, expired, drained) whose figure has not settled since (`LeaseView.fresh`).
+    placed: set[str] = field(default_factory=set)
     runs: int = 0
     shards: Listings | None = None
     # Multi-stream: the streams identified so far this term (leases of other streams are never assigned).
@@ -574,12 +576,15 @@ class LeaderLoop:
         return joined
 
     def _note_balancing_moves(self, term: _Term, plan: Plan) -> None:
-        """Remember the run of each balancing move for the cooldown, forgetting those past it."""
+        """Remember the run of each balancing move for the cooldown, forgetting those past it, and each placement."""
         term.moved_in_run = {key: run for key, run in term.moved_in_run.items()
                              if term.runs - run <= self._cooldown_runs}
         for move in plan.moves:
             if move.reason.is_balancing:
                 term.moved_in_run[move.lease_key] = term.runs
+                term.placed.discard(move.lease_key)
+            else:
+                term.placed.add(move.lease_key)
 
     def _tick_on_view(self, term: _Term, fence: Fence, started_wall: float, started: float) -> RunSummary:
         """A run without scans: the view stands (scan_policy said so); only a due shard sync runs, on the view.
@@ -731,9 +736,7 @@ class LeaderLoop:
             settling = False
             if throughput is not None:
                 figures[lease.lease_key] = throughput
-                trend = (*term.trends.get(lease.lease_key, ()), throughput)[-self._trend_runs:]
-                trends[lease.lease_key] = trend
-                settling = self._still_changing(trend)
+                settling = self._still_changing(term, lease.lease_key, throughput, trends)
             moved = term.moved_in_run.get(lease.lease_key)
             refused_by = frozenset(refusals.get(lease.lease_key, ()))
             views.append(LeaseView.from_lease(lease, throughput_kbps=throughput,
@@ -742,17 +745,25 @@ class LeaderLoop:
                                               handoff_blocked=blocked,
                                               recently_moved=moved is not None
                                               and term.runs - moved <= self._cooldown_runs, refused_by=refused_by,
-                                              settling=settling))
+                                              settling=settling, fresh=lease.lease_key in term.placed))
         term.handoff_seen = seen_handoffs
+        term.placed.intersection_update(view.key for view in views)
         term.figures = figures
         term.trends = trends
         return views
 
-    def _still_changing(self, trend: tuple[float, ...]) -> bool:
-        """True if a lease's figure moved over its recent runs by more than the band's share and the minimum gain."""
+    def _still_changing(self, term: _Term, key: str, throughput: float, trends: dict[str, tuple[float, ...]]) -> bool:
+        """Whether a lease's figure moved over its recent runs by more than the band's share and the minimum gain.
+
+        Its trend is kept in `trends`; a placed lease whose figure held over a whole trend is no longer fresh.
+        """
+        trend = trends[key] = (*term.trends.get(key, ()), throughput)[-self._trend_runs:]
         first, last = trend[0], trend[-1]
         share = self._settings.rebalance_threshold_percentage / 100.0
-        return abs(last - first) > max(share * max(first, last), self._settings.rebalance_min_gain_kbps)
+        changing = abs(last - first) > max(share * max(first, last), self._settings.rebalance_min_gain_kbps)
+        if not changing and len(trend) == self._trend_runs:
+            term.placed.discard(key)
+        return changing
 
     # ------------------------------------------------------------------ reports
     @staticmethod

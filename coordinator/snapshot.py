@@ -30,6 +30,8 @@ class LeaseView:
     `settling` is True while the lease's reported figure is still changing (a shard that turned hot or quiet: the
     agents' throughput windows take tens of seconds to show it, the owner's CPU a few): band balancing leaves its
     owner alone until the figure settles, as it cannot yet price the owner's leases.
+    `fresh` is True for a lease the leader placed (unassigned, expired, drained) in this term whose figure has not yet
+    settled: moving it on costs nothing any report shows, so the fill on shares may move it while it settles.
     `reserved` is True while the owner's restart reservation holds (shared/restart.py): the lease is not expired and
     nothing moves it (pinned), so the owner resumes it when it is back.
     """
@@ -45,6 +47,7 @@ class LeaseView:
     recently_moved: bool = False
     refused_by: frozenset[str] = frozenset()
     settling: bool = False
+    fresh: bool = False
     reserved: bool = False
 
     def __post_init__(self) -> None:
@@ -86,7 +89,7 @@ class LeaseView:
     def from_lease(
         cls, lease: Lease, *, expired: bool = False, silent_ms: int = 0, handoff_blocked: bool = False,
         recently_moved: bool = False, refused_by: frozenset[str] = frozenset(), settling: bool = False,
-        reserved: bool = False, throughput_kbps: float | None = None,
+        fresh: bool = False, reserved: bool = False, throughput_kbps: float | None = None,
     ) -> LeaseView:
         """A view of a stored lease plus the leader's observations of it.
 
@@ -105,6 +108,7 @@ class LeaseView:
             recently_moved=recently_moved,
             refused_by=refused_by,
             settling=settling,
+            fresh=fresh,
             reserved=reserved,
         )
 

@@ -139,7 +139,13 @@ class LiveNoise:
                 continue
             shard = self.shards[key]
             since = shard.position if shard.position is not None else now
-            read = [(t, b) for t, b in shard.arrivals if since < t <= now]
+            read = []  # arrivals are in time order: only the newest, back to `since`, are unread
+            for t, b in reversed(shard.arrivals):
+                if t <= since:
+                    break
+                if t <= now:
+                    read.append((t, b))
+            read.reverse()
             shard.position = now
             if read:
                 recorder.record(key, sum(b for _, b in read), read[0][0], read[-1][0])

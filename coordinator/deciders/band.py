@@ -1,21 +1,13 @@
 """Strategy `band` (the default): workers outside the band get back into it in one pass with few moves.
 
-Chosen by `lease_assignment_strategy = variance` with `variance_balancing = band` (both defaults). One run:
-
-1. Unassigned and expired leases, then draining workers' leases, go to the worker with most room
-   (`FleetPlan.place`, coordinator/deciders/fleet_state.py).
-2. On a balancing run, the metric whose workers' confirmed values (projected ones for workers step 1 changed) stray
-   furthest outside the band is balanced by one `BandPass` (coordinator/deciders/band_moves.py states its invariants).
-3. With every metric inside its band (or none moved by the pass), a joining worker (at most half the average lease
-   count, and less than half an average share of the throughput at every report of the persistence window: its CPU
-   cannot tell it from the others when the CPU is mostly the agents' own) is filled on throughput into the
-   throughput band in the same run, as far as its metric's band allows, that band raised by its own load's excess
-   over the fleet's base (`ShareFill`; setting `rebalance_fill_on_throughput`).
-
-Load model: a line `value = base + slope x throughput` per metric fitted over the settled reporting workers
-(coordinator/load_model.py), each worker's learned own excess (a Spark driver's JVM) taken out of its values first
-(`FleetView`, coordinator/deciders/fleet_state.py); averages count the load of leases that need an owner; an idle
-stream balances counts.
+One run (`variance_balancing = band`):
+1. Unassigned, expired, then draining workers' leases go to the roomiest worker (`FleetPlan.place`, fleet_state.py).
+2. On a balancing run, the metric whose workers (confirmed values; projected ones once a move changed them) stray
+   furthest outside the band is balanced by one `BandPass` (band_moves.py states its invariants).
+3. With no metric out of band, or none moved, a joining worker (at most half the average lease count and under half an
+   average share at every report of the persistence window) is filled on throughput shares (`ShareFill`), each of its
+   metrics under its band's edge raised by its own load's excess over the fleet's base (`joiner_ceiling`).
+Values: a line `base + slope x KiB/s` per metric fitted over settled workers, own excess taken out (`FleetView`).
 """
 
 from __future__ import annotations
@@ -31,15 +23,11 @@ from shardherd.coordinator.snapshot import Snapshot
 from shardherd.shared.worker import THROUGHPUT_METRIC
 
 NAME = "band"
-# A worker is filled on throughput only below this share of an average worker's KiB/s (a joining worker).
-SHARE_FILL_BELOW = 50.0
+SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of an average worker's KiB/s
 
 
 def metric_to_balance(plan: FleetPlan) -> Band | None:
-    """The band of the metric whose workers' confirmed values stray furthest outside it; None if none does.
-
-    A worker a move of this run changed (a placed or drained lease) counts at its projected value.
-    """
+    """The band of the metric whose workers stray furthest outside it (None if none does)."""
     view = plan.view
     best: tuple[float, Band] | None = None
     for metric, avg in view.averages.items():  # idle stream: only a worker under half the average count is filled
@@ -56,9 +44,9 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
 
 
 def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
-    """The ceiling of a joining worker at `value` on `metric` while it carries `carried` KiB/s (see ShareFill).
+    """A joining worker's ceiling: the band's edge raised by its own load over the fleet's base, within its range.
 
-    The band's edge raised by its own load's excess over the fleet's fitted base, never past its operating range.
+    A Spark driver's JVM sits above the base; leases did not put it there (issue 33: such a worker was never filled).
     """
     edge = view.ceiling(wid, metric)
     excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
@@ -66,19 +54,19 @@ def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried
 
 
 class ShareFill(BandPass):
-    """Fill only, on each worker's share of the average, while its reported metrics stay in band.
+    """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042).
 
-    A share is KiB/s, or a lease count where throughput cannot tell an empty worker from the rest (decision 0042):
-    there every lease weighs one lease's points and the minimum gain is one lease, so a move leaves the receiver at
-    most as many leases as its giver keeps, and no run moves one back.
+    A settling worker gives its fresh leases (`LeaseView.fresh`): a joiner into a just-placed fleet is filled at once.
     """
+
+    gives_fresh = True
 
     def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
         view = plan.view
         self.counts_leases = counts_leases
         self._share = view.n_leases / max(1, len(view.active)) if counts_leases else view.target_throughput
         super().__init__(plan, band)
-        # After a pass that moved: workers that gave a lease in this run are not filled in it.
+        # After a pass that moved, a worker that gave a lease in this run is not filled in it.
         self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
 
     def has_metric(self, wid: str) -> bool:
@@ -91,7 +79,7 @@ class ShareFill(BandPass):
         return self.rise(wid, ledger.count(wid) if self.counts_leases else ledger.throughput.get(wid, 0.0))
 
     def confirmed(self, wid: str) -> float:
-        """Its share now or at a report of the persistence window, whichever is nearest the average (counts: now)."""
+        """Its share now or at a report of the persistence window, whichever is nearest the average."""
         if self.counts_leases or wid in self.plan.changed:
             return self.level(wid)
         past = [self.rise(wid, kbps) for kbps in self.view.carried_history.get(wid, ())]
@@ -110,61 +98,43 @@ class ShareFill(BandPass):
         return self.rise(wid, self._weight[key])
 
     def fillable(self, wid: str) -> bool:
-        """Only a joining worker: at most half the average lease count (its metric may say it is busy otherwise)."""
+        """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
         joining = 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
         return joining and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
-        """Whether every metric the joining worker reports stays under its ceiling with the lease.
-
-        Its own load (its value less what its leases add: a Spark driver's JVM, say) may sit above the fleet's fitted
-        base: leases did not put it there, and no placement changes it. Its ceiling is the band's upper edge raised by
-        that excess, so it may take the lease load an average worker carries (plus half a band), never past its
-        operating range. Without that, such a worker was never filled (issue 33: a new Spark driver held no lease).
-        """
+        """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""
         carried = self.plan.ledger.throughput.get(wid, 0.0)
-        view = self.view
-        return all(value + view.rise(wid, metric, weight)
-                   <= joiner_ceiling(view, wid, metric, value, carried) + ROUNDING * max(1.0, value)
+        return all(value + self.view.rise(wid, metric, weight)
+                   <= joiner_ceiling(self.view, wid, metric, value, carried) + ROUNDING * max(1.0, value)
                    for metric, value in self.plan.values(wid).items())
 
 
-def share_fill(plan: FleetPlan, after_shed: bool) -> ShareFill:
-    """The fill on throughput shares, or on lease counts where an empty worker is inside the throughput band's floor.
+def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
+    """Fill joining workers on shares (after a pass that moved: only workers that gave nothing); a note on it.
 
-    There the fleet's whole throughput is within the noise margin (decision 0042).
+    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
     """
     view, cfg = plan.view, plan.view.config
-    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
-    dead = cfg.rebalance_dead_band_percentage
-    gain = view.gain_floor(THROUGHPUT_METRIC)  # the minimum gain: as `FleetView.min_gain`, the average being 100
-    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
-    if band.floor > 0:
-        return ShareFill(plan, band, False, after_shed)
-    one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
-    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)
-    return ShareFill(plan, band, True, after_shed)
-
-
-def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
-    """With no metric out of band (`why`), fill joining workers on shares; the note says what happened.
-
-    `after_shed`: after a pass that moved, only workers that gave no lease in this run.
-    """
-    view = plan.view
-    if not view.config.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
+    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
         return why
-    fill = share_fill(plan, after_shed)
+    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
+    dead = cfg.rebalance_dead_band_percentage
+    gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
+    counts = band.floor <= 0
+    if counts:
+        one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
+        band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)
+    fill = ShareFill(plan, band, counts, after_shed)
     fill.fill()  # fill only: nothing is shed on shares
-    if not fill.moved:
-        return why
-    measure = "lease count" if fill.counts_leases else THROUGHPUT_METRIC
-    return f"{why}; filling on {measure}: band [{fill.band.lower:.2f}, {fill.band.upper:.2f}]"
+    measure = "lease count" if counts else THROUGHPUT_METRIC
+    return f"{why}; filling on {measure}: band [{band.lower:.2f}, {band.upper:.2f}]" if fill.moved else why
 
 
 def balance_pass(plan: FleetPlan) -> str:
-    """One balancing pass on the metric furthest out of band, else the fill on throughput; a note on what it did."""
+    """One balancing pass on the metric furthest out of band, else the fill on shares; a note on what it did."""
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
     band = metric_to_balance(plan)
@@ -173,8 +143,7 @@ def balance_pass(plan: FleetPlan) -> str:
     balancing = BandPass(plan, band)
     balancing.run()
     note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
-    # Out of band but nothing (more) to move (a joining worker's own load above the band, say): fill as if in band,
-    # after a pass that moved only workers that gave nothing (the next run, on the same reports, would fill those).
+    # Nothing (more) to move (a joiner's own load above the band, say): fill as if in band.
     return fill_on_share(plan, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
 
 
@@ -188,6 +157,4 @@ class BandDecider:
         ledger = Ledger(snapshot)
         plan = FleetPlan(FleetView(snapshot, config, ledger, band=True), ledger)
         plan.place()
-        notes = [balance_pass(plan)] if balance else []
-        return plan.result(NAME, balance, notes)
-
+        return plan.result(NAME, balance, [balance_pass(plan)] if balance else [])

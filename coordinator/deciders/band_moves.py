@@ -1,32 +1,22 @@
-"""Strategy `band`'s balancing pass on one metric (coordinator/deciders/band.py chooses the metric).
+"""Strategy `band`'s balancing pass on one metric (band.py chooses the metric).
 
-Invariants (each checked after every move by tests/coordinator/test_decider_properties.py):
+Invariants (checked after every move by tests/coordinator/test_decider_properties.py):
+1. A move goes to a receiver with a fresh heartbeat, under `max_leases_for_worker` and `max_throughput_per_host_kbps`,
+   that never gave the lease back, from a giver with a fresh heartbeat whose lease figures are settled (a fill on
+   shares may move fresh leases, placed in this term and never settled: moving one costs nothing measurable);
+   only leases balancing did not move in this run or the last few runs move (one placed in this run may move on once).
+2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range) and
+   at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
+3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
+   move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
+   tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
+4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
+   from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
+5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
 
-1. A move goes to a receiver with a fresh heartbeat, below `max_leases_for_worker` and
-   `max_throughput_per_host_kbps`, that never gave the lease back, from a giver with a fresh heartbeat whose lease
-   figures are settled (a worker whose figure still changes gives nothing but may receive); only leases balancing
-   did not move in this run or the last few runs move (a lease placed in this run may move on once).
-2. The receiver ends at or below its ceiling on every metric it reports (the band's upper edge or its operating
-   range, the lower one) and at least the minimum gain below the giver's value before the move. So the peak of the
-   pair falls, and the next run, on the same reports, cannot move the lease back: it would need the reverse gap.
-3. A donor is a worker above its ceiling (its reports confirm it, or a move of this run, placement and drain
-   included, changed it: its projection is then what the next reports show); it sheds while it is above, each move
-   lowering it and landing it no lower than a noise margin (the minimum gain) above the fill floor. A donor whose
-   heaviest lease alone tops the band's edge may keep that lease plus half a band (shedding its other leases would
-   not get it inside), but never above its operating range: there it sheds what it can, as KCL does.
-4. A worker far below the band (its value and confirmed value a band's width under it: a new or emptied worker) is
-   filled, least loaded first, from the most loaded workers above the average, none of which ends below the band.
-   A move that leaves the receiver below the band lifts it by at least the minimum gain (less is noise), and a
-   receiver that takes nothing more does not end the fill while the next one may take something.
-5. The pass repeats shed and fill until a round moves nothing: the plan it leaves is one the same pass, re-run on
-   the same reports, leaves alone.
-
-Each donor takes its cheapest way out: the lease that lands it inside the band nearest the average; else the one
-that lands it least far under the band; else its heaviest lease that keeps it above (the biggest step), each to the
-least loaded receiver that can take it. Cost: the holders stay sorted by level (receivers are the first PROBES, givers
-of a fill the last); movable leases and the heaviest lease held are cached per worker, kept on a move; a shed step
-tries only leases up to what the least loaded receiver could take at the highest limit and slope (no receiver takes
-more), and prices a receiver's room only when a lease reaches it.
+A donor's preference: the lease landing it inside the band nearest the average, else least far under it, else its
+heaviest that keeps it above; each to the least loaded of PROBES receivers that takes it. Holders stay sorted by
+level; a shed step tries only leases some receiver could take.
 """
 
 from __future__ import annotations
@@ -40,10 +30,8 @@ from shardherd.coordinator.deciders.fleet_state import FleetPlan
 from shardherd.coordinator.moves import MoveReason
 from shardherd.shared.streams import stream_prefix
 
-# How many of the least (or most) loaded workers a lease is tried against: bounds a run's cost on big fleets.
-PROBES = 8
-# Relative slack on the band's edges, so a value computed to sit exactly on an edge counts as inside.
-ROUNDING = 1e-9
+PROBES = 8  # how many of the least (or most) loaded workers a lease is tried against: bounds the cost
+ROUNDING = 1e-9  # relative slack on the band's edges: a value computed to sit on an edge counts as inside
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +58,7 @@ class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
     counts_leases = False  # a subclass measuring lease counts weighs every lease 1
+    gives_fresh = False  # whether a settling worker may give its fresh leases (a fill on shares: invariant 1)
 
     def __init__(self, plan: FleetPlan, band: Band) -> None:
         self.plan = plan
@@ -80,22 +69,18 @@ class BandPass:
         self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
         self.moved = 0
-        self._kbps = plan.ledger.weight  # each lease's KiB/s (read only)
-        # What a lease weighs on the balanced measure (read only): its KiB/s, or 1 for a pass on lease counts.
+        self._kbps = plan.ledger.weight  # each lease's KiB/s; its weight on the measure: KiB/s or 1 (lease counts)
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        # Each holder as a receiver: its limit, its rise per KiB/s (the rise is linear) and KiB/s per point.
+        # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
         self._room = {w: (self.limit(w), rise, 1.0 / rise if rise > 0 else math.inf)
                       for w, rise in ((w, self.rise(w, 1.0)) for w in self.holders)}
-        # The highest limit and KiB/s per point of any holder: they bound what any receiver can take.
         self._top_limit = max((room[0] for room in self._room.values()), default=-math.inf)
         self._top_per_point = max((room[2] for room in self._room.values()), default=0.0)
-
-    # -- the measure (a subclass may balance on another) --------------------------------------------------------
 
     def has_metric(self, wid: str) -> bool:
         """Whether the worker reports the balanced metric."""
@@ -132,8 +117,6 @@ class BandPass:
             value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
             for m, value in values.items() if m != self.metric)
 
-    # -- the pass -----------------------------------------------------------------------------------------------
-
     def run(self) -> None:
         """Shed and fill until a round moves nothing (invariant 5)."""
         while True:
@@ -144,10 +127,7 @@ class BandPass:
                 return
 
     def ceiling(self, wid: str, rate: float | None) -> float:
-        """The highest value the worker may keep (invariant 3: the heavy-lease allowance, never above its range).
-
-        `rate`: how much its value falls per KiB/s it gives (`FleetPlan.rate`).
-        """
+        """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
         edge, ledger = self.band.upper, self.plan.ledger
         held = ledger.held_by.get(wid)
         if rate is not None and held:
@@ -162,7 +142,6 @@ class BandPass:
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
         at, room, rate = self._at, self._room, self.plan.rate
-        # Only a worker above its limit can be above its ceiling (a ceiling is never lower).
         over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
@@ -171,10 +150,15 @@ class BandPass:
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
-        """The worker's leases balancing may move, by weight (none while it may be dead or its figures settle)."""
+        """The worker's leases balancing may move, by weight (invariant 1: none from a stale or settling worker).
+
+        A settling worker's fresh leases may move in a fill on shares (`gives_fresh`): nothing priced them yet.
+        """
         movable = self._by_weight.get(wid)
         if movable is None:
-            keys = [] if wid in self.view.stale or wid in self.view.settling else self.plan.ledger.movable(wid, True)
+            view, keys = self.view, self.plan.ledger.movable(wid, True)
+            if wid in view.stale or wid in view.settling:
+                keys = [k for k in keys if k in view.fresh] if self.gives_fresh and wid not in view.stale else []
             movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 
@@ -193,11 +177,9 @@ class BandPass:
                           self._leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])) else None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's cheapest step out of its excess to the least loaded receiver that takes it; True if it moved.
+        """The donor's cheapest step out of its excess to the least loaded taker; True if it moved.
 
-        A lease that keeps it above its ceiling changes neither its rate nor (unless it was its heaviest) its ceiling,
-        so it goes on down its preference in one batch until a lease would land it at or under its ceiling (then the
-        next call prices it anew) or none fits a receiver.
+        Leases that keep it above its ceiling (rate and ceiling unchanged) go in one batch down its preference.
         """
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
         ceiling = self.ceiling(donor, rate)
@@ -207,7 +189,6 @@ class BandPass:
         probes, moved = self._extremes(True, donor), False
         if not probes or not probes[0][0] < min(cap, self._top_limit):
             return False  # no receiver below its limit and `cap`
-        # No receiver can take more KiB/s than this (the least loaded one, as most often all share limit and slope).
         heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
         keys = self._preferred(donor, value, ceiling, heaviest, rate)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
@@ -231,11 +212,7 @@ class BandPass:
         return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap)) is not None), None)
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
-        """`keys` with equal weights together and, among them, the donor's most-held stream first (multi-stream).
-
-        Leases of equal weight change the donor alike, so this keeps the preference and spreads each stream over
-        the fleet as placement does (a multi-stream application only).
-        """
+        """`keys`, equal weights together and among them the donor's most-held stream first: spreads each stream."""
         ordered, weight, held = list(keys), self.plan.ledger.weight, self.plan.stream_counts(donor)
         first: dict[float, int] = {}
         for at, key in enumerate(ordered):
@@ -244,11 +221,7 @@ class BandPass:
 
     def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float,
                    rate: float | None) -> Iterator[str]:
-        """The donor's leases in order of preference (invariant 3).
-
-        Those landing it inside the band, nearest the target first; then those landing it least far under the band;
-        then the heaviest that keep it above. Only leases up to `heaviest` KiB/s (what some receiver can take).
-        """
+        """The donor's leases up to `heaviest` KiB/s, best first (inside the band, under it, the heaviest above)."""
         movable, band = self._movable(donor), self.band
         cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
         first = end = below = cap
@@ -268,7 +241,6 @@ class BandPass:
                 else:
                     yield movable[right][1]
                     right += 1
-        # (slices: a batch in `_shed_one` moves leases while these run; a range under the operating range is in both)
         yield from (key for _, key in movable[end:below])
         yield from (key for _, key in reversed(movable[max(end, below):first]))
         yield from (key for _, key in reversed(movable[:min(first, end)]))

@@ -1,27 +1,20 @@
-"""What the variance strategies share: an immutable view of the fleet and a small mutable plan.
+"""What the variance strategies share: an immutable `FleetView` of one snapshot and a small mutable `FleetPlan`.
 
 `FleetView`: values caught up with load the reports do not show yet, confirmed values, ranges, lines, averages; never
-changed after it is built. `FleetPlan`: the ledger (coordinator/ledger.py) and the projected values, changed only by
-`move`; it places unassigned, expired and draining leases and writes the `Plan`. Both are read through public methods.
+changed after `__init__`. `FleetPlan`: the ledger (coordinator/ledger.py) and projected values, changed only by `move`;
+it places unassigned, expired and draining leases and writes the `Plan`.
 
-As KCL: EMA of each metric history (-1 skipped); invalid and failing workers take no part; workers without metrics
-get a throughput-share metric `T` (100 = an average share); unassigned then longest-silent expired leases go to the
-worker with most room; `max_leases_for_worker`, `max_throughput_per_host_kbps`. Differences (docs/kcl-differences.md):
-queue ties break on (room, fewer leases, id); an idle stream weighs every lease 1; an expired lease avoids its old
-owner and refusers while another worker can take it; drains first; lagging values caught up (`_catch_up`); an excess
-counts only as far as recent reports agree (`_confirm`, decision 0013).
+As KCL: EMA of each metric (-1 skipped); invalid and failing workers take no part; workers without metrics get a
+throughput-share metric `T` (100 = an average share); unassigned then longest-silent expired leases go to the roomiest
+worker; the max settings. Differences (docs/kcl-differences.md): ties break on (room, fewer leases, id); an idle
+stream weighs every lease 1; an expired lease avoids its old owner and refusers where it can; drains first; lagging
+values caught up (`_catch_up`); an excess counts only as far as recent reports agree (`_confirm`, decision 0013).
 
-Own excess (band only, decision 0044): the points of a metric a worker has that no lease explains (a Spark driver's
-JVM beside plain agents) are taken out of its values and operating range before the line is fitted and the band
-placed, so band balances what leases explain and a move never tries to shed a JVM. Invariants:
-- it is learned only from the worker's own reports, where its throughput moved (a fill, a shed, nothing held) and
-  its value did not follow (`load_model.own_base`), never from one report nor while its figures still change;
-- the leader keeps it (`Plan.own_excess` -> `Snapshot.own_excess`), as a report history forgets within 10 reports;
-  a later report never lowers it (an excursion that meets a throughput change looks like costly leases), but it
-  counts only as far as the newest value shows it (at most that value less the line at what the worker carries):
-  a worker whose JVM went away is valued as reported;
-- under the minimum gain it is noise and none; with none learned a worker is valued as reported (a shed is then the
-  experiment that tells its own load from its leases': decision 0013's costly leases still shed).
+Own excess (band only, decision 0044): a worker's points no lease explains (a Spark driver's JVM) are taken out of its
+values and range before the line is fitted. Invariants: learned only from its own reports where its throughput moved
+and its value did not follow (`load_model.own_base`), never while its figures change; kept by the leader
+(`Snapshot.own_excess`) and never lowered by a later report, but counted only as far as the newest value shows it;
+under the minimum gain it is none.
 """
 
 from __future__ import annotations
@@ -41,19 +34,12 @@ from shardherd.shared.streams import stream_prefix
 from shardherd.shared.worker import FAILED_SAMPLE, THROUGHPUT_METRIC
 from shardherd.shared.worker_metrics import WorkerStatus, classify, ema, room
 
-# A worker whose reports miss more than this share of its throughput change is "unsettled": its value is the line's
-# for what it carries now, and its point stays out of the fit.
-UNSETTLED_SHARE = 0.4
-# A worker's last reports count for persistence only where it carried about what it carries now (within this share).
-STEADY_SHARE = 0.2
-# With at least this many values (moving average and reports) the one nearest the average is left out (decision 0014).
-OUTLIER_FROM = 5
-# Multi-stream: receivers at most this much less roomy than the best one count as just as good; of those the one
-# holding the fewest leases of the lease's stream takes it.
-STREAM_SPREAD_ROOM = 0.1
+UNSETTLED_SHARE = 0.4  # reports missing more of a throughput change: valued on the line, out of the fit
+STEADY_SHARE = 0.2  # reports count for persistence only where the worker carried about what it carries now
+OUTLIER_FROM = 5  # with this many values (average and reports) the one nearest the average is left out (0014)
+STREAM_SPREAD_ROOM = 0.1  # multi-stream: receivers this close to the roomiest one; the fewest of the stream wins
 RECEIVER_PROBES = 8
-# At most this many rounds of learning own excess and fitting the line without it (`FleetView.__init__`).
-LEARNING_PASSES = 3
+LEARNING_PASSES = 3  # at most this many rounds of learning own excess and fitting the line without it
 
 HeapEntry = tuple[float, int, str]
 Values = dict[str, dict[str, float]]
@@ -73,15 +59,11 @@ def _close(own: Values, kept: Values, margin: float) -> bool:
 
 
 class FleetView:
-    """The fleet as one snapshot shows it, for strategy `band` (fitted lines) or `kcl-variance` (KCL's model).
-
-    Nothing in it changes after `__init__`: moves are projected in `FleetPlan`.
-    """
+    """The fleet as one snapshot shows it, for `band` (fitted lines) or `kcl-variance` (KCL's model); immutable."""
 
     def __init__(self, snapshot: Snapshot, config: DeciderConfig, ledger: Ledger, band: bool) -> None:
         self.config = config
         self.band = band
-        self._halves: dict[str, tuple[float, float]] = {}  # half_band's last result per metric, with its average
         self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
@@ -91,8 +73,7 @@ class FleetView:
         lagged, now = self._lags(reporting, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
-        # KiB/s that needs an owner: unassigned, expired, on a draining worker (summed in a fixed order: a set's
-        # order changes with the process's hash seed, and so would the sum's last bit and a plan on the edge)
+        # KiB/s that needs an owner (summed in a fixed order: a set's order, so the sum's last bit, varies by process)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self._model(snapshot, values, (lagged, now), ledger, reporting)
@@ -124,13 +105,10 @@ class FleetView:
         # Workers holding a lease whose figure is still changing: their leases cannot be priced yet.
         self.settling = frozenset(lease.actual_owner for lease in snapshot.leases
                                   if lease.settling and lease.actual_owner)
+        self.fresh = frozenset(lease.key for lease in snapshot.leases if lease.fresh)  # placed, not yet settled
 
     def _lags(self, reporting: Sequence[WorkerView], ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
-        """The KiB/s each reporting worker's reports saw (their moving average) and what it carries now.
-
-        Sets `unsettled` (reports missing most of the change) and `falling` (the fleet's throughput falling fast: a
-        stream going quiet; balancing waits for the reports to catch up).
-        """
+        """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`, `falling`."""
         alpha = self.config.worker_metrics_ema_alpha
         lagged = {w.worker_id: ema(w.throughput_history, alpha) for w in reporting if w.throughput_history}
         now = {wid: ledger.known_throughput(wid) for wid in lagged}
@@ -142,8 +120,7 @@ class FleetView:
     def _lines(self, snapshot: Snapshot, values: Values, reporting: Sequence[str]) -> dict[str, Line]:
         """Per metric: the fitted line, else the leader's last, else the proportional one (KCL: always that).
 
-        Band's proportional line is the reporting workers' mean value over the KiB/s they carry on average (`carried`),
-        draining ones included in both (a mean over the others against their KiB/s took the slope from two fleets).
+        Band's proportional line: the reporting workers' mean value (draining ones included) over `carried`.
         """
         lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
         for metric, mean in self._mean(values, self.band).items():
@@ -154,8 +131,6 @@ class FleetView:
                 lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
             lines.setdefault(metric, proportional(sum(seen) / len(seen) if seen else mean, self.carried))
         return lines
-
-    # -- construction -------------------------------------------------------------------------------------------
 
     def _reported(self, worker: WorkerView, ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
         """A worker's values and operating ranges as reported (default workers: their throughput share)."""
@@ -190,11 +165,7 @@ class FleetView:
 
     def _model(self, snapshot: Snapshot, values: Values, lags: tuple[dict[str, float], dict[str, float]],
                ledger: Ledger, reporting: Sequence[WorkerView]) -> None:
-        """Sets the lines, the values caught up and less each worker's own excess, and the excess learned.
-
-        Each worker's own excess (the last run's first) is taken out before the line is fitted: a JVM's CPU then
-        neither bends the line nor raises its slope. A newly learned excess changes the line: learn again with it.
-        """
+        """Sets the lines, the values (caught up, own excess out) and the excess learned; again while it changes."""
         lagged, now = lags
         self.own: Values = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}
                             for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
@@ -214,11 +185,7 @@ class FleetView:
         self.limits = _less(self.limits, self.own)
 
     def _typical(self, kept: Values, now: Mapping[str, float]) -> dict[str, float]:
-        """Per metric, the reporting workers' median value (as reported) less the line's slope x KiB/s carried.
-
-        A worker's own excess is its base above this: above the fleet's typical worker at the same slope, so a wrong
-        slope (KCL's proportional line, when none can be fitted) errs alike on both sides.
-        """
+        """Per metric, the median of reported value less slope x KiB/s carried: own excess is a base above it."""
         typical: dict[str, float] = {}
         for metric, line in self.lines.items():
             bases = [vals[metric] + kept.get(w, {}).get(metric, 0.0) - line.slope * now[w]
@@ -228,13 +195,7 @@ class FleetView:
         return typical
 
     def _learn(self, snapshot: Snapshot, reporting: Sequence[WorkerView], typical: Mapping[str, float]) -> Values:
-        """Each reporting worker's own excess per metric: its own base (`load_model.own_base`) over `typical`.
-
-        Learned from its reports where they tell it, else the one the leader kept from an earlier run
-        (`Snapshot.own_excess`).
-        Nothing is learned from a worker whose reports miss most of a change or whose leases' figures still change
-        (its throughput is not yet what its reports saw).
-        """
+        """Each worker's own excess per metric: its base (`own_base`) over `typical`, else the one the leader kept."""
         learned: Values = {}
         for worker in reporting:
             wid = worker.worker_id
@@ -252,12 +213,7 @@ class FleetView:
         return learned
 
     def _own_excess(self, kept: Values, now: Mapping[str, float], typical: Mapping[str, float]) -> Values:
-        """Per worker and metric, the own excess taken out of its value: points its leases cannot shed.
-
-        Never more than its value now sits above the fleet's typical worker at its KiB/s (a base learned before is
-        believed only as far as the newest reports still show it), and none under the minimum gain (noise).
-        `kept`: the excess already taken out of `values`.
-        """
+        """The own excess to take out, at most what the newest value shows; `kept`: the excess already out."""
         excess: Values = {}
         for wid, own in self.learned.items():
             values = self.values.get(wid, {})
@@ -286,10 +242,7 @@ class FleetView:
         return {m: totals[m] / receivers[m] if receivers[m] else 0.0 for m in self.metrics}
 
     def _catch_up(self, values: Values, lagged: Mapping[str, float], now: Mapping[str, float]) -> Values:
-        """Each value plus what its moving average has not seen yet of the worker's throughput change.
-
-        An unsettled worker (reports missing most of the change) is valued at the line's value for what it carries.
-        """
+        """Each value plus what its EMA has not seen of the worker's throughput change (unsettled: the line's)."""
         caught: Values = {w: dict(vals) for w, vals in values.items()}
         if self.count_only:
             return caught
@@ -306,19 +259,12 @@ class FleetView:
         return caught
 
     def _centres(self) -> Values:
-        """Where a worker counts in the average: its value if the excess persisted (or none), else its confirmed value.
-
-        A spike or dip of a report or two then neither shifts the band nor pushes the other workers out of it.
-        """
+        """Where a worker counts in the average: its value if on its confirmed side, else its confirmed value."""
         return {w: {m: v if self.side(m, v) == self.side(m, self.confirmed[w][m]) else self.confirmed[w][m]
                     for m, v in vals.items()} for w, vals in self.values.items()}
 
     def _averages(self, values: Values | None = None) -> dict[str, float]:
-        """Each metric's average once every lease has an owner.
-
-        Band: the non-draining workers' mean plus the projected load of leases that still need an owner (unassigned,
-        expired, on a draining worker). KCL: every worker's load (draining ones' included) over the non-draining.
-        """
+        """Each metric's average once every lease has an owner (band: plus the load of leases needing one)."""
         means = self._mean(self.values if values is None else values, self.band)
         if not self.band:
             return means
@@ -327,11 +273,7 @@ class FleetView:
         return {m: mean + extra[m] if math.isfinite(extra[m]) else mean for m, mean in means.items()}
 
     def _confirm(self, reporting: Sequence[WorkerView], ledger: Ledger) -> Values:
-        """Each worker's values as far from the average as its last reports agree (only values outside the band).
-
-        Each of the last `rebalance_persistent_reports` reports is caught up to the load carried now; only workers
-        whose throughput held steady over them take part (a load change the throughput explains counts at once).
-        """
+        """Each value outside the band as far from the average as its last reports (caught up) agree, if steady."""
         confirmed = {w: dict(vals) for w, vals in self.values.items()}
         back = self.config.rebalance_persistent_reports
         if back <= 1:
@@ -353,27 +295,18 @@ class FleetView:
                 confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
         return confirmed
 
-    # -- the band's geometry ------------------------------------------------------------------------------------
-
     def side(self, metric: str, value: float) -> int:
         """-1 below the band around the average, 1 above it, 0 inside (edges included)."""
         avg, half = self.averages[metric], self.half_band(metric)
         return -1 if value < avg - half else 1 if value > avg + half else 0
 
     def half_band(self, metric: str) -> float:
-        """Half the band's width: the threshold share of the average, at least the floors (twice the minimum gain).
-
-        Balancing lease counts (idle stream): at least one lease, at most a quarter of the average.
-        """
+        """Half the band: the threshold share of the average, at least the floors (idle stream: about a lease)."""
         avg = self.averages[metric]
-        known = self._halves.get(metric)  # (the averages change once, in `__init__`; the rest is fixed)
-        if known is not None and known[0] == avg:
-            return known[1]
         half = max(avg * self.config.rebalance_threshold_percentage / 100.0, self.config.rebalance_min_band_points,
                    2.0 * self.gain_floor(metric))
         if self.count_only and self.n_leases:
             half = max(half, min(avg * len(self.active) / self.n_leases, avg / 4))
-        self._halves[metric] = (avg, half)
         return half
 
     def min_gain(self, metric: str) -> float:
@@ -413,21 +346,20 @@ class FleetPlan:
         """The worker's projected values (per metric) after the moves so far."""
         return self._values[wid]
 
+    def _load(self, wid: str, metric: str) -> float:
+        """The part of the worker's projected value its leases explain (above the line's base)."""
+        return max(0.0, self._values[wid][metric] - (0.0 if wid in self.view.default else self.view.lines[metric].base))
+
     def rate(self, wid: str, metric: str) -> float | None:
         """How much `metric` of `wid` falls per KiB/s it gives away (its lease-driven load over what it carries)."""
         carried = self.ledger.throughput.get(wid, 0.0)
-        if carried <= 0 or wid not in self._values:
-            return None
-        base = 0.0 if wid in self.view.default else self.view.lines[metric].base
-        return max(0.0, self._values[wid][metric] - base) / carried
+        return self._load(wid, metric) / carried if carried > 0 and wid in self._values else None
 
     def drop(self, wid: str, metric: str, key: str) -> float:
-        """How much `metric` of `wid` falls when lease `key` leaves it."""
+        """How much `metric` of `wid` falls when lease `key` leaves it (without KiB/s: an equal part per lease)."""
         rate = self.rate(wid, metric)
-        if rate is not None:
-            return rate * self.ledger.weight[key]
-        base = 0.0 if wid in self.view.default else self.view.lines[metric].base
-        return max(0.0, self._values[wid][metric] - base) / max(1, self.ledger.count(wid))
+        return rate * self.ledger.weight[key] if rate is not None else self._load(wid, metric) / max(
+            1, self.ledger.count(wid))
 
     def assignable(self, wid: str, stale_ok: bool = False) -> bool:
         """Whether the worker may take another lease: a fresh heartbeat (unless `stale_ok`) and the max settings."""
@@ -454,8 +386,6 @@ class FleetPlan:
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
-    # -- placement ----------------------------------------------------------------------------------------------
-
     def _entry(self, wid: str) -> HeapEntry:
         return (-room(self._values[wid], self.view.averages), self.ledger.live_count(wid), wid)
 
@@ -471,10 +401,7 @@ class FleetPlan:
             heapq.heappush(heap, self._entry(wid))
 
     def place(self) -> None:
-        """Unassigned and expired leases (oldest first), then draining workers' leases, each to the roomiest worker.
-
-        Workers with a late heartbeat receive unowned leases only if no worker has a fresh one.
-        """
+        """Unassigned, expired (oldest first), then draining leases to the roomiest worker (late heartbeats: last)."""
         heap = self.queue()
         stale_ok = not heap and bool(self.view.stale)
         priority = self.queue(stale_ok=True) if stale_ok else heap

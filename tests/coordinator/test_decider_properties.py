@@ -46,6 +46,7 @@ def fleets(draw: st.DrawFn, exact: bool = False) -> Snapshot:
             key, owner, throughput_kbps=None if not exact and draw(st.integers(0, 8)) == 0 else kbps,
             expired=not exact and owner is not None and draw(st.integers(0, 5)) == 0,
             recently_moved=draw(st.integers(0, 6)) == 0, settling=draw(st.integers(0, 8)) == 0,
+            fresh=draw(st.integers(0, 8)) == 0,
             refused_by=frozenset(draw(st.lists(st.sampled_from(wids), max_size=1)))))
     carried = {w: sum(lease.throughput_kbps or 0.0 for lease in leases if lease.lease_owner == w) for w in wids}
     workers = []
@@ -90,7 +91,7 @@ class CheckedPlan(FleetPlan):
         if reason.is_balancing:
             lease = ledger.leases[key]
             assert self.assignable(wid) and not lease.avoids(wid) and not lease.pinned and not lease.recently_moved
-            assert giver not in view.stale and giver not in view.settling
+            assert giver not in view.stale and (giver not in view.settling or key in view.fresh)
             before = {w: dict(self.values(w)) for w in (giver, wid) if w is not None and w in view.values}
             carried = ledger.throughput.get(wid, 0.0)
         super().move(key, wid, reason, detail)
