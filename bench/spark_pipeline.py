@@ -27,6 +27,7 @@ import random
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,7 +183,50 @@ def spark_sink(tally: Tally, first_write: list[float]) -> Any:
     return write
 
 
-def main() -> None:
+def _print_steps(args: argparse.Namespace, steps: list[tuple[float, float]], produced: Callable[[float], int],
+                 tallies: tuple[Tally, Tally]) -> None:
+    """Each step's records/s, MiB/s, lag and latency per consumer, their ratio, and the highest sustained rates."""
+    mib = 1024 * 1024
+    print(f"{'rate/s':>8} {'consumer':>8} {'rec/s':>9} {'MiB/s':>7} {'lag end':>9} {'p50 s':>7} {'p99 s':>7}")
+    sustained = {"spark": 0.0, "bare": 0.0}
+    ratios = []
+    for index, (start, rate) in enumerate(steps[:-1]):
+        end = steps[index + 1][0]
+        window = end - (start + args.settle)
+        line_rates = {}
+        for name, tally in zip(("spark", "bare"), tallies, strict=True):
+            records, size, samples = tally.window(start + args.settle, end)
+            lag = produced(end) - tally.total(end)
+            p50, p99 = weighted_quantile(samples, 0.5), weighted_quantile(samples, 0.99)
+            line_rates[name] = records / window
+            if lag <= 2 * rate:
+                sustained[name] = max(sustained[name], rate)
+            print(f"{rate:>8.0f} {name:>8} {records / window:>9,.0f} {size / window / mib:>7.2f} {lag:>9,} "
+                  f"{p50 if p50 is not None else float('nan'):>7.2f} "
+                  f"{p99 if p99 is not None else float('nan'):>7.2f}")
+        ratio = line_rates["spark"] / line_rates["bare"] if line_rates["bare"] else float("nan")
+        ratios.append(ratio)
+        print(f"{'':>8} {'ratio':>8} {ratio:>9.2f}")
+    print(f"highest rate with bounded lag: spark {sustained['spark']:.0f}/s, bare {sustained['bare']:.0f}/s")
+    print(f"spark/bare records/s at the top step: {ratios[-1]:.2f} (median over steps "
+          f"{statistics.median(ratios):.2f})")
+
+
+def _print_batches(query: Any) -> None:
+    """The query's recent batches with rows: their durations, rows and median phases."""
+    batches = [item for item in query.recentProgress if item["numInputRows"]]
+    if not batches:
+        return
+    durations = [item["durationMs"]["triggerExecution"] / 1000 for item in batches]
+    rows = statistics.median(item["numInputRows"] for item in batches)
+    print(f"spark batches with rows (last {len(batches)}): median {statistics.median(durations):.2f} s, "
+          f"max {max(durations):.2f} s; median rows {rows:.0f}")
+    phases = {phase: statistics.median(item["durationMs"].get(phase, 0) for item in batches)
+              for phase in (*PHASES, "triggerExecution")}
+    print("their median phases (ms): " + ", ".join(f"{name} {value:.0f}" for name, value in phases.items()))
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="shardherd Spark pipeline vs bare boto3 on a fixed-rate stream")
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--size", type=int, default=100, help="user record bytes")
@@ -194,7 +238,11 @@ def main() -> None:
     parser.add_argument("--trigger", default="1 second")
     parser.add_argument("--timings", action="store_true",
                         help="log each batch's sink seconds (read + write, checkpoints) on stderr")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
     if args.timings:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
         logging.getLogger("shardherd.agent.spark.commit").setLevel(logging.DEBUG)
@@ -251,43 +299,12 @@ def main() -> None:
         def produced(until: float) -> int:
             return 100 + max((count for at, count in produced_at if at <= until), default=0)
 
-        mib = 1024 * 1024
         print(f"{args.shards} shards, {args.size} B records{', KPL-aggregated' if args.kpl else ''}; "
               f"trigger {args.trigger}, cap {args.cap}/shard/batch; steps of {args.step_seconds:.0f} s")
         print(f"start-up: Spark session {session_seconds:.1f} s; query start to first batch written "
               f"{(first_write[0] - query_start) if first_write else float('nan'):.1f} s (not in any figure below)")
-        print(f"{'rate/s':>8} {'consumer':>8} {'rec/s':>9} {'MiB/s':>7} {'lag end':>9} {'p50 s':>7} {'p99 s':>7}")
-        sustained = {"spark": 0.0, "bare": 0.0}
-        ratios = []
-        for index, (start, rate) in enumerate(steps[:-1]):
-            end = steps[index + 1][0]
-            window = end - (start + args.settle)
-            line_rates = {}
-            for name, tally in (("spark", spark_tally), ("bare", bare_tally)):
-                records, size, samples = tally.window(start + args.settle, end)
-                lag = produced(end) - tally.total(end)
-                p50, p99 = weighted_quantile(samples, 0.5), weighted_quantile(samples, 0.99)
-                line_rates[name] = records / window
-                if lag <= 2 * rate:
-                    sustained[name] = max(sustained[name], rate)
-                print(f"{rate:>8.0f} {name:>8} {records / window:>9,.0f} {size / window / mib:>7.2f} {lag:>9,} "
-                      f"{p50 if p50 is not None else float('nan'):>7.2f} "
-                      f"{p99 if p99 is not None else float('nan'):>7.2f}")
-            ratio = line_rates["spark"] / line_rates["bare"] if line_rates["bare"] else float("nan")
-            ratios.append(ratio)
-            print(f"{'':>8} {'ratio':>8} {ratio:>9.2f}")
-        print(f"highest rate with bounded lag: spark {sustained['spark']:.0f}/s, bare {sustained['bare']:.0f}/s")
-        print(f"spark/bare records/s at the top step: {ratios[-1]:.2f} (median over steps "
-              f"{statistics.median(ratios):.2f})")
-        batches = [item for item in query.recentProgress if item["numInputRows"]]
-        if batches:
-            durations = [item["durationMs"]["triggerExecution"] / 1000 for item in batches]
-            rows = statistics.median(item["numInputRows"] for item in batches)
-            print(f"spark batches with rows (last {len(batches)}): median {statistics.median(durations):.2f} s, "
-                  f"max {max(durations):.2f} s; median rows {rows:.0f}")
-            phases = {phase: statistics.median(item["durationMs"].get(phase, 0) for item in batches)
-                      for phase in (*PHASES, "triggerExecution")}
-            print("their median phases (ms): " + ", ".join(f"{name} {value:.0f}" for name, value in phases.items()))
+        _print_steps(args, steps, produced, (spark_tally, bare_tally))
+        _print_batches(query)
         if not first_write:
             print(f"no batch written; query active {query.isActive}, last progress {query.lastProgress}, "
                   f"exception {query.exception() if not query.isActive else None}")

@@ -428,22 +428,29 @@ class SparkAgent(Agent):
             if drain and restart_ms is None and query is not None and active and self.running():
                 self._drain(drain_timeout)
                 drain = False  # what the drain did not move is given back below
-            self._halt.set()
-            self._wake_prober.set()
-            if self._sink is not None:  # the stop interrupts no write (no `_temporary` directory left behind)
-                self._sink.close(CHECKPOINT_WAIT_SECONDS)
-            if query is not None and active and _answers(query):
-                query.stop()
-            self.await_checkpoints(CHECKPOINT_WAIT_SECONDS)  # what was written is stored before leases are given back
-            current = threading.current_thread()
-            for thread in self._spark_threads:
-                if thread is not current:
-                    thread.join(10)
-            self._probe_pool.shutdown(wait=False, cancel_futures=True)
-            self._commit_pool.shutdown(wait=False)
+            self._stop_query(query if active else None)
             if self.running():
                 super().stop(drain, drain_timeout, restart_ms)
             self._stopped = True
+
+    def _stop_query(self, query: StreamingQuery | None) -> None:
+        """Stop probing and the query (None: it no longer runs), store what was written, end the threads and pools.
+
+        The sink finishes its write first, so stopping the query interrupts none.
+        """
+        self._halt.set()
+        self._wake_prober.set()
+        if self._sink is not None:  # the stop interrupts no write (no `_temporary` directory left behind)
+            self._sink.close(CHECKPOINT_WAIT_SECONDS)
+        if query is not None and _answers(query):
+            query.stop()
+        self.await_checkpoints(CHECKPOINT_WAIT_SECONDS)  # what was written is stored before leases are given back
+        current = threading.current_thread()
+        for thread in self._spark_threads:
+            if thread is not current:
+                thread.join(10)
+        self._probe_pool.shutdown(wait=False, cancel_futures=True)
+        self._commit_pool.shutdown(wait=False)
 
     def _probe_loop(self) -> None:
         """Probe every owned shard in parallel on the probe schedule (a shard just acquired: `_probe_first`).

@@ -94,20 +94,7 @@ def minimum_moves(fleet: Fleet, metric: str = "tp") -> tuple[int, int]:
     def ceiling(weights: list[float]) -> float:
         return THRESHOLD * max([mean, *(base + w for w in weights)])
 
-    shed = 0.0
-    own_only = 0  # the donors' fewest own moves, receivers left out
-    heavy: list[list[Way]] = []  # per donor that a heavy lease might save moves: its ways to shed
-    for wid, weights in held.items():
-        excess = loads[wid] - ceiling(weights)
-        if excess <= 0:
-            continue
-        own_only += leases_to_cover(weights, excess)
-        room = THRESHOLD * mean - min((load for w, load in loads.items() if w != wid), default=0.0)
-        ways = _shed_ways(weights, room, excess)
-        if len(ways) == 1:
-            shed += ways[0][0]
-        else:
-            heavy.append(ways)
+    shed, own_only, heavy = _donors(held, loads, mean, ceiling)
     receivers = [sorted(weights, reverse=True) for wid, weights in held.items() if loads[wid] <= ceiling(weights)]
     room = THRESHOLD * mean - min(loads.values(), default=0.0)  # the most any worker can take within the mean's bound
     shed += _heavy_donors(heavy, functools.cache(
@@ -122,6 +109,27 @@ def minimum_moves(fleet: Fleet, metric: str = "tp") -> tuple[int, int]:
 
 # A donor's way to shed: (its own moves, the leases too heavy for anyone that its receivers must take).
 Way = tuple[float, tuple[float, ...]]
+
+
+def _donors(held: dict[str, list[float]], loads: dict[str, float], mean: float,
+            ceiling: Callable[[list[float]], float]) -> tuple[float, int, list[list[Way]]]:
+    """Over the workers above their ceiling: the sheds of those with one way to shed, every donor's fewest own
+    moves (receivers left out), and the ways of those whose heavy leases might save moves."""
+    shed = 0.0
+    own_only = 0
+    heavy: list[list[Way]] = []
+    for wid, weights in held.items():
+        excess = loads[wid] - ceiling(weights)
+        if excess <= 0:
+            continue
+        own_only += leases_to_cover(weights, excess)
+        room = THRESHOLD * mean - min((load for w, load in loads.items() if w != wid), default=0.0)
+        ways = _shed_ways(weights, room, excess)
+        if len(ways) == 1:
+            shed += ways[0][0]
+        else:
+            heavy.append(ways)
+    return shed, own_only, heavy
 
 # Up to this many donors whose heavy leases could save moves, and this many heavy leases in one combination of their
 # ways, every way to share receivers is tried (Bell(6) = 203 groupings); beyond it each heavy lease counts one shed

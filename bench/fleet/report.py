@@ -51,35 +51,43 @@ def _opt(value: float | None, spec: str = "d") -> str:
 
 def targets(results: Sequence[Result]) -> list[str]:
     """The issue's targets, judged for the default strategy (variance, worker mode)."""
-    lines = []
-    for r in results:
-        if r.variant != f"{VARIANCE}/worker" or r.scenario.startswith("cost"):
-            continue
-        moves_ok = [_yes(r.moves <= 1.1 * minimum) for minimum in (r.cpu_minimum, r.minimum)]
-        runs = [_yes(b.balancing_runs is not None and b.balancing_runs <= 3) for b in (r.cpu, r.tp)]
-        ends = [_yes(b.within) for b in (r.cpu, r.tp)]
-        lines.append(f"  {r.scenario:<24} moves<=1.1xmin cpu/tp: {moves_ok[0]}/{moves_ok[1]:<6} balanced within 3 "
-                     f"balancing runs cpu/tp: {runs[0]}/{runs[1]:<6}  ends balanced (<=1.10 x bound) cpu/tp: "
-                     f"{ends[0]}/{ends[1]:<6} "
-                     f"(offline greedy {_greedy(r)} moves; max/mean of LPT packing: tp {r.lpt_ratio:.2f})")
+    lines = [_scenario_line(r) for r in results
+             if r.variant == f"{VARIANCE}/worker" and not r.scenario.startswith("cost")]
     costs: dict[str, dict[str, Result]] = {}
     for r in results:
         if r.scenario.startswith("cost"):
             costs.setdefault(r.scenario, {})[r.variant] = r
-    coordination = [k for k in WRITE_KINDS if k != "checkpoint"]  # application checkpoints are the same in both
     for name, by_variant in costs.items():
         worker_result, lease_result = by_variant.get(f"{VARIANCE}/worker"), by_variant.get(f"{VARIANCE}/lease")
-        if worker_result is None or lease_result is None:
-            continue
-        worker, lease = worker_result.total_per_minute(WRITE_KINDS), lease_result.total_per_minute(WRITE_KINDS)
-        if lease:
-            lines.append(f"  {name:<24} writes/min worker {worker:.0f} vs lease {lease:.0f}: ratio "
-                         f"{worker / lease:.3f} (target <= 0.100: {_yes(worker <= lease / 10)})")
-        own_worker, own_lease = (r.total_per_minute(coordination) for r in (worker_result, lease_result))
-        counts = worker_result.counts
-        if own_lease and counts.get("checkpoint", 0) > counts.get("handoff_complete", 0):  # application checkpoints
-            lines.append(f"  {'':<24} without application checkpoints: {own_worker:.0f} vs {own_lease:.0f}: ratio "
-                         f"{own_worker / own_lease:.3f}")
+        if worker_result is not None and lease_result is not None:
+            lines += _cost_lines(name, worker_result, lease_result)
+    return lines
+
+
+def _scenario_line(r: Result) -> str:
+    """One scenario's moves, balancing runs and end balance against the issue's targets."""
+    moves_ok = [_yes(r.moves <= 1.1 * minimum) for minimum in (r.cpu_minimum, r.minimum)]
+    runs = [_yes(b.balancing_runs is not None and b.balancing_runs <= 3) for b in (r.cpu, r.tp)]
+    ends = [_yes(b.within) for b in (r.cpu, r.tp)]
+    return (f"  {r.scenario:<24} moves<=1.1xmin cpu/tp: {moves_ok[0]}/{moves_ok[1]:<6} balanced within 3 "
+            f"balancing runs cpu/tp: {runs[0]}/{runs[1]:<6}  ends balanced (<=1.10 x bound) cpu/tp: "
+            f"{ends[0]}/{ends[1]:<6} "
+            f"(offline greedy {_greedy(r)} moves; max/mean of LPT packing: tp {r.lpt_ratio:.2f})")
+
+
+def _cost_lines(name: str, worker_result: Result, lease_result: Result) -> list[str]:
+    """A cost scenario's writes per minute, worker mode against lease mode (with and without checkpoints)."""
+    coordination = [k for k in WRITE_KINDS if k != "checkpoint"]  # application checkpoints are the same in both
+    lines = []
+    worker, lease = worker_result.total_per_minute(WRITE_KINDS), lease_result.total_per_minute(WRITE_KINDS)
+    if lease:
+        lines.append(f"  {name:<24} writes/min worker {worker:.0f} vs lease {lease:.0f}: ratio "
+                     f"{worker / lease:.3f} (target <= 0.100: {_yes(worker <= lease / 10)})")
+    own_worker, own_lease = (r.total_per_minute(coordination) for r in (worker_result, lease_result))
+    counts = worker_result.counts
+    if own_lease and counts.get("checkpoint", 0) > counts.get("handoff_complete", 0):  # application checkpoints
+        lines.append(f"  {'':<24} without application checkpoints: {own_worker:.0f} vs {own_lease:.0f}: ratio "
+                     f"{own_worker / own_lease:.3f}")
     return lines
 
 

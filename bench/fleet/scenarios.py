@@ -221,14 +221,8 @@ def _balance(fleet: Fleet, metric: str, start: float, balanced_since: float | No
 def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, int, int], balances: dict[str, Balance],
             original: set[str], greedy: tuple[int, bool] | None) -> Result:
     leases = fleet.leases()
-    alive = {w.worker_id for w in fleet.workers.values() if w.alive}
-    per_worker: dict[str, int] = dict.fromkeys(fleet.live(), 0)
-    for lease in leases:
-        if lease.actual_owner in per_worker:
-            per_worker[lease.actual_owner] += 1
-    weights = [fleet.stream.kbps.get(lease.lease_key, 0.0) for lease in leases]
-    if fleet.stream.total() <= 0:
-        weights = [1.0] * len(leases)
+    per_worker = _per_worker(fleet)
+    weights = [fleet.stream.kbps.get(lease.lease_key, 0.0) if fleet.stream.total() > 0 else 1.0 for lease in leases]
     return Result(
         scenario=scenario.name, variant=f"{fleet.variant}/{fleet.mode}", moves=fleet.moves.moves, forced=minimum[0],
         # The counting bound is not a true lower bound once a shard outweighs the mean (moving it raises its
@@ -239,11 +233,27 @@ def _result(scenario: Scenario, fleet: Fleet, start: float, minimum: tuple[int, 
                sum(n for w, n in per_worker.items() if w not in original)),
         lease_counts=(min(per_worker.values(), default=0), max(per_worker.values(), default=0)),
         minutes=(fleet.events.now() - start) / 60, counts=dict(fleet.store.counts),
-        greedy=greedy,
-        unowned=sum(1 for lease in leases if lease.actual_owner is None),
-        dead_owned=sum(1 for lease in leases if lease.actual_owner is not None and lease.actual_owner not in alive),
-        missing=len({s.shard_id for s in fleet.stream.shards} - {lease.lease_key for lease in leases}),
+        greedy=greedy, **_left_over(fleet),
     )
+
+
+def _left_over(fleet: Fleet) -> dict[str, int]:
+    """Leases nobody owns, leases owned by dead workers, and shards without a lease."""
+    leases = fleet.leases()
+    alive = {w.worker_id for w in fleet.workers.values() if w.alive}
+    return {"unowned": sum(1 for lease in leases if lease.actual_owner is None),
+            "dead_owned": sum(1 for lease in leases if lease.actual_owner is not None
+                              and lease.actual_owner not in alive),
+            "missing": len({s.shard_id for s in fleet.stream.shards} - {lease.lease_key for lease in leases})}
+
+
+def _per_worker(fleet: Fleet) -> dict[str, int]:
+    """Leases held by each live worker."""
+    per_worker: dict[str, int] = dict.fromkeys(fleet.live(), 0)
+    for lease in fleet.leases():
+        if lease.actual_owner in per_worker:
+            per_worker[lease.actual_owner] += 1
+    return per_worker
 
 
 def _lowest(bound: int, greedy: tuple[int, bool] | None) -> int:
