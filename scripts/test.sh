@@ -11,6 +11,7 @@ if ! command -v pg_ctl >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/pg_ctl 
 fi
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the dashboard test renders the page headless
+command -v strace >/dev/null 2>&1 || need_apt+=(strace)  # the fault harness injects EROFS into SQLite writes (tests/chaos)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing system packages: ${need_apt[*]}"
