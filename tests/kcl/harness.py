@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ConnectionClosedError
+
 from shardherd.services.coordinator_service import CoordinatorService
 from shardherd.services.emulators.h2c_proxy import H2cProxy
 from shardherd.services.emulators.kinesalite import NodeEmulator
@@ -212,12 +214,26 @@ def put_payloads(kinesis: Any, stream: str, count: int, prefix: str,
     payloads = [f"{prefix}-{index}" for index in range(count)]
     for start in range(0, count, 500):
         batch = payloads[start:start + 500]
-        response = kinesis.put_records(StreamName=stream, Records=[
-            {"Data": data.encode(), "PartitionKey": data} for data in batch])
+        response = _put_records(kinesis, stream, batch)
         assert response.get("FailedRecordCount", 0) == 0
         for data, entry in zip(batch, response["Records"], strict=True):
             sequence[data] = (entry["ShardId"], entry["SequenceNumber"])
     return payloads
+
+
+def _put_records(kinesis: Any, stream: str, batch: list[str]) -> Any:
+    """PutRecords of `batch`, once more if the pooled connection was reset before any answer.
+
+    The stack's clients make one attempt per call (shared/aws.py; the product retries itself), and kinesalite closes
+    a keep-alive connection after 5 s idle: a put reusing it just then gets ECONNRESET before the emulator read the
+    request (CI saw it once between two phases of tests/multilang/test_kclpy_app.py). A put that did land and is
+    sent again would show as a record delivered twice, which the tests assert against.
+    """
+    records = [{"Data": data.encode(), "PartitionKey": data} for data in batch]
+    try:
+        return kinesis.put_records(StreamName=stream, Records=records)
+    except ConnectionClosedError:
+        return kinesis.put_records(StreamName=stream, Records=records)
 
 
 def first_sequence_after(sequences: list[str], checkpoint: str) -> str | None:
