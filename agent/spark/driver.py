@@ -569,9 +569,13 @@ class SparkAgent(Agent):
             self._end("agent lost liveness", drain=False)
 
     def _watch_query(self, query: StreamingQuery) -> None:
-        """Sample the query's progress (agent/spark/query_watch.py); raise QueryHung once it is stuck too long."""
+        """Sample the query's progress (agent/spark/query_watch.py); raise QueryHung once it is stuck too long.
+
+        Not while the leader's fresh verdict keeps a lease of this driver (the fleet's or the shard's reads stall).
+        """
         active = bool(query.status["isTriggerActive"])
-        self.query_watch.observe(active, self._moves.now() if active and self._moves is not None else None)
+        self.query_watch.observe(active, self._moves.now() if active and self._moves is not None else None,
+                                 excused=bool(self.stalls.held()))
         if self.query_watch.hung():
             raise QueryHung(f"the query made no progress for {self.query_watch.stuck_for():.1f} s inside a batch "
                             f"(bound {self.query_watch.exit_after:.1f} s)")

@@ -17,11 +17,18 @@ Invariants:
 3. `hung()` is True once the query made no progress for `exit_after` (the stall watch's give-up bound, and at least
    the supervisor's give-up floor: a slow first batch on a loaded host is not a hang). The driver then gives its
    leases back and exits (the critical Spark supervisor fails), so the orchestrator starts a fresh driver and JVM.
+   Except while a fresh verdict of the leader keeps one of its leases (agent/stall_watch.py invariant 4: the fleet's
+   reads stall, or that shard's at every owner): a batch reads every shard it planned, so one such shard holds the
+   whole query, and a fresh driver would wait for Kinesis all the same (a plain agent's reader keeps its leases then).
+   The bound then counts from the last sample that found such a lease (`observe(..., excused=True)`); `last_progress`
+   is left alone (an excuse is not progress). Session 26: a 256-shard stack whose emulator answered GetRecords past
+   its 5 s deadline for tens of seconds restarted both Spark drivers three times in 10 minutes (28 owner changes).
 4. Pure bookkeeping on an injected clock; the Spark supervisor samples the query with `observe` at every step.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Hashable
 
@@ -35,16 +42,23 @@ class QueryWatch:
         self._clock = clock
         self.exit_after = exit_after
         self._last = clock.monotonic()
+        self._excused = -math.inf  # the last sample at which a verdict of the leader kept a lease (invariant 3)
         self._stages: Hashable = None
         self._active = False
         self.started = False  # a trigger ended (or a batch was committed) since the query started
         self._guard = threading.Lock()
 
-    def observe(self, trigger_active: bool, stages: Hashable) -> None:
-        """One look at the query: whether a trigger runs, and a value that changes as Spark's stages move on."""
+    def observe(self, trigger_active: bool, stages: Hashable, excused: bool = False) -> None:
+        """One look at the query: whether a trigger runs, and a value that changes as Spark's stages move on.
+
+        `excused`: a fresh verdict of the leader keeps one of the driver's leases now (invariant 3).
+        """
         with self._guard:
+            now = self._clock.monotonic()
+            if excused:
+                self._excused = now
             if not trigger_active or stages != self._stages:
-                self._last = self._clock.monotonic()
+                self._last = now
             self.started = self.started or (self._active and not trigger_active)
             self._stages, self._active = stages, trigger_active
 
@@ -61,9 +75,9 @@ class QueryWatch:
             return self._last if self.started else self._clock.monotonic()
 
     def stuck_for(self) -> float:
-        """Seconds since the query's latest progress (its first trigger included)."""
+        """Seconds since the query's latest progress (its first trigger included) or excuse (invariant 3)."""
         with self._guard:
-            return self._clock.monotonic() - self._last
+            return self._clock.monotonic() - max(self._last, self._excused)
 
     def hung(self) -> bool:
         """True once the query made no progress for `exit_after` (invariant 3)."""
