@@ -19,7 +19,8 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
 * each plain agent's resident memory (median, max), and each Spark agent's with its JVM;
 * kill -9 of the agent holding most leases: seconds until each of its shards is read elsewhere (max, and how many);
 * the fleet simulator's figures for the same fleet and events beside the live ones (bench/scale_sim.py), each marked
-  where the two differ by more than 20 %.
+  where the two differ by more than 20 %; the simulator's inputs and the live figures go into the run directory's
+  scale-replay.json, for `python -m bench.scale_sim --replay` to replay on other seeds or a changed simulator.
 
 The emulators and PostgreSQL stand in for AWS's services, which do not share the fleet's cores: they run at a higher
 CPU priority (bench/stack_cost.py's `favour`) than the 30+ shardherd processes. At equal priority on two cores (load
@@ -49,7 +50,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from bench.churn import move_detail
 from bench.multilang import tree_rss
-from bench.scale_sim import Figures, LiveInputs, cpu_inputs, own_cpu, predict, side_by_side
+from bench.scale_sim import (
+    REPLAY_FILE,
+    Figures,
+    LiveInputs,
+    cpu_inputs,
+    describe,
+    own_cpu,
+    predict,
+    side_by_side,
+    write_replay,
+)
 from bench.stack_cost import (
     USER_DEFAULTS,
     batch_end_rate,
@@ -359,7 +370,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     live = _live_figures(seen, runs, (steady_from, minutes, window), changes, (killed, resumed))
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
     spark_leases = sum(cpus[wid][1] for wid in spark if wid in cpus)
-    _simulate(live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
+    _simulate(run, live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
                                                    batch_end_rate(window, minutes, spark_leases)),
               seen.joins(), cpus, spark, args.store == "postgres")  # the meter prices SQL reads as consistent
 
@@ -411,25 +422,26 @@ def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
     return len(outcomes), resumed
 
 
-def _simulate(live: Figures, kbps: dict[str, float], window: tuple[float, float], rates: tuple[float, float],
-              joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]], spark: Sequence[str],
-              consistent_reads: bool) -> None:
-    """Print the simulator's figures for the live run's fleet: `window` is (warm-up, steady) seconds, `rates` the
+def _simulate(run: Path, live: Figures, kbps: dict[str, float], window: tuple[float, float],
+              rates: tuple[float, float], joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]],
+              spark: Sequence[str], consistent_reads: bool) -> None:
+    """Print the simulator's figures for the live run's fleet, and write its inputs and the live figures into `run`
+    (`python -m bench.scale_sim --replay` replays them): `window` is (warm-up, steady) seconds, `rates` the
     checkpoints per shard and the Spark agents' batch-end reads per lease they hold, each per minute;
     `consistent_reads` says whether the live store's reads are priced as consistent (PostgreSQL)."""
     checkpoints, batch_ends = rates
     base, mean = cpu_inputs(list(cpus.values()))
     own = own_cpu(cpus, set(spark))
-    print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {len(kbps)} shards at the KiB/s the "
-          f"agents reported, {sum(kbps.values()):.1f} KiB/s in all; agents joining {joins[0][0]:.1f} to "
-          f"{joins[-1][0]:.1f} s from the first lease owned; CPU base {base:.1f} %, mean {mean:.1f} %; own CPU of "
-          f"the Spark agents {', '.join(f'{own[w]:.1f}' for w in spark if w in own) or '-'} points):")
-    print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
-          f"often as the live ones, {checkpoints:.1f} per shard per minute, and the Spark agents read their batch "
-          f"ends as often, {batch_ends:.1f} per lease per minute)")
     inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, *window, checkpoints,
                         [own.get(wid, 0.0) for _, wid in joins],
                         [batch_ends if wid in spark else 0.0 for _, wid in joins], consistent_reads)
+    replay = run / REPLAY_FILE
+    write_replay(replay, inputs, live)
+    print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {describe(inputs)}; replay: "
+          f"python -m bench.scale_sim --replay {replay}):")
+    print(f"  (store units without the API's reads, the bench's own polling; the simulated agents checkpoint as "
+          f"often as the live ones, {checkpoints:.1f} per shard per minute, and the Spark agents read their batch "
+          f"ends as often, {batch_ends:.1f} per lease per minute)")
     print(side_by_side(live, predict(inputs)), flush=True)
 
 

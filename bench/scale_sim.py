@@ -21,15 +21,24 @@ figures on its virtual clock:
   time ends, as live (`LeaderLoop.next_verdict`), so the crash moves leases one failover time after the victim's
   last heartbeat (7-10 s at the users' defaults, by the crash's phase), not after the next scan saw that heartbeat.
 
+bench/scale.py writes the simulator's inputs and the live figures into its run directory (REPLAY_FILE), so a live run
+can be replayed later, on several seeds (one seed is never the evidence):
+
+    python -m bench.scale_sim --replay .scale/scale-replay.json [--seed 7 --seed 8 ...]
+
 Invariants: the simulator's inputs come only from the live run (no figure is tuned here); a figure that differs by
 more than 20 % is marked, as the issue asks, for the simulator to be fixed, not the live run.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
 
 from bench.fleet.model import VARIANCE, Fleet
 from bench.fleet.noise import PLAIN_DELIVERY, LiveNoise, NoiseModel
@@ -45,6 +54,8 @@ MARGIN = 0.2  # the issue's bound on a difference between live and simulated fig
 # times may differ by up to two looks without either being wrong (live 0.6 s against 0.0 s to own every lease).
 LOOKS = 2 * STEP
 KILL_WATCH = 120.0  # seconds the simulator watches after the kill
+REPLAY_FILE = "scale-replay.json"  # in bench/scale.py's run directory
+SEEDS = (7, 8, 9)  # the replay's default seeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,3 +271,113 @@ def side_by_side(live: Figures, sim: Figures) -> str:
     lines += [f"| {name} | {_cell(a, digits)} | {_cell(b, digits)}{_differs(a, b, floor)} |"
               for name, a, b, digits, floor in rows]
     return "\n".join(lines)
+
+
+def describe(inputs: LiveInputs) -> str:
+    """One line on what the simulator replays."""
+    own = [cpu for cpu, rate in zip(inputs.own_cpu or [0.0] * len(inputs.joins),
+                                    inputs.batch_ends or [0.0] * len(inputs.joins), strict=True) if rate > 0]
+    joins = sorted(inputs.joins)
+    return (f"{len(inputs.kbps)} shards at the KiB/s the agents reported, {sum(inputs.kbps.values()):.1f} KiB/s in "
+            f"all; {len(joins)} agents joining {joins[0]:.1f} to {joins[-1]:.1f} s from the first lease owned; CPU "
+            f"base {inputs.cpu_base:.1f} %, mean {inputs.cpu_mean:.1f} %; own CPU of the Spark agents "
+            f"{', '.join(f'{cpu:.1f}' for cpu in own) or '-'} points; warm-up {inputs.warmup:.0f} s, steady window "
+            f"{inputs.settle:.0f} s")
+
+
+class ReplayError(ValueError):
+    """A replay file that does not hold a live run's inputs and figures as `write_replay` writes them."""
+
+
+def _plain(value: LiveInputs | Figures) -> dict[str, Any]:
+    def plain(item: object) -> object:
+        if isinstance(item, Mapping):
+            return dict(item)
+        return list(item) if isinstance(item, Sequence) else item
+    return {spec.name: plain(getattr(value, spec.name)) for spec in fields(value)}
+
+
+def write_replay(path: Path, inputs: LiveInputs, live: Figures) -> None:
+    """Write a live run's simulator inputs and figures as JSON, for `read_replay` (and `--replay`)."""
+    path.write_text(json.dumps({"inputs": _plain(inputs), "live": _plain(live)}, indent=1) + "\n", encoding="utf-8")
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _count(value: object) -> int:
+    if not _number(value).is_integer():
+        raise TypeError(f"{value!r} is not a count")
+    return int(_number(value))
+
+
+def _flag(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+def _numbers(value: object) -> list[float]:
+    if not isinstance(value, list):
+        raise TypeError(f"{value!r} is not a list")
+    return [_number(item) for item in value]
+
+
+def _by_name(value: object) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{value!r} is not an object")
+    return {str(key): _number(item) for key, item in value.items()}
+
+
+# Each field's annotation (a string: the module postpones them) to what reads its JSON value.
+_READERS: dict[str, Callable[[object], object]] = {"float": _number, "int": _count, "bool": _flag,
+                                                    "Sequence[float]": _numbers, "Mapping[str, float]": _by_name}
+_Record = TypeVar("_Record", LiveInputs, Figures)
+
+
+def _record(kind: type[_Record], data: object) -> _Record:
+    if not isinstance(data, dict):
+        raise TypeError(f"{kind.__name__}: {data!r} is not an object")
+    specs = {spec.name: str(spec.type) for spec in fields(kind)}
+    if unknown := sorted(set(data) - set(specs)):
+        raise TypeError(f"{kind.__name__} has no field {', '.join(unknown)}")
+    values: dict[str, Any] = {name: None if value is None and specs[name].endswith(" | None")
+              else _READERS[specs[name].removesuffix(" | None")](value) for name, value in data.items()}
+    return kind(**values)  # a required field missing: TypeError
+
+
+def read_replay(path: Path) -> tuple[LiveInputs, Figures]:
+    """A live run's simulator inputs and figures from `path` (`write_replay`); ReplayError, naming the file and the
+    fault, if it cannot be read or holds anything else."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise TypeError("not an object")
+        return _record(LiveInputs, data.get("inputs")), _record(Figures, data.get("live"))
+    except (OSError, ValueError, TypeError) as exc:
+        raise ReplayError(f"{path}: not a scale run's replay ({exc})") from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Replay a live scale run's fleet in the simulator, once per seed, each beside the live figures."""
+    parser = argparse.ArgumentParser(description="Replay a live scale run (bench/scale.py writes "
+                                     f"{REPLAY_FILE} into its run directory) in the fleet simulator.")
+    parser.add_argument("--replay", type=Path, required=True, help="the run's replay file")
+    parser.add_argument("--seed", type=int, action="append", help="a seed of the simulation (repeat for more; "
+                        f"default {', '.join(map(str, SEEDS))}: one seed is never the evidence)")
+    args = parser.parse_args(argv)
+    try:
+        inputs, live = read_replay(args.replay)
+    except ReplayError as exc:
+        parser.error(str(exc))
+    print(f"fleet simulator replaying {args.replay} ({describe(inputs)})")
+    for seed in args.seed or SEEDS:
+        print(f"seed {seed}:\n{side_by_side(live, predict(inputs, seed))}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

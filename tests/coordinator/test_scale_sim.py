@@ -2,7 +2,24 @@
 
 from __future__ import annotations
 
-from bench.scale_sim import STEP, Figures, LiveInputs, cpu_inputs, own_cpu, predict, side_by_side
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.scale_sim import (
+    STEP,
+    Figures,
+    LiveInputs,
+    ReplayError,
+    cpu_inputs,
+    main,
+    own_cpu,
+    predict,
+    read_replay,
+    side_by_side,
+    write_replay,
+)
 
 
 def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_over() -> None:
@@ -94,3 +111,60 @@ def test_the_table_shows_read_units_by_caller_with_executors_counted_with_their_
     table = side_by_side(live, sim)
     assert "| - of which agents (executors included) | 15 | 14 (within 20 %) |" in table
     assert "| - of which leader | 15 | 21 (over 20 %) |" in table
+
+
+def _small_run() -> tuple[LiveInputs, Figures]:
+    kbps = {f"shardId-{i:012d}": 0.2 + (i % 3) * 0.1 for i in range(12)}
+    inputs = LiveInputs(kbps, [-2.0, 0.0, 4.0], cpu_base=2.0, cpu_mean=2.5, warmup=15.0, settle=30.0, checkpoints=6.0,
+                        own_cpu=[0.0, 0.0, 9.5], batch_ends=[0.0, 0.0, 20.0], consistent_reads=True)
+    live = Figures(0.5, 3, 40.0, 120.0, 5, 9.1, settle_moves=4, settled_after=None,
+                   reads_by_caller={"agent": 12.0, "leader": 28.0})
+    return inputs, live
+
+
+def test_a_replay_file_holds_the_inputs_and_live_figures_as_written(tmp_path: Path) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, inputs, live)
+    assert read_replay(path) == (inputs, live)
+
+
+def test_the_replay_prints_one_table_per_seed_beside_the_live_figures(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, inputs, live)
+    assert main(["--replay", str(path), "--seed", "3", "--seed", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "12 shards" in out and "3 agents joining -2.0 to 4.0 s" in out and "own CPU of the Spark agents 9.5" in out
+    tables = out.split("seed ")[1:]
+    assert [table.split(":")[0] for table in tables] == ["3", "4"]
+    for seed, table in zip((3, 4), tables, strict=True):
+        # each table is the side-by-side of the live figures and that seed's prediction
+        assert table.removeprefix(f"{seed}:\n").strip() == side_by_side(live, predict(inputs, seed))
+        assert "| leases of the killed agent | 5 |" in table and "| - of which leader | 28 |" in table
+
+
+@pytest.mark.parametrize("text", ["not json", "[]", '{"inputs": {}, "live": {}}',
+                                  '{"inputs": {"kbps": {"s": "fast"}}, "live": {}}'])
+def test_a_file_that_is_not_a_replay_is_refused_by_name(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReplayError, match=r"bad\.json: not a scale run's replay"):
+        read_replay(path)
+
+
+def test_a_replay_with_a_wrong_or_unknown_field_is_refused(tmp_path: Path) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, inputs, live)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["live"]["settle_moves"] = 2.5
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ReplayError, match="not a count"):
+        read_replay(path)
+    data["live"]["settle_moves"] = 2
+    data["inputs"]["shards"] = 12
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ReplayError, match="no field shards"):
+        read_replay(path)
