@@ -88,13 +88,18 @@ class MetricsReporter:
             {}, {CPU_METRIC: (MAX_UTILISATION_PERCENT,)})
         self._others: frozenset[str] | None = None  # kinds every other live worker reports; None: no other worker
 
+    @property
+    def first_wait(self) -> float:
+        """Seconds from the agent's start to its first report: two capture periods (0 without a CPU source)."""
+        return 0.0 if self._sampler.source is None else min(2.0, self._period)
+
     def start(self) -> float:
-        """Seconds until the first report: two capture periods from the agent's start (0 without a CPU source).
+        """Seconds until the first report (`first_wait`), counted from now.
 
         The first heartbeat waits for it, so a new worker's first row already counts for the leader, which fills it
         in the run that first sees that row (decision 0038).
         """
-        wait = 0.0 if self._sampler.source is None else min(2.0, self._period)
+        wait = self.first_wait
         self._next = self._clock.monotonic() + wait
         return wait
 

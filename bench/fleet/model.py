@@ -4,7 +4,7 @@ simulated workers on a virtual clock, and the owner-change counter."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from bench.fleet.noise import LiveNoise
@@ -71,6 +71,9 @@ class Fleet:
     on_run: Callable[[RunSummary], None] | None = None
     progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
     channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
+    # While it answers True the leader does not run (its lock does); bench/scale_sim.py holds the first run until the
+    # agents there before the live run's first assignment have their rows.
+    hold_leader: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
@@ -137,6 +140,10 @@ class Fleet:
         """One leader run; a quiet worker's verdict due before the next interval's run gets its own run then (not
         before a quarter interval), as `LeaderLoop.cycle` waits."""
         assert self.loop is not None
+        if self.hold_leader is not None:
+            if self.hold_leader():
+                return True
+            self.hold_leader = None
         summary = self.loop.run_once()
         if summary is not None:
             moved = summary.plan is not None and bool(summary.plan.moves)
@@ -160,15 +167,18 @@ class Fleet:
         span = self.cpu_model.mean_at_start - self.cpu_model.base
         self.capacity = share / span if share > 0 and span > 0 else 1.0
 
-    def add_workers(self, count: int, own_cpu: float = 0.0, batch_end_seconds: float = 0.0) -> list[str]:
+    def add_workers(self, count: int, own_cpu: float = 0.0, batch_end_seconds: float = 0.0,
+                    row_at: float | None = None) -> list[str]:
         """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` (SimWorker); with
-        `batch_end_seconds` > 0 each reads its held leases' batch ends that often, as a Spark agent does."""
+        `batch_end_seconds` > 0 each reads its held leases' batch ends that often, as a Spark agent does. With
+        `row_at` each starts so that its first row is written then (at once if that is too soon), as a replay of
+        a live run's rows needs."""
         now = self.events.now()
         added = []
         for _ in range(count):
             wid = f"w{len(self.workers):04d}"
             rng = random.Random(self.rng.random())
-            start = now + self.rng.random()
+            start = now + self.rng.random() if row_at is None else now
             worker: SimWorker
             if self.variant == KCL2:
                 t = self.timing
@@ -178,6 +188,8 @@ class Fleet:
             else:
                 worker = AgentWorker(wid, self, rng)
             worker.own_cpu = own_cpu
+            if row_at is not None:
+                start = max(now, row_at - worker.row_wait())
             self.workers[wid] = worker
             worker.start(start)
             if self.checkpoint_seconds > 0:
@@ -186,6 +198,10 @@ class Fleet:
                 self.events.every(start + batch_end_seconds, batch_end_seconds, worker.read_batch_ends)
             added.append(wid)
         return added
+
+    def have_rows(self, worker_ids: Collection[str]) -> bool:
+        """Whether each of `worker_ids` has written its row (read without being counted)."""
+        return set(worker_ids) <= {record.worker_id for record in self.inner.scan_workers().workers}
 
     def live(self) -> list[str]:
         """Workers that run and are not draining (the ones load should be spread over)."""

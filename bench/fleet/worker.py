@@ -151,6 +151,10 @@ class SimWorker(ABC):
     def start(self, first: float) -> None:
         """Schedule this worker's actions from simulation time `first` on."""
 
+    def row_wait(self) -> float:
+        """Seconds from its start to its first row (a KCL 2.x worker writes none: 0)."""
+        return 0.0
+
     @abstractmethod
     def scale_in(self) -> None:
         """Leave the fleet gracefully."""
@@ -240,6 +244,10 @@ class AgentWorker(SimWorker):
         """Simulated workers do not plan ahead."""
 
     # ---- schedule
+    def row_wait(self) -> float:
+        """Its first row waits for its first CPU report, as `Agent.start` does."""
+        return self.reporter.first_wait
+
     def start(self, first: float) -> None:
         """The agent starts at `first`: its recorder (under noise), then, once its first CPU report is due (as
         `Agent.start` waits: agent/runtime.py), the keeper loop's ticks, so its first row is valid (decision 0038)."""

@@ -20,6 +20,8 @@ from bench.scale_sim import (
     side_by_side,
     write_replay,
 )
+from shardherd.coordinator.moves import MoveReason
+from shardherd.coordinator.run_summary import RunSummary
 
 
 def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_over() -> None:
@@ -168,3 +170,42 @@ def test_a_replay_with_a_wrong_or_unknown_field_is_refused(tmp_path: Path) -> No
     path.write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(ReplayError, match="no field shards"):
         read_replay(path)
+
+
+def test_agents_there_before_the_first_assignment_share_it_and_a_joiner_is_filled_when_its_row_appears() -> None:
+    # Session 26's live run: 31 of 32 plain agents had rows before the leader's first assignment, which gave each 8 or
+    # 9 of the 256 leases at once (no balancing move among them); the 32nd's row came ~1.5 s after it, and one run
+    # filled it with 7. The simulator, starting agents and leader together, had assigned before 11 rows existed and
+    # then shed 76 leases to them.
+    kbps = {f"shardId-{i:012d}": 0.02 + (i % 7) * 0.01 for i in range(64)}
+    joins = [-4.0] * 7 + [-1.0, 5.0]
+    moves: list[tuple[float, str | None, str, MoveReason]] = []
+
+    def on_run(at: float, summary: RunSummary) -> None:
+        if summary.plan is not None:
+            moves.extend((at, move.from_owner, move.to_worker, move.reason) for move in summary.plan.moves)
+
+    figures = predict(LiveInputs(kbps, joins, cpu_base=2.0, cpu_mean=2.5, warmup=30.0, settle=10.0), on_run=on_run)
+    first = min(at for at, _, _, reason in moves if reason is MoveReason.UNASSIGNED)
+    assigned = {to for at, _, to, reason in moves if reason is MoveReason.UNASSIGNED and at == first}
+    assert len(assigned) == 8, moves  # every agent there before the first lease was owned
+    fills = [(at - first, to) for at, giver, to, reason in moves if reason is MoveReason.BALANCE_THROUGHPUT]
+    joiner = {to for _, to in fills}
+    assert len(joiner) == 1 and joiner.isdisjoint(assigned), fills  # only the late agent is filled
+    # its row at +5.0 s wakes the leader (the channel's news) a quarter interval (0.5 s) later
+    assert all(5.0 <= after <= 5.0 + 0.5 + STEP for after, _ in fills), fills
+    assert figures.settle_moves is not None and figures.settle_moves >= len(fills)
+
+
+def test_differences_below_a_figures_resolution_are_not_marked() -> None:
+    live = Figures(0.5, 5, 30.0, 4.0, 9, 9.1, settle_moves=21, reads_by_caller={"lock": 1.0, "leader": 4.0})
+    close = side_by_side(live, Figures(0.0, 7, 30.0, 4.0, 10, 9.1, settle_moves=23,
+                                       reads_by_caller={"lock": 0.0, "leader": 9.0}))
+    assert "over" not in close, close  # 2 moves or leases, 5 units a minute: within the sides' resolution
+    far = side_by_side(live, Figures(0.0, 8, 30.0, 10.0, 12, 9.1, settle_moves=27,
+                                     reads_by_caller={"lock": 0.0, "leader": 9.5}))
+    assert "| owner changes in the steady window | 5 | 8 (over 20 %) |" in far
+    assert "| store write units per minute | 4 | 10 (over 20 %) |" in far
+    assert "| leases of the killed agent | 9 | 12 (over 20 %) |" in far
+    assert "| balancing moves from then to the steady window | 21 | 27 (over 20 %) |" in far
+    assert "| - of which leader | 4 | 10 (over 20 %) |" in far and "| - of which lock | 1 | 0 (within 20 %) |" in far
