@@ -115,10 +115,10 @@ def by_caller(totals: Totals) -> dict[str, list[float]]:
     return callers
 
 
-def _per_lease(window: Totals, minutes: float, leases: int, counted: Callable[[str], bool]) -> float:
+def _per_lease(window: Totals, minutes: float, leases: float, counted: Callable[[str], bool]) -> float:
     """Requests per lease per minute over the window, of the `table:operation` keys `counted` accepts."""
     requests = sum(values[0] for (_, operation), values in window.items() if counted(operation))
-    return requests / minutes / max(1, leases)
+    return requests / minutes / max(1.0, leases)
 
 
 def checkpoint_rate(window: Totals, minutes: float, leases: int) -> float:
@@ -126,7 +126,7 @@ def checkpoint_rate(window: Totals, minutes: float, leases: int) -> float:
     return _per_lease(window, minutes, leases, lambda operation: operation.endswith(":checkpoint"))
 
 
-def batch_end_rate(window: Totals, minutes: float, leases: int) -> float:
+def batch_end_rate(window: Totals, minutes: float, leases: float) -> float:
     """The Spark agents' reads of their batch ends (agent/spark/batch_ends.py) per lease they hold per minute."""
     return _per_lease(window, minutes, leases, lambda operation: f":get {KEY_PREFIX}" in operation)
 
