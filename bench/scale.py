@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +132,7 @@ class LeaderRuns:
                     self.reasons[(run["epoch"], run["started_at"])] = (run.get("scan_reason") or "-").split(":")[0]
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
-                count = sum(n for reason, n in self.moves.items()
-                            if (known := MoveReason.__members__.get(reason)) is None or known.is_balancing)
+                count = sum(n for reason, n in self.moves.items() if balancing(reason))
                 if not self.balancing or count != self.balancing[-1][1]:
                     self.balancing.append((time.monotonic(), count))
             for move in status.get("recent_moves", ()):
@@ -145,13 +144,21 @@ class LeaderRuns:
         self._thread.join(10)
 
     def balancing_between(self, start: float, end: float) -> tuple[int, float]:
-        """Balancing moves the leader made between two monotonic times, and seconds from `start` until the last of
-        them was seen (0: none)."""
+        """Balancing moves the leader made between two monotonic times (its totals), and seconds from `start` until
+        the run that made the last of them started (0: none). That run's own start where its move was seen: the
+        totals are published at most every 10 s on average (services/leader_status.py), so when they grew lags the
+        run by up to that (session 26: the last fill's run at about +32 s, seen at +38.0 s); else when they grew."""
         before = [count for at, count in self.balancing if at <= start]
         within = [(at, count) for at, count in self.balancing if start < at <= end]
         if not within:
             return 0, 0.0
-        return within[-1][1] - (before[-1] if before else 0), within[-1][0] - start
+        started = [at for at, _ in self.balancing_moves(start, end)]
+        return within[-1][1] - (before[-1] if before else 0), (started or [within[-1][0]])[-1] - start
+
+    def balancing_moves(self, start: float, end: float) -> list[tuple[float, dict[str, Any]]]:
+        """(monotonic start of its run, the move) of each published balancing move whose run started between two
+        monotonic times, oldest first (the runs' starts are the leader's wall clock, on this host)."""
+        return moves_between(self.recent.values(), time.time() - time.monotonic(), start, end)
 
     def summary(self) -> str:
         """Every published run's time; the full runs' (both tables read) apart: wall, the run thread's CPU, and the
@@ -163,6 +170,21 @@ class LeaderRuns:
         lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
         lines.append(f"  why they read the tables: {dict(Counter(self.reasons.values()).most_common()) or '-'}")
         return "\n".join(lines)
+
+
+def balancing(reason: str) -> bool:
+    """Whether a published move's reason is a balancing one (an unknown, newer reason counts as one)."""
+    known = MoveReason.__members__.get(reason)
+    return known is None or known.is_balancing
+
+
+def moves_between(moves: Iterable[Mapping[str, Any]], wall: float, start: float,
+                  end: float) -> list[tuple[float, dict[str, Any]]]:
+    """(monotonic start of its run, the move) of each balancing move of `moves` (as `/v1/leader` publishes them)
+    whose run started between two monotonic times, oldest first; `wall` is the wall clock minus the monotonic one."""
+    found = [(move["run_started_at"] - wall, dict(move)) for move in moves
+             if move.get("kind", "move") == "move" and balancing(move["reason"])]
+    return sorted(((at, move) for at, move in found if start < at <= end), key=lambda item: item[0])
 
 
 def _owners(client: OperatorClient) -> dict[str, dict[str, Any]]:
@@ -372,6 +394,11 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         runs.stop()
         client.close()
     live = _live_figures(seen, runs, (steady_from, minutes, window), changes, (killed, resumed))
+    if seen.all_owned is not None:
+        print("balancing moves from every lease owned to the steady window (s after every lease was owned, by the "
+              "run's start):")
+        for at, move in runs.balancing_moves(seen.all_owned, steady_from):
+            print(f"  +{at - seen.all_owned:.1f} s {move_detail(move)}")
     warmup = steady_from - (seen.all_owned if seen.all_owned is not None else steady_from)
     # Per lease the Spark agents held on average over the window, not at its end: in session 26 their drivers exited
     # and came back during it, and the reads over the window (136 a minute) divided by the 5 leases held at its end

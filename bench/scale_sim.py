@@ -3,15 +3,16 @@
 bench/scale.py measures the real stack; `predict` gives the fleet simulator (bench/fleet/: the real leader loop,
 lock and decider, simulated agents running the agent's lease keeper) what that run saw, and measures the same
 figures on its virtual clock:
-* the fleet: one shard per live lease with the KiB/s the live agents reported for it, the agents' rows appearing at
-  the offsets from the first lease owned at which the live run saw them (start-up on two cores spreads them over
-  tens of seconds; the agents there before it start at once), their CPU following a
+* the fleet: one shard per live lease with the KiB/s the live agents reported for it, the agents' first rows written
+  at the offsets from the first lease owned at which the live run saw them (start-up on two cores spreads them over
+  tens of seconds; the leader's first run waits for the rows of the agents there before it, as the live leader's
+  first assignment found them), their CPU following a
   model fitted on the live rows (the median of agents holding nothing is the base, the fleet's mean its start),
   the live stack's measurement noise (bench/fleet/noise.py), the users' timings (bench/stack_cost.py USER_DEFAULTS);
 * every lease owned, counted from the first lease owned (the live figure from launching `up` includes process
   start-up and the shard sync, which the simulator models differently, so both sides count from the first owner);
 * balancing moves from every lease owned to the steady window (agents still joining are filled by them), and when
-  the last of them came: the time the fleet took to settle;
+  the run that made the last of them started: the time the fleet took to settle (`--moves` lists them);
 * owner changes over the steady window, after the same warm-up, and the store's capacity units per minute there
   (the simulated agents checkpoint as often as the live ones did, and the Spark agents among them read their batch
   ends as often per lease as the live Spark agents did: those reads are the bulk of a mixed fleet's read units),
@@ -378,6 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--replay", type=Path, required=True, help="the run's replay file")
     parser.add_argument("--seed", type=int, action="append", help="a seed of the simulation (repeat for more; "
                         f"default {', '.join(map(str, SEEDS))}: one seed is never the evidence)")
+    parser.add_argument("--moves", action="store_true", help="list each seed's balancing moves from every lease "
+                        "owned to the steady window, as bench/scale.py lists the live ones")
     args = parser.parse_args(argv)
     try:
         inputs, live = read_replay(args.replay)
@@ -385,8 +388,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(exc))
     print(f"fleet simulator replaying {args.replay} ({describe(inputs)})")
     for seed in args.seed or SEEDS:
-        print(f"seed {seed}:\n{side_by_side(live, predict(inputs, seed))}", flush=True)
+        figures, runs = _replay(inputs, seed)
+        print(f"seed {seed}:\n{side_by_side(live, figures)}", flush=True)
+        if args.moves:
+            print("\n".join(startup_moves(runs, figures, inputs.warmup)) or "  (none)", flush=True)
     return 0
+
+
+def _replay(inputs: LiveInputs, seed: int) -> tuple[Figures, list[tuple[float, RunSummary]]]:
+    runs: list[tuple[float, RunSummary]] = []
+    return predict(inputs, seed, lambda at, summary: runs.append((at, summary))), runs
+
+
+def startup_moves(runs: Sequence[tuple[float, RunSummary]], figures: Figures, warmup: float) -> list[str]:
+    """One line per balancing move of the simulated runs (virtual time, summary) from every lease owned to the
+    steady window, timed from every lease owned by its run."""
+    first = next((at for at, summary in runs if summary.plan is not None and any(
+        move.from_owner is None for move in summary.plan.moves)), None)
+    if first is None or figures.owned_after is None:
+        return []
+    owned = first + figures.owned_after
+    return [f"  +{at - owned:.1f} s {move.lease_key}: {move.from_owner} -> {move.to_worker} {move.reason.name}: "
+            f"{move.detail}" for at, summary in runs if summary.plan is not None and owned <= at <= owned + warmup
+            for move in summary.plan.moves if move.reason.is_balancing]
 
 
 if __name__ == "__main__":

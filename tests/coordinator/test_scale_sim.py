@@ -209,3 +209,16 @@ def test_differences_below_a_figures_resolution_are_not_marked() -> None:
     assert "| leases of the killed agent | 9 | 12 (over 20 %) |" in far
     assert "| balancing moves from then to the steady window | 21 | 27 (over 20 %) |" in far
     assert "| - of which leader | 4 | 10 (over 20 %) |" in far and "| - of which lock | 1 | 0 (within 20 %) |" in far
+
+
+def test_the_replay_lists_the_simulated_balancing_moves_of_the_start(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, inputs, live)
+    assert main(["--replay", str(path), "--seed", "3", "--moves"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  +")]
+    # the agent whose row came 4 s after the first lease was owned gets its share in the run its row woke
+    moved = [line for line in lines if "BALANCE_THROUGHPUT" in line]
+    assert moved and all(line.startswith(("  +4.", "  +5.")) for line in moved), lines
+    assert len({line.split(" -> ")[1].split()[0] for line in moved}) == 1  # one receiver
