@@ -255,6 +255,7 @@ class Startup:
         self.rows: dict[str, float] = {}
         self.first_owned: float | None = None
         self.all_owned: float | None = None
+        self.first_owners: set[str] = set()  # the owners when every lease was first owned: the first assignment's
         self._store = _open(state, store_settings)
         self._shards, self._agents = shards, agents
         self._stop = threading.Event()
@@ -276,6 +277,7 @@ class Startup:
             if self.all_owned is None and len(open_leases) >= self._shards and all(
                     lease.lease_owner for lease in open_leases):
                 self.all_owned = now
+                self.first_owners = {lease.lease_owner for lease in open_leases if lease.lease_owner}
             if self.all_owned is not None and len(self.rows) >= self._agents:
                 return  # every lease owned, every agent's row seen (a Spark agent's comes late)
 
@@ -286,9 +288,22 @@ class Startup:
         self._store.close()
 
     def joins(self) -> list[tuple[float, str]]:
-        """(seconds from the first lease owned to the agent's first row (< 0: there before it), its id), by time."""
+        """(seconds from the first lease owned to the agent's first row (< 0: there before it), its id), by time, as
+        `replay_offsets` gives them to the simulator."""
         first = self.first_owned if self.first_owned is not None else min(self.rows.values(), default=0.0)
-        return sorted((seen - first, wid) for wid, seen in self.rows.items())
+        return replay_offsets({wid: seen - first for wid, seen in self.rows.items()}, self.first_owners)
+
+
+def replay_offsets(seen: Mapping[str, float], first_owners: Collection[str]) -> list[tuple[float, str]]:
+    """(offset, agent) by offset from each agent's first row as seen (seconds from the first lease owned), with the
+    first assignment's owners before it and the others not: the simulator starts agents with an offset below 0
+    before its first assignment and the rest after it.
+
+    A look reads rows and leases together every half second, so a row seen at the look that first saw an owned lease
+    has offset 0 whether it came before the assignment or after (a 16-shard run: two rows at 0.0, one in the first
+    assignment, one filled 1.5 s later): an owner is put one look (0.5 s) before it. A row seen before it whose agent
+    the assignment left out (its row did not count yet) joins at 0, as it ran."""
+    return sorted((min(offset, -0.5) if wid in first_owners else max(offset, 0.0), wid) for wid, offset in seen.items())
 
 
 def _open(state: StackState, store_settings: dict[str, str]) -> Any:

@@ -72,7 +72,8 @@ class LiveInputs:
     """What the live run saw, for the simulator to replay."""
 
     kbps: Mapping[str, float]  # each shard's KiB/s as its live owner last reported it
-    joins: Sequence[float]  # seconds from the first lease owned to each agent's first row (<= 0: there already)
+    joins: Sequence[float]  # seconds from the first lease owned to each agent's first row (< 0: the first
+    # assignment counted it; bench/scale.py's replay_offsets)
     cpu_base: float  # median CPU of the live agents holding nothing (the fleet's least loaded without any)
     cpu_mean: float  # mean CPU of every live agent
     warmup: float  # seconds from every lease owned to the steady window
@@ -129,7 +130,7 @@ def _run_until(fleet: Fleet, done: Callable[[Fleet], bool], limit: float) -> flo
 class _Agent:
     """One live agent as the simulator starts it."""
 
-    offset: float  # seconds from the first lease owned to its first row (<= 0: there already)
+    offset: float  # seconds from the first lease owned to its first row (< 0: there already)
     own_cpu: float  # CPU points no lease explains
     batch_ends: float  # batch-end reads per held lease per minute (a Spark agent's; 0: a plain agent)
 
@@ -157,14 +158,14 @@ class _Started:
 def _start(fleet: Fleet, agents: Sequence[_Agent]) -> _Started:
     """Start the agents as the live run saw their first rows, until every lease is owned.
 
-    The agents there before the first lease was owned (offset <= 0; at least the first agent) write their rows with
+    The agents there before the first lease was owned (offset < 0; at least the first agent) write their rows with
     the live spacing, and the leader's first run waits for all of them: live, the leader's first assignment found
     them (session 26: 31 of 32 plain agents, running 6-8 s before it, each given 8 or 9 of 256 leases at once; the
     simulated leader, started with them, assigned before 11 of them had a row and moved 76 leases to them next run).
     Every later agent writes its first row at its offset from the first lease owned, the moment the live bench saw
     that row (not one first-report wait and a start jitter after it)."""
     pending = sorted(agents)
-    early = pending[:max(1, sum(1 for agent in pending if agent.offset <= 0))]
+    early = pending[:max(1, sum(1 for agent in pending if agent.offset < 0))]
     ids = [agent.add_to(fleet, fleet.events.now() + agent.offset - early[0].offset) for agent in early]
     fleet.hold_leader = lambda: not fleet.have_rows(ids)
     pending = pending[len(early):]

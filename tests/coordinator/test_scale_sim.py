@@ -26,7 +26,7 @@ from shardherd.coordinator.run_summary import RunSummary
 
 def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_over() -> None:
     kbps = {f"shardId-{i:012d}": 0.5 + (i % 5) * 0.3 for i in range(16)}
-    joins = [-3.0, -1.0, 0.0, 6.0]  # three agents there before the first lease is owned, one joins 6 s after it
+    joins = [-3.0, -1.0, -0.5, 6.0]  # three agents there before the first lease is owned, one joins 6 s after it
     figures = predict(LiveInputs(kbps, joins, cpu_base=2.0, cpu_mean=3.0, warmup=20.0, settle=30.0))
     assert figures.owned_after is not None and figures.owned_after < 6.0  # the late agent is not needed to own them
     assert figures.steady_moves is not None and figures.steady_moves >= 0
@@ -117,7 +117,7 @@ def test_the_table_shows_read_units_by_caller_with_executors_counted_with_their_
 
 def _small_run() -> tuple[LiveInputs, Figures]:
     kbps = {f"shardId-{i:012d}": 0.2 + (i % 3) * 0.1 for i in range(12)}
-    inputs = LiveInputs(kbps, [-2.0, 0.0, 4.0], cpu_base=2.0, cpu_mean=2.5, warmup=15.0, settle=30.0, checkpoints=6.0,
+    inputs = LiveInputs(kbps, [-2.0, -0.5, 4.0], cpu_base=2.0, cpu_mean=2.5, warmup=15.0, settle=30.0, checkpoints=6.0,
                         own_cpu=[0.0, 0.0, 9.5], batch_ends=[0.0, 0.0, 20.0], consistent_reads=True)
     live = Figures(0.5, 3, 40.0, 120.0, 5, 9.1, settle_moves=4, settled_after=None,
                    reads_by_caller={"agent": 12.0, "leader": 28.0})
