@@ -271,15 +271,17 @@ class Startup:
             now = time.monotonic()
             for record in workers:
                 self.rows.setdefault(record.worker_id, now)
-            open_leases = [lease for lease in leases if not lease.is_finished]
-            if self.first_owned is None and any(lease.lease_owner for lease in open_leases):
-                self.first_owned = now
-            if self.all_owned is None and len(open_leases) >= self._shards and all(
-                    lease.lease_owner for lease in open_leases):
-                self.all_owned = now
-                self.first_owners = {lease.lease_owner for lease in open_leases if lease.lease_owner}
+            self._owned([lease.lease_owner for lease in leases if not lease.is_finished], now)
             if self.all_owned is not None and len(self.rows) >= self._agents:
                 return  # every lease owned, every agent's row seen (a Spark agent's comes late)
+
+    def _owned(self, owners: list[str | None], now: float) -> None:
+        """Note when the open leases (their owners) were first owned, one and all."""
+        if self.first_owned is None and any(owners):
+            self.first_owned = now
+        if self.all_owned is None and len(owners) >= self._shards and all(owners):
+            self.all_owned = now
+            self.first_owners = {owner for owner in owners if owner}
 
     def stop(self) -> None:
         """Stop watching and close the store."""
