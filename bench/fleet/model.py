@@ -71,9 +71,6 @@ class Fleet:
     on_run: Callable[[RunSummary], None] | None = None
     progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
     channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
-    # While it answers True the leader does not run (its lock does); bench/scale_sim.py holds the first run until the
-    # agents there before the live run's first assignment have their rows.
-    hold_leader: Callable[[], bool] | None = None
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
@@ -93,6 +90,7 @@ class Fleet:
         self.capacity = 1.0
         self.runs: list[tuple[float, bool, bool]] = []  # (time, balancing run, moved a lease) of every leader run
         self.loop: LeaderLoop | None = None
+        self._hold: Callable[[], bool] | None = None  # while it answers True the leader does not run (its lock does)
         self._early_run = False  # an early leader run is scheduled for signals from the channel
         self.lock: LeaderLock | None = None
         if self.variant != KCL2:
@@ -140,10 +138,10 @@ class Fleet:
         """One leader run; a quiet worker's verdict due before the next interval's run gets its own run then (not
         before a quarter interval), as `LeaderLoop.cycle` waits."""
         assert self.loop is not None
-        if self.hold_leader is not None:
-            if self.hold_leader():
+        if self._hold is not None:
+            if self._hold():
                 return True
-            self.hold_leader = None
+            self._hold = None
         summary = self.loop.run_once()
         if summary is not None:
             moved = summary.plan is not None and bool(summary.plan.moves)
@@ -199,9 +197,17 @@ class Fleet:
             added.append(wid)
         return added
 
-    def have_rows(self, worker_ids: Collection[str]) -> bool:
-        """Whether each of `worker_ids` has written its row (read without being counted)."""
-        return set(worker_ids) <= {record.worker_id for record in self.inner.scan_workers().workers}
+    def first_run_at(self, at: float, worker_ids: Collection[str]) -> None:
+        """Hold the leader's first run until simulation time `at` and every row of `worker_ids`, and run it at `at`
+        (bench/scale_sim.py: the live leader's first assignment found the rows of the agents there before it)."""
+        wanted = set(worker_ids)
+        self._hold = lambda: self.events.now() < at or not wanted <= {
+            record.worker_id for record in self.inner.scan_workers().workers}
+
+        def first() -> None:
+            self._lead()
+
+        self.events.at(at, first)
 
     def live(self) -> list[str]:
         """Workers that run and are not draining (the ones load should be spread over)."""

@@ -84,7 +84,8 @@ def test_agents_with_cpu_no_lease_explains_hold_their_share_in_the_simulator() -
     # The leader now learns each agent's own CPU from its reports (the fill that gave it its share moved its
     # throughput, not its CPU) and keeps it (decision 0044): the mixed fleet settles as the plain one does.
     kbps = {f"shardId-{i:012d}": 0.04 + (i % 5) * 0.02 for i in range(64)}
-    joins = [-1.5] * 2 + [0.0] * 6 + [25.0, 25.2]
+    # Eight plain agents there at the first assignment (a row seen at its look replays one look, 0.5 s, before it).
+    joins = [-1.5] * 2 + [-0.5] * 6 + [25.0, 25.2]
     plain, spark = (predict(LiveInputs(kbps, joins, cpu_base=1.2, cpu_mean=3.9, warmup=60.0, settle=180.0,
                                        own_cpu=own)) for own in ((), [0.0] * 8 + [12.0, 12.0]))
     assert plain.steady_moves == 0, plain
