@@ -291,7 +291,7 @@ def side_by_side(live: Figures, sim: Figures) -> str:
 def describe(inputs: LiveInputs) -> str:
     """One line on what the simulator replays."""
     own = [cpu for cpu, rate in zip(inputs.own_cpu or [0.0] * len(inputs.joins),
-                                    inputs.batch_ends or [0.0] * len(inputs.joins), strict=True) if rate > 0]
+                                    inputs.batch_ends or [0.0] * len(inputs.joins), strict=True) if cpu or rate]
     joins = sorted(inputs.joins)
     return (f"{len(inputs.kbps)} shards at the KiB/s the agents reported, {sum(inputs.kbps.values()):.1f} KiB/s in "
             f"all; {len(joins)} agents joining {joins[0]:.1f} to {joins[-1]:.1f} s from the first lease owned; CPU "
