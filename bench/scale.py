@@ -511,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=120.0, help="seconds of steady state watched")
     parser.add_argument("--spark-agents", type=int, default=2, help="Spark agents (drivers running the example "
                         "pipeline, `local[1]`) started beside the plain ones (0: none)")
-    parser.add_argument("--calls", type=int, default=30, help="API calls timed per endpoint")
+    parser.add_argument("--calls", type=int, default=200, help="API calls timed per endpoint (200: p99 is not max)")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds any one step may take")
     parser.add_argument("--run-dir", default=".scale", help="run directory (inside the current directory)")
     parser.add_argument("--store", choices=("postgres", "moto"), default="postgres",
