@@ -240,36 +240,32 @@ class BandPass:
                 return  # nothing fits the least loaded receiver that may take a lease: nor the fuller ones
 
     def _fill_one(self, receiver: str) -> bool:
-        """The giver's lease that lands the receiver nearest the average (else lifts it most); False if none."""
+        """The lease landing the receiver nearest the average (from the first giver with one inside); False if none.
+
+        The band is symmetric: a lease landing inside is nearer than any below, which lifts it most among them.
+        """
         if not self.plan.assignable(receiver):
             return False
-        base = self._at[receiver]
+        band, base = self.band, self._at[receiver]
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
-        lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
+        best: tuple[float, int, float, str, str, float] | None = None  # (distance, stream, landed, key, giver, after)
         for giver_value, giver in self._extremes(False, receiver):
-            if giver_value <= self.band.avg:
+            if giver_value <= band.avg:
                 break
-            options = []
             theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = giver_value - self.fall(giver, key)
-                if not self.band.lower <= after < giver_value:
-                    continue
-                landed = self._fits(receiver, key, weight, giver_value - self.band.min_gain)
-                if landed is not None and landed >= base + self.band.min_gain:
-                    options.append((abs(landed - self.band.avg), mine[stream_prefix(key)] - theirs[stream_prefix(key)],
-                                    landed, key, after))
-            inside = [o for o in options if o[2] >= self.band.lower]
-            if inside:
-                _, _, landed, key, after = min(inside)
-                self._move(key, (giver, after), (receiver, landed), "below the band: fill")
-                return True
-            best = max(options, key=lambda o: (o[2], -o[1], o[3]), default=None)
-            if best is not None and (lift is None or best[2] > lift[0]):
-                lift = (best[2], best[3], giver, best[4])
-        if lift is None:
+                landed = self._fits(receiver, key, weight, giver_value - band.min_gain) if (
+                    band.lower <= after < giver_value) else None
+                if landed is not None and landed >= base + band.min_gain:
+                    stream = stream_prefix(key)
+                    option = (abs(landed - band.avg), mine[stream] - theirs[stream], landed, key, giver, after)
+                    best = option if best is None or option < best else best
+            if best is not None and best[2] >= band.lower:
+                break
+        if best is None:
             return False
-        self._move(lift[1], (lift[2], lift[3]), (receiver, lift[0]), "below the band: fill")
+        self._move(best[3], (best[4], best[5]), (receiver, best[2]), "below the band: fill")
         return True
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
