@@ -148,7 +148,7 @@ class Settings(BaseSettings):
     # report alone (KCL); with reports `worker_metrics_reporter_freq_millis` apart (lease mode) that is the same.
     rebalance_persistence_millis: int = Field(30_000, ge=0, le=HOUR_MILLIS)
     # Band balancing, when no worker is out of its metric's band: a worker far below the throughput band (a new or
-    # idle one) in every report of the persistence window is filled on throughput (decision 0014).
+    # idle one, by what it holds now) is filled on throughput (decisions 0014, 0046).
     rebalance_fill_on_throughput: bool = True
     allow_receiver_above_average: bool = True
     variance_balancing: Literal["band", "kcl"] = "band"

@@ -5,8 +5,8 @@ One run (`variance_balancing = band`):
 2. On a balancing run, the metric whose workers (confirmed values; projected ones once a move changed them) stray
    furthest outside the band is balanced by one `BandPass` (band_moves.py states its invariants).
 3. With no metric out of band, or none moved, a joining worker (at most half the average lease count and under half an
-   average share at every report of the persistence window) is filled on throughput shares (`ShareFill`), each of its
-   metrics under its band's edge raised by its own load's excess over the fleet's base (`joiner_ceiling`).
+   average share now) is filled on throughput shares (`ShareFill`), each of its metrics under its band's edge raised by
+   its own load's excess over the fleet's base (`joiner_ceiling`).
 Values: a line `base + slope x KiB/s` per metric fitted over settled workers, own excess taken out (`FleetView`).
 """
 
@@ -79,11 +79,8 @@ class ShareFill(BandPass):
         return self.rise(wid, ledger.count(wid) if self.counts_leases else ledger.throughput.get(wid, 0.0))
 
     def confirmed(self, wid: str) -> float:
-        """Its share now or at a report of the persistence window, whichever is nearest the average."""
-        if self.counts_leases or wid in self.plan.changed:
-            return self.level(wid)
-        past = [self.rise(wid, kbps) for kbps in self.view.carried_history.get(wid, ())]
-        return min((self.level(wid), *past), key=lambda v: (abs(v - 100.0), v))
+        """Its share now (a joiner's share is not asked to persist: `fillable` and `_gave` keep givers out)."""
+        return self.level(wid)
 
     def limit(self, wid: str) -> float:
         """The band's edge (a share has no operating range)."""

@@ -9,7 +9,7 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
-   tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
+   tops its ceiling sheds every other lease some receiver takes (as KCL above the operating range).
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -73,7 +73,6 @@ class BandPass:
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
@@ -126,26 +125,11 @@ class BandPass:
             if self.moved == before:
                 return
 
-    def ceiling(self, wid: str, rate: float | None) -> float:
-        """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
-        edge, ledger = self.band.upper, self.plan.ledger
-        held = ledger.held_by.get(wid)
-        if rate is not None and held:
-            heaviest = self._heaviest.get(wid)
-            if heaviest is None:
-                heaviest = self._heaviest[wid] = max(map(self._weight.__getitem__, held))
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - heaviest)
-            if alone > edge:
-                edge = alone + (self.band.upper - self.band.avg)
-        return min(edge, self.view.limits[wid][self.metric])
-
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        at, room, rate = self._at, self._room, self.plan.rate
-        over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
-        donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
-                        key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
-        for donor, _ in donors:
+        at, room = self._at, self._room
+        over = [w for w in self.holders if at[w] > room[w][0] and (self.moved or self.confirmed(w) > room[w][0])]
+        for donor in sorted(over, key=lambda w: (room[w][0] - at[w], w)):
             while self._shed_one(donor):
                 pass
 
@@ -181,8 +165,7 @@ class BandPass:
 
         Leases that keep it above its ceiling (rate and ceiling unchanged) go in one batch down its preference.
         """
-        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
-        ceiling = self.ceiling(donor, rate)
+        value, rate, ceiling = self._at[donor], self.plan.rate(donor, self.metric), self._room[donor][0]
         if value <= ceiling:
             return False
         cap = value - self.band.min_gain
@@ -199,7 +182,7 @@ class BandPass:
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling or donor not in self._heaviest:
+                if rate is None or after <= ceiling:
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
@@ -257,36 +240,32 @@ class BandPass:
                 return  # nothing fits the least loaded receiver that may take a lease: nor the fuller ones
 
     def _fill_one(self, receiver: str) -> bool:
-        """The giver's lease that lands the receiver nearest the average (else lifts it most); False if none."""
+        """The lease landing the receiver nearest the average (from the first giver with one inside); False if none.
+
+        The band is symmetric: a lease landing inside is nearer than any below, which lifts it most among them.
+        """
         if not self.plan.assignable(receiver):
             return False
-        base = self._at[receiver]
+        band, base = self.band, self._at[receiver]
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
-        lift: tuple[float, str, str, float] | None = None  # (landed, lease, giver, giver after)
+        best: tuple[float, int, float, str, str, float] | None = None  # (distance, stream, landed, key, giver, after)
         for giver_value, giver in self._extremes(False, receiver):
-            if giver_value <= self.band.avg:
+            if giver_value <= band.avg:
                 break
-            options = []
             theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = giver_value - self.fall(giver, key)
-                if not self.band.lower <= after < giver_value:
-                    continue
-                landed = self._fits(receiver, key, weight, giver_value - self.band.min_gain)
-                if landed is not None and landed >= base + self.band.min_gain:
-                    options.append((abs(landed - self.band.avg), mine[stream_prefix(key)] - theirs[stream_prefix(key)],
-                                    landed, key, after))
-            inside = [o for o in options if o[2] >= self.band.lower]
-            if inside:
-                _, _, landed, key, after = min(inside)
-                self._move(key, (giver, after), (receiver, landed), "below the band: fill")
-                return True
-            best = max(options, key=lambda o: (o[2], -o[1], o[3]), default=None)
-            if best is not None and (lift is None or best[2] > lift[0]):
-                lift = (best[2], best[3], giver, best[4])
-        if lift is None:
+                landed = self._fits(receiver, key, weight, giver_value - band.min_gain) if (
+                    band.lower <= after < giver_value) else None
+                if landed is not None and landed >= base + band.min_gain:
+                    stream = stream_prefix(key)
+                    option = (abs(landed - band.avg), mine[stream] - theirs[stream], landed, key, giver, after)
+                    best = option if best is None or option < best else best
+            if best is not None and best[2] >= band.lower:
+                break
+        if best is None:
             return False
-        self._move(lift[1], (lift[2], lift[3]), (receiver, lift[0]), "below the band: fill")
+        self._move(best[3], (best[4], best[5]), (receiver, best[2]), "below the band: fill")
         return True
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
@@ -302,10 +281,6 @@ class BandPass:
             i = bisect.bisect_left(movable, (weight, key))
             if i < len(movable) and movable[i][1] == key:
                 del movable[i]
-        if self._heaviest.get(giver) == weight:
-            del self._heaviest[giver]
-        if weight > self._heaviest.get(receiver, math.inf):
-            self._heaviest[receiver] = weight
         for wid in (giver, receiver):
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)

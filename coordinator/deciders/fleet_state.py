@@ -78,8 +78,6 @@ class FleetView:
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self._model(snapshot, values, (lagged, now), ledger, reporting)
         self.averages = self._averages()
-        self.carried_history = {w.worker_id: tuple(w.throughput_history[-config.rebalance_persistent_reports:])
-                                for w in reporting}
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
             self.averages = self._averages(self._centres())

@@ -64,19 +64,16 @@ def test_once_filled_nothing_moves_on_throughput_again() -> None:
     assert decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 2.0}, uneven), CONFIG, balance=True).moves == ()
 
 
-def test_a_worker_empty_in_its_newest_report_only_is_not_filled() -> None:
-    # D's leases just moved away (A, B and C hold all eight), but at its earlier reports it carried 2.30 KiB/s: only
-    # a worker far below in every report of the window is filled.
+def test_a_joining_worker_is_filled_on_what_it_carries_now() -> None:
+    # D's leases just moved away (A, B and C hold all eight); at its earlier reports it carried 2.30 KiB/s. A share
+    # is a lease figure, not a noisy report: D is filled on what it holds now, as a worker that never held anything
+    # (decision 0046; the fill used to wait until no report of the window showed D's old leases).
     held = {"A": {"s0": 1.11, "s1": 1.20, "s2": 1.60}, "B": {"s3": 0.65, "s4": 1.65, "s5": 3.60},
             "C": {"s6": 0.81, "s7": 1.49}, "D": {}}
     cpu = {"A": 3.0, "B": 3.8, "C": 2.6, "D": 0.3}
-    carried = {"D": [2.30] * 9 + [0.0]}
-    assert decide(_fleet(cpu, held, carried), CONFIG, balance=True).moves == ()
-    filled = [("s5", "B", "D")]  # as for the new agent
-    assert _moves(decide(_fleet(cpu, held, {"D": [0.0] * 10}), CONFIG, balance=True)) == filled
-    # With the newest report alone (lease mode, KCL's spacing) the newest figure counts.
-    newest = DeciderConfig(rebalance_persistent_reports=1)
-    assert _moves(decide(_fleet(cpu, held, carried), newest, balance=True)) == filled
+    moved = decide(_fleet(cpu, held, {"D": [2.30] * 9 + [0.0]}), CONFIG, balance=True)
+    assert _moves(moved) == _moves(decide(_fleet(cpu, held, {"D": [0.0] * 10}), CONFIG, balance=True))
+    assert [m.to_worker for m in moved.moves] == ["D"]
 
 
 def test_a_worker_carrying_half_a_share_or_more_is_not_filled_on_throughput() -> None:
