@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import ROUNDING, Band, BandPass
+from shardherd.coordinator.deciders.band_moves import ROUNDING, Band, BandPass, shares_fill
 from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import Plan
@@ -99,8 +99,7 @@ class ShareFill(BandPass):
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        joining = 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
-        return joining and wid not in self._gave
+        return self.joining(wid, self.plan.ledger.count(wid)) and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""
@@ -116,8 +115,7 @@ def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band"
     On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
     """
     view, cfg = plan.view, plan.view.config
-    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
-            THROUGHPUT_METRIC in view.averages):
+    if not shares_fill(view):
         return why
     floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
     dead = cfg.rebalance_dead_band_percentage

@@ -10,6 +10,7 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
    tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
+   Under its operating range it never sheds to a lease count the fill on shares fills back from (`joining`, 0044).
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -26,12 +27,22 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from shardherd.coordinator.deciders.fleet_state import FleetPlan
+from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.moves import MoveReason
 from shardherd.shared.streams import stream_prefix
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 PROBES = 8  # how many of the least (or most) loaded workers a lease is tried against: bounds the cost
 ROUNDING = 1e-9  # relative slack on the band's edges: a value computed to sit on an edge counts as inside
+
+
+def shares_fill(view: FleetView) -> bool:
+    """Whether joining workers are filled on throughput shares (band.py `fill_on_share`).
+
+    Where `rebalance_fill_on_throughput` is on, leases report KiB/s and no worker is balanced on its share `T`.
+    """
+    return (view.config.rebalance_fill_on_throughput and not view.count_only and view.target_throughput > 0
+            and THROUGHPUT_METRIC not in view.averages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +137,14 @@ class BandPass:
             if self.moved == before:
                 return
 
+    def joining(self, wid: str, leases: int) -> bool:
+        """Whether `wid` holding `leases` is a joiner the fill on shares fills (band.py: `ShareFill`, `shares_fill`).
+
+        At most half the average lease count. That fill counts a joiner's value above the line as its own and fills
+        it to its share, so a shed stops above there (invariant 3): else it comes back a few runs later (0044).
+        """
+        return shares_fill(self.view) and 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
+
     def ceiling(self, wid: str, rate: float | None) -> float:
         """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
         edge, ledger = self.band.upper, self.plan.ledger
@@ -146,7 +165,7 @@ class BandPass:
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._shed_one(donor):
+            while self._spare(donor) and self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -199,13 +218,25 @@ class BandPass:
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling or donor not in self._heaviest:
+                if rate is None or after <= ceiling or self._last(donor):
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
                 if not probes[0][0] < min(cap, self._top_limit):
                     return True
         return moved
+
+    def _spare(self, donor: str) -> bool:
+        """Whether the donor may give one more lease: it stays no joiner, or it is above its operating range.
+
+        (The fill on shares never fills past that range: there a donor sheds what it can, as KCL.)
+        """
+        return self._at[donor] > self.view.limits[donor][self.metric] or not self.joining(
+            donor, self.plan.ledger.count(donor) - 1)
+
+    def _last(self, donor: str) -> bool:
+        """Whether the donor's batch of moves ends: its heaviest lease left (its ceiling changes) or none is spare."""
+        return donor not in self._heaviest or not self._spare(donor)
 
     def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
         """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""
