@@ -10,7 +10,7 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
    tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
-   Under its operating range it never sheds to a lease count the fill on shares fills back from (`joining`, 0044).
+   Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -34,15 +34,37 @@ from shardherd.shared.worker import THROUGHPUT_METRIC
 
 PROBES = 8  # how many of the least (or most) loaded workers a lease is tried against: bounds the cost
 ROUNDING = 1e-9  # relative slack on the band's edges: a value computed to sit on an edge counts as inside
+SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of an average worker's KiB/s
 
 
-def shares_fill(view: FleetView) -> bool:
-    """Whether joining workers are filled on throughput shares (band.py `fill_on_share`).
+def share_band(view: FleetView) -> tuple[Band, bool] | None:
+    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run.
 
-    Where `rebalance_fill_on_throughput` is on, leases report KiB/s and no worker is balanced on its share `T`.
+    Shares in points of an average one; on lease counts where an empty worker is inside the throughput band's floor
+    (KiB/s within the noise: 0042).
     """
-    return (view.config.rebalance_fill_on_throughput and not view.count_only and view.target_throughput > 0
-            and THROUGHPUT_METRIC not in view.averages)
+    cfg = view.config
+    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
+            THROUGHPUT_METRIC in view.averages):
+        return None
+    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
+    dead = cfg.rebalance_dead_band_percentage
+    gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
+    if band.floor > 0:
+        return band, False
+    one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
+    return Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW), True
+
+
+def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
+    """A joining worker's ceiling: the band's edge raised by its own load over the fleet's base, within its range.
+
+    A Spark driver's JVM sits above the base; leases did not put it there (issue 33: such a worker was never filled).
+    """
+    edge = view.ceiling(wid, metric)
+    excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
+    return max(edge, min(edge + excess, view.limits[wid][metric]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +107,7 @@ class BandPass:
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
+        self._shares = share_band(self.view)  # a shed stops where the fill on shares would give leases back
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
@@ -138,12 +161,32 @@ class BandPass:
                 return
 
     def joining(self, wid: str, leases: int) -> bool:
-        """Whether `wid` holding `leases` is a joiner the fill on shares fills (band.py: `ShareFill`, `shares_fill`).
+        """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
+        return 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
 
-        At most half the average lease count. That fill counts a joiner's value above the line as its own and fills
-        it to its share, so a shed stops above there (invariant 3): else it comes back a few runs later (0044).
+    def _refilled(self, donor: str, key: str) -> bool:
+        """Whether the fill on shares would give the donor a lease like `key` back once it left.
+
+        So it would for a joiner under that band's floor with room for the lease under its `joiner_ceiling`, which
+        counts the value above the line as the worker's own: the shed priced that value as its leases'.
         """
-        return shares_fill(self.view) and 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
+        ledger, shares = self.plan.ledger, self._shares
+        if shares is None or not self.joining(donor, ledger.count(donor) - 1):
+            return False
+        band, counts = shares
+        weight = self._kbps[key]
+        left = ledger.throughput[donor] - weight
+        share = 100.0 * ((ledger.count(donor) - 1) / (self.view.n_leases / max(1, len(self.view.active))) if counts
+                         else left / self.view.target_throughput)
+        value = self._at[donor] - self.fall(donor, key)
+        return share < band.floor and value + self.view.rise(donor, self.metric, weight) <= joiner_ceiling(
+            self.view, donor, self.metric, value, left)
+
+    def _keeping(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
+        """`keys` less those the fill on shares would give back (invariant 3); all above its operating range."""
+        if self._shares is None or self._at[donor] > self.view.limits[donor][self.metric]:
+            return keys
+        return (key for key in keys if not self._refilled(donor, key))
 
     def ceiling(self, wid: str, rate: float | None) -> float:
         """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
@@ -165,7 +208,7 @@ class BandPass:
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._spare(donor) and self._shed_one(donor):
+            while self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -209,7 +252,7 @@ class BandPass:
         if not probes or not probes[0][0] < min(cap, self._top_limit):
             return False  # no receiver below its limit and `cap`
         heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._preferred(donor, value, ceiling, heaviest, rate)
+        keys = self._keeping(donor, self._preferred(donor, value, ceiling, heaviest, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
@@ -218,25 +261,13 @@ class BandPass:
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling or self._last(donor):
+                if rate is None or after <= ceiling or donor not in self._heaviest:
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
                 if not probes[0][0] < min(cap, self._top_limit):
                     return True
         return moved
-
-    def _spare(self, donor: str) -> bool:
-        """Whether the donor may give one more lease: it stays no joiner, or it is above its operating range.
-
-        (The fill on shares never fills past that range: there a donor sheds what it can, as KCL.)
-        """
-        return self._at[donor] > self.view.limits[donor][self.metric] or not self.joining(
-            donor, self.plan.ledger.count(donor) - 1)
-
-    def _last(self, donor: str) -> bool:
-        """Whether the donor's batch of moves ends: its heaviest lease left (its ceiling changes) or none is spare."""
-        return donor not in self._heaviest or not self._spare(donor)
 
     def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
         """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""
