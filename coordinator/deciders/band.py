@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.band_moves import ROUNDING, Band, BandPass
+from shardherd.coordinator.deciders.band_moves import ROUNDING, Band, BandPass, joiner_ceiling, share_band
 from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import Plan
@@ -23,7 +23,6 @@ from shardherd.coordinator.snapshot import Snapshot
 from shardherd.shared.worker import THROUGHPUT_METRIC
 
 NAME = "band"
-SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of an average worker's KiB/s
 
 
 def metric_to_balance(plan: FleetPlan) -> Band | None:
@@ -41,16 +40,6 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
         if stray > 0 and (best is None or stray > best[0]):
             best = (stray, band)
     return None if best is None else best[1]
-
-
-def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
-    """A joining worker's ceiling: the band's edge raised by its own load over the fleet's base, within its range.
-
-    A Spark driver's JVM sits above the base; leases did not put it there (issue 33: such a worker was never filled).
-    """
-    edge = view.ceiling(wid, metric)
-    excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
-    return max(edge, min(edge + excess, view.limits[wid][metric]))
 
 
 class ShareFill(BandPass):
@@ -96,8 +85,7 @@ class ShareFill(BandPass):
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        joining = 2 * self.plan.ledger.count(wid) <= self.view.n_leases / max(1, len(self.view.active))
-        return joining and wid not in self._gave
+        return self.joining(wid, self.plan.ledger.count(wid)) and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""
@@ -112,18 +100,10 @@ def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band"
 
     On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
     """
-    view, cfg = plan.view, plan.view.config
-    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
-            THROUGHPUT_METRIC in view.averages):
+    shares = share_band(plan.view)
+    if shares is None:
         return why
-    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
-    dead = cfg.rebalance_dead_band_percentage
-    gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
-    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
-    counts = band.floor <= 0
-    if counts:
-        one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
-        band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW)
+    band, counts = shares
     fill = ShareFill(plan, band, counts, after_shed)
     fill.fill()  # fill only: nothing is shed on shares
     measure = "lease count" if counts else THROUGHPUT_METRIC

@@ -10,6 +10,7 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
    tops its ceiling sheds every other lease some receiver takes (as KCL above the operating range).
+   Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -26,12 +27,44 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from shardherd.coordinator.deciders.fleet_state import FleetPlan
+from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.moves import MoveReason
 from shardherd.shared.streams import stream_prefix
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 PROBES = 8  # how many of the least (or most) loaded workers a lease is tried against: bounds the cost
 ROUNDING = 1e-9  # relative slack on the band's edges: a value computed to sit on an edge counts as inside
+SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of an average worker's KiB/s
+
+
+def share_band(view: FleetView) -> tuple[Band, bool] | None:
+    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run.
+
+    Shares in points of an average one; on lease counts where an empty worker is inside the throughput band's floor
+    (KiB/s within the noise: 0042).
+    """
+    cfg = view.config
+    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
+            THROUGHPUT_METRIC in view.averages):
+        return None
+    floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
+    dead = cfg.rebalance_dead_band_percentage
+    gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
+    band = Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, 2.0 * gain), max(gain, dead), dead, SHARE_FILL_BELOW)
+    if band.floor > 0:
+        return band, False
+    one = 100.0 * len(view.active) / view.n_leases  # one lease, in points of the average count
+    return Band.around(THROUGHPUT_METRIC, 100.0, max(*floors, min(one, 25.0)), one, dead, SHARE_FILL_BELOW), True
+
+
+def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried: float) -> float:
+    """A joining worker's ceiling: the band's edge raised by its own load over the fleet's base, within its range.
+
+    A Spark driver's JVM sits above the base; leases did not put it there (issue 33: such a worker was never filled).
+    """
+    edge = view.ceiling(wid, metric)
+    excess = value - view.rise(wid, metric, carried) - view.lines[metric].base
+    return max(edge, min(edge + excess, view.limits[wid][metric]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +106,7 @@ class BandPass:
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
+        self._shares = share_band(self.view)  # a shed stops where the fill on shares would give leases back
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
@@ -125,6 +159,34 @@ class BandPass:
             if self.moved == before:
                 return
 
+    def joining(self, wid: str, leases: int) -> bool:
+        """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
+        return 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
+
+    def _refilled(self, donor: str, key: str) -> bool:
+        """Whether the fill on shares would give the donor a lease like `key` back once it left.
+
+        So it would for a joiner under that band's floor with room for the lease under its `joiner_ceiling`, which
+        counts the value above the line as the worker's own: the shed priced that value as its leases'.
+        """
+        ledger, shares = self.plan.ledger, self._shares
+        if shares is None or not self.joining(donor, ledger.count(donor) - 1):
+            return False
+        band, counts = shares
+        weight = self._kbps[key]
+        left = ledger.throughput[donor] - weight
+        share = 100.0 * ((ledger.count(donor) - 1) / (self.view.n_leases / max(1, len(self.view.active))) if counts
+                         else left / self.view.target_throughput)
+        value = self._at[donor] - self.fall(donor, key)
+        return share < band.floor and value + self.view.rise(donor, self.metric, weight) <= joiner_ceiling(
+            self.view, donor, self.metric, value, left)
+
+    def _keeping(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
+        """`keys` less those the fill on shares would give back (invariant 3); all above its operating range."""
+        if self._shares is None or self._at[donor] > self.view.limits[donor][self.metric]:
+            return keys
+        return (key for key in keys if not self._refilled(donor, key))
+
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
         at, room = self._at, self._room
@@ -173,7 +235,7 @@ class BandPass:
         if not probes or not probes[0][0] < min(cap, self._top_limit):
             return False  # no receiver below its limit and `cap`
         heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._preferred(donor, value, ceiling, heaviest, rate)
+        keys = self._keeping(donor, self._preferred(donor, value, ceiling, heaviest, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))

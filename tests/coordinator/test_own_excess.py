@@ -8,12 +8,14 @@ KiB/s) and filled them back as joiners on throughput: 61 owner changes in 10 min
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.load_model import Line, own_base
-from shardherd.coordinator.moves import Plan
+from shardherd.coordinator.moves import Move, Plan
 from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 
 CONFIG = DeciderConfig(rebalance_persistent_reports=8)  # worker mode: 30 s of reports about 4 s apart
@@ -75,6 +77,27 @@ def test_a_kept_excess_counts_only_as_far_as_the_newest_reports_show_it() -> Non
                   CONFIG, balance=True)
     assert plan.moves == ()
     assert {w.worker_id: w for w in plan.workers}["S"].metrics_before["C"] == pytest.approx(2.796)
+
+
+def test_a_shed_on_cpu_gives_no_lease_the_fill_on_shares_gives_back() -> None:
+    # Session 26, live 256 shards x 34 agents: the leader had learned only part of a Spark agent's JVM (here 4 of
+    # 12.4 points); the rest put it above the CPU band. The shed priced it at the agent's leases and took it to half
+    # the average lease count, where the fill on shares counts its CPU above the line as its own (`joiner_ceiling`)
+    # and filled it back: shed 2, shed 2, fill 4, ... on the same reports. Now the shed gives no lease the fill would
+    # give back (`BandPass._refilled`).
+    snapshot = _fleet([16.0] * 10, [0.42] * 10, spark_leases=6, own_excess={"S": {"C": 4.0}})
+    moves: list[Move] = []
+    for _ in range(4):  # each plan applied (its moved leases left alone by the next run, as the leader does)
+        plan = decide(snapshot, CONFIG, balance=True)
+        moves += plan.moves
+        to = {move.lease_key: move.to_worker for move in plan.moves}
+        leases = [dataclasses.replace(lease, lease_owner=to.get(lease.key, lease.lease_owner),
+                                      recently_moved=lease.key in to) for lease in snapshot.leases]
+        snapshot = Snapshot.of(leases, snapshot.workers, {"C": LINE}, plan.own_excess)
+    # 6 -> 3 leases: half an average count (54 / 9), a share of 50, which the fill on shares leaves alone; the
+    # next lease would take S under it, and S's CPU above the line would let the fill give one back.
+    assert [move.from_owner for move in moves] == ["S", "S", "S"]
+    assert sum(lease.lease_owner == "S" for lease in snapshot.leases) == 3
 
 
 def test_own_base_reads_a_workers_reports_only_where_its_throughput_moved() -> None:
