@@ -395,9 +395,16 @@ class Join:
         return int(run["balancing_runs"] - seen["balancing_runs"] + seen["balanced"])
 
 
+def following(elapsed: float, beat: float | None, seconds: float) -> bool:
+    """Whether a join is still followed `elapsed` seconds after the action: up to `seconds` past the joiner's first
+    heartbeat (at `beat`), and up to START_TIMEOUT for that heartbeat (a Spark driver's JVM starts first: 45-75 s on a
+    loaded 2-core host, more than a usual `--settle`)."""
+    return elapsed < (START_TIMEOUT if beat is None else beat + seconds)
+
+
 def follow_join(state: StackState, name: str, share: int, seconds: float) -> Join:
     """Watch the store every 0.25 s and the leader's published runs until `name` holds `share` leases or got no new
-    lease for QUIET seconds after its first, or `seconds` past its first heartbeat (a Spark driver starts slowly)."""
+    lease for QUIET seconds after its first, or `seconds` past its first heartbeat (`following`)."""
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")  # the emulators take any credentials
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
     store = open_store(load_settings(application_name=state.application_name, region=state.region,
@@ -406,7 +413,7 @@ def follow_join(state: StackState, name: str, share: int, seconds: float) -> Joi
     began = time.monotonic()
     join.note(_leader_status(state.api_urls(), state.api_token()))  # the run before the action: its worker rows
     try:
-        while time.monotonic() - began < seconds + (join.beat or 0.0):
+        while following(time.monotonic() - began, join.beat, seconds):
             now = time.monotonic() - began
             if join.beat is None and any(w.worker_id == name for w in store.scan_workers().workers):
                 join.beat = now
