@@ -9,7 +9,7 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
-   tops its ceiling sheds every other lease some receiver takes (as KCL above the operating range).
+   tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
    Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
@@ -106,6 +106,7 @@ class BandPass:
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
+        self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._shares = share_band(self.view)  # a shed stops where the fill on shares would give leases back
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
@@ -159,6 +160,18 @@ class BandPass:
             if self.moved == before:
                 return
 
+    def ceiling(self, wid: str, rate: float | None) -> float:
+        """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
+        edge, ledger = self.band.upper, self.plan.ledger
+        held = ledger.held_by.get(wid)
+        if rate is not None and held:
+            heaviest = self._heaviest.get(wid)
+            if heaviest is None:
+                heaviest = self._heaviest[wid] = max(map(self._weight.__getitem__, held))
+            alone = self._at[wid] - rate * (ledger.throughput[wid] - heaviest)
+            if alone > edge:
+                edge = alone + (self.band.upper - self.band.avg)
+        return min(edge, self.view.limits[wid][self.metric])
     def joining(self, wid: str, leases: int) -> bool:
         """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
         return 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
@@ -189,9 +202,11 @@ class BandPass:
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        at, room = self._at, self._room
-        over = [w for w in self.holders if at[w] > room[w][0] and (self.moved or self.confirmed(w) > room[w][0])]
-        for donor in sorted(over, key=lambda w: (room[w][0] - at[w], w)):
+        at, room, rate = self._at, self._room, self.plan.rate
+        over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
+        donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
+                        key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
+        for donor, _ in donors:
             while self._shed_one(donor):
                 pass
 
@@ -227,7 +242,8 @@ class BandPass:
 
         Leases that keep it above its ceiling (rate and ceiling unchanged) go in one batch down its preference.
         """
-        value, rate, ceiling = self._at[donor], self.plan.rate(donor, self.metric), self._room[donor][0]
+        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
+        ceiling = self.ceiling(donor, rate)
         if value <= ceiling:
             return False
         cap = value - self.band.min_gain
@@ -244,7 +260,7 @@ class BandPass:
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling:
+                if rate is None or after <= ceiling or donor not in self._heaviest:
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
@@ -343,6 +359,10 @@ class BandPass:
             i = bisect.bisect_left(movable, (weight, key))
             if i < len(movable) and movable[i][1] == key:
                 del movable[i]
+        if self._heaviest.get(giver) == weight:
+            del self._heaviest[giver]
+        if weight > self._heaviest.get(receiver, math.inf):
+            self._heaviest[receiver] = weight
         for wid in (giver, receiver):
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)

@@ -51,12 +51,10 @@ def test_a_donor_sheds_one_lease_that_lands_it_in_the_band_where_kcl_needs_sever
     assert len(kcl.moves) > len(band.moves) and after(kcl)["A"] > upper
 
 
-@pytest.mark.parametrize("limits", [{"A": 80.0}, {}])
-def test_a_worker_above_its_ceiling_with_one_heavy_lease_sheds_its_small_leases(limits: dict[str, float]) -> None:
-    # Issue 31 (KCL's behaviour): A is at 90 % (of an 80 % operating range, or above the band's edge alone) with one
-    # 1,000 KiB/s lease and eight of 10 KiB/s; B is at 50 %. The heavy lease fits nowhere, but the small ones go to B:
-    # A ends as low as it can (decision 0046: no allowance of half a band above the edge for the heavy lease).
-    snapshot = fleet({"A": (90.0, [1000.0] + [10.0] * 8), "B": (50.0, [50.0] * 11)}, limits=limits)
+def test_a_worker_above_its_operating_range_with_one_heavy_lease_sheds_its_small_leases() -> None:
+    # Issue 31 (KCL's behaviour): A is at 90 % of an 80 % operating range with one 1,000 KiB/s lease and eight of
+    # 10 KiB/s; B is at 50 %. The heavy lease fits nowhere, but the small ones go to B: A ends as low as it can.
+    snapshot = fleet({"A": (90.0, [1000.0] + [10.0] * 8), "B": (50.0, [50.0] * 11)}, limits={"A": 80.0})
     plan = decide(snapshot, BAND, balance=True)
     assert sorted(m.lease_key for m in plan.moves) == [f"A{i:02d}" for i in range(1, 9)]
     assert {m.to_worker for m in plan.moves} == {"B"}
