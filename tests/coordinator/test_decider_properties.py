@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig, Strategy
-from shardherd.coordinator.deciders.band import balance_pass, joiner_ceiling
+from shardherd.coordinator.deciders.band import balance_pass
+from shardherd.coordinator.deciders.band_moves import joiner_ceiling
 from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.moves import MoveReason, Plan
