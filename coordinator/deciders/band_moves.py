@@ -108,6 +108,7 @@ class BandPass:
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._shares = share_band(self.view)  # a shed stops where the fill on shares would give leases back
+        self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
         # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
@@ -172,9 +173,10 @@ class BandPass:
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         return min(edge, self.view.limits[wid][self.metric])
+
     def joining(self, wid: str, leases: int) -> bool:
         """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
-        return 2 * leases <= self.view.n_leases / max(1, len(self.view.active))
+        return 2 * leases <= self._per_worker
 
     def _refilled(self, donor: str, key: str) -> bool:
         """Whether the fill on shares would give the donor a lease like `key` back once it left.
@@ -183,13 +185,13 @@ class BandPass:
         counts the value above the line as the worker's own: the shed priced that value as its leases'.
         """
         ledger, shares = self.plan.ledger, self._shares
-        if shares is None or not self.joining(donor, ledger.count(donor) - 1):
+        kept = ledger.count(donor) - 1
+        if shares is None or not self.joining(donor, kept):
             return False
         band, counts = shares
         weight = self._kbps[key]
         left = ledger.throughput[donor] - weight
-        share = 100.0 * ((ledger.count(donor) - 1) / (self.view.n_leases / max(1, len(self.view.active))) if counts
-                         else left / self.view.target_throughput)
+        share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
         value = self._at[donor] - self.fall(donor, key)
         return share < band.floor and value + self.view.rise(donor, self.metric, weight) <= joiner_ceiling(
             self.view, donor, self.metric, value, left)
