@@ -7,6 +7,11 @@ cached shard list) belongs to one leader term and is reset when leadership is (r
 The leader scans both tables only when `coordinator/scan_policy.py` says so: every interval while anything needs
 watching, else every `leader_full_scan_interval_millis`; between full runs it ticks on its view in memory (its last
 scans with its own conditional writes applied) and is woken at once by signals from the assignment channel.
+
+A term starts by learning who is alive: while agent rows its first scan found are neither seen changing nor silent,
+and for at most one heartbeat interval and one assignment interval, it places no unowned lease and balances nothing
+(failing over expired leases and draining go on). A cold start's leases then go to every running agent at once, not
+all to the one whose row it happened to see change first (decision 0047).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from shardherd.coordinator.liveness import (
 )
 from shardherd.coordinator.load_model import Line
 from shardherd.coordinator.move_record import MoveRecord
-from shardherd.coordinator.moves import Move, Plan, UnplacedReason
+from shardherd.coordinator.moves import Move, MoveReason, Plan, UnplacedReason
 from shardherd.coordinator.paused_leases import hold_paused
 from shardherd.coordinator.run_summary import RunHistory, RunLaps, RunSummary, WriteTally
 from shardherd.coordinator.scale_model import ScaleFigure, ScaleSettings, ScaleState
@@ -150,6 +155,27 @@ class _Term:
     shard_stalls: ShardStalls | None = None  # leases whose reads stalled at two workers (shard_stall.py)
     # Worker -> the leases its row reports given back, and when this leader first saw the newest of them (_gave_back).
     gave_back: dict[str, tuple[frozenset[str], float]] = field(default_factory=dict)
+
+
+def _places_or_balances(move: Move) -> bool:
+    """A move a term still learning its roster holds: placing an unowned lease, or balancing."""
+    return move.reason is MoveReason.UNASSIGNED or move.reason.is_balancing
+
+
+def _held(term: _Term, plan: Plan, leases: Mapping[str, Lease], roster_pending: bool) -> Plan:
+    """The plan without the moves this run holds, each kept as held with its reason.
+
+    Balancing of paused leases; balancing of leases whose reads stalled at two workers (the last run's verdict:
+    decision 0043); while the term learns its roster, placing unowned leases and balancing (decision 0047).
+    """
+    plan = hold_paused(plan, leases)
+    if term.shard_stalls is not None and term.shard_stalls.verdict:
+        plan = plan.hold_balancing(term.shard_stalls.verdict.__contains__, UnplacedReason.SHARD_STALLED,
+                                   "its reads stalled at two workers or more: a move would not help")
+    if roster_pending:
+        plan = plan.hold(_places_or_balances, UnplacedReason.ROSTER_PENDING,
+                         "the term's first scan found agent rows not yet seen changing: waiting one heartbeat")
+    return plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,12 +504,13 @@ class LeaderLoop:
         synced, tally, sync_error = self._sync_if_due(term, leases, fence, now)
         laps.lap("sync")
         active = [w for w in worker_scan.workers if term.tracker.worker_alive(w.worker_id, now)]
+        holding = self._roster_pending(term, now)
         # Throughput as last reported by any worker, a dead one included: its leases are placed by their real size.
         views = self._lease_views(term, self._in_scope(term, leases.values()), worker_scan.workers, now)
         histories = self._throughput_histories(term, active, views)
         # In steady state full runs come every full-scan interval: each of those balances. So does a run in which a
         # worker joins the balanced ones: it gets its share now, not at the cadence's next turn (decision 0038).
-        joined = self._joined(term, active)
+        joined = not holding and self._joined(term, active)  # held: every worker counts as joined once it ends
         balance = joined or reason == CADENCE or term.runs % self._timing.balancing_frequency == 0
         term.runs += 1
         term.lapsed = _lapsed(term.lapsed, views, active)
@@ -495,10 +522,7 @@ class LeaderLoop:
         snapshot = Snapshot.of(views, workers, term.lines, term.own_excess)
         plan, balance_error = self._plan(snapshot, balance)
         scale = self._scale_figure(term, snapshot, leases.values(), now)
-        plan = hold_paused(plan, leases)
-        if term.shard_stalls is not None and term.shard_stalls.verdict:  # the last run's verdict (decision 0043)
-            plan = plan.hold_balancing(term.shard_stalls.verdict.__contains__, UnplacedReason.SHARD_STALLED,
-                                       "its reads stalled at two workers or more: a move would not help")
+        plan = _held(term, plan, leases, holding)
         decide_ms = laps.lap("decide")
         term.lines.update(plan.fitted)
         term.own_excess = dict(plan.own_excess)
@@ -526,6 +550,15 @@ class LeaderLoop:
             decide_ms=decide_ms, scan_reason=reason, scale=scale, scan_ms=scan_ms, parts=laps.parts("scan", "decide"),
             cpu_ms=laps.cpu_ms(),
         )
+
+    def _roster_pending(self, term: _Term, now: float) -> bool:
+        """Whether this run places nothing unowned and balances nothing (decision 0047).
+
+        True while the term is younger than one heartbeat interval and one assignment interval and agent rows its
+        first scan found are still undecided.
+        """
+        return (now - term.started < self._timing.heartbeat + self._timing.interval
+                and bool(term.tracker.undecided_agents(now)))
 
     def _fleet_stalls(self, active: Sequence[WorkerRecord], leases: Collection[Lease]) -> bool:
         """The run's verdict on a fleet-wide stall (coordinator/fleet_stall.py), logged when it changes."""

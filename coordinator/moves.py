@@ -53,6 +53,9 @@ class UnplacedReason(enum.Enum):
     HANDOFF_PENDING = "HANDOFF_PENDING"
     PAUSED = "PAUSED"  # an operator paused it: balancing leaves it with its owner (coordinator/paused_leases.py)
     SHARD_STALLED = "SHARD_STALLED"  # its reads stalled at two workers or more: balancing leaves it (decision 0043)
+    # A new leader's first scan found agent rows it cannot yet call alive or dead: it places nothing unowned and
+    # balances nothing until they are decided, at most one heartbeat and one interval into its term (decision 0047).
+    ROSTER_PENDING = "ROSTER_PENDING"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,11 @@ class Plan:
 
         Placing an unowned lease, failing over an expired one and draining a worker still move it.
         """
-        dropped = [move for move in self.moves if move.reason.is_balancing and stays(move.lease_key)]
+        return self.hold(lambda move: move.reason.is_balancing and stays(move.lease_key), reason, detail)
+
+    def hold(self, stays: Callable[[Move], bool], reason: UnplacedReason, detail: str) -> Plan:
+        """The plan without the moves `stays` picks; each dropped move becomes held (its lease keeps its owner)."""
+        dropped = [move for move in self.moves if stays(move)]
         if not dropped:
             return self
         held = tuple(Unplaced(move.lease_key, move.from_owner, reason, detail) for move in dropped)

@@ -6,7 +6,8 @@ owners (some owned by workers that have no row at all), handoffs in flight, fini
 throughputs, all three balancing modes and both liveness modes. Live workers heartbeat (and renew their leases in
 `lease` mode) before every run. Invariants, every run: the run does not fail and balancing does not fail; every
 lease that needs an owner (unowned, or its owner dead for longer than the failover time) gets an eligible live
-worker in that run whenever the plan has one; no dead worker is ever offered leases.
+worker in that run whenever the plan has one, except while the term learns its roster (its first heartbeat interval
+and assignment interval at most: decision 0047); no dead worker is ever offered leases.
 
 Seeded and derandomized (`derandomize=True`), so CI runs the same examples every time.
 """
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop
+from shardherd.coordinator.moves import UnplacedReason
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
@@ -237,7 +239,9 @@ def test_every_run_plans_and_places_what_needs_an_owner(fleet: tuple[list[Worker
             assert plain <= eligible or summary.plan.strategy == "lease-count"
         after = {lease.lease_key: lease for lease in harness.store.scan_leases().leases}
         needy = expiry.needs_owner(before, now)
-        if eligible:
+        if any(held.reason is UnplacedReason.ROSTER_PENDING for held in summary.plan.held):
+            assert now - harness.start < harness.settings.effective_heartbeat_interval_millis / 1000 + INTERVAL
+        elif eligible:
             for key in needy:
                 placed = after[key]
                 assert placed.lease_owner in eligible and placed.checkpoint_owner is None, (
