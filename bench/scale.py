@@ -10,7 +10,9 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
 `--spark-agents` Spark agents (drivers running the example pipeline) beside the plain ones. It prints:
 * start to every lease owned and to every shard read (its owner reports its lag, or it holds no record), from
   launching `up` (start-up of 30+ Python processes on two cores included; `up`'s own start-up line beside it);
-* the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`);
+* the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`), those of
+  the steady window and those before it (the first assignment with the shard sync's writes, the fills, the Spark
+  drivers' start) apart;
 * `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up;
 * owner changes and leader moves (by reason) over `--settle` s of steady state from `--warmup` s after every shard
   was read, and the store's capacity units per minute over
@@ -162,15 +164,25 @@ class LeaderRuns:
         monotonic times, oldest first (the runs' starts are the leader's wall clock, on this host)."""
         return moves_between(self.recent.values(), time.time() - time.monotonic(), start, end)
 
-    def summary(self) -> str:
-        """Every published run's time; the full runs' (both tables read) apart: wall, the run thread's CPU, and the
-        wall time of each part (a part a run did not publish counts 0 there)."""
-        full = list(self.full.values())
+    def summary(self, steady_from: float) -> str:
+        """The runs of the steady window (from `steady_from`, monotonic) and those before it apart (start-up: the first
+        assignment with the shard sync's writes, the fills, Spark drivers starting): every published run's time, then
+        the full runs' (both tables read): wall, the run thread's CPU, the wall time of each part (a part a run did
+        not publish counts 0 there) and why they read the tables."""
+        wall = time.time() - time.monotonic()
+        steady = {key for key in self.durations if key[1] - wall >= steady_from}
+        return "\n".join([f"in the steady window: {self._summary(steady, inside=True)}",
+                          f"before it (start-up and warm-up): {self._summary(steady, inside=False)}"])
+
+    def _summary(self, steady: Collection[tuple[int, float]], inside: bool) -> str:
+        durations = [ms for key, ms in self.durations.items() if (key in steady) == inside]
+        full = [run for key, run in self.full.items() if (key in steady) == inside]
+        reasons = [reason for key, reason in self.reasons.items() if (key in steady) == inside]
         names = ["run", "cpu", *FULL_RUN_PARTS,
                  *sorted({name for run in full for name in run} - {"run", "cpu", *FULL_RUN_PARTS})]
-        lines = [f"{percentiles(list(self.durations.values()))}; full runs:"]
+        lines = [f"{percentiles(durations)}; full runs:"]
         lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
-        lines.append(f"  why they read the tables: {dict(Counter(self.reasons.values()).most_common()) or '-'}")
+        lines.append(f"  why they read the tables: {dict(Counter(reasons).most_common()) or '-'}")
         return "\n".join(lines)
 
 
@@ -405,7 +417,7 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
               f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
         kbps, cpus, leases, workers = _live_fleet(client, store_settings, state)
         print_bill(window, minutes, leases, workers)
-        print(f"leader runs: {runs.summary()}")
+        print(f"leader runs {runs.summary(steady_from)}")
         _print_memory(state, plain, spark)
         killed, resumed = _kill(state, args.limit)
     finally:
