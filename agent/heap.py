@@ -22,7 +22,6 @@ that contend for malloc arenas of their own, up to eight per core, and each keep
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import gc
 import logging
 import os
@@ -32,6 +31,15 @@ log = logging.getLogger(__name__)
 
 ARENA_ENV = "MALLOC_ARENA_MAX"  # glibc's own variable: when set, it decides and this module leaves it alone
 _M_ARENA_MAX = -8  # mallopt's parameter number for the arena limit (glibc malloc.h)
+
+
+def _libc() -> ctypes.CDLL:
+    """The C library the interpreter is linked to, by the process's own symbols (dlopen(NULL)).
+
+    Not `ctypes.util.find_library("c")`: on Linux that runs `ldconfig -p` in a child process, and its import brings
+    subprocess and tempfile into every agent (about 1 MiB of its resident memory).
+    """
+    return ctypes.CDLL(None)
 
 
 def freeze_long_lived(when: str) -> int:
@@ -58,7 +66,7 @@ def limit_malloc_arenas(count: int = 2) -> bool:
     if ARENA_ENV in os.environ:
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = _libc()
         return bool(libc.mallopt(_M_ARENA_MAX, count))
     except (OSError, AttributeError):
         return False
@@ -70,7 +78,7 @@ def release_free_heap() -> bool:
     Cheap (it walks the free lists once); elsewhere than glibc it does nothing.
     """
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = _libc()
         return bool(libc.malloc_trim(0))
     except (OSError, AttributeError):
         return False

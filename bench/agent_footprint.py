@@ -10,7 +10,9 @@ defaults (CPU metrics on, bench/stack_cost.py's USER_DEFAULTS) and store meter. 
   plus up to 1 s of jitter) and the CPU seconds the process had used by then (what 32 agents starting on two cores
   wait for);
 * its resident memory (max over `--read` s) once it holds every one of the stream's `--shards` leases and reads
-  them, and the share of a core it uses meanwhile;
+  them, of which the part no other process shares (USS: what each further agent on the host adds; the rest is
+  mostly the interpreter's, OpenSSL's and the extension modules' code, mapped once for every agent), and the share
+  of a core it uses meanwhile;
 * the same figures of a bare `python -c 'import boto3; boto3.client("kinesis", ...)'` process that makes one Kinesis
   call (exec to its answer, its resident memory), and the ratios against it: the machine is shared and noisy;
 * the agent built without starting it, offline (tests/support/agent_imports.py): seconds to import and build, modules,
@@ -57,17 +59,22 @@ time.sleep(60)
 
 @dataclass
 class Footprint:
-    """One process's figures: seconds from exec to ready, CPU seconds by then, resident memory (MiB), and the share
-    of one core it used while reading (percent)."""
+    """One process's figures: seconds from exec to ready, CPU seconds by then, resident and unshared memory (MiB),
+    and the share of one core it used while reading (percent)."""
 
     ready: float
     cpu: float
     rss: float
     busy: float = 0.0
+    uss: float = 0.0
 
 
 def _rss(process: psutil.Process) -> float:
     return float(process.memory_info().rss) / MiB
+
+
+def _uss(process: psutil.Process) -> float:
+    return float(process.memory_full_info().uss) / MiB
 
 
 def _cpu(process: psutil.Process) -> float:
@@ -121,14 +128,14 @@ def agent_footprint(run: Path, shards: int, rate: float, read: float) -> tuple[F
         ready = time.monotonic() - began
         cpu = _cpu(process)
         _until(f"every lease owned by {child.name}", 120, lambda: _owned_by(store, child.name, shards))
-        peak, used, since = 0.0, _cpu(process), time.monotonic()
+        peak, unshared, used, since = 0.0, 0.0, _cpu(process), time.monotonic()
         for _ in range(max(1, round(read))):
             time.sleep(1.0)
-            peak = max(peak, _rss(process))
+            peak, unshared = max(peak, _rss(process)), max(unshared, _uss(process))
         busy = 100 * (_cpu(process) - used) / (time.monotonic() - since)
         if not child.alive:
             raise SystemExit(f"{child.name} exited: see {child.log_path}")
-        return Footprint(ready, cpu, peak, busy), bare
+        return Footprint(ready, cpu, peak, busy, unshared), bare
     finally:
         store.close()
         stack.stop()
@@ -160,7 +167,8 @@ def measure(kind: str, args: argparse.Namespace) -> None:
             if postgres is not None:
                 postgres.stop()
     print(f"{kind:>8}: first heartbeat {agent.ready:.2f} s ({agent.cpu:.2f} CPU s), "
-          f"RSS {agent.rss:.1f} MiB and {agent.busy:.1f} % of a core holding {args.shards} leases | "
+          f"RSS {agent.rss:.1f} MiB (USS {agent.uss:.1f}) and {agent.busy:.1f} % of a core holding {args.shards} "
+          f"leases | "
           f"baseline ready {bare.ready:.2f} s "
           f"({bare.cpu:.2f} CPU s), RSS {bare.rss:.1f} MiB | ratios: heartbeat {agent.ready / bare.ready:.2f}, "
           f"CPU {agent.cpu / bare.cpu:.2f}, RSS {agent.rss / bare.rss:.2f}", flush=True)

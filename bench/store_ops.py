@@ -2,7 +2,8 @@
 
 Each figure is set against a bare call of the same kind made in the same run on the same table (an unconditional
 boto3 UpdateItem / Scan / Query, or a plain SQL UPDATE / SELECT), so the cost of the store's conditions, reads and
-decoding shows as a ratio. Single-threaded and sequential: these are latency-bound operations per second.
+decoding shows as a ratio. Single-threaded and sequential: these are latency-bound operations per second. The CPU
+milliseconds each call costs this process are printed too: what 32 agents checkpointing on one host pay for.
 
     python -m bench.store_ops --leases 10000 --ops 300          # the full run
     python -m bench.store_ops --leases 500 --ops 50 --backends sqlite   # a quick look
@@ -37,13 +38,23 @@ APPLICATION = "bench-store-ops"
 
 @dataclass(frozen=True)
 class Figure:
-    """One measured operation: store and bare rates (per second) of `unit`."""
+    """One measured operation: store and bare rates (per second) of `unit`, and this process's CPU ms per call."""
 
     backend: str
     operation: str
     unit: str
-    store_rate: float
-    bare_rate: float
+    store: Timed
+    bare: Timed
+
+    @property
+    def store_rate(self) -> float:
+        """Store calls per second."""
+        return self.store.rate
+
+    @property
+    def bare_rate(self) -> float:
+        """Bare calls per second."""
+        return self.bare.rate
 
     @property
     def ratio(self) -> float:
@@ -54,14 +65,22 @@ class Figure:
 WARM_UP = 3  # untimed calls first: connection set-up, lazily loaded botocore models, cold caches
 
 
-def rate(count: int, action: Callable[[int], object]) -> float:
-    """Calls per second of `action(i)` for i in range(WARM_UP, WARM_UP + count), sequentially, after a warm-up."""
+@dataclass(frozen=True)
+class Timed:
+    """Calls per second, and this process's CPU milliseconds per call."""
+
+    rate: float
+    cpu_ms: float
+
+
+def rate(count: int, action: Callable[[int], object]) -> Timed:
+    """`action(i)` for i in range(WARM_UP, WARM_UP + count), sequentially, after a warm-up: calls/s, CPU ms per call."""
     for index in range(WARM_UP):
         action(index)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for index in range(WARM_UP, WARM_UP + count):
         action(index)
-    return count / (time.perf_counter() - started)
+    return Timed(count / (time.perf_counter() - started), (time.process_time() - cpu) * 1000 / count)
 
 
 class Bare:
@@ -295,10 +314,11 @@ def main(argv: list[str] | None = None) -> None:
         figures.extend(measure(backend, args.leases, args.ops, args.scans, args.queries, args.page_size,
                                args.seed_threads))
     print(f"\n{'backend':<10} {'operation':<26} {'store/s':>9} {'bare/s':>9} {'store ms':>9} {'bare ms':>9} "
-          f"{'store is x slower':>18}")
+          f"{'store is x slower':>18} {'store CPU ms':>13} {'bare CPU ms':>12}")
     for figure in figures:
         print(f"{figure.backend:<10} {figure.operation:<26} {figure.store_rate:>9,.2f} {figure.bare_rate:>9,.2f} "
-              f"{1000 / figure.store_rate:>9,.2f} {1000 / figure.bare_rate:>9,.2f} {figure.ratio:>18.2f}")
+              f"{1000 / figure.store_rate:>9,.2f} {1000 / figure.bare_rate:>9,.2f} {figure.ratio:>18.2f} "
+              f"{figure.store.cpu_ms:>13.2f} {figure.bare.cpu_ms:>12.2f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,10 @@ class Clock(Protocol):
         """Block the caller for `seconds` of this clock's time."""
         ...
 
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Block for `seconds` of this clock's time or until `event` is set, whichever comes first; True if it is."""
+        ...
+
 
 class SystemClock:
     """The real clock of this process."""
@@ -38,6 +42,10 @@ class SystemClock:
         """Sleep for real."""
         if seconds > 0:
             time.sleep(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """Wait on the event for real: woken at once when it is set, not by polling it."""
+        return event.wait(max(0.0, seconds))
 
 
 class ManualClock:
@@ -61,6 +69,13 @@ class ManualClock:
     def sleep(self, seconds: float) -> None:
         """Advance virtual time instead of blocking."""
         self.advance(seconds)
+
+    def wait(self, event: threading.Event, seconds: float) -> bool:
+        """True at once if the event is set; else `sleep(seconds)` (virtual time passes) and whether it is set now."""
+        if event.is_set():
+            return True
+        self.sleep(max(0.0, seconds))
+        return event.is_set()
 
     def advance(self, seconds: float) -> None:
         """Move both clocks forward by `seconds` (never backwards)."""

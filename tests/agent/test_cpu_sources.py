@@ -19,7 +19,14 @@ from shardherd.agent.metrics.cpu_cgroup import CgroupV1Cpu, CgroupV2Cpu, count_c
 from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
 from shardherd.agent.metrics.cpu_proc import ProcStatCpu
 from shardherd.agent.metrics.cpu_psutil import PsutilCpu
-from shardherd.agent.metrics.cpu_tree import ProcessTreeCpu, cgroup_pids, shares_scope
+from shardherd.agent.metrics.cpu_tree import (
+    PROC,
+    ProcessTreeCpu,
+    cgroup_pids,
+    children_listed,
+    descendants,
+    shares_scope,
+)
 from shardherd.agent.metrics.select import select_cpu_source
 from shardherd.shared.clock import ManualClock
 from tests.support.cpu_fixtures import JsonServer
@@ -442,9 +449,11 @@ def test_host_wide_sources_give_way_to_the_process_tree_on_a_shared_host(tmp_pat
     assert isinstance(source, ProcessTreeCpu)
 
 
-def test_process_tree_counts_this_process_and_its_children_not_others(stranger: int) -> None:
+@pytest.mark.parametrize("listing", ["kernel", "psutil"])
+def test_process_tree_counts_this_process_and_its_children_not_others(stranger: int, listing: str,
+                                                                       tmp_path: Path) -> None:
     clock = ManualClock()
-    source = ProcessTreeCpu(clock, cpus=1)
+    source = ProcessTreeCpu(clock, cpus=1, proc=PROC if listing == "kernel" else tmp_path)  # an empty /proc: psutil
     assert source.sample() == 0.0
     # A child burns 0.4 s of CPU and then sleeps; the stranger sleeps; 1 virtual second passes.
     child = subprocess.Popen([sys.executable, "-c", "import time\nend = time.process_time() + 0.4\n"
@@ -468,3 +477,37 @@ def test_process_tree_counts_this_process_and_its_children_not_others(stranger: 
 def _cpu_seconds(pid: int) -> float:
     times = psutil.Process(pid).cpu_times()
     return float(times.user + times.system)
+
+
+def test_the_kernels_children_lists_give_the_tree_psutil_gives(stranger: int) -> None:
+    # A child with two children of its own (a shell running two sleeps); the stranger is nobody's descendant here.
+    shell = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60"])
+    try:
+        sleeps: list[int] = []
+        for _ in range(200):
+            sleeps = sorted(child.pid for child in psutil.Process(shell.pid).children(recursive=True))
+            if len(sleeps) == 2:
+                break
+            time.sleep(0.05)
+        assert children_listed(os.getpid())
+        assert len(sleeps) == 2 and sorted(descendants(shell.pid)) == sleeps
+        mine = set(descendants(os.getpid()))  # the test run's other children (emulators) as well
+        assert mine == {child.pid for child in psutil.Process().children(recursive=True)}
+        assert {shell.pid, *sleeps} <= mine and stranger not in mine
+    finally:
+        for child in psutil.Process(shell.pid).children(recursive=True):
+            child.kill()
+        shell.kill()
+        shell.wait()
+
+
+def test_the_tree_walk_reads_only_the_trees_lists_and_skips_what_exited(tmp_path: Path) -> None:
+    # Process 1's two threads started 2 and 3; 2 started 4 and has a thread that exited (no list); 3 exited.
+    write(tmp_path / "1" / "task" / "1" / "children", "2 ")
+    write(tmp_path / "1" / "task" / "7" / "children", "3 ")
+    write(tmp_path / "2" / "task" / "2" / "children", "4 ")
+    (tmp_path / "2" / "task" / "8").mkdir(parents=True)
+    write(tmp_path / "4" / "task" / "4" / "children", "")
+    write(tmp_path / "9" / "task" / "9" / "children", "10 ")  # another process's tree: never read
+    assert children_listed(1, tmp_path) and not children_listed(5, tmp_path)
+    assert sorted(descendants(1, tmp_path)) == [2, 3, 4]
