@@ -51,9 +51,7 @@ class ShareFill(BandPass):
     gives_fresh = True
 
     def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
-        view = plan.view
         self.counts_leases = counts_leases
-        self._share = view.n_leases / max(1, len(view.active)) if counts_leases else view.target_throughput
         super().__init__(plan, band)
         # After a pass that moved, a worker that gave a lease in this run is not filled in it.
         self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
@@ -77,7 +75,7 @@ class ShareFill(BandPass):
 
     def rise(self, wid: str, weight: float) -> float:
         """`weight` (KiB/s or leases) in points of an average share."""
-        return 100.0 * weight / self._share
+        return 100.0 * weight / (self._per_worker if self.counts_leases else self.view.target_throughput)
 
     def fall(self, wid: str, key: str) -> float:
         """The lease's weight in points of an average share."""
@@ -85,7 +83,7 @@ class ShareFill(BandPass):
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        return self.joining(wid, self.plan.ledger.count(wid)) and wid not in self._gave
+        return 2 * self.plan.ledger.count(wid) <= self._per_worker and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""

@@ -38,11 +38,7 @@ SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of
 
 
 def share_band(view: FleetView) -> tuple[Band, bool] | None:
-    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run.
-
-    Shares in points of an average one; on lease counts where an empty worker is inside the throughput band's floor
-    (KiB/s within the noise: 0042).
-    """
+    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run."""
     cfg = view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
@@ -174,10 +170,6 @@ class BandPass:
                 edge = alone + (self.band.upper - self.band.avg)
         return min(edge, self.view.limits[wid][self.metric])
 
-    def joining(self, wid: str, leases: int) -> bool:
-        """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
-        return 2 * leases <= self._per_worker
-
     def _refilled(self, donor: str, key: str) -> bool:
         """Whether the fill on shares would give the donor a lease like `key` back once it left.
 
@@ -186,7 +178,7 @@ class BandPass:
         """
         ledger, shares = self.plan.ledger, self._shares
         kept = ledger.count(donor) - 1
-        if shares is None or not self.joining(donor, kept):
+        if shares is None or 2 * kept > self._per_worker:  # not a joiner once it gave the lease
             return False
         band, counts = shares
         weight = self._kbps[key]
