@@ -50,9 +50,9 @@ class ShareFill(BandPass):
 
     gives_fresh = True
 
-    def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
-        self.counts_leases = counts_leases
-        super().__init__(plan, band)
+    def __init__(self, plan: FleetPlan, shares: tuple[Band, bool], after_shed: bool) -> None:
+        band, self.counts_leases = shares
+        super().__init__(plan, band, None)  # (it never sheds)
         # After a pass that moved, a worker that gave a lease in this run is not filled in it.
         self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
 
@@ -93,18 +93,18 @@ class ShareFill(BandPass):
                    for metric, value in self.plan.values(wid).items())
 
 
-def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
-    """Fill joining workers on shares (after a pass that moved: only workers that gave nothing); a note on it.
+def fill_on_share(plan: FleetPlan, shares: tuple[Band, bool] | None, why: str = "balancing: no metric out of band",
+                  after_shed: bool = False) -> str:
+    """Fill joining workers on `shares` (`share_band`; after a pass that moved: only workers that gave nothing).
 
     On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
+    Returns `why` and, if it moved, a note on the fill.
     """
-    shares = share_band(plan.view)
     if shares is None:
         return why
-    band, counts = shares
-    fill = ShareFill(plan, band, counts, after_shed)
+    fill = ShareFill(plan, shares, after_shed)
     fill.fill()  # fill only: nothing is shed on shares
-    measure = "lease count" if counts else THROUGHPUT_METRIC
+    band, measure = fill.band, "lease count" if fill.counts_leases else THROUGHPUT_METRIC
     return f"{why}; filling on {measure}: band [{band.lower:.2f}, {band.upper:.2f}]" if fill.moved else why
 
 
@@ -112,14 +112,14 @@ def balance_pass(plan: FleetPlan) -> str:
     """One balancing pass on the metric furthest out of band, else the fill on shares; a note on what it did."""
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
-    band = metric_to_balance(plan)
+    band, shares = metric_to_balance(plan), share_band(plan.view)
     if band is None:
-        return fill_on_share(plan)
-    balancing = BandPass(plan, band)
+        return fill_on_share(plan, shares)
+    balancing = BandPass(plan, band, shares)
     balancing.run()
     note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
     # Nothing (more) to move (a joiner's own load above the band, say): fill as if in band.
-    return fill_on_share(plan, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
+    return fill_on_share(plan, shares, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
 
 
 class BandDecider:
