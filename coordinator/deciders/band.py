@@ -93,33 +93,31 @@ class ShareFill(BandPass):
                    for metric, value in self.plan.values(wid).items())
 
 
-def fill_on_share(plan: FleetPlan, shares: tuple[Band, bool] | None, why: str = "balancing: no metric out of band",
-                  after_shed: bool = False) -> str:
-    """Fill joining workers on `shares` (`share_band`; after a pass that moved: only workers that gave nothing).
-
-    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
-    Returns `why` and, if it moved, a note on the fill.
-    """
-    if shares is None:
-        return why
-    fill = ShareFill(plan, shares, after_shed)
-    fill.fill()  # fill only: nothing is shed on shares
-    band, measure = fill.band, "lease count" if fill.counts_leases else THROUGHPUT_METRIC
-    return f"{why}; filling on {measure}: band [{band.lower:.2f}, {band.upper:.2f}]" if fill.moved else why
-
-
 def balance_pass(plan: FleetPlan) -> str:
-    """One balancing pass on the metric furthest out of band, else the fill on shares; a note on what it did."""
+    """One balancing pass on the metric furthest out of band, then the fill on shares; a note on what it did.
+
+    Nothing (more) to move (a joiner's own load above the band, say): joiners are filled as if in band; after a pass
+    that moved, only those that gave nothing. On lease counts where an empty worker is inside the throughput band's
+    floor (`share_band`: KiB/s within the noise, 0042).
+    """
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
     band, shares = metric_to_balance(plan), share_band(plan.view)
-    if band is None:
-        return fill_on_share(plan, shares)
-    balancing = BandPass(plan, band, shares)
-    balancing.run()
-    note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
-    # Nothing (more) to move (a joiner's own load above the band, say): fill as if in band.
-    return fill_on_share(plan, shares, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
+    note, moved = "balancing: no metric out of band", 0
+    if band is not None:
+        balancing = BandPass(plan, band, shares)
+        balancing.run()
+        moved = balancing.moved
+        note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]" + (
+            "" if moved else ": nothing to move")
+    if shares is None:
+        return note
+    fill = ShareFill(plan, shares, bool(moved))
+    fill.fill()  # fill only: nothing is shed on shares
+    if not fill.moved:
+        return note
+    measure = "lease count" if fill.counts_leases else THROUGHPUT_METRIC
+    return f"{note}; filling on {measure}: band [{fill.band.lower:.2f}, {fill.band.upper:.2f}]"
 
 
 class BandDecider:

@@ -38,7 +38,7 @@ SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of
 
 
 def share_band(view: FleetView) -> tuple[Band, bool] | None:
-    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run."""
+    """The fill on shares' band (band.py `balance_pass`) and whether it counts leases; None where it does not run."""
     cfg = view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
