@@ -52,7 +52,7 @@ class DeciderConfig:
     # settings: the reports within `rebalance_persistence_millis` (`persistent_reports`).
     rebalance_persistent_reports: int = 1
     # Band strategy: with every worker inside its metric's band, fill workers far below the throughput band
-    # (band.fill_on_share; decisions 0014, 0020).
+    # (band.balance_pass; decisions 0014, 0020).
     rebalance_fill_on_throughput: bool = True
     rebalance_dead_band_percentage: float = 2.0
     rebalance_min_band_points: float = 2.0

@@ -50,11 +50,9 @@ class ShareFill(BandPass):
 
     gives_fresh = True
 
-    def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool, after_shed: bool) -> None:
-        view = plan.view
-        self.counts_leases = counts_leases
-        self._share = view.n_leases / max(1, len(view.active)) if counts_leases else view.target_throughput
-        super().__init__(plan, band)
+    def __init__(self, plan: FleetPlan, shares: tuple[Band, bool], after_shed: bool) -> None:
+        band, self.counts_leases = shares
+        super().__init__(plan, band, None)  # (it never sheds)
         # After a pass that moved, a worker that gave a lease in this run is not filled in it.
         self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
 
@@ -77,7 +75,7 @@ class ShareFill(BandPass):
 
     def rise(self, wid: str, weight: float) -> float:
         """`weight` (KiB/s or leases) in points of an average share."""
-        return 100.0 * weight / self._share
+        return 100.0 * weight / (self._per_worker if self.counts_leases else self.view.target_throughput)
 
     def fall(self, wid: str, key: str) -> float:
         """The lease's weight in points of an average share."""
@@ -85,7 +83,7 @@ class ShareFill(BandPass):
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        return self.joining(wid, self.plan.ledger.count(wid)) and wid not in self._gave
+        return 2 * self.plan.ledger.count(wid) <= self._per_worker and wid not in self._gave
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""
@@ -95,33 +93,31 @@ class ShareFill(BandPass):
                    for metric, value in self.plan.values(wid).items())
 
 
-def fill_on_share(plan: FleetPlan, why: str = "balancing: no metric out of band", after_shed: bool = False) -> str:
-    """Fill joining workers on shares (after a pass that moved: only workers that gave nothing); a note on it.
-
-    On lease counts where an empty worker is inside the throughput band's floor (KiB/s within the noise: 0042).
-    """
-    shares = share_band(plan.view)
-    if shares is None:
-        return why
-    band, counts = shares
-    fill = ShareFill(plan, band, counts, after_shed)
-    fill.fill()  # fill only: nothing is shed on shares
-    measure = "lease count" if counts else THROUGHPUT_METRIC
-    return f"{why}; filling on {measure}: band [{band.lower:.2f}, {band.upper:.2f}]" if fill.moved else why
-
-
 def balance_pass(plan: FleetPlan) -> str:
-    """One balancing pass on the metric furthest out of band, else the fill on shares; a note on what it did."""
+    """One balancing pass on the metric furthest out of band, then the fill on shares; a note on what it did.
+
+    Nothing (more) to move (a joiner's own load above the band, say): joiners are filled as if in band; after a pass
+    that moved, only those that gave nothing. On lease counts where an empty worker is inside the throughput band's
+    floor (`share_band`: KiB/s within the noise, 0042).
+    """
     if plan.view.falling:
         return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
-    band = metric_to_balance(plan)
-    if band is None:
-        return fill_on_share(plan)
-    balancing = BandPass(plan, band)
-    balancing.run()
-    note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]"
-    # Nothing (more) to move (a joiner's own load above the band, say): fill as if in band.
-    return fill_on_share(plan, note if balancing.moved else f"{note}: nothing to move", bool(balancing.moved))
+    band, shares = metric_to_balance(plan), share_band(plan.view)
+    note, moved = "balancing: no metric out of band", 0
+    if band is not None:
+        balancing = BandPass(plan, band, shares)
+        balancing.run()
+        moved = balancing.moved
+        note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]" + (
+            "" if moved else ": nothing to move")
+    if shares is None:
+        return note
+    fill = ShareFill(plan, shares, bool(moved))
+    fill.fill()  # fill only: nothing is shed on shares
+    if not fill.moved:
+        return note
+    measure = "lease count" if fill.counts_leases else THROUGHPUT_METRIC
+    return f"{note}; filling on {measure}: band [{fill.band.lower:.2f}, {fill.band.upper:.2f}]"
 
 
 class BandDecider:

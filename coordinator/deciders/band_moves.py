@@ -38,11 +38,7 @@ SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of
 
 
 def share_band(view: FleetView) -> tuple[Band, bool] | None:
-    """The fill on shares' band (band.py `fill_on_share`) and whether it counts leases; None where it does not run.
-
-    Shares in points of an average one; on lease counts where an empty worker is inside the throughput band's floor
-    (KiB/s within the noise: 0042).
-    """
+    """The fill on shares' band (band.py `balance_pass`) and whether it counts leases; None where it does not run."""
     cfg = view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
@@ -93,7 +89,7 @@ class BandPass:
     counts_leases = False  # a subclass measuring lease counts weighs every lease 1
     gives_fresh = False  # whether a settling worker may give its fresh leases (a fill on shares: invariant 1)
 
-    def __init__(self, plan: FleetPlan, band: Band) -> None:
+    def __init__(self, plan: FleetPlan, band: Band, shares: tuple[Band, bool] | None) -> None:
         self.plan = plan
         self.view = plan.view
         self.band = band
@@ -107,15 +103,14 @@ class BandPass:
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
-        self._shares = share_band(self.view)  # a shed stops where the fill on shares would give leases back
+        self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        # Each holder as a receiver: its limit, its rise per KiB/s (linear) and KiB/s per point.
-        self._room = {w: (self.limit(w), rise, 1.0 / rise if rise > 0 else math.inf)
-                      for w, rise in ((w, self.rise(w, 1.0)) for w in self.holders)}
-        self._top_limit = max((room[0] for room in self._room.values()), default=-math.inf)
-        self._top_per_point = max((room[2] for room in self._room.values()), default=0.0)
+        self._room = {w: (self.limit(w), self.rise(w, 1.0)) for w in self.holders}  # its limit, rise per KiB/s
+        self._top_limit = max((limit for limit, _ in self._room.values()), default=-math.inf)
+        self._top_per_point = max((1.0 / rise if rise > 0 else math.inf for _, rise in self._room.values()),
+                                  default=0.0)  # the most KiB/s a holder takes per point
 
     def has_metric(self, wid: str) -> bool:
         """Whether the worker reports the balanced metric."""
@@ -174,10 +169,6 @@ class BandPass:
                 edge = alone + (self.band.upper - self.band.avg)
         return min(edge, self.view.limits[wid][self.metric])
 
-    def joining(self, wid: str, leases: int) -> bool:
-        """Whether `wid` holding `leases` may be filled on shares: at most half an average lease count (`ShareFill`)."""
-        return 2 * leases <= self._per_worker
-
     def _refilled(self, donor: str, key: str) -> bool:
         """Whether the fill on shares would give the donor a lease like `key` back once it left.
 
@@ -186,7 +177,7 @@ class BandPass:
         """
         ledger, shares = self.plan.ledger, self._shares
         kept = ledger.count(donor) - 1
-        if shares is None or not self.joining(donor, kept):
+        if shares is None or 2 * kept > self._per_worker:  # not a joiner once it gave the lease
             return False
         band, counts = shares
         weight = self._kbps[key]
@@ -234,7 +225,7 @@ class BandPass:
 
     def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
         """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
-        limit, rise, _ = self._room[receiver]
+        limit, rise = self._room[receiver]
         landed = self._at[receiver] + rise * weight
         return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
                           self._leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])) else None

@@ -439,9 +439,9 @@ class FleetPlan:
         ledger, view = self.ledger, self.view
         summaries = []
         for wid, status in view.status.items():
-            shown = WorkerStatus.DRAINING if wid in view.draining else status
-            before = {m: round(v + view.own_excess(wid, m), 6) for m, v in view.values.get(wid, {}).items()}
-            after = {m: round(v + view.own_excess(wid, m), 6) for m, v in self._values.get(wid, {}).items()}
+            shown, own = WorkerStatus.DRAINING if wid in view.draining else status, view.own.get(wid, {})
+            before = {m: round(v + own.get(m, 0.0), 6) for m, v in view.values.get(wid, {}).items()}
+            after = {m: round(v + own.get(m, 0.0), 6) for m, v in self._values.get(wid, {}).items()}
             summaries.append(ledger.summary(wid, shown, before, after))
         prefix = ("total throughput is 0: every lease weighs 1, so balancing counts leases",) if (
             ledger.unit_weights and ledger.leases) else ()

@@ -1,5 +1,5 @@
 """With every worker inside its CPU band, band balancing fills a new or idle worker on throughput
-(coordinator/deciders/band.py `fill_on_share`; `rebalance_fill_on_throughput`; decisions 0014, 0020).
+(coordinator/deciders/band.py `balance_pass`; `rebalance_fill_on_throughput`; decisions 0014, 0020).
 
 Live (`python -m bench.churn --scenario add-agent`, CPU metrics on): the added agent reported 0.3 % CPU against
 2.6-3.8 % for the others. The CPU band (+-4 points: twice the minimum gain) is wider than that whole range, so the
