@@ -115,6 +115,14 @@ class _Reports:
     signature: Signature
     throughput: list[float]
     carried: list[float] = field(default_factory=list)  # KiB/s carried at each run since the last report
+    # How many of the newest reports the worker made while none of its lease figures changed (`settled_reports`),
+    # and whether none changed at any run since the last report.
+    settled: int = 0
+    calm: bool = True
+
+    def view(self, record: WorkerRecord, stale: bool) -> WorkerView:
+        """The worker's view with this history."""
+        return WorkerView.from_record(record, tuple(self.throughput), stale, self.settled)
 
 
 @dataclass
@@ -430,8 +438,7 @@ class LeaderLoop:
         reports = last.reports  # read only: the loop replaces it, never mutates it
         lapsed = _lapsed(last.lapsed, views, active)
         gave_back = _gave_back(last.gave_back, active, now)
-        workers_seen = (WorkerView.from_record(w, tuple(reports[w.worker_id].throughput) if w.worker_id in reports
-                                               else (), self._stale(tracker, w, now, lapsed, gave_back))
+        workers_seen = (_view(w, reports.get(w.worker_id), self._stale(tracker, w, now, lapsed, gave_back))
                         for w in active)
         return self._plan(Snapshot.of(views, workers_seen, dict(last.lines), dict(last.own_excess)), True)[0]
 
@@ -515,8 +522,7 @@ class LeaderLoop:
         term.runs += 1
         term.lapsed = _lapsed(term.lapsed, views, active)
         term.gave_back = _gave_back(term.gave_back, active, now)
-        workers = (WorkerView.from_record(w, histories.get(w.worker_id, ()),
-                                          self._stale(term.tracker, w, now, term.lapsed, term.gave_back))
+        workers = (_view(w, histories.get(w.worker_id), self._stale(term.tracker, w, now, term.lapsed, term.gave_back))
                    for w in active)
         laps.lap("views")
         snapshot = Snapshot.of(views, workers, term.lines, term.own_excess)
@@ -800,41 +806,43 @@ class LeaderLoop:
 
     # ------------------------------------------------------------------ reports
     @staticmethod
-    def _throughput_histories(term: _Term, active: list[WorkerRecord],
-                              views: list[LeaseView]) -> dict[str, tuple[float, ...]]:
+    def _throughput_histories(term: _Term, active: list[WorkerRecord], views: list[LeaseView]) -> dict[str, _Reports]:
         """Per reporting worker, the KiB/s it carried at each new metric report the leader has seen (this term).
 
         The decider compares the moving average of this history with what the worker carries now, so a move or a
-        load change counts at once instead of after the several reports its moving average needs.
+        load change counts at once instead of after the several reports its moving average needs. It also counts
+        the newest reports made while none of the worker's lease figures changed (`WorkerView.settled_reports`).
         """
         carried: dict[str, float] = {}
         for view in views:
             owner = view.actual_owner
             if owner is not None and view.throughput_kbps is not None:
                 carried[owner] = carried.get(owner, 0.0) + view.throughput_kbps
-        histories: dict[str, tuple[float, ...]] = {}
+        changing = {view.actual_owner for view in views if view.settling}
         kept: dict[str, _Reports] = {}
         for record in active:
             if not record.metric_stats:
                 continue
             signature = _metrics_signature(record)
-            now = carried.get(record.worker_id, 0.0)
+            now, calm = carried.get(record.worker_id, 0.0), record.worker_id not in changing
             seen = term.reports.get(record.worker_id)
             if seen is None:
-                seen = _Reports(signature, [now], [now])
+                seen = _Reports(signature, [now], [now], int(calm), calm)
             elif signature != seen.signature:
                 length = max(len(history) for history in record.metric_stats.values())
                 during = statistics.fmean(seen.carried) if seen.carried else now
                 # Every report since the last one seen gets an entry (full scans may come several reports apart),
                 # so the throughput history stays aligned with the metric history it is averaged like.
                 fresh = [during] * _reports_since(seen.signature, signature)
-                seen = _Reports(signature, [*seen.throughput, *fresh][-max(1, length):], [now])
+                throughput = [*seen.throughput, *fresh][-max(1, length):]
+                settled = min(len(throughput), seen.settled + len(fresh)) if seen.calm and calm else 0
+                seen = _Reports(signature, throughput, [now], settled, calm)
             else:
-                seen = _Reports(signature, seen.throughput, [*seen.carried, now][-_CARRIED_RUNS:])
+                seen = _Reports(signature, seen.throughput, [*seen.carried, now][-_CARRIED_RUNS:], seen.settled,
+                                seen.calm and calm)
             kept[record.worker_id] = seen
-            histories[record.worker_id] = tuple(seen.throughput)
         term.reports = kept
-        return histories
+        return kept
 
     # ------------------------------------------------------------------ shard sync
     def _shard_sync_due(self, term: _Term, leases: Collection[Lease], now: float) -> bool:
@@ -1046,6 +1054,11 @@ Signature = tuple[tuple[str, tuple[float, ...]], ...]  # a worker's metric histo
 
 def _metrics_signature(record: WorkerRecord) -> Signature:
     return tuple(sorted((name, tuple(history)) for name, history in record.metric_stats.items()))
+
+
+def _view(record: WorkerRecord, reports: _Reports | None, stale: bool) -> WorkerView:
+    """A worker's view with the leader's record of its reports (none yet: an empty history)."""
+    return reports.view(record, stale) if reports is not None else WorkerView.from_record(record, (), stale)
 
 
 def _reports_since(before: Signature, after: Signature) -> int:

@@ -124,6 +124,8 @@ class WorkerView:
     `throughput_history` is the leader's record of the KiB/s the worker carried at each of its metric reports
     (oldest first, aligned with `metric_stats`): the decider compares its moving average with what the worker
     carries now to add the load its reports do not show yet (an averaged history lags a step change).
+    `settled_reports` is how many of the newest reports the worker made while none of its lease figures was changing
+    (`LeaseView.settling`: such a report counts CPU its throughput entry does not show yet); None: every report.
     """
 
     worker_id: str
@@ -132,6 +134,7 @@ class WorkerView:
     draining: bool = False
     throughput_history: tuple[float, ...] = ()
     stale: bool = False
+    settled_reports: int | None = None
 
     def __post_init__(self) -> None:
         if not self.worker_id:
@@ -144,7 +147,7 @@ class WorkerView:
 
     @classmethod
     def from_record(cls, record: WorkerRecord, throughput_history: tuple[float, ...] = (),
-                    stale: bool = False) -> WorkerView:
+                    stale: bool = False, settled_reports: int | None = None) -> WorkerView:
         """A view of a stored worker record (and the leader's observations of it)."""
         return cls(
             worker_id=record.worker_id,
@@ -153,6 +156,7 @@ class WorkerView:
             draining=record.is_draining,
             throughput_history=throughput_history,
             stale=stale,
+            settled_reports=settled_reports,
         )
 
 

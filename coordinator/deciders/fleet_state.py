@@ -12,7 +12,8 @@ values caught up (`_catch_up`); an excess counts only as far as recent reports a
 
 Own excess (band only, decision 0044): a worker's points no lease explains (a Spark driver's JVM) are taken out of its
 values and range before the line is fitted. Invariants: learned only from its own reports where its throughput moved
-and its value did not follow (`load_model.own_base`), never while its figures change; kept by the leader
+and its value did not follow (`load_model.own_base`), never while its figures change nor from a report made while
+they changed (`WorkerView.settled_reports`); kept by the leader
 (`Snapshot.own_excess`) and never lowered by a later report, but counted only as far as the newest value shows it;
 under the minimum gain it is none.
 """
@@ -49,6 +50,11 @@ def _less(values: Values, own: Values) -> Values:
     """`values` (per worker and metric) less each worker's `own` points: what its leases explain (and may take)."""
     return {w: {m: v - own[w].get(m, 0.0) for m, v in vals.items()} if w in own else vals
             for w, vals in values.items()}
+
+
+def _newest(history: Sequence[float], count: int | None) -> Sequence[float]:
+    """The newest `count` entries of a history (None: all of it)."""
+    return history if count is None else history[max(0, len(history) - count):]
 
 
 def _close(own: Values, kept: Values, margin: float) -> bool:
@@ -198,10 +204,12 @@ class FleetView:
         for worker in reporting:
             wid = worker.worker_id
             mine = dict(snapshot.own_excess.get(wid, {}))
+            settled = worker.settled_reports  # a report made while a figure changed shows CPU, not KiB/s
             if wid not in self.unsettled and wid not in self.settling:
                 for metric, history in worker.metric_stats.items():
                     line, ref = self.lines.get(metric), typical.get(metric)
-                    base = own_base(worker.throughput_history, history, line.slope) if line else None
+                    base = own_base(_newest(worker.throughput_history, settled), _newest(history, settled),
+                                     line.slope) if line else None
                     # Under the minimum gain: noise. Never lowered here (`_own_excess` bounds it by the newest value).
                     if base is not None and ref is not None and base - ref >= max(
                             mine.get(metric, 0.0), self.config.rebalance_min_gain_points):
