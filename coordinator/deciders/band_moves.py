@@ -5,12 +5,17 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    that never gave the lease back, from a giver with a fresh heartbeat whose lease figures are settled (a fill on
    shares may move fresh leases, placed in this term and never settled: moving one costs nothing measurable);
    only leases balancing did not move in this run or the last few runs move (one placed in this run may move on once).
-2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range) and
-   at least the minimum gain below the giver's value before the move: the next run cannot move the lease back.
+2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range; a
+   split of heavy leases, 3: its operating range) and at least the minimum gain below the giver's value before the
+   move: the next run cannot move the lease back.
 3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
    tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
    Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
+   A donor holding two or more leases too heavy for any worker inside the band (each alone rises a worker more than
+   the band's width; leases weighed by KiB/s) first hands the lightest of them to the least loaded receiver, which
+   may end above the band's edge but not above its operating range nor the giver's value less the minimum gain
+   (`_split`, decision 0046): the higher of the pair's values falls by that gain; the receiver then sheds as a donor.
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -200,7 +205,7 @@ class BandPass:
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._shed_one(donor):
+            while self._split(donor) or self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -260,6 +265,30 @@ class BandPass:
                 if not probes[0][0] < min(cap, self._top_limit):
                     return True
         return moved
+
+    def _split(self, donor: str) -> bool:
+        """Hand the lightest of two or more leases too heavy for the band away (invariant 3); True if it moved.
+
+        To the least loaded receiver that takes it under its operating range and the minimum gain below the donor. Not
+        on lease counts: every lease weighs the same there, and the shed's order spreads streams.
+        """
+        per_kbps = self.rise(donor, 1.0)
+        if self.counts_leases or self.view.count_only or per_kbps <= 0:
+            return False
+        movable, value = self._movable(donor), self._at[donor]
+        first = bisect.bisect_right(movable, ((self.band.upper - self.band.lower) / per_kbps, "\uffff"))
+        if len(movable) - first < 2 or value <= self.ceiling(donor, self.plan.rate(donor, self.metric)):
+            return False
+        weight, key = movable[first]
+        for _, receiver in self._extremes(True, donor):
+            landed = self._at[receiver] + self._room[receiver][1] * weight
+            if (landed <= min(value - self.band.min_gain, self.view.limits[receiver][self.metric])
+                    and self.plan.assignable(receiver) and not self._leases[key].avoids(receiver)
+                    and self.room_left(receiver, self._kbps[key])):
+                self._move(key, (donor, value - self.fall(donor, key)), (receiver, landed),
+                           "above the band: split heavy leases")
+                return True
+        return False
 
     def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
         """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""

@@ -12,7 +12,7 @@ from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig, Strategy
 from shardherd.coordinator.load_model import Line, fit_line, proportional
 from shardherd.coordinator.moves import MoveReason, Plan
-from shardherd.coordinator.snapshot import Snapshot, WorkerView
+from shardherd.coordinator.snapshot import LeaseView, Snapshot, WorkerView
 from tests.coordinator.test_decide import applied, counts, cpu, owned
 
 BAND = DeciderConfig()
@@ -88,12 +88,23 @@ def true_cpu(kbps: float) -> float:
     return 10.0 + 0.02 * kbps
 
 
+def on_the_line(leases: list[LeaseView], workers: int) -> Snapshot:
+    """Workers w0.. whose CPU is `true_cpu` of the KiB/s of the leases they hold."""
+    carried = {f"w{i}": sum(lease.throughput_kbps or 0.0 for lease in leases if lease.lease_owner == f"w{i}")
+               for i in range(workers)}
+    return Snapshot.of(leases, [cpu(w, true_cpu(kbps)) for w, kbps in carried.items()])
+
+
+def planned_again(snapshot: Snapshot, plan: Plan) -> Plan:
+    """The next run's plan once `plan` is applied and every worker reports `true_cpu` of what it carries."""
+    carried = {w.worker_id: w.throughput_after for w in plan.workers}
+    return decide(Snapshot.of(applied(snapshot, plan).leases, [cpu(w, true_cpu(carried[w])) for w in sorted(carried)]),
+                  BAND, balance=True)
+
+
 def scale_out() -> Snapshot:
     # 24 Zipf leases round-robin on w0..w3; w4, w5 just joined and report the idle 10.
-    leases = [owned(f"l{r:02d}", f"w{(r - 1) % 4}", kbps) for r, kbps in enumerate(ZIPF, start=1)]
-    carried = {f"w{i}": sum(lease.throughput_kbps or 0.0 for lease in leases if lease.lease_owner == f"w{i}")
-               for i in range(6)}
-    return Snapshot.of(leases, [cpu(w, true_cpu(kbps)) for w, kbps in carried.items()])
+    return on_the_line([owned(f"l{r:02d}", f"w{(r - 1) % 4}", kbps) for r, kbps in enumerate(ZIPF, start=1)], 6)
 
 
 def test_a_scale_out_lands_every_worker_in_the_band_in_one_run_and_stays() -> None:
@@ -104,10 +115,27 @@ def test_a_scale_out_lands_every_worker_in_the_band_in_one_run_and_stays() -> No
     assert counts(plan)["w4"] >= 1 and counts(plan)["w5"] >= 1
     for w in plan.workers:  # the fitted line, not KCL's proportional one, is what the projections follow
         assert w.metrics_after["C"] == pytest.approx(true_cpu(w.throughput_after), abs=1e-5)
-    carried = {w.worker_id: w.throughput_after for w in plan.workers}
-    again = Snapshot.of(applied(snapshot, plan).leases, [cpu(w, true_cpu(carried[w])) for w in sorted(carried)])
-    assert decide(again, BAND, balance=True).moves == ()
+    assert planned_again(snapshot, plan).moves == ()
     assert max(after(decide(snapshot, KCL, balance=True)).values()) > upper
+
+
+def two_hot_shards() -> Snapshot:
+    # w0..w5 hold ten 100 KiB/s leases each; w0 also holds two 1,000 KiB/s shards that turned hot (20 points each, more
+    # than the band is wide: no worker inside the band can take one).
+    leases = [owned(f"w{w}-{i}", f"w{w}", 100.0) for w in range(6) for i in range(10)]
+    return on_the_line([*leases, owned("hot0", "w0", 1000.0), owned("hot1", "w0", 1000.0)], 6)
+
+
+def test_a_worker_holding_two_leases_too_heavy_for_the_band_hands_one_to_the_least_loaded() -> None:
+    # Decision 0046 (the simulator's full-size hot shards): before, w0 shed every small lease and stayed above the
+    # band holding both hot shards alone, as no receiver could take one and stay inside it.
+    snapshot = two_hot_shards()
+    plan = decide(snapshot, BAND, balance=True)
+    split = [m for m in plan.moves if m.lease_key.startswith("hot")]
+    assert len(split) == 1 and "split heavy leases" in split[0].detail
+    lower, upper = band_edges(plan)
+    assert all(lower <= v <= upper for v in after(plan).values()), after(plan)
+    assert planned_again(snapshot, plan).moves == ()
 
 
 def test_a_worker_whose_lease_figure_is_still_changing_gives_nothing_but_may_receive() -> None:

@@ -104,10 +104,18 @@ class CheckedPlan(FleetPlan):
             ceiling = view.ceiling(wid, metric)
             if share_fill and metric in before.get(wid, {}):
                 ceiling = joiner_ceiling(view, wid, metric, before[wid][metric], carried)
+            if reason is MoveReason.for_metric(metric) and self._split(key, giver, metric):
+                ceiling = min(view.limits[wid][metric], before[giver][metric] - view.min_gain(metric))
             assert value <= ceiling + EPS * max(1.0, value), (metric, value)
             if metric in before.get(giver, {}) and reason is MoveReason.for_metric(metric):
                 assert value <= before[giver][metric] - view.min_gain(metric) + EPS * max(1.0, value)
                 assert self.values(giver)[metric] < before[giver][metric]
+
+    def _split(self, key: str, giver: str, metric: str) -> bool:
+        """Whether `key` and another lease the giver held were each too heavy for a worker inside the band."""
+        width, held = 2 * self.view.half_band(metric), (key, *self.ledger.held_by.get(giver, ()))
+        heavy = [k for k in held if self.view.rise(giver, metric, self.ledger.weight[k]) > width]
+        return len(heavy) >= 2 and heavy[0] == key
 
 
 @settings(max_examples=100, deadline=None)
