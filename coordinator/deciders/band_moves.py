@@ -12,11 +12,11 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
    tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
    Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
-   A donor holding two or more leases too heavy for any worker inside the band (each alone rises a worker more than
-   the band's width; leases weighed by KiB/s) first hands the lightest of them to the least loaded receiver; where no
-   receiver takes it under its ceiling, that one may end above the band's edge but not above its operating range nor
-   the giver's value less the minimum gain (`_split`, decision 0046): the higher of the pair's values falls by that
-   gain; the receiver then sheds as a donor.
+   A donor holding two or more leases too heavy for the band (each rises a worker more than the band's width and more
+   than any receiver takes under its ceiling; leases weighed by KiB/s) first hands the lightest of them to the least
+   loaded receiver, which may end above the band's edge but not above its operating range nor the giver's value less
+   the minimum gain (`_split`, decision 0046): the higher of the pair's values falls by that gain; the receiver then
+   sheds as a donor.
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
@@ -270,22 +270,22 @@ class BandPass:
     def _split(self, donor: str) -> bool:
         """Hand the lightest of two or more leases too heavy for the band away (invariant 3); True if it moved.
 
-        To the least loaded receiver that takes it under its operating range and the minimum gain below the donor, where
-        none takes it under its ceiling. Not on lease counts: every lease weighs the same there, and the shed's order
-        spreads streams.
+        Too heavy: more than the band's width and more than any receiver takes under its ceiling. It goes to the least
+        loaded receiver that takes it under its operating range and the minimum gain below the donor. Not on lease
+        counts: every lease weighs the same there, and the shed's order spreads streams.
         """
-        per_kbps = self.rise(donor, 1.0)
-        if self.counts_leases or self.view.count_only or per_kbps <= 0:
+        per_kbps, probes = self.rise(donor, 1.0), self._extremes(True, donor)
+        if self.counts_leases or self.view.count_only or per_kbps <= 0 or not probes:
             return False
         movable, value = self._movable(donor), self._at[donor]
-        first = bisect.bisect_right(movable, ((self.band.upper - self.band.lower) / per_kbps, "\uffff"))
+        heavy = max((self.band.upper - self.band.lower) / per_kbps,
+                    (self._top_limit - probes[0][0]) * self._top_per_point)  # (the shed's bound on what fits)
+        first = bisect.bisect_right(movable, (heavy, "\uffff"))
         if len(movable) - first < 2 or value <= self.ceiling(donor, self.plan.rate(donor, self.metric)):
             return False
         weight, key = movable[first]
-        for _, receiver in self._extremes(True, donor):
+        for _, receiver in probes:
             landed = self._at[receiver] + self._room[receiver][1] * weight
-            if landed <= self._room[receiver][0]:
-                return False  # a receiver can take it inside its ceiling: the shed's own order chooses
             if (landed <= min(value - self.band.min_gain, self.view.limits[receiver][self.metric])
                     and self.plan.assignable(receiver) and not self._leases[key].avoids(receiver)
                     and self.room_left(receiver, self._kbps[key])):
