@@ -4,6 +4,10 @@ Invariants: bodies are framed by Content-Length or chunked transfer coding (both
 written); header names are kept lower-case; a connection that failed mid-exchange is closed, never reused, and the
 exchange is tried once more on a fresh connection (the upstream is a local emulator: a retried call is safe for
 the idempotent reads and harmless for the tests' writes, which carry their own retry on errors).
+The upstream gets at most `connections` exchanges at once, each on a kept-alive connection; a call beyond them waits
+for a free one (first come, first served). A burst of calls opened one new connection each before, and kinesalite,
+busy on a loaded host, served a new connection 2-5 s after the proxy connected while kept-alive ones answered in
+well under a second (the 256-shard scale run: docs/decisions/0029-kinesis-limits-model.md, session 27 amendment).
 """
 
 from __future__ import annotations
@@ -75,19 +79,34 @@ def response_bytes(status: int, headers: dict[str, str], body: bytes) -> bytes:
     return "\r\n".join(lines).encode("latin-1") + body
 
 
+UPSTREAM_CONNECTIONS = 32  # exchanges at once with the emulator (kept-alive connections), by default
+
+
 @dataclass
 class Upstream:
-    """Keep-alive connections to one loopback HTTP server, reused across requests."""
+    """At most `connections` keep-alive connections to one loopback HTTP server, reused across requests."""
 
     port: int
+    connections: int = UPSTREAM_CONNECTIONS
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
+    _slots: asyncio.Semaphore | None = None
 
     async def post(self, headers: dict[str, str], body: bytes) -> Message:
-        """POST `body` to '/' with the client's `headers` (hop-by-hop ones replaced); the upstream's response."""
+        """POST `body` to '/' with the client's `headers` (hop-by-hop ones replaced); the upstream's response.
+
+        Waits for one of the `connections` exchanges to be free first.
+        """
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.connections)
         lines = ["POST / HTTP/1.1", f"host: {LOOPBACK}:{self.port}"]
         lines += [f"{name}: {value}" for name, value in headers.items() if name not in _HOP_BY_HOP]
         lines += [f"content-length: {len(body)}", "", ""]
         request = "\r\n".join(lines).encode("latin-1") + body
+        async with self._slots:
+            return await self._exchange(request)
+
+    async def _exchange(self, request: bytes) -> Message:
+        """Send `request` on an idle connection (a new one if none is idle) and read the answer."""
         while True:
             reused = bool(self._idle)
             reader, writer = self._idle.pop() if reused else await asyncio.open_connection(LOOPBACK, self.port)

@@ -27,6 +27,8 @@ NODE_MODULES = EMULATORS_DIR / "node_modules"
 INSTALL_HINT = "npm ci --prefix services/emulators"
 
 # Runs before the emulator: every server listens on loopback only, and the process ends when stdin closes.
+# An HTTP server keeps an idle kept-alive connection open (Node closed it after 5 s): the limits proxy keeps a few
+# connections to the emulator and reuses them, and a new connection on a busy emulator waited seconds to be served.
 # kinesalite rethrows a request's 'error' event, so a client killed while sending a request (kill -9 of a Spark
 # executor or an agent mid-call) ended the whole emulator with "Error: aborted" (ECONNRESET); such a dropped
 # connection is now logged and the emulator serves on. Any other uncaught error still ends it with status 1.
@@ -38,6 +40,7 @@ _PRELUDE = """
 const net = require('net');
 const listen = net.Server.prototype.listen;
 net.Server.prototype.listen = function (...args) {
+  if (typeof this.keepAliveTimeout === 'number') this.keepAliveTimeout = 0;
   const callback = typeof args[args.length - 1] === 'function' ? args.pop() : undefined;
   const options = typeof args[0] === 'object' && args[0] !== null ? {...args[0]} : {port: Number(args[0])};
   options.host = '127.0.0.1';
