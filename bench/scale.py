@@ -13,7 +13,8 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
 * the leader's run time p50/p99/max over the runs it published while the bench watched (`/v1/leader`), those of
   the steady window and those before it (the first assignment with the shard sync's writes, the fills, the Spark
   drivers' start) apart;
-* `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up;
+* `/v1/assignments` (every page) and `/metrics` latency p50/p99, with the stack's token, after start-up (the Spark
+  drivers still starting), and `/v1/assignments` again after the steady window;
 * owner changes and leader moves (by reason) over `--settle` s of steady state from `--warmup` s after every shard
   was read, and the store's capacity units per minute over
   that window next to KCL 3.x's bill for the same leases and workers;
@@ -415,6 +416,9 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         changes, moves, minutes, window, spark_leases = _steady(client, runs, run / "meter", args.settle, spark)
         print(f"steady state over {minutes:.1f} min, from {args.warmup:.0f} s after every shard was read: {changes} "
               f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
+        settled = _latency(client.leases, args.calls)  # timed after the window: its calls would load it
+        print(f"/v1/assignments after the steady window (every page, token; load {os.getloadavg()[0]:.1f}): "
+              f"{percentiles(settled)}")
         kbps, cpus, leases, workers = _live_fleet(client, store_settings, state)
         print_bill(window, minutes, leases, workers)
         print(f"leader runs {runs.summary(steady_from)}")
