@@ -30,6 +30,7 @@ from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
 from shardherd.services.local_stack.producer import Producer, ZipfKeys
 from shardherd.shared.aws import make_client
+from tests.support.stream_stack import active_stream
 
 STREAM = "bench-hot-shard"
 TIMEOUTS = (READ_FLOOR / 2, READ_FLOOR)  # the agents' (connect, read) deadline at the default failover time
@@ -104,10 +105,7 @@ def main() -> None:
     args = parser.parse_args()
     with Kinesalite(shard_limit=2 * args.shards) as kinesalite, KinesisLimits(kinesalite.port) as limits:
         direct = make_client("kinesis", "us-east-1", kinesalite.endpoint_url)
-        direct.create_stream(StreamName=STREAM, ShardCount=args.shards)
-        while direct.describe_stream_summary(StreamName=STREAM)["StreamDescriptionSummary"]["StreamStatus"] \
-                != "ACTIVE":
-            time.sleep(0.05)
+        active_stream(direct, STREAM, args.shards)
         shards = direct.list_shards(StreamName=STREAM)["Shards"]
         hot = shards[len(shards) // 2]
         _fill(direct, hot, args.backlog)

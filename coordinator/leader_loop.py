@@ -120,10 +120,6 @@ class _Reports:
     settled: int = 0
     calm: bool = True
 
-    def view(self, record: WorkerRecord, stale: bool) -> WorkerView:
-        """The worker's view with this history."""
-        return WorkerView.from_record(record, tuple(self.throughput), stale, self.settled)
-
 
 @dataclass
 class _Term:
@@ -564,7 +560,7 @@ class LeaderLoop:
         first scan found are still undecided.
         """
         return (now - term.started < self._timing.heartbeat + self._timing.interval
-                and bool(term.tracker.undecided_agents(now)))
+                and term.tracker.agents_undecided(now))
 
     def _fleet_stalls(self, active: Sequence[WorkerRecord], leases: Collection[Lease]) -> bool:
         """The run's verdict on a fleet-wide stall (coordinator/fleet_stall.py), logged when it changes."""
@@ -1058,7 +1054,9 @@ def _metrics_signature(record: WorkerRecord) -> Signature:
 
 def _view(record: WorkerRecord, reports: _Reports | None, stale: bool) -> WorkerView:
     """A worker's view with the leader's record of its reports (none yet: an empty history)."""
-    return reports.view(record, stale) if reports is not None else WorkerView.from_record(record, (), stale)
+    if reports is None:
+        return WorkerView.from_record(record, (), stale)
+    return WorkerView.from_record(record, tuple(reports.throughput), stale, reports.settled)
 
 
 def _reports_since(before: Signature, after: Signature) -> int:

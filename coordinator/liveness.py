@@ -440,15 +440,15 @@ class LivenessTracker:
         silent = self.workers.silent_for(worker_id, now)
         return silent is not None and silent > self.grace.of(self.records.get(worker_id))
 
-    def undecided_agents(self, now: float) -> list[str]:
-        """The agent rows of the last observation that are neither alive nor silent: found, not yet seen changing.
+    def agents_undecided(self, now: float) -> bool:
+        """Whether an agent row of the last observation is neither alive nor silent: found, not yet seen changing.
 
         Every running agent rewrites its row each heartbeat interval, so at a term's start these are the agents the
         leader has not yet watched for one (or dead ones' last rows, until their grace passes). KCL workers' rows
         are left out: they change only every reporter interval, too long to wait for.
         """
-        return sorted(worker for worker, record in self.records.items() if is_agent_row(record)
-                      and not self.worker_alive(worker, now) and not self.worker_silent(worker, now))
+        return any(is_agent_row(record) and not self.worker_alive(worker, now) and not self.worker_silent(worker, now)
+                   for worker, record in self.records.items())
 
     def lease(self, lease: Lease, now: float) -> LeaseLiveness:
         """Whether `lease` has expired: unowned, or its owner (mode `worker`) / counter (mode `lease`) went silent."""

@@ -89,15 +89,16 @@ class Upstream:
     port: int
     connections: int = UPSTREAM_CONNECTIONS
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
-    _slots: asyncio.Semaphore | None = None
+    _slots: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._slots = asyncio.Semaphore(self.connections)  # bound to the running loop at its first use
 
     async def post(self, headers: dict[str, str], body: bytes) -> Message:
         """POST `body` to '/' with the client's `headers` (hop-by-hop ones replaced); the upstream's response.
 
         Waits for one of the `connections` exchanges to be free first.
         """
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.connections)
         lines = ["POST / HTTP/1.1", f"host: {LOOPBACK}:{self.port}"]
         lines += [f"{name}: {value}" for name, value in headers.items() if name not in _HOP_BY_HOP]
         lines += [f"content-length: {len(body)}", "", ""]
