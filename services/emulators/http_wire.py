@@ -80,14 +80,21 @@ def response_bytes(status: int, headers: dict[str, str], body: bytes) -> bytes:
 
 
 UPSTREAM_CONNECTIONS = 32  # exchanges at once with the emulator (kept-alive connections), by default
+UPSTREAM_DEADLINE = 30.0  # seconds a call may wait for a free exchange and its answer: past it, the caller gets 502
 
 
 @dataclass
 class Upstream:
-    """At most `connections` keep-alive connections to one loopback HTTP server, reused across requests."""
+    """At most `connections` keep-alive connections to one loopback HTTP server, reused across requests.
+
+    A call that has no answer within `deadline` seconds (waiting for a free exchange included) raises TimeoutError
+    and closes the connection it was using, so an emulator that stops answering frees its slots instead of holding
+    them for ever.
+    """
 
     port: int
     connections: int = UPSTREAM_CONNECTIONS
+    deadline: float = UPSTREAM_DEADLINE
     _idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
     _slots: asyncio.Semaphore = field(init=False)
 
@@ -97,13 +104,13 @@ class Upstream:
     async def post(self, headers: dict[str, str], body: bytes) -> Message:
         """POST `body` to '/' with the client's `headers` (hop-by-hop ones replaced); the upstream's response.
 
-        Waits for one of the `connections` exchanges to be free first.
+        Waits for one of the `connections` exchanges to be free first; TimeoutError past `deadline` seconds.
         """
         lines = ["POST / HTTP/1.1", f"host: {LOOPBACK}:{self.port}"]
         lines += [f"{name}: {value}" for name, value in headers.items() if name not in _HOP_BY_HOP]
         lines += [f"content-length: {len(body)}", "", ""]
         request = "\r\n".join(lines).encode("latin-1") + body
-        async with self._slots:
+        async with asyncio.timeout(self.deadline), self._slots:
             return await self._exchange(request)
 
     async def _exchange(self, request: bytes) -> Message:
@@ -117,6 +124,9 @@ class Upstream:
                 answer = await read_message(reader)
                 if answer is None:
                     raise ConnectionError("upstream closed the connection")
+            except asyncio.CancelledError:  # the deadline passed mid-exchange: the connection's state is unknown
+                writer.close()
+                raise
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 writer.close()
                 if not reused:

@@ -9,15 +9,17 @@ its own (its connections are counted) and the proxy in front of it; about 10 s.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from typing import Any
 
 import psutil
 
-from shardherd.services.emulators.http_wire import UPSTREAM_CONNECTIONS
+from shardherd.services.emulators.http_wire import UPSTREAM_CONNECTIONS, Upstream
 from shardherd.services.emulators.kinesalite import Kinesalite
 from shardherd.services.emulators.limits_launcher import KinesisLimits
+from shardherd.services.emulators.ports import LOOPBACK
 from shardherd.shared.aws import make_client
 from tests.support.stream_stack import active_stream
 
@@ -70,3 +72,35 @@ def test_a_burst_reuses_a_bounded_set_of_kept_alive_connections() -> None:
     assert 1 <= after_burst <= UPSTREAM_CONNECTIONS, (
         f"{after_burst} connections from the proxy to kinesalite after {CALLERS} callers at once")
     assert after_idle == after_burst, f"kinesalite closed idle connections: {after_burst} -> {after_idle}"
+
+
+def test_an_upstream_that_stops_answering_frees_its_exchanges_at_the_deadline() -> None:
+    """A loopback server that reads requests and never answers: each call fails at the deadline (the proxy then
+    answers its caller 502) and closes its connection, so the one exchange is free for the next call."""
+
+    async def scenario() -> tuple[list[float], int]:
+        closed = 0
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal closed
+            while await reader.read(4096):
+                pass  # never answers
+            closed += 1
+            writer.close()
+
+        server = await asyncio.start_server(silent, LOOPBACK, 0)
+        upstream = Upstream(server.sockets[0].getsockname()[1], connections=1, deadline=0.3)
+        waited = []
+        for _ in range(2):
+            start = time.monotonic()
+            try:
+                await upstream.post({}, b"{}")
+            except TimeoutError:
+                waited.append(time.monotonic() - start)
+        await asyncio.sleep(0.2)  # the server sees both connections closed
+        server.close()
+        return waited, closed
+
+    waited, closed = asyncio.run(asyncio.wait_for(scenario(), 10.0))  # without the deadline: fails here
+    assert len(waited) == 2 and all(0.25 <= seconds < 2.0 for seconds in waited), waited
+    assert closed == 2
