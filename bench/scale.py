@@ -520,8 +520,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--shards", type=int, default=256)
     parser.add_argument("--agents", type=int, default=32)
-    parser.add_argument("--rate", type=int, default=500, help="records/s the producer puts (all shards; kinesalite "
-                        "behind the limits proxy drops connections under 32 agents' reads past about that)")
+    parser.add_argument("--rate", type=int, default=500, help="records/s the producer puts over all shards (the runs "
+                        "in docs/store-cost.md use 300)")
     parser.add_argument("--warmup", type=float, default=60.0, help="seconds after every shard is read before the "
                         "steady-state window (the first balancing runs)")
     parser.add_argument("--settle", type=float, default=120.0, help="seconds of steady state watched")
