@@ -1,25 +1,40 @@
-"""Which KPL aggregate decoder this process uses, chosen once: the protobuf runtime's C one, else pure Python.
+"""Which KPL aggregate decoder this process uses: the protobuf runtime's C one, else pure Python.
 
 `auto` (the default) takes agent/kpl_protobuf.py when `protobuf` is importable and its implementation is upb (C);
 any other runtime (the pure-Python protobuf, the old C++ one, or none) falls back to agent/kpl_python.py. `python`
-forces the fallback: set SHARDHERD_KPL_DECODER=python (read at import, so Spark's Python workers forked from an
+forces the fallback: set SHARDHERD_KPL_DECODER=python (read on first use, so Spark's Python workers forked from an
 agent inherit it) or the `kpl_decoder` setting (the agents apply it, and the Spark source passes it to every
 executor with its partitions).
 
-Invariant: choosing imports only the protobuf runtime's implementation check (about 1.4 MB); the decoder module
-itself (agent/kpl_protobuf.py with descriptor_pb2 and the message classes, about 7 MB resident) is imported when the
-first aggregate is decoded, so a process that never sees one (most MultiLang applications) does not carry it.
+An agent's `auto` waits (`use(..., after=PAYBACK_RECORDS)`): it decodes with the pure-Python decoder until the
+process has decoded that many user records, then looks for the C one. Loading the C decoder (the protobuf runtime's
+modules, the message classes) costs a plain agent about 3 MiB of its resident memory for as long as it runs, and
+about 25 ms of CPU; it saves about 3 microseconds per user record (`bench/kpl_decode.py`), so it pays for its CPU
+after some thousands of records and for its memory only where records keep coming. An agent holding 8 shards at a
+few aggregated records a second never loads it (decision 0024); a busy one switches within seconds. Spark
+executors (`read_partition`) and any caller of `use` without `after` choose at once, as before.
+
+Invariants: nothing of `protobuf` is imported until the choice is resolved (the first decode, `decoder_name`, or
+`use` without `after`); both decoders give the same answer for every input (tests/agent/test_kpl_decoders.py), so
+the switch, which reader threads may make at once, changes no record; the decoder module itself
+(agent/kpl_protobuf.py) is imported by the first aggregate decoded after the choice, not by choosing.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 from shardherd.agent import kpl_python
 from shardherd.agent.kpl import KPL_DECODERS, UserRecord
 
+log = logging.getLogger(__name__)
+
 DECODER_ENV = "SHARDHERD_KPL_DECODER"
+# User records an agent decodes in pure Python before `auto` loads the C decoder: about 30 ms of the Python decoder's
+# extra CPU, a little more than loading the C one costs (see the module's docstring).
+PAYBACK_RECORDS = 10_000
 
 Decoder = Callable[[bytes], list[UserRecord]]
 ColumnDecoder = Callable[[bytes], tuple[list[str], list[bytes]]]
@@ -27,36 +42,76 @@ ColumnDecoder = Callable[[bytes], tuple[list[str], list[bytes]]]
 _decode: Decoder = kpl_python.decode
 _decode_columns: ColumnDecoder = kpl_python.decode_columns
 _name = "python"
-_choice: str | None = None
+_choice: str | None = None  # None: the environment's choice, not made yet
+_waiting = False  # `auto` decoding in Python until `_after` user records
+_after = 0
+_decoded = 0
 
 
 def decode_aggregate(data: bytes) -> list[UserRecord]:
     """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
-    return _decode(data)
+    if _choice is None:
+        _from_environment()
+    records = _decode(data)
+    if _waiting:
+        _count(len(records))
+    return records
 
 
 def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
     """The partition keys and payloads of an aggregate's user records, in order; BrokenAggregate as above."""
-    return _decode_columns(data)
+    if _choice is None:
+        _from_environment()
+    columns = _decode_columns(data)
+    if _waiting:
+        _count(len(columns[0]))
+    return columns
 
 
 def decoder_name() -> str:
-    """The decoder in use: "protobuf-upb" or "python"."""
+    """The decoder in use now: "protobuf-upb" or "python" (an agent's `auto` is "python" until it switches)."""
+    if _choice is None:
+        _from_environment()
     return _name
 
 
-def use(choice: str) -> str:
-    """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name."""
-    global _decode, _decode_columns, _name, _choice
+def use(choice: str, after: int = 0) -> str:
+    """Choose the decoder (`auto` or `python`); a no-op when that choice is already made. Returns its name now.
+
+    With `after`, `auto` decodes that many user records in pure Python before it looks for the C decoder.
+    """
+    global _choice, _waiting, _after, _decoded
     if choice not in KPL_DECODERS:
         raise ValueError(f"{DECODER_ENV} must be one of {list(KPL_DECODERS)}, got {choice!r}")
-    if choice == _choice:
+    if (choice, after) == (_choice, _after):
         return _name
-    fast = _protobuf_decoders() if choice == "auto" else None
+    _choice, _after, _decoded = choice, after, 0
+    _waiting = choice == "auto" and after > 0
+    if _waiting:
+        _set(None)
+    else:
+        _set(_protobuf_decoders() if choice == "auto" else None)
+    return _name
+
+
+def _from_environment() -> None:
+    use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")
+
+
+def _count(records: int) -> None:
+    """Count user records decoded while `auto` waits; past `_after`, take the C decoder if there is one."""
+    global _decoded, _waiting
+    _decoded += records
+    if _waiting and _decoded >= _after:
+        _waiting = False
+        _set(_protobuf_decoders())
+        log.info("KPL: %d user records decoded in Python; the %s decoder from now on", _decoded, _name)
+
+
+def _set(fast: tuple[Decoder, ColumnDecoder] | None) -> None:
+    global _decode, _decode_columns, _name
     _decode, _decode_columns, _name = ((*fast, "protobuf-upb") if fast is not None
                                        else (kpl_python.decode, kpl_python.decode_columns, "python"))
-    _choice = choice
-    return _name
 
 
 def _protobuf_decoders() -> tuple[Decoder, ColumnDecoder] | None:
@@ -78,6 +133,3 @@ def _protobuf_decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
     from shardherd.agent import kpl_protobuf  # on the first aggregate (module docstring)
 
     return kpl_protobuf.decode_columns(data)
-
-
-use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")

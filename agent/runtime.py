@@ -149,7 +149,8 @@ class Agent:
         if not settings.stream_names:
             raise ConfigError("the agent needs stream_name (SHARDHERD_STREAM_NAME) or streams (SHARDHERD_STREAMS)")
         self.settings = settings
-        self.kpl_decoder = kpl_decoding.use(settings.kpl_decoder)
+        # `auto` loads the C decoder only once this process has decoded enough records to pay for it (3 MiB)
+        self.kpl_decoder = kpl_decoding.use(settings.kpl_decoder, after=kpl_decoding.PAYBACK_RECORDS)
         self.clock = clock or SystemClock()
         self.store = store or open_store(settings, RetryPolicy(clock=self.clock), caller="agent")
         self.throughput = ThroughputRecorder.for_settings(self.clock, settings)
@@ -277,8 +278,9 @@ class Agent:
                 source.sample()  # delta-based sources answer 0 on their first call: take that one outside the history
             except Exception as exc:  # the sampler counts later failures; this one only primes the baseline
                 log.warning("priming the CPU source failed: %s", exc)
-        log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s)", self.kpl_decoder,
-                 self.settings.kpl_decoder)
+        log.info("KPL aggregates are de-aggregated by the %s decoder (kpl_decoder=%s%s)", self.kpl_decoder,
+                 self.settings.kpl_decoder, f"; the C one, if installed, after {kpl_decoding.PAYBACK_RECORDS:,} user "
+                 "records" if self.settings.kpl_decoder == "auto" else "")
         self._sampling.start(self.supervisor)
         self.keeper.beat_apart()
         jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))

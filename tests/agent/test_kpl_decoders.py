@@ -253,7 +253,7 @@ def decoder_in_subprocess(env_value: str | None) -> subprocess.CompletedProcess[
                           env=env, capture_output=True, text=True, check=False)
 
 
-def test_decoder_is_chosen_at_import_and_can_be_forced_to_python() -> None:
+def test_decoder_is_chosen_from_the_environment_and_can_be_forced_to_python() -> None:
     assert decoder_in_subprocess(None).stdout.strip() == "protobuf-upb"
     assert decoder_in_subprocess("Python").stdout.strip() == "python"
     bad = decoder_in_subprocess("fast")
@@ -278,6 +278,31 @@ def test_use_switches_the_decoder_in_process() -> None:
     assert kpl_decoding.decode_columns(data) == (["k"], [b"v"])
     with pytest.raises(ValueError, match="must be one of"):
         kpl_decoding.use("c")
+
+
+@pytest.mark.usefixtures("keep_decoder")
+def test_an_agents_auto_decodes_in_python_until_its_records_pay_for_the_c_decoder() -> None:
+    data = encode_aggregate([UserRecord("k", b"v"), UserRecord("j", b"w", "7")])
+    assert kpl_decoding.use("auto", after=5) == "python"
+    for decoded in (2, 4):  # two user records an aggregate
+        assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v"), UserRecord("j", b"w", "7")]
+        assert kpl_decoding.decoder_name() == "python", decoded
+    assert kpl_decoding.decode_columns(data) == (["k", "j"], [b"v", b"w"])  # the 6th: past 5, it switches
+    assert kpl_decoding.decoder_name() == "protobuf-upb"
+    assert kpl_decoding.decode_aggregate(data) == [UserRecord("k", b"v"), UserRecord("j", b"w", "7")]
+    assert kpl_decoding.use("auto", after=5) == "protobuf-upb"  # the same choice again: no new wait
+    assert kpl_decoding.use("auto") == "protobuf-upb"
+
+
+def test_a_process_imports_no_protobuf_until_its_decoder_is_needed() -> None:
+    probe = ("import sys; from agent import kpl_decoding, kpl; from agent.runtime import Agent; "
+             "before = 'google.protobuf' in sys.modules; kpl_decoding.use('auto', after=1); "
+             "waiting = 'google.protobuf' in sys.modules; "
+             "kpl_decoding.decode_aggregate(kpl.encode_aggregate([kpl.UserRecord('k', b'v')])); "
+             "print(before, waiting, 'google.protobuf' in sys.modules, kpl_decoding.decoder_name())")
+    env = {key: value for key, value in os.environ.items() if key != kpl_decoding.DECODER_ENV}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "False", "True", "protobuf-upb"]
 
 
 @pytest.mark.usefixtures("keep_decoder")
