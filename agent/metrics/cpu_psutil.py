@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import psutil
-
 from shardherd.agent.metrics import MetricSourceError
 
 
@@ -13,13 +11,16 @@ class PsutilCpu:
     name = "psutil"
 
     def __init__(self) -> None:
+        import psutil  # only where this source is chosen: a Linux agent does not load it (agent/metrics/cpu_tree.py)
+
+        self._psutil = psutil
         self._started = False
 
     def sample(self) -> float:
         """The non-blocking system-wide percentage psutil measured since the last call."""
         try:
-            value = float(psutil.cpu_percent(interval=None))
-        except (OSError, psutil.Error) as exc:
+            value = float(self._psutil.cpu_percent(interval=None))
+        except (OSError, self._psutil.Error) as exc:
             raise MetricSourceError(f"psutil cannot read CPU times: {exc}") from exc
         if not self._started:
             self._started = True

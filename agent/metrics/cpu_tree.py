@@ -14,6 +14,10 @@ every agent of a shared host, the hosts this source exists for (the 64-shard, 8-
 agent's time holding the GIL). Where the kernel has no such lists (not Linux, or built without
 CONFIG_PROC_CHILDREN) the tree is psutil's. Like psutil's, the listing races with processes starting and exiting:
 a child started after it counts whole at the next sample, one that exited is left out of the interval.
+
+Where the kernel lists children, everything here reads /proc itself (a process's CPU seconds and parent from
+/proc/PID/stat, the host's processes from /proc's entries, as psutil does on Linux) and psutil is not imported:
+its modules cost every agent about 1 MiB of resident memory (decision 0024). Elsewhere psutil answers.
 """
 
 from __future__ import annotations
@@ -21,8 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-
-import psutil
+from typing import Any
 
 from shardherd.agent.metrics import MetricSourceError
 from shardherd.shared.clock import Clock
@@ -31,14 +34,59 @@ PidSource = Callable[[], Iterable[int]]
 PROC = Path("/proc")
 
 
-def family(pid: int) -> set[int]:
+def family(pid: int, proc: Path = PROC) -> set[int]:
     """`pid`, its ancestors and its descendants (the processes whose CPU is this agent's, or that started it)."""
+    if children_listed(pid, proc):
+        return {pid, *ancestors(pid, proc), *descendants(pid, proc)}
+    psutil = _psutil()
     try:
         process = psutil.Process(pid)
         related = [process, *process.parents(), *process.children(recursive=True)]
     except psutil.Error as exc:
         raise MetricSourceError(f"cannot list the process tree of {pid}: {exc}") from exc
     return {p.pid for p in related}
+
+
+def host_pids(proc: Path = PROC) -> list[int]:
+    """Every process of the host (what /proc/stat and psutil measure): /proc's numbered entries, else psutil's."""
+    if proc.is_dir():
+        return [int(name) for name in os.listdir(proc) if name.isdigit()]
+    return list(_psutil().pids())
+
+
+def _psutil() -> Any:
+    """psutil, imported where /proc does not answer (see the module's docstring)."""
+    import psutil
+
+    return psutil
+
+
+def _stat_fields(pid: int, proc: Path) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first); OSError if it exited."""
+    text = (proc / str(pid) / "stat").read_text(encoding="ascii", errors="replace")
+    return text[text.rindex(")") + 2:].split()
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int, proc: Path = PROC) -> float:
+    """User + system CPU seconds of `pid` from /proc/PID/stat (fields 14 and 15); OSError if it exited."""
+    fields = _stat_fields(pid, proc)
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def ancestors(pid: int, proc: Path = PROC) -> list[int]:
+    """The processes that started `pid`, nearest first, from /proc/PID/stat (field 4); those that exited end it."""
+    found: list[int] = []
+    while True:
+        try:
+            pid = int(_stat_fields(pid, proc)[1])
+        except OSError:
+            return found
+        if pid <= 0:
+            return found
+        found.append(pid)
 
 
 def cgroup_pids(directory: Path) -> set[int]:
@@ -62,7 +110,11 @@ def shares_scope(scope_pids: Iterable[int], pid: int | None = None) -> bool:
     load as this agent's.
     """
     mine = family(os.getpid() if pid is None else pid)
-    return any(other not in mine and psutil.pid_exists(other) for other in scope_pids)
+    return any(other not in mine and _alive(other) for other in scope_pids)
+
+
+def _alive(pid: int, proc: Path = PROC) -> bool:
+    return (proc / str(pid)).is_dir() if proc.is_dir() else bool(_psutil().pid_exists(pid))
 
 
 def children_listed(pid: int, proc: Path = PROC) -> bool:
@@ -102,28 +154,42 @@ class ProcessTreeCpu:
     def __init__(self, clock: Clock, pid: int | None = None, cpus: int | None = None, proc: Path = PROC) -> None:
         self._clock = clock
         self._pid = os.getpid() if pid is None else pid
-        self._cpus = cpus or psutil.cpu_count() or 1
+        self._cpus = cpus or os.cpu_count() or 1
         self._seconds: dict[int, float] = {}
         self._at: float | None = None
         self._proc = proc
-        self._listed = children_listed(self._pid, proc)  # else psutil lists the tree (see the module's docstring)
+        self._listed = children_listed(self._pid, proc)  # else psutil lists and reads the tree (module docstring)
 
     def _tree(self) -> dict[int, float]:
         """CPU seconds (user + system) of each live process of the tree."""
+        if not self._listed:
+            return self._psutil_tree()
+        try:
+            seconds = {self._pid: cpu_seconds(self._pid, self._proc)}
+        except OSError as exc:
+            raise MetricSourceError(f"cannot read the process tree of {self._pid}: {exc}") from exc
+        for pid in descendants(self._pid, self._proc):
+            try:
+                seconds[pid] = cpu_seconds(pid, self._proc)
+            except OSError:
+                continue  # exited between listing and reading: its last interval is not counted
+        return seconds
+
+    def _psutil_tree(self) -> dict[int, float]:
+        psutil = _psutil()
         try:
             root = psutil.Process(self._pid)
+            processes = [root, *root.children(recursive=True)]
             times = root.cpu_times()
-            others = (descendants(self._pid, self._proc) if self._listed
-                      else [child.pid for child in root.children(recursive=True)])
         except psutil.Error as exc:
             raise MetricSourceError(f"cannot read the process tree of {self._pid}: {exc}") from exc
         seconds = {self._pid: times.user + times.system}
-        for pid in others:
+        for process in processes[1:]:
             try:
-                times = psutil.Process(pid).cpu_times()
+                times = process.cpu_times()
             except psutil.Error:
-                continue  # exited between listing and reading: its last interval is not counted
-            seconds[pid] = times.user + times.system
+                continue  # exited between listing and reading
+            seconds[process.pid] = times.user + times.system
         return seconds
 
     def sample(self) -> float:

@@ -17,14 +17,12 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import psutil
-
 from shardherd.agent.metrics import CpuSource
 from shardherd.agent.metrics.cpu_cgroup import CGROUP_ROOT, CgroupV1Cpu, CgroupV2Cpu
 from shardherd.agent.metrics.cpu_ecs import ECS_URI_ENV, EcsCpu
 from shardherd.agent.metrics.cpu_proc import PROC_STAT_PATH, ProcStatCpu
 from shardherd.agent.metrics.cpu_psutil import PsutilCpu
-from shardherd.agent.metrics.cpu_tree import PidSource, ProcessTreeCpu, cgroup_pids, shares_scope
+from shardherd.agent.metrics.cpu_tree import PidSource, ProcessTreeCpu, cgroup_pids, host_pids, shares_scope
 from shardherd.shared.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -37,7 +35,7 @@ def select_cpu_source(
     environ: Mapping[str, str] | None = None,
     cgroup_root: Path = CGROUP_ROOT,
     proc_stat_path: Path = PROC_STAT_PATH,
-    visible_pids: PidSource = psutil.pids,
+    visible_pids: PidSource = host_pids,
 ) -> CpuSource | None:
     """The first CPU source this host offers (this process tree's if that source is shared), or None if disabled.
 

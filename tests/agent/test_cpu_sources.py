@@ -22,9 +22,13 @@ from shardherd.agent.metrics.cpu_psutil import PsutilCpu
 from shardherd.agent.metrics.cpu_tree import (
     PROC,
     ProcessTreeCpu,
+    ancestors,
     cgroup_pids,
     children_listed,
+    cpu_seconds,
     descendants,
+    family,
+    host_pids,
     shares_scope,
 )
 from shardherd.agent.metrics.select import select_cpu_source
@@ -499,6 +503,18 @@ def test_the_kernels_children_lists_give_the_tree_psutil_gives(stranger: int) ->
             child.kill()
         shell.kill()
         shell.wait()
+
+
+def test_proc_gives_the_cpu_seconds_parents_and_processes_psutil_gives(stranger: int) -> None:
+    me = psutil.Process()
+    assert ancestors(os.getpid()) == [parent.pid for parent in me.parents()]
+    assert family(os.getpid()) == {me.pid, *(p.pid for p in me.parents()), *(p.pid for p in me.children(True))}
+    assert {1, os.getpid(), stranger} <= set(host_pids())
+    before = _cpu_seconds(os.getpid())
+    mine = cpu_seconds(os.getpid())
+    assert before <= mine + 0.02 and mine <= _cpu_seconds(os.getpid()) + 0.02  # clock ticks: 10 ms
+    with pytest.raises(OSError):
+        cpu_seconds(stranger + 10_000_000)
 
 
 def test_the_tree_walk_reads_only_the_trees_lists_and_skips_what_exited(tmp_path: Path) -> None:

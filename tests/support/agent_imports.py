@@ -26,6 +26,7 @@ DEFERRED = {
     "prometheus_client": "its health port (agent_health_port)",
     "shardherd.agent.health_server": "its health port (agent_health_port)",
     "shardherd.agent.kpl_protobuf": "the first KPL aggregate it reads",
+    "psutil": "a CPU source on a host whose kernel lists no children in /proc (agent/metrics/cpu_tree.py)",
     "google.protobuf": "its KPL C decoder, once it has decoded PAYBACK_RECORDS user records (agent/kpl_decoding.py)",
     "sqlalchemy": "a SQL store",
     "psycopg": "a PostgreSQL store",
