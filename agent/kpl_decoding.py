@@ -9,10 +9,11 @@ executor with its partitions).
 An agent's `auto` waits (`use(..., after=PAYBACK_RECORDS)`): it decodes with the pure-Python decoder until the
 process has decoded that many user records, then looks for the C one. Loading the C decoder (the protobuf runtime's
 modules, the message classes) costs a plain agent about 3 MiB of its resident memory for as long as it runs, and
-about 25 ms of CPU; it saves about 3 microseconds per user record (`bench/kpl_decode.py`), so it pays for its CPU
-after some thousands of records and for its memory only where records keep coming. An agent holding 8 shards at a
-few aggregated records a second never loads it (decision 0024); a busy one switches within seconds. Spark
-executors (`read_partition`) and any caller of `use` without `after` choose at once, as before.
+about 25 ms of CPU; it saves about 3 microseconds per user record (`bench/kpl_decode.py`). Waiting for 100,000
+records bounds what the pure-Python decoder costs a process more, over its whole life, to about 0.3-0.5 CPU
+seconds, and keeps the 3 MiB out of every agent that decodes fewer: one holding 8 shards at a few aggregated
+records a second (the scale run's) switches after hours, one reading 10,000 a second after 10 s (decision 0024).
+Spark executors (`read_partition`) and any caller of `use` without `after` choose at once, as before.
 
 Invariants: nothing of `protobuf` is imported until the choice is resolved (the first decode, `decoder_name`, or
 `use` without `after`); both decoders give the same answer for every input (tests/agent/test_kpl_decoders.py), so
@@ -32,9 +33,8 @@ from shardherd.agent.kpl import KPL_DECODERS, UserRecord
 log = logging.getLogger(__name__)
 
 DECODER_ENV = "SHARDHERD_KPL_DECODER"
-# User records an agent decodes in pure Python before `auto` loads the C decoder: about 30 ms of the Python decoder's
-# extra CPU, a little more than loading the C one costs (see the module's docstring).
-PAYBACK_RECORDS = 10_000
+# User records an agent decodes in pure Python before `auto` loads the C decoder (see the module's docstring).
+PAYBACK_RECORDS = 100_000
 
 Decoder = Callable[[bytes], list[UserRecord]]
 ColumnDecoder = Callable[[bytes], tuple[list[str], list[bytes]]]
