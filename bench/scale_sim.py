@@ -23,7 +23,8 @@ figures on its virtual clock:
 * kill -9 (a crash) of the agent holding most leases: its leases, and seconds until every one is owned elsewhere.
   The simulated agents name each row they write to the leader and the leader runs when a quiet worker's failover
   time ends, as live (`LeaderLoop.next_verdict`), so the crash moves leases one failover time after the victim's
-  last heartbeat (7-10 s at the users' defaults, by the crash's phase), not after the next scan saw that heartbeat.
+  last heartbeat (7-10 s at the users' defaults, by the crash's phase, drawn per seed within a heartbeat interval:
+  the live bench kills at no particular moment), not after the next scan saw that heartbeat.
 
 bench/scale.py writes the simulator's inputs and the live figures into its run directory (REPLAY_FILE), so a live run
 can be replayed later, on several seeds (one seed is never the evidence):
@@ -287,6 +288,8 @@ def predict(inputs: LiveInputs, seed: int = 7, on_run: Callable[[float, RunSumma
     usage = usage_total(meters[0].rows())
     reads = {caller: total.read_units / minutes for caller, total in meters[0].by_caller().items()}
     steady = fleet.moves.moves
+    # The live bench kills at no particular moment of the victim's heartbeats: the crash's phase is drawn per seed.
+    fleet.events.run_until(fleet.events.now() + random.Random(f"{seed}:kill").uniform(0.0, fleet.timing.heartbeat))
     held = {wid: 0 for wid in fleet.live()}
     for lease in fleet.leases():
         if lease.actual_owner in held:
