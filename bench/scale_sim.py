@@ -6,9 +6,12 @@ figures on its virtual clock:
 * the fleet: one shard per live lease with the KiB/s the live agents reported for it, the agents' first rows written
   at the offsets from the first lease owned at which the live run saw them (start-up on two cores spreads them over
   tens of seconds; the leader's first run waits for the rows of the agents there before it, as the live leader's
-  first assignment found them), their CPU following a
-  model fitted on the live rows (the median of agents holding nothing is the base, the fleet's mean its start),
-  the live stack's measurement noise (bench/fleet/noise.py), the users' timings (bench/stack_cost.py USER_DEFAULTS);
+  first assignment found them), their CPU following a model fitted on the live rows: the median of agents holding
+  nothing (or the least loaded) is the base, the plain agents' mean (the Spark agents' own CPU left out) what their
+  leases add to it, and of bench/fleet_noise.py's LOCAL_CPU noise and excursions the plain agents get the share
+  that spreads their moving averages as far as the live ones were (`plain_noise_scale`), the Spark agents all of
+  it; the live stack's measurement noise (bench/fleet/noise.py), the users' timings (bench/stack_cost.py
+  USER_DEFAULTS);
 * every lease owned, counted from the first lease owned (the live figure from launching `up` includes process
   start-up and the shard sync, which the simulator models differently, so both sides count from the first owner);
 * balancing moves from every lease owned to the steady window (agents still joining are filled by them), and when
@@ -20,35 +23,42 @@ figures on its virtual clock:
 * kill -9 (a crash) of the agent holding most leases: its leases, and seconds until every one is owned elsewhere.
   The simulated agents name each row they write to the leader and the leader runs when a quiet worker's failover
   time ends, as live (`LeaderLoop.next_verdict`), so the crash moves leases one failover time after the victim's
-  last heartbeat (7-10 s at the users' defaults, by the crash's phase), not after the next scan saw that heartbeat.
+  last heartbeat (7-10 s at the users' defaults, by the crash's phase, drawn per seed within a heartbeat interval:
+  the live bench kills at no particular moment), not after the next scan saw that heartbeat.
 
 bench/scale.py writes the simulator's inputs and the live figures into its run directory (REPLAY_FILE), so a live run
 can be replayed later, on several seeds (one seed is never the evidence):
 
     python -m bench.scale_sim --replay .scale/scale-replay.json [--seed 7 --seed 8 ...]
 
-Invariants: the simulator's inputs come only from the live run (no figure is tuned here); a figure that differs by
-more than 20 % is marked, as the issue asks, for the simulator to be fixed, not the live run.
+Invariants: the simulator's inputs come only from the live run (no figure is tuned here; the noise share is fitted
+on the live CPU figures alone, never on a simulated outcome); a figure that differs by more than 20 % is marked, as
+the issue asks, for the simulator to be fixed, not the live run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
+from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.fleet.model import VARIANCE, Fleet
 from bench.fleet.noise import PLAIN_DELIVERY, LiveNoise, NoiseModel
-from bench.fleet.worker import CpuModel
+from bench.fleet.worker import CpuModel, CpuNoise
 from bench.fleet.world import Stream
+from bench.fleet_noise import LOCAL_CPU
 from bench.stack_cost import USER_DEFAULTS
 from shardherd.coordinator.run_summary import RunSummary
+from shardherd.shared.config import Settings, load_settings
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter, usage_total
+from shardherd.shared.worker_metrics import ema
 
 STEP = 0.5  # seconds of virtual time between the bench's looks at the simulated fleet
 MARGIN = 0.2  # the issue's bound on a difference between live and simulated figures
@@ -65,6 +75,12 @@ UNITS = 5.0
 KILL_WATCH = 120.0  # seconds the simulator watches after the kill
 REPLAY_FILE = "scale-replay.json"  # in bench/scale.py's run directory
 SEEDS = (7, 8, 9)  # the replay's default seeds
+# The fit of the plain agents' CPU noise to the live run's figures (`plain_noise_scale`): one fixed draw of the noise
+# (the fit belongs to the live run, not to a simulation's seed), looked at as the steady window is long.
+FIT_SEED = "scale-sim-fit"
+FIT_SECONDS = 600.0
+FIT_LOOK = 30.0  # seconds between looks at the agents' moving averages
+FIT_STEPS = 12  # bisection steps: the share to within 1 / 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +122,63 @@ def user_settings() -> dict[str, object]:
 
 
 def _cpu(inputs: LiveInputs) -> CpuModel:
-    # Noise and excursions as bench/fleet_noise.py's LOCAL_CPU (plain agents, 2-core host); base and mean from the run.
-    return CpuModel(base=inputs.cpu_base, mean_at_start=max(inputs.cpu_mean, inputs.cpu_base + 0.01), sample_sd=1.0,
-                    excursions_per_minute=0.5, excursion_seconds=8.0, excursion_points=4.0)
+    """bench/fleet_noise.py's LOCAL_CPU (noise and excursions of agents on the 2-core host) with the run's base and
+    the plain agents' mean: the Spark agents' own CPU is theirs (`own_cpu`), not a load their leases carry."""
+    return replace(LOCAL_CPU, base=inputs.cpu_base, mean_at_start=max(plain_mean(inputs), inputs.cpu_base + 0.01))
+
+
+def plain_mean(inputs: LiveInputs) -> float:
+    """The live agents' mean CPU without the Spark agents' own (`own_cpu` puts each at the plain agents' median)."""
+    return inputs.cpu_mean - (statistics.fmean(inputs.own_cpu) if inputs.own_cpu else 0.0)
+
+
+def noise_spread(model: CpuModel, scale: float, agents: int, settings: Settings, seed: str = FIT_SEED) -> float:
+    """How far the mean of `agents` agents' CPU moving averages lies above the least of them when their CPU is the
+    model's base plus its noise and excursions times `scale`: the median over looks every FIT_LOOK s for FIT_SECONDS.
+    Each agent samples once a second and reports its samples' mean every `settings` report period; its moving
+    average is the one GET /v1/workers shows (`ema` of the reports its row keeps)."""
+    period = settings.effective_metrics_report_millis / 1000
+    noises = [CpuNoise(model, random.Random(f"{seed}:{i}"), random.Random(f"{seed}:excursions:{i}"))
+              for i in range(agents)]
+    samples: list[list[float]] = [[] for _ in noises]
+    reports: list[deque[float]] = [deque(maxlen=settings.no_of_persisted_metrics_per_worker_metrics) for _ in noises]
+    spreads, report_at, look_at = [], period, FIT_LOOK
+    for second in range(1, int(FIT_SECONDS) + 1):
+        for noise, taken in zip(noises, samples, strict=True):
+            taken.append(min(100.0, max(0.0, model.base + noise.sample(scale) + noise.excursion(second, scale))))
+        if second >= report_at:
+            for taken, history in zip(samples, reports, strict=True):
+                history.append(statistics.fmean(taken))
+                taken.clear()
+            report_at += period
+        if second >= look_at:
+            averages = [ema(list(history), settings.worker_metrics_ema_alpha) for history in reports]
+            spreads.append(statistics.fmean(averages) - min(averages))
+            look_at += FIT_LOOK
+    return statistics.median(spreads)
+
+
+def plain_noise_scale(inputs: LiveInputs) -> float:
+    """The share of `_cpu`'s noise and excursions (0 to 1) that spreads the plain agents' CPU moving averages as far
+    above the least of them as the live run's were (`plain_mean` less `cpu_base`, from GET /v1/workers at the end of
+    its steady window). The whole spread is taken as noise (the leases' load spreads them too), so the share is the
+    most noise the live figures allow: where they allow all of LOCAL_CPU's, it stays as it is (1).
+
+    Fitted on the noise alone (no fleet, no leases), by bisection: the noise scales with the share exactly, only the
+    clipping at 0 bends it, so the spread grows with the share."""
+    model, agents = _cpu(inputs), sum(1 for agent in _agents(inputs) if not agent.spark)
+    target, settings = plain_mean(inputs) - inputs.cpu_base, load_settings(**user_settings())
+    if agents < 2:
+        return 1.0  # the spread of one agent's figures is no spread
+    if target <= 0:
+        return 0.0
+    low, high = 0.0, 1.0
+    if noise_spread(model, high, agents, settings) <= target:
+        return high
+    for _ in range(FIT_STEPS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if noise_spread(model, middle, agents, settings) < target else (low, middle)
+    return (low + high) / 2
 
 
 def _owned(fleet: Fleet) -> bool:
@@ -134,10 +204,16 @@ class _Agent:
     own_cpu: float  # CPU points no lease explains
     batch_ends: float  # batch-end reads per held lease per minute (a Spark agent's; 0: a plain agent)
 
-    def add_to(self, fleet: Fleet, row_at: float) -> str:
-        """Start it in `fleet`, its first row written at simulation time `row_at`; its id."""
+    @property
+    def spark(self) -> bool:
+        """A Spark agent (its driver's CPU and batch-end reads are its own), not a plain one."""
+        return self.batch_ends > 0 or self.own_cpu > 0
+
+    def add_to(self, fleet: Fleet, row_at: float, plain_noise: float) -> str:
+        """Start it in `fleet`, its first row written at simulation time `row_at`, with `plain_noise` of the CPU
+        model's noise if it is a plain agent (a Spark agent has all of it: LOCAL_CPU's excursions are its); its id."""
         return fleet.add_workers(1, self.own_cpu, 60.0 / self.batch_ends if self.batch_ends > 0 else 0.0,
-                                 row_at=row_at)[0]
+                                 row_at=row_at, noise_scale=1.0 if self.spark else plain_noise)[0]
 
 
 def _agents(inputs: LiveInputs) -> list[_Agent]:
@@ -155,7 +231,7 @@ class _Started:
     moves: int  # the fleet's move count then
 
 
-def _start(fleet: Fleet, agents: Sequence[_Agent]) -> _Started:
+def _start(fleet: Fleet, agents: Sequence[_Agent], plain_noise: float) -> _Started:
     """Start the agents on the live timeline of their first rows, until every lease is owned.
 
     The simulated first assignment comes when the live one did, at offset 0: the leader's first run waits until then
@@ -168,12 +244,12 @@ def _start(fleet: Fleet, agents: Sequence[_Agent]) -> _Started:
     assignment live, 2.5 s after it in the simulator)."""
     pending = sorted(agents)
     early = max(1, sum(1 for agent in pending if agent.offset < 0))
-    ids = [pending[0].add_to(fleet, 0.0)]
+    ids = [pending[0].add_to(fleet, 0.0, plain_noise)]
     zero = fleet.workers[ids[0]].row_wait() - pending[0].offset  # the simulation time of offset 0
-    ids += [agent.add_to(fleet, zero + agent.offset) for agent in pending[1:early]]
+    ids += [agent.add_to(fleet, zero + agent.offset, plain_noise) for agent in pending[1:early]]
     fleet.first_run_at(zero, ids)
     for agent in pending[early:]:
-        agent.add_to(fleet, zero + agent.offset)
+        agent.add_to(fleet, zero + agent.offset, plain_noise)
     first: float | None = None
     while fleet.events.now() < 600.0:
         fleet.events.run_until(fleet.events.now() + STEP)
@@ -200,7 +276,7 @@ def predict(inputs: LiveInputs, seed: int = 7, on_run: Callable[[float, RunSumma
                   wrap_store=wrap, progress=True, channel=True,
                   on_run=None if on_run is None else lambda summary: on_run(fleet.events.now(), summary))
     fleet.calibrate(len(inputs.joins))
-    started = _start(fleet, _agents(inputs))
+    started = _start(fleet, _agents(inputs), plain_noise_scale(inputs))
     fleet.events.run_until(fleet.events.now() + inputs.warmup)
     settle_moves = fleet.moves.moves - started.moves  # every lease is owned: each owner change is a balancing move
     settled_after = max((at - started.owned_at for at, _, moved in fleet.runs if moved and at > started.owned_at),
@@ -212,6 +288,8 @@ def predict(inputs: LiveInputs, seed: int = 7, on_run: Callable[[float, RunSumma
     usage = usage_total(meters[0].rows())
     reads = {caller: total.read_units / minutes for caller, total in meters[0].by_caller().items()}
     steady = fleet.moves.moves
+    # The live bench kills at no particular moment of the victim's heartbeats: the crash's phase is drawn per seed.
+    fleet.events.run_until(fleet.events.now() + random.Random(f"{seed}:kill").uniform(0.0, fleet.timing.heartbeat))
     held = {wid: 0 for wid in fleet.live()}
     for lease in fleet.leases():
         if lease.actual_owner in held:
@@ -295,7 +373,8 @@ def describe(inputs: LiveInputs) -> str:
     joins = sorted(inputs.joins)
     return (f"{len(inputs.kbps)} shards at the KiB/s the agents reported, {sum(inputs.kbps.values()):.1f} KiB/s in "
             f"all; {len(joins)} agents joining {joins[0]:.1f} to {joins[-1]:.1f} s from the first lease owned; CPU "
-            f"base {inputs.cpu_base:.1f} %, mean {inputs.cpu_mean:.1f} %; own CPU of the Spark agents "
+            f"base {inputs.cpu_base:.2f} %, mean {inputs.cpu_mean:.2f} % (plain agents {plain_mean(inputs):.2f} %: "
+            f"{plain_noise_scale(inputs):.2f} of LOCAL_CPU's noise); own CPU of the Spark agents "
             f"{', '.join(f'{cpu:.1f}' for cpu in own) or '-'} points; warm-up {inputs.warmup:.0f} s, steady window "
             f"{inputs.settle:.0f} s")
 
@@ -384,7 +463,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, action="append", help="a seed of the simulation (repeat for more; "
                         f"default {', '.join(map(str, SEEDS))}: one seed is never the evidence)")
     parser.add_argument("--moves", action="store_true", help="list each seed's balancing moves from every lease "
-                        "owned to the steady window, as bench/scale.py lists the live ones")
+                        "owned to the steady window, as bench/scale.py lists the live ones, then the steady window's")
     args = parser.parse_args(argv)
     try:
         inputs, live = read_replay(args.replay)
@@ -395,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures, runs = _replay(inputs, seed)
         print(f"seed {seed}:\n{side_by_side(live, figures)}", flush=True)
         if args.moves:
-            print("\n".join(startup_moves(runs, figures, inputs.warmup)) or "  (none)", flush=True)
+            print("\n".join(startup_moves(runs, figures, inputs)) or "  (none)", flush=True)
     return 0
 
 
@@ -404,17 +483,24 @@ def _replay(inputs: LiveInputs, seed: int) -> tuple[Figures, list[tuple[float, R
     return predict(inputs, seed, lambda at, summary: runs.append((at, summary))), runs
 
 
-def startup_moves(runs: Sequence[tuple[float, RunSummary]], figures: Figures, warmup: float) -> list[str]:
+def startup_moves(runs: Sequence[tuple[float, RunSummary]], figures: Figures, inputs: LiveInputs) -> list[str]:
     """One line per balancing move of the simulated runs (virtual time, summary) from every lease owned to the
-    steady window, timed from every lease owned by its run."""
+    steady window, then one per move of the steady window (what makes its owner changes), each timed from every
+    lease owned by its run."""
     first = next((at for at, summary in runs if summary.plan is not None and any(
         move.from_owner is None for move in summary.plan.moves)), None)
     if first is None or figures.owned_after is None:
         return []
     owned = first + figures.owned_after
-    return [f"  +{at - owned:.1f} s {move.lease_key}: {move.from_owner} -> {move.to_worker} {move.reason.name}: "
-            f"{move.detail}" for at, summary in runs if summary.plan is not None and owned <= at <= owned + warmup
-            for move in summary.plan.moves if move.reason.is_balancing]
+    steady = owned + inputs.warmup
+
+    def lines(since: float, until: float, balancing: bool) -> list[str]:
+        return [f"  +{at - owned:.1f} s {move.lease_key}: {move.from_owner} -> {move.to_worker} {move.reason.name}: "
+                f"{move.detail}" for at, summary in runs if summary.plan is not None and since <= at < until
+                for move in summary.plan.moves if move.reason.is_balancing or not balancing]
+
+    return [*lines(owned, steady, True), "  steady window:", *(lines(steady, steady + inputs.settle, False)
+                                                                or ["  (none)"])]
 
 
 if __name__ == "__main__":

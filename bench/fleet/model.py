@@ -166,11 +166,11 @@ class Fleet:
         self.capacity = share / span if share > 0 and span > 0 else 1.0
 
     def add_workers(self, count: int, own_cpu: float = 0.0, batch_end_seconds: float = 0.0,
-                    row_at: float | None = None) -> list[str]:
-        """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` (SimWorker); with
-        `batch_end_seconds` > 0 each reads its held leases' batch ends that often, as a Spark agent does. With
-        `row_at` each starts so that its first row is written then (at once if that is too soon), as a replay of
-        a live run's rows needs."""
+                    row_at: float | None = None, noise_scale: float = 1.0) -> list[str]:
+        """Start `count` new workers within the next second (seeded offsets), each with `own_cpu` and `noise_scale`
+        (SimWorker); with `batch_end_seconds` > 0 each reads its held leases' batch ends that often, as a Spark agent
+        does. With `row_at` each starts so that its first row is written then (at once if that is too soon), as a
+        replay of a live run's rows needs."""
         now = self.events.now()
         added = []
         for _ in range(count):
@@ -185,7 +185,7 @@ class Fleet:
                 worker = Kcl2Worker(wid, self, rng, taker, taker_interval_seconds(t.failover, t.epsilon))
             else:
                 worker = AgentWorker(wid, self, rng)
-            worker.own_cpu = own_cpu
+            worker.own_cpu, worker.noise_scale = own_cpu, noise_scale
             if row_at is not None:
                 start = max(now, row_at - worker.row_wait())
             self.workers[wid] = worker

@@ -85,32 +85,26 @@ class CpuModel:
     dip_share: float = 0.0
 
 
-class ModelCpu:
-    """A worker's CPU in percent: the model's base + carried KiB/s / the fleet's capacity + seeded noise and
-    excursions (`CpuModel`), within [0, 100]."""
+class CpuNoise:
+    """The CPU points one worker's samples have on top of their load (`CpuModel`): per-sample noise drawn from
+    `samples`, and excursions drawn from their own generator; each scaled by the caller's `scale` (1: the model)."""
 
-    name = "fleet-sim-model"
-
-    def __init__(self, worker: SimWorker) -> None:
-        self._worker = worker
-        model = worker.fleet.cpu_model
+    def __init__(self, model: CpuModel, samples: random.Random, excursions: random.Random) -> None:
+        self.model = model
+        self._samples = samples
         # Excursions draw from their own seeded generator, so a model without them keeps the noise sequence as is.
-        self._excursions = random.Random(f"{worker.fleet.seed}:{worker.worker_id}") \
-            if model.excursions_per_minute > 0 else None
+        self._excursions = excursions if model.excursions_per_minute > 0 else None
         self._excursion: tuple[float, float] | None = None  # (end time, height) of the excursion under way
 
-    def sample(self) -> float:
-        """One sample of the current load (taken once a second)."""
-        worker = self._worker
-        model = worker.fleet.cpu_model
-        cpu = model.base + worker.own_cpu + worker.carried() / worker.fleet.capacity + worker.rng.gauss(
-            0.0, model.sample_sd)
-        return min(100.0, max(0.0, cpu + self._excursion_now()))
+    def sample(self, scale: float = 1.0) -> float:
+        """One sample's noise."""
+        return self._samples.gauss(0.0, self.model.sample_sd * scale)
 
-    def _excursion_now(self) -> float:
+    def excursion(self, now: float, scale: float = 1.0) -> float:
+        """The excursion under way at `now` (virtual seconds; asked once per sample), 0 outside one."""
         if self._excursions is None:
             return 0.0
-        model, now = self._worker.fleet.cpu_model, self._worker.fleet.events.now()
+        model = self.model
         if self._excursion is not None and now >= self._excursion[0]:
             self._excursion = None
         if self._excursion is None and self._excursions.random() < model.excursions_per_minute / 60.0:
@@ -118,13 +112,34 @@ class ModelCpu:
             if self._excursions.random() < model.dip_share:
                 height = -height
             self._excursion = (now + self._excursions.expovariate(1.0 / model.excursion_seconds), height)
-        return self._excursion[1] if self._excursion is not None else 0.0
+        return self._excursion[1] * scale if self._excursion is not None else 0.0
+
+
+class ModelCpu:
+    """A worker's CPU in percent: the model's base + carried KiB/s / the fleet's capacity + seeded noise and
+    excursions (`CpuModel`, scaled by the worker's `noise_scale`), within [0, 100]."""
+
+    name = "fleet-sim-model"
+
+    def __init__(self, worker: SimWorker) -> None:
+        self._worker = worker
+        self._noise = CpuNoise(worker.fleet.cpu_model, worker.rng,
+                               random.Random(f"{worker.fleet.seed}:{worker.worker_id}"))
+
+    def sample(self) -> float:
+        """One sample of the current load (taken once a second)."""
+        worker, noise = self._worker, self._noise
+        model, scale = worker.fleet.cpu_model, worker.noise_scale
+        cpu = model.base + worker.own_cpu + worker.carried() / worker.fleet.capacity + noise.sample(scale)
+        return min(100.0, max(0.0, cpu + noise.excursion(worker.fleet.events.now(), scale)))
 
 
 class SimWorker(ABC):
     """What every simulated worker has: an id, the leases it processes, its modelled CPU, and a life.
 
-    `own_cpu`: CPU points no lease explains, on top of the model's base (a Spark driver's JVM beside plain agents).
+    `own_cpu`: CPU points no lease explains, on top of the model's base (a Spark driver's JVM beside plain agents);
+    `noise_scale`: the share of the model's CPU noise and excursions it has (bench/scale_sim.py fits the plain
+    agents' to a live run's CPU figures).
     """
 
     def __init__(self, worker_id: str, fleet: Fleet, rng: random.Random) -> None:
@@ -132,6 +147,7 @@ class SimWorker(ABC):
         self.fleet = fleet
         self.rng = rng
         self.own_cpu = 0.0
+        self.noise_scale = 1.0
         self.alive = True
         self.draining = False
         self.processing: dict[str, int] = {}  # lease key -> the lease counter last written or read

@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
+from bench.fleet.model import VARIANCE, Fleet
+from bench.fleet.worker import CpuModel, CpuNoise
+from bench.fleet.world import Stream
 from bench.scale_sim import (
     STEP,
     Figures,
     LiveInputs,
     ReplayError,
+    _Agent,
+    _cpu,
     cpu_inputs,
     main,
+    noise_spread,
     own_cpu,
+    plain_mean,
+    plain_noise_scale,
     predict,
     read_replay,
     side_by_side,
+    user_settings,
     write_replay,
 )
 from shardherd.coordinator.moves import MoveReason
 from shardherd.coordinator.run_summary import RunSummary
+from shardherd.shared.config import load_settings
 
 
 def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_over() -> None:
@@ -39,6 +50,15 @@ def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_ov
     # defaults) ends: its leases move within 10 s of the crash plus one look (12.0 s when the simulated leader timed
     # the silence from a scan and ran only on its interval; live, 8.0-11.3 s to read them elsewhere).
     assert figures.kill_after is not None and figures.kill_after <= 10.0 + STEP, figures
+
+
+def test_the_crash_comes_at_a_phase_of_the_victims_heartbeats_drawn_per_seed() -> None:
+    # Live, the kill comes at no particular moment of the victim's heartbeats: 7.6 s and 10.9 s to read its leases
+    # elsewhere in two runs of the same code. The simulator crashed it at one phase whatever the seed.
+    kbps = {f"shardId-{i:012d}": 0.5 for i in range(8)}
+    inputs = LiveInputs(kbps, [-1.0, -0.5], cpu_base=2.0, cpu_mean=3.0, warmup=10.0, settle=10.0)
+    kills = {predict(inputs, seed).kill_after for seed in range(1, 5)}
+    assert len(kills) > 1 and all(kill is not None and kill <= 10.0 + STEP for kill in kills), kills
 
 
 def test_cpu_inputs_take_the_base_from_agents_holding_nothing() -> None:
@@ -218,8 +238,58 @@ def test_the_replay_lists_the_simulated_balancing_moves_of_the_start(tmp_path: P
     path = tmp_path / "scale-replay.json"
     write_replay(path, inputs, live)
     assert main(["--replay", str(path), "--seed", "3", "--moves"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  +")]
+    start, steady = capsys.readouterr().out.split("  steady window:\n")
+    assert steady.startswith(("  +", "  (none)"))  # then the steady window's moves, whatever their reason
+    lines = [line for line in start.splitlines() if line.startswith("  +")]
     # the agent whose row came 4 s after the first lease was owned gets its share in the run its row woke
     moved = [line for line in lines if "BALANCE_THROUGHPUT" in line]
     assert moved and all(line.startswith(("  +4.", "  +5.")) for line in moved), lines
     assert len({line.split(" -> ")[1].split()[0] for line in moved}) == 1  # one receiver
+
+
+def test_the_plain_agents_mean_leaves_the_spark_agents_own_cpu_out() -> None:
+    # Session 27's first scale run: 32 plain agents at about 1 %, two Spark agents 15.4 and 16.8 points above their
+    # median: the mean of all 34 (1.91 %) put the plain agents' leases at 1.1 points of CPU above the base instead of
+    # 0.2, six times the live cost of a KiB/s.
+    kbps = {f"shardId-{i:012d}": 0.1 for i in range(8)}
+    inputs = LiveInputs(kbps, [0.0] * 4, cpu_base=1.0, cpu_mean=(3 * 1.2 + 1.2 + 16.0) / 4, warmup=10.0, settle=10.0,
+                        own_cpu=[0.0, 0.0, 0.0, 16.0], batch_ends=[0.0, 0.0, 0.0, 30.0])
+    assert abs(plain_mean(inputs) - 1.2) < 1e-9
+    assert _cpu(inputs).mean_at_start == plain_mean(inputs) and _cpu(inputs).base == 1.0
+
+
+def test_cpu_noise_scales_exactly_with_its_share() -> None:
+    # The fit bisects on the share: the same draws, each times the share (the clipping at 0 comes after).
+    model = CpuModel(base=1.0, sample_sd=1.0, excursions_per_minute=6.0, excursion_seconds=8.0, excursion_points=4.0)
+    full, part = (CpuNoise(model, random.Random(5), random.Random(6)) for _ in range(2))
+    pairs = [(full.sample() + full.excursion(t), part.sample(0.25) + part.excursion(t, 0.25)) for t in range(300)]
+    assert any(abs(a) > 4.0 for a, _ in pairs)  # excursions came
+    assert all(abs(b - 0.25 * a) < 1e-9 for a, b in pairs)
+
+
+def test_the_plain_agents_noise_is_the_most_their_live_spread_allows() -> None:
+    settings = load_settings(**user_settings())
+    kbps = {f"shardId-{i:012d}": 0.1 for i in range(16)}
+
+    def inputs(spread: float) -> LiveInputs:
+        return LiveInputs(kbps, [0.0] * 9, cpu_base=1.0, cpu_mean=(8 * (1.0 + spread) + 1.0 + spread + 15.0) / 9,
+                          warmup=10.0, settle=10.0, own_cpu=[0.0] * 8 + [15.0], batch_ends=[0.0] * 8 + [30.0])
+
+    model = _cpu(inputs(0.1))
+    assert noise_spread(model, 0.0, 8, settings) == 0.0
+    half = noise_spread(model, 0.5, 8, settings)
+    assert 0.0 < half < noise_spread(model, 1.0, 8, settings)
+    # a live spread that half the noise makes is fitted to half the noise (the Spark agent does not count)
+    assert abs(plain_noise_scale(inputs(half)) - 0.5) < 0.02
+    assert plain_noise_scale(inputs(0.0)) == 0.0
+    assert plain_noise_scale(inputs(10.0)) == 1.0  # a spread the whole noise does not make: the model as it is
+
+
+def test_a_replays_plain_agents_get_the_fitted_noise_and_its_spark_agents_all_of_it() -> None:
+    kbps = {f"shardId-{i:012d}": 0.1 for i in range(4)}
+    fleet = Fleet(VARIANCE, "worker", Stream.tiled(list(kbps.values())), 7)
+    plain, spark = _Agent(0.0, 0.0, 0.0), _Agent(0.0, 14.0, 30.0)
+    assert not plain.spark and spark.spark
+    ids = [agent.add_to(fleet, 0.0, 0.25) for agent in (plain, spark)]
+    assert [fleet.workers[wid].noise_scale for wid in ids] == [0.25, 1.0]
+    assert fleet.workers[ids[1]].own_cpu == 14.0
