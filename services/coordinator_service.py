@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 LOCK_KEEPER = "leader-lock"
 LEADER_LOOP = "leader-loop"
+API_REFRESH = "api-refresh"  # reads the API's tables ahead of callers with a token
 GIVE_UP_SECONDS = 1.0  # how long letting go of the lock may take before the process exits anyway
 
 
@@ -170,7 +171,10 @@ class CoordinatorService:
             supervise.loop(LEADER_LOOP, lambda: self.loop.cycle(self._stop), 0.0, Kind.CRITICAL,
                            max(3 * interval, bound), self._stop),
             supervise.loop("replica-report", self.replicas.step, CHECK_SECONDS, Kind.RESTARTABLE, stop=self._stop),
+            # Tables for callers with a token, read ahead of them (services/api/snapshot.py, invariant 2).
+            supervise.loop(API_REFRESH, context.snapshots.step, 0.0, Kind.RESTARTABLE, stop=self._stop),
         ]
+        context.snapshots.threaded()
         if self.loop.listing is not None:
             self.loop.listing.threaded()
             self._threads.append(supervise.loop("shard-listing", self.loop.listing.step, 0.0, Kind.RESTARTABLE,

@@ -7,6 +7,17 @@ run's scans, the lock as it last wrote it and the status it last published or re
 that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store itself only
 while the leader does not answer (docs/store-cost.md), and never for an anonymous caller: that one gets what is at
 hand, however old (docs/decisions/0021-api-credentials-and-load.md).
+
+Invariants:
+1. A caller with a token is served tables at most `max_age` old (issue 33); an anonymous caller never causes a read.
+2. With the refresher's thread started (`threaded()`, then `step` run by a supervised loop), a caller with a token who
+   finds the tables older than REFRESH_AHEAD x `max_age` (but not older than `max_age`) asks it for new ones and is
+   served the cached ones: while such callers keep coming, none waits on a store read. Only a caller finding them older
+   than `max_age` (none came for a while, or the refresh failed or is slow) takes them itself, as without the thread.
+3. The refresher reads only when asked by such a caller, and at most one refresh is in flight: an idle API reads
+   nothing. Its reads run under a deadline (REFRESH_DEADLINE_SECONDS) and count as the API's (caller `api`); a
+   failed refresh raises in its supervised thread (logged and counted there) and leaves the cache as it was, so
+   invariant 1 still decides what callers get.
 """
 
 from __future__ import annotations
@@ -22,10 +33,16 @@ from shardherd.services.api.fleet import CheckpointAges, Fleet, HeartbeatObserve
 from shardherd.services.leader_status import LeaderStatus, MalformedLeaderStatus, read_status, with_recorded_moves
 from shardherd.shared.clock import Clock
 from shardherd.shared.config import Settings
+from shardherd.shared.retry import retry_deadline
 from shardherd.shared.store import LeaseScan, LeaseStore, WorkerScan
+from shardherd.shared.store_meter import acting_as
 
 Scans = tuple[LeaseScan, WorkerScan]
 TimedScans = tuple[LeaseScan, WorkerScan, float]  # with the monotonic time they were read
+
+REFRESH_AHEAD = 0.5  # a caller with a token finding tables older than this share of max_age asks for new ones
+REFRESH_DEADLINE_SECONDS = 5.0  # the refresher's store retries give up rather than sleep past this
+REQUEST_WAIT_SECONDS = 0.25  # how long one refresher step waits to be asked (so its loop can stop)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +58,15 @@ class ApiSnapshot:
 
 class NothingAtHand(Exception):
     """No snapshot can be served without reading the store (asked for a caller who may not cause a read)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A snapshot as fetched: the leader's scans it was built from (on the leader), and when its tables were read."""
+
+    snapshot: ApiSnapshot
+    source: TimedScans | None
+    data_at: float
 
 
 class SnapshotCache:
@@ -67,6 +93,8 @@ class SnapshotCache:
         self._taken = 0.0  # when the cached snapshot was made (anonymous callers share it for max_age)
         self._data_at = 0.0  # when its tables were read
         self._guard = threading.Lock()
+        self._threaded = False
+        self._asked = threading.Event()  # a caller with a token found the tables ageing (invariant 2)
 
     def get(self, may_read_store: bool = True, fresh: bool = False) -> ApiSnapshot:
         """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
@@ -75,24 +103,68 @@ class SnapshotCache:
         and rates served there are as fresh as the leader's own view. Without `may_read_store` (an anonymous caller)
         the store is never read: the leader's own view however old its scans, else the last snapshot however old,
         else NothingAtHand. With `fresh` a caller with a token gets tables at most `max_age` old (the leader's view
-        only while it is, else a read): the operator views; scrapes and autoscalers take the view as it is.
+        only while it is, else a read): the operator views; scrapes and autoscalers take the view as it is. Such a
+        caller finding them older than REFRESH_AHEAD x `max_age` asks the refresher for new ones (invariant 2).
         """
         recent = fresh and may_read_store  # tables at most max_age old (issue 33)
         with self._guard:
             now = self._clock.monotonic()
             if self._cached_will_do(now, recent):
-                assert self._snapshot is not None
-                return replace(self._snapshot, age=now - self._data_at)
-            own = self._own(self.max_age, fresh=recent)
-            got = own[0] if own is not None else (self._from_leader(recent) if self._from_leader is not None else None)
-            if got is None and not may_read_store:
+                if recent and self._threaded and self._ageing(now):
+                    self._asked.set()
+                return self._served(now)
+            taken = self._fetch(now, self.max_age, recent, may_read_store)
+            if taken is None:
                 return self._without_reading(now)
-            self._source = own[1] if own is not None else None
-            self._snapshot = got if got is not None else self._read(recent)
-            self._taken = now
-            # Its tables' age, not this copy's: a caller with a token gets them at most max_age old (issue 33).
-            self._data_at = min(now, own[1][2] if own is not None else now - (got.age if got is not None else 0.0))
-            return replace(self._snapshot, age=now - self._data_at)
+            self._keep(taken, now)
+            return self._served(now)
+
+    def threaded(self) -> None:
+        """From now on callers with a token ask `step` (a supervised thread) for new tables ahead of `max_age`."""
+        self._threaded = True
+
+    def step(self) -> None:
+        """The refresher's step: wait briefly to be asked, then fetch new tables and keep them if newer (invariant 3).
+
+        Fetched outside the guard, so callers meanwhile are served the cached snapshot; the leader's own view counts
+        only while younger than REFRESH_AHEAD x `max_age` (an older one would be asked for again at once).
+        """
+        if not self._asked.wait(REQUEST_WAIT_SECONDS):
+            return
+        self._asked.clear()
+        with self._guard:
+            if not self._ageing(self._clock.monotonic()):
+                return  # a caller or the leader's newer view renewed it meanwhile
+        started = self._clock.monotonic()
+        with acting_as("api"), retry_deadline(started + REFRESH_DEADLINE_SECONDS):
+            taken = self._fetch(started, REFRESH_AHEAD * self.max_age, recent=True, may_read_store=True)
+        assert taken is not None  # may_read_store: a read at worst
+        with self._guard:
+            if taken.data_at > self._data_at:
+                self._keep(taken, self._clock.monotonic())
+
+    def _served(self, now: float) -> ApiSnapshot:
+        """The cached snapshot with its tables' age as of `now`."""
+        assert self._snapshot is not None
+        return replace(self._snapshot, age=now - self._data_at)
+
+    def _ageing(self, now: float) -> bool:
+        """The cached tables are due for a refresh ahead of callers (older than REFRESH_AHEAD x max_age)."""
+        return self._snapshot is not None and now - self._data_at > REFRESH_AHEAD * self.max_age
+
+    def _fetch(self, now: float, max_age: float, recent: bool, may_read_store: bool) -> _Taken | None:
+        """A new snapshot: the leader's own, else the leader's over HTTP, else (if `may_read_store`) a read."""
+        own = self._own(max_age, fresh=recent)
+        if own is not None:
+            return _Taken(own[0], own[1], min(now, own[1][2]))
+        got = self._from_leader(recent) if self._from_leader is not None else None
+        if got is not None:
+            return _Taken(got, None, now - got.age)
+        return _Taken(self._read(max_age, recent), None, now) if may_read_store else None
+
+    def _keep(self, taken: _Taken, now: float) -> None:
+        """Cache `taken` as of `now`; its tables' age counts from when they were read, not from now (issue 33)."""
+        self._snapshot, self._source, self._taken, self._data_at = taken.snapshot, taken.source, now, taken.data_at
 
     def _cached_will_do(self, now: float, recent: bool) -> bool:
         """The cached snapshot may be served.
@@ -114,7 +186,7 @@ class SnapshotCache:
         if self._snapshot is None:
             raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
                                 "read the store: retry shortly, or send the read token")
-        return replace(self._snapshot, age=now - self._data_at)
+        return self._served(now)
 
     def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
         """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand.
@@ -141,9 +213,9 @@ class SnapshotCache:
             return None
         return scans
 
-    def _read(self, recent: bool) -> ApiSnapshot:
+    def _read(self, max_age: float, recent: bool) -> ApiSnapshot:
         """The snapshot from the store (the leader's scans where fresh enough), when no leader's snapshot is at hand."""
-        scans = self._view(self.max_age, recent)
+        scans = self._view(max_age, recent)
         if scans is None:
             worker_scan = self._store.scan_workers()
             scans = (self._store.scan_leases(), worker_scan, self._clock.monotonic())

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from shardherd.services.api.snapshot import REFRESH_DEADLINE_SECONDS, SnapshotCache
+from shardherd.services.coordinator_service import API_REFRESH, CoordinatorService
+from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.checkpoint import Checkpoint
+from shardherd.shared.clock import ManualClock
+from shardherd.shared.config import load_settings
+from shardherd.shared.errors import StoreUnavailable
+from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.store import LeaseStore
 from shardherd.shared.store_meter import StoreMeter, usage_total
 from shardherd.shared.worker import LeaseProgress
-from tests.services.harness import Replica
-from tests.support.stores import make_store
+from tests.coordinator.test_stand_down import ScansFail
+from tests.services.harness import TOKEN, Replica
+from tests.support.fast_settings import fast_settings
+from tests.support.stores import make_store, unique_app
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -170,3 +184,127 @@ def test_an_older_scan_after_a_newer_read_does_not_reset_the_rates() -> None:
     old_view = clock.monotonic() - 8.0  # the leader's view, scanned before the last read
     assert ages.motions([lease(150)], at=old_view)["s-1"].records_per_second is not None
     assert ages.motions([lease(400)])["s-1"].records_per_second == pytest.approx(100 / 3, abs=0.1)
+
+
+def _tables_age(replica: Replica) -> float:
+    """The age of the tables a caller with a token is served now (the leader's `/v1/snapshot?fresh=true`)."""
+    answer = replica.client.get("/v1/snapshot?fresh=true", headers=replica.auth())
+    assert answer.status_code == 200, answer.text
+    age: float = answer.json()["age_seconds"]
+    return age
+
+
+def _refreshed_leader(meter: StoreMeter) -> tuple[Replica, SnapshotCache, Callable[[], int]]:
+    """A leader whose view is 2 s old (callers with a token get tables read from the store), its snapshot cache with
+    the refresher enabled (the test's thread runs its steps), and a count of the API's scans since."""
+    leader = Replica(meter, shards=4, api_cache_millis=1_000, api_token=TOKEN)
+    leader.join("w1")
+    leader.join("w2")
+    leader.step(2)
+    cache = leader.context.snapshots
+    cache.threaded()
+    meter.reset()
+    return leader, cache, lambda: usage_total(meter.rows(), caller="api", operation="scan").requests
+
+
+def test_callers_with_a_token_are_served_while_the_refresher_reads_their_tables_ahead(meter: StoreMeter) -> None:
+    """services/api/snapshot.py, invariant 2: a call finding the tables older than half api_cache_millis asks the
+    refresher and is served them without a read on its own thread; the refresher reads both tables once."""
+    leader, cache, scans = _refreshed_leader(meter)
+    assert _tables_age(leader) == 0.0 and scans() == 2  # nothing cached yet: this caller reads both tables
+    leader.clock.advance(0.4)
+    assert _tables_age(leader) == pytest.approx(0.4)
+    cache.step()  # nobody asked: nothing read
+    assert scans() == 2
+    leader.clock.advance(0.2)
+    assert _tables_age(leader) == pytest.approx(0.6) and scans() == 2  # past half: served, and asked for new ones
+    assert _tables_age(leader) == pytest.approx(0.6)  # asked again while the first ask waits: one refresh
+    cache.step()
+    assert scans() == 4  # both tables, once, on the refresher's thread
+    assert _tables_age(leader) == 0.0 and scans() == 4
+    for _ in range(6):  # callers keep coming every 0.3 s: none reads, none is served tables older than 0.6 s
+        leader.clock.advance(0.3)
+        assert _tables_age(leader) <= 0.6 + 1e-9
+        cache.step()
+    assert scans() == 4 + 2 * 3  # a refresh every other call: half api_cache_millis at most between them
+
+
+def test_a_call_past_the_promise_reads_itself_and_an_idle_api_reads_nothing(meter: StoreMeter) -> None:
+    """Invariants 1 and 3: tables older than api_cache_millis (the refresher slow or failing) are read on the call,
+    as without the refresher, and an ask it finds answered costs nothing; with no callers nothing is read."""
+    leader, cache, scans = _refreshed_leader(meter)
+    assert _tables_age(leader) == 0.0
+    leader.clock.advance(0.6)
+    assert _tables_age(leader) == pytest.approx(0.6)  # asked; the refresher is slow (no step yet)
+    leader.clock.advance(0.5)
+    assert _tables_age(leader) == 0.0 and scans() == 4  # older than api_cache_millis: read on the call
+    cache.step()  # the earlier ask finds the tables new: no second read
+    assert scans() == 4
+    leader.clock.advance(30.0)  # nobody calls: the refresher reads nothing
+    for _ in range(2):
+        cache.step()
+    assert scans() == 4
+    assert leader.client.get("/v1/assignments").status_code == 200  # anonymous: the leader's view, no read, no ask
+    cache.step()
+    assert scans() == 4
+
+
+def test_a_failed_refresh_raises_in_its_thread_and_callers_never_get_older_tables_than_promised(
+        moto_server: MotoServer) -> None:
+    """The refresher's reads give up at REFRESH_DEADLINE_SECONDS (virtual time: the retries' sleeps pass on the
+    test's clock) and raise in its thread; the cache stays as it was, and a caller finding it older than
+    api_cache_millis reads itself and gets the store's trouble as a 503, never the old tables."""
+    clock = ManualClock()
+    with ScansFail(moto_server.endpoint_url) as proxy:
+        # Retries enough that the refresher's deadline, not their count, ends its attempt.
+        store = make_store("dynamodb", moto_url=proxy.endpoint_url,
+                           retry=RetryPolicy(max_attempts=40, clock=clock, rng=random.Random(7)))
+        try:
+            leader = Replica(store, shards=4, clock=clock, api_cache_millis=1_000, api_token=TOKEN)
+            leader.join("w1")
+            leader.step(2)
+            cache = leader.context.snapshots
+            cache.threaded()
+            assert _tables_age(leader) == 0.0
+            clock.advance(0.6)
+            assert _tables_age(leader) == pytest.approx(0.6)  # asks for a refresh
+            proxy.failing = True
+            started = clock.monotonic()
+            with pytest.raises(StoreUnavailable, match="deadline comes first"):
+                cache.step()
+            assert clock.monotonic() - started <= REFRESH_DEADLINE_SECONDS
+            leader.lock.tick()  # the lock's heartbeat over the retries' virtual seconds (it writes, never scans)
+            assert leader.lock.is_leader()
+            answer = leader.client.get("/v1/snapshot?fresh=true", headers=leader.auth())
+            assert answer.status_code == 503 and "StoreUnavailable" in answer.json()["detail"], answer.text
+            proxy.failing = False
+            leader.lock.tick()  # its own retries took virtual seconds too
+            assert _tables_age(leader) == 0.0
+        finally:
+            store.close()
+
+
+def test_the_coordinators_refresher_runs_supervised_and_ends_with_the_service(tmp_path: Path) -> None:
+    """A real CoordinatorService: the refresher is a supervised thread (`api-refresh`), callers with a token get
+    tables at most api_cache_millis old while they keep calling, and stop() leaves no refresher thread running."""
+    settings = load_settings(application_name=unique_app("refresh"), store_backend="sql",
+                             sql_url=f"sqlite:///{tmp_path / 'leases.db'}", worker_id="coord-1", api_host="127.0.0.1",
+                             api_port=0, api_token=TOKEN, **fast_settings())
+    service = CoordinatorService.build(settings)
+    service.start()
+    try:
+        assert service.api is not None
+        with httpx.Client(base_url=service.api.url, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            wait_for(lambda: client.get("/v1/snapshot?fresh=true").status_code == 200, 20, "the replica leads")
+            ended = time.monotonic() + 3.0
+            ages = []
+            while time.monotonic() < ended:
+                answer = client.get("/v1/snapshot?fresh=true")
+                assert answer.status_code == 200, answer.text
+                ages.append(answer.json()["age_seconds"])
+            assert max(ages) <= settings.api_cache_millis / 1000, ages
+        refresher = next(state for state in service.supervisor.snapshot() if state.name == API_REFRESH)
+        assert refresher.restarts == 0 and refresher.last_error is None
+    finally:
+        service.stop()
+    assert not [thread for thread in threading.enumerate() if thread.name == API_REFRESH and thread.is_alive()]
