@@ -2,11 +2,12 @@
 
 Every request, page and scrape of the operator API used to scan both tables (and read the lock and the status item);
 a dashboard paging through 10,000 leases every 3 s made that the biggest read cost of the system. Now a replica takes
-at most one snapshot per `max_age` seconds however many clients ask. The leader replica builds it from its newest
-run's scans, the lock as it last wrote it and the status it last published or read: no store read at all. A replica
-that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store itself only
-while the leader does not answer (docs/store-cost.md), and never for an anonymous caller: that one gets what is at
-hand, however old (docs/decisions/0021-api-credentials-and-load.md).
+at most one snapshot per `max_age` seconds however many clients ask (one per REFRESH_AHEAD x `max_age` while callers
+with a token keep coming, invariant 2, plus a caller's own read overlapping a slow refresh). The leader replica builds
+it from its newest run's scans, the lock as it last wrote it and the status it last published or read: no store read
+at all. A replica that does not lead takes the leader's snapshot over HTTP (services/api/peer.py), and reads the store
+itself only while the leader does not answer (docs/store-cost.md), and never for an anonymous caller: that one gets
+what is at hand, however old (docs/decisions/0021-api-credentials-and-load.md).
 
 Invariants:
 1. A caller with a token is served tables at most `max_age` old (issue 33); an anonymous caller never causes a read.
@@ -70,7 +71,10 @@ class _Taken:
 
 
 class SnapshotCache:
-    """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old (thread-safe; one refresh at a time)."""
+    """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old, or ahead of that by `step` (thread-safe).
+
+    Callers refresh under the guard, one at a time; the refresher fetches outside it and keeps only newer tables.
+    """
 
     def __init__(self, store: LeaseStore, lock: LeaderLock, settings: Settings, heartbeats: HeartbeatObserver,
                  grace: WorkerGrace, clock: Clock, max_age: float,
