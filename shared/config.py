@@ -194,7 +194,9 @@ class Settings(BaseSettings):
     # its newest run's scans instead, whenever they are this fresh). 1 s keeps a dashboard's checkpoint ages within
     # 2 s of the truth (issue 33; 1.5 s left 2.3 s with the store write's and the request's own latency) at one scan
     # of both tables per refresh while a dashboard with a token is open; anonymous callers never cause a read (they
-    # get the leader's view, up to a full-scan interval old).
+    # get the leader's view, up to a full-scan interval old). A caller finding the tables older than half of it is
+    # served them while the supervised `api-refresh` thread reads new ones, so callers coming at least that often never
+    # wait on a read (decision 0003).
     api_cache_millis: int = Field(1_000, ge=0, le=HOUR_MILLIS)
 
     # Agents (plain and Spark drivers): a small HTTP endpoint with /healthz (503 once a critical thread fails or
