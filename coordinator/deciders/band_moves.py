@@ -229,10 +229,11 @@ class BandPass:
             ends.remove((self._at[exclude], exclude))
         return ends[:PROBES]
 
-    def _fits(self, receiver: str, key: str, weight: float, cap: float) -> float | None:
-        """The receiver's value with the lease if it may take it below `cap` (invariants 1, 2); else None."""
+    def _fits(self, receiver: str, key: str, weight: float, cap: float, split: bool = False) -> float | None:
+        """The receiver's value with the lease if it may take it under `cap` and its ceiling (a split: its range)."""
         limit, rise = self._room[receiver]
         landed = self._at[receiver] + rise * weight
+        limit = self.view.limits[receiver][self.metric] if split else limit
         return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
                           self._leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])) else None
 
@@ -284,19 +285,16 @@ class BandPass:
         if len(movable) - first < 2 or value <= self.ceiling(donor, self.plan.rate(donor, self.metric)):
             return False
         weight, key = movable[first]
-        for _, receiver in probes:
-            landed = self._at[receiver] + self._room[receiver][1] * weight
-            if (landed <= min(value - self.band.min_gain, self.view.limits[receiver][self.metric])
-                    and self.plan.assignable(receiver) and not self._leases[key].avoids(receiver)
-                    and self.room_left(receiver, self._kbps[key])):
-                self._move(key, (donor, value - self.fall(donor, key)), (receiver, landed),
-                           "above the band: split heavy leases")
-                return True
-        return False
+        taker = self._taker(key, weight, probes, value - self.band.min_gain, True)
+        if taker is not None:
+            self._move(key, (donor, value - self.fall(donor, key)), taker, "above the band: split heavy leases")
+        return taker is not None
 
-    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float) -> tuple[str, float] | None:
-        """The first, least loaded, of `probes` that takes the lease below `cap`, with its value after."""
-        return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap)) is not None), None)
+    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float,
+               split: bool = False) -> tuple[str, float] | None:
+        """The first, least loaded, of `probes` that takes the lease below `cap` (`_fits`), with its value after."""
+        return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap, split)) is not None),
+                    None)
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
         """`keys`, equal weights together and among them the donor's most-held stream first: spreads each stream."""
