@@ -50,11 +50,9 @@ class ShareFill(BandPass):
 
     gives_fresh = True
 
-    def __init__(self, plan: FleetPlan, shares: tuple[Band, bool], after_shed: bool) -> None:
+    def __init__(self, plan: FleetPlan, shares: tuple[Band, bool]) -> None:
         band, self.counts_leases = shares
         super().__init__(plan, band, None)  # (it never sheds)
-        # After a pass that moved, a worker that gave a lease in this run is not filled in it.
-        self._gave = {move.from_owner for move in plan.ledger.moves.values()} if after_shed else set()
 
     def has_metric(self, wid: str) -> bool:
         """Every balanced worker has a share."""
@@ -66,7 +64,7 @@ class ShareFill(BandPass):
         return self.rise(wid, ledger.count(wid) if self.counts_leases else ledger.throughput.get(wid, 0.0))
 
     def confirmed(self, wid: str) -> float:
-        """Its share now (a joiner's share is not asked to persist: `fillable` and `_gave` keep givers out)."""
+        """Its share now (not asked to persist: the shed leaves no giver the fill refills, `BandPass._refilled`)."""
         return self.level(wid)
 
     def limit(self, wid: str) -> float:
@@ -83,7 +81,7 @@ class ShareFill(BandPass):
 
     def fillable(self, wid: str) -> bool:
         """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        return 2 * self.plan.ledger.count(wid) <= self._per_worker and wid not in self._gave
+        return 2 * self.plan.ledger.count(wid) <= self._per_worker
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""
@@ -96,23 +94,19 @@ class ShareFill(BandPass):
 def balance_pass(plan: FleetPlan) -> str:
     """One balancing pass on the metric furthest out of band, then the fill on shares; a note on what it did.
 
-    Nothing (more) to move (a joiner's own load above the band, say): joiners are filled as if in band; after a pass
-    that moved, only those that gave nothing. On lease counts where an empty worker is inside the throughput band's
-    floor (`share_band`: KiB/s within the noise, 0042).
+    Nothing (more) to move (a joiner's own load above the band, say): joiners are filled as if in band. On lease
+    counts where an empty worker is inside the throughput band's floor (`share_band`: KiB/s within the noise, 0042).
     """
-    if plan.view.falling:
-        return "balancing: the fleet's throughput is falling fast; waiting for reports to catch up"
     band, shares = metric_to_balance(plan), share_band(plan.view)
-    note, moved = "balancing: no metric out of band", 0
+    note = "balancing: no metric out of band"
     if band is not None:
         balancing = BandPass(plan, band, shares)
         balancing.run()
-        moved = balancing.moved
         note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]" + (
-            "" if moved else ": nothing to move")
+            "" if balancing.moved else ": nothing to move")
     if shares is None:
         return note
-    fill = ShareFill(plan, shares, bool(moved))
+    fill = ShareFill(plan, shares)
     fill.fill()  # fill only: nothing is shed on shares
     if not fill.moved:
         return note

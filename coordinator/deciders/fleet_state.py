@@ -40,7 +40,6 @@ STEADY_SHARE = 0.2  # reports count for persistence only where the worker carrie
 OUTLIER_FROM = 5  # with this many values (average and reports) the one nearest the average is left out (0014)
 STREAM_SPREAD_ROOM = 0.1  # multi-stream: receivers this close to the roomiest one; the fewest of the stream wins
 RECEIVER_PROBES = 8
-LEARNING_PASSES = 3  # at most this many rounds of learning own excess and fitting the line without it
 
 HeapEntry = tuple[float, int, str]
 Values = dict[str, dict[str, float]]
@@ -55,13 +54,6 @@ def _less(values: Values, own: Values) -> Values:
 def _newest(history: Sequence[float], count: int | None) -> Sequence[float]:
     """The newest `count` entries of a history (None: all of it)."""
     return history if count is None else history[max(0, len(history) - count):]
-
-
-def _close(own: Values, kept: Values, margin: float) -> bool:
-    """Whether `own` and `kept` name the same workers' metrics, each within `margin` of the other."""
-    return own.keys() == kept.keys() and all(
-        own[w].keys() == kept[w].keys() and all(abs(x - kept[w][m]) <= margin for m, x in own[w].items())
-        for w in own)
 
 
 class FleetView:
@@ -112,13 +104,12 @@ class FleetView:
         self.fresh = frozenset(lease.key for lease in snapshot.leases if lease.fresh)  # placed, not yet settled
 
     def _lags(self, reporting: Sequence[WorkerView], ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
-        """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`, `falling`."""
+        """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`."""
         alpha = self.config.worker_metrics_ema_alpha
         lagged = {w.worker_id: ema(w.throughput_history, alpha) for w in reporting if w.throughput_history}
         now = {wid: ledger.known_throughput(wid) for wid in lagged}
         self.unsettled = frozenset(w for w, seen in lagged.items()
                                    if abs(now[w] - seen) > UNSETTLED_SHARE * max(now[w], seen))
-        self.falling = sum(now.values()) < (1.0 - UNSETTLED_SHARE) * sum(lagged.values())
         return lagged, now
 
     def _lines(self, snapshot: Snapshot, values: Values, reporting: Sequence[str]) -> dict[str, Line]:
@@ -169,21 +160,17 @@ class FleetView:
 
     def _model(self, snapshot: Snapshot, values: Values, lags: tuple[dict[str, float], dict[str, float]],
                ledger: Ledger, reporting: Sequence[WorkerView]) -> None:
-        """Sets the lines, the values (caught up, own excess out) and the excess learned; again while it changes."""
+        """Sets the lines and values (caught up) less the kept own excess, then learns the excess and takes it out."""
         lagged, now = lags
-        self.own: Values = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}
-                            for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
-        for _ in range(LEARNING_PASSES):
-            kept = self.own
-            less = _less(values, kept)
-            self.fitted: dict[str, Line] = self._fit(less, lagged, ledger) if self.band else {}
-            self.lines: dict[str, Line] = self._lines(snapshot, less, [w.worker_id for w in reporting])
-            self.values: Values = self._catch_up(less, lagged, now)
-            typical = self._typical(kept, now)
-            self.learned = self._learn(snapshot, reporting, typical) if self.band and not self.count_only else {}
-            self.own = self._own_excess(kept, now, typical)
-            if _close(self.own, kept, self.config.rebalance_min_gain_points):
-                break
+        kept: Values = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}
+                        for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
+        less = _less(values, kept)
+        self.fitted: dict[str, Line] = self._fit(less, lagged, ledger) if self.band else {}
+        self.lines: dict[str, Line] = self._lines(snapshot, less, [w.worker_id for w in reporting])
+        self.values: Values = self._catch_up(less, lagged, now)
+        typical = self._typical(kept, now)
+        self.learned = self._learn(snapshot, reporting, typical) if self.band and not self.count_only else {}
+        self.own = self._own_excess(kept, now, typical)
         self.values = _less(self.values, {w: {m: self.own_excess(w, m) - kept.get(w, {}).get(m, 0.0)
                                               for m in self.values[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)

@@ -8,6 +8,8 @@ fleet counted as balanced and the new agent got no lease.
 
 from __future__ import annotations
 
+import dataclasses
+
 from shardherd.coordinator.decide import decide
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.moves import MoveReason, Plan
@@ -92,13 +94,18 @@ def test_a_joining_worker_busy_by_its_own_cpu_is_filled_below_its_operating_rang
     assert _moves(busy) == [("s5", "B", "D")]
     # Above the band while holding nothing: with its first reports (fewer than load_model.MIN_OWN_REPORTS) the CPU
     # pass has nothing to move, so the fill runs (it used to wait for an in-band run that never came). With ten
-    # reports at 0 KiB/s its CPU is known to be its own (decision 0044): the CPU band is quiet and the fill runs.
+    # reports at 0 KiB/s its CPU is known to be its own (decision 0044): the run that learns it fills D, and once the
+    # leader keeps it (the next run's snapshot) the CPU band is quiet and the fill runs alone.
     first = _fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}, carried={"D": [0.0] * 3})
     hot = decide(first, CONFIG, balance=True)
     assert _moves(hot) == [("s5", "B", "D")] and "nothing to move; filling on T" in hot.notes[0]
-    known = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0}), CONFIG, balance=True)
+    learning = _fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 20.0})
+    learns = decide(learning, CONFIG, balance=True)
+    assert _moves(learns) == [("s5", "B", "D")]
+    learned = learns.own_excess
+    assert learned["D"]["C"] > 15.0
+    known = decide(dataclasses.replace(learning, own_excess=learned), CONFIG, balance=True)
     assert _moves(known) == [("s5", "B", "D")] and known.notes[0].startswith("balancing: no metric out of band")
-    assert known.own_excess["D"]["C"] > 15.0
     # Never past its operating range (100 % CPU).
     full = decide(_fleet({"A": 3.0, "B": 3.8, "C": 2.6, "D": 99.5}), CONFIG, balance=True)
     assert full.moves == () and all(w.metrics_after["C"] <= 100.0 for w in busy.workers + hot.workers)
