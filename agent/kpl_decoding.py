@@ -50,8 +50,7 @@ _decoded = 0
 
 def decode_aggregate(data: bytes) -> list[UserRecord]:
     """The user records packed in an aggregate, in order; BrokenAggregate if anything about it is wrong."""
-    if _choice is None:
-        _from_environment()
+    _choose_once()
     records = _decode(data)
     if _waiting:
         _count(len(records))
@@ -60,8 +59,7 @@ def decode_aggregate(data: bytes) -> list[UserRecord]:
 
 def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
     """The partition keys and payloads of an aggregate's user records, in order; BrokenAggregate as above."""
-    if _choice is None:
-        _from_environment()
+    _choose_once()
     columns = _decode_columns(data)
     if _waiting:
         _count(len(columns[0]))
@@ -70,8 +68,7 @@ def decode_columns(data: bytes) -> tuple[list[str], list[bytes]]:
 
 def decoder_name() -> str:
     """The decoder in use now: "protobuf-upb" or "python" (an agent's `auto` is "python" until it switches)."""
-    if _choice is None:
-        _from_environment()
+    _choose_once()
     return _name
 
 
@@ -94,8 +91,10 @@ def use(choice: str, after: int = 0) -> str:
     return _name
 
 
-def _from_environment() -> None:
-    use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")
+def _choose_once() -> None:
+    """The environment's choice, on first use when nobody called `use` before (module docstring)."""
+    if _choice is None:
+        use(os.environ.get(DECODER_ENV, "auto").strip().lower() or "auto")
 
 
 def _count(records: int) -> None:
