@@ -239,7 +239,7 @@ class Agent:
             previous = self._leaving.pop(lease.lease_key, None)
             worker = ShardWorker(lease, self._context, previous)
             self.workers[lease.lease_key] = worker
-        worker.start(self.supervisor)
+            worker.start(self.supervisor)  # under the guard: `stop` never sees (and joins) a worker not yet started
 
     def handoff_requested(self, lease: Lease) -> None:
         """Stop reading the lease; its worker checkpoints and tells the keeper to complete the transfer."""

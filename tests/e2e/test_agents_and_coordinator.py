@@ -7,7 +7,8 @@ users run them: each agent reads its own driven cgroup tree or ECS metadata endp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -39,13 +40,16 @@ class Stack(StreamStack):
         self.agents: dict[str, Agent] = {}
         self.cpu = CpuFleet(cpu_root, holders=lambda: self.owners().values())
 
-    def add_agent(self, worker: str, cpu_percent: float | None = None) -> Agent:
+    def add_agent(self, worker: str, cpu_percent: float | None = None,
+                  before_start: Callable[[Agent], None] | None = None) -> Agent:
         """Start an agent whose CPU follows its leases, or stays at `cpu_percent` when given."""
         source = self.cpu.add(worker)
         if cpu_percent is not None:
             self.cpu.set(worker, cpu_percent)
         agent = Agent(self.settings(worker, **source.overrides()), lambda: LedgerProcessor(self.ledger, worker),
                       limits=FAST_READS)
+        if before_start is not None:
+            before_start(agent)
         self.agents[worker] = agent.start()
         return agent
 
@@ -73,6 +77,41 @@ def stack(moto_server: MotoServer, kinesalite: NodeEmulator, tmp_path: Path) -> 
 def _assert_in_order(ledger: Ledger) -> None:
     for shard, positions in ledger.by_shard().items():
         assert positions == sorted(positions), f"{shard} delivered out of order"
+
+
+def test_a_stop_while_a_lease_s_reader_is_starting_waits_for_it_and_stops_it(stack: Stack) -> None:
+    """CI at 18aa8c4: `stop` joined a shard thread not yet started (RuntimeError) when a lease came at that moment."""
+    entered, released = threading.Event(), threading.Event()
+
+    def slow_shard_starts(agent: Agent) -> None:
+        start = agent.supervisor.thread
+
+        def held_at_the_start(name: str, body: Callable[[], object], *rest: object) -> threading.Thread:
+            if name.startswith("shard-"):
+                entered.set()
+                released.wait(30)
+            return start(name, body, *rest)  # type: ignore[arg-type]
+
+        agent.supervisor.thread = held_at_the_start  # type: ignore[method-assign]
+
+    agent = stack.add_agent("agent-1", before_start=slow_shard_starts)
+    assert entered.wait(30), "the leader gave agent-1 a lease"
+    failures: list[BaseException] = []
+
+    def stop() -> None:
+        try:
+            agent.stop(drain=False)
+        except BaseException as failure:  # the test reports it
+            failures.append(failure)
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    stopper.join(0.5)  # the stop reaches the workers while the lease's reader is still starting
+    released.set()
+    stopper.join(30)
+    assert not stopper.is_alive() and failures == [] and agent.stopped.is_set()
+    assert not any(worker.thread.is_alive() for worker in agent.workers.values())
+    stack.agents.clear()
 
 
 def test_records_flow_and_graceful_moves_have_no_duplicates(stack: Stack) -> None:
