@@ -17,6 +17,7 @@ from shardherd.agent.runtime import Agent
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
 from shardherd.shared.lease import Lease
+from shardherd.shared.supervision import Kind
 from shardherd.shared.worker import CPU_METRIC
 from tests.support.cpu_fixtures import CpuFleet
 from tests.support.fast_settings import FAST_READS
@@ -86,11 +87,11 @@ def test_a_stop_while_a_lease_s_reader_is_starting_waits_for_it_and_stops_it(sta
     def slow_shard_starts(agent: Agent) -> None:
         start = agent.supervisor.thread
 
-        def held_at_the_start(name: str, body: Callable[[], object], *rest: object) -> threading.Thread:
+        def held_at_the_start(name: str, body: Callable[[], object], kind: Kind = Kind.RESTARTABLE) -> threading.Thread:
             if name.startswith("shard-"):
                 entered.set()
                 released.wait(30)
-            return start(name, body, *rest)  # type: ignore[arg-type]
+            return start(name, body, kind)
 
         agent.supervisor.thread = held_at_the_start  # type: ignore[method-assign]
 
