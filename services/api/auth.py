@@ -123,7 +123,7 @@ BEARER_SCHEME = HTTPBearer(auto_error=False, scheme_name="bearerToken",
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(BEARER_SCHEME)]
 
 
-def _tokens(request: Request) -> ApiTokens:
+async def _tokens(request: Request) -> ApiTokens:
     tokens: ApiTokens = request.app.state.ctx.tokens
     return tokens
 
@@ -143,8 +143,12 @@ def require_token(request: Request, tokens: Annotated[ApiTokens, Depends(_tokens
     request.state.access = access
 
 
-def require_read_token(request: Request, tokens: Annotated[ApiTokens, Depends(_tokens)], _: Credentials) -> None:
+async def require_read_token(request: Request, tokens: Annotated[ApiTokens, Depends(_tokens)],
+                             _: Credentials) -> None:
     """Dependency of read endpoints: a token is required with `api_protect_reads`, else checked only if sent.
+
+    Async, so a read costs no worker thread hop for it: nothing here waits (a token file is re-read only when its
+    modification time changed, a local stat per request).
 
     The caller's access is left on `request.state.access` for handlers that serve anonymous callers differently.
     """

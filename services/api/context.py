@@ -6,12 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fastapi import HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
 
 from shardherd.coordinator.leader_lock import LeaderLock
 from shardherd.coordinator.leader_loop import LeaderLoop, LoopTiming
 from shardherd.services.api.auth import Access, ApiTokens
 from shardherd.services.api.fleet import CheckpointAges, HeartbeatObserver
 from shardherd.services.api.plan_cache import PlanCache
+from shardherd.services.api.rendered import PerFleet
 from shardherd.services.api.snapshot import ApiSnapshot, NothingAtHand, SnapshotCache
 from shardherd.services.leader_status import LeaderWatch
 from shardherd.shared.clock import Clock
@@ -44,6 +46,7 @@ class ApiContext:
     timing: LoopTiming = field(init=False)
     snapshots: SnapshotCache = field(init=False)
     plans: PlanCache = field(init=False)
+    rendered: PerFleet = field(init=False)  # what handlers render from a fleet alone, once per fleet
 
     def __post_init__(self) -> None:
         self.tokens = ApiTokens.from_settings(self.settings)
@@ -55,6 +58,7 @@ class ApiContext:
                                        self.loop.latest_scans, self.checkpoints, self.watch.stored_status,
                                        self._leaders_snapshot)
         # At most one dry run (two scans and a decide) per assignment interval, or per cache age if longer.
+        self.rendered = PerFleet()
         self.plans = PlanCache(self.loop.dry_run, self.clock, max(self.timing.interval, self.snapshots.max_age))
 
     def _leaders_snapshot(self, fresh: bool) -> ApiSnapshot | None:
@@ -73,13 +77,25 @@ class ApiContext:
         except NothingAtHand as exc:
             raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, str(exc), headers={"Retry-After": "2"}) from exc
 
+    async def served(self, access: Access, fresh: bool = False) -> ApiSnapshot:
+        """`snapshot` for a handler on the event loop: the cached snapshot there, else from a worker thread.
+
+        Only a snapshot at hand is served on the loop (SnapshotCache.at_hand never waits); one that needs fetching
+        (judging the leader's newer view, asking the leader, reading the store) is made in a worker thread, so the
+        loop never waits on a store read or on another caller's.
+        """
+        at_hand = self.snapshots.at_hand(may_read_store=access is not Access.ANONYMOUS, fresh=fresh)
+        if at_hand is not None:
+            return at_hand
+        return await run_in_threadpool(self.snapshot, access, fresh)
+
     @property
     def stall_limit_seconds(self) -> float:
         """How long the leader may go without a successful run before /readyz fails."""
         return self.stall_intervals * self.timing.interval
 
 
-def context(request: Request) -> ApiContext:
-    """FastAPI dependency: the app's ApiContext."""
+async def context(request: Request) -> ApiContext:
+    """FastAPI dependency: the app's ApiContext (async: a sync dependency costs each request a worker thread hop)."""
     ctx: ApiContext = request.app.state.ctx
     return ctx

@@ -1,7 +1,8 @@
 """/metrics in the Prometheus text format: fleet gauges from the store, leader counters from the published status.
 
 Every replica answers from the same store data, so any replica can be scraped. Written with prometheus_client
-(docs/decisions/0003-operator-api.md); the families are built per scrape by a collector on a private registry.
+(docs/decisions/0003-operator-api.md); the families are built by a collector on a private registry, the fleet's
+once per judged fleet, the rest per scrape.
 """
 
 from __future__ import annotations
@@ -199,12 +200,22 @@ class _Families(Collector):
                                                             **AUTH_RESPONSES},
             summary="Prometheus metrics (text format)")
 def metrics(request: Request, ctx: Annotated[ApiContext, Depends(context)]) -> Response:
-    """Fleet gauges, leader counters and this replica's lock changes."""
+    """Fleet gauges, leader counters and this replica's lock changes.
+
+    The fleet's families are a function of the judged fleet alone: rendered once per fleet (services/api/rendered.py)
+    and followed by the rest, rendered per scrape (ages as of now, this replica's counters).
+    """
     snapshot = ctx.snapshot(access_of(request))
-    status = snapshot.status
+    fleet, status = snapshot.fleet, snapshot.status
+    rendered = ctx.rendered.get(fleet, "metrics", lambda: _exposition([*fleet_families(fleet),
+                                                                        *stuck_families(fleet)]))
+    live = _exposition([*leader_families(status, snapshot.status_problem is None, ctx.clock.time(),
+                                         last_success_at(status, snapshot.lock)), *replica_families(ctx)])
+    return Response(rendered + live, media_type=CONTENT_TYPE_LATEST)
+
+
+def _exposition(families: list[Metric]) -> bytes:
+    """The text format of `families`, in order (the format is one family after another, so renderings concatenate)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families([*fleet_families(snapshot.fleet), *stuck_families(snapshot.fleet),
-                                 *leader_families(status, snapshot.status_problem is None, ctx.clock.time(),
-                                                  last_success_at(status, snapshot.lock)),
-                                 *replica_families(ctx)]))
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    registry.register(_Families(families))
+    return generate_latest(registry)

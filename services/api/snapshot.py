@@ -18,7 +18,16 @@ Invariants:
 3. The refresher reads only when asked by such a caller, and at most one refresh is in flight: an idle API reads
    nothing. Its reads run under a deadline (REFRESH_DEADLINE_SECONDS) and count as the API's (caller `api`); a
    failed refresh raises in its supervised thread (logged and counted there) and leaves the cache as it was, so
-   invariant 1 still decides what callers get.
+   invariant 1 still decides what callers get. A refresh that leaves the tables ageing (a replica that does not lead
+   got the leader's, which were no newer: the leader refreshes its own meanwhile) is not repeated before
+   REFETCH_AFTER x `max_age`: each ask used to fetch the leader's whole snapshot again.
+4. The same scans are judged once (the leader's view is one tuple until its next run): an anonymous caller served the
+   leader's view past `max_age` (never cached as fresh) reuses the fleet judged for the previous one. Judging is a
+   function of the scans as of their read time, so the fleet is the one a second judging would give.
+5. `at_hand` never waits, not even for the guard (a caller may hold it over a store read): it serves the cached
+   snapshot (one record, replaced whole) when `get` would, else None, so a handler on the event loop serves from it
+   and hands everything else (a judging, an HTTP call, a store read) to a worker thread (services/api/context.py
+   `served`).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ TimedScans = tuple[LeaseScan, WorkerScan, float]  # with the monotonic time they
 
 REFRESH_AHEAD = 0.5  # a caller with a token finding tables older than this share of max_age asks for new ones
 REFRESH_DEADLINE_SECONDS = 5.0  # the refresher's store retries give up rather than sleep past this
+REFETCH_AFTER = 0.25  # a fetch that left the tables ageing: the refresher's next not before this share of max_age
 REQUEST_WAIT_SECONDS = 0.25  # how long one refresher step waits to be asked (so its loop can stop)
 
 
@@ -70,6 +80,16 @@ class _Taken:
     data_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """The cached snapshot: as taken, and when it was (anonymous callers share it for max_age)."""
+
+    snapshot: ApiSnapshot
+    source: TimedScans | None  # the leader's scans it was built from, if it was
+    data_at: float  # when its tables were read
+    taken: float
+
+
 class SnapshotCache:
     """The replica's ApiSnapshot, refreshed once it is `max_age` seconds old, or ahead of that by `step` (thread-safe).
 
@@ -92,13 +112,12 @@ class SnapshotCache:
         self._checkpoints = checkpoints
         self._own_status = own_status
         self._from_leader = from_leader
-        self._snapshot: ApiSnapshot | None = None
-        self._source: TimedScans | None = None  # the leader's scans the snapshot was built from, if it was
-        self._taken = 0.0  # when the cached snapshot was made (anonymous callers share it for max_age)
-        self._data_at = 0.0  # when its tables were read
+        self._kept: _Kept | None = None  # replaced whole under the guard, read whole without it (invariant 5)
         self._guard = threading.Lock()
         self._threaded = False
         self._asked = threading.Event()  # a caller with a token found the tables ageing (invariant 2)
+        self._quiet_until = -math.inf  # the refresher's source had nothing newer: no fetch before (invariant 3)
+        self._judged: tuple[TimedScans, Fleet] | None = None  # the newest scans judged, and their fleet (invariant 4)
 
     def get(self, may_read_store: bool = True, fresh: bool = False) -> ApiSnapshot:
         """The cached snapshot, or a fresh one: the leader's own, the leader's over HTTP, else read from the store.
@@ -113,15 +132,20 @@ class SnapshotCache:
         recent = fresh and may_read_store  # tables at most max_age old (issue 33)
         with self._guard:
             now = self._clock.monotonic()
-            if self._cached_will_do(now, recent):
-                if recent and self._threaded and self._ageing(now):
-                    self._asked.set()
-                return self._served(now)
+            cached = self._cached(now, recent)
+            if cached is not None:
+                return cached
             taken = self._fetch(now, self.max_age, recent, may_read_store)
             if taken is None:
                 return self._without_reading(now)
-            self._keep(taken, now)
-            return self._served(now)
+            return self._served(now, self._keep(taken, now))
+
+    def at_hand(self, may_read_store: bool = True, fresh: bool = False) -> ApiSnapshot | None:
+        """`get`'s answer when it is the cached snapshot, else None: never waits (invariant 5).
+
+        Lock-free: served while another caller holds the guard over a store read. On None, ask `get` from a thread.
+        """
+        return self._cached(self._clock.monotonic(), fresh and may_read_store)
 
     def threaded(self) -> None:
         """From now on callers with a token ask `step` (a supervised thread) for new tables ahead of `max_age`."""
@@ -137,24 +161,37 @@ class SnapshotCache:
             return
         self._asked.clear()
         with self._guard:
-            if not self._ageing(self._clock.monotonic()):
-                return  # a caller or the leader's newer view renewed it meanwhile
+            now = self._clock.monotonic()
+            if not self._ageing(now) or now < self._quiet_until:
+                return  # a caller or the leader's newer view renewed it meanwhile, or its source has nothing newer
         started = self._clock.monotonic()
         with acting_as("api"), retry_deadline(started + REFRESH_DEADLINE_SECONDS):
             taken = self._fetch(started, REFRESH_AHEAD * self.max_age, recent=True, may_read_store=True)
         assert taken is not None  # may_read_store: a read at worst
         with self._guard:
-            if taken.data_at > self._data_at:
-                self._keep(taken, self._clock.monotonic())
+            now = self._clock.monotonic()
+            if self._kept is None or taken.data_at > self._kept.data_at:
+                self._keep(taken, now)
+            if self._ageing(now):  # a follower's leader between its own refreshes: ask it again only after a while
+                self._quiet_until = now + REFETCH_AFTER * self.max_age
 
-    def _served(self, now: float) -> ApiSnapshot:
-        """The cached snapshot with its tables' age as of `now`."""
-        assert self._snapshot is not None
-        return replace(self._snapshot, age=now - self._data_at)
+    def _cached(self, now: float, recent: bool) -> ApiSnapshot | None:
+        """The cached snapshot as of `now` if it will do (asking the refresher if ageing, invariant 2), else None."""
+        kept = self._kept
+        if kept is None or not self._cached_will_do(now, recent, kept):
+            return None
+        if recent and self._threaded and self._ageing(now):
+            self._asked.set()
+        return self._served(now, kept)
+
+    def _served(self, now: float, kept: _Kept) -> ApiSnapshot:
+        """The kept snapshot with its tables' age as of `now`."""
+        return replace(kept.snapshot, age=now - kept.data_at)
 
     def _ageing(self, now: float) -> bool:
         """The cached tables are due for a refresh ahead of callers (older than REFRESH_AHEAD x max_age)."""
-        return self._snapshot is not None and now - self._data_at > REFRESH_AHEAD * self.max_age
+        kept = self._kept
+        return kept is not None and now - kept.data_at > REFRESH_AHEAD * self.max_age
 
     def _fetch(self, now: float, max_age: float, recent: bool, may_read_store: bool) -> _Taken | None:
         """A new snapshot: the leader's own, else the leader's over HTTP, else (if `may_read_store`) a read."""
@@ -166,31 +203,32 @@ class SnapshotCache:
             return _Taken(got, None, now - got.age)
         return _Taken(self._read(max_age, recent), None, now) if may_read_store else None
 
-    def _keep(self, taken: _Taken, now: float) -> None:
+    def _keep(self, taken: _Taken, now: float) -> _Kept:
         """Cache `taken` as of `now`; its tables' age counts from when they were read, not from now (issue 33)."""
-        self._snapshot, self._source, self._taken, self._data_at = taken.snapshot, taken.source, now, taken.data_at
+        self._kept = _Kept(taken.snapshot, taken.source, taken.data_at, now)
+        return self._kept
 
-    def _cached_will_do(self, now: float, recent: bool) -> bool:
+    def _cached_will_do(self, now: float, recent: bool, kept: _Kept) -> bool:
         """The cached snapshot may be served.
 
         It was taken within max_age, the leader has no newer view, and (for `recent`) its tables are at most max_age
         old.
         """
-        return (self._snapshot is not None and now - self._taken < self.max_age and not self._newer_view()
-                and (not recent or now - self._data_at <= self.max_age))
+        return (now - kept.taken < self.max_age and not self._newer_view(kept)
+                and (not recent or now - kept.data_at <= self.max_age))
 
     def _without_reading(self, now: float) -> ApiSnapshot:
         """For an anonymous caller when nothing fresh is at hand: the leader's own view or the last snapshot.
 
         Either however old, and neither is cached as fresh: the next caller with a token still refreshes.
         """
-        kept = self._own(math.inf)
-        if kept is not None:
-            return replace(kept[0], age=max(0.0, now - kept[1][2]))
-        if self._snapshot is None:
+        own = self._own(math.inf)
+        if own is not None:
+            return replace(own[0], age=max(0.0, now - own[1][2]))
+        if self._kept is None:
             raise NothingAtHand("no snapshot at hand yet, and an anonymous request never makes this replica "
                                 "read the store: retry shortly, or send the read token")
-        return self._served(now)
+        return self._served(now, self._kept)
 
     def _own(self, max_age: float, fresh: bool = False) -> tuple[ApiSnapshot, TimedScans] | None:
         """On the leader: its own snapshot and the run's scans it is built from; None where one part is not at hand.
@@ -206,9 +244,9 @@ class SnapshotCache:
             return None
         return ApiSnapshot(self._judge(scans), lock, status, None), scans
 
-    def _newer_view(self) -> bool:
+    def _newer_view(self, kept: _Kept) -> bool:
         """The snapshot was built from the leader's view, and the leader has a newer one."""
-        return self._source is not None and self._leader_scans(self.max_age) not in (None, self._source)
+        return kept.source is not None and self._leader_scans(self.max_age) not in (None, kept.source)
 
     def _view(self, max_age: float, recent: bool) -> TimedScans | None:
         """The leader's scans as `_leader_scans` gives them, or with `recent` only while at most `max_age` old."""
@@ -237,6 +275,12 @@ class SnapshotCache:
         return ApiSnapshot(self._judge(scans), self._lock.read(consistent=False), status, problem)
 
     def _judge(self, scans: TimedScans) -> Fleet:
+        """The fleet of `scans`, judged once per scans (invariant 4): the same scans judge the same as of their time."""
+        judged = self._judged
+        if judged is not None and judged[0] is scans:
+            return judged[1]
         leases, workers, read_at = scans
-        return judge_fleet(leases, workers, self._settings, self._heartbeats, self._grace, self._checkpoints,
-                           at=read_at)
+        fleet = judge_fleet(leases, workers, self._settings, self._heartbeats, self._grace, self._checkpoints,
+                            at=read_at)
+        self._judged = (scans, fleet)
+        return fleet
