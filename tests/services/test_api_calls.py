@@ -19,6 +19,7 @@ from fastapi import FastAPI, Query
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry, generate_latest
 
+from bench import api_calls
 from shardherd.services.api import create_app
 from shardherd.services.api import metrics as api_metrics
 from shardherd.services.api.assignments import decode_cursor, encode_cursor
@@ -300,3 +301,14 @@ def test_a_followers_refresher_asks_the_leader_again_only_after_a_while_when_it_
     finally:
         server.stop()
         peers.close()
+
+
+def test_the_bench_runs_as_documented_and_prints_each_calls_cpu_against_its_reference(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -u -m bench.api_calls` (decision 0003, session 29), small: every figure printed, none missing."""
+    assert api_calls.main(["--shards", "8", "--workers", "3", "--rounds", "4"]) == 0
+    printed = capsys.readouterr().out
+    assert "8 leases, 3 workers, postgres; 4 rounds" in printed
+    lines = [line for line in printed.splitlines() if "server CPU" in line]
+    assert [line.split(":")[0] for line in lines] == ["/v1/assignments?limit=100 (token)", "/metrics (anonymous)"]
+    assert all("x the reference" in line and "(n=" in line for line in lines)
