@@ -24,7 +24,11 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
 * the fleet simulator's figures for the same fleet and events beside the live ones (bench/scale_sim.py), on three
   seeds, each marked where the two differ by more than 20 % (and by more than the figure's resolution); the
   simulator's inputs and the live figures go into the run directory's scale-replay.json, for
-  `python -m bench.scale_sim --replay` to replay on other seeds or a changed simulator.
+  `python -m bench.scale_sim --replay` to replay on other seeds or a changed simulator; among them the leader's time
+  per owner write on one write lane in its first assignment (the simulator's writes take it: the live leader wrote
+  256 owners over 0.7-1.1 s on a loaded host, and the bench saw every lease owned that long after the first) and each
+  agent's CPU reports over the steady window (one value per report, read from its row at each look), for a later
+  fit of how often and how long an agent's CPU spikes.
 
 The emulators and PostgreSQL stand in for AWS's services, which do not share the fleet's cores: they run at a higher
 CPU priority (bench/stack_cost.py's `favour`) than the 30+ shardherd processes. At equal priority on two cores (load
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import math
 import os
 import signal
 import statistics
@@ -64,6 +69,7 @@ from bench.scale_sim import (
     own_cpu,
     predict,
     side_by_side,
+    write_lanes,
     write_replay,
 )
 from bench.stack_cost import (
@@ -90,9 +96,11 @@ from shardherd.shared.aws import make_client
 from shardherd.shared.config import load_settings
 from shardherd.shared.errors import ShardherdError
 from shardherd.shared.store_factory import open_store
+from shardherd.shared.worker import CPU_METRIC
 from tests.support.postgres import PostgresServer
 
 POLL = 1.0  # seconds between the bench's reads of the API
+OWNER_WRITES = ("assigned", "handoffs_started", "lost_races")  # a published run's owner writes (`writes`)
 LABELS = {"run": "wall", "cpu": "CPU of the run's thread"}
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent", "coordinator", "services", "shared")
@@ -118,6 +126,7 @@ class LeaderRuns:
         self.balancing: list[tuple[float, int]] = []  # (monotonic, the totals' balancing moves) each time they grew
         self.recent: dict[tuple[str, float], dict[str, Any]] = {}  # every published move seen, by (lease, run start)
         self.reasons: dict[tuple[int, float], str] = {}  # full runs: why each read the tables (its kind, no worker id)
+        self.writes: dict[tuple[int, float], int] = {}  # full runs: the owner writes each sent (won or lost)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-runs", daemon=True)
         self._thread.start()
@@ -135,6 +144,8 @@ class LeaderRuns:
                         "run": run["duration_ms"], "cpu": run.get("cpu_ms", 0.0), "scan": run.get("scan_ms", 0.0),
                         "decide": run.get("decide_ms", 0.0), **run.get("parts", {})}
                     self.reasons[(run["epoch"], run["started_at"])] = (run.get("scan_reason") or "-").split(":")[0]
+                    self.writes[(run["epoch"], run["started_at"])] = sum(
+                        run.get("writes", {}).get(name, 0) for name in OWNER_WRITES)
             if status.get("totals"):
                 self.moves = dict(status["totals"]["moves_by_reason"])
                 count = sum(n for reason, n in self.moves.items() if balancing(reason))
@@ -147,6 +158,11 @@ class LeaderRuns:
         """Stop watching."""
         self._stop.set()
         self._thread.join(10)
+
+    def write_seconds(self, lanes: int) -> float:
+        """The leader's seconds per owner write on one of its `lanes` write lanes (`lane_write_seconds`)."""
+        return lane_write_seconds([(run.get("write", 0.0), self.writes.get(key, 0)) for key, run in self.full.items()],
+                                  lanes)
 
     def balancing_between(self, start: float, end: float) -> tuple[int, float]:
         """Balancing moves the leader made between two monotonic times (its totals), and seconds from `start` until
@@ -185,6 +201,15 @@ class LeaderRuns:
         lines += [f"  {LABELS.get(name, name)}: {percentiles([run.get(name, 0.0) for run in full])}" for name in names]
         lines.append(f"  why they read the tables: {dict(Counter(reasons).most_common()) or '-'}")
         return "\n".join(lines)
+
+
+def lane_write_seconds(runs: Iterable[tuple[float, int]], lanes: int) -> float:
+    """Seconds per owner write on one of the leader's `lanes` write lanes, from each full run's (write part in ms,
+    owner writes sent): the run that sent most (the first assignment: 256 at 256 shards) over its writes per lane, as
+    the lanes send them (coordinator/leader_loop.py `_outcomes`); 0 if no run sent any. Only that run has writes
+    enough to time: a balancing run's few take one lane's single write, within the part's rounding."""
+    ms, writes = max(runs, key=lambda run: run[1], default=(0.0, 0))
+    return ms / 1000 / math.ceil(writes / lanes) if writes > 0 else 0.0
 
 
 def balancing(reason: str) -> bool:
@@ -366,17 +391,59 @@ def _live_fleet(client: OperatorClient, store_settings: dict[str, str], state: S
     return kbps, cpus, leases, [record.worker_id for record in records]
 
 
+def new_reports(seen: Sequence[float], history: Sequence[float]) -> list[float]:
+    """The reports a worker row's CPU history (oldest first, its newest few) holds beyond `seen`, the history an
+    earlier look found: the longest end of `seen` the history starts with is what both hold. Two looks at identical
+    histories count no new report (a report equal to the one it pushed out of a full history is not told apart)."""
+    for start in range(len(seen) + 1):
+        both = len(seen) - start
+        if both <= len(history) and list(seen[start:]) == list(history[:both]):
+            return list(history[both:])
+    return list(history)  # unreachable: an empty overlap always matches
+
+
+class CpuReports:
+    """Each agent's CPU reports (its row's `C` history, one value per report period) from looks at the store, for
+    the replay file: a later simulator can fit how often an agent's CPU spikes and for how long, not only the size
+    of its noise. The first look at a row only learns what it holds already."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._seen: dict[str, tuple[float, ...]] = {}
+        self.reports: dict[str, list[float]] = {}
+
+    def look(self) -> None:
+        """Read the worker rows and note each agent's reports since the last look (none if the store fails now)."""
+        try:
+            records = self._store.scan_workers().workers
+        except ShardherdError:
+            return
+        for record in records:
+            history = tuple(record.metric_stats.get(CPU_METRIC, ()))
+            if record.worker_id in self._seen:
+                self.reports.setdefault(record.worker_id, []).extend(new_reports(self._seen[record.worker_id],
+                                                                                 history))
+            self._seen[record.worker_id] = history
+
+    def close(self) -> None:
+        """Close the store."""
+        self._store.close()
+
+
 def _steady(client: OperatorClient, runs: LeaderRuns, meters: Path, seconds: float,
-            spark: Collection[str]) -> tuple[int, dict[str, int], float, Any, float]:
+            spark: Collection[str], cpu: CpuReports) -> tuple[int, dict[str, int], float, Any, float]:
     """Owner changes seen and leader moves by reason over `seconds`, with the meters' difference, the minutes, and the
-    leases the `spark` agents held on average (each look every 3 s counts alike)."""
+    leases the `spark` agents held on average (each look every 3 s counts alike); `cpu` looks at the agents' CPU
+    reports at each look (the bench's own store reads: its process has no meter)."""
     before, moves, since = read_meters(meters), runs.moves, time.time()
     owners = {key: lease["owner"] for key, lease in _owners(client).items()}
     changes = 0
     held: list[int] = []
     began = time.monotonic()
+    cpu.look()
     while time.monotonic() - began < seconds:
         time.sleep(3.0)
+        cpu.look()
         now = {key: lease["owner"] for key, lease in _owners(client).items()}
         changes += sum(1 for key, owner in now.items() if key in owners and owners[key] != owner)
         held.append(sum(1 for owner in now.values() if owner in spark))
@@ -413,7 +480,12 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         print(f"/v1/assignments (every page, token): {percentiles(assignments)}\n/metrics: {percentiles(metrics)}")
         time.sleep(args.warmup)
         steady_from = time.monotonic()
-        changes, moves, minutes, window, spark_leases = _steady(client, runs, run / "meter", args.settle, spark)
+        cpu = CpuReports(_open(state, store_settings))
+        try:
+            changes, moves, minutes, window, spark_leases = _steady(client, runs, run / "meter", args.settle, spark,
+                                                                    cpu)
+        finally:
+            cpu.close()
         print(f"steady state over {minutes:.1f} min, from {args.warmup:.0f} s after every shard was read: {changes} "
               f"owner changes seen, leader moves {moves or 'none'} (load {os.getloadavg()[0]:.1f})")
         settled = _latency(client.leases, args.calls)  # timed after the window: its calls would load it
@@ -441,7 +513,8 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
     # the simulated Spark agents, holding 14, read 378 a minute.
     _simulate(run, live, kbps, (warmup, args.settle), (checkpoint_rate(window, minutes, len(kbps)),
                                                    batch_end_rate(window, minutes, spark_leases)),
-              seen.joins(), cpus, spark, args.store == "postgres")  # the meter prices SQL reads as consistent
+              seen.joins(), cpus, spark, args.store == "postgres",  # the meter prices SQL reads as consistent
+              runs.write_seconds(write_lanes()), cpu.reports)
 
 
 def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, Any], changes: int,
@@ -493,17 +566,21 @@ def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
 
 def _simulate(run: Path, live: Figures, kbps: dict[str, float], window: tuple[float, float],
               rates: tuple[float, float], joins: list[tuple[float, str]], cpus: dict[str, tuple[float, int]],
-              spark: Sequence[str], consistent_reads: bool) -> None:
+              spark: Sequence[str], consistent_reads: bool, write_seconds: float,
+              cpu_reports: Mapping[str, Sequence[float]]) -> None:
     """Print the simulator's figures for the live run's fleet, and write its inputs and the live figures into `run`
     (`python -m bench.scale_sim --replay` replays them): `window` is (warm-up, steady) seconds, `rates` the
     checkpoints per shard and the Spark agents' batch-end reads per lease they hold, each per minute;
-    `consistent_reads` says whether the live store's reads are priced as consistent (PostgreSQL)."""
+    `consistent_reads` says whether the live store's reads are priced as consistent (PostgreSQL), `write_seconds`
+    the leader's time per owner write on one write lane (`LeaderRuns.write_seconds`), `cpu_reports` each agent's CPU
+    reports over the steady window (`CpuReports`)."""
     checkpoints, batch_ends = rates
     base, mean = cpu_inputs(list(cpus.values()))
     own = own_cpu(cpus, set(spark))
     inputs = LiveInputs(kbps, [offset for offset, _ in joins], base, mean, *window, checkpoints,
                         [own.get(wid, 0.0) for _, wid in joins],
-                        [batch_ends if wid in spark else 0.0 for _, wid in joins], consistent_reads)
+                        [batch_ends if wid in spark else 0.0 for _, wid in joins], consistent_reads,
+                        write_seconds=write_seconds, cpu_reports=[list(cpu_reports.get(wid, ())) for _, wid in joins])
     replay = run / REPLAY_FILE
     write_replay(replay, inputs, live)
     print(f"fleet simulator on the same fleet and events (bench/scale_sim.py; {describe(inputs)}; replay: "

@@ -13,7 +13,10 @@ figures on its virtual clock:
   it; the live stack's measurement noise (bench/fleet/noise.py), the users' timings (bench/stack_cost.py
   USER_DEFAULTS);
 * every lease owned, counted from the first lease owned (the live figure from launching `up` includes process
-  start-up and the shard sync, which the simulator models differently, so both sides count from the first owner);
+  start-up and the shard sync, which the simulator models differently, so both sides count from the first owner),
+  seen as the live bench sees it, by looking at the lease table every STEP (at a phase drawn per seed): the simulated
+  leader's owner writes take the time the live leader's took per write on one of its write lanes (`write_seconds`,
+  bench/fleet/model.py), so its first assignment's 256 writes land over about a second, as live, not in one instant;
 * balancing moves from every lease owned to the steady window (agents still joining are filled by them), and when
   the run that made the last of them started: the time the fleet took to settle (`--moves` lists them);
 * owner changes over the steady window, after the same warm-up, and the store's capacity units per minute there
@@ -99,6 +102,12 @@ class LiveInputs:
     batch_ends: Sequence[float] = ()  # per agent of `joins` (none: all 0), batch-end reads per held lease per minute
     consistent_reads: bool = False  # the live store's reads are priced as consistent (PostgreSQL; DynamoDB's default
     # is eventual): the simulator prices its leader's scans the same way, or it would halve them
+    write_seconds: float = 0.0  # the live leader's time per owner write on one of its write lanes, in the run that
+    # wrote most (the first assignment: its write part over its writes per lane; bench/scale.py `write_seconds`);
+    # 0: unknown (a replay written before it was measured), the simulated writes land at once
+    cpu_reports: Sequence[Sequence[float]] = ()  # per agent of `joins` (same order; none: not recorded), its CPU
+    # reports over the steady window, one per report period (bench/scale.py `CpuReports`): not replayed yet, kept
+    # for fitting how often and how long an agent's CPU spikes (the noise model fits only its size today)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +240,27 @@ class _Started:
     moves: int  # the fleet's move count then
 
 
-def _start(fleet: Fleet, agents: Sequence[_Agent], plain_noise: float) -> _Started:
+class _Looks:
+    """The bench's looks at the lease table every STEP from `phase` (s): when the first lease and every lease were
+    first seen owned. They are events of the fleet's queue, so a look can fall between two of a leader run's timed
+    writes (bench/fleet/model.py), as a live look falls within the live leader's write part."""
+
+    def __init__(self, fleet: Fleet, phase: float) -> None:
+        self._fleet = fleet
+        self.first: float | None = None
+        self.done: _Started | None = None
+        fleet.events.every(phase, STEP, self._look)
+
+    def _look(self) -> bool:
+        fleet, now = self._fleet, self._fleet.events.now()
+        if self.first is None and any(lease.actual_owner for lease in fleet.leases()):
+            self.first = now
+        if self.first is not None and _owned(fleet):
+            self.done = _Started(now - self.first, now, fleet.moves.moves)
+        return self.done is None
+
+
+def _start(fleet: Fleet, agents: Sequence[_Agent], plain_noise: float, phase: float) -> _Started:
     """Start the agents on the live timeline of their first rows, until every lease is owned.
 
     The simulated first assignment comes when the live one did, at offset 0: the leader's first run waits until then
@@ -250,19 +279,15 @@ def _start(fleet: Fleet, agents: Sequence[_Agent], plain_noise: float) -> _Start
     fleet.first_run_at(zero, ids)
     for agent in pending[early:]:
         agent.add_to(fleet, zero + agent.offset, plain_noise)
-    first: float | None = None
-    while fleet.events.now() < 600.0:
+    looks = _Looks(fleet, phase)
+    while fleet.events.now() < 600.0 and looks.done is None:
         fleet.events.run_until(fleet.events.now() + STEP)
-        if first is None and any(lease.actual_owner for lease in fleet.leases()):
-            first = fleet.events.now()
-        if first is not None and _owned(fleet):
-            return _Started(fleet.events.now() - first, fleet.events.now(), fleet.moves.moves)
-    return _Started(None, fleet.events.now(), fleet.moves.moves)
+    return looks.done or _Started(None, fleet.events.now(), fleet.moves.moves)
 
 
 def predict(inputs: LiveInputs, seed: int = 7, on_run: Callable[[float, RunSummary], None] | None = None) -> Figures:
-    """Replay the live run's fleet and events in the simulator; its figures. `on_run` sees each leader run with its
-    virtual time (seconds from the simulation's start)."""
+    """Replay the live run's fleet and events in the simulator; its figures. `on_run` sees each leader run with the
+    virtual time it started (seconds from the simulation's start)."""
     meters: list[StoreMeter] = []
 
     def wrap(inner: LeaseStore) -> LeaseStore:
@@ -273,11 +298,14 @@ def predict(inputs: LiveInputs, seed: int = 7, on_run: Callable[[float, RunSumma
     fleet = Fleet(VARIANCE, "worker", Stream.tiled([inputs.kbps[key] for key in keys]), seed,
                   checkpoint_seconds=60.0 / inputs.checkpoints if inputs.checkpoints > 0 else 0.0,
                   overrides=user_settings(), noise=LiveNoise(NoiseModel(PLAIN_DELIVERY), seed), cpu_model=_cpu(inputs),
-                  wrap_store=wrap, progress=True, channel=True,
-                  on_run=None if on_run is None else lambda summary: on_run(fleet.events.now(), summary))
+                  wrap_store=wrap, progress=True, channel=True, write_seconds=inputs.write_seconds,
+                  on_run=None if on_run is None else lambda summary: on_run(
+                      fleet.events.now() - summary.duration_ms / 1000, summary))  # when the run started
     fleet.calibrate(len(inputs.joins))
-    started = _start(fleet, _agents(inputs), plain_noise_scale(inputs))
-    fleet.events.run_until(fleet.events.now() + inputs.warmup)
+    # The live bench looks every half second at no particular phase of the leader's runs: drawn per seed.
+    started = _start(fleet, _agents(inputs), plain_noise_scale(inputs),
+                     random.Random(f"{seed}:looks").uniform(0.0, STEP))
+    fleet.events.run_until(started.owned_at + inputs.warmup)
     settle_moves = fleet.moves.moves - started.moves  # every lease is owned: each owner change is a balancing move
     settled_after = max((at - started.owned_at for at, _, moved in fleet.runs if moved and at > started.owned_at),
                         default=0.0)
@@ -375,8 +403,19 @@ def describe(inputs: LiveInputs) -> str:
             f"all; {len(joins)} agents joining {joins[0]:.1f} to {joins[-1]:.1f} s from the first lease owned; CPU "
             f"base {inputs.cpu_base:.2f} %, mean {inputs.cpu_mean:.2f} % (plain agents {plain_mean(inputs):.2f} %: "
             f"{plain_noise_scale(inputs):.2f} of LOCAL_CPU's noise); own CPU of the Spark agents "
-            f"{', '.join(f'{cpu:.1f}' for cpu in own) or '-'} points; warm-up {inputs.warmup:.0f} s, steady window "
-            f"{inputs.settle:.0f} s")
+            f"{', '.join(f'{cpu:.1f}' for cpu in own) or '-'} points; the leader's owner writes "
+            f"{_write_time(inputs)}; warm-up {inputs.warmup:.0f} s, steady window {inputs.settle:.0f} s")
+
+
+def write_lanes() -> int:
+    """The leader's write lanes at the users' defaults (`leader_write_threads`), live and simulated."""
+    return load_settings(**user_settings()).leader_write_threads
+
+
+def _write_time(inputs: LiveInputs) -> str:
+    if inputs.write_seconds <= 0:
+        return "land at once (their live time unknown)"
+    return f"{1000 * inputs.write_seconds:.1f} ms each on one of {write_lanes()} lanes"
 
 
 class ReplayError(ValueError):
@@ -420,6 +459,12 @@ def _numbers(value: object) -> list[float]:
     return [_number(item) for item in value]
 
 
+def _series(value: object) -> list[list[float]]:
+    if not isinstance(value, list):
+        raise TypeError(f"{value!r} is not a list")
+    return [_numbers(item) for item in value]
+
+
 def _by_name(value: object) -> dict[str, float]:
     if not isinstance(value, dict):
         raise TypeError(f"{value!r} is not an object")
@@ -428,7 +473,8 @@ def _by_name(value: object) -> dict[str, float]:
 
 # Each field's annotation (a string: the module postpones them) to what reads its JSON value.
 _READERS: dict[str, Callable[[object], object]] = {"float": _number, "int": _count, "bool": _flag,
-                                                    "Sequence[float]": _numbers, "Mapping[str, float]": _by_name}
+                                                    "Sequence[float]": _numbers, "Mapping[str, float]": _by_name,
+                                                    "Sequence[Sequence[float]]": _series}
 _Record = TypeVar("_Record", LiveInputs, Figures)
 
 
@@ -464,11 +510,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"default {', '.join(map(str, SEEDS))}: one seed is never the evidence)")
     parser.add_argument("--moves", action="store_true", help="list each seed's balancing moves from every lease "
                         "owned to the steady window, as bench/scale.py lists the live ones, then the steady window's")
+    parser.add_argument("--write-seconds", type=float, default=None, help="the live leader's seconds per owner write "
+                        "on one write lane, for a replay file written before bench/scale.py measured it (its log's "
+                        "start-up `write` max over the first assignment's writes per lane, e.g. 1.131 / (256 / 8))")
     args = parser.parse_args(argv)
     try:
         inputs, live = read_replay(args.replay)
     except ReplayError as exc:
         parser.error(str(exc))
+    if args.write_seconds is not None:
+        if args.write_seconds < 0:
+            parser.error("--write-seconds must not be negative")
+        inputs = replace(inputs, write_seconds=args.write_seconds)
     print(f"fleet simulator replaying {args.replay} ({describe(inputs)})")
     for seed in args.seed or SEEDS:
         figures, runs = _replay(inputs, seed)

@@ -3,7 +3,8 @@
 DynamoDB bills every request, so the simulator reports requests per minute by kind. A lease scan costs one request
 per page of `page_size` items (the in-memory store does not paginate, so pages are computed from the row count); the
 worker table is scanned in pages of `WORKER_PAGE_ITEMS`. Every applied lease write is passed to `on_write`, which the
-simulator uses to follow owner changes exactly.
+simulator uses to follow owner changes exactly; `before_owner_write` is called before each owner write (an assignment
+or a handoff's start: the leader's) reaches the store, which the simulator uses to give it the store's time.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def _pages(items: int, page_size: int) -> int:
 class CountingStore(LeaseStore):
     """Delegates every call to `inner` and counts it under a kind from READ_KINDS or WRITE_KINDS."""
 
-    def __init__(self, inner: LeaseStore, on_write: Callable[[Outcome], None] | None = None) -> None:
+    def __init__(self, inner: LeaseStore, on_write: Callable[[Outcome], None] | None = None,
+                 before_owner_write: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.tables = inner.tables
         self.counts: Counter[str] = Counter()
         self._on_write = on_write
+        self._before_owner_write = before_owner_write or (lambda: None)
 
     def reset(self) -> None:
         """Forget the counts so far (e.g. after a warm-up)."""
@@ -96,12 +99,14 @@ class CountingStore(LeaseStore):
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Counted as `assign`."""
+        self._before_owner_write()
         return self._wrote("assign", self.inner.assign(lease_key, new_owner, expected_owner,
                                                        expected_checkpoint_owner, fence, move))
 
     def start_handoff(self, lease_key: str, new_owner: str, current_owner: str,
                       fence: Fence | None = None, move: str | None = None) -> Outcome:
         """Counted as `handoff_start`."""
+        self._before_owner_write()
         return self._wrote("handoff_start", self.inner.start_handoff(lease_key, new_owner, current_owner,
                                                                            fence, move))
 

@@ -1,8 +1,18 @@
 """A fleet of one variant: the real shard sync planner, leader loop, lock and decider on an in-memory store, with
-simulated workers on a virtual clock, and the owner-change counter."""
+simulated workers on a virtual clock, and the owner-change counter.
+
+Time advances only by the event queue. A leader run is one event and, by default, takes no virtual time: its writes
+land at the instant it starts. With `write_seconds` > 0 each owner write the leader sends (an assignment or a handoff's
+start) takes that long on one of its `leader_write_threads` lanes, as a loaded store makes the live leader's writes
+take (bench/scale.py measures it): the k-th write of a run (0-based, plan order) lands `(k // lanes + 1) x
+write_seconds` after the run's first write began, and the rest of the fleet (agents, the lock, the bench's looks) runs
+on while the run waits for it. A run while one is writing does not start (the live loop is one thread); signals then
+start the next a quarter interval after it ends, as `LeaderLoop.cycle` does.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -71,6 +81,7 @@ class Fleet:
     on_run: Callable[[RunSummary], None] | None = None
     progress: bool = False  # agents report per-lease progress as the real agent does (checkpoints, troubled leases)
     channel: bool = False  # agents long-poll the leader for assignment changes (coordinator_url set, as on Helm)
+    write_seconds: float = 0.0  # the store's time per owner write on one leader write lane (0: a run's land at once)
 
     def __post_init__(self) -> None:
         liveness = "worker" if self.mode == "worker" else "lease"  # KCL 2.x workers renew leases like lease mode
@@ -84,7 +95,8 @@ class Fleet:
         self.moves = MoveCounter()
         self.inner = self.base_store or MemoryLeaseStore(TableNames.for_application("fleet-sim"))
         wrapped = self.wrap_store(self.inner) if self.wrap_store is not None else self.inner
-        self.store = CountingStore(wrapped, on_write=self.moves)
+        self.store = CountingStore(wrapped, on_write=self.moves,
+                                   before_owner_write=self._owner_write if self.write_seconds > 0 else None)
         self.events = EventQueue(self.clock)
         self.rng = random.Random(self.seed)
         self.capacity = 1.0
@@ -92,12 +104,20 @@ class Fleet:
         self.loop: LeaderLoop | None = None
         self._hold: Callable[[], bool] | None = None  # while it answers True the leader does not run (its lock does)
         self._early_run = False  # an early leader run is scheduled for signals from the channel
+        self._leading = False  # a leader run is in progress (its timed writes let other events run meanwhile)
+        self._again = False  # signals came while it ran: the next run comes a quarter interval after it
+        self._written = 0  # owner writes of the run in progress so far
+        self._writes_from = 0.0  # when its first write began
         self.lock: LeaderLock | None = None
         if self.variant != KCL2:
             lock = LeaderLock(self.store, "coordinator-a", self.clock, self.settings.leader_lock_lease_duration_millis,
                               self.settings.leader_lock_heartbeat_period_millis)
             self.lock = lock
-            self.loop = LeaderLoop(self.store, lock, self.settings, self.clock,
+            # Timed writes run other events while they wait, so the leader sends them one at a time from this thread
+            # (`_owner_write` times each as its lane would have finished it).
+            loop_settings = self.settings if self.write_seconds <= 0 else self.settings.model_copy(
+                update={"leader_write_threads": 1})
+            self.loop = LeaderLoop(self.store, lock, loop_settings, self.clock,
                                    shard_source=lambda: list(self.stream.shards), on_run=self.on_run)
 
             def tick() -> bool:
@@ -132,26 +152,52 @@ class Fleet:
 
     def _lead_once(self) -> None:
         self._early_run = False
+        if self._leading:  # signals during a run: the next comes a quarter interval after it ends
+            self._again = True
+            return
         self._lead()
 
     def _lead(self) -> bool:
-        """One leader run; a quiet worker's verdict due before the next interval's run gets its own run then (not
+        """One leader run (none while one is in progress: the live loop is one thread); a quiet worker's verdict due
+        before the next interval's run, or signals that came during this one, get a run of their own then (not
         before a quarter interval), as `LeaderLoop.cycle` waits."""
         assert self.loop is not None
+        if self._leading:
+            return True
         if self._hold is not None:
             if self._hold():
                 return True
             self._hold = None
-        summary = self.loop.run_once()
+        started = self.events.now()
+        self._leading, self._written = True, 0
+        try:
+            summary = self.loop.run_once()
+        finally:
+            self._leading = False
         if summary is not None:
             moved = summary.plan is not None and bool(summary.plan.moves)
-            self.runs.append((self.events.now(), summary.balanced_this_run, moved))
+            self.runs.append((started, summary.balanced_this_run, moved))
         verdict = self.loop.next_verdict()
         interval = self.settings.lease_assignment_interval_millis / 1000
-        if verdict is not None and verdict < interval and not self._early_run:
+        again, self._again = self._again, False
+        soon = verdict is not None and verdict < interval
+        if (soon or again) and not self._early_run:
             self._early_run = True
-            self.events.at(self.events.now() + max(interval / 4, verdict), self._lead_once)
+            wait = interval / 4 if again or verdict is None else max(interval / 4, verdict)
+            self.events.at(self.events.now() + wait, self._lead_once)
         return True
+
+    def _owner_write(self) -> None:
+        """Before an owner write reaches the store: during a leader run, the fleet runs on until the write's lane
+        has finished it (the module's docstring). The events run in a context of their own, so a store meter does not
+        count the agents' calls made meanwhile as the leader's."""
+        if not self._leading:
+            return  # not the leader's (a KCL 2.x taker's)
+        if self._written == 0:
+            self._writes_from = self.events.now()
+        due = self._writes_from + (self._written // self.settings.leader_write_threads + 1) * self.write_seconds
+        self._written += 1
+        contextvars.Context().run(self.events.run_until, due)
 
     def _sample(self) -> bool:
         for worker in self.workers.values():

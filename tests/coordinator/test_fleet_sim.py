@@ -17,7 +17,8 @@ from bench.store_counter import WRITE_KINDS, CountingStore
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.lease import Lease
 from shardherd.shared.memory_store import MemoryLeaseStore
-from shardherd.shared.store import TableNames
+from shardherd.shared.store import LeaseStore, TableNames
+from shardherd.shared.store_meter import StoreMeter
 from shardherd.shared.worker import WorkerState
 from tests.support.stores import worker_record
 
@@ -192,3 +193,36 @@ def test_simulated_agents_run_the_agent_keeper_a_drain_is_announced_at_once_and_
     fleet.events.run_until(80.0)
     assert not leaving.alive and worker_record(fleet.inner, "w0001") is None  # handed everything on, then retired
     assert {lease.actual_owner for lease in fleet.leases()} == {"w0000"}
+
+
+@pytest.mark.parametrize("write_seconds", [0.0, 0.5])
+def test_a_leaders_timed_writes_land_lane_round_by_round_while_the_fleet_runs_on(write_seconds: float) -> None:
+    meters: list[StoreMeter] = []
+
+    def wrap(inner: LeaseStore) -> LeaseStore:
+        meters.append(StoreMeter(inner, default_caller="agent"))
+        return meters[-1]
+
+    fleet = Fleet(VARIANCE, "worker", Stream.tiled([0.1] * 32), 7, wrap_store=wrap, write_seconds=write_seconds)
+    fleet.add_workers(3)
+    seen: list[tuple[float, int]] = []  # (time, leases owned) every 0.1 s
+
+    def look() -> bool:
+        seen.append((fleet.events.now(), sum(1 for lease in fleet.leases() if lease.actual_owner)))
+        return True
+
+    fleet.events.every(0.0, 0.1, look)
+    fleet.events.run_until(30.0)
+    counts = {owned for _, owned in seen}
+    assert max(counts) == 32
+    if write_seconds == 0:
+        assert counts == {0, 32}  # every write lands at the instant the run starts
+        return
+    # 32 writes on 8 lanes: 8 land every 0.5 s, and the fleet's other events (these looks) run between them
+    assert {8, 16, 24} <= counts, seen
+    first, last = (min(at for at, owned in seen if owned >= n) for n in (8, 32))
+    assert 1.5 - 0.1 <= last - first <= 1.5 + 0.1, seen
+    # The agents' calls made while the leader waited (finding their leases: owner-index queries, lease reads) are
+    # theirs: the leader's own are its scans, its shard sync's creates and its assignments.
+    leader = {(row.table, row.operation) for row in meters[0].rows() if row.caller == "leader"}
+    assert {operation for _, operation in leader} == {"scan", "create", "assign"}, leader

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from bench.scale import moves_between, replay_offsets
+from bench.scale import CpuReports, lane_write_seconds, moves_between, new_reports, replay_offsets
+from shardherd.shared.memory_store import MemoryLeaseStore
+from shardherd.shared.store import TableNames
+from shardherd.shared.worker import CPU_METRIC, WorkerRecord
 
 
 def _move(lease: str, started: float, reason: str, kind: str = "move") -> dict[str, object]:
@@ -27,3 +30,39 @@ def test_the_first_assignments_owners_replay_before_it_and_the_others_after() ->
     seen = {"agent-1": -0.54, "agent-2": 0.0, "agent-3": 0.0, "agent-4": -4.4, "spark": 28.4}
     assert replay_offsets(seen, {"agent-1", "agent-3"}) == [
         (-0.54, "agent-1"), (-0.5, "agent-3"), (0.0, "agent-2"), (0.0, "agent-4"), (28.4, "spark")]
+
+
+def test_the_leaders_time_per_write_and_lane_comes_from_the_run_that_wrote_most() -> None:
+    # Session 28's run 2: the first assignment wrote 256 owners in 1,131 ms on 8 lanes (32 writes each); a balancing
+    # run's 5 handoffs are one write per lane, its time mostly the run's own rounding.
+    runs = [(0.0, 0), (1131.0, 256), (41.0, 5)]
+    assert abs(lane_write_seconds(runs, 8) - 1.131 / 32) < 1e-12
+    assert abs(lane_write_seconds([(700.0, 250)], 8) - 0.7 / 32) < 1e-12  # 250 writes: 32 rounds, the last short
+    assert lane_write_seconds([(0.0, 0)], 8) == 0.0 and lane_write_seconds([], 8) == 0.0
+
+
+def test_new_cpu_reports_are_what_a_rows_history_holds_beyond_the_last_look() -> None:
+    assert new_reports([], [1.0, 2.0]) == [1.0, 2.0]
+    assert new_reports([1.0, 2.0], [1.0, 2.0, 3.0]) == [3.0]  # a history not yet full grows
+    assert new_reports([1.0, 2.0, 3.0], [2.0, 3.0, 4.0]) == [4.0]  # a full one drops its oldest
+    assert new_reports([1.0, 2.0, 3.0], [3.0, 4.0, 5.0]) == [4.0, 5.0]  # two reports between looks
+    assert new_reports([1.0, 2.0, 3.0], [7.0, 8.0, 9.0]) == [7.0, 8.0, 9.0]  # more than the history holds
+    assert new_reports([1.0, 2.0], [1.0, 2.0]) == []
+
+
+def test_cpu_reports_are_recorded_per_agent_from_the_second_look_at_its_row() -> None:
+    store = MemoryLeaseStore(TableNames.for_application("scale-cpu"))
+
+    def report(worker: str, history: list[float]) -> None:
+        store.upsert_worker(WorkerRecord(worker, 1, metric_stats={CPU_METRIC: tuple(history)}))
+
+    cpu = CpuReports(store)
+    report("agent-1", [0.8, 0.9])
+    cpu.look()  # the reports made before the window are not the window's
+    report("agent-1", [0.8, 0.9, 1.4])
+    report("agent-2", [15.0])  # a row first seen now: learnt, not counted
+    cpu.look()
+    report("agent-1", [0.9, 1.4, 1.1, 0.7])
+    report("agent-2", [15.0, 16.2])
+    cpu.look()
+    assert cpu.reports == {"agent-1": [1.4, 1.1, 0.7], "agent-2": [16.2]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,8 @@ def test_the_table_shows_read_units_by_caller_with_executors_counted_with_their_
 def _small_run() -> tuple[LiveInputs, Figures]:
     kbps = {f"shardId-{i:012d}": 0.2 + (i % 3) * 0.1 for i in range(12)}
     inputs = LiveInputs(kbps, [-2.0, -0.5, 4.0], cpu_base=2.0, cpu_mean=2.5, warmup=15.0, settle=30.0, checkpoints=6.0,
-                        own_cpu=[0.0, 0.0, 9.5], batch_ends=[0.0, 0.0, 20.0], consistent_reads=True)
+                        own_cpu=[0.0, 0.0, 9.5], batch_ends=[0.0, 0.0, 20.0], consistent_reads=True,
+                        cpu_reports=[[1.0, 1.2], [0.9], [15.0, 16.5, 14.9]])
     live = Figures(0.5, 3, 40.0, 120.0, 5, 9.1, settle_moves=4, settled_after=None,
                    reads_by_caller={"agent": 12.0, "leader": 28.0})
     return inputs, live
@@ -293,3 +295,35 @@ def test_a_replays_plain_agents_get_the_fitted_noise_and_its_spark_agents_all_of
     ids = [agent.add_to(fleet, 0.0, 0.25) for agent in (plain, spark)]
     assert [fleet.workers[wid].noise_scale for wid in ids] == [0.25, 1.0]
     assert fleet.workers[ids[1]].own_cpu == 14.0
+
+
+def test_the_leaders_owner_writes_take_the_live_time_per_write_and_lane_so_the_first_assignment_spreads() -> None:
+    # Session 28's run 2: the first assignment's 256 owner writes took 1,131 ms on the leader's 8 write lanes (its
+    # `write` part), the bench saw every lease owned 1.1 s after the first; the simulator, writing them at one
+    # instant, 0.0 on every seed. 64 leases on 8 lanes at 0.25 s a write: 8 rounds, 2.0 s.
+    kbps = {f"shardId-{i:012d}": 0.05 for i in range(64)}
+    inputs = LiveInputs(kbps, [-1.0, -1.0, -0.5, -0.5], cpu_base=1.0, cpu_mean=1.5, warmup=10.0, settle=10.0)
+    assert predict(inputs, 7).owned_after == 0.0
+    for seed in (7, 8, 9):
+        owned_after = predict(replace(inputs, write_seconds=0.25), seed).owned_after
+        # the bench's looks every STEP see the first write land after 0.25 s and the last after 2.0 s
+        assert owned_after is not None and 2.0 - 0.25 - STEP <= owned_after <= 2.0 - 0.25 + STEP, (seed, owned_after)
+
+
+def test_a_replay_carries_the_leaders_write_time_and_one_written_before_it_reads_as_unknown(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, replace(inputs, write_seconds=0.0353), live)
+    assert read_replay(path)[0].write_seconds == 0.0353
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["inputs"]["write_seconds"]  # a replay of session 28's runs
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert read_replay(path)[0].write_seconds == 0.0
+    # Given on the command line for such a file (from its run's log), it is replayed with it.
+    assert main(["--replay", str(path), "--seed", "3", "--write-seconds", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "the leader's owner writes 500.0 ms each on one of 8 lanes" in out
+    assert side_by_side(live, predict(replace(inputs, write_seconds=0.5), 3)) in out
+    with pytest.raises(SystemExit):
+        main(["--replay", str(path), "--write-seconds", "-1"])
