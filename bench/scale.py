@@ -20,7 +20,9 @@ producer at `--rate` records/s, every process pricing its own store calls (SHARD
   that window next to KCL 3.x's bill for the same leases and workers;
 * when each Spark agent first reads a lease of its own, and how many it holds;
 * each plain agent's resident memory (median, max), and each Spark agent's with its JVM;
-* kill -9 of the agent holding most leases: seconds until each of its shards is read elsewhere (max, and how many);
+* kill -9 of the agent holding most leases: seconds until each of its shards is read elsewhere (max, and how many),
+  and until every one is owned elsewhere (what the simulator times), both from the same looks at the operator
+  API's view (`KillWatch`; one every 0.25 s plus the view's own time, printed: the owned figure's resolution);
 * the fleet simulator's figures for the same fleet and events beside the live ones (bench/scale_sim.py), on three
   seeds, each marked where the two differ by more than 20 % (and by more than the figure's resolution); the
   simulator's inputs and the live figures go into the run directory's scale-replay.json, for
@@ -50,6 +52,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +94,7 @@ from shardherd.coordinator.run_summary import FULL_RUN_PARTS
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.scenarios import Scenarios, holds_records
 from shardherd.services.local_stack.state import StackState
+from shardherd.services.local_stack.status import Snapshot
 from shardherd.services.status_cli import ApiError, OperatorClient
 from shardherd.shared.aws import make_client
 from shardherd.shared.config import load_settings
@@ -495,12 +499,12 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
         print_bill(window, minutes, leases, workers)
         print(f"leader runs {runs.summary(steady_from)}")
         _print_memory(state, plain, spark)
-        killed, resumed = _kill(state, args.limit)
+        kill = _kill(state, args.limit)
     finally:
         seen.stop()
         runs.stop()
         client.close()
-    live = _live_figures(seen, runs, (steady_from, minutes, window), changes, (killed, resumed))
+    live = _live_figures(seen, runs, (steady_from, minutes, window), changes, kill)
     if seen.all_owned is not None:
         print("balancing moves from every lease owned to the steady window (s after every lease was owned, by the "
               "run's start):")
@@ -518,10 +522,9 @@ def measure(args: argparse.Namespace, run: Path, began: float, stack: subprocess
 
 
 def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, Any], changes: int,
-                  kill: tuple[int, list[float]]) -> Figures:
+                  kill: Kill) -> Figures:
     """The live side of the comparison; `steady` is the steady window's (monotonic start, minutes, meter totals)."""
     steady_from, minutes, window = steady
-    killed, resumed = kill
     # The API's store reads are the bench's own polling of every page; the simulator has no API, so neither side
     # counts them.
     units = {caller: values for caller, values in by_caller(window).items() if caller != "api"}
@@ -529,8 +532,9 @@ def _live_figures(seen: Startup, runs: LeaderRuns, steady: tuple[float, float, A
                                                                                                     steady_from)
     return Figures(None if seen.first_owned is None or seen.all_owned is None else seen.all_owned - seen.first_owned,
                    changes, sum(u[1] for u in units.values()) / minutes, sum(u[2] for u in units.values()) / minutes,
-                   killed, max(resumed) if len(resumed) == killed and resumed else None, settle_moves, settled_after,
-                   reads_by_caller={caller: u[1] / minutes for caller, u in units.items() if u[1] > 0})
+                   kill.leases, kill.read_after, settle_moves, settled_after,
+                   reads_by_caller={caller: u[1] / minutes for caller, u in units.items() if u[1] > 0},
+                   kill_owned_after=kill.owned_after, kill_look=kill.look)
 
 
 def _print_startup(args: argparse.Namespace, run: Path, client: OperatorClient, state: StackState, began: float,
@@ -555,13 +559,73 @@ def _print_memory(state: StackState, plain: Collection[str], spark: Sequence[str
         print(f"Spark agents (driver process and its JVM): {', '.join(f'{size:.0f} MiB' for size in drivers)}")
 
 
-def _kill(state: StackState, limit: float) -> tuple[int, list[float]]:
-    """kill -9 of the agent holding most leases: how many it held, and the seconds each took to be read elsewhere."""
-    outcomes = Scenarios(state, timeout=limit, say=lambda line: None).kill_agent(None)
+@dataclass(frozen=True, slots=True)
+class Kill:
+    """What the kill -9 of the agent holding most leases measured, from one start instant (the kill)."""
+
+    leases: int  # the leases it held
+    read_after: float | None  # seconds until every one was read elsewhere (None: not all within the limit)
+    owned_after: float | None  # seconds until every one was owned elsewhere (None: not seen)
+    look: float | None  # seconds between the look that saw them all owned elsewhere and the one before it
+
+
+class KillWatch(Scenarios):
+    """The stack's scenarios (services/local_stack/scenarios.py) keeping, of each look at the operator API's view,
+    when it answered and who held each open lease (`_processor`'s worker: the checkpoint owner during a handoff, as
+    the simulator's `actual_owner`), so that the kill's owned figure comes from the looks its read figure comes from;
+    and when the scenario said its first line: `kill_agent` says it the instant after the kill, where its read times
+    start."""
+
+    def __init__(self, state: StackState, timeout: float) -> None:
+        super().__init__(state, timeout, say=self._said)
+        self.looks: list[tuple[float, dict[str, str | None]]] = []
+        self.said_at: float | None = None
+
+    def _said(self, line: str) -> None:
+        if self.said_at is None:
+            self.said_at = time.monotonic()
+
+    def snapshot(self) -> Snapshot:
+        """The operator API's view, noted with the monotonic time it answered."""
+        found = super().snapshot()
+        self.looks.append((time.monotonic(), {lease["lease_key"]: lease["checkpoint_owner"] or lease["owner"]
+                                              for lease in found.unfinished}))
+        return found
+
+
+def owned_elsewhere(looks: Sequence[tuple[float, Mapping[str, str | None]]], keys: Collection[str], victim: str,
+                    since: float) -> tuple[float | None, float | None]:
+    """Seconds from `since` (monotonic) to the first look at or after it at which every one of `keys` was held by a
+    worker, not `victim` (None: no look saw that), and the seconds from the look before that one (the figure's
+    resolution: it happened between the two); `looks` are (monotonic, holder by lease key), oldest first."""
+    for index, (at, holders) in enumerate(looks):
+        if at >= since and all(holders.get(key) not in (None, victim) for key in keys):
+            return at - since, (at - looks[index - 1][0]) if index else None
+    return None, None
+
+
+def _kill(state: StackState, limit: float) -> Kill:
+    """kill -9 of the agent holding most leases: how many it held, and the seconds until they were all read, and all
+    owned, elsewhere (the owned figure from the scenario's own looks, timed from the same instant)."""
+    watch = KillWatch(state, limit)
+    outcomes = watch.kill_agent(None)
+    keys = [outcome.subject for outcome in outcomes]
     resumed = [outcome.seconds for outcome in outcomes if outcome.seconds is not None]
-    print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last "
-          f"after {max(resumed, default=float('nan')):.1f} s (load {os.getloadavg()[0]:.1f})")
-    return len(outcomes), resumed
+    # The scenario chose the victim from its first look, before the kill: the holder of the keys it follows.
+    victim = watch.looks[0][1].get(keys[0]) if keys and watch.looks else None
+    owned, look = (None, None) if watch.said_at is None or victim is None else owned_elsewhere(
+        watch.looks, keys, victim, watch.said_at)
+    gaps = [later - earlier for (earlier, _), (later, _) in zip(watch.looks, watch.looks[1:], strict=False)]
+    apart = f"{min(gaps):.2f} to {max(gaps):.2f} s apart, median {statistics.median(gaps):.2f} s" if gaps else "-"
+    print(f"kill -9 of the agent with most leases ({len(outcomes)}): {len(resumed)} read elsewhere, the last after "
+          f"{_seconds(max(resumed, default=None))} s; all owned elsewhere after {_seconds(owned)} s (at a look "
+          f"{_seconds(look)} s after the one before; the scenario's looks came {apart}; load "
+          f"{os.getloadavg()[0]:.1f})")
+    return Kill(len(outcomes), max(resumed) if len(resumed) == len(outcomes) and resumed else None, owned, look)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _simulate(run: Path, live: Figures, kbps: dict[str, float], window: tuple[float, float],

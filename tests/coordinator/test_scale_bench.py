@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.scale import CpuReports, lane_write_seconds, moves_between, new_reports, replay_offsets
+from bench.scale import CpuReports, lane_write_seconds, moves_between, new_reports, owned_elsewhere, replay_offsets
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.store import TableNames
 from shardherd.shared.worker import CPU_METRIC, WorkerRecord
@@ -66,3 +66,20 @@ def test_cpu_reports_are_recorded_per_agent_from_the_second_look_at_its_row() ->
     report("agent-2", [15.0, 16.2])
     cpu.look()
     assert cpu.reports == {"agent-1": [1.4, 1.1, 0.7], "agent-2": [16.2]}
+
+
+def test_the_kills_owned_time_is_the_first_look_after_it_with_every_lease_held_by_another_worker() -> None:
+    killed = 100.0  # the scenario's first line, the instant after the kill
+    looks: list[tuple[float, dict[str, str | None]]] = [
+        (99.2, {"s1": "victim", "s2": "victim", "s3": "b"}),  # the look that chose the victim
+        (100.4, {"s1": "victim", "s2": "victim", "s3": "b"}),
+        (100.9, {"s1": "a", "s2": None, "s3": "b"}),  # s2 not owned yet
+        (101.6, {"s1": "a", "s3": "b"}),  # s2 missing from this view: not seen owned
+        (102.0, {"s1": "a", "s2": "victim", "s3": "b"}),  # the holder during a handoff from the victim
+        (102.8, {"s1": "a", "s2": "c", "s3": "b"}),
+        (103.1, {"s1": "a", "s2": "c", "s3": "b"})]
+    seconds, look = owned_elsewhere(looks, ["s1", "s2"], "victim", killed)
+    assert seconds is not None and abs(seconds - 2.8) < 1e-9
+    assert look is not None and abs(look - 0.8) < 1e-9  # it happened between 102.0 and 102.8
+    assert owned_elsewhere(looks[:6], ["s1", "s2"], "victim", 103.0) == (None, None)  # no look after the kill saw it
+    assert owned_elsewhere(looks[:5], ["s1", "s2"], "victim", killed) == (None, None)

@@ -50,7 +50,8 @@ def test_a_replayed_fleet_owns_every_lease_and_fails_the_killed_agents_leases_ov
     # The victim named its last row to the leader, which runs when that row's failover time (10 s at the users'
     # defaults) ends: its leases move within 10 s of the crash plus one look (12.0 s when the simulated leader timed
     # the silence from a scan and ran only on its interval; live, 8.0-11.3 s to read them elsewhere).
-    assert figures.kill_after is not None and figures.kill_after <= 10.0 + STEP, figures
+    assert figures.kill_owned_after is not None and figures.kill_owned_after <= 10.0 + STEP, figures
+    assert figures.kill_after is None  # the simulated agents read nothing: no time until they read
 
 
 def test_the_crash_comes_at_a_phase_of_the_victims_heartbeats_drawn_per_seed() -> None:
@@ -58,7 +59,7 @@ def test_the_crash_comes_at_a_phase_of_the_victims_heartbeats_drawn_per_seed() -
     # elsewhere in two runs of the same code. The simulator crashed it at one phase whatever the seed.
     kbps = {f"shardId-{i:012d}": 0.5 for i in range(8)}
     inputs = LiveInputs(kbps, [-1.0, -0.5], cpu_base=2.0, cpu_mean=3.0, warmup=10.0, settle=10.0)
-    kills = {predict(inputs, seed).kill_after for seed in range(1, 5)}
+    kills = {predict(inputs, seed).kill_owned_after for seed in range(1, 5)}
     assert len(kills) > 1 and all(kill is not None and kill <= 10.0 + STEP for kill in kills), kills
 
 
@@ -75,7 +76,7 @@ def test_the_table_marks_figures_that_differ_by_more_than_a_fifth() -> None:
     assert "| 6.0 | 5.0 (within 20 %) |" in table
     assert "| 100 | 130 (over 20 %) |" in table
     assert "| 12.0 | - |" in table  # a figure one side did not measure is not judged
-    close = side_by_side(Figures(0.6, 0, 1.0, 1.0, 1, 9.0), Figures(0.0, 0, 1.0, 1.0, 1, 10.2))
+    close = side_by_side(Figures(0.6, 0, 1.0, 1.0, 1, 9.0), Figures(0.0, 0, 1.0, 1.0, 1, None, kill_owned_after=10.2))
     assert "| 0.6 | 0.0 (within 20 %) |" in close  # both sides look every half second: two looks apart is no error
     assert "| 9.0 | 10.2 (within 20 %) |" in close
 
@@ -143,7 +144,7 @@ def _small_run() -> tuple[LiveInputs, Figures]:
                         own_cpu=[0.0, 0.0, 9.5], batch_ends=[0.0, 0.0, 20.0], consistent_reads=True,
                         cpu_reports=[[1.0, 1.2], [0.9], [15.0, 16.5, 14.9]])
     live = Figures(0.5, 3, 40.0, 120.0, 5, 9.1, settle_moves=4, settled_after=None,
-                   reads_by_caller={"agent": 12.0, "leader": 28.0})
+                   reads_by_caller={"agent": 12.0, "leader": 28.0}, kill_owned_after=8.4, kill_look=0.61)
     return inputs, live
 
 
@@ -327,3 +328,45 @@ def test_a_replay_carries_the_leaders_write_time_and_one_written_before_it_reads
     assert side_by_side(live, predict(replace(inputs, write_seconds=0.5), 3)) in out
     with pytest.raises(SystemExit):
         main(["--replay", str(path), "--write-seconds", "-1"])
+
+READ_ROW = "kill -9: all of them read elsewhere after, s (live only: the simulator reads nothing)"
+
+
+def test_the_kill_compares_owned_with_owned_and_shows_the_live_read_time_on_its_own_row() -> None:
+    # Session 28's run 1: the live bench timed the killed agent's leases read elsewhere (10.3 s), the simulator owned
+    # elsewhere (7.0 s on two seeds): over 20 %, part of it the new owners' first reads. Owned against owned: within.
+    live = Figures(1.1, 0, 600.0, 4500.0, 9, 10.3, kill_owned_after=8.6, kill_look=0.62)
+    sim = Figures(1.0, 0, 600.0, 4500.0, 9, None, kill_owned_after=7.0)
+    table = side_by_side(live, sim)
+    assert ("| kill -9: all of them owned elsewhere after, s (live look 0.62 s after the one before, sim every 0.5 s)"
+            " | 8.6 | 7.0 (within 20 %) |") in table
+    assert f"| {READ_ROW} | 10.3 | - |" in table
+    assert "(live: read" not in table
+    far = side_by_side(live, replace(sim, kill_owned_after=5.5))
+    assert "| 8.6 | 5.5 (over 20 %) |" in far
+
+
+def test_the_kills_owned_row_allows_one_look_on_each_side() -> None:
+    # A live look that saw them owned 1.5 s after the one before (a loaded host's slow view): 3.0 s live could be
+    # 1.5 s, and the simulator's look every 0.5 s adds its own; without the live look the table's usual two looks.
+    sim = Figures(0.0, 0, 1.0, 1.0, 3, None, kill_owned_after=1.5)
+    slow = side_by_side(Figures(0.0, 0, 1.0, 1.0, 3, 4.0, kill_owned_after=3.0, kill_look=1.5), sim)
+    assert "| 3.0 | 1.5 (within 20 %) |" in slow
+    unknown = side_by_side(Figures(0.0, 0, 1.0, 1.0, 3, 4.0, kill_owned_after=3.0), sim)
+    assert "| kill -9: all of them owned elsewhere after, s | 3.0 | 1.5 (over 20 %) |" in unknown
+
+
+def test_a_replay_written_before_the_live_owned_time_compares_its_read_time_marked_so(tmp_path: Path) -> None:
+    inputs, live = _small_run()
+    path = tmp_path / "scale-replay.json"
+    write_replay(path, inputs, live)
+    assert read_replay(path)[1].kill_owned_after == 8.4 and read_replay(path)[1].kill_look == 0.61
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["live"]["kill_owned_after"], data["live"]["kill_look"]  # as session 28's files hold it
+    path.write_text(json.dumps(data), encoding="utf-8")
+    old = read_replay(path)[1]
+    assert (old.kill_after, old.kill_owned_after, old.kill_look) == (9.1, None, None)
+    table = side_by_side(old, Figures(0.5, 3, 40.0, 120.0, 5, None, kill_owned_after=7.0))
+    assert ("| kill -9: all of them elsewhere after, s (live: read, its owned time not in this replay; sim: owned) "
+            "| 9.1 | 7.0 (over 20 %) |") in table
+    assert f"| {READ_ROW} | 9.1 | - |" in table
