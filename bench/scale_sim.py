@@ -69,7 +69,8 @@ STEP = 0.5  # seconds of virtual time between the bench's looks at the simulated
 MARGIN = 0.2  # the bound on a difference between live and simulated figures
 # A difference is marked only past a figure's resolution, below which neither side can tell it from noise:
 # Both sides time their figures by looking every STEP (bench/scale.py's Startup looks every half second too), so two
-# times may differ by up to two looks without either being wrong (live 0.6 s against 0.0 s to own every lease).
+# times may differ by up to two looks without either being wrong (live 0.6 s against 0.0 s to own every lease). The
+# kill's live looks are the kill scenario's own, their gap measured per run (`_kill_row`).
 LOOKS = 2 * STEP
 # A count of moves or leases moves by one or two with one lease's rounding on either side: a joiner's share of 256
 # leases over 34 agents is 7 or 8 (live 7, 7 and 7 against 7, 8 and 7), the busiest agent holds 9 or 10.
