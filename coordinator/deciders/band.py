@@ -46,30 +46,19 @@ class ShareFill(BandPass):
     """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042).
 
     A settling worker gives its fresh leases (`LeaseView.fresh`): a joiner into a just-placed fleet is filled at once.
+    A share is not asked to persist: the shed leaves no giver the fill refills (`BandPass._refilled`).
     """
 
-    gives_fresh = True
+    on_shares = True
 
     def __init__(self, plan: FleetPlan, shares: tuple[Band, bool]) -> None:
         band, self.counts_leases = shares
         super().__init__(plan, band, None)  # (it never sheds)
 
-    def has_metric(self, wid: str) -> bool:
-        """Every balanced worker has a share."""
-        return True
-
     def level(self, wid: str) -> float:
         """The worker's share now, in points of an average share."""
         ledger = self.plan.ledger
         return self.rise(wid, ledger.count(wid) if self.counts_leases else ledger.throughput.get(wid, 0.0))
-
-    def confirmed(self, wid: str) -> float:
-        """Its share now (not asked to persist: the shed leaves no giver the fill refills, `BandPass._refilled`)."""
-        return self.level(wid)
-
-    def limit(self, wid: str) -> float:
-        """The band's edge (a share has no operating range)."""
-        return self.band.upper
 
     def rise(self, wid: str, weight: float) -> float:
         """`weight` (KiB/s or leases) in points of an average share."""
@@ -78,10 +67,6 @@ class ShareFill(BandPass):
     def fall(self, wid: str, key: str) -> float:
         """The lease's weight in points of an average share."""
         return self.rise(wid, self._weight[key])
-
-    def fillable(self, wid: str) -> bool:
-        """Only a joining worker: at most half the average lease count (its metric may call it busy)."""
-        return 2 * self.plan.ledger.count(wid) <= self._per_worker
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every metric the worker reports stays under its `joiner_ceiling` with the lease."""

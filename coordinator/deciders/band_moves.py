@@ -93,7 +93,9 @@ class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
     counts_leases = False  # a subclass measuring lease counts weighs every lease 1
-    gives_fresh = False  # whether a settling worker may give its fresh leases (a fill on shares: invariant 1)
+    # A fill on shares (band.py `ShareFill`): every worker takes part at its share now, only joiners are filled, and a
+    # settling worker may give its fresh leases (invariant 1).
+    on_shares = False
 
     def __init__(self, plan: FleetPlan, band: Band, shares: tuple[Band, bool] | None) -> None:
         self.plan = plan
@@ -102,25 +104,21 @@ class BandPass:
         self.metric = band.metric
         self.reason = MoveReason.for_metric(band.metric)
         self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
-        self.holders = [w for w in self.view.active if self.has_metric(w)]  # every giver and receiver is one
+        self.holders = [w for w in self.view.active if self.on_shares or self.metric in plan.values(w)]
         self.moved = 0
         self._kbps = plan.ledger.weight  # each lease's KiB/s; its weight on the measure: KiB/s or 1 (lease counts)
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
         self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
-        self._heaviest: dict[str, float] = {}  # the weight of each worker's heaviest lease (kept on a move)
         self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        self._room = {w: (self.limit(w), self.rise(w, 1.0)) for w in self.holders}  # its limit, rise per KiB/s
+        self._room = {w: (min(band.upper, self.view.limits[w].get(self.metric, math.inf)), self.rise(w, 1.0))
+                      for w in self.holders}  # its ceiling (the band's edge or its operating range), rise per KiB/s
         self._top_limit = max((limit for limit, _ in self._room.values()), default=-math.inf)
         self._top_per_point = max((1.0 / rise if rise > 0 else math.inf for _, rise in self._room.values()),
                                   default=0.0)  # the most KiB/s a holder takes per point
-
-    def has_metric(self, wid: str) -> bool:
-        """Whether the worker reports the balanced metric."""
-        return self.metric in self.plan.values(wid)
 
     def level(self, wid: str) -> float:
         """The worker's projected value of the balanced metric."""
@@ -128,11 +126,8 @@ class BandPass:
 
     def confirmed(self, wid: str) -> float:
         """The worker's value as far from the average as its last reports agree (its projection once it moved)."""
-        return self.level(wid) if wid in self.plan.changed else self.view.confirmed[wid][self.metric]
-
-    def limit(self, wid: str) -> float:
-        """The worker's ceiling on the balanced metric: the band's edge or its operating range."""
-        return min(self.band.upper, self.view.limits[wid][self.metric])
+        changed = self.on_shares or wid in self.plan.changed
+        return self.level(wid) if changed else self.view.confirmed[wid][self.metric]
 
     def rise(self, wid: str, weight: float) -> float:
         """How much the balanced metric of `wid` rises with a lease of `weight` KiB/s."""
@@ -141,10 +136,6 @@ class BandPass:
     def fall(self, wid: str, key: str) -> float:
         """How much the balanced metric of `wid` falls when `key` leaves it."""
         return self.plan.drop(wid, self.metric, key)
-
-    def fillable(self, wid: str) -> bool:
-        """Whether a worker far below the band may be filled (any, on a reported metric)."""
-        return True
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every other metric of the receiver stays under its ceiling with the lease."""
@@ -155,31 +146,29 @@ class BandPass:
 
     def run(self) -> None:
         """Shed and fill until a round moves nothing (invariant 5)."""
-        while True:
+        before = -1
+        while self.moved > before:
             before = self.moved
             self.shed()
             self.fill()
-            if self.moved == before:
-                return
 
     def ceiling(self, wid: str, rate: float | None) -> float:
         """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
-        edge, ledger = self.band.upper, self.plan.ledger
-        held = ledger.held_by.get(wid)
-        if rate is not None and held:
-            heaviest = self._heaviest.get(wid)
-            if heaviest is None:
-                heaviest = self._heaviest[wid] = max(map(self._weight.__getitem__, held))
-            alone = self._at[wid] - rate * (ledger.throughput[wid] - heaviest)
+        edge = self.band.upper
+        if rate is not None:  # (so it holds a lease)
+            alone = self._at[wid] - rate * (self.plan.ledger.throughput[wid] - self._heaviest(wid))
             if alone > edge:
                 edge = alone + (self.band.upper - self.band.avg)
         return min(edge, self.view.limits[wid][self.metric])
 
-    def _refilled(self, donor: str, key: str) -> bool:
-        """Whether the fill on shares would give the donor a lease like `key` back once it left.
+    def _heaviest(self, wid: str) -> float:
+        """The weight of the worker's heaviest lease (0 if it holds none)."""
+        return max(map(self._weight.__getitem__, self.plan.ledger.held_by.get(wid, ())), default=0.0)
 
-        So it would for a joiner under that band's floor with room for the lease under its `joiner_ceiling`, which
-        counts the value above the line as the worker's own: the shed priced that value as its leases'.
+    def _refilled(self, donor: str, key: str) -> bool:
+        """Whether the fill on shares would give `key` back: the donor a joiner under its floor with room for it.
+
+        Room under its `joiner_ceiling`, which counts its value above the line as its own (the shed: as its leases').
         """
         ledger, shares = self.plan.ledger, self._shares
         kept = ledger.count(donor) - 1
@@ -210,15 +199,12 @@ class BandPass:
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
-        """The worker's leases balancing may move, by weight (invariant 1: none from a stale or settling worker).
-
-        A settling worker's fresh leases may move in a fill on shares (`gives_fresh`): nothing priced them yet.
-        """
+        """The leases balancing may move off `wid`, by weight (invariant 1; on shares a settling one's fresh leases)."""
         movable = self._by_weight.get(wid)
         if movable is None:
             view, keys = self.view, self.plan.ledger.movable(wid, True)
             if wid in view.stale or wid in view.settling:
-                keys = [k for k in keys if k in view.fresh] if self.gives_fresh and wid not in view.stale else []
+                keys = [k for k in keys if k in view.fresh] if self.on_shares and wid not in view.stale else []
             movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 
@@ -240,9 +226,9 @@ class BandPass:
     def _shed_one(self, donor: str) -> bool:
         """The donor's cheapest step out of its excess to the least loaded taker; True if it moved.
 
-        Leases that keep it above its ceiling (rate and ceiling unchanged) go in one batch down its preference.
+        Leases that keep it above its ceiling (so its rate and ceiling stay) go in one batch down its preference.
         """
-        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
+        value, rate, heaviest = self._at[donor], self.plan.rate(donor, self.metric), self._heaviest(donor)
         ceiling = self.ceiling(donor, rate)
         if value <= ceiling:
             return False
@@ -250,8 +236,8 @@ class BandPass:
         probes, moved = self._extremes(True, donor), False
         if not probes or not probes[0][0] < min(cap, self._top_limit):
             return False  # no receiver below its limit and `cap`
-        heaviest = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._keeping(donor, self._preferred(donor, value, ceiling, heaviest, rate))
+        fits = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
+        keys = self._keeping(donor, self._preferred(donor, value, ceiling, fits, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
@@ -260,7 +246,7 @@ class BandPass:
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling or donor not in self._heaviest:
+                if rate is None or after <= ceiling or weight == heaviest:  # (else its ceiling stays)
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
@@ -271,12 +257,11 @@ class BandPass:
     def _split(self, donor: str) -> bool:
         """Hand the lightest of two or more leases too heavy for the band away (invariant 3); True if it moved.
 
-        Too heavy: more than the band's width and more than any receiver takes under its ceiling. It goes to the least
-        loaded receiver that takes it under its operating range and the minimum gain below the donor. Not on lease
-        counts: every lease weighs the same there, and the shed's order spreads streams.
+        Too heavy: more than the band's width and more than any receiver takes under its ceiling. Not on lease counts:
+        every lease weighs the same there.
         """
         per_kbps, probes = self.rise(donor, 1.0), self._extremes(True, donor)
-        if self.counts_leases or self.view.count_only or per_kbps <= 0 or not probes:
+        if self.view.count_only or per_kbps <= 0 or not probes:
             return False
         movable, value = self._movable(donor), self._at[donor]
         heavy = max((self.band.upper - self.band.lower) / per_kbps,
@@ -308,32 +293,25 @@ class BandPass:
                    rate: float | None) -> Iterator[str]:
         """The donor's leases up to `heaviest` KiB/s, best first (inside the band, under it, the heaviest above)."""
         movable, band = self._movable(donor), self.band
-        cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
-        first = end = below = cap
+        first = end = below = cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
         if rate:
             first = min(cap, bisect.bisect_left(movable, ((value - ceiling) / rate, "")))  # at or under its ceiling
             end = min(cap, bisect.bisect_right(movable, ((value - band.lower) / rate, "\uffff")))  # inside the band
-        if rate and (first < end or end < cap):  # (else only leases that keep it above its ceiling)
             low = band.floor + band.min_gain if self.view.config.allow_throughput_overshoot else band.lower
             below = min(cap, bisect.bisect_right(movable, ((value - low) / rate, "\uffff")))  # no lower than `low`
             ideal = (value - min(band.avg, ceiling - (band.upper - band.avg) / 2)) / rate  # lands it on the target
-            right = min(max(bisect.bisect_left(movable, (ideal, "")), first), end)
-            left = right - 1
-            while left >= first or right < end:  # outwards from the ideal weight
-                if right >= end or (left >= first and ideal - movable[left][0] <= movable[right][0] - ideal):
-                    yield movable[left][1]
-                    left -= 1
-                else:
-                    yield movable[right][1]
-                    right += 1
+            # Inside the band: nearest the ideal weight first (a tie: the lighter; equal weights: outwards).
+            yield from (movable[i][1] for i in sorted(range(first, end), key=lambda i: (
+                abs(movable[i][0] - ideal), movable[i][0], i if movable[i][0] >= ideal else -i)))
         yield from (key for _, key in movable[end:below])
         yield from (key for _, key in reversed(movable[max(end, below):first]))
         yield from (key for _, key in reversed(movable[:min(first, end)]))
 
     def fill(self) -> None:
         """Lift every worker far below the band into it, least loaded first (invariant 4)."""
+        joiners_only = self._per_worker / 2 if self.on_shares else math.inf  # (a lease count)
         under = sorted((w for w in self.holders if max(self._at[w], self.confirmed(w)) < self.band.floor
-                        and self.fillable(w)), key=lambda w: (self._at[w], w))
+                        and self.plan.ledger.count(w) <= joiners_only), key=lambda w: (self._at[w], w))
         for receiver in under:
             start = self._at[receiver]
             while self._at[receiver] < self.band.lower and self._fill_one(receiver):
@@ -378,15 +356,9 @@ class BandPass:
         self.plan.move(key, receiver, self.reason, detail)
         self.moved += 1
         weight, ranked = self._weight[key], self._ranked
-        movable = self._by_weight.get(giver)  # the lease leaves the giver's list and joins nobody's
-        if movable:
-            i = bisect.bisect_left(movable, (weight, key))
-            if i < len(movable) and movable[i][1] == key:
-                del movable[i]
-        if self._heaviest.get(giver) == weight:
-            del self._heaviest[giver]
-        if weight > self._heaviest.get(receiver, math.inf):
-            self._heaviest[receiver] = weight
+        movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
+        if (weight, key) in movable:
+            movable.remove((weight, key))
         for wid in (giver, receiver):
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)

@@ -13,9 +13,8 @@ values caught up (`_catch_up`); an excess counts only as far as recent reports a
 Own excess (band only, decision 0044): a worker's points no lease explains (a Spark driver's JVM) are taken out of its
 values and range before the line is fitted. Invariants: learned only from its own reports where its throughput moved
 and its value did not follow (`load_model.own_base`), never while its figures change nor from a report made while
-they changed (`WorkerView.settled_reports`); kept by the leader
-(`Snapshot.own_excess`) and never lowered by a later report, but counted only as far as the newest value shows it;
-under the minimum gain it is none.
+they changed (`WorkerView.settled_reports`); kept by the leader (`Snapshot.own_excess`) and never lowered by a later
+report, but counted only as far as the newest value shows it; under the minimum gain it is none.
 """
 
 from __future__ import annotations
@@ -60,14 +59,15 @@ class FleetView:
     """The fleet as one snapshot shows it, for `band` (fitted lines) or `kcl-variance` (KCL's model); immutable."""
 
     def __init__(self, snapshot: Snapshot, config: DeciderConfig, ledger: Ledger, band: bool) -> None:
-        self.config = config
-        self.band = band
-        self._roster(snapshot)
+        self.config, self.band = config, band
+        balanced = self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
         self.count_only = band and ledger.unit_weights
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
-        values, reporting = self._reports(snapshot, ledger)
+        self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
+        reporting = [w for w in balanced if w.worker_id not in self.default]
+        values, self.limits = self._reports(balanced, ledger)
         lagged, now = self._lags(reporting, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
@@ -75,33 +75,25 @@ class FleetView:
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self._model(snapshot, values, (lagged, now), ledger, reporting)
-        self.averages = self._averages()
+        self.averages = self._averages(self.values)
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
             self.averages = self._averages(self._centres())
 
-    def _reports(self, snapshot: Snapshot, ledger: Ledger) -> tuple[Values, list[WorkerView]]:
-        """The balanced workers' values as reported, and those that report metrics; sets `default` and `limits`."""
-        balanced = [w for w in snapshot.workers if self.status[w.worker_id] is WorkerStatus.ACTIVE]
-        self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
-        reported = {w.worker_id: self._reported(w, ledger) for w in balanced}
-        self.limits: Values = {wid: limits for wid, (_, limits) in reported.items()}
-        values = {wid: vals for wid, (vals, _) in reported.items()}
-        self.metrics = sorted({m for vals in values.values() for m in vals})
-        return values, [w for w in balanced if w.worker_id not in self.default]
-
-    def _roster(self, snapshot: Snapshot) -> None:
-        """Who reports valid metrics, who drains, who may be dead, whose lease figures still change."""
-        self.status = {w.worker_id: classify(w) for w in snapshot.workers}
-        self.draining = frozenset(w.worker_id for w in snapshot.workers if w.draining)
-        self.active = tuple(w.worker_id for w in snapshot.workers
-                            if not w.draining and self.status[w.worker_id] is WorkerStatus.ACTIVE)
+    def _roster(self, snapshot: Snapshot) -> list[WorkerView]:
+        """Who reports valid metrics (returned), drains, may be dead; whose lease figures still change."""
+        workers, leases = snapshot.workers, snapshot.leases
+        self.status = {w.worker_id: classify(w) for w in workers}
+        self.draining = frozenset(w.worker_id for w in workers if w.draining)
+        balanced = [w for w in workers if self.status[w.worker_id] is WorkerStatus.ACTIVE]
+        self.active = tuple(w.worker_id for w in balanced if not w.draining)
         self.active_set = frozenset(self.active)
-        self.stale = frozenset(w.worker_id for w in snapshot.workers if w.stale)
-        # Workers holding a lease whose figure is still changing: their leases cannot be priced yet.
-        self.settling = frozenset(lease.actual_owner for lease in snapshot.leases
-                                  if lease.settling and lease.actual_owner)
-        self.fresh = frozenset(lease.key for lease in snapshot.leases if lease.fresh)  # placed, not yet settled
+        self.stale = frozenset(w.worker_id for w in workers if w.stale)
+        # Workers holding a lease whose figure still changes (their leases cannot be priced yet); leases placed in
+        # this term, not yet settled.
+        self.settling = frozenset(lease.actual_owner for lease in leases if lease.settling and lease.actual_owner)
+        self.fresh = frozenset(lease.key for lease in leases if lease.fresh)
+        return balanced
 
     def _lags(self, reporting: Sequence[WorkerView], ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
         """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`."""
@@ -112,30 +104,36 @@ class FleetView:
                                    if abs(now[w] - seen) > UNSETTLED_SHARE * max(now[w], seen))
         return lagged, now
 
+    def _reports(self, balanced: Sequence[WorkerView], ledger: Ledger) -> tuple[Values, Values]:
+        """Each balanced worker's values and operating ranges as reported (default workers: their throughput share)."""
+        values: Values = {}
+        limits: Values = {}
+        alpha, tp = self.config.worker_metrics_ema_alpha, self.target_throughput
+        for worker in balanced:
+            wid = worker.worker_id
+            if wid in self.default:
+                values[wid] = {THROUGHPUT_METRIC: 100.0 * ledger.throughput[wid] / tp if tp > 0 else 0.0}
+                limits[wid] = {THROUGHPUT_METRIC: math.inf if self.band else 100.0}
+            else:
+                values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
+                limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+        self.metrics = sorted({m for vals in values.values() for m in vals})
+        return values, limits
+
     def _lines(self, snapshot: Snapshot, values: Values, reporting: Sequence[str]) -> dict[str, Line]:
         """Per metric: the fitted line, else the leader's last, else the proportional one (KCL: always that).
 
         Band's proportional line: the reporting workers' mean value (draining ones included) over `carried`.
         """
-        lines = {**{m: line for m, line in snapshot.lines.items() if m not in self.fitted}, **self.fitted}
-        for metric, mean in self._mean(values, self.band).items():
+        if not self.band:
+            return {m: proportional(mean, self.target_throughput) for m, mean in self._mean(values, False).items()}
+        lines = {**snapshot.lines, **self.fitted}
+        for metric, mean in self._mean(values, True).items():
             seen = [values[w][metric] for w in reporting if metric in values[w]]
-            if not self.band:
-                lines[metric] = proportional(mean, self.target_throughput)
-            elif metric == THROUGHPUT_METRIC and self.target_throughput > 0:
+            if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
             lines.setdefault(metric, proportional(sum(seen) / len(seen) if seen else mean, self.carried))
         return lines
-
-    def _reported(self, worker: WorkerView, ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
-        """A worker's values and operating ranges as reported (default workers: their throughput share)."""
-        if worker.worker_id in self.default:
-            tp = self.target_throughput
-            share = 100.0 * ledger.throughput[worker.worker_id] / tp if tp > 0 else 0.0
-            return {THROUGHPUT_METRIC: share}, {THROUGHPUT_METRIC: math.inf if self.band else 100.0}
-        alpha = self.config.worker_metrics_ema_alpha
-        return ({m: ema(h, alpha) for m, h in worker.metric_stats.items()},
-                {m: worker.operating_range[m][0] for m in worker.metric_stats})
 
     def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
         """The KiB/s a worker at the average carries: KCL's `T`, or (band) what reporting workers hold on average."""
@@ -166,63 +164,57 @@ class FleetView:
                         for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
         less = _less(values, kept)
         self.fitted: dict[str, Line] = self._fit(less, lagged, ledger) if self.band else {}
-        self.lines: dict[str, Line] = self._lines(snapshot, less, [w.worker_id for w in reporting])
-        self.values: Values = self._catch_up(less, lagged, now)
-        typical = self._typical(kept, now)
-        self.learned = self._learn(snapshot, reporting, typical) if self.band and not self.count_only else {}
-        self.own = self._own_excess(kept, now, typical)
-        self.values = _less(self.values, {w: {m: self.own_excess(w, m) - kept.get(w, {}).get(m, 0.0)
-                                              for m in self.values[w]} for w in {*kept, *self.own}})
+        self.lines = self._lines(snapshot, less, [w.worker_id for w in reporting])
+        caught = self._catch_up(less, lagged, now)
+        self.learned: Values = {}
+        self.own: Values = {}
+        if self.band and not self.count_only:
+            self._own_excess(snapshot, reporting, (caught, kept), now)
+        self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
+                                         for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
 
-    def _typical(self, kept: Values, now: Mapping[str, float]) -> dict[str, float]:
-        """Per metric, the median of reported value less slope x KiB/s carried: own excess is a base above it."""
-        typical: dict[str, float] = {}
+    def _own_excess(self, snapshot: Snapshot, reporting: Sequence[WorkerView], values: tuple[Values, Values],
+                    now: Mapping[str, float]) -> None:
+        """Sets `learned` (each worker's own excess per metric, `_learn`) and `own`, the part the newest value shows.
+
+        `values`: the values caught up and the excess the leader kept (out of them).
+        """
+        caught, kept = values
+        gain = self.config.rebalance_min_gain_points
+        typical: dict[str, float] = {}  # per metric, the median value less slope x KiB/s: own excess is above it
         for metric, line in self.lines.items():
             bases = [vals[metric] + kept.get(w, {}).get(metric, 0.0) - line.slope * now[w]
-                     for w, vals in self.values.items() if w in now and metric in vals]
+                     for w, vals in caught.items() if w in now and metric in vals]
             if bases:
                 typical[metric] = statistics.median(bases)
-        return typical
-
-    def _learn(self, snapshot: Snapshot, reporting: Sequence[WorkerView], typical: Mapping[str, float]) -> Values:
-        """Each worker's own excess per metric: its base (`own_base`) over `typical`, else the one the leader kept."""
-        learned: Values = {}
         for worker in reporting:
             wid = worker.worker_id
-            mine = dict(snapshot.own_excess.get(wid, {}))
-            settled = worker.settled_reports  # a report made while a figure changed shows CPU, not KiB/s
-            if wid not in self.unsettled and wid not in self.settling:
-                for metric, history in worker.metric_stats.items():
-                    line, ref = self.lines.get(metric), typical.get(metric)
-                    base = own_base(_newest(worker.throughput_history, settled), _newest(history, settled),
-                                     line.slope) if line else None
-                    # Under the minimum gain: noise. Never lowered here (`_own_excess` bounds it by the newest value).
-                    if base is not None and ref is not None and base - ref >= max(
-                            mine.get(metric, 0.0), self.config.rebalance_min_gain_points):
-                        mine[metric] = base - ref
+            mine = self._learn(worker, dict(snapshot.own_excess.get(wid, {})), typical)
             if mine:
-                learned[wid] = mine
-        return learned
-
-    def _own_excess(self, kept: Values, now: Mapping[str, float], typical: Mapping[str, float]) -> Values:
-        """The own excess to take out, at most what the newest value shows; `kept`: the excess already out."""
-        excess: Values = {}
-        for wid, own in self.learned.items():
-            values = self.values.get(wid, {})
-            for metric, learned in own.items():
-                line, ref = self.lines.get(metric), typical.get(metric)
-                if line is None or ref is None or metric not in values:
+                self.learned[wid] = mine
+            for metric, learned in mine.items():
+                if metric not in typical or metric not in caught[wid]:  # (typical: only where a line is)
                     continue
-                reported = values[metric] + kept.get(wid, {}).get(metric, 0.0)
-                extra = min(learned, reported - line.slope * now.get(wid, 0.0) - ref)
-                if extra >= self.config.rebalance_min_gain_points and math.isfinite(extra):
-                    excess.setdefault(wid, {})[metric] = extra
-        return excess
+                reported = caught[wid][metric] + kept.get(wid, {}).get(metric, 0.0)
+                extra = min(learned, reported - self.lines[metric].slope * now.get(wid, 0.0) - typical[metric])
+                if extra >= gain and math.isfinite(extra):
+                    self.own.setdefault(wid, {})[metric] = extra
 
-    def own_excess(self, wid: str, metric: str) -> float:
-        """Points of `metric` the worker has of its own above the line's base (0 unless learned, `_own_excess`)."""
-        return self.own.get(wid, {}).get(metric, 0.0)
+    def _learn(self, worker: WorkerView, mine: dict[str, float], typical: Mapping[str, float]) -> dict[str, float]:
+        """`mine`, the excess the leader kept, raised where the worker's own base (`own_base`) is above `typical`."""
+        settled = worker.settled_reports  # a report made while a figure changed shows CPU, not KiB/s
+        if worker.worker_id in self.unsettled or worker.worker_id in self.settling:
+            return mine
+        for metric, history in worker.metric_stats.items():
+            ref = typical.get(metric)
+            base = None if ref is None else own_base(_newest(worker.throughput_history, settled),
+                                                     _newest(history, settled), self.lines[metric].slope)
+            # Never lowered here (the newest value bounds what counts); under the minimum gain: noise.
+            if base is not None and ref is not None and base - ref >= max(
+                    mine.get(metric, 0.0), self.config.rebalance_min_gain_points):
+                mine[metric] = base - ref
+        return mine
 
     def _mean(self, values: Values, active_only: bool) -> dict[str, float]:
         """Per metric, the values' sum over the non-draining workers that report it (KCL's average)."""
@@ -236,12 +228,10 @@ class FleetView:
 
     def _catch_up(self, values: Values, lagged: Mapping[str, float], now: Mapping[str, float]) -> Values:
         """Each value plus what its EMA has not seen of the worker's throughput change (unsettled: the line's)."""
-        caught: Values = {w: dict(vals) for w, vals in values.items()}
-        if self.count_only:
-            return caught
+        caught = dict(values)
         for wid, seen in lagged.items():
             gap = now[wid] - seen
-            if not gap or wid not in caught:
+            if not gap:
                 continue
             if wid in self.unsettled:
                 new = {m: self.lines[m].base + self.lines[m].slope * now[wid] for m in caught[wid]}
@@ -256,14 +246,13 @@ class FleetView:
         return {w: {m: v if self.side(m, v) == self.side(m, self.confirmed[w][m]) else self.confirmed[w][m]
                     for m, v in vals.items()} for w, vals in self.values.items()}
 
-    def _averages(self, values: Values | None = None) -> dict[str, float]:
+    def _averages(self, values: Values) -> dict[str, float]:
         """Each metric's average once every lease has an owner (band: plus the load of leases needing one)."""
-        means = self._mean(self.values if values is None else values, self.band)
+        means = self._mean(values, self.band)
         if not self.band:
             return means
         share = self.orphaned / max(1, len(self.active))
-        extra = {m: self.lines[m].slope * share for m in means}
-        return {m: mean + extra[m] if math.isfinite(extra[m]) else mean for m, mean in means.items()}
+        return {m: mean + x if math.isfinite(x := self.lines[m].slope * share) else mean for m, mean in means.items()}
 
     def _confirm(self, reporting: Sequence[WorkerView], ledger: Ledger) -> Values:
         """Each value outside the band as far from the average as its last reports (caught up) agree, if steady."""
@@ -282,7 +271,7 @@ class FleetView:
                 if len(history) < back or FAILED_SAMPLE in history or not self.side(metric, value):
                     continue
                 slope = self.lines[metric].slope
-                own = self.own_excess(wid, metric)
+                own = self.own.get(wid, {}).get(metric, 0.0)
                 reports = [v + slope * (now - kbps) - own for v, kbps in zip(history, carried, strict=True)]
                 ranked = sorted((value, *reports), key=lambda v: (abs(v - self.averages[metric]), v))
                 confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
@@ -346,7 +335,7 @@ class FleetPlan:
     def rate(self, wid: str, metric: str) -> float | None:
         """How much `metric` of `wid` falls per KiB/s it gives away (its lease-driven load over what it carries)."""
         carried = self.ledger.throughput.get(wid, 0.0)
-        return self._load(wid, metric) / carried if carried > 0 and wid in self._values else None
+        return self._load(wid, metric) / carried if carried > 0 else None
 
     def drop(self, wid: str, metric: str, key: str) -> float:
         """How much `metric` of `wid` falls when lease `key` leaves it (without KiB/s: an equal part per lease)."""
@@ -372,10 +361,9 @@ class FleetPlan:
             held = self._values[source]
             for metric, value in held.items():  # each metric's drop reads only its own value
                 held[metric] = value - self.drop(source, metric, key)
-        if wid in self._values:
-            taking = self._values[wid]
-            for metric, value in taking.items():
-                taking[metric] = value + self.view.rise(wid, metric, weight)
+        taking = self._values[wid]
+        for metric, value in taking.items():
+            taking[metric] = value + self.view.rise(wid, metric, weight)
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
