@@ -8,15 +8,15 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
 2. The receiver ends at or below its ceiling on every metric it reports (the band's edge or its operating range; a
    split of heavy leases, 3: its operating range) and at least the minimum gain below the giver's value before the
    move: the next run cannot move the lease back.
-3. A donor is above its ceiling (its reports confirm it, or a move of this run changed it); it sheds while above, each
-   move lowering it, landing it no lower than the minimum gain above the fill floor. A donor whose heaviest lease alone
-   tops the band may keep it plus half a band, never above its operating range (there it sheds what it can, as KCL).
-   Under its operating range it never gives a lease the fill on shares would give back (`_refilled`, decision 0044).
-   A donor holding two or more leases too heavy for the band (each rises a worker more than the band's width and more
-   than any receiver takes under its ceiling; leases weighed by KiB/s) first hands the lightest of them to the least
-   loaded receiver, which may end above the band's edge but not above its operating range nor the giver's value less
-   the minimum gain (`_split`, decision 0046): the higher of the pair's values falls by that gain; the receiver then
-   sheds as a donor.
+3. A donor is above its ceiling, as its reports confirm unless a move of this run changed it or this pass moved any
+   lease; it sheds while above, each move lowering it, landing it no lower than the minimum gain above the fill floor. A
+   donor whose heaviest lease alone tops the band may keep it plus half a band, never above its operating range (there
+   it sheds what it can, as KCL). Under its operating range it never gives a lease the fill on shares would give back
+   (`_refilled`, decision 0044). A donor holding two or more leases too heavy for the band (each rises a worker more
+   than the band's width and more than any receiver takes under its ceiling; leases weighed by KiB/s) first hands the
+   lightest of them to the least loaded receiver, which may end above the band's edge but not above its operating range
+   nor the giver's value less the minimum gain (`_split`, decision 0046): the higher of the pair's values falls by that
+   gain; the receiver then sheds as a donor.
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.

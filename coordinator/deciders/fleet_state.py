@@ -136,9 +136,7 @@ class FleetView:
         return lines
 
     def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
-        """The KiB/s a worker at the average carries: KCL's `T`, or (band) what reporting workers hold on average."""
-        if not self.band:
-            return self.target_throughput
+        """Band's proportional line's KiB/s: what reporting workers hold on average (none: KCL's `T`)."""
         ids = {w.worker_id for w in reporting}
         carried = sum(ledger.throughput.get(w.worker_id, 0.0) for w in reporting) - sum(  # (in order: see `orphaned`)
             ledger.weight[key] for key in needy if ledger.owner[key] in ids)
