@@ -357,8 +357,9 @@ class BandPass:
         self.moved += 1
         weight, ranked = self._weight[key], self._ranked
         movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
-        if (weight, key) in movable:
-            movable.remove((weight, key))
+        i = bisect.bisect_left(movable, (weight, key))
+        if i < len(movable) and movable[i][1] == key:
+            del movable[i]
         for wid in (giver, receiver):
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)
