@@ -611,6 +611,8 @@ class LeaseKeeper:
         last, self._last_record = self._last_record, record
         if self._reservation_open:
             self._end_reservation()
+        if last is None:
+            log.info("first heartbeat of %s written", self._me)
         if last is None or last.state is not record.state or _troubles(last) != _troubles(record):
             self._tell_news()  # a new row, a drain, a refused, failing or stalled lease: the leader must see it now
         else:

@@ -138,6 +138,7 @@ class ShardWorker:
         self._blocked_on = ""  # "poison record SEQ/SUB: " while the shard is blocked on one (prefixes its errors)
         self._last_error = ""  # the full text of the latest delivery failure (what a quarantined record carries)
         self.checkpointer = Checkpointer(context.keeper, lease.lease_key)
+        self._taken: float | None = context.clock.monotonic()  # until the first read answered (logged once)
         self.thread = threading.Thread(target=self._run, name=f"shard-{lease.shard}", daemon=True)
 
     def start(self, supervisor: Supervisor | None = None) -> None:
@@ -278,6 +279,7 @@ class ShardWorker:
                 while self._stop is None:
                     batch = reader.read_batch()
                     self._beat()
+                    self._first_read(len(batch.records))
                     if self._stop is not None:
                         break  # a batch read after a stop request is not delivered: the next owner reads it
                     self._deliver(processor, batch.records, batch.millis_behind_latest)
@@ -293,6 +295,13 @@ class ShardWorker:
             finally:
                 reader.stop()  # nothing reads ahead for a reader left behind
         return False
+
+    def _first_read(self, records: int) -> None:
+        """Log once how long after the lease was taken its first read answered (a takeover's or restart's gap)."""
+        taken, self._taken = self._taken, None
+        if taken is not None:
+            log.info("%s: first read answered %.2f s after the lease was taken: %d records", self.lease.lease_key,
+                     self._ctx.clock.monotonic() - taken, records)
 
     def _deliver(self, processor: RecordProcessor, records: list[Record], lag: int | None) -> None:
         """Hand one batch over; retry it (never skip it) while the processor raises (see `_until_done`)."""

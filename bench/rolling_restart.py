@@ -1,10 +1,12 @@
 """Rolling restart of every agent, with restart reservations and with drains, in one live `shardherd up` stack.
 
 Usage: python -m bench.rolling_restart [--shards 12] [--agents 3] [--rate 40] [--window 60s] [--gap 3] [--settle 20]
-       [--store moto|postgres]
+       [--store moto|postgres] [--warmup 20] [--warmup-max 240] [--trace 5]
 
-One plain stack (`shardherd up --no-spark`, one coordinator, user defaults: 10 s failover), then two passes over
-every agent, one at a time as Kubernetes rolls pods:
+One plain stack (`shardherd up --no-spark`, one coordinator, user defaults: 10 s failover), a warm-up until no lease
+changed owner for `--warmup` seconds (the leader's start-up balancing is over; at 32 agents it lasts about 30 s after
+every lease is owned), at most `--warmup-max` seconds (printed either way), a quiet pass (no action: the measure's
+noise floor), then two passes over every agent, one at a time as Kubernetes rolls pods:
 
 * reservations (a StatefulSet: the pod restarts under the same name): `POST /v1/workers/NAME/restart?within=...`
   (what `shardherd drain --restart NAME --within 60s` sends), SIGTERM, the same worker id started again
@@ -17,13 +19,19 @@ polling `GET /v1/assignments` every second), shard-seconds without a reader (per
 `--gap` seconds in which its processed records did not grow, counted whole; the producer puts its records without
 key skew (`shardherd up --key-skew 0`: every shard gets 1/3 to 2x of rate / shards records per second, where the
 default skew leaves some shards a tenth of that, and the quiet pass counted 516 shard-seconds in 40 s), so a shard
-being read grows every poll of its reader), the longest such
-stretch, duplicates (records processed more than once: lines minus distinct keys in the agents' key files), and the
-restart time per agent (SIGTERM to its first record processed again; drains: SIGTERM to the old pod's exit), and
-for reservations, per shard an agent held, the unread seconds of the stretches overlapping that agent's restart minus
-the restart time (issue 36's bound: a shard waits no longer than its agent's restart; the stretch starts at the last
-record before SIGTERM, so a few tenths of a second over it is the measure's own), with the stretches that overlap no
-restart of their holder counted apart (the quiet pass's noise, over a longer pass).
+being read grows every poll of its reader), the longest such stretch, duplicates (records processed more than once:
+lines minus distinct keys in the agents' key files), and the restart time per agent (SIGTERM to its first record
+processed again; drains: SIGTERM to the old pod's exit). Records grow when their key file was written (its mtime),
+not when the 0.25 s sampler saw it: sessions 27-28 took the old process's last batch, seen after its exit, for the
+new process reading again (a "0.1 s restart"), and its shards' whole restart for time beyond it.
+
+For reservations, per shard an agent held: the unread seconds of the stretches overlapping that agent's restart minus
+the restart time (issue 36's bound: a shard waits no longer than its agent's restart), counted from SIGTERM (until
+then the shard has its reader, which reads a caught-up shard once per idle wait, 1 s) and, as before, from the
+shard's last record processed before SIGTERM; the stretches that overlap no restart of their holder are counted apart
+(the quiet pass's noise, over a longer pass). The `--trace` shards unread longest get a timeline
+(bench/restart_trace.py): SIGTERM, the old process's exit, the new one's first heartbeat, lease and first read from
+its log, the first record processed, and the records put to the shard meanwhile.
 The load average is printed with the figures (the machine is shared). The emulators (and PostgreSQL with `--store
 postgres`) run at a higher CPU priority, as bench/scale.py runs them.
 """
@@ -37,23 +45,26 @@ import statistics
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
 from bench.churn import StackRun, _poll
+from bench.restart_trace import ShardTrace
 from bench.stack_cost import emulator_pids, favour
 from shardherd.services.local_stack.control import request
 from shardherd.services.local_stack.processor import KEYS_SUFFIX
 from shardherd.services.local_stack.stack import PLAIN_RECORDS_DIR
 from shardherd.services.local_stack.state import StackState
 from shardherd.services.status_cli import ApiError, OperatorClient
+from shardherd.shared.aws import make_client
 from shardherd.shared.restart import parse_window
 from tests.support.postgres import PostgresServer
 
 SAMPLE_SECONDS = 0.25
+WORKER_PREFIX = "worker:"  # Watch.writes' keys for a worker's records (a shard's are its id)
 OWNERS_SECONDS = 1.0
 STEP_TIMEOUT = 120.0
 API_TIMEOUT = 30.0  # the operator API on a loaded 2-core host
@@ -62,11 +73,13 @@ API_TIMEOUT = 30.0  # the operator API on a loaded 2-core host
 @dataclass(frozen=True)
 class Restart:
     """One agent's step of a pass: when SIGTERM was sent (monotonic), seconds from it (reservations: to reading
-    again; drains: to the old pod's exit) and the shards it held."""
+    again; drains: to the old pod's exit), the shards it held, the agent and when its old process exited."""
 
     sent: float
     seconds: float
     shards: tuple[str, ...]
+    agent: str = ""
+    exited: float | None = None
 
 
 @dataclass
@@ -82,41 +95,56 @@ class Pass:
 
 
 class Watch:
-    """Samples the key files (records processed per shard and per worker) and the lease owners on threads."""
+    """Samples the key files (records processed per shard and per worker) and the lease owners on threads.
+
+    A key file that grew since the last sample grew when it was last written (its mtime), not when the sample saw it:
+    the old process's last batch, written before it exited, is not taken for the new process reading again.
+    """
 
     def __init__(self, state: StackState, records_dir: Path, gap: float) -> None:
         self.state, self.records_dir, self.gap = state, records_dir, gap
         self.grown: dict[str, float] = {}  # shard -> when its records last grew
-        self.sizes: dict[str, int] = {}
-        self.worker_grown: dict[str, float] = {}
+        self.sizes: dict[str, int] = {}  # per key file
+        self.writes: dict[str, list[float]] = defaultdict(list)  # per shard, then per worker: when they grew
         self.owners: dict[str, str | None] = {}
+        self.last_move = 0.0  # when an owner change was last seen (monotonic)
         self.current: Pass | None = None
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._sample, daemon=True),
                          threading.Thread(target=self._follow_owners, daemon=True)]
+
+    def run(self) -> Watch:
+        """Start sampling on threads (the key files every SAMPLE_SECONDS, the owners every OWNERS_SECONDS)."""
         for thread in self._threads:
             thread.start()
+        return self
 
     def _sample(self) -> None:
         while not self._stop.wait(SAMPLE_SECONDS):
-            now = time.monotonic()
-            per_shard: Counter[str] = Counter()
-            for path in self.records_dir.glob(f"*/*{KEYS_SUFFIX}"):
-                size = path.stat().st_size
-                per_shard[path.name.removesuffix(KEYS_SUFFIX)] += size
-                worker_key = f"{path.parent.name}/{path.name}"
-                if size != self.sizes.get(worker_key):
-                    self.sizes[worker_key] = size
-                    self.worker_grown[path.parent.name] = now
-            with self._guard:
-                for shard, size in per_shard.items():
-                    if size != self.sizes.get(shard):
-                        self.sizes[shard] = size
-                        last = self.grown.get(shard)
-                        if last is not None and self.current is not None and now - last > self.gap:
-                            self.current.gaps[shard].append((last, now))
-                        self.grown[shard] = now
+            self.sample()
+
+    def sample(self) -> None:
+        """Look at the key files once: each that grew since the last look grew at its mtime."""
+        offset = time.time() - time.monotonic()
+        grew: dict[str, float] = {}  # shard or worker -> its newest write since the last sample (monotonic)
+        for path in self.records_dir.glob(f"*/*{KEYS_SUFFIX}"):
+            stat = path.stat()
+            worker_key = f"{path.parent.name}/{path.name}"
+            if stat.st_size != self.sizes.get(worker_key):
+                self.sizes[worker_key] = stat.st_size
+                written = stat.st_mtime - offset
+                for who in (path.name.removesuffix(KEYS_SUFFIX), WORKER_PREFIX + path.parent.name):
+                    grew[who] = max(grew.get(who, written), written)
+        with self._guard:
+            for who, written in sorted(grew.items(), key=lambda item: item[1]):
+                self.writes[who].append(written)
+                if who.startswith(WORKER_PREFIX):
+                    continue
+                last = self.grown.get(who)
+                if last is not None and self.current is not None and written - last > self.gap:
+                    self.current.gaps[who].append((last, written))
+                self.grown[who] = written
 
     def _follow_owners(self) -> None:
         while not self._stop.wait(OWNERS_SECONDS):
@@ -126,8 +154,10 @@ class Watch:
             with self._guard:
                 for key, lease in leases.items():
                     owner = lease["owner"]
-                    if key in self.owners and self.owners[key] != owner and self.current is not None:
-                        self.current.moves += 1
+                    if key in self.owners and self.owners[key] != owner:
+                        self.last_move = time.monotonic()
+                        if self.current is not None:
+                            self.current.moves += 1
                     self.owners[key] = owner
 
     def start(self, current: Pass) -> None:
@@ -151,15 +181,41 @@ class Watch:
             return sorted(key for key, owner in self.owners.items() if owner == worker)
 
     def reads_again(self, worker: str, since: float) -> float | None:
-        """When `worker` last processed a record, if after `since` (monotonic)."""
-        grown = self.worker_grown.get(worker)
-        return grown if grown is not None and grown > since else None
+        """When `worker` first processed a record after `since` (monotonic), if it did."""
+        return self.first_write(WORKER_PREFIX + worker, since)
+
+    def first_write(self, who: str, since: float) -> float | None:
+        """The first growth of `who`'s records (a shard, or WORKER_PREFIX + worker) after `since`, if any."""
+        with self._guard:
+            return next((at for at in self.writes.get(who, ()) if at > since), None)
+
+    def last_write(self, who: str, until: float) -> float | None:
+        """The last growth of `who`'s records at or before `until`, if any."""
+        with self._guard:
+            return next((at for at in reversed(self.writes.get(who, ())) if at <= until), None)
 
     def close(self) -> None:
         """Stop the sampling threads."""
         self._stop.set()
         for thread in self._threads:
             thread.join(5)
+
+
+def warm_up(watch: Watch, quiet: float, limit: float) -> str:
+    """Wait until no owner changed for `quiet` seconds (the leader's start-up balancing is over), at most `limit`
+    seconds; what the warm-up saw, to print."""
+    figures = Pass("warm-up")
+    watch.start(figures)
+    started = time.monotonic()
+    while (waited := time.monotonic() - started) < limit:
+        if time.monotonic() - max(started, watch.last_move) >= quiet:
+            break
+        time.sleep(SAMPLE_SECONDS)
+    watch.end()
+    last = f", the last {watch.last_move - started:.1f} s in" if watch.last_move > started else ""
+    if waited < limit:
+        return f"warm-up: {figures.moves} moves{last}; no move for {quiet:g} s after {waited:.1f} s"
+    return f"warm-up: {figures.moves} moves{last}; still moving at the bound, {limit:g} s (the passes count the rest)"
 
 
 def key_counts(records_dir: Path) -> tuple[int, int]:
@@ -203,7 +259,7 @@ def reservations(run_dir: Path, watch: Watch, window_ms: int) -> list[Restart]:
             _wait(functools.partial(_reads_again, watch, name, started), f"{name} reading again")
             back = watch.reads_again(name, started)
             assert back is not None
-            times.append(Restart(sent, back - sent, tuple(held)))
+            times.append(Restart(sent, back - sent, tuple(held), name, started))
             print(f"    {name}: restarted holding {len(held)} leases, reading again {back - sent:.1f} s after "
                   "SIGTERM", flush=True)
     finally:
@@ -221,7 +277,8 @@ def drains(run_dir: Path, watch: Watch) -> list[Restart]:
         held = watch.held_by(name)
         sent = time.monotonic()
         request(state.control_socket, "kill", timeout=STEP_TIMEOUT, name=name, signal="SIGTERM")
-        times.append(Restart(sent, time.monotonic() - sent, tuple(held)))
+        exited = time.monotonic()
+        times.append(Restart(sent, exited - sent, tuple(held), name, exited))
         print(f"    {name}: drained and stopped in {times[-1].seconds:.1f} s (replaced by {new})", flush=True)
     return times
 
@@ -272,20 +329,54 @@ def _seconds(stretches: Sequence[tuple[float, float]]) -> float:
     return sum(end - start for start, end in stretches)
 
 
-def restart_overrun(figures: Pass) -> tuple[list[float], list[tuple[float, float]]]:
+@dataclass(frozen=True)
+class Overrun:
+    """One shard at its agent's restart: unread seconds beyond the restart's own, counted from SIGTERM (the reader
+    stops then) and, as sessions 27-28 counted them, from the shard's last record processed before it."""
+
+    shard: str
+    step: Restart
+    beyond: float
+    from_last: float
+
+
+def restart_overrun(figures: Pass) -> tuple[list[Overrun], list[tuple[float, float]]]:
     """Per shard an agent held at its restart: the unread seconds of the stretches that overlap that restart (from
     SIGTERM to reading again) minus the restart's own seconds; and every stretch that overlaps no restart of its
-    holder (the noise the quiet pass measures alone, or a shard read late for another reason)."""
+    holder (the noise the quiet pass measures alone, or a shard read late for another reason).
+
+    Until SIGTERM the shard has its reader, which reads a caught-up shard once per idle wait (1 s): a stretch that
+    began at its last record processed before SIGTERM counts from SIGTERM (`beyond`; `from_last` counts it whole).
+    """
     over, used = [], set[tuple[str, float]]()
     for step in figures.restarts:
         for shard in step.shards:
             during = [(start, end) for start, end in figures.gaps.get(shard, ())
                       if start <= step.sent + step.seconds and end >= step.sent]
             used.update((shard, start) for start, _ in during)
-            over.append(_seconds(during) - step.seconds)
+            since = [(max(start, step.sent), end) for start, end in during]
+            over.append(Overrun(shard, step, _seconds(since) - step.seconds, _seconds(during) - step.seconds))
     apart = [(start, end) for shard, stretches in figures.gaps.items() for start, end in stretches
              if (shard, start) not in used]
     return over, apart
+
+
+def trace_worst(figures: Pass, watch: Watch, run_dir: Path, count: int) -> None:
+    """Print the timeline of the `count` shards unread longest beyond their agent's restart (bench/restart_trace)."""
+    over, _ = restart_overrun(figures)
+    if not over or count <= 0:
+        return
+    state = StackState.read(run_dir)
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "local")  # the emulators take any credentials
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "local")
+    kinesis = make_client("kinesis", state.region, state.kinesis_endpoint_url)
+    print(f"  the {min(count, len(over))} shards unread longest beyond their agent's restart (seconds from SIGTERM):")
+    for item in sorted(over, key=lambda item: (-item.from_last, item.shard))[:count]:
+        step = item.step
+        trace = ShardTrace(item.shard, step.agent, item.beyond, item.from_last, step.seconds, step.sent, step.exited,
+                           watch.last_write(item.shard, step.sent), watch.first_write(item.shard, step.sent))
+        for text in trace.timeline(run_dir / "logs" / f"{step.agent}.log", kinesis, state.stream_name):
+            print(f"    {text}", flush=True)
 
 
 def per_shard(figures: Pass) -> str:
@@ -296,13 +387,17 @@ def per_shard(figures: Pass) -> str:
     if not totals:
         return f"{figures.name}: no stretch"
     over, apart = restart_overrun(figures)
-    beyond = (f"; unread at its agent's restart minus the restart time, per shard it held: median "
-              f"{statistics.median(over):.1f} s, max {max(over):.1f} s; apart from any restart: {len(apart)} "
-              f"stretches, {_seconds(apart):.1f} shard-seconds, longest "
-              f"{max((end - start for start, end in apart), default=0.0):.1f} s"
-              ) if over and figures.name == "reservations" else ""
-    return (f"{figures.name}: per shard median {statistics.median(totals):.1f} s, max {max(totals):.1f} s, "
-            f"{stretches} stretches{beyond}")
+    beyond = [item.beyond for item in over]
+    from_last = [item.from_last for item in over]
+    text = (f"{figures.name}: per shard median {statistics.median(totals):.1f} s, max {max(totals):.1f} s, "
+            f"{stretches} stretches")
+    if not over or figures.name != "reservations":
+        return text
+    return (f"{text}; unread at its agent's restart minus the restart time, per shard it held: from SIGTERM median "
+            f"{statistics.median(beyond):.1f} s, max {max(beyond):.1f} s (from its last record processed before "
+            f"SIGTERM: median {statistics.median(from_last):.1f} s, max {max(from_last):.1f} s); apart from any "
+            f"restart: {len(apart)} stretches, {_seconds(apart):.1f} shard-seconds, longest "
+            f"{max((end - start for start, end in apart), default=0.0):.1f} s")
 
 
 def line(figures: Pass, shards: int) -> str:
@@ -325,8 +420,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gap", type=float, default=3.0, help="seconds without a record that count as unread")
     parser.add_argument("--key-skew", type=float, default=0.0, help="the producer's key skew (`shardherd up`)")
     parser.add_argument("--settle", type=float, default=20.0, help="seconds watched after each pass's last step")
-    parser.add_argument("--warmup", type=float, default=15.0)
+    parser.add_argument("--warmup", type=float, default=20.0,
+                        help="seconds without an owner change that end the warm-up (the start-up balancing is over)")
+    parser.add_argument("--warmup-max", type=float, default=240.0, help="the longest the warm-up waits for that")
     parser.add_argument("--quiet", type=float, default=40.0, help="seconds of the no-action baseline pass")
+    parser.add_argument("--trace", type=int, default=5,
+                        help="shards of the reservations pass whose timeline is printed (the longest beyond restart)")
     parser.add_argument("--run-root", default=tempfile.gettempdir())
     parser.add_argument("--store", choices=("moto", "postgres"), default="moto",
                         help="the lease store: the stack's moto server, or a throwaway PostgreSQL (at tens of agents "
@@ -356,10 +455,11 @@ def _run(args: argparse.Namespace, window_ms: int, settings: dict[str, str], pos
         state = stack.wait_ready(args.shards)
         favour(emulator_pids(state))
         records_dir = run_dir / PLAIN_RECORDS_DIR
-        watch = Watch(state, records_dir, args.gap)
-        time.sleep(args.warmup)
+        watch = Watch(state, records_dir, args.gap).run()
+        warmed = warm_up(watch, args.warmup, args.warmup_max)
         print(f"stack: {args.shards} shards, {args.agents} plain agents, {args.rate:g} records/s, "
               f"every shard owned {stack.all_assigned:.1f} s after start; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"  {warmed}", flush=True)
         print(f"  quiet (no action, {args.quiet:g} s: the noise floor of the measure):", flush=True)
         quiet = run_pass("quiet", list, watch, records_dir, args.quiet)
         print(f"  = {line(quiet, args.shards)}", flush=True)  # each pass as it ends: a later failure keeps it
@@ -367,6 +467,7 @@ def _run(args: argparse.Namespace, window_ms: int, settings: dict[str, str], pos
         reserved = run_pass("reservations", lambda: reservations(run_dir, watch, window_ms), watch, records_dir,
                             args.settle)
         print(f"  = {line(reserved, args.shards)}", flush=True)
+        trace_worst(reserved, watch, run_dir, args.trace)
         print("  drains (new pod up, old one drained):", flush=True)
         drained = run_pass("drains", lambda: drains(run_dir, watch), watch, records_dir, args.settle)
     finally:
