@@ -106,8 +106,13 @@ class AssignmentWatch:
         self._send.set()
 
     def stop(self) -> None:
-        """Stop now: the client is closed, so a waiting request ends at once (shared/plain_http.py)."""
+        """Stop now: the client is closed, so a waiting request ends at once (shared/plain_http.py).
+
+        The news thread is woken too: it waited for news in 1 s slices, and an agent's stop (a restart's new process,
+        a drained pod's exit) waited up to that second for it.
+        """
         self._stop.set()
+        self._send.set()
         self._client.close()
         self._thread.join(WAIT_SECONDS + SLACK_SECONDS)
         self._notifier.join(SLACK_SECONDS * NEWS_ATTEMPTS)
@@ -144,7 +149,7 @@ class AssignmentWatch:
         names the row anyway).
         """
         while not self._stop.is_set():
-            if not self._send.wait(1.0):
+            if not self._send.wait(1.0) or self._stop.is_set():
                 continue
             self._send.clear()
             news, self._news = self._news, False

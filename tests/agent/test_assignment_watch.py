@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -138,3 +139,22 @@ def test_a_refused_token_is_logged_as_an_error_and_a_rotated_one_is_picked_up_wi
         watch.stop()
         server.stop()
         store.close()
+
+
+def test_stop_returns_at_once_while_the_long_poll_and_the_news_thread_wait(
+        replicas: tuple[Replica, Replica, list[str]]) -> None:
+    """Every agent stops its watch on shutdown: the new process of a restart (or a drained pod's exit) waits on it.
+
+    The news thread waited for news in 1 s slices and looked at the stop only between them.
+    """
+    leader, _, urls = replicas
+    settings = load_settings(application_name="api-test", worker_id="w1", coordinator_url=",".join(urls))
+    keeper = Keeper()
+    watch = AssignmentWatch(settings, keeper, SystemClock()).start()
+    wait_for(lambda: leader.loop.feed.on_channel("w1"), 10, "the long-poll waiting at the leader")
+    keeper.row = (8, 1_700_000_004)
+    watch.beat()  # the news thread sends it, then waits for the next news
+    wait_for(lambda: leader.loop.feed.beats()["w1"][:2] == keeper.row, 10, "the row named to the leader")
+    started = time.monotonic()
+    watch.stop()
+    assert time.monotonic() - started < 0.3
