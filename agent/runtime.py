@@ -39,7 +39,7 @@ from shardherd.shared.clock import Clock, SystemClock
 from shardherd.shared.config import Settings
 from shardherd.shared.errors import ConfigError, MalformedWorker, StoreUnavailable
 from shardherd.shared.lease import Lease
-from shardherd.shared.restart import reserved, stop_window
+from shardherd.shared.restart import stop_window
 from shardherd.shared.retry import RetryPolicy, retry_deadline
 from shardherd.shared.stall_bounds import StallBounds
 from shardherd.shared.store import LeaseStore
@@ -61,7 +61,6 @@ LEASE_KEEPER = "lease-keeper"
 STALL_WATCH = "stall-watch"
 STALL_WATCH_SECONDS = 0.25
 GIVE_UP_SECONDS = 1.0  # how long giving the leases back may take before the process exits anyway
-RESUME_READ_SECONDS = 2.0  # the start's read of its own row: at most the first report's wait it may save
 
 
 class MetricsReporter:
@@ -93,22 +92,6 @@ class MetricsReporter:
     def first_wait(self) -> float:
         """Seconds from the agent's start to its first report: two capture periods (0 without a CPU source)."""
         return 0.0 if self._sampler.source is None else min(2.0, self._period)
-
-    def resume(self, row: WorkerRecord) -> bool:
-        """Carry on from the row this worker id's previous process left (a restart reservation waits for this one).
-
-        Its CPU history is this worker's own, seconds old, for the leases it resumes: served until this process's
-        first report (`first_wait` from now), it makes the first row valid at once, so the first heartbeat need not
-        wait for that report. False (start as a new worker, `start`) if this process has a CPU source and the row
-        carries no valid history of it.
-        """
-        if self._sampler.source is not None:
-            history = row.metric_stats.get(CPU_METRIC)
-            if not history or classify(row) is not WorkerStatus.ACTIVE:
-                return False
-            self._last = WorkerMetrics({CPU_METRIC: history}, {CPU_METRIC: row.operating_range[CPU_METRIC]})
-        self._next = self._clock.monotonic() + self.first_wait
-        return True
 
     def start(self) -> float:
         """Seconds until the first report (`first_wait`), counted from now.
@@ -301,13 +284,9 @@ class Agent:
                  "records" if self.settings.kpl_decoder == "auto" else "")
         self._sampling.start(self.supervisor)
         self.keeper.beat_apart()
-        if self._resumes_reservation():
-            log.info("a restart reservation waits for %s: first heartbeat at once, with the CPU history of the "
-                     "previous process's row", self.settings.worker_id)
-        else:
-            jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
-            # A fleet started at once does not heartbeat in step; the first row carries the first CPU report.
-            self.keeper.delay_next_beat(self._reporter.start() + jitter)
+        jitter = self._rng.uniform(0, min(1.0, self.settings.effective_heartbeat_interval_millis / 1000))
+        # A fleet started at once does not heartbeat in step; the first row carries the first CPU report.
+        self.keeper.delay_next_beat(self._reporter.start() + jitter)
         failover = self.settings.failover_time_millis / 1000
         handoff = self.settings.graceful_lease_handoff_timeout_millis / 1000
         # Health bounds: a heartbeat that completes none for two failover times has had its leases fenced and moved;
@@ -329,22 +308,6 @@ class Agent:
                                        reads=lambda: dict(self._context.reads), drain=self.drain_itself,
                                        poison=self.progress).start()
         return self
-
-    def _resumes_reservation(self) -> bool:
-        """True if this worker's row holds a restart reservation and the first heartbeat may go at once.
-
-        A reservation keeps the leases for this process only while the row stays silent, and each of them is unread
-        until this process's first row lands: it goes without the new worker's waits (its first CPU report, the start
-        jitter), carrying the previous process's CPU history (`MetricsReporter.resume`). One read of the row, bounded
-        by RESUME_READ_SECONDS; unreadable, the agent starts as a new worker.
-        """
-        with retry_deadline(self.clock.monotonic() + RESUME_READ_SECONDS):
-            try:
-                row = self.store.get_worker(self.settings.worker_id)
-            except (StoreUnavailable, MalformedWorker) as exc:
-                log.warning("reading this worker's row at start failed (starting as a new worker): %s", exc)
-                return False
-        return row is not None and reserved(row, None) and self._reporter.resume(row)
 
     def running(self) -> bool:
         """True while the lease keeper's loop runs (started, not stopped, not given up)."""

@@ -13,7 +13,7 @@ from shardherd.coordinator.snapshot import WorkerView
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.config import load_settings
 from shardherd.shared.memory_store import MemoryLeaseStore
-from shardherd.shared.worker import CPU_METRIC, WorkerRecord
+from shardherd.shared.worker import CPU_METRIC
 from shardherd.shared.worker_metrics import WorkerStatus, classify
 from tests.agent.test_metrics_sampler import ScriptedCpu
 from tests.support.waiting import wait_for
@@ -85,34 +85,3 @@ def test_a_started_agents_first_row_already_carries_its_first_cpu_report(tmp_pat
         assert row.heartbeat == 1 and classify(row) is WorkerStatus.ACTIVE, row.metric_stats
     finally:
         agent.stop(drain=False)
-
-
-def test_a_process_resuming_a_reservation_serves_its_predecessors_history_until_its_own_first_report() -> None:
-    clock = ManualClock()
-    sampler = MetricsSampler(ScriptedCpu([40.0, 60.0]), history_size=10)
-    reporter = MetricsReporter(sampler, clock, period=30.0)
-    left = WorkerRecord("w1", 0, metric_stats={CPU_METRIC: (20.0, 30.0)}, operating_range={CPU_METRIC: (100.0,)})
-    assert reporter.resume(left)
-    sts, opr = reporter()
-    assert sts == {CPU_METRIC: (20.0, 30.0)} and classify(WorkerView("w1", sts, opr)) is WorkerStatus.ACTIVE
-    sampler.sample()
-    sampler.sample()
-    clock.advance(2.0)  # its own first report, as a new worker's
-    assert reporter()[0] == {CPU_METRIC: (50.0,)}
-
-
-@pytest.mark.parametrize("left", [
-    WorkerRecord("w1", 0),  # the previous process reported no CPU (disable_worker_metrics then)
-    WorkerRecord("w1", 0, metric_stats={CPU_METRIC: (30.0,)}, operating_range={CPU_METRIC: (0.0,)}),  # no usable range
-])
-def test_a_row_without_a_valid_history_is_not_resumed_from(left: WorkerRecord) -> None:
-    reporter = MetricsReporter(MetricsSampler(ScriptedCpu([40.0]), history_size=10), ManualClock(), period=30.0)
-    assert not reporter.resume(left)
-    assert reporter()[0] == {}  # a new worker's first row: no history until its first report
-
-
-def test_without_a_cpu_source_any_row_is_resumed_from() -> None:
-    reporter = MetricsReporter(MetricsSampler(None, history_size=10), ManualClock(), period=30.0)
-    assert reporter.resume(WorkerRecord("w1", 0, metric_stats={CPU_METRIC: (20.0,)},
-                                        operating_range={CPU_METRIC: (100.0,)}))
-    assert reporter() == ({}, {})  # nothing of the old row's CPU: this process reports none

@@ -1,10 +1,7 @@
 """An agent drains itself through its health port (the Spark driver pod's preStop hook): no admin token in the pod.
-And the process that comes back under a restart reservation's worker id (decision 0035) heartbeats at once.
 
 Real parts: a coordinator in this process and agents on moto server and kinesalite over HTTP; the hook is the command
-of helm/examples/driver-pod-template.yaml, run as written in a child process. The restart tests measure the agents'
-CPU from their process tree with the production CPU timing (a sample a second: a new worker's first report comes 2 s
-after its start).
+of helm/examples/driver-pod-template.yaml, run as written in a child process.
 """
 
 from __future__ import annotations
@@ -14,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -24,9 +20,6 @@ from shardherd.agent.health_server import is_loopback
 from shardherd.agent.runtime import Agent
 from shardherd.services.emulators.kinesalite import NodeEmulator
 from shardherd.services.emulators.moto_server import MotoServer
-from shardherd.shared.config import Settings
-from shardherd.shared.worker import CPU_METRIC, WorkerRecord
-from shardherd.shared.worker_metrics import WorkerStatus, classify
 from tests.deploy.rendering import EXAMPLES
 from tests.support.ledger import Ledger, LedgerProcessor
 from tests.support.stores import worker_record
@@ -116,68 +109,3 @@ def test_the_health_port_stops_the_agent_for_a_restart_and_the_same_id_resumes_i
         for agent in agents.values():
             if not agent.stopped.is_set():
                 agent.stop(drain=False)
-
-
-def _settings(stack: StreamStack, tmp_path: Path) -> Settings:
-    # The production CPU timing: a sample a second, a new worker's first report after two of them (2 s).
-    return stack.settings("a1", disable_worker_metrics=False, cgroup_root=str(tmp_path),
-                          in_memory_worker_metrics_capture_frequency_millis=1000,
-                          worker_metrics_reporter_freq_millis=30_000)
-
-
-def _row(stack: StreamStack) -> WorkerRecord:
-    row = worker_record(stack.coordinator.store, "a1")
-    assert row is not None
-    return row
-
-
-def test_the_restarted_process_writes_its_first_row_at_once_valid_and_reads_on(stack: StreamStack,
-                                                                               tmp_path: Path) -> None:
-    """A new worker's first row waits for its first CPU report (decision 0038); the leases a reservation keeps are
-    unread until the returning process's first row lands, so that one goes at once with the row's CPU history."""
-    settings = _settings(stack, tmp_path)
-    ledger = Ledger()
-    agent = Agent(settings, lambda: LedgerProcessor(ledger, "a1")).start()
-    try:
-        stack.wait_owned("a1")
-        wait_for(lambda: len(_row(stack).metric_stats.get(CPU_METRIC, ())) >= 2, 10, "a CPU history in the row")
-        stack.produce(20, "before")
-        wait_for(lambda: set(ledger.payloads()) >= set(stack.produced), 30, "the records delivered")
-        agent.stop(restart_ms=30_000)
-        left = _row(stack)
-        assert left.restart_within_ms == 30_000 and classify(left) is WorkerStatus.ACTIVE
-        owners = stack.owners()
-        stack.produce(20, "during")
-        started = time.monotonic()
-        agent = Agent(settings, lambda: LedgerProcessor(ledger, "a1")).start()
-        wait_for(lambda: _row(stack) != left, 10, "the new process's first row (then the reservation cleared)")
-        assert time.monotonic() - started < 1.5  # a new worker's first row comes 2 s after its start at the earliest
-        first = _row(stack)
-        assert classify(first) is WorkerStatus.ACTIVE and first.metric_stats == left.metric_stats
-        wait_for(lambda: set(ledger.payloads()) >= set(stack.produced), 30, "every record delivered")
-        assert stack.owners() == owners
-        payloads = ledger.payloads()
-        assert len(payloads) == len(set(payloads))  # resumed from the checkpoints: nothing repeated
-        wait_for(lambda: _row(stack).restart_within_ms is None, 10, "the reservation cleared")
-    finally:
-        if not agent.stopped.is_set():
-            agent.stop(drain=False)
-
-
-def test_a_start_without_a_reservation_still_waits_for_its_first_report(stack: StreamStack, tmp_path: Path) -> None:
-    """A worker stopped by a drain left no reservation: its next process is a new worker (decision 0038)."""
-    settings = _settings(stack, tmp_path)
-    agent = Agent(settings, lambda: LedgerProcessor(Ledger(), "a1")).start()
-    try:
-        stack.wait_owned("a1")
-        wait_for(lambda: CPU_METRIC in _row(stack).metric_stats, 10, "a CPU history in the row")
-        agent.stop(drain=False)  # gives its leases back and retires its row
-        started = time.monotonic()
-        agent = Agent(settings, lambda: LedgerProcessor(Ledger(), "a1")).start()
-        wait_for(lambda: (row := worker_record(stack.coordinator.store, "a1")) is not None and row.heartbeat == 1,
-                 10, "the new process's first row")
-        assert time.monotonic() - started >= 2.0
-        assert classify(_row(stack)) is WorkerStatus.ACTIVE  # its own first report
-    finally:
-        if not agent.stopped.is_set():
-            agent.stop(drain=False)
