@@ -268,8 +268,7 @@ class Agent:
     def start(self) -> Agent:
         """Start sampling and the keeper loop; the first heartbeat after the first CPU report, jittered.
 
-        A fleet started at once does not heartbeat in step; a process resuming a restart reservation heartbeats at once
-        (`_resumes_reservation`). The start-up heap is frozen first (agent/heap.py), so no
+        A fleet started at once does not heartbeat in step. The start-up heap is frozen first (agent/heap.py), so no
         full garbage collection pauses the heartbeat for long while the agent holds leases.
         """
         freeze_long_lived("at agent start")
