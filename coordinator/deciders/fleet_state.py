@@ -42,17 +42,13 @@ RECEIVER_PROBES = 8
 
 HeapEntry = tuple[float, int, str]
 Values = dict[str, dict[str, float]]
+Kbps = dict[str, float]
 
 
 def _less(values: Values, own: Values) -> Values:
     """`values` (per worker and metric) less each worker's `own` points: what its leases explain (and may take)."""
     return {w: {m: v - own[w].get(m, 0.0) for m, v in vals.items()} if w in own else vals
             for w, vals in values.items()}
-
-
-def _newest(history: Sequence[float], count: int | None) -> Sequence[float]:
-    """The newest `count` entries of a history (None: all of it)."""
-    return history if count is None else history[max(0, len(history) - count):]
 
 
 class FleetView:
@@ -67,14 +63,13 @@ class FleetView:
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
         reporting = [w for w in balanced if w.worker_id not in self.default]
-        values, self.limits = self._reports(balanced, ledger)
-        lagged, now = self._lags(reporting, ledger)
+        values, lagged, now = self._reports(balanced, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
         # KiB/s that needs an owner (summed in a fixed order: a set's order, so the sum's last bit, varies by process)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
-        self._model(snapshot, values, (lagged, now), ledger, reporting)
+        self._model(snapshot, values, lagged, now, ledger, reporting)
         self.averages = self._averages(self.values)
         self.confirmed = self._confirm(reporting, ledger)
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
@@ -95,45 +90,32 @@ class FleetView:
         self.fresh = frozenset(lease.key for lease in leases if lease.fresh)
         return balanced
 
-    def _lags(self, reporting: Sequence[WorkerView], ledger: Ledger) -> tuple[dict[str, float], dict[str, float]]:
-        """The KiB/s each reporting worker's reports saw (EMA) and what it carries now; sets `unsettled`."""
-        alpha = self.config.worker_metrics_ema_alpha
-        lagged = {w.worker_id: ema(w.throughput_history, alpha) for w in reporting if w.throughput_history}
-        now = {wid: ledger.known_throughput(wid) for wid in lagged}
-        self.unsettled = frozenset(w for w, seen in lagged.items()
-                                   if abs(now[w] - seen) > UNSETTLED_SHARE * max(now[w], seen))
-        return lagged, now
+    def _reports(self, balanced: Sequence[WorkerView], ledger: Ledger) -> tuple[Values, Kbps, Kbps]:
+        """Values and ranges as reported (default workers: their throughput share); KiB/s as seen and carried now.
 
-    def _reports(self, balanced: Sequence[WorkerView], ledger: Ledger) -> tuple[Values, Values]:
-        """Each balanced worker's values and operating ranges as reported (default workers: their throughput share)."""
+        KiB/s for each reporting worker with a throughput history: what its reports saw (EMA, `lagged`) and what it
+        carries now (`now`); `unsettled`: the two differ by more than UNSETTLED_SHARE.
+        """
         values: Values = {}
-        limits: Values = {}
+        self.limits: Values = {}
+        lagged: Kbps = {}
+        now: Kbps = {}
         alpha, tp = self.config.worker_metrics_ema_alpha, self.target_throughput
         for worker in balanced:
             wid = worker.worker_id
             if wid in self.default:
                 values[wid] = {THROUGHPUT_METRIC: 100.0 * ledger.throughput[wid] / tp if tp > 0 else 0.0}
-                limits[wid] = {THROUGHPUT_METRIC: math.inf if self.band else 100.0}
-            else:
-                values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
-                limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+                self.limits[wid] = {THROUGHPUT_METRIC: math.inf if self.band else 100.0}
+                continue
+            values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
+            self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
+            if worker.throughput_history:
+                lagged[wid] = ema(worker.throughput_history, alpha)
+                now[wid] = ledger.known_throughput(wid)
         self.metrics = sorted({m for vals in values.values() for m in vals})
-        return values, limits
-
-    def _lines(self, snapshot: Snapshot, values: Values, reporting: Sequence[str]) -> dict[str, Line]:
-        """Per metric: the fitted line, else the leader's last, else the proportional one (KCL: always that).
-
-        Band's proportional line: the reporting workers' mean value (draining ones included) over `carried`.
-        """
-        if not self.band:
-            return {m: proportional(mean, self.target_throughput) for m, mean in self._mean(values, False).items()}
-        lines = {**snapshot.lines, **self.fitted}
-        for metric, mean in self._mean(values, True).items():
-            seen = [values[w][metric] for w in reporting if metric in values[w]]
-            if metric == THROUGHPUT_METRIC and self.target_throughput > 0:
-                lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
-            lines.setdefault(metric, proportional(sum(seen) / len(seen) if seen else mean, self.carried))
-        return lines
+        self.unsettled = frozenset(w for w, seen in lagged.items()
+                                   if abs(now[w] - seen) > UNSETTLED_SHARE * max(now[w], seen))
+        return values, lagged, now
 
     def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
         """Band's proportional line's KiB/s: what reporting workers hold on average (none: KCL's `T`)."""
@@ -142,83 +124,92 @@ class FleetView:
             ledger.weight[key] for key in needy if ledger.owner[key] in ids)
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
-    def _fit(self, values: Values, lagged: Mapping[str, float], ledger: Ledger) -> dict[str, Line]:
-        """Each metric's line fitted over (throughput when reported, value) of the settled reporting workers."""
-        lines: dict[str, Line] = {}
-        known = ledger.known_throughput  # (only for workers without a throughput history: not called for the rest)
-        for metric, avg in self._mean(values, True).items():
-            points = [(lagged[w] if w in lagged else known(w), vals[metric]) for w, vals in values.items()
-                      if w in self.active_set and w not in self.default and w not in self.unsettled and metric in vals]
-            line = fit_line(points, avg)
-            if line is not None:
-                lines[metric] = line
-        return lines
-
-    def _model(self, snapshot: Snapshot, values: Values, lags: tuple[dict[str, float], dict[str, float]],
-               ledger: Ledger, reporting: Sequence[WorkerView]) -> None:
-        """Sets the lines and values (caught up) less the kept own excess, then learns the excess and takes it out."""
-        lagged, now = lags
-        kept: Values = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}
-                        for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
+    def _model(self, snapshot: Snapshot, values: Values, lagged: Kbps, now: Kbps, ledger: Ledger,
+               reporting: Sequence[WorkerView]) -> None:
+        """Lines and values: the kept own excess out, lines fitted, values caught up, own excess learned and out."""
+        last = snapshot.own_excess if self.band else {}  # kept by the leader, counted up to the value (KCL: none)
+        kept = {w: {m: min(x, vals[m]) for m, x in last.get(w, {}).items() if m in vals} for w, vals in values.items()}
         less = _less(values, kept)
-        self.fitted: dict[str, Line] = self._fit(less, lagged, ledger) if self.band else {}
-        self.lines = self._lines(snapshot, less, [w.worker_id for w in reporting])
+        self._lines(snapshot, less, lagged, ledger, [w.worker_id for w in reporting])
         caught = self._catch_up(less, lagged, now)
         self.learned: Values = {}
         self.own: Values = {}
         if self.band and not self.count_only:
-            self._own_excess(snapshot, reporting, (caught, kept), now)
-        self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
-                                         for m in caught[w]} for w in {*kept, *self.own}})
+            self._own_excess(snapshot, reporting, caught, kept, now)
+        self.values = {w: {m: v - (self.own.get(w, {}).get(m, 0.0) - kept[w].get(m, 0.0)) for m, v in vals.items()}
+                       for w, vals in caught.items()}
         self.limits = _less(self.limits, self.own)
 
-    def _own_excess(self, snapshot: Snapshot, reporting: Sequence[WorkerView], values: tuple[Values, Values],
+    def _lines(self, snapshot: Snapshot, values: Values, lagged: Mapping[str, float], ledger: Ledger,
+               reporting: Sequence[str]) -> None:
+        """Sets each metric's line: fitted (`fitted`), else the leader's last, else the proportional one (KCL: always).
+
+        Band fits over (throughput when reported, value) of the settled active reporting workers; its proportional
+        line: the reporting workers' mean value (draining ones included) over `carried`.
+        """
+        means = self._mean(values)
+        self.fitted: dict[str, Line] = {}
+        if not self.band:
+            self.lines = {m: proportional(mean, self.target_throughput) for m, mean in means.items()}
+            return
+        settled = self.active_set - self.default - self.unsettled
+        kbps = {w: lagged.get(w, ledger.known_throughput(w)) for w in values if w in settled}
+        self.lines = dict(snapshot.lines)
+        for metric, mean in means.items():
+            line = fit_line([(x, values[w][metric]) for w, x in kbps.items() if metric in values[w]], mean)
+            if line is not None:
+                self.fitted[metric] = self.lines[metric] = line
+            elif metric == THROUGHPUT_METRIC and self.target_throughput > 0:
+                self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
+            elif metric not in self.lines:
+                seen = [values[w][metric] for w in reporting if metric in values[w]]
+                self.lines[metric] = proportional(sum(seen) / len(seen) if seen else mean, self.carried)
+
+    def _own_excess(self, snapshot: Snapshot, reporting: Sequence[WorkerView], caught: Values, kept: Values,
                     now: Mapping[str, float]) -> None:
         """Sets `learned` (each worker's own excess per metric, `_learn`) and `own`, the part the newest value shows.
 
-        `values`: the values caught up and the excess the leader kept (out of them).
+        A worker's base: its value caught up with the kept excess back in, less slope x the KiB/s it carries now; own
+        excess is above the typical base, the median over the workers with a throughput history.
         """
-        caught, kept = values
-        gain = self.config.rebalance_min_gain_points
-        typical: dict[str, float] = {}  # per metric, the median value less slope x KiB/s: own excess is above it
-        for metric, line in self.lines.items():
-            bases = [vals[metric] + kept.get(w, {}).get(metric, 0.0) - line.slope * now[w]
-                     for w, vals in caught.items() if w in now and metric in vals]
-            if bases:
-                typical[metric] = statistics.median(bases)
-        for worker in reporting:
-            wid = worker.worker_id
-            mine = self._learn(worker, dict(snapshot.own_excess.get(wid, {})), typical)
-            if mine:
-                self.learned[wid] = mine
+        bases = {w.worker_id: {m: v + kept[w.worker_id].get(m, 0.0) - self.lines[m].slope * now.get(w.worker_id, 0.0)
+                               for m, v in caught[w.worker_id].items()} for w in reporting}
+        typical: dict[str, float] = {}
+        for metric in self.lines:
+            seen = [bases[w][metric] for w in now if metric in bases[w]]
+            if seen:
+                typical[metric] = statistics.median(seen)
+        self.learned = {w.worker_id: mine for w in reporting
+                        if (mine := self._learn(w, snapshot.own_excess.get(w.worker_id, {}), typical))}
+        for wid, mine in self.learned.items():
             for metric, learned in mine.items():
-                if metric not in typical or metric not in caught[wid]:  # (typical: only where a line is)
-                    continue
-                reported = caught[wid][metric] + kept.get(wid, {}).get(metric, 0.0)
-                extra = min(learned, reported - self.lines[metric].slope * now.get(wid, 0.0) - typical[metric])
-                if extra >= gain and math.isfinite(extra):
-                    self.own.setdefault(wid, {})[metric] = extra
+                if metric in typical and metric in bases[wid]:  # (typical: only where a line is)
+                    extra = min(learned, bases[wid][metric] - typical[metric])
+                    if extra >= self.config.rebalance_min_gain_points and math.isfinite(extra):
+                        self.own.setdefault(wid, {})[metric] = extra
 
-    def _learn(self, worker: WorkerView, mine: dict[str, float], typical: Mapping[str, float]) -> dict[str, float]:
-        """`mine`, the excess the leader kept, raised where the worker's own base (`own_base`) is above `typical`."""
-        settled = worker.settled_reports  # a report made while a figure changed shows CPU, not KiB/s
+    def _learn(self, worker: WorkerView, kept: Mapping[str, float], typical: Mapping[str, float]) -> dict[str, float]:
+        """The excess the leader kept, raised where the worker's own base (`own_base`) is above `typical`."""
+        mine = dict(kept)
         if worker.worker_id in self.unsettled or worker.worker_id in self.settling:
             return mine
+        settled = worker.settled_reports  # a report made while a figure changed shows CPU, not KiB/s
         for metric, history in worker.metric_stats.items():
-            ref = typical.get(metric)
-            base = None if ref is None else own_base(_newest(worker.throughput_history, settled),
-                                                     _newest(history, settled), self.lines[metric].slope)
+            if metric not in typical:
+                continue
+            newest = history if settled is None else history[max(0, len(history) - settled):]
+            base = own_base(worker.throughput_history, newest, self.lines[metric].slope)  # (paired from the newest)
             # Never lowered here (the newest value bounds what counts); under the minimum gain: noise.
-            if base is not None and ref is not None and base - ref >= max(
-                    mine.get(metric, 0.0), self.config.rebalance_min_gain_points):
-                mine[metric] = base - ref
+            if base is not None and base - typical[metric] >= max(mine.get(metric, 0.0),
+                                                                  self.config.rebalance_min_gain_points):
+                mine[metric] = base - typical[metric]
         return mine
 
-    def _mean(self, values: Values, active_only: bool) -> dict[str, float]:
-        """Per metric, the values' sum over the non-draining workers that report it (KCL's average)."""
+    def _mean(self, values: Values) -> dict[str, float]:
+        """Per metric, the values' sum (band: non-draining workers only) over the non-draining workers reporting it."""
         totals = dict.fromkeys(self.metrics, 0.0)
         for wid, vals in values.items():
-            if not active_only or wid in self.active_set:
+            if wid in self.active_set or not self.band:
                 for metric, value in vals.items():
                     totals[metric] += value
         receivers = Counter(m for w in self.active for m in values[w])
@@ -229,13 +220,11 @@ class FleetView:
         caught = dict(values)
         for wid, seen in lagged.items():
             gap = now[wid] - seen
-            if not gap:
-                continue
             if wid in self.unsettled:
                 new = {m: self.lines[m].base + self.lines[m].slope * now[wid] for m in caught[wid]}
             else:
                 new = {m: max(0.0, v + self.lines[m].slope * gap) for m, v in caught[wid].items()}
-            if all(math.isfinite(v) for v in new.values()):
+            if gap and all(math.isfinite(v) for v in new.values()):  # (no change: the value as reported)
                 caught[wid] = new
         return caught
 
@@ -246,7 +235,7 @@ class FleetView:
 
     def _averages(self, values: Values) -> dict[str, float]:
         """Each metric's average once every lease has an owner (band: plus the load of leases needing one)."""
-        means = self._mean(values, self.band)
+        means = self._mean(values)
         if not self.band:
             return means
         share = self.orphaned / max(1, len(self.active))
@@ -365,19 +354,17 @@ class FleetPlan:
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
-    def _entry(self, wid: str) -> HeapEntry:
-        return (-room(self._values[wid], self.view.averages), self.ledger.live_count(wid), wid)
-
     def queue(self, stale_ok: bool = False) -> list[HeapEntry]:
         """The receivers by most room (KCL's order; ties: fewer leases, worker id)."""
-        heap = [self._entry(w) for w in self.view.active if self.assignable(w, stale_ok)]
-        heapq.heapify(heap)
+        heap: list[HeapEntry] = []
+        for wid in self.view.active:
+            self.requeue(heap, wid, stale_ok)
         return heap
 
     def requeue(self, heap: list[HeapEntry], wid: str, stale_ok: bool = False) -> None:
-        """Put a worker back into the queue after it took a lease, if it may take another."""
+        """Put a worker into the queue (again after it took a lease) if it may take another."""
         if self.assignable(wid, stale_ok):
-            heapq.heappush(heap, self._entry(wid))
+            heapq.heappush(heap, (-room(self._values[wid], self.view.averages), self.ledger.live_count(wid), wid))
 
     def place(self) -> None:
         """Unassigned, expired (oldest first), then draining leases to the roomiest worker (late heartbeats: last)."""
@@ -406,11 +393,10 @@ class FleetPlan:
                 lease.avoids(candidates[0][2]) or (stream is not None
                                                    and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
-        best = candidates[0] if len(candidates) == 1 else min(candidates, key=lambda e: (
-            lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
+        best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
+        candidates.remove(best)
         for entry in candidates:
-            if entry is not best:
-                heapq.heappush(heap, entry)
+            heapq.heappush(heap, entry)
         self.move(key, best[2], reason, f"most room {-best[0]:.3g}; {why}")
         self.requeue(heap, best[2], stale_ok)
         return True
