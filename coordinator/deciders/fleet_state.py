@@ -71,8 +71,9 @@ class FleetView:
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
         self._model(snapshot, values, lagged, now, ledger, reporting)
         self.averages = self._averages(self.values)
-        self.confirmed = self._confirm(reporting, ledger)
+        self.confirmed = {w: dict(vals) for w, vals in self.values.items()}
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
+            self._confirm(reporting, ledger)
             self.averages = self._averages(self._centres())
 
     def _roster(self, snapshot: Snapshot) -> list[WorkerView]:
@@ -241,12 +242,9 @@ class FleetView:
         share = self.orphaned / max(1, len(self.active))
         return {m: mean + x if math.isfinite(x := self.lines[m].slope * share) else mean for m, mean in means.items()}
 
-    def _confirm(self, reporting: Sequence[WorkerView], ledger: Ledger) -> Values:
-        """Each value outside the band as far from the average as its last reports (caught up) agree, if steady."""
-        confirmed = {w: dict(vals) for w, vals in self.values.items()}
+    def _confirm(self, reporting: Sequence[WorkerView], ledger: Ledger) -> None:
+        """A value outside the band counts as far from the average as its last reports (caught up) agree, if steady."""
         back = self.config.rebalance_persistent_reports
-        if back <= 1:
-            return confirmed
         noise = self.config.rebalance_min_gain_kbps  # a change under the minimum gain explains nothing (0042)
         for worker in reporting:
             wid, now = worker.worker_id, ledger.known_throughput(worker.worker_id)
@@ -261,8 +259,7 @@ class FleetView:
                 own = self.own.get(wid, {}).get(metric, 0.0)
                 reports = [v + slope * (now - kbps) - own for v, kbps in zip(history, carried, strict=True)]
                 ranked = sorted((value, *reports), key=lambda v: (abs(v - self.averages[metric]), v))
-                confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
-        return confirmed
+                self.confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
 
     def side(self, metric: str, value: float) -> int:
         """-1 below the band around the average, 1 above it, 0 inside (edges included)."""
@@ -344,13 +341,9 @@ class FleetPlan:
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
         source, weight = self.ledger.owner[key], self.ledger.weight[key]
-        if source is not None and source in self._values:
-            held = self._values[source]
-            for metric, value in held.items():  # each metric's drop reads only its own value
-                held[metric] = value - self.drop(source, metric, key)
-        taking = self._values[wid]
-        for metric, value in taking.items():
-            taking[metric] = value + self.view.rise(wid, metric, weight)
+        if source is not None and source in self._values:  # (every drop read before the giver's values change)
+            self._values[source].update({m: v - self.drop(source, m, key) for m, v in self._values[source].items()})
+        self._values[wid].update({m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()})
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
