@@ -92,11 +92,7 @@ class FleetView:
         return balanced
 
     def _reports(self, balanced: Sequence[WorkerView], ledger: Ledger) -> tuple[Values, Kbps, Kbps]:
-        """Values and ranges as reported (default workers: their throughput share); KiB/s as seen and carried now.
-
-        KiB/s for each reporting worker with a throughput history: what its reports saw (EMA, `lagged`) and what it
-        carries now (`now`); `unsettled`: the two differ by more than UNSETTLED_SHARE.
-        """
+        """Values and ranges as reported (default workers: their share); KiB/s seen (EMA) and now; sets `unsettled`."""
         values: Values = {}
         self.limits: Values = {}
         lagged: Kbps = {}
