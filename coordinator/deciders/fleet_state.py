@@ -124,8 +124,8 @@ class FleetView:
     def _model(self, snapshot: Snapshot, values: Values, lagged: Kbps, now: Kbps, ledger: Ledger,
                reporting: Sequence[WorkerView]) -> None:
         """Lines and values: the kept own excess out, lines fitted, values caught up, own excess learned and out."""
-        last = snapshot.own_excess if self.band else {}  # kept by the leader, counted up to the value (KCL: none)
-        kept = {w: {m: min(x, vals[m]) for m, x in last.get(w, {}).items() if m in vals} for w, vals in values.items()}
+        kept = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}  # counted up to the value
+                for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
         less = _less(values, kept)
         self._lines(snapshot, less, lagged, ledger, [w.worker_id for w in reporting])
         caught = self._catch_up(less, lagged, now)
@@ -133,8 +133,8 @@ class FleetView:
         self.own: Values = {}
         if self.band and not self.count_only:
             self._own_excess(snapshot, reporting, caught, kept, now)
-        self.values = {w: {m: v - (self.own.get(w, {}).get(m, 0.0) - kept[w].get(m, 0.0)) for m, v in vals.items()}
-                       for w, vals in caught.items()}
+        self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
+                                         for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
 
     def _lines(self, snapshot: Snapshot, values: Values, lagged: Mapping[str, float], ledger: Ledger,
@@ -150,7 +150,7 @@ class FleetView:
             self.lines = {m: proportional(mean, self.target_throughput) for m, mean in means.items()}
             return
         settled = self.active_set - self.default - self.unsettled
-        kbps = {w: lagged.get(w, ledger.known_throughput(w)) for w in values if w in settled}
+        kbps = {w: lagged[w] if w in lagged else ledger.known_throughput(w) for w in values if w in settled}
         self.lines = dict(snapshot.lines)
         for metric, mean in means.items():
             line = fit_line([(x, values[w][metric]) for w, x in kbps.items() if metric in values[w]], mean)
@@ -169,8 +169,8 @@ class FleetView:
         A worker's base: its value caught up with the kept excess back in, less slope x the KiB/s it carries now; own
         excess is above the typical base, the median over the workers with a throughput history.
         """
-        bases = {w.worker_id: {m: v + kept[w.worker_id].get(m, 0.0) - self.lines[m].slope * now.get(w.worker_id, 0.0)
-                               for m, v in caught[w.worker_id].items()} for w in reporting}
+        bases = {w: {m: v + kept.get(w, {}).get(m, 0.0) - self.lines[m].slope * now.get(w, 0.0)
+                     for m, v in vals.items()} for w, vals in caught.items() if w not in self.default}
         typical: dict[str, float] = {}
         for metric in self.lines:
             seen = [bases[w][metric] for w in now if metric in bases[w]]
@@ -337,9 +337,13 @@ class FleetPlan:
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
         source, weight = self.ledger.owner[key], self.ledger.weight[key]
-        if source is not None and source in self._values:  # (every drop read before the giver's values change)
-            self._values[source].update({m: v - self.drop(source, m, key) for m, v in self._values[source].items()})
-        self._values[wid].update({m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()})
+        if source is not None and source in self._values:
+            held = self._values[source]
+            for metric, value in held.items():  # each metric's drop reads only its own value
+                held[metric] = value - self.drop(source, metric, key)
+        taking = self._values[wid]
+        for metric, value in taking.items():
+            taking[metric] = value + self.view.rise(wid, metric, weight)
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
@@ -382,7 +386,8 @@ class FleetPlan:
                 lease.avoids(candidates[0][2]) or (stream is not None
                                                    and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
-        best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
+        best = candidates[0] if len(candidates) == 1 else min(candidates, key=lambda e: (
+            lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
         candidates.remove(best)
         for entry in candidates:
             heapq.heappush(heap, entry)
