@@ -63,13 +63,13 @@ class FleetView:
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
         reporting = [w for w in balanced if w.worker_id not in self.default]
-        values, lagged, now = self._reports(balanced, ledger)
+        values, seen, now = self._reports(balanced, ledger)
         needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
         # KiB/s that needs an owner (summed in a fixed order: a set's order, so the sum's last bit, varies by process)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
             ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
-        self._model(snapshot, values, lagged, now, ledger, reporting)
+        self._model(snapshot, values, seen, now, reporting)
         self.averages = self._averages(self.values)
         self.confirmed = {w: dict(vals) for w, vals in self.values.items()}
         if config.rebalance_persistent_reports > 1:  # the band as the newest values place it decides who counts
@@ -92,10 +92,14 @@ class FleetView:
         return balanced
 
     def _reports(self, balanced: Sequence[WorkerView], ledger: Ledger) -> tuple[Values, Kbps, Kbps]:
-        """Values and ranges as reported (default workers: their share); KiB/s seen (EMA) and now; sets `unsettled`."""
+        """Values and ranges as reported (default workers: their share), KiB/s `seen` and `now`; sets `unsettled`.
+
+        `seen`: the KiB/s each reporting worker's reports saw (EMA of its throughput history; none: what it carries
+        now); `now`: what a worker with a throughput history carries now.
+        """
         values: Values = {}
         self.limits: Values = {}
-        lagged: Kbps = {}
+        seen: Kbps = {}
         now: Kbps = {}
         alpha, tp = self.config.worker_metrics_ema_alpha, self.target_throughput
         for worker in balanced:
@@ -107,12 +111,14 @@ class FleetView:
             values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
             self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
             if worker.throughput_history:
-                lagged[wid] = ema(worker.throughput_history, alpha)
+                seen[wid] = ema(worker.throughput_history, alpha)
                 now[wid] = ledger.known_throughput(wid)
+            else:
+                seen[wid] = ledger.known_throughput(wid)
         self.metrics = sorted({m for vals in values.values() for m in vals})
-        self.unsettled = frozenset(w for w, seen in lagged.items()
-                                   if abs(now[w] - seen) > UNSETTLED_SHARE * max(now[w], seen))
-        return values, lagged, now
+        self.unsettled = frozenset(w for w, kbps in now.items()
+                                   if abs(kbps - seen[w]) > UNSETTLED_SHARE * max(kbps, seen[w]))
+        return values, seen, now
 
     def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
         """Band's proportional line's KiB/s: what reporting workers hold on average (none: KCL's `T`)."""
@@ -121,14 +127,14 @@ class FleetView:
             ledger.weight[key] for key in needy if ledger.owner[key] in ids)
         return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
 
-    def _model(self, snapshot: Snapshot, values: Values, lagged: Kbps, now: Kbps, ledger: Ledger,
+    def _model(self, snapshot: Snapshot, values: Values, seen: Kbps, now: Kbps,
                reporting: Sequence[WorkerView]) -> None:
         """Lines and values: the kept own excess out, lines fitted, values caught up, own excess learned and out."""
         kept = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}  # counted up to the value
                 for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
         less = _less(values, kept)
-        self._lines(snapshot, less, lagged, ledger, [w.worker_id for w in reporting])
-        caught = self._catch_up(less, lagged, now)
+        self._lines(snapshot, less, seen, [w.worker_id for w in reporting])
+        caught = self._catch_up(less, seen, now)
         self.learned: Values = {}
         self.own: Values = {}
         if self.band and not self.count_only:
@@ -137,12 +143,11 @@ class FleetView:
                                          for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
 
-    def _lines(self, snapshot: Snapshot, values: Values, lagged: Mapping[str, float], ledger: Ledger,
-               reporting: Sequence[str]) -> None:
+    def _lines(self, snapshot: Snapshot, values: Values, seen: Kbps, reporting: Sequence[str]) -> None:
         """Sets each metric's line: fitted (`fitted`), else the leader's last, else the proportional one (KCL: always).
 
-        Band fits over (throughput when reported, value) of the settled active reporting workers; its proportional
-        line: the reporting workers' mean value (draining ones included) over `carried`.
+        Band fits over (KiB/s `seen`, value) of the settled active reporting workers; its proportional line: the
+        reporting workers' mean value (draining ones included) over `carried`.
         """
         means = self._mean(values)
         self.fitted: dict[str, Line] = {}
@@ -150,17 +155,17 @@ class FleetView:
             self.lines = {m: proportional(mean, self.target_throughput) for m, mean in means.items()}
             return
         settled = self.active_set - self.default - self.unsettled
-        kbps = {w: lagged[w] if w in lagged else ledger.known_throughput(w) for w in values if w in settled}
         self.lines = dict(snapshot.lines)
         for metric, mean in means.items():
-            line = fit_line([(x, values[w][metric]) for w, x in kbps.items() if metric in values[w]], mean)
+            points = [(seen[w], vals[metric]) for w, vals in values.items() if w in settled and metric in vals]
+            line = fit_line(points, mean)
             if line is not None:
                 self.fitted[metric] = self.lines[metric] = line
             elif metric == THROUGHPUT_METRIC and self.target_throughput > 0:
                 self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
             elif metric not in self.lines:
-                seen = [values[w][metric] for w in reporting if metric in values[w]]
-                self.lines[metric] = proportional(sum(seen) / len(seen) if seen else mean, self.carried)
+                reported = [values[w][metric] for w in reporting if metric in values[w]]
+                self.lines[metric] = proportional(sum(reported) / len(reported) if reported else mean, self.carried)
 
     def _own_excess(self, snapshot: Snapshot, reporting: Sequence[WorkerView], caught: Values, kept: Values,
                     now: Mapping[str, float]) -> None:
@@ -170,7 +175,7 @@ class FleetView:
         excess is above the typical base, the median over the workers with a throughput history.
         """
         bases = {w: {m: v + kept.get(w, {}).get(m, 0.0) - self.lines[m].slope * now.get(w, 0.0)
-                     for m, v in vals.items()} for w, vals in caught.items() if w not in self.default}
+                     for m, v in vals.items()} for w, vals in caught.items()}
         typical: dict[str, float] = {}
         for metric in self.lines:
             seen = [bases[w][metric] for w in now if metric in bases[w]]
@@ -212,13 +217,13 @@ class FleetView:
         receivers = Counter(m for w in self.active for m in values[w])
         return {m: totals[m] / receivers[m] if receivers[m] else 0.0 for m in self.metrics}
 
-    def _catch_up(self, values: Values, lagged: Mapping[str, float], now: Mapping[str, float]) -> Values:
+    def _catch_up(self, values: Values, seen: Kbps, now: Kbps) -> Values:
         """Each value plus what its EMA has not seen of the worker's throughput change (unsettled: the line's)."""
         caught = dict(values)
-        for wid, seen in lagged.items():
-            gap = now[wid] - seen
+        for wid, kbps in now.items():
+            gap = kbps - seen[wid]
             if wid in self.unsettled:
-                new = {m: self.lines[m].base + self.lines[m].slope * now[wid] for m in caught[wid]}
+                new = {m: self.lines[m].base + self.lines[m].slope * kbps for m in caught[wid]}
             else:
                 new = {m: max(0.0, v + self.lines[m].slope * gap) for m, v in caught[wid].items()}
             if gap and all(math.isfinite(v) for v in new.values()):  # (no change: the value as reported)
