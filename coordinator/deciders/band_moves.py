@@ -102,13 +102,10 @@ class BandPass:
         self.view = plan.view
         self.band = band
         self.metric = band.metric
-        self.reason = MoveReason.for_metric(band.metric)
-        self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"
         self.holders = [w for w in self.view.active if self.on_shares or self.metric in plan.values(w)]
         self.moved = 0
         self._kbps = plan.ledger.weight  # each lease's KiB/s; its weight on the measure: KiB/s or 1 (lease counts)
         self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
-        self._leases = plan.ledger.leases
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
@@ -195,7 +192,7 @@ class BandPass:
         donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
                         key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
         for donor, _ in donors:
-            while self._split(donor) or self._shed_one(donor):
+            while self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -208,41 +205,42 @@ class BandPass:
             movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
         return movable
 
-    def _extremes(self, lowest: bool, exclude: str) -> list[tuple[float, str]]:
-        """Up to PROBES of the least (or most) loaded holders other than `exclude`, with their levels."""
+    def _extremes(self, lowest: bool, exclude: str) -> list[str]:
+        """Up to PROBES of the least (or most) loaded holders other than `exclude`, least (most) loaded first."""
         ends = self._ranked[:PROBES + 1] if lowest else self._ranked[:-PROBES - 2:-1]
-        if (self._at[exclude], exclude) in ends:
-            ends.remove((self._at[exclude], exclude))
-        return ends[:PROBES]
+        return [wid for _, wid in ends if wid != exclude][:PROBES]
 
-    def _fits(self, receiver: str, key: str, weight: float, cap: float, split: bool = False) -> float | None:
-        """The receiver's value with the lease if it may take it under `cap` and its ceiling (a split: its range)."""
-        limit, rise = self._room[receiver]
-        landed = self._at[receiver] + rise * weight
-        limit = self.view.limits[receiver][self.metric] if split else limit
-        return landed if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
-                          self._leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])) else None
+    def _taker(self, key: str, weight: float, receivers: list[str], cap: float,
+               split: bool = False) -> tuple[str, float] | None:
+        """The first of `receivers` taking the lease under `cap` and its ceiling (a split: its range); its value."""
+        for receiver in receivers:
+            limit, rise = self._room[receiver]
+            landed = self._at[receiver] + rise * weight
+            limit = self.view.limits[receiver][self.metric] if split else limit
+            if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
+                    self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])):
+                return receiver, landed
+        return None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's cheapest step out of its excess to the least loaded taker; True if it moved.
+        """The donor's split, else its cheapest step out of its excess to the least loaded taker; True if it moved.
 
         Leases that keep it above its ceiling (so its rate and ceiling stay) go in one batch down its preference.
         """
-        value, rate, heaviest = self._at[donor], self.plan.rate(donor, self.metric), self._heaviest(donor)
-        ceiling = self.ceiling(donor, rate)
-        if value <= ceiling:
+        value, rate = self._at[donor], self.plan.rate(donor, self.metric)
+        ceiling, probes = self.ceiling(donor, rate), self._extremes(True, donor)
+        if value <= ceiling or not probes:
             return False
-        cap = value - self.band.min_gain
-        probes, moved = self._extremes(True, donor), False
-        if not probes or not probes[0][0] < min(cap, self._top_limit):
-            return False  # no receiver below its limit and `cap`
-        fits = (min(cap, self._top_limit) - probes[0][0]) * self._top_per_point * (1 + ROUNDING)
+        if self._split(donor, value, probes):
+            return True
+        cap, heaviest, moved = value - self.band.min_gain, self._heaviest(donor), False
+        fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point * (1 + ROUNDING)
         keys = self._keeping(donor, self._preferred(donor, value, ceiling, fits, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
-            if moved and after <= ceiling:
-                return True
+            if (moved and after <= ceiling) or not self._at[probes[0]] < min(cap, self._top_limit):
+                return moved  # (or no receiver below its limit and `cap`)
             taker = self._taker(key, weight, probes, cap) if after < value else None
             if taker is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
@@ -250,36 +248,27 @@ class BandPass:
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
-                if not probes[0][0] < min(cap, self._top_limit):
-                    return True
         return moved
 
-    def _split(self, donor: str) -> bool:
-        """Hand the lightest of two or more leases too heavy for the band away (invariant 3); True if it moved.
+    def _split(self, donor: str, value: float, probes: list[str]) -> bool:
+        """Hand the lightest of two or more leases too heavy for the band to the least loaded taker (invariant 3).
 
-        Too heavy: more than the band's width and more than any receiver takes under its ceiling. Not on lease counts:
-        every lease weighs the same there.
+        Not on lease counts, where every lease weighs the same. True if it moved.
         """
-        per_kbps, probes = self.rise(donor, 1.0), self._extremes(True, donor)
-        if self.view.count_only or per_kbps <= 0 or not probes:
+        per_kbps = self.rise(donor, 1.0)
+        if self.view.count_only or per_kbps <= 0:
             return False
-        movable, value = self._movable(donor), self._at[donor]
+        movable = self._movable(donor)
         heavy = max((self.band.upper - self.band.lower) / per_kbps,
-                    (self._top_limit - probes[0][0]) * self._top_per_point)  # (the shed's bound on what fits)
+                    (self._top_limit - self._at[probes[0]]) * self._top_per_point)  # (the shed's bound on what fits)
         first = bisect.bisect_right(movable, (heavy, "\uffff"))
-        if len(movable) - first < 2 or value <= self.ceiling(donor, self.plan.rate(donor, self.metric)):
+        if len(movable) - first < 2:
             return False
         weight, key = movable[first]
         taker = self._taker(key, weight, probes, value - self.band.min_gain, True)
         if taker is not None:
             self._move(key, (donor, value - self.fall(donor, key)), taker, "above the band: split heavy leases")
         return taker is not None
-
-    def _taker(self, key: str, weight: float, probes: list[tuple[float, str]], cap: float,
-               split: bool = False) -> tuple[str, float] | None:
-        """The first, least loaded, of `probes` that takes the lease below `cap` (`_fits`), with its value after."""
-        return next(((r, landed) for _, r in probes if (landed := self._fits(r, key, weight, cap, split)) is not None),
-                    None)
 
     def _spread(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
         """`keys`, equal weights together and among them the donor's most-held stream first: spreads each stream."""
@@ -328,38 +317,36 @@ class BandPass:
             return False
         band, base = self.band, self._at[receiver]
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
-        best: tuple[float, int, float, str, str, float] | None = None  # (distance, stream, landed, key, giver, after)
-        for giver_value, giver in self._extremes(False, receiver):
-            if giver_value <= band.avg:
+        best: tuple[float, int, float, str, tuple[str, float]] | None = None  # (distance, stream, landed, key, giving)
+        for giver in self._extremes(False, receiver):
+            value, theirs = self._at[giver], self.plan.stream_counts(giver)
+            if value <= band.avg:
                 break
-            theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
-                after = giver_value - self.fall(giver, key)
-                landed = self._fits(receiver, key, weight, giver_value - band.min_gain) if (
-                    band.lower <= after < giver_value) else None
-                if landed is not None and landed >= base + band.min_gain:
+                after = value - self.fall(giver, key)
+                taker = self._taker(key, weight, [receiver], value - band.min_gain) if (
+                    band.lower <= after < value) else None
+                if taker is not None and taker[1] >= base + band.min_gain:
                     stream = stream_prefix(key)
-                    option = (abs(landed - band.avg), mine[stream] - theirs[stream], landed, key, giver, after)
+                    option = (abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, (giver, after))
                     best = option if best is None or option < best else best
             if best is not None and best[2] >= band.lower:
                 break
         if best is None:
             return False
-        self._move(best[3], (best[4], best[5]), (receiver, best[2]), "below the band: fill")
+        _, _, landed, key, giving = best
+        self._move(key, giving, (receiver, landed), "below the band: fill")
         return True
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
         """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
-        (giver, after), (receiver, landed), at = giving, taking, self._at
-        detail = (f"{why}; {self._band_text} {giver} {at[giver]:.2f} -> {after:.2f}, "
-                  f"{receiver} {at[receiver]:.2f} -> {landed:.2f}")
-        self.plan.move(key, receiver, self.reason, detail)
+        (giver, after), (receiver, landed), at, band, ranked = giving, taking, self._at, self.band, self._ranked
+        detail = (f"{why}; band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric} "
+                  f"{giver} {at[giver]:.2f} -> {after:.2f}, {receiver} {at[receiver]:.2f} -> {landed:.2f}")
+        self.plan.move(key, receiver, MoveReason.for_metric(band.metric), detail)
         self.moved += 1
-        weight, ranked = self._weight[key], self._ranked
-        movable = self._by_weight.get(giver, [])  # the lease leaves the giver's list and joins nobody's
-        i = bisect.bisect_left(movable, (weight, key))
-        if i < len(movable) and movable[i][1] == key:
-            del movable[i]
+        movable = self._by_weight[giver]  # (the lease came from it) the lease leaves the giver's list, joins nobody's
+        del movable[bisect.bisect_left(movable, (self._weight[key], key))]
         for wid in (giver, receiver):
             del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)
