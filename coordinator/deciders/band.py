@@ -4,9 +4,9 @@ One run (`variance_balancing = band`):
 1. Unassigned, expired, then draining workers' leases go to the roomiest worker (`FleetPlan.place`, fleet_state.py).
 2. On a balancing run, the metric whose workers (confirmed values; projected ones once a move changed them) stray
    furthest outside the band is balanced by one `BandPass` (band_moves.py states its invariants).
-3. With no metric out of band, or none moved, a joining worker (at most half the average lease count and under half an
-   average share now) is filled on throughput shares (`ShareFill`), each of its metrics under its band's edge raised by
-   its own load's excess over the fleet's base (`joiner_ceiling`).
+3. Then a joining worker (at most half the average lease count and under half an average share now) is filled on
+   throughput shares (`ShareFill`; as if in band where nothing more moves, a joiner's own load above the band, say),
+   each of its metrics under its band's edge raised by its own load's excess over the fleet's base (`joiner_ceiling`).
 Values: a line `base + slope x KiB/s` per metric fitted over settled workers, own excess taken out (`FleetView`).
 """
 
@@ -27,8 +27,7 @@ NAME = "band"
 
 def metric_to_balance(plan: FleetPlan) -> Band | None:
     """The band of the metric whose workers stray furthest outside it (None if none does)."""
-    view = plan.view
-    best: tuple[float, Band] | None = None
+    view, best, most = plan.view, None, 0.0
     for metric, avg in view.averages.items():  # idle stream: only a worker under half the average count is filled
         band = Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
                            view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
@@ -37,23 +36,19 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
             value = (plan.values(wid) if wid in plan.changed else view.confirmed[wid]).get(metric)
             if value is not None:
                 stray += max(0.0, value - min(band.upper, view.limits[wid][metric])) + max(0.0, band.lower - value)
-        if stray > 0 and (best is None or stray > best[0]):
-            best = (stray, band)
-    return None if best is None else best[1]
+        if stray > most:
+            best, most = band, stray
+    return best
 
 
 class ShareFill(BandPass):
     """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042).
 
     A settling worker gives its fresh leases (`LeaseView.fresh`): a joiner into a just-placed fleet is filled at once.
-    A share is not asked to persist: the shed leaves no giver the fill refills (`BandPass._refilled`).
+    A share is not asked to persist: the shed leaves no giver the fill refills (`BandPass._unrefilled`).
     """
 
     on_shares = True
-
-    def __init__(self, plan: FleetPlan, shares: tuple[Band, bool]) -> None:
-        band, self.counts_leases = shares
-        super().__init__(plan, band, None)  # (it never sheds)
 
     def level(self, wid: str) -> float:
         """The worker's share now, in points of an average share."""
@@ -77,21 +72,17 @@ class ShareFill(BandPass):
 
 
 def balance_pass(plan: FleetPlan) -> str:
-    """One balancing pass on the metric furthest out of band, then the fill on shares; a note on what it did.
-
-    Nothing (more) to move (a joiner's own load above the band, say): joiners are filled as if in band. On lease
-    counts where an empty worker is inside the throughput band's floor (`share_band`: KiB/s within the noise, 0042).
-    """
+    """One balancing pass on the metric furthest out of band, then the fill on shares; a note on what it did."""
     band, shares = metric_to_balance(plan), share_band(plan.view)
     note = "balancing: no metric out of band"
     if band is not None:
-        balancing = BandPass(plan, band, shares)
+        balancing = BandPass(plan, band, shares=shares)
         balancing.run()
         note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]" + (
             "" if balancing.moved else ": nothing to move")
     if shares is None:
         return note
-    fill = ShareFill(plan, shares)
+    fill = ShareFill(plan, *shares)
     fill.fill()  # fill only: nothing is shed on shares
     if not fill.moved:
         return note

@@ -12,18 +12,16 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    lease; it sheds while above, each move lowering it, landing it no lower than the minimum gain above the fill floor. A
    donor whose heaviest lease alone tops the band may keep it plus half a band, never above its operating range (there
    it sheds what it can, as KCL). Under its operating range it never gives a lease the fill on shares would give back
-   (`_refilled`, decision 0044). A donor holding two or more leases too heavy for the band (each rises a worker more
+   (`_unrefilled`, decision 0044). A donor holding two or more leases too heavy for the band (each rises a worker more
    than the band's width and more than any receiver takes under its ceiling; leases weighed by KiB/s) first hands the
    lightest of them to the least loaded receiver, which may end above the band's edge but not above its operating range
-   nor the giver's value less the minimum gain (`_split`, decision 0046): the higher of the pair's values falls by that
-   gain; the receiver then sheds as a donor.
+   nor the giver's value less the minimum gain (`_split`, decision 0046); the receiver then sheds as a donor.
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
    from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
 
-A donor's preference: the lease landing it inside the band nearest the average, else least far under it, else its
-heaviest that keeps it above; each to the least loaded of PROBES receivers that takes it. Holders stay sorted by
-level; a shed step tries only leases some receiver could take.
+A donor's preference (`_preferred`): the lease landing it inside the band nearest the average, else least far under it,
+else its heaviest that keeps it above; each to the least loaded of PROBES receivers that takes it.
 """
 
 from __future__ import annotations
@@ -44,7 +42,10 @@ SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of
 
 
 def share_band(view: FleetView) -> tuple[Band, bool] | None:
-    """The fill on shares' band (band.py `balance_pass`) and whether it counts leases; None where it does not run."""
+    """The fill on shares' band (band.py `balance_pass`) and whether it counts leases; None where it does not run.
+
+    It counts leases where an empty worker is inside the throughput band's floor (KiB/s within the noise, 0042).
+    """
     cfg = view.config
     if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
             THROUGHPUT_METRIC in view.averages):
@@ -92,12 +93,12 @@ class Band:
 class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
-    counts_leases = False  # a subclass measuring lease counts weighs every lease 1
     # A fill on shares (band.py `ShareFill`): every worker takes part at its share now, only joiners are filled, and a
     # settling worker may give its fresh leases (invariant 1).
     on_shares = False
 
-    def __init__(self, plan: FleetPlan, band: Band, shares: tuple[Band, bool] | None) -> None:
+    def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool = False,
+                 shares: tuple[Band, bool] | None = None) -> None:
         self.plan = plan
         self.view = plan.view
         self.band = band
@@ -105,7 +106,8 @@ class BandPass:
         self.holders = [w for w in self.view.active if self.on_shares or self.metric in plan.values(w)]
         self.moved = 0
         self._kbps = plan.ledger.weight  # each lease's KiB/s; its weight on the measure: KiB/s or 1 (lease counts)
-        self._weight = dict.fromkeys(self._kbps, 1.0) if self.counts_leases else self._kbps
+        self.counts_leases = counts_leases  # the measure is a lease count: every lease weighs 1
+        self._weight = dict.fromkeys(self._kbps, 1.0) if counts_leases else self._kbps
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
@@ -162,28 +164,25 @@ class BandPass:
         """The weight of the worker's heaviest lease (0 if it holds none)."""
         return max(map(self._weight.__getitem__, self.plan.ledger.held_by.get(wid, ())), default=0.0)
 
-    def _refilled(self, donor: str, key: str) -> bool:
-        """Whether the fill on shares would give `key` back: the donor a joiner under its floor with room for it.
+    def _unrefilled(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
+        """`keys` less those the fill on shares would give back (invariant 3); all above its operating range.
 
-        Room under its `joiner_ceiling`, which counts its value above the line as its own (the shed: as its leases').
+        It gives one back where the donor without it is a joiner under its floor with room for the lease under its
+        `joiner_ceiling`, which counts its value above the line as its own (the shed: as its leases').
         """
         ledger, shares = self.plan.ledger, self._shares
-        kept = ledger.count(donor) - 1
-        if shares is None or 2 * kept > self._per_worker:  # not a joiner once it gave the lease
-            return False
+        if shares is None or self._at[donor] > self.view.limits[donor][self.metric]:
+            yield from keys
+            return
         band, counts = shares
-        weight = self._kbps[key]
-        left = ledger.throughput[donor] - weight
-        share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
-        value = self._at[donor] - self.fall(donor, key)
-        return share < band.floor and value + self.view.rise(donor, self.metric, weight) <= joiner_ceiling(
-            self.view, donor, self.metric, value, left)
-
-    def _keeping(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
-        """`keys` less those the fill on shares would give back (invariant 3); all above its operating range."""
-        if self._shares is None or self._at[donor] > self.view.limits[donor][self.metric]:
-            return keys
-        return (key for key in keys if not self._refilled(donor, key))
+        for key in keys:
+            kept, weight = ledger.count(donor) - 1, self._kbps[key]
+            left = ledger.throughput[donor] - weight
+            share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
+            value = self._at[donor] - self.fall(donor, key)
+            if 2 * kept > self._per_worker or share >= band.floor or value + self.view.rise(
+                    donor, self.metric, weight) > joiner_ceiling(self.view, donor, self.metric, value, left):
+                yield key
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
@@ -235,7 +234,7 @@ class BandPass:
             return True
         cap, heaviest, moved = value - self.band.min_gain, self._heaviest(donor), False
         fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._keeping(donor, self._preferred(donor, value, ceiling, fits, rate))
+        keys = self._unrefilled(donor, self._preferred(donor, value, ceiling, fits, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
@@ -280,7 +279,7 @@ class BandPass:
 
     def _preferred(self, donor: str, value: float, ceiling: float, heaviest: float,
                    rate: float | None) -> Iterator[str]:
-        """The donor's leases up to `heaviest` KiB/s, best first (inside the band, under it, the heaviest above)."""
+        """The donor's leases up to `heaviest` KiB/s (what any receiver could take), in its preference."""
         movable, band = self._movable(donor), self.band
         first = end = below = cap = bisect.bisect_right(movable, (heaviest, "\uffff"))
         if rate:

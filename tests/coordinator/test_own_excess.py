@@ -84,7 +84,7 @@ def test_a_shed_on_cpu_gives_no_lease_the_fill_on_shares_gives_back() -> None:
     # 12.4 points); the rest put it above the CPU band. The shed priced it at the agent's leases and took it to half
     # the average lease count, where the fill on shares counts its CPU above the line as its own (`joiner_ceiling`)
     # and filled it back: shed 2, shed 2, fill 4, ... on the same reports. Now the shed gives no lease the fill would
-    # give back (`BandPass._refilled`).
+    # give back (`BandPass._unrefilled`).
     snapshot = _fleet([16.0] * 10, [0.42] * 10, spark_leases=6, own_excess={"S": {"C": 4.0}})
     moves: list[Move] = []
     for _ in range(4):  # each plan applied (its moved leases left alone by the next run, as the leader does)
