@@ -4,9 +4,8 @@ One run (`variance_balancing = band`):
 1. Unassigned, expired, then draining workers' leases go to the roomiest worker (`FleetPlan.place`, fleet_state.py).
 2. On a balancing run, the metric whose workers (confirmed values; projected ones once a move changed them) stray
    furthest outside the band is balanced by one `BandPass` (band_moves.py states its invariants).
-3. Then a joining worker (at most half the average lease count and under half an average share now) is filled on
-   throughput shares (`ShareFill`; as if in band where nothing more moves, a joiner's own load above the band, say),
-   each of its metrics under its band's edge raised by its own load's excess over the fleet's base (`joiner_ceiling`).
+3. Then, whatever balancing moved, a joining worker (at most half the average lease count and under half an average
+   share now) is filled on throughput shares (`ShareFill`), each of its metrics under its `joiner_ceiling`.
 Values: a line `base + slope x KiB/s` per metric fitted over settled workers, own excess taken out (`FleetView`).
 """
 
@@ -42,10 +41,10 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
 
 
 class ShareFill(BandPass):
-    """Fill only, on each worker's share of the average (KiB/s, or lease counts where KiB/s is noise: 0042).
+    """Fill only, on each worker's share now (KiB/s, or lease counts where KiB/s is noise: 0042; `share_band`).
 
-    A settling worker gives its fresh leases (`LeaseView.fresh`): a joiner into a just-placed fleet is filled at once.
-    A share is not asked to persist: the shed leaves no giver the fill refills (`BandPass._unrefilled`).
+    A share is not asked to persist (the shed leaves no giver the fill refills); a settling worker gives its fresh
+    leases (invariant 1): a joiner into a just-placed fleet is filled at once.
     """
 
     on_shares = True
@@ -76,10 +75,9 @@ def balance_pass(plan: FleetPlan) -> str:
     band, shares = metric_to_balance(plan), share_band(plan.view)
     note = "balancing: no metric out of band"
     if band is not None:
-        balancing = BandPass(plan, band, shares=shares)
-        balancing.run()
+        moved = BandPass(plan, band, shares=shares).run()
         note = f"balancing {band.metric} (band): avg {band.avg:.2f}, band [{band.lower:.2f}, {band.upper:.2f}]" + (
-            "" if balancing.moved else ": nothing to move")
+            "" if moved else ": nothing to move")
     if shares is None:
         return note
     fill = ShareFill(plan, *shares)

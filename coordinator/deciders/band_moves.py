@@ -93,9 +93,7 @@ class Band:
 class BandPass:
     """Shed and fill on one metric over a plan; `run()` once. Reads the plan only through its public methods."""
 
-    # A fill on shares (band.py `ShareFill`): every worker takes part at its share now, only joiners are filled, and a
-    # settling worker may give its fresh leases (invariant 1).
-    on_shares = False
+    on_shares = False  # a fill on shares (band.py `ShareFill`)
 
     def __init__(self, plan: FleetPlan, band: Band, counts_leases: bool = False,
                  shares: tuple[Band, bool] | None = None) -> None:
@@ -105,8 +103,8 @@ class BandPass:
         self.metric = band.metric
         self.holders = [w for w in self.view.active if self.on_shares or self.metric in plan.values(w)]
         self.moved = 0
-        self._kbps = plan.ledger.weight  # each lease's KiB/s; its weight on the measure: KiB/s or 1 (lease counts)
-        self.counts_leases = counts_leases  # the measure is a lease count: every lease weighs 1
+        self.counts_leases = counts_leases  # the measure: lease counts (every lease weighs 1) or KiB/s
+        self._kbps = plan.ledger.weight  # each lease's KiB/s, and its weight on the measure
         self._weight = dict.fromkeys(self._kbps, 1.0) if counts_leases else self._kbps
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
@@ -143,13 +141,14 @@ class BandPass:
             value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
             for m, value in values.items() if m != self.metric)
 
-    def run(self) -> None:
-        """Shed and fill until a round moves nothing (invariant 5)."""
+    def run(self) -> int:
+        """Shed and fill until a round moves nothing (invariant 5); how many leases moved."""
         before = -1
         while self.moved > before:
             before = self.moved
             self.shed()
             self.fill()
+        return self.moved
 
     def ceiling(self, wid: str, rate: float | None) -> float:
         """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
@@ -224,7 +223,7 @@ class BandPass:
     def _shed_one(self, donor: str) -> bool:
         """The donor's split, else its cheapest step out of its excess to the least loaded taker; True if it moved.
 
-        Leases that keep it above its ceiling (so its rate and ceiling stay) go in one batch down its preference.
+        Leases that keep it above its ceiling (its rate and ceiling stay) go in one batch down its preference.
         """
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
         ceiling, probes = self.ceiling(donor, rate), self._extremes(True, donor)
@@ -240,8 +239,7 @@ class BandPass:
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if (moved and after <= ceiling) or not self._at[probes[0]] < min(cap, self._top_limit):
                 return moved  # (or no receiver below its limit and `cap`)
-            taker = self._taker(key, weight, probes, cap) if after < value else None
-            if taker is not None:
+            if after < value and (taker := self._taker(key, weight, probes, cap)) is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
                 if rate is None or after <= ceiling or weight == heaviest:  # (else its ceiling stays)
                     return True
@@ -250,10 +248,7 @@ class BandPass:
         return moved
 
     def _split(self, donor: str, value: float, probes: list[str]) -> bool:
-        """Hand the lightest of two or more leases too heavy for the band to the least loaded taker (invariant 3).
-
-        Not on lease counts, where every lease weighs the same. True if it moved.
-        """
+        """Hand the lightest of two or more leases too heavy for the band to the least loaded taker (invariant 3)."""
         per_kbps = self.rise(donor, 1.0)
         if self.view.count_only or per_kbps <= 0:
             return False
@@ -323,9 +318,8 @@ class BandPass:
                 break
             for weight, key in self._movable(giver):
                 after = value - self.fall(giver, key)
-                taker = self._taker(key, weight, [receiver], value - band.min_gain) if (
-                    band.lower <= after < value) else None
-                if taker is not None and taker[1] >= base + band.min_gain:
+                if band.lower <= after < value and (taker := self._taker(
+                        key, weight, [receiver], value - band.min_gain)) and taker[1] >= base + band.min_gain:
                     stream = stream_prefix(key)
                     option = (abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, (giver, after))
                     best = option if best is None or option < best else best
