@@ -26,7 +26,8 @@ NAME = "band"
 
 def metric_to_balance(plan: FleetPlan) -> Band | None:
     """The band of the metric whose workers stray furthest outside it (None if none does)."""
-    view, best, most = plan.view, None, 0.0
+    view = plan.view
+    best, most = None, 0.0  # the band of the metric straying furthest so far, and how far
     for metric, avg in view.averages.items():  # idle stream: only a worker under half the average count is filled
         band = Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
                            view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)

@@ -178,9 +178,9 @@ class BandPass:
             kept, weight = ledger.count(donor) - 1, self._kbps[key]
             left = ledger.throughput[donor] - weight
             share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
-            value = self._at[donor] - self.fall(donor, key)
-            if 2 * kept > self._per_worker or share >= band.floor or value + self.view.rise(
-                    donor, self.metric, weight) > joiner_ceiling(self.view, donor, self.metric, value, left):
+            value, rise = self._at[donor] - self.fall(donor, key), self.view.rise(donor, self.metric, weight)
+            if 2 * kept > self._per_worker or share >= band.floor or (
+                    value + rise > joiner_ceiling(self.view, donor, self.metric, value, left)):
                 yield key
 
     def shed(self) -> None:
@@ -238,7 +238,7 @@ class BandPass:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if (moved and after <= ceiling) or not self._at[probes[0]] < min(cap, self._top_limit):
-                return moved  # (or no receiver below its limit and `cap`)
+                return moved  # the next step is priced anew, or no receiver is below its limit and `cap`
             if after < value and (taker := self._taker(key, weight, probes, cap)) is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
                 if rate is None or after <= ceiling or weight == heaviest:  # (else its ceiling stays)
@@ -333,14 +333,14 @@ class BandPass:
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
         """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
-        (giver, after), (receiver, landed), at, band, ranked = giving, taking, self._at, self.band, self._ranked
+        (giver, after), (receiver, landed), at, band = giving, taking, self._at, self.band
         detail = (f"{why}; band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric} "
                   f"{giver} {at[giver]:.2f} -> {after:.2f}, {receiver} {at[receiver]:.2f} -> {landed:.2f}")
         self.plan.move(key, receiver, MoveReason.for_metric(band.metric), detail)
         self.moved += 1
-        movable = self._by_weight[giver]  # (the lease came from it) the lease leaves the giver's list, joins nobody's
+        movable = self._by_weight[giver]  # the lease leaves the giver's list (it came from there) and joins nobody's
         del movable[bisect.bisect_left(movable, (self._weight[key], key))]
         for wid in (giver, receiver):
-            del ranked[bisect.bisect_left(ranked, (at[wid], wid))]
+            del self._ranked[bisect.bisect_left(self._ranked, (at[wid], wid))]
             at[wid] = level = self.level(wid)
-            bisect.insort(ranked, (level, wid))
+            bisect.insort(self._ranked, (level, wid))
