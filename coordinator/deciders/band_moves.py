@@ -9,9 +9,9 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    split of heavy leases, 3: its operating range) and at least the minimum gain below the giver's value before the
    move: the next run cannot move the lease back.
 3. A donor is above its ceiling, as its reports confirm unless a move of this run changed it or this pass moved any
-   lease; it sheds while above, each move lowering it, landing it no lower than the minimum gain above the fill floor. A
-   donor whose heaviest lease alone tops the band may keep it plus half a band, never above its operating range (there
-   it sheds what it can, as KCL). Under its operating range it never gives a lease the fill on shares would give back
+   lease; it sheds while above, each move lowering it, landing it no lower than the minimum gain above the fill floor.
+   Its ceiling is the band's edge or its operating range, whichever is lower: one heavy lease never lets it keep the
+   others (as KCL). Under its operating range it never gives a lease the fill on shares would give back
    (`_unrefilled`, decision 0044). A donor holding two or more leases too heavy for the band (each rises a worker more
    than the band's width and more than any receiver takes under its ceiling; leases weighed by KiB/s) first hands the
    lightest of them to the least loaded receiver, which may end above the band's edge but not above its operating range
@@ -150,18 +150,9 @@ class BandPass:
             self.fill()
         return self.moved
 
-    def ceiling(self, wid: str, rate: float | None) -> float:
-        """The highest value the worker may keep (invariant 3); `rate`: its fall per KiB/s given (`FleetPlan.rate`)."""
-        edge = self.band.upper
-        if rate is not None:  # (so it holds a lease)
-            alone = self._at[wid] - rate * (self.plan.ledger.throughput[wid] - self._heaviest(wid))
-            if alone > edge:
-                edge = alone + (self.band.upper - self.band.avg)
-        return min(edge, self.view.limits[wid][self.metric])
-
-    def _heaviest(self, wid: str) -> float:
-        """The weight of the worker's heaviest lease (0 if it holds none)."""
-        return max(map(self._weight.__getitem__, self.plan.ledger.held_by.get(wid, ())), default=0.0)
+    def ceiling(self, wid: str) -> float:
+        """The highest value the worker may keep (invariant 3): the band's edge or its operating range."""
+        return self._room[wid][0]
 
     def _unrefilled(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
         """`keys` less those the fill on shares would give back (invariant 3); all above its operating range.
@@ -185,11 +176,10 @@ class BandPass:
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        at, room, rate = self._at, self._room, self.plan.rate
-        over = [(w, self.ceiling(w, rate(w, self.metric))) for w in self.holders if at[w] > room[w][0]]
-        donors = sorted(((w, c) for w, c in over if at[w] > c and (self.moved or self.confirmed(w) > c)),
-                        key=lambda wc: (wc[1] - at[wc[0]], wc[0]))
-        for donor, _ in donors:
+        over = [w for w in self.holders if self._at[w] > self.ceiling(w)]
+        donors = sorted((w for w in over if self.moved or self.confirmed(w) > self.ceiling(w)),
+                        key=lambda w: (self.ceiling(w) - self._at[w], w))
+        for donor in donors:
             while self._shed_one(donor):
                 pass
 
@@ -226,12 +216,12 @@ class BandPass:
         Leases that keep it above its ceiling (its rate and ceiling stay) go in one batch down its preference.
         """
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
-        ceiling, probes = self.ceiling(donor, rate), self._extremes(True, donor)
+        ceiling, probes = self.ceiling(donor), self._extremes(True, donor)
         if value <= ceiling or not probes:
             return False
         if self._split(donor, value, probes):
             return True
-        cap, heaviest, moved = value - self.band.min_gain, self._heaviest(donor), False
+        cap, moved = value - self.band.min_gain, False
         fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point * (1 + ROUNDING)
         keys = self._unrefilled(donor, self._preferred(donor, value, ceiling, fits, rate))
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
@@ -241,7 +231,7 @@ class BandPass:
                 return moved  # the next step is priced anew, or no receiver is below its limit and `cap`
             if after < value and (taker := self._taker(key, weight, probes, cap)) is not None:
                 self._move(key, (donor, after), taker, "above the band: shed")
-                if rate is None or after <= ceiling or weight == heaviest:  # (else its ceiling stays)
+                if rate is None or after <= ceiling:  # (else its rate and ceiling stay)
                     return True
                 value, moved = self._at[donor], True
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
