@@ -293,7 +293,7 @@ class BandPass:
                 return  # nothing fits the least loaded receiver that may take a lease: nor the fuller ones
 
     def _fill_one(self, receiver: str) -> bool:
-        """The lease landing the receiver nearest the average (from the first giver with one inside); False if none.
+        """The lease landing the receiver nearest the average, from the PROBES most loaded givers; False if none.
 
         The band is symmetric: a lease landing inside is nearer than any below, which lifts it most among them.
         """
@@ -313,8 +313,6 @@ class BandPass:
                     stream = stream_prefix(key)
                     option = (abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, (giver, after))
                     best = option if best is None or option < best else best
-            if best is not None and best[2] >= band.lower:
-                break
         if best is None:
             return False
         _, _, landed, key, giving = best
