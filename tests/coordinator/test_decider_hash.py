@@ -1,5 +1,5 @@
-"""bench/decider_hash.py: the hash a refactor of the deciders is checked with must depend on the plans and on nothing
-else (not the process's string hashing, not the order strategies run in)."""
+"""bench/decider_hash.py: the hash a refactor of the deciders is checked with depends on the plans (one fleet more
+changes it; the fleets' plans differ) and not on the process's string hashing."""
 
 from __future__ import annotations
 
