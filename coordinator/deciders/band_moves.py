@@ -165,13 +165,15 @@ class BandPass:
             yield from keys
             return
         band, counts = shares
-        for key in keys:
+        for key in keys:  # (the donor's count changes as the shed moves leases: read per key)
             kept, weight = ledger.count(donor) - 1, self._kbps[key]
+            if 2 * kept > self._per_worker:  # not a joiner once it gave the lease
+                yield key
+                continue
             left = ledger.throughput[donor] - weight
             share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
             value, rise = self._at[donor] - self.fall(donor, key), self.view.rise(donor, self.metric, weight)
-            if 2 * kept > self._per_worker or share >= band.floor or (
-                    value + rise > joiner_ceiling(self.view, donor, self.metric, value, left)):
+            if share >= band.floor or value + rise > joiner_ceiling(self.view, donor, self.metric, value, left):
                 yield key
 
     def shed(self) -> None:
@@ -303,9 +305,10 @@ class BandPass:
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
         best: tuple[float, int, float, str, tuple[str, float]] | None = None  # (distance, stream, landed, key, giving)
         for giver in self._extremes(False, receiver):
-            value, theirs = self._at[giver], self.plan.stream_counts(giver)
+            value = self._at[giver]
             if value <= band.avg:
                 break
+            theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = value - self.fall(giver, key)
                 if band.lower <= after < value and (taker := self._taker(

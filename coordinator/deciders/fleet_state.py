@@ -178,9 +178,9 @@ class FleetView:
                      for m, v in vals.items()} for w, vals in caught.items()}
         typical: dict[str, float] = {}
         for metric in self.lines:
-            seen = [bases[w][metric] for w in now if metric in bases[w]]
-            if seen:
-                typical[metric] = statistics.median(seen)
+            with_history = [bases[w][metric] for w in now if metric in bases[w]]
+            if with_history:
+                typical[metric] = statistics.median(with_history)
         self.learned = {w.worker_id: mine for w in reporting
                         if (mine := self._learn(w, snapshot.own_excess.get(w.worker_id, {}), typical))}
         for wid, mine in self.learned.items():
@@ -222,11 +222,13 @@ class FleetView:
         caught = dict(values)
         for wid, kbps in now.items():
             gap = kbps - seen[wid]
+            if not gap:
+                continue  # no change: the value as reported
             if wid in self.unsettled:
                 new = {m: self.lines[m].base + self.lines[m].slope * kbps for m in caught[wid]}
             else:
                 new = {m: max(0.0, v + self.lines[m].slope * gap) for m, v in caught[wid].items()}
-            if gap and all(math.isfinite(v) for v in new.values()):  # (no change: the value as reported)
+            if all(math.isfinite(v) for v in new.values()):
                 caught[wid] = new
         return caught
 
