@@ -12,8 +12,9 @@ deletes the item on release, so the epoch cannot live only there: every new term
 counter item, `LeaderEpoch` (`epoch`, N), with a conditional write, so an epoch never repeats for a table, across
 releases, restarts and KCL holders in between. A contender takes
 over a lock whose `recordVersionNumber` it has watched unchanged for `leaseDuration` on its own monotonic clock, so
-clocks of different hosts are never compared. Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see
-docs/kcl-differences.md).
+clocks of different hosts are never compared. A write whose reply was lost (the store's retry then fails on its own
+write) or went unanswered counts once a read shows its version under this owner's name (`LeaderLock._ours`).
+Unlike KCL's 120 s / 30 s defaults, shardherd uses seconds (see docs/kcl-differences.md).
 
 A contender with a `holder_probe` asks the holder's API for the version it holds instead of reading the item every
 heartbeat period (docs/decisions/0012-standby-reads.md): a version the holder reports counts as seen when its answer
@@ -31,7 +32,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shardherd.shared.clock import Clock
 from shardherd.shared.errors import ShardherdError, StoreUnavailable
@@ -91,6 +92,9 @@ class _Held:
     epoch: int
     version: str
     valid_until: float  # monotonic seconds: send time of the last successful write + lease duration - margin
+    # Versions of heartbeats sent since the last one known to land, by send time: one whose reply was lost may
+    # have landed (`LeaderLock._ours`).
+    unanswered: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -418,7 +422,7 @@ class LeaderLock:
             OWNER: self._owner, DURATION: str(int(self._duration * 1000)), VERSION: version,
             EPOCH: epoch, TERM: term, **({API_URL: self._api_url} if self._api_url is not None else {}),
         }
-        if self._store.put_state(self._key, item, condition):
+        if self._store.put_state(self._key, item, condition) or self._ours({version: sent}) is not None:
             with self._guard:
                 self._held = _Held(term, epoch, version, sent + self._duration - self._margin)
                 self._handover = handover
@@ -445,19 +449,33 @@ class LeaderLock:
             attributes[OBSERVED] = observed
         with self._guard:
             self._sending = version
-        ok = False
+        held.unanswered[version] = sent
         try:
             ok = self._store.update_state(self._key, attributes, remove=remove,
                                           condition={OWNER: self._owner, VERSION: held.version})
+            landed = version if ok else self._ours(held.unanswered)
         finally:
             with self._guard:
                 self._sending = None
-                if ok:
-                    held.version = version
-                    held.valid_until = sent + self._duration - self._margin
         self._note_store(True)  # applied or not, the store answered
-        if not ok:
+        if landed is None:
             self._drop("the lock item changed under us")
+            return
+        with self._guard:
+            held.version = landed
+            held.valid_until = held.unanswered[landed] + self._duration - self._margin
+        held.unanswered.clear()
+
+    def _ours(self, sent: Mapping[str, float]) -> str | None:
+        """Which of the versions this process `sent` (and heard nothing of) the lock item holds under its name.
+
+        A write whose reply was lost is retried by the store, and the retry's condition fails on the very write it
+        repeats; a heartbeat whose every attempt went unanswered may have landed too. Versions are fresh UUIDs, so
+        a match is this process's own write (one consistent read, made only after a write did not land as sent).
+        """
+        item = self._store.get_state(self._key)
+        version = _text(item.get(VERSION)) if item is not None and _text(item.get(OWNER)) == self._owner else None
+        return version if version in sent else None
 
     def _room(self, held: _Held) -> int:
         """Bytes left for `observedRows` in a lock item of at most `LOCK_ITEM_BYTES` (every other attribute sized)."""

@@ -99,11 +99,6 @@ class ClusterDriver:
         return {executor.pid for executor in live.values()}
 
 
-def _reading_half(fleet: Fleet, driver: Driver) -> bool:
-    held = fleet.held_by(driver.worker)
-    return len(held) == SHARDS // 2 and held <= {row[0] for row in driver.rows()}
-
-
 def test_two_client_mode_drivers_on_a_standalone_cluster_survive_an_executor_kill_and_a_driver_kill(
         cluster: StandaloneCluster, fleet: Fleet) -> None:
     stack = fleet.stack
@@ -113,8 +108,8 @@ def test_two_client_mode_drivers_on_a_standalone_cluster_survive_an_executor_kil
         a = ClusterDriver(fleet, cluster, "driver-a", "--slow-write", "0.5")
         b = ClusterDriver(fleet, cluster, "driver-b", "--slow-write", "0.5")
         for one in (a.driver, b.driver):
-            wait_for(partial(_reading_half, fleet, one), 150,
-                     f"{one.worker} holds {SHARDS // 2} shards and wrote rows of them\n{one.tail()}")
+            wait_for(partial(fleet.writes_all_it_holds, one, SHARDS // 2), 150,
+                     partial(fleet.report, f"{one.worker} holds {SHARDS // 2} shards and wrote rows of them"))
         started = time.monotonic() - began
         a_executors, b_executors = a.check_readers(0), b.check_readers(0)
         assert not a_executors & b_executors
@@ -141,7 +136,7 @@ def test_two_client_mode_drivers_on_a_standalone_cluster_survive_an_executor_kil
             executor.pid for executor in cluster.executors()}, 60, "the cluster ended driver-b's application")
         producer.stop()
         produced = {(shard, sequence, 0) for shard, sequence in stack.keys}
-        wait_for(lambda: fleet.written() >= produced, 90, f"every record written\n{a.driver.tail()}")
+        wait_for(lambda: fleet.written() >= produced, 90, partial(fleet.report, "every record written"))
         # Every row A wrote since the kill was read by its new executor.
         assert victim.pid not in a.check_readers(executor_killed) and not victim.is_running()
         recovered = min(row[6] for row in a.driver.rows() if row[6] > executor_killed) - executor_killed

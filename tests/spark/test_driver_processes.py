@@ -20,28 +20,12 @@ from functools import partial
 import pytest
 
 from tests.spark.driver_process import busy_marker
-from tests.support.spark_drivers import Driver, Fleet, Producer, check_delivery, check_tenures
+from tests.support.spark_drivers import Fleet, Producer, check_delivery, check_tenures
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SHARDS = 4  # the `fleet` fixture's stream (tests/spark/conftest.py)
-
-
-def _writes_all_it_holds(fleet: Fleet, driver: Driver, count: int | None = None) -> bool:
-    """Whether `driver` holds shards (`count` of them, if given) and has written rows for every one it holds.
-
-    Rows for only some of them are not enough: a shard that changed hands just before is written a batch later, and
-    the test's end checks that each driver wrote every shard it was seen to hold.
-    """
-    held = fleet.held_by(driver.worker)
-    return bool(held) and len(held) == (count or len(held)) and held <= {row[0] for row in driver.rows()}
-
-
-def _holding(fleet: Fleet, driver: Driver, what: str) -> str:
-    """`what`, then the shards `driver` holds and has written, and the end of its log (a timed-out wait's message)."""
-    written = sorted({row[0] for row in driver.rows()})
-    return f"{what}: holds {sorted(fleet.held_by(driver.worker))}, wrote {written}\n{driver.tail()}"
 
 
 def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and_fail_over_on_kill(
@@ -54,8 +38,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         for driver in (a, b):
             # 120 s, as for driver C below: in a fresh-clone CI run beside another Spark test, driver A held its
             # two shards and had written nothing 60 s after its launch; alone, the whole test took 72 s.
-            wait_for(partial(_writes_all_it_holds, fleet, driver, SHARDS // 2), 120,
-                     partial(_holding, fleet, driver, f"{driver.worker} holds {SHARDS // 2} shards and wrote rows"))
+            wait_for(partial(fleet.writes_all_it_holds, driver, SHARDS // 2), 120,
+                     partial(fleet.report, f"{driver.worker} holds {SHARDS // 2} shards and wrote rows"))
         b_shards = fleet.held_by("driver-b")
 
         wait_for(busy_marker(b.out).exists, 30, "driver-b between a write and its checkpoint")
@@ -68,8 +52,8 @@ def test_two_driver_processes_read_their_own_shards_drain_without_duplicates_and
         # Balancing decides how many shards C takes (by throughput): wait until it writes every shard it holds. A
         # whole Spark driver starts here, beside A's busy one: in a CI run with another Spark test alongside, C's agent
         # came up 27 s after the launch and its query had not started 55 s after its JVM (the wait was 60 s).
-        wait_for(partial(_writes_all_it_holds, fleet, c), 120,
-                 partial(_holding, fleet, c, "driver-c holds shards and wrote rows for them"))
+        wait_for(partial(fleet.writes_all_it_holds, c), 120,
+                 partial(fleet.report, "driver-c holds shards and wrote rows for them"))
 
         wait_for(busy_marker(c.out).exists, 30, "driver-c between a write and its checkpoint")
         c_shards = fleet.held_by("driver-c")

@@ -76,6 +76,26 @@ class Fleet:
     def held_by(self, worker: str) -> set[str]:
         return {shard for shard, owner in self.stack.owners().items() if owner == worker}
 
+    def writes_all_it_holds(self, driver: Driver, count: int | None = None) -> bool:
+        """Whether `driver` holds shards (`count` of them, if given) and has written rows for every one it holds.
+
+        Rows for only some of them are not enough: a shard that changed hands just before is written a batch later,
+        and the tests' ends check that each driver wrote every shard it was seen to hold.
+        """
+        held = self.held_by(driver.worker)
+        return bool(held) and len(held) == (count or len(held)) and held <= {row[0] for row in driver.rows()}
+
+    def report(self, what: str) -> str:
+        """`what`, then for every driver: whether it still runs, the shards it holds and has written, and the end of
+        its log (a timed-out wait's message: a peer that died is often why a driver did not get its share)."""
+        parts = [what]
+        for driver in self.drivers.values():
+            code = driver.process.poll()
+            written = sorted({row[0] for row in driver.rows()})
+            parts.append(f"--- {driver.worker} ({'running' if code is None else f'exited {code}'}): holds "
+                         f"{sorted(self.held_by(driver.worker))}, wrote {written}\n{driver.tail()}")
+        return "\n".join(parts)
+
     def holders(self) -> dict[str, str | None]:
         """Who may write each shard: the finishing owner during a handoff, else the owner."""
         return {lease.lease_key: lease.checkpoint_owner or lease.lease_owner
