@@ -442,6 +442,9 @@ def _catalogue() -> list[Cell]:
              **_pair(store_fault(Chaos(throttle_rate=0.8), "all"))),
         Cell("DynamoDB 5xx, all", "80% of every process's DynamoDB calls answered 500", probe=True,
              **_pair(store_fault(Chaos(error_rate=0.8), "all"))),
+        Cell("DynamoDB replies lost, all", "30% of every process's DynamoDB writes applied, then their connection "
+             "dropped unanswered (the store retries a write that already landed)", probe=True,
+             **_pair(store_fault(Chaos(lost_reply_rate=0.3, writes_only=True), "all"))),
         Cell("DynamoDB slow, all", "every DynamoDB call of every process answered 1 s late", probe=True,
              **_pair(store_fault(slow, "all"))),
         Cell("DynamoDB hang, agent", "the busiest agent's DynamoDB calls hang until its client times out",

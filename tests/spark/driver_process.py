@@ -5,8 +5,9 @@
 Each written row is one JSON line `[shard, sequence, sub-sequence, worker, pid, batch, unix time, reader pid]` in
 `--out` (pid: this driver's; reader pid: the process whose `read()` produced the row), flushed and fsynced inside the
 batch's write, so a row the lease table counts as done is on disk even if the process is SIGKILLed right after.
-SIGTERM drains (the agent hands its leases on while the query still runs), then exits 0. `--master` defaults to
-`local[1]`; a `spark://` URL runs the driver in client mode on that cluster, with `--conf` settings (repeatable).
+SIGTERM drains (the agent hands its leases on while the query still runs), then exits 0; a query that ends
+without it exits 1 with the agent's reason. `--master` defaults to `local[1]`; a `spark://` URL runs the driver in
+client mode on that cluster, with `--conf` settings (repeatable).
 
 `--slow-write S` makes each write a two-step sink: the rows, then S seconds later a second Spark job (as a sink that
 writes a second table would); `<out>.busy` exists from the moment its rows are on disk until the write returns, so
@@ -108,6 +109,8 @@ def main() -> None:
             pass
         agent.stop(drain=True)
     spark.stop()
+    if not terminate.is_set():  # the query ended on its own: a test waiting for this driver's rows should say why
+        raise SystemExit(f"the query ended without SIGTERM: {agent.stopped_because or 'no reason recorded'}")
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ the proxy closes) and then drops it, so clients wait out their own timeouts as a
 blackhole also stops accepting connections (the listen backlog fills, then the kernel drops every SYN: clients wait
 out their connect timeout, as against a firewall that drops packets) while requests on open ones hang; a
 fixed `reply` answers every request with that canned fault (AccessDenied, ExpiredToken, a malformed 200); else a
-seeded draw picks a throttling reply, a 500, a dropped connection or a plain forward, each after the configured
-latency. One proxy per process makes it easy to cut a single
+seeded draw picks a throttling reply, a 500, a dropped connection, a reply lost after the server applied the
+request, or a plain forward, each after the configured latency. One proxy per process makes it easy to cut a single
 agent off from the store while the others pass. With `shard` set, only Kinesis requests on that shard meet the chaos
 (GetShardIterator naming it, GetRecords with an iterator the proxy saw issued for it: it follows each shard's
 iterator chain through the answers it forwards); every other request passes. With `writes_only`, only DynamoDB
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any
 
-from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, THROTTLED, Fault, FaultyProxy
+from tests.support.faulty_proxy import DROPPED, INTERNAL_ERROR, REPLY_LOST, THROTTLED, Fault, FaultyProxy
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ class Chaos:
     throttle_rate: float = 0.0
     error_rate: float = 0.0
     drop_rate: float = 0.0
+    lost_reply_rate: float = 0.0  # applied by the server, then the connection drops unanswered (REPLY_LOST)
     partitioned: bool = False
     hang: bool = False  # a blackholed endpoint: requests get no answer until the proxy closes or hang is switched off
     reply: Fault | None = None  # every request answered with this canned fault
@@ -45,7 +46,7 @@ class Chaos:
     writes_only: bool = False  # only DynamoDB writes meet the chaos; reads pass (a store that refuses writes)
 
     def __post_init__(self) -> None:
-        rates = (self.throttle_rate, self.error_rate, self.drop_rate)
+        rates = (self.throttle_rate, self.error_rate, self.drop_rate, self.lost_reply_rate)
         if any(not 0.0 <= rate <= 1.0 for rate in rates) or sum(rates) > 1.0 or self.latency < 0:
             raise ValueError(f"rates must be probabilities summing to at most 1 and latency >= 0: {self}")
 
@@ -62,7 +63,7 @@ class ChaosProxy(FaultyProxy):
         self._chaos = CALM
         self._rng = random.Random(seed)
         self._chaos_lock = threading.Lock()
-        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, partitioned, hung
+        self.served: Counter[str] = Counter()  # chaos replies by kind: throttled, error, dropped, reply lost, ...
         self._closing = threading.Event()  # set on exit: hung requests end, so closing the server does not wait
         self._iterators: dict[str, str] = {}  # a Kinesis shard iterator answered -> its shard (the newest per chain)
         accept = self._server.get_request
@@ -103,7 +104,8 @@ class ChaosProxy(FaultyProxy):
             roll = self._rng.random()
             for kind, rate, fault in (("throttled", chaos.throttle_rate, THROTTLED),
                                       ("error", chaos.error_rate, INTERNAL_ERROR),
-                                      ("dropped", chaos.drop_rate, DROPPED)):
+                                      ("dropped", chaos.drop_rate, DROPPED),
+                                      ("reply lost", chaos.lost_reply_rate, REPLY_LOST)):
                 if roll < rate:
                     self.served[kind] += 1
                     return chaos.latency, fault
