@@ -200,7 +200,9 @@ class Rewinder:
                                         f"{datetime.fromtimestamp(started, UTC).isoformat()}")
             condition = {"id": running.get("id")}
         attributes = {"id": record.rewind_id, "who": record.who, "started": str(now)}
-        if not self._store.put_state(RUNNING_KEY, attributes, condition):
+        # A put whose reply was lost is retried and fails on itself: the item then holds this run's id.
+        if not self._store.put_state(RUNNING_KEY, attributes, condition) and (
+                self._store.get_state(RUNNING_KEY) or {}).get("id") != record.rewind_id:
             raise BadControlRequest("another rewind started just now")
 
     # ------------------------------------------------------------------ carrying out

@@ -442,9 +442,7 @@ def _catalogue() -> list[Cell]:
              **_pair(store_fault(Chaos(throttle_rate=0.8), "all"))),
         Cell("DynamoDB 5xx, all", "80% of every process's DynamoDB calls answered 500", probe=True,
              **_pair(store_fault(Chaos(error_rate=0.8), "all"))),
-        Cell("DynamoDB replies lost, all", "30% of every process's DynamoDB writes applied, then their connection "
-             "dropped unanswered (the store retries a write that already landed)", probe=True,
-             **_pair(store_fault(Chaos(lost_reply_rate=0.3, writes_only=True), "all"))),
+        _replies_lost(probe=True),
         Cell("DynamoDB slow, all", "every DynamoDB call of every process answered 1 s late", probe=True,
              **_pair(store_fault(slow, "all"))),
         Cell("DynamoDB hang, agent", "the busiest agent's DynamoDB calls hang until its client times out",
@@ -497,6 +495,13 @@ def _catalogue() -> list[Cell]:
     ]
 
 
+def _replies_lost(probe: bool = False) -> Cell:
+    """A share of every process's DynamoDB writes applied, their replies lost: each is retried after it landed."""
+    return Cell("DynamoDB replies lost, all", "30% of every process's DynamoDB writes applied, then their connection "
+                "dropped unanswered (the store retries a write that already landed)", probe=probe,
+                **_pair(store_fault(Chaos(lost_reply_rate=0.3, writes_only=True), "all")))
+
+
 def spark_cells() -> list[Cell]:
     """The Spark-driver cells (2 drivers, each its own JVM in local mode)."""
     return [Cell(f"Spark: {cell.name}", cell.does.replace("agent", "Spark driver"), cell.inject, cell.heal, cell.hold,
@@ -519,6 +524,7 @@ def spark_cells() -> list[Cell]:
              "directories has no free byte left", disk="spark", **_pair(disk_full())),
         Cell("channel and checkpoint read-only", "the filesystem of every agent's channel and Spark checkpoint "
              "directories is remounted read-only", disk="spark", **_pair(disk_read_only())),
+        _replies_lost(),
     ]]
 
 

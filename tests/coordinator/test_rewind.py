@@ -17,17 +17,22 @@ from shardherd.coordinator.rewind import RUNNING_KEY, Rewinder, RewindRequest, h
 from shardherd.coordinator.rewind_positions import HELD_BACK_NOTE, Found, parse_sequences, parse_time, position_at
 from shardherd.coordinator.rewind_probe import THROTTLE_WAITS, unthrottled
 from shardherd.coordinator.shard_sync import plan_shard_sync
+from shardherd.services.emulators.moto_server import MotoServer
+from shardherd.shared.aws import make_client
 from shardherd.shared.checkpoint import SHARD_END, TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock, SystemClock
 from shardherd.shared.config import load_settings
+from shardherd.shared.dynamo.store import DynamoLeaseStore
 from shardherd.shared.lease import Lease, new_lease
 from shardherd.shared.memory_store import MemoryLeaseStore
 from shardherd.shared.pause import BadControlRequest
 from shardherd.shared.retry import RetryPolicy
 from shardherd.shared.shard_lister import list_shards
 from shardherd.shared.shards import Shard
-from shardherd.shared.store import TableNames
+from shardherd.shared.store import LeaseStore, TableNames
 from shardherd.shared.streams import StreamIdentifier
+from tests.support.faulty_proxy import REPLY_LOST, Fault, FaultyProxy
+from tests.support.stores import unique_app
 from tests.support.stream_stack import active_stream
 from tests.support.waiting import wait_for
 
@@ -70,11 +75,12 @@ def stream(kinesis: Any) -> Iterator[tuple[str, list[str], datetime]]:
     kinesis.delete_stream(StreamName=name)
 
 
-def _owned(stream: str, kinesis: Any) -> tuple[MemoryLeaseStore, Rewinder, Owner, threading.Event]:
-    """The shard's lease at its last record, held by a live keeper ticking on a thread."""
+def _owned(stream: str, kinesis: Any, store: LeaseStore | None = None
+           ) -> tuple[LeaseStore, Rewinder, Owner, threading.Event]:
+    """The shard's lease at its last record (in `store`, else a memory store), held by a live keeper on a thread."""
     settings = load_settings(worker_id="w1", application_name="rewind-test", stream_name=stream,
                              failover_time_millis=3000, discovery_interval_millis=200)
-    store = MemoryLeaseStore(TableNames.for_application("rewind-test"))
+    store = store or MemoryLeaseStore(TableNames.for_application("rewind-test"))
     shard = kinesis.list_shards(StreamName=stream)["Shards"][0]["ShardId"]
     store.create_lease(new_lease(shard, TRIM_HORIZON))
     store.assign(shard, "w1", None, None)
@@ -118,6 +124,40 @@ def test_rewind_to_a_time_restarts_after_the_last_record_before_it(
         assert store.get_state(RUNNING_KEY) is None
     finally:
         stop.set()
+
+
+class _LosesRunningReply(FaultyProxy):
+    """Applies the first write of the running-rewind item, then drops its connection unanswered."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.lost = 0
+
+    def _next_for(self, target: str, body: bytes) -> Fault | None:
+        if not self.lost and target.endswith(".PutItem") and RUNNING_KEY.encode() in body:
+            self.lost += 1
+            return REPLY_LOST
+        return self._next(target)
+
+
+def test_a_start_whose_reply_was_lost_runs_the_rewind(kinesis: Any, stream: tuple[str, list[str], datetime],
+                                                       moto_server: MotoServer) -> None:
+    """The store retries the put of the running item, which fails on itself: the rewind is still this one's."""
+    name, sequences, middle = stream
+    with _LosesRunningReply(moto_server.endpoint_url) as proxy:
+        dynamo = DynamoLeaseStore(make_client("dynamodb", "us-east-1", proxy.endpoint_url),
+                                  TableNames.for_application(unique_app("rewind")))
+        dynamo.ensure_tables()
+        store, rewinder, owner, stop = _owned(name, kinesis, dynamo)
+        try:
+            wait_for(lambda: bool(owner.acquired), 10, "the keeper holds the lease")
+            record = rewinder.run(RewindRequest(who="test", to=middle.isoformat()))
+            assert proxy.lost == 1 and record.outcome == "done"
+            assert [row.after for row in record.rows] == [sequences[4]]
+            assert store.get_state(RUNNING_KEY) is None, "the run's own item is gone: the next rewind may start"
+        finally:
+            stop.set()
+            dynamo.close()
 
 
 def test_bad_input_and_a_running_rewind_write_nothing(kinesis: Any, stream: tuple[str, list[str], datetime]) -> None:
