@@ -15,7 +15,7 @@ from tests.support.chaos_proxy import CALM, Chaos
 
 FAULT_KINDS = ("agent_kill", "throttle", "split", "agent_term", "partition", "leader_kill", "merge", "skew",
                "rolling_deploy")
-BURST = Chaos(latency=0.02, throttle_rate=0.5, error_rate=0.1, drop_rate=0.05)
+BURST = Chaos(latency=0.02, throttle_rate=0.5, error_rate=0.1, drop_rate=0.05, lost_reply_rate=0.05)
 
 
 @dataclass(frozen=True)
