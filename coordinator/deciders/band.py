@@ -97,6 +97,6 @@ class BandDecider:
     def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
         """Placement, drain and (if `balance`) one band pass."""
         ledger = Ledger(snapshot)
-        plan = FleetPlan(FleetView(snapshot, config, ledger, band=True), ledger)
+        plan = FleetPlan(FleetView(snapshot, config, ledger), ledger)
         plan.place()
         return plan.result(NAME, balance, [balance_pass(plan)] if balance else [])

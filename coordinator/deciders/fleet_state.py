@@ -23,7 +23,7 @@ import heapq
 import math
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.ledger import Ledger, priority_reason
@@ -52,19 +52,21 @@ def _less(values: Values, own: Values) -> Values:
 
 
 class FleetView:
-    """The fleet as one snapshot shows it, for `band` (fitted lines) or `kcl-variance` (KCL's model); immutable."""
+    """The fleet as one snapshot shows it, as `band` models it (kcl_variance.py `KclView`: as KCL); immutable."""
 
-    def __init__(self, snapshot: Snapshot, config: DeciderConfig, ledger: Ledger, band: bool) -> None:
-        self.config, self.band = config, band
+    counts_idle = True  # an idle stream (every lease weighs 1) is balanced on lease counts (`count_only`)
+
+    def __init__(self, snapshot: Snapshot, config: DeciderConfig, ledger: Ledger) -> None:
+        self.config = config
         balanced = self._roster(snapshot)
         self.n_leases = len(snapshot.leases)
         self.target_throughput = ledger.mean_weight * self.n_leases / max(1, len(self.active))
-        self.count_only = band and ledger.unit_weights
+        self.count_only = self.counts_idle and ledger.unit_weights
         self.multi_stream = stream_prefix(next(iter(ledger.weight), "")) is not None
         self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
         reporting = [w for w in balanced if w.worker_id not in self.default]
         values, seen, now = self._reports(balanced, ledger)
-        needy = [lease.key for lease in ledger.needy] if band else []  # unassigned, expired
+        needy = [lease.key for lease in ledger.needy]  # unassigned, expired
         self.carried = self._carried_throughput(ledger, reporting, needy)
         # KiB/s that needs an owner (summed in a fixed order: a set's order, so the sum's last bit, varies by process)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
@@ -106,7 +108,7 @@ class FleetView:
             wid = worker.worker_id
             if wid in self.default:
                 values[wid] = {THROUGHPUT_METRIC: 100.0 * ledger.throughput[wid] / tp if tp > 0 else 0.0}
-                self.limits[wid] = {THROUGHPUT_METRIC: math.inf if self.band else 100.0}
+                self.limits[wid] = {THROUGHPUT_METRIC: math.inf}
                 continue
             values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
             self.limits[wid] = {m: worker.operating_range[m][0] for m in worker.metric_stats}
@@ -131,29 +133,26 @@ class FleetView:
                reporting: Sequence[WorkerView]) -> None:
         """Lines and values: the kept own excess out, lines fitted, values caught up, own excess learned and out."""
         kept = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}  # counted up to the value
-                for w, own in snapshot.own_excess.items() if w in values} if self.band else {}
+                for w, own in snapshot.own_excess.items() if w in values}
         less = _less(values, kept)
         self._lines(snapshot, less, seen, [w.worker_id for w in reporting])
         caught = self._catch_up(less, seen, now)
         self.learned: Values = {}
         self.own: Values = {}
-        if self.band and not self.count_only:
+        if not self.count_only:
             self._own_excess(snapshot, reporting, caught, kept, now)
         self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
                                          for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
 
     def _lines(self, snapshot: Snapshot, values: Values, seen: Kbps, reporting: Sequence[str]) -> None:
-        """Sets each metric's line: fitted (`fitted`), else the leader's last, else the proportional one (KCL: always).
+        """Sets each metric's line: fitted (`fitted`), else the leader's last, else the proportional one.
 
-        Band fits over (KiB/s `seen`, value) of the settled active reporting workers; its proportional line: the
+        Fitted over (KiB/s `seen`, value) of the settled active reporting workers; the proportional line: the
         reporting workers' mean value (draining ones included) over `carried`.
         """
-        means = self._mean(values)
+        means = self._mean(values, self.active)
         self.fitted: dict[str, Line] = {}
-        if not self.band:
-            self.lines = {m: proportional(mean, self.target_throughput) for m, mean in means.items()}
-            return
         settled = self.active_set - self.default - self.unsettled
         self.lines = dict(snapshot.lines)
         for metric, mean in means.items():
@@ -207,13 +206,12 @@ class FleetView:
                 mine[metric] = base - typical[metric]
         return mine
 
-    def _mean(self, values: Values) -> dict[str, float]:
-        """Per metric, the values' sum (band: non-draining workers only) over the non-draining workers reporting it."""
+    def _mean(self, values: Values, summed: Iterable[str]) -> dict[str, float]:
+        """Per metric, the `summed` workers' values' sum over the non-draining workers reporting it."""
         totals = dict.fromkeys(self.metrics, 0.0)
-        for wid, vals in values.items():
-            if wid in self.active_set or not self.band:
-                for metric, value in vals.items():
-                    totals[metric] += value
+        for wid in summed:
+            for metric, value in values[wid].items():
+                totals[metric] += value
         receivers = Counter(m for w in self.active for m in values[w])
         return {m: totals[m] / receivers[m] if receivers[m] else 0.0 for m in self.metrics}
 
@@ -238,10 +236,8 @@ class FleetView:
                     for m, v in vals.items()} for w, vals in self.values.items()}
 
     def _averages(self, values: Values) -> dict[str, float]:
-        """Each metric's average once every lease has an owner (band: plus the load of leases needing one)."""
-        means = self._mean(values)
-        if not self.band:
-            return means
+        """Each metric's average once every lease has an owner: the load of leases needing one counted in."""
+        means = self._mean(values, self.active)
         share = self.orphaned / max(1, len(self.active))
         return {m: mean + x if math.isfinite(x := self.lines[m].slope * share) else mean for m, mean in means.items()}
 

@@ -3,7 +3,8 @@
 Chosen by `lease_assignment_strategy = variance` with `variance_balancing = kcl`. It reproduces the worked examples of
 KCL's `VarianceBasedLeaseAssignmentDecider` tests (tests/coordinator/test_variance.py). Placement, the catch-up of
 lagging reports and the projections are shared with strategy `band` (coordinator/deciders/fleet_state.py: `FleetView`,
-`FleetPlan`).
+`FleetPlan`); KCL's model (`KclView`) replaces band's: proportional lines, no own excess, draining workers' values in
+the averages.
 
 Kept from KCL: balancing on the metric with the largest dampened budget, donors above the band or their operating
 range, the strict `remaining - x > 0` walk, overshoot with the smallest lease, receivers never pushed past the fleet
@@ -24,16 +25,37 @@ Differences:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetPlan, FleetView, HeapEntry
+from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetPlan, FleetView, HeapEntry, Kbps, Values
 from shardherd.coordinator.ledger import Ledger
+from shardherd.coordinator.load_model import proportional
 from shardherd.coordinator.moves import MoveReason, Plan
-from shardherd.coordinator.snapshot import Snapshot
+from shardherd.coordinator.snapshot import Snapshot, WorkerView
 from shardherd.shared.streams import stream_prefix
+from shardherd.shared.worker import THROUGHPUT_METRIC
 
 NAME = "kcl-variance"
+
+
+class KclView(FleetView):
+    """The fleet as KCL models it: proportional lines, no own excess, a default worker's operating range 100 (`T`)."""
+
+    counts_idle = False  # an idle stream weighs every lease 1, yet reported metrics stay
+
+    def _model(self, snapshot: Snapshot, values: Values, seen: Kbps, now: Kbps,
+               reporting: Sequence[WorkerView]) -> None:
+        """Each metric's line through 0 and the mean value at the average share `T`; values caught up."""
+        self.fitted = {}
+        self.lines = {m: proportional(mean, self.target_throughput) for m, mean in self._mean(values, values).items()}
+        self.values = self._catch_up(values, seen, now)
+        self.learned, self.own = {}, {}
+        self.limits.update({w: {THROUGHPUT_METRIC: 100.0} for w in self.default})
+
+    def _averages(self, values: Values) -> dict[str, float]:
+        """Each metric's mean over the non-draining workers, draining workers' values summed in (as KCL)."""
+        return self._mean(values, values)
 
 
 class KclBalancer:
@@ -179,7 +201,7 @@ class KclVarianceDecider:
     def plan(self, snapshot: Snapshot, config: DeciderConfig, balance: bool) -> Plan:
         """Priority assignment, drain, and (if `balance`) KCL's dampened-budget balancing."""
         ledger = Ledger(snapshot)
-        plan = FleetPlan(FleetView(snapshot, config, ledger, band=False), ledger)
+        plan = FleetPlan(KclView(snapshot, config, ledger), ledger)
         plan.place()
         notes = [KclBalancer(plan).run()] if balance else []
         return plan.result(NAME, balance, notes)

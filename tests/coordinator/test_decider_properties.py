@@ -124,7 +124,7 @@ def test_band_invariants_hold_after_every_move(snapshot: Snapshot, exact: Snapsh
     config = DeciderConfig(rebalance_persistent_reports=persistent)
     for fleet in (snapshot, exact):
         ledger = Ledger(fleet)
-        plan = CheckedPlan(FleetView(fleet, config, ledger, band=True), ledger)
+        plan = CheckedPlan(FleetView(fleet, config, ledger), ledger)
         plan.place()
         balance_pass(plan)
 
