@@ -137,10 +137,7 @@ class FleetView:
         less = _less(values, kept)
         self._lines(snapshot, less, seen, [w.worker_id for w in reporting])
         caught = self._catch_up(less, seen, now)
-        self.learned: Values = {}
-        self.own: Values = {}
-        if not self.count_only:
-            self._own_excess(snapshot, reporting, caught, kept, now)
+        self._own_excess(snapshot, reporting, caught, kept, now)  # (counting leases: no worker reports, none learned)
         self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
                                          for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
@@ -180,8 +177,9 @@ class FleetView:
             with_history = [bases[w][metric] for w in now if metric in bases[w]]
             if with_history:
                 typical[metric] = statistics.median(with_history)
-        self.learned = {w.worker_id: mine for w in reporting
-                        if (mine := self._learn(w, snapshot.own_excess.get(w.worker_id, {}), typical))}
+        self.learned: Values = {w.worker_id: mine for w in reporting
+                                if (mine := self._learn(w, snapshot.own_excess.get(w.worker_id, {}), typical))}
+        self.own: Values = {}
         for wid, mine in self.learned.items():
             for metric, learned in mine.items():
                 if metric in typical and metric in bases[wid]:  # (typical: only where a line is)
@@ -385,12 +383,10 @@ class FleetPlan:
         lease = self.ledger.leases[key]
         stream = stream_prefix(key)
         candidates = [heapq.heappop(heap)]
-        while heap and len(candidates) < RECEIVER_PROBES and (
-                lease.avoids(candidates[0][2]) or (stream is not None
-                                                   and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
+        while heap and len(candidates) < RECEIVER_PROBES and (lease.avoids(candidates[0][2]) or (
+                stream is not None and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
-        best = candidates[0] if len(candidates) == 1 else min(candidates, key=lambda e: (
-            lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
+        best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))
         candidates.remove(best)
         for entry in candidates:
             heapq.heappush(heap, entry)
