@@ -87,8 +87,7 @@ class FleetView:
         self.active = tuple(w.worker_id for w in balanced if not w.draining)
         self.active_set = frozenset(self.active)
         self.stale = frozenset(w.worker_id for w in workers if w.stale)
-        # Workers holding a lease whose figure still changes (their leases cannot be priced yet); leases placed in
-        # this term, not yet settled.
+        # Settling: its leases cannot be priced yet (a figure still changes); fresh: placed this term, not yet settled
         self.settling = frozenset(lease.actual_owner for lease in leases if lease.settling and lease.actual_owner)
         self.fresh = frozenset(lease.key for lease in leases if lease.fresh)
         return balanced
