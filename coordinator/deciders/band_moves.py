@@ -299,8 +299,6 @@ class BandPass:
 
         The band is symmetric: a lease landing inside is nearer than any below, which lifts it most among them.
         """
-        if not self.plan.assignable(receiver):
-            return False
         band, base = self.band, self._at[receiver]
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
         best: tuple[float, int, float, str, tuple[str, float]] | None = None  # (distance, stream, landed, key, giving)
