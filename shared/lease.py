@@ -79,6 +79,14 @@ class Lease:
         """True while a graceful handoff from `checkpoint_owner` to `lease_owner` is in progress."""
         return self.checkpoint_owner is not None
 
+    def renewed_by(self, owner: str, counter: int, during_handoff: bool) -> bool:
+        """Whether this row is what `owner`'s renewal of counter `counter` left.
+
+        A retried renewal finds it so when its first attempt landed and the reply was lost.
+        """
+        holder = self.checkpoint_owner if during_handoff else self.lease_owner
+        return holder == owner and self.in_handoff == during_handoff and self.lease_counter == counter + 1
+
     @property
     def is_paused(self) -> bool:
         """True while an operator's pause holds the shard (its owner keeps the lease but reads nothing)."""

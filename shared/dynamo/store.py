@@ -226,10 +226,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
             expression.set(lc.THROUGHPUT_KBPS, stored_throughput)
 
         def renewed_by_me(current: Lease) -> bool:
-            holder = current.checkpoint_owner if during_handoff else current.lease_owner
-            return (holder == owner and current.in_handoff == during_handoff
-                    and current.lease_counter == expected_counter + 1
-                    and (stored_throughput is None or current.throughput_kbps == float(stored_throughput["N"])))
+            return current.renewed_by(owner, expected_counter, during_handoff) and (
+                stored_throughput is None or current.throughput_kbps == float(stored_throughput["N"]))
 
         return self._write(lease_key, expression, "renew", own_result=renewed_by_me)
 

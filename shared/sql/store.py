@@ -141,10 +141,17 @@ class SqlLeaseStore(LeaseStore):
         return None if document is None else decode_document(key, document)
 
     def _fenced_write(self, what: str, lease_key: str, statement: Update | Delete, conflict: Conflict,
-                      fence: Fence | None) -> Outcome:
-        """Run one conditional lease statement (with RETURNING) after the fence; classify a miss by re-reading."""
+                      fence: Fence | None, own_result: Callable[[Lease], bool] | None = None) -> Outcome:
+        """Run one conditional lease statement (with RETURNING) after the fence; classify a miss by re-reading.
+
+        `own_result` recognises the row this very statement produces: when a retry (its first commit's reply was
+        lost) misses and the row already looks like that, the first attempt was committed.
+        """
+        attempts = 0
 
         def attempt() -> Outcome:
+            nonlocal attempts
+            attempts += 1
             with self._writing() as conn:
                 if fence is not None and not condition_holds(fence.key, self._state_item(conn, fence.key),
                                                               fence.expect):
@@ -153,15 +160,19 @@ class SqlLeaseStore(LeaseStore):
                 if row is not None:
                     return Outcome.ok(decode_lease(row, self.tables.leases))
                 current = self._read_lease(conn, lease_key)
+                if attempts > 1 and current is not None and own_result is not None and own_result(current):
+                    return Outcome.ok(current)
                 return Outcome.lost(Conflict.NOT_FOUND if current is None else conflict, current)
 
         return self._run(attempt, f"{what} of lease {lease_key!r}")
 
     def _update(self, what: str, lease_key: str, conditions: Sequence[ColumnElement[bool]],
-                values: Mapping[str, Any], fence: Fence | None = None) -> Outcome:
+                values: Mapping[str, Any], fence: Fence | None = None,
+                own_result: Callable[[Lease], bool] | None = None) -> Outcome:
         leases = self._schema.leases
         statement = update(leases).where(leases.c.lease_key == lease_key, self._is_lease, *conditions)
-        return self._fenced_write(what, lease_key, statement.values(dict(values)), Conflict.OWNERSHIP, fence)
+        return self._fenced_write(what, lease_key, statement.values(dict(values)), Conflict.OWNERSHIP, fence,
+                                  own_result)
 
     def _bump(self) -> Any:
         return self._schema.leases.c.lease_counter + 1
@@ -273,7 +284,8 @@ class SqlLeaseStore(LeaseStore):
         values: dict[str, Any] = {"lease_counter": self._bump()}
         if throughput_kbps is not None:
             values["throughput_kbps"] = self._throughput(throughput_kbps)
-        return self._update("renewal", lease_key, conditions, values)
+        return self._update("renewal", lease_key, conditions, values, own_result=lambda current: current.renewed_by(
+            owner, expected_counter, during_handoff))
 
     def assign(self, lease_key: str, new_owner: str, expected_owner: str | None,
                expected_checkpoint_owner: str | None, fence: Fence | None = None, move: str | None = None) -> Outcome:
