@@ -6,8 +6,9 @@ averages, notes, fitted lines and own excess, each float by its repr (a changed 
 the band model reads (6,000 of them reached every statement of coordinator/deciders/ in session 30): metric histories
 with noise, own excess and failed samples, throughput histories steady and changing, `settled_reports`, the leader's
 kept lines and own excess, one or two metrics or none, multi-stream keys, draining and stale workers, expired,
-settling, fresh, recently moved and refused leases, leases without a figure, and varied settings. A differing hash
-says only that something changed; `--show SEED` prints one fleet's plan to compare.
+settling, fresh, recently moved and refused leases, leases without a figure, and varied settings (a tenth of the
+fleets with a minimum gain that puts every lease's KiB/s within the noise, so the fill on shares counts leases). A
+differing hash says only that something changed; `--show SEED` prints one fleet's plan to compare.
 
 Run: `python -m bench.decider_hash [--fleets 6000] [--show SEED]`.
 """
@@ -91,7 +92,10 @@ def fleet(seed: int) -> tuple[Snapshot, DeciderConfig, bool]:
         max_leases_for_worker=rng.choice([2**31 - 1, 2**31 - 1, 3, 8]),
         max_throughput_per_host_kbps=rng.choice([float("inf"), float("inf"), 2000.0]),
         allow_receiver_above_average=rng.random() < 0.8)
-    return Snapshot.of(leases, workers, lines, kept), config, rng.random() < 0.85
+    balance = rng.random() < 0.85
+    if rng.random() < 0.1:  # KiB/s within the noise: the fill on shares counts leases (drawn last: other fleets stay)
+        config = dataclasses.replace(config, rebalance_min_gain_kbps=rng.choice([500.0, 5000.0]))
+    return Snapshot.of(leases, workers, lines, kept), config, balance
 
 
 def plan_text(plan: Plan) -> str:
