@@ -17,7 +17,8 @@ Figures per cell (seconds from t0 unless said):
 - `held unread`: the longest time any lease was held by a worker that delivered none of its records meanwhile;
 - `moved`: from the fault until the victim agent's shards are all read by another worker, and `probe moved` from the
   probe's kill until its shards are (inf, shown "never": some shard was not read elsewhere before the end);
-- `leader`: another replica holding the leader lock, when the victim is the leader;
+- `leader`: another replica holding the leader lock, when the victim is the leader; in any other cell, another
+  replica than the one leading at t0 (the lead moved although the fault did not target it);
 - `red`: the first of two failed answers in a row to /healthz (of a coordinator, or of an agent where agents serve
   one), and the same for /readyz (coordinators), of a process the harness did not kill;
 - `lost` (records never delivered although their shard's checkpoint passed them: skipped for good; must be 0),
@@ -737,7 +738,7 @@ def measure(observed: Observed) -> Result:
         held_unread=held_unread(data, t0, stopped),
         moved=_moved(data, t0, observed.victim),
         probe_moved=_moved(data, t0, observed.probe),
-        leader=_new_leader(data, t0, observed.victim),
+        leader=new_leader(data, t0, observed.victim),
         healthz_red=_first_red(observed, "/healthz"),
         readyz_red=_first_red(observed, "/readyz"),
         lost=lost if produced else -1,
@@ -898,12 +899,13 @@ def _holder_before(data: RunData, key: str, at: float) -> str | None:
     return row.checkpoint_owner or row.owner
 
 
-def _new_leader(data: RunData, t0: float, victim: str | None) -> float | None:
-    """Seconds from t0 until another replica than the victim holds the lock (victim the leader only)."""
-    if victim is None or not victim.startswith("coord-"):
-        return None
-    after = [s for s in data.samples if s.time > t0 and s.leader not in (None, victim)]
-    return after[0].time - t0 if after else None
+def new_leader(data: RunData, t0: float, victim: str | None) -> float | None:
+    """Seconds from t0 until another replica holds the lock than the victim, if the fault hit the leader; else than
+    the leader at t0: a change the fault did not ask for (a leader losing its lock to a fault it should ride out)."""
+    before = [s.leader for s in data.samples if s.time <= t0 and s.leader is not None]
+    held = victim if victim is not None and victim.startswith("coord-") else before[-1] if before else None
+    after = [s for s in data.samples if s.time > t0 and s.leader not in (None, held)]
+    return after[0].time - t0 if after and held is not None else None
 
 
 def _first_red(observed: Observed, path: str) -> float | None:

@@ -9,15 +9,17 @@ from shardherd.shared.checkpoint import Checkpoint, Sentinel
 from tests.chaos.analysis import Lifetime, RunData, Timing
 from tests.chaos.cluster import LeaseRow, Sample
 from tests.chaos.ledgers import Delivery, Produced
-from tests.chaos.matrix import dead_threads, held_unread, read_again, undo_jump
+from tests.chaos.matrix import dead_threads, held_unread, new_leader, read_again, undo_jump
 
 S0, S1 = "shardId-000000000000", "shardId-000000000001"
 OPEN = LeaseRow("a", None, Checkpoint.of(Sentinel.TRIM_HORIZON), frozenset())
 
 
-def _data(deliveries: list[Delivery], holders: dict[float, dict[str, str]]) -> RunData:
+def _data(deliveries: list[Delivery], holders: dict[float, dict[str, str]],
+          leaders: dict[float, str | None] | None = None) -> RunData:
     samples = [Sample(at, {shard: LeaseRow(owner, None, OPEN.checkpoint, frozenset())
-                           for shard, owner in owners.items()}, "coord-1") for at, owners in sorted(holders.items())]
+                           for shard, owner in owners.items()}, (leaders or {}).get(at, "coord-1"))
+               for at, owners in sorted(holders.items())]
     produced = [Produced(d.data, d.shard, d.sequence, d.time) for d in deliveries]
     return RunData(deliveries, [], produced, samples, [], {"a": Lifetime(0, None, "close")}, {},
                    Timing(3.0, 0.3, 0.25))
@@ -62,3 +64,14 @@ def test_a_clock_jump_is_undone_from_the_step_on() -> None:
     assert [d.time for d in fixed] == [10.0, 10.5, 11.0, 11.5, 11.0]
     back = undo_jump([replace(d, time=d.time - 600.0 if d.time > 300 else d.time) for d in rows[:4]], "a", -300.0)
     assert [d.time for d in back] == [10.0, 10.5, 11.0, 11.5]
+
+
+def test_the_lead_moving_is_a_figure_whether_or_not_the_fault_targeted_the_leader() -> None:
+    holders = {float(t): {S0: "a"} for t in range(21)}
+    steady = _data([], holders)
+    assert new_leader(steady, 5.0, "agent-3") is None and new_leader(steady, 5.0, None) is None
+    assert new_leader(steady, 5.0, "coord-1") is None  # the killed leader's lock never moved: no failover seen
+    moved = _data([], holders, {float(t): None if t < 10 else "coord-2" for t in range(8, 21)})
+    assert new_leader(moved, 5.0, "coord-1") == 5.0  # failover: the first sample of another holder, at 10
+    assert new_leader(moved, 5.0, "agent-3") == 5.0  # the same move in a cell that hit an agent: not asked for
+    assert new_leader(moved, 12.0, "agent-3") is None  # coord-2 already led at t0
