@@ -88,6 +88,14 @@ class Lease:
         return holder == owner and self.in_handoff == during_handoff and self.lease_counter == counter + 1
 
     @property
+    def released(self) -> bool:
+        """Whether this row is what a release left: no owner, no handoff.
+
+        A retried release whose first attempt landed finds it so; only a release clears the owner of a held lease.
+        """
+        return self.lease_owner is None and self.checkpoint_owner is None
+
+    @property
     def is_paused(self) -> bool:
         """True while an operator's pause holds the shard (its owner keeps the lease but reads nothing)."""
         return self.paused is not None

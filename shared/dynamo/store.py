@@ -310,7 +310,7 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         expression = (_existing_lease().require_string(lc.LEASE_OWNER, owner)
                       .require_absent(lc.CHECKPOINT_OWNER))
         expression.remove(lc.LEASE_OWNER).add(lc.LEASE_COUNTER, 1)
-        return self._write(lease_key, expression, "release")
+        return self._write(lease_key, expression, "release", own_result=lambda current: current.released)
 
     def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
         """SET the pause reason, or REMOVE the pause and its acknowledgement; owners and counter untouched."""

@@ -348,7 +348,8 @@ class SqlLeaseStore(LeaseStore):
         """The owner drops the lease (no handoff running): leaseOwner removed, counter+1."""
         c = self._schema.leases.c
         conditions = [c.lease_owner == owner, c.checkpoint_owner.is_(None)]
-        return self._update("release", lease_key, conditions, {"lease_owner": None, "lease_counter": self._bump()})
+        return self._update("release", lease_key, conditions, {"lease_owner": None, "lease_counter": self._bump()},
+                            own_result=lambda current: current.released)
 
     def set_pause(self, lease_key: str, reason: str | None) -> Outcome:
         """Set the pause reason, or clear the pause and its acknowledgement; owners and counter untouched."""

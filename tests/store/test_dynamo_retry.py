@@ -155,6 +155,17 @@ def test_renew_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore, p
     assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 2
 
 
+def test_release_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
+    """The owner is told it released the lease (its processor is shut down, not told the lease was lost)."""
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    proxy.add([REPLY_LOST])
+
+    outcome = store.release("shardId-1", "w1")
+
+    assert outcome.applied and outcome.lease is not None and outcome.lease.released
+    assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 2
+
+
 def test_a_real_lost_renew_is_not_mistaken_for_a_lost_reply(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
     assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
     assert store.assign("shardId-1", "w2", "w1", None).applied  # w2 now holds it at counter 1

@@ -55,6 +55,17 @@ def test_a_renewal_whose_commit_reply_was_lost_is_still_this_owners(
     assert outcome.lease == stored
 
 
+def test_a_release_whose_commit_reply_was_lost_is_a_release(
+        proxied: tuple[LostCommitProxy, SqlLeaseStore, ManualClock]) -> None:
+    proxy, store, _ = proxied
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    assert store.assign(KEY, "w1", None, None).applied
+    proxy.lose_commit_replies()
+    outcome = store.release(KEY, "w1")
+    assert proxy.lost == 1 and outcome.applied, outcome
+    assert outcome.lease is not None and outcome.lease.released
+
+
 def test_a_lock_heartbeat_whose_commit_reply_was_lost_keeps_the_lead(
         proxied: tuple[LostCommitProxy, SqlLeaseStore, ManualClock]) -> None:
     proxy, store, clock = proxied
