@@ -289,7 +289,7 @@ class BandPass:
                         and self.plan.ledger.count(w) <= joiners_only), key=lambda w: (self._at[w], w))
         for receiver in under:
             start = self._at[receiver]
-            while self._at[receiver] < self.band.lower and self._fill_one(receiver):
+            while self._at[receiver] < self.band.lower and self.plan.assignable(receiver) and self._fill_one(receiver):
                 pass
             if self._at[receiver] == start and self.plan.assignable(receiver):
                 return  # nothing fits the least loaded receiver that may take a lease: nor the fuller ones

@@ -3,7 +3,7 @@
 The store retries the request, and the retry's condition fails on the very write it repeats. Found by CI (stop 48):
 a coordinator logged "lost leadership: the lock item changed under us" with no other contender, and its fleet went
 without a leader for a lease duration. A FaultyProxy between the store and moto forwards the scheduled request and
-then drops the connection, as a load balancer or a timed-out read does.
+then drops the connection (`REPLY_LOST`), as a load balancer or a timed-out read does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from shardherd.shared.store import TableNames
 from tests.support.faulty_proxy import DROPPED, REPLY_LOST, FaultyProxy
 from tests.support.stores import unique_app
 
-DURATION_MS, PERIOD_MS = 6_000, 1_500  # REPLY_LOST: the server applies the request, the client gets no reply
+DURATION_MS, PERIOD_MS = 6_000, 1_500
 
 
 @pytest.fixture

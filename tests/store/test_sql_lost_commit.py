@@ -30,7 +30,7 @@ KEY = "shardId-000000000000"
 def proxied(postgres_server: PostgresServer) -> Iterator[tuple[LostCommitProxy, SqlLeaseStore, ManualClock]]:
     clock = ManualClock()
     with LostCommitProxy(postgres_server.port) as proxy:
-        store = SqlLeaseStore(proxy.url(postgres_server.url, postgres_server.port),
+        store = SqlLeaseStore(proxy.url(postgres_server.url),
                               TableNames.for_application(unique_app("lostcommit")),
                               retry=RetryPolicy(max_attempts=4, clock=clock, rng=random.Random(5)))
         store.ensure_tables()

@@ -34,9 +34,9 @@ class LostCommitProxy:
         self._closing = threading.Event()
         self._accepting = threading.Thread(target=self._accept, name="pg-proxy", daemon=True)
 
-    def url(self, server_url: str, server_port: int) -> str:
-        """`server_url` (a SQLAlchemy URL of the server) pointed at this proxy instead."""
-        return server_url.replace(f":{server_port}/", f":{self.port}/")
+    def url(self, server_url: str) -> str:
+        """`server_url` (a SQLAlchemy URL of the upstream server) pointed at this proxy instead."""
+        return server_url.replace(f":{self._upstream[1]}/", f":{self.port}/")
 
     def lose_commit_replies(self, count: int = 1) -> None:
         """Lose the replies of the next `count` COMMITs (each carried out by the server first)."""
