@@ -23,7 +23,7 @@ import heapq
 import math
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
 from shardherd.coordinator.ledger import Ledger, priority_reason
@@ -116,7 +116,6 @@ class FleetView:
                 now[wid] = ledger.known_throughput(wid)
             else:
                 seen[wid] = ledger.known_throughput(wid)
-        self.metrics = sorted({m for vals in values.values() for m in vals})
         self.unsettled = frozenset(w for w, kbps in now.items()
                                    if abs(kbps - seen[w]) > UNSETTLED_SHARE * max(kbps, seen[w]))
         return values, seen, now
@@ -203,14 +202,11 @@ class FleetView:
                 mine[metric] = base - typical[metric]
         return mine
 
-    def _mean(self, values: Values, summed: Iterable[str]) -> dict[str, float]:
+    def _mean(self, values: Values, summed: Collection[str]) -> dict[str, float]:
         """Per metric, the `summed` workers' values' sum over the non-draining workers reporting it."""
-        totals = dict.fromkeys(self.metrics, 0.0)
-        for wid in summed:
-            for metric, value in values[wid].items():
-                totals[metric] += value
         receivers = Counter(m for w in self.active for m in values[w])
-        return {m: totals[m] / receivers[m] if receivers[m] else 0.0 for m in self.metrics}
+        return {m: sum(values[w][m] for w in summed if m in values[w]) / receivers[m] if receivers[m] else 0.0
+                for m in sorted({m for vals in values.values() for m in vals})}
 
     def _catch_up(self, values: Values, seen: Kbps, now: Kbps) -> Values:
         """Each value plus what its EMA has not seen of the worker's throughput change (unsettled: the line's)."""
