@@ -85,7 +85,6 @@ class FleetView:
         self.draining = frozenset(w.worker_id for w in workers if w.draining)
         balanced = [w for w in workers if self.status[w.worker_id] is WorkerStatus.ACTIVE]
         self.active = tuple(w.worker_id for w in balanced if not w.draining)
-        self.active_set = frozenset(self.active)
         self.stale = frozenset(w.worker_id for w in workers if w.stale)
         # Settling: its leases cannot be priced yet (a figure still changes); fresh: placed this term, not yet settled
         self.settling = frozenset(lease.actual_owner for lease in leases if lease.settling and lease.actual_owner)
@@ -148,7 +147,7 @@ class FleetView:
         """
         means = self._mean(values, self.active)
         self.fitted: dict[str, Line] = {}
-        settled = self.active_set - self.default - self.unsettled
+        settled = set(self.active) - self.default - self.unsettled
         self.lines = dict(snapshot.lines)
         for metric, mean in means.items():
             points = [(seen[w], vals[metric]) for w, vals in values.items() if w in settled and metric in vals]
