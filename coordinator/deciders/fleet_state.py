@@ -132,18 +132,18 @@ class FleetView:
         kept = {w: {m: min(x, values[w][m]) for m, x in own.items() if m in values[w]}  # counted up to the value
                 for w, own in snapshot.own_excess.items() if w in values}
         less = _less(values, kept)
-        self._lines(snapshot, less, seen, [w.worker_id for w in reporting])
+        self._lines(snapshot, less, seen)
         caught = self._catch_up(less, seen, now)
         self._own_excess(snapshot, reporting, caught, kept, now)  # (counting leases: no worker reports, none learned)
         self.values = _less(caught, {w: {m: self.own.get(w, {}).get(m, 0.0) - kept.get(w, {}).get(m, 0.0)
                                          for m in caught[w]} for w in {*kept, *self.own}})
         self.limits = _less(self.limits, self.own)
 
-    def _lines(self, snapshot: Snapshot, values: Values, seen: Kbps, reporting: Sequence[str]) -> None:
+    def _lines(self, snapshot: Snapshot, values: Values, seen: Kbps) -> None:
         """Sets each metric's line: fitted (`fitted`), else the leader's last, else the proportional one.
 
         Fitted over (KiB/s `seen`, value) of the settled active reporting workers; the proportional line: the
-        reporting workers' mean value (draining ones included) over `carried`.
+        reporting workers' mean value (draining ones included) over `carried` (`T`: 100 over the target KiB/s).
         """
         means = self._mean(values, self.active)
         self.fitted: dict[str, Line] = {}
@@ -154,11 +154,11 @@ class FleetView:
             line = fit_line(points, mean)
             if line is not None:
                 self.fitted[metric] = self.lines[metric] = line
-            elif metric == THROUGHPUT_METRIC and self.target_throughput > 0:
-                self.lines.setdefault(metric, Line(0.0, 100.0 / self.target_throughput))
+            elif metric == THROUGHPUT_METRIC:
+                self.lines.setdefault(metric, proportional(100.0, self.target_throughput))
             elif metric not in self.lines:
-                reported = [values[w][metric] for w in reporting if metric in values[w]]
-                self.lines[metric] = proportional(sum(reported) / len(reported) if reported else mean, self.carried)
+                reported = [vals[metric] for vals in values.values() if metric in vals]
+                self.lines[metric] = proportional(sum(reported) / len(reported), self.carried)
 
     def _own_excess(self, snapshot: Snapshot, reporting: Sequence[WorkerView], caught: Values, kept: Values,
                     now: Mapping[str, float]) -> None:
