@@ -357,20 +357,18 @@ class FleetPlan:
     def place(self) -> None:
         """Unassigned, expired (oldest first), then draining leases to the roomiest worker (late heartbeats: last)."""
         heap = self.queue()
-        stale_ok = not heap and bool(self.view.stale)
-        priority = self.queue(stale_ok=True) if stale_ok else heap
+        priority = heap or self.queue(stale_ok=True)  # workers with a late heartbeat only where no other may take one
         none = UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
         for lease in self.ledger.priority_leases():
             why = f"silent {lease.silent_ms} ms"
-            if not self._place_one(priority, lease.key, priority_reason(lease), why, stale_ok):
+            if not self._place_one(priority, lease.key, priority_reason(lease), why):
                 self.ledger.spill(lease, none, "no worker can take it")
         for key in self.ledger.drain_leases(self.view.draining):
             owner = self.ledger.owner[key]
             if not self._place_one(heap, key, MoveReason.DRAIN, f"{owner} draining"):
                 self.ledger.held.append(Unplaced(key, owner, none, "draining; no worker can take it"))
 
-    def _place_one(self, heap: list[HeapEntry], key: str, reason: MoveReason, why: str,
-                   stale_ok: bool = False) -> bool:
+    def _place_one(self, heap: list[HeapEntry], key: str, reason: MoveReason, why: str) -> bool:
         """Give the lease to the roomiest worker it does not avoid (of those about as roomy: fewest of its stream)."""
         if not heap:
             return False
@@ -385,7 +383,7 @@ class FleetPlan:
         for entry in candidates:
             heapq.heappush(heap, entry)
         self.move(key, best[2], reason, f"most room {-best[0]:.3g}; {why}")
-        self.requeue(heap, best[2], stale_ok)
+        self.requeue(heap, best[2], stale_ok=True)  # (it came from this queue, which judged its heartbeat already)
         return True
 
     def result(self, strategy: str, balanced: bool, notes: Sequence[str]) -> Plan:
