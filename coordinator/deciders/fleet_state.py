@@ -66,11 +66,10 @@ class FleetView:
         self.default = frozenset(w.worker_id for w in balanced if w.uses_default_metric or self.count_only)
         reporting = [w for w in balanced if w.worker_id not in self.default]
         values, seen, now = self._reports(balanced, ledger)
-        needy = [lease.key for lease in ledger.needy]  # unassigned, expired
-        self.carried = self._carried_throughput(ledger, reporting, needy)
+        self.carried = self._carried_throughput(ledger, reporting)
         # KiB/s that needs an owner (summed in a fixed order: a set's order, so the sum's last bit, varies by process)
         self.orphaned = sum(ledger.throughput.get(w, 0.0) for w in sorted(self.draining)) + sum(
-            ledger.weight[k] for k in needy if ledger.owner[k] not in self.draining)
+            ledger.weight[lease.key] for lease in ledger.needy if ledger.owner[lease.key] not in self.draining)
         self._model(snapshot, values, seen, now, reporting)
         self.averages = self._averages(self.values)
         self.confirmed = {w: dict(vals) for w, vals in self.values.items()}
@@ -119,12 +118,12 @@ class FleetView:
                                    if abs(kbps - seen[w]) > UNSETTLED_SHARE * max(kbps, seen[w]))
         return values, seen, now
 
-    def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView], needy: list[str]) -> float:
+    def _carried_throughput(self, ledger: Ledger, reporting: Sequence[WorkerView]) -> float:
         """Band's proportional line's KiB/s: what reporting workers hold on average (none: KCL's `T`)."""
         ids = {w.worker_id for w in reporting}
         carried = sum(ledger.throughput.get(w.worker_id, 0.0) for w in reporting) - sum(  # (in order: see `orphaned`)
-            ledger.weight[key] for key in needy if ledger.owner[key] in ids)
-        return carried / len(reporting) if reporting and carried > 0 else self.target_throughput
+            ledger.weight[lease.key] for lease in ledger.needy if ledger.owner[lease.key] in ids)
+        return carried / len(reporting) if carried > 0 else self.target_throughput  # (none reporting: 0 carried)
 
     def _model(self, snapshot: Snapshot, values: Values, seen: Kbps, now: Kbps,
                reporting: Sequence[WorkerView]) -> None:
@@ -332,7 +331,7 @@ class FleetPlan:
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
         source, weight = self.ledger.owner[key], self.ledger.weight[key]
-        if source is not None and source in self._values:
+        if source in self._values:  # (no owner, or one not balanced: no values to lower)
             held = self._values[source]
             for metric, value in held.items():  # each metric's drop reads only its own value
                 held[metric] = value - self.drop(source, metric, key)
