@@ -314,8 +314,7 @@ class FleetPlan:
     def drop(self, wid: str, metric: str, key: str) -> float:
         """How much `metric` of `wid` falls when lease `key` leaves it (without KiB/s: an equal part per lease)."""
         rate = self.rate(wid, metric)
-        return rate * self.ledger.weight[key] if rate is not None else self._load(wid, metric) / max(
-            1, self.ledger.count(wid))
+        return rate * self.ledger.weight[key] if rate is not None else self._load(wid, metric) / self.ledger.count(wid)
 
     def assignable(self, wid: str, stale_ok: bool = False) -> bool:
         """Whether the worker may take another lease: a fresh heartbeat (unless `stale_ok`) and the max settings."""
