@@ -331,12 +331,8 @@ class FleetPlan:
         """Move `key` to `wid`: the giver's values drop by its own rate, the receiver's rise by the line."""
         source, weight = self.ledger.owner[key], self.ledger.weight[key]
         if source in self._values:  # (no owner, or one not balanced: no values to lower)
-            held = self._values[source]
-            for metric, value in held.items():  # each metric's drop reads only its own value
-                held[metric] = value - self.drop(source, metric, key)
-        taking = self._values[wid]
-        for metric, value in taking.items():
-            taking[metric] = value + self.view.rise(wid, metric, weight)
+            self._values[source] = {m: v - self.drop(source, m, key) for m, v in self._values[source].items()}
+        self._values[wid] = {m: v + self.view.rise(wid, m, weight) for m, v in self._values[wid].items()}
         self.ledger.move(key, wid, reason, detail)
         self.changed.update((wid,) if source is None else (source, wid))
 
