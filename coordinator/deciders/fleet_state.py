@@ -295,7 +295,7 @@ class FleetPlan:
     def __init__(self, view: FleetView, ledger: Ledger) -> None:
         self.view = view
         self.ledger = ledger
-        self._values: Values = {w: dict(vals) for w, vals in view.values.items()}
+        self._values: Values = dict(view.values)  # (a move replaces a worker's values: the view's stay as they are)
         self.changed: set[str] = set()  # workers a move of this run gave or took a lease: their projection is known
 
     def values(self, wid: str) -> Mapping[str, float]:
