@@ -111,11 +111,11 @@ class BandPass:
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
-        self._room = {w: (min(band.upper, self.view.limits[w].get(self.metric, math.inf)), self.rise(w, 1.0))
-                      for w in self.holders}  # its ceiling (the band's edge or its operating range), rise per KiB/s
-        self._top_limit = max((limit for limit, _ in self._room.values()), default=-math.inf)
-        self._top_per_point = max((1.0 / rise if rise > 0 else math.inf for _, rise in self._room.values()),
-                                  default=0.0)  # the most KiB/s a holder takes per point
+        # Each holder's ceiling, the highest value it may keep (invariant 3): the band's edge or its operating range
+        self._ceiling = {w: min(band.upper, self.view.limits[w].get(self.metric, math.inf)) for w in self.holders}
+        self._top_limit = max(self._ceiling.values(), default=-math.inf)
+        rises = (self.rise(w, 1.0) for w in self.holders)  # each holder's rise per KiB/s
+        self._top_per_point = max((1.0 / r if r > 0 else math.inf for r in rises), default=0.0)  # most KiB/s per point
 
     def level(self, wid: str) -> float:
         """The worker's projected value of the balanced metric."""
@@ -136,10 +136,8 @@ class BandPass:
 
     def room_left(self, wid: str, weight: float) -> bool:
         """Whether every other metric of the receiver stays under its ceiling with the lease."""
-        values = self.plan.values(wid)
-        return len(values) < 2 or all(
-            value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
-            for m, value in values.items() if m != self.metric)
+        return all(value + self.view.rise(wid, m, weight) <= self.view.ceiling(wid, m) + ROUNDING * max(1.0, value)
+                   for m, value in self.plan.values(wid).items() if m != self.metric)
 
     def run(self) -> int:
         """Shed and fill until a round moves nothing (invariant 5); how many leases moved."""
@@ -150,39 +148,29 @@ class BandPass:
             self.fill()
         return self.moved
 
-    def ceiling(self, wid: str) -> float:
-        """The highest value the worker may keep (invariant 3): the band's edge or its operating range."""
-        return self._room[wid][0]
+    def _unrefilled(self, donor: str, key: str) -> bool:
+        """Whether the fill on shares leaves `key` off the donor once the shed gave it (invariant 3).
 
-    def _unrefilled(self, donor: str, keys: Iterator[str]) -> Iterator[str]:
-        """`keys` less those the fill on shares would give back (invariant 3); all above its operating range.
-
-        It gives one back where the donor without it is a joiner under its floor with room for the lease under its
+        It gives it back where the donor without it is a joiner under the fill's floor with room for the lease under its
         `joiner_ceiling`, which counts its value above the line as its own (the shed: as its leases').
         """
         ledger, shares = self.plan.ledger, self._shares
-        if shares is None or self._at[donor] > self.view.limits[donor][self.metric]:
-            yield from keys
-            return
+        kept, weight = ledger.count(donor) - 1, self._kbps[key]  # (the shed moves leases: read per lease)
+        if shares is None or 2 * kept > self._per_worker:  # no fill on shares, or not a joiner once it gave the lease
+            return True
         band, counts = shares
-        for key in keys:  # (the donor's count changes as the shed moves leases: read per key)
-            kept, weight = ledger.count(donor) - 1, self._kbps[key]
-            if 2 * kept > self._per_worker:  # not a joiner once it gave the lease
-                yield key
-                continue
-            left = ledger.throughput[donor] - weight
-            share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
-            value, rise = self._at[donor] - self.fall(donor, key), self.view.rise(donor, self.metric, weight)
-            if share >= band.floor or value + rise > joiner_ceiling(self.view, donor, self.metric, value, left):
-                yield key
+        left = ledger.throughput[donor] - weight
+        share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
+        value, rise = self._at[donor] - self.fall(donor, key), self.view.rise(donor, self.metric, weight)
+        return share >= band.floor or value + rise > joiner_ceiling(self.view, donor, self.metric, value, left)
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        over = [w for w in self.holders if self._at[w] > self.ceiling(w)]
-        donors = sorted((w for w in over if self.moved or self.confirmed(w) > self.ceiling(w)),
-                        key=lambda w: (self.ceiling(w) - self._at[w], w))
+        over = [w for w in self.holders if self._at[w] > self._ceiling[w]]
+        donors = sorted((w for w in over if self.moved or self.confirmed(w) > self._ceiling[w]),
+                        key=lambda w: (self._ceiling[w] - self._at[w], w))
         for donor in donors:
-            while self._shed_one(donor):
+            while self._at[donor] > self._ceiling[donor] and self._shed_one(donor):
                 pass
 
     def _movable(self, wid: str) -> list[tuple[float, str]]:
@@ -204,9 +192,8 @@ class BandPass:
                split: bool = False) -> tuple[str, float] | None:
         """The first of `receivers` taking the lease under `cap` and its ceiling (a split: its range); its value."""
         for receiver in receivers:
-            limit, rise = self._room[receiver]
-            landed = self._at[receiver] + rise * weight
-            limit = self.view.limits[receiver][self.metric] if split else limit
+            landed = self._at[receiver] + self.rise(receiver, weight)
+            limit = self.view.limits[receiver][self.metric] if split else self._ceiling[receiver]
             if (landed <= limit and landed <= cap and self.plan.assignable(receiver) and not
                     self.plan.ledger.leases[key].avoids(receiver) and self.room_left(receiver, self._kbps[key])):
                 return receiver, landed
@@ -218,14 +205,16 @@ class BandPass:
         Leases that keep it above its ceiling (its rate and ceiling stay) go in one batch down its preference.
         """
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
-        ceiling, probes = self.ceiling(donor), self._extremes(True, donor)
-        if value <= ceiling or not probes:
+        ceiling, probes = self._ceiling[donor], self._extremes(True, donor)
+        if not probes:
             return False
         if self._split(donor, value, probes):
             return True
         cap, moved = value - self.band.min_gain, False
         fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._unrefilled(donor, self._preferred(donor, value, ceiling, fits, rate))
+        keys = self._preferred(donor, value, ceiling, fits, rate)
+        if value <= self.view.limits[donor][self.metric]:  # (decision 0044: under its range)
+            keys = filter(lambda key: self._unrefilled(donor, key), keys)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
