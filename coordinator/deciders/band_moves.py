@@ -47,9 +47,8 @@ def share_band(view: FleetView) -> tuple[Band, bool] | None:
     It counts leases where an empty worker is inside the throughput band's floor (KiB/s within the noise, 0042).
     """
     cfg = view.config
-    if not cfg.rebalance_fill_on_throughput or view.count_only or view.target_throughput <= 0 or (
-            THROUGHPUT_METRIC in view.averages):
-        return None
+    if not cfg.rebalance_fill_on_throughput or view.target_throughput <= 0 or THROUGHPUT_METRIC in view.averages:
+        return None  # (`T`: a worker without metrics, or every worker of an idle stream, is balanced on its share)
     floors = (cfg.rebalance_threshold_percentage, cfg.rebalance_min_band_points)
     dead = cfg.rebalance_dead_band_percentage
     gain = view.gain_floor(THROUGHPUT_METRIC)  # as `FleetView.min_gain`, the average being 100
@@ -180,7 +179,7 @@ class BandPass:
             view, keys = self.view, self.plan.ledger.movable(wid, True)
             if wid in view.stale or wid in view.settling:
                 keys = [k for k in keys if k in view.fresh] if self.on_shares and wid not in view.stale else []
-            movable = self._by_weight[wid] = sorted(zip(map(self._weight.__getitem__, keys), keys, strict=True))
+            movable = self._by_weight[wid] = sorted((self._weight[key], key) for key in keys)
         return movable
 
     def _extremes(self, lowest: bool, exclude: str) -> list[str]:
@@ -290,7 +289,7 @@ class BandPass:
         """
         band, base = self.band, self._at[receiver]
         mine = self.plan.stream_counts(receiver)  # among equal fills, the lease of a stream the receiver lacks most
-        best: tuple[float, int, float, str, tuple[str, float]] | None = None  # (distance, stream, landed, key, giving)
+        fills: list[tuple[float, int, float, str, str, float]] = []  # (distance, stream, landed, key, giver, after)
         for giver in self._extremes(False, receiver):
             value = self._at[giver]
             if value <= band.avg:
@@ -301,12 +300,11 @@ class BandPass:
                 if band.lower <= after < value and (taker := self._taker(
                         key, weight, [receiver], value - band.min_gain)) and taker[1] >= base + band.min_gain:
                     stream = stream_prefix(key)
-                    option = (abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, (giver, after))
-                    best = option if best is None or option < best else best
-        if best is None:
+                    fills.append((abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, giver, after))
+        if not fills:
             return False
-        _, _, landed, key, giving = best
-        self._move(key, giving, (receiver, landed), "below the band: fill")
+        _, _, landed, key, giver, after = min(fills)
+        self._move(key, (giver, after), (receiver, landed), "below the band: fill")
         return True
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
