@@ -207,11 +207,11 @@ class BandPass:
         ceiling, probes = self._ceiling[donor], self._extremes(True, donor)
         if not probes:
             return False
-        if self._split(donor, value, probes):
-            return True
         cap, moved = value - self.band.min_gain, False
-        fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point * (1 + ROUNDING)
-        keys = self._preferred(donor, value, ceiling, fits, rate)
+        fits = (min(cap, self._top_limit) - self._at[probes[0]]) * self._top_per_point  # most KiB/s a probe takes
+        if self._split(donor, value, probes, fits):
+            return True
+        keys = self._preferred(donor, value, ceiling, fits * (1 + ROUNDING), rate)
         if value <= self.view.limits[donor][self.metric]:  # (decision 0044: under its range)
             keys = filter(lambda key: self._unrefilled(donor, key), keys)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
@@ -227,14 +227,13 @@ class BandPass:
                 cap, probes = value - self.band.min_gain, self._extremes(True, donor)
         return moved
 
-    def _split(self, donor: str, value: float, probes: list[str]) -> bool:
+    def _split(self, donor: str, value: float, probes: list[str], fits: float) -> bool:
         """Hand the lightest of two or more leases too heavy for the band to the least loaded taker (invariant 3)."""
         per_kbps = self.rise(donor, 1.0)
         if self.view.count_only or per_kbps <= 0:
             return False
         movable = self._movable(donor)
-        heavy = max((self.band.upper - self.band.lower) / per_kbps,
-                    (self._top_limit - self._at[probes[0]]) * self._top_per_point)  # (the shed's bound on what fits)
+        heavy = max((self.band.upper - self.band.lower) / per_kbps, fits)  # (in KiB/s: more than both is too heavy)
         first = bisect.bisect_right(movable, (heavy, "\uffff"))
         if len(movable) - first < 2:
             return False
