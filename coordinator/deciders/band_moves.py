@@ -212,7 +212,7 @@ class BandPass:
         if self._split(donor, value, probes, fits):
             return True
         keys = self._preferred(donor, value, ceiling, fits * (1 + ROUNDING), rate)
-        if value <= self.view.limits[donor][self.metric]:  # (decision 0044: under its range)
+        if value <= self.view.limits[donor][self.metric]:  # under its range: none the fill on shares gives back
             keys = filter(lambda key: self._unrefilled(donor, key), keys)
         for key in self._spread(donor, keys) if self.view.multi_stream else keys:
             weight = self._weight[key]
