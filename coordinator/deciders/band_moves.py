@@ -212,9 +212,10 @@ class BandPass:
         if self._split(donor, value, probes, fits):
             return True
         keys = self._preferred(donor, value, ceiling, fits * (1 + ROUNDING), rate)
+        keys = self._spread(donor, keys) if self.view.multi_stream else keys
         if value <= self.view.limits[donor][self.metric]:  # under its range: none the fill on shares gives back
-            keys = filter(lambda key: self._unrefilled(donor, key), keys)
-        for key in self._spread(donor, keys) if self.view.multi_stream else keys:
+            keys = filter(lambda key: self._unrefilled(donor, key), keys)  # (lazy: judged on the count as it moves)
+        for key in keys:
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if (moved and after <= ceiling) or not self._at[probes[0]] < min(cap, self._top_limit):

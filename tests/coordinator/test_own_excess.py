@@ -24,11 +24,15 @@ PLAIN = [f"p{i}" for i in range(8)]
 
 
 def _fleet(spark_cpu: list[float], spark_kbps: list[float], spark_leases: int = 4,
-           own_excess: dict[str, dict[str, float]] | None = None) -> Snapshot:
+           own_excess: dict[str, dict[str, float]] | None = None, streams: int = 0) -> Snapshot:
     """Eight plain agents, six leases of 0.07 KiB/s each at 1.2 + 5.7 x 0.42 % CPU, and agent S holding
-    `spark_leases` leases with the CPU and KiB/s histories given (oldest first)."""
-    leases = [LeaseView(f"{wid}-{n}", lease_owner=wid, throughput_kbps=0.07) for wid in PLAIN for n in range(6)]
-    leases += [LeaseView(f"S-{n}", lease_owner="S", throughput_kbps=0.07) for n in range(spark_leases)]
+    `spark_leases` leases with the CPU and KiB/s histories given (oldest first); with `streams`, multi-stream
+    lease keys spread over that many streams."""
+    def key(wid: str, n: int) -> str:
+        return f"123456789012:s{n % streams}:1:{wid}-{n}" if streams else f"{wid}-{n}"
+
+    leases = [LeaseView(key(wid, n), lease_owner=wid, throughput_kbps=0.07) for wid in PLAIN for n in range(6)]
+    leases += [LeaseView(key("S", n), lease_owner="S", throughput_kbps=0.07) for n in range(spark_leases)]
     plain_cpu = LINE.base + LINE.slope * 0.42
     workers = [WorkerView(wid, {"C": (plain_cpu,) * 10}, {"C": (100.0,)}, throughput_history=(0.42,) * 10)
                for wid in PLAIN]
@@ -79,13 +83,17 @@ def test_a_kept_excess_counts_only_as_far_as_the_newest_reports_show_it() -> Non
     assert {w.worker_id: w for w in plan.workers}["S"].metrics_before["C"] == pytest.approx(2.796)
 
 
-def test_a_shed_on_cpu_gives_no_lease_the_fill_on_shares_gives_back() -> None:
+@pytest.mark.parametrize(("cpu", "streams"), [(16.0, 0), (40.0, 0), (40.0, 2)])
+def test_a_shed_on_cpu_gives_no_lease_the_fill_on_shares_gives_back(cpu: float, streams: int) -> None:
     # Session 26, live 256 shards x 34 agents: the leader had learned only part of a Spark agent's JVM (here 4 of
     # 12.4 points); the rest put it above the CPU band. The shed priced it at the agent's leases and took it to half
     # the average lease count, where the fill on shares counts its CPU above the line as its own (`joiner_ceiling`)
     # and filled it back: shed 2, shed 2, fill 4, ... on the same reports. Now the shed gives no lease the fill would
-    # give back (`BandPass._unrefilled`).
-    snapshot = _fleet([16.0] * 10, [0.42] * 10, spark_leases=6, own_excess={"S": {"C": 4.0}})
+    # give back (`BandPass._unrefilled`). At 40 % S sheds in one batch (each lease keeps it above the band), and each
+    # lease is judged on the count as the batch moves leases, in a multi-stream application too (where the shed
+    # orders its leases to spread each stream first; before, that order judged them all at 6 leases: S shed 4 and
+    # the fill on shares gave 3 back in the same plan, and S shed 2 in the next).
+    snapshot = _fleet([cpu] * 10, [0.42] * 10, spark_leases=6, own_excess={"S": {"C": 4.0}}, streams=streams)
     moves: list[Move] = []
     for _ in range(4):  # each plan applied (its moved leases left alone by the next run, as the leader does)
         plan = decide(snapshot, CONFIG, balance=True)
