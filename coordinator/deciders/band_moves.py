@@ -17,7 +17,8 @@ Invariants (checked after every move by tests/coordinator/test_decider_propertie
    lightest of them to the least loaded receiver, which may end above the band's edge but not above its operating range
    nor the giver's value less the minimum gain (`_split`, decision 0046); the receiver then sheds as a donor.
 4. A worker far below the band (value and confirmed value a band's width under it) is filled, least loaded first,
-   from the most loaded workers above the average, none ending below the band; a lift is at least the minimum gain.
+   from the most loaded workers above the average, none ending below the band nor giving a lease the fill on shares
+   would give back (as invariant 3); a lift is at least the minimum gain.
 5. Shed and fill repeat until a round moves nothing: the same pass on the same reports leaves the plan alone.
 
 A donor's preference (`_preferred`): the lease landing it inside the band nearest the average, else least far under it,
@@ -148,15 +149,16 @@ class BandPass:
         return self.moved
 
     def _unrefilled(self, donor: str, key: str) -> bool:
-        """Whether the fill on shares leaves `key` off the donor once the shed gave it (invariant 3).
+        """Whether the fill on shares leaves `key` off the donor once a shed or fill gave it (invariants 3 and 4).
 
-        It gives it back where the donor without it is a joiner under the fill's floor with room for the lease under its
-        `joiner_ceiling`, which counts its value above the line as its own (the shed: as its leases').
+        It gives it back where the donor, under its operating range, is without it a joiner under the fill's floor with
+        room for the lease under its `joiner_ceiling`, which counts its value above the line as its own (the shed: as
+        its leases').
         """
         ledger, shares = self.plan.ledger, self._shares
         kept, weight = ledger.count(donor) - 1, self._kbps[key]  # (the shed moves leases: read per lease)
-        if shares is None or 2 * kept > self._per_worker:  # no fill on shares, or not a joiner once it gave the lease
-            return True
+        if shares is None or 2 * kept > self._per_worker or self._at[donor] > self.view.limits[donor][self.metric]:
+            return True  # no fill on shares, not a joiner once it gave the lease, or above its operating range
         band, counts = shares
         left = ledger.throughput[donor] - weight
         share = 100.0 * (kept / self._per_worker if counts else left / self.view.target_throughput)
@@ -213,9 +215,7 @@ class BandPass:
             return True
         keys = self._preferred(donor, value, ceiling, fits * (1 + ROUNDING), rate)
         keys = self._spread(donor, keys) if self.view.multi_stream else keys
-        if value <= self.view.limits[donor][self.metric]:  # under its range: none the fill on shares gives back
-            keys = filter(lambda key: self._unrefilled(donor, key), keys)  # (lazy: judged on the count as it moves)
-        for key in keys:
+        for key in filter(lambda key: self._unrefilled(donor, key), keys):  # (lazy: judged as the donor gives)
             weight = self._weight[key]
             after = value - (rate * weight if rate is not None else self.fall(donor, key))
             if (moved and after <= ceiling) or not self._at[probes[0]] < min(cap, self._top_limit):
@@ -297,7 +297,7 @@ class BandPass:
             theirs = self.plan.stream_counts(giver)
             for weight, key in self._movable(giver):
                 after = value - self.fall(giver, key)
-                if band.lower <= after < value and (taker := self._taker(
+                if band.lower <= after < value and self._unrefilled(giver, key) and (taker := self._taker(
                         key, weight, [receiver], value - band.min_gain)) and taker[1] >= base + band.min_gain:
                     stream = stream_prefix(key)
                     fills.append((abs(taker[1] - band.avg), mine[stream] - theirs[stream], taker[1], key, giver, after))

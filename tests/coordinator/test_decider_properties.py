@@ -83,11 +83,11 @@ def test_no_strategy_raises_and_each_lease_moves_at_most_once(snapshot: Snapshot
 
 
 class CheckedPlan(FleetPlan):
-    """A plan that checks the band's invariants 1, 2 and 3 (no shed the fill on shares refills) at every move."""
+    """A plan that checks the band's invariants 1-4 (3, 4: no giver the fill on shares refills) at every move."""
 
     def __init__(self, view: FleetView, ledger: Ledger) -> None:
         super().__init__(view, ledger)
-        self.shed_under_range: set[str] = set()  # givers a shed moved a lease off under their operating range
+        self.gave_under_range: set[str] = set()  # givers balancing moved a lease off under their operating range
 
     def move(self, key: str, wid: str, reason: MoveReason, detail: str) -> None:
         """Check, then move."""
@@ -104,11 +104,11 @@ class CheckedPlan(FleetPlan):
             return
         # The fill on throughput (no T band) lets a joining worker's ceiling rise by its own load's excess.
         share_fill = reason is MoveReason.BALANCE_THROUGHPUT and THROUGHPUT_METRIC not in view.averages
-        # Invariant 3: a shed under the giver's operating range gives no lease the fill on shares gives back.
-        assert not share_fill or wid not in self.shed_under_range, (wid, key)
-        shed = detail.startswith("above the band: shed")
-        if shed and all(v <= view.limits[giver][m] for m, v in before.get(giver, {}).items()):
-            self.shed_under_range.add(giver)
+        # Invariants 3 and 4: a shed or fill under the giver's operating range gives no lease the fill on shares gives
+        # back (in the same plan).
+        assert not share_fill or wid not in self.gave_under_range, (wid, key)
+        if not share_fill and all(v <= view.limits[giver][m] for m, v in before.get(giver, {}).items()):
+            self.gave_under_range.add(giver)
         for metric, value in self.values(wid).items():
             ceiling = view.ceiling(wid, metric)
             if share_fill and metric in before.get(wid, {}):

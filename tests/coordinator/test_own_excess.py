@@ -108,6 +108,15 @@ def test_a_shed_on_cpu_gives_no_lease_the_fill_on_shares_gives_back(cpu: float, 
     assert sum(lease.lease_owner == "S" for lease in snapshot.leases) == 3
 
 
+def test_the_cpu_fill_takes_no_lease_the_fill_on_shares_gives_back() -> None:
+    # S holds 11 of 59 leases at 92 % CPU, none of it learned as its own yet. The shed takes it down to 4 leases: one
+    # more and it would hold at most half the average count (59 / 9 = 6.6), a joiner the fill on shares fills. Before,
+    # the CPU fill then took 2 more off S for the emptiest plain agents, and the fill on shares gave S 4 leases of
+    # the plain agents back: 13 moves in one plan for a net 5.
+    plan = decide(_fleet([92.0] * 10, [0.77] * 10, spark_leases=11), CONFIG, balance=True)
+    assert [move.from_owner for move in plan.moves] == ["S"] * 7
+
+
 def test_own_base_reads_a_workers_reports_only_where_its_throughput_moved() -> None:
     slope = 5.7
     # A joining worker: five reports with no lease, five with 0.5 KiB/s; its CPU rose by the leases' share only.
