@@ -31,11 +31,9 @@ def metric_to_balance(plan: FleetPlan) -> Band | None:
     for metric, avg in view.averages.items():  # idle stream: only a worker under half the average count is filled
         band = Band.around(metric, avg, view.half_band(metric), view.min_gain(metric),
                            view.config.rebalance_dead_band_percentage, avg / 2 if view.count_only else math.inf)
-        stray = 0.0
-        for wid in view.active:
-            value = (plan.values(wid) if wid in plan.changed else view.confirmed[wid]).get(metric)
-            if value is not None:
-                stray += max(0.0, value - min(band.upper, view.limits[wid][metric])) + max(0.0, band.lower - value)
+        counted = ((w, (plan.values(w) if w in plan.changed else view.confirmed[w]).get(metric)) for w in view.active)
+        stray = sum(max(0.0, value - min(band.upper, view.limits[w][metric])) + max(0.0, band.lower - value)
+                    for w, value in counted if value is not None)
         if stray > most:
             best, most = band, stray
     return best

@@ -30,14 +30,13 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from shardherd.coordinator.deciders.fleet_state import FleetPlan, FleetView
+from shardherd.coordinator.deciders.fleet_state import PROBES, FleetPlan, FleetView
 from shardherd.coordinator.moves import MoveReason
 from shardherd.shared.streams import stream_prefix
 from shardherd.shared.worker import THROUGHPUT_METRIC
 
-PROBES = 8  # how many of the least (or most) loaded workers a lease is tried against: bounds the cost
 ROUNDING = 1e-9  # relative slack on the band's edges: a value computed to sit on an edge counts as inside
 SHARE_FILL_BELOW = 50.0  # a worker is filled on shares only below this share of an average worker's KiB/s
 
@@ -70,8 +69,7 @@ def joiner_ceiling(view: FleetView, wid: str, metric: str, value: float, carried
     return max(edge, min(edge + excess, view.limits[wid][metric]))
 
 
-@dataclass(frozen=True, slots=True)
-class Band:
+class Band(NamedTuple):
     """The balanced band of one metric: average, edges, the fill floor and the minimum gain of a move."""
 
     metric: str
@@ -123,8 +121,7 @@ class BandPass:
 
     def confirmed(self, wid: str) -> float:
         """The worker's value as far from the average as its last reports agree (its projection once it moved)."""
-        changed = self.on_shares or wid in self.plan.changed
-        return self.level(wid) if changed else self.view.confirmed[wid][self.metric]
+        return self.level(wid) if self.on_shares or wid in self.plan.changed else self.view.confirmed[wid][self.metric]
 
     def rise(self, wid: str, weight: float) -> float:
         """How much the balanced metric of `wid` rises with a lease of `weight` KiB/s."""
@@ -167,9 +164,8 @@ class BandPass:
 
     def shed(self) -> None:
         """Every donor, most excess first, sheds while it is above its ceiling and a move helps."""
-        over = [w for w in self.holders if self._at[w] > self._ceiling[w]]
-        donors = sorted((w for w in over if self.moved or self.confirmed(w) > self._ceiling[w]),
-                        key=lambda w: (self._ceiling[w] - self._at[w], w))
+        donors = sorted((w for w in self.holders if self._at[w] > self._ceiling[w] and (
+            self.moved or self.confirmed(w) > self._ceiling[w])), key=lambda w: (self._ceiling[w] - self._at[w], w))
         for donor in donors:
             while self._at[donor] > self._ceiling[donor] and self._shed_one(donor):
                 pass
@@ -201,10 +197,7 @@ class BandPass:
         return None
 
     def _shed_one(self, donor: str) -> bool:
-        """The donor's split, else its cheapest step out of its excess to the least loaded taker; True if it moved.
-
-        Leases that keep it above its ceiling (its rate and ceiling stay) go in one batch down its preference.
-        """
+        """The donor's split, else its cheapest steps out of excess (a batch while it stays above); True if moved."""
         value, rate = self._at[donor], self.plan.rate(donor, self.metric)
         ceiling, probes = self._ceiling[donor], self._extremes(True, donor)
         if not probes:

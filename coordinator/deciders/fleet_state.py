@@ -1,8 +1,7 @@
 """What the variance strategies share: an immutable `FleetView` of one snapshot and a small mutable `FleetPlan`.
 
-`FleetView`: values caught up with load the reports do not show yet, confirmed values, ranges, lines, averages; never
-changed after `__init__`. `FleetPlan`: the ledger (coordinator/ledger.py) and projected values, changed only by `move`;
-it places unassigned, expired and draining leases and writes the `Plan`.
+`FleetView`, never changed after `__init__`: values caught up with load not yet reported, confirmed values, ranges,
+lines, averages. `FleetPlan`, changed only by `move`: the ledger and projected values; it places and writes the `Plan`.
 
 As KCL: EMA of each metric (-1 skipped); invalid and failing workers take no part; workers without metrics get a
 throughput-share metric `T` (100 = an average share); unassigned then longest-silent expired leases go to the roomiest
@@ -38,7 +37,7 @@ UNSETTLED_SHARE = 0.4  # reports missing more of a throughput change: valued on 
 STEADY_SHARE = 0.2  # reports count for persistence only where the worker carried about what it carries now
 OUTLIER_FROM = 5  # with this many values (average and reports) the one nearest the average is left out (0014)
 STREAM_SPREAD_ROOM = 0.1  # multi-stream: receivers this close to the roomiest one; the fewest of the stream wins
-RECEIVER_PROBES = 8
+PROBES = 8  # how many receivers (or givers) a lease is tried against: bounds the cost
 
 HeapEntry = tuple[float, int, str]
 Values = dict[str, dict[str, float]]
@@ -96,15 +95,12 @@ class FleetView:
         `seen`: the KiB/s each reporting worker's reports saw (EMA of its throughput history; none: what it carries
         now); `now`: what a worker with a throughput history carries now.
         """
-        values: Values = {}
-        self.limits: Values = {}
-        seen: Kbps = {}
-        now: Kbps = {}
-        alpha, tp = self.config.worker_metrics_ema_alpha, self.target_throughput
+        values, seen, now, self.limits = Values(), Kbps(), Kbps(), Values()
+        alpha = self.config.worker_metrics_ema_alpha
         for worker in balanced:
             wid = worker.worker_id
-            if wid in self.default:
-                values[wid] = {THROUGHPUT_METRIC: 100.0 * ledger.throughput[wid] / tp if tp > 0 else 0.0}
+            if wid in self.default:  # (its share: what `rise` gives a lease of its KiB/s)
+                values[wid] = {THROUGHPUT_METRIC: self.rise(wid, THROUGHPUT_METRIC, ledger.throughput[wid])}
                 self.limits[wid] = {THROUGHPUT_METRIC: math.inf}
                 continue
             values[wid] = {m: ema(h, alpha) for m, h in worker.metric_stats.items()}
@@ -144,11 +140,10 @@ class FleetView:
         Fitted over (KiB/s `seen`, value) of the settled active reporting workers; the proportional line: the
         reporting workers' mean value (draining ones included) over `carried` (`T`: 100 over the target KiB/s).
         """
-        means = self._mean(values, self.active)
         self.fitted: dict[str, Line] = {}
         settled = set(self.active) - self.default - self.unsettled
         self.lines = dict(snapshot.lines)
-        for metric, mean in means.items():
+        for metric, mean in self._mean(values, self.active).items():
             points = [(seen[w], vals[metric]) for w, vals in values.items() if w in settled and metric in vals]
             line = fit_line(points, mean)
             if line is not None:
@@ -168,11 +163,7 @@ class FleetView:
         """
         bases = {w: {m: v + kept.get(w, {}).get(m, 0.0) - self.lines[m].slope * now.get(w, 0.0)
                      for m, v in vals.items()} for w, vals in caught.items()}
-        typical: dict[str, float] = {}
-        for metric in self.lines:
-            with_history = [bases[w][metric] for w in now if metric in bases[w]]
-            if with_history:
-                typical[metric] = statistics.median(with_history)
+        typical = {m: statistics.median(bs) for m in self.lines if (bs := [bases[w][m] for w in now if m in bases[w]])}
         self.learned: Values = {w.worker_id: mine for w in reporting
                                 if (mine := self._learn(w, snapshot.own_excess.get(w.worker_id, {}), typical))}
         self.own: Values = {}
@@ -213,10 +204,8 @@ class FleetView:
             gap = kbps - seen[wid]
             if not gap:
                 continue  # no change: the value as reported
-            if wid in self.unsettled:
-                new = {m: self.lines[m].base + self.lines[m].slope * kbps for m in caught[wid]}
-            else:
-                new = {m: max(0.0, v + self.lines[m].slope * gap) for m, v in caught[wid].items()}
+            new = ({m: self.lines[m].base + self.lines[m].slope * kbps for m in caught[wid]} if wid in self.unsettled
+                   else {m: max(0.0, v + self.lines[m].slope * gap) for m, v in caught[wid].items()})
             if all(math.isfinite(v) for v in new.values()):
                 caught[wid] = new
         return caught
@@ -245,8 +234,7 @@ class FleetView:
                 history = worker.metric_stats[metric][-back:]
                 if len(history) < back or FAILED_SAMPLE in history or not self.side(metric, value):
                     continue
-                slope = self.lines[metric].slope
-                own = self.own.get(wid, {}).get(metric, 0.0)
+                slope, own = self.lines[metric].slope, self.own.get(wid, {}).get(metric, 0.0)
                 reports = [v + slope * (now - kbps) - own for v, kbps in zip(history, carried, strict=True)]
                 ranked = sorted((value, *reports), key=lambda v: (abs(v - self.averages[metric]), v))
                 self.confirmed[wid][metric] = ranked[1] if len(ranked) >= OUTLIER_FROM else ranked[0]
@@ -354,8 +342,7 @@ class FleetPlan:
         priority = heap or self.queue(stale_ok=True)  # workers with a late heartbeat only where no other may take one
         none = UnplacedReason.NO_CAPACITY if self.view.active else UnplacedReason.NO_ACTIVE_WORKER
         for lease in self.ledger.priority_leases():
-            why = f"silent {lease.silent_ms} ms"
-            if not self._place_one(priority, lease.key, priority_reason(lease), why):
+            if not self._place_one(priority, lease.key, priority_reason(lease), f"silent {lease.silent_ms} ms"):
                 self.ledger.spill(lease, none, "no worker can take it")
         for key in self.ledger.drain_leases(self.view.draining):
             owner = self.ledger.owner[key]
@@ -366,10 +353,9 @@ class FleetPlan:
         """Give the lease to the roomiest worker it does not avoid (of those about as roomy: fewest of its stream)."""
         if not heap:
             return False
-        lease = self.ledger.leases[key]
-        stream = stream_prefix(key)
+        lease, stream = self.ledger.leases[key], stream_prefix(key)
         candidates = [heapq.heappop(heap)]
-        while heap and len(candidates) < RECEIVER_PROBES and (lease.avoids(candidates[0][2]) or (
+        while heap and len(candidates) < PROBES and (lease.avoids(candidates[0][2]) or (
                 stream is not None and -heap[0][0] >= -candidates[0][0] - STREAM_SPREAD_ROOM)):
             candidates.append(heapq.heappop(heap))
         best = min(candidates, key=lambda e: (lease.avoids(e[2]), self.stream_counts(e[2])[stream] if stream else 0, e))

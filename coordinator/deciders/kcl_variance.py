@@ -28,7 +28,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 
 from shardherd.coordinator.decider_config import DeciderConfig
-from shardherd.coordinator.deciders.fleet_state import RECEIVER_PROBES, FleetPlan, FleetView, HeapEntry, Kbps, Values
+from shardherd.coordinator.deciders.fleet_state import PROBES, FleetPlan, FleetView, HeapEntry, Kbps, Values
 from shardherd.coordinator.ledger import Ledger
 from shardherd.coordinator.load_model import proportional
 from shardherd.coordinator.moves import MoveReason, Plan
@@ -148,7 +148,7 @@ class KclBalancer:
         avg = view.averages
         drop_pct = 100.0 * plan.drop(donor, metric, key) / avg[metric] if avg[metric] else 0.0
         set_aside: list[HeapEntry] = []
-        for _ in range(RECEIVER_PROBES):
+        for _ in range(PROBES):
             if not heap:
                 break
             entry = heapq.heappop(heap)
