@@ -106,6 +106,7 @@ class BandPass:
         self._weight = dict.fromkeys(self._kbps, 1.0) if counts_leases else self._kbps
         self._by_weight: dict[str, list[tuple[float, str]]] = {}  # movable leases by weight (dropped on a move)
         self._shares = shares  # `share_band`: a shed stops where the fill on shares would give leases back
+        self._band_text = f"band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric}"  # (in details)
         self._per_worker = self.view.n_leases / max(1, len(self.view.active))  # the average lease count
         self._at = {w: self.level(w) for w in self.holders}  # each holder's level (updated on a move)
         self._ranked = sorted((v, w) for w, v in self._at.items())  # the holders by level (kept sorted on a move)
@@ -302,10 +303,10 @@ class BandPass:
 
     def _move(self, key: str, giving: tuple[str, float], taking: tuple[str, float], why: str) -> None:
         """Move `key` from the giver to the receiver (each with its level after the move); update the indexes."""
-        (giver, after), (receiver, landed), at, band = giving, taking, self._at, self.band
-        detail = (f"{why}; band [{band.lower:.2f}, {band.upper:.2f}] avg {band.avg:.2f}; {band.metric} "
-                  f"{giver} {at[giver]:.2f} -> {after:.2f}, {receiver} {at[receiver]:.2f} -> {landed:.2f}")
-        self.plan.move(key, receiver, MoveReason.for_metric(band.metric), detail)
+        (giver, after), (receiver, landed), at = giving, taking, self._at
+        detail = (f"{why}; {self._band_text} {giver} {at[giver]:.2f} -> {after:.2f}, "
+                  f"{receiver} {at[receiver]:.2f} -> {landed:.2f}")
+        self.plan.move(key, receiver, MoveReason.for_metric(self.metric), detail)
         self.moved += 1
         movable = self._by_weight[giver]  # the lease leaves the giver's list (it came from there) and joins nobody's
         del movable[bisect.bisect_left(movable, (self._weight[key], key))]
