@@ -87,6 +87,14 @@ class Lease:
         holder = self.checkpoint_owner if during_handoff else self.lease_owner
         return holder == owner and self.in_handoff == during_handoff and self.lease_counter == counter + 1
 
+    def handed_on_by(self, previous: str) -> bool:
+        """Whether this row is what `previous` completing its handoff left: no handoff running, another owner.
+
+        A retried completion (or final handoff checkpoint) whose first attempt landed finds it so. A row a receiver
+        completed for an overdue `previous` looks the same, and means the same to `previous`: the lease moved on.
+        """
+        return self.checkpoint_owner is None and self.lease_owner != previous
+
     @property
     def released(self) -> bool:
         """Whether this row is what a release left: no owner, no handoff.

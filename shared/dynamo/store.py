@@ -255,7 +255,8 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
         """The draining owner ends the handoff: checkpointOwner removed, counter+1, ownerSwitches+1."""
         expression = _existing_lease().require_string(lc.CHECKPOINT_OWNER, checkpoint_owner)
         expression.remove(lc.CHECKPOINT_OWNER).add(lc.LEASE_COUNTER, 1).add(lc.OWNER_SWITCHES, 1)
-        return self._write(lease_key, expression, "complete_handoff")
+        return self._write(lease_key, expression, "complete_handoff",
+                           own_result=lambda current: current.handed_on_by(checkpoint_owner))
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
@@ -278,10 +279,12 @@ class DynamoLeaseStore(WorkerAndStateRecords, LeaseStore):
                 return Outcome.lost(Conflict.STALE_CHECKPOINT, current)
             if attempt == CHECKPOINT_ATTEMPTS:
                 break
-            update = self._checkpoint_update(current, checkpoint, hand_over and current.checkpoint_owner == worker)
+            handing = hand_over and current.checkpoint_owner == worker
+            update = self._checkpoint_update(current, checkpoint, handing)
             if progress is not None:
                 lc.set_progress(update, progress)
-            outcome = self._write(lease_key, update, "checkpoint")
+            outcome = self._write(lease_key, update, "checkpoint", own_result=(
+                lambda row: row.checkpoint == checkpoint and row.handed_on_by(worker)) if handing else None)
             if outcome.applied:
                 return outcome
             current = outcome.lease

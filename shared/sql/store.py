@@ -311,7 +311,8 @@ class SqlLeaseStore(LeaseStore):
         c = self._schema.leases.c
         values = {"checkpoint_owner": None, "lease_counter": self._bump(),
                   "owner_switches_since_checkpoint": self._switch()}
-        return self._update("handoff completion", lease_key, [c.checkpoint_owner == checkpoint_owner], values)
+        return self._update("handoff completion", lease_key, [c.checkpoint_owner == checkpoint_owner], values,
+                            own_result=lambda current: current.handed_on_by(checkpoint_owner))
 
     def checkpoint(self, lease_key: str, worker: str, checkpoint: Checkpoint,
                    progress: LeaseProgress | None = None, expected: Lease | None = None,
@@ -321,17 +322,25 @@ class SqlLeaseStore(LeaseStore):
         `expected` is not needed: the row is locked from the read to the write (FOR UPDATE on PostgreSQL, a
         BEGIN IMMEDIATE transaction on SQLite), so concurrent checkpoints queue instead of failing each other.
         """
-        return self._run(lambda: self._checkpoint_locked(lease_key, worker, checkpoint, progress, hand_over),
-                         f"checkpoint of lease {lease_key!r}")
+        attempts = 0
+
+        def attempt() -> Outcome:
+            nonlocal attempts
+            attempts += 1
+            return self._checkpoint_locked(lease_key, worker, checkpoint, progress, hand_over, attempts > 1)
+
+        return self._run(attempt, f"checkpoint of lease {lease_key!r}")
 
     def _checkpoint_locked(self, lease_key: str, worker: str, checkpoint: Checkpoint, progress: LeaseProgress | None,
-                           hand_over: bool) -> Outcome:
-        """One locked read-check-write transaction."""
+                           hand_over: bool, retry: bool) -> Outcome:
+        """One locked read-check-write transaction (a `retry` after a lost commit reply finds a final one written)."""
         with self._writing() as conn:
             row = self._lease_row(conn, lease_key, lock=True)
             if row is None:
                 return Outcome.lost(Conflict.NOT_FOUND, None)
             current = decode_lease(row, self.tables.leases)
+            if retry and hand_over and current.checkpoint == checkpoint and current.handed_on_by(worker):
+                return Outcome.ok(current)  # the first attempt's commit completed the handoff; its reply was lost
             if current.actual_owner != worker:
                 return Outcome.lost(Conflict.OWNERSHIP, current)
             if checkpoint.regresses_from(current.checkpoint):

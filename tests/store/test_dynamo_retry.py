@@ -166,6 +166,35 @@ def test_release_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore,
     assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 2
 
 
+def test_a_handoff_completion_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore,
+                                                                     proxy: FaultyProxy) -> None:
+    """The old owner is told it handed the lease off (before: taken, as if another worker had taken it)."""
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    assert store.start_handoff("shardId-1", "w2", "w1").applied
+    proxy.add([REPLY_LOST])
+
+    outcome = store.complete_handoff("shardId-1", "w1")
+
+    assert outcome.applied and outcome.lease is not None, outcome
+    assert outcome.lease.lease_owner == "w2" and outcome.lease.checkpoint_owner is None
+    assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 3  # the handoff's start, the completion twice
+
+
+def test_a_final_handoff_checkpoint_whose_reply_was_lost_counts_as_applied(store: DynamoLeaseStore,
+                                                                           proxy: FaultyProxy) -> None:
+    """The checkpoint that completes a handoff landed; the retry finds the lease the new owner's (before: OWNERSHIP)."""
+    assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
+    assert store.start_handoff("shardId-1", "w2", "w1").applied
+    proxy.add([None, REPLY_LOST])  # the checkpoint's read of the row, then its UpdateItem
+
+    outcome = store.checkpoint("shardId-1", "w1", Checkpoint.at(7), hand_over=True)
+
+    assert outcome.applied and outcome.lease is not None, outcome
+    assert outcome.lease.checkpoint == Checkpoint.at(7) and outcome.lease.checkpoint_owner is None
+    assert outcome.lease.lease_owner == "w2"
+    assert proxy.forwarded.count("DynamoDB_20120810.UpdateItem") == 3  # the handoff's start, the checkpoint twice
+
+
 def test_a_real_lost_renew_is_not_mistaken_for_a_lost_reply(store: DynamoLeaseStore, proxy: FaultyProxy) -> None:
     assert store.create_lease(Lease("shardId-1", lease_owner="w1")).applied
     assert store.assign("shardId-1", "w2", "w1", None).applied  # w2 now holds it at counter 1

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from shardherd.coordinator.leader_lock import OWNER, VERSION, LeaderLock
-from shardherd.shared.checkpoint import TRIM_HORIZON
+from shardherd.shared.checkpoint import TRIM_HORIZON, Checkpoint
 from shardherd.shared.clock import ManualClock
 from shardherd.shared.lease import new_lease
 from shardherd.shared.retry import RetryPolicy
@@ -64,6 +64,34 @@ def test_a_release_whose_commit_reply_was_lost_is_a_release(
     outcome = store.release(KEY, "w1")
     assert proxy.lost == 1 and outcome.applied, outcome
     assert outcome.lease is not None and outcome.lease.released
+
+
+def _handing_off(proxy: LostCommitProxy, store: SqlLeaseStore) -> None:
+    """w1 holds the lease and hands it to w2; the next COMMIT's reply is lost."""
+    store.create_lease(new_lease(KEY, TRIM_HORIZON))
+    assert store.assign(KEY, "w1", None, None).applied
+    assert store.start_handoff(KEY, "w2", "w1").applied
+    proxy.lose_commit_replies()
+
+
+def test_a_handoff_completion_whose_commit_reply_was_lost_is_a_completion(
+        proxied: tuple[LostCommitProxy, SqlLeaseStore, ManualClock]) -> None:
+    proxy, store, _ = proxied
+    _handing_off(proxy, store)
+    outcome = store.complete_handoff(KEY, "w1")
+    assert proxy.lost == 1 and outcome.applied, outcome
+    assert outcome.lease is not None and outcome.lease.lease_owner == "w2" and outcome.lease.checkpoint_owner is None
+
+
+def test_a_final_handoff_checkpoint_whose_commit_reply_was_lost_is_written(
+        proxied: tuple[LostCommitProxy, SqlLeaseStore, ManualClock]) -> None:
+    proxy, store, _ = proxied
+    _handing_off(proxy, store)
+    final = Checkpoint.at("49590338271490256608559692538361571095921575989136588898")
+    outcome = store.checkpoint(KEY, "w1", final, hand_over=True)
+    assert proxy.lost == 1 and outcome.applied, outcome
+    assert outcome.lease is not None and outcome.lease.checkpoint == final
+    assert outcome.lease.checkpoint_owner is None and outcome.lease.lease_owner == "w2"
 
 
 def test_a_lock_heartbeat_whose_commit_reply_was_lost_keeps_the_lead(
