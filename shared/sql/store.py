@@ -102,6 +102,17 @@ class SqlLeaseStore(LeaseStore):
             detail = getattr(exc, "orig", None) or exc
             raise StoreError(f"{what} failed: {type(detail).__name__}: {detail}".strip()) from exc
 
+    def _run_telling_retries(self, operation: Callable[[bool], T], what: str) -> T:
+        """`_run`, telling each attempt whether it repeats one: an earlier commit may have landed, its reply lost."""
+        attempts = 0
+
+        def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
+            return operation(attempts > 1)
+
+        return self._run(attempt, what)
+
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
         with self._read_engine.begin() as conn:
@@ -147,11 +158,7 @@ class SqlLeaseStore(LeaseStore):
         `own_result` recognises the row this very statement produces: when a retry (its first commit's reply was
         lost) misses and the row already looks like that, the first attempt was committed.
         """
-        attempts = 0
-
-        def attempt() -> Outcome:
-            nonlocal attempts
-            attempts += 1
+        def attempt(retry: bool) -> Outcome:
             with self._writing() as conn:
                 if fence is not None and not condition_holds(fence.key, self._state_item(conn, fence.key),
                                                               fence.expect):
@@ -160,11 +167,11 @@ class SqlLeaseStore(LeaseStore):
                 if row is not None:
                     return Outcome.ok(decode_lease(row, self.tables.leases))
                 current = self._read_lease(conn, lease_key)
-                if attempts > 1 and current is not None and own_result is not None and own_result(current):
+                if retry and current is not None and own_result is not None and own_result(current):
                     return Outcome.ok(current)
                 return Outcome.lost(Conflict.NOT_FOUND if current is None else conflict, current)
 
-        return self._run(attempt, f"{what} of lease {lease_key!r}")
+        return self._run_telling_retries(attempt, f"{what} of lease {lease_key!r}")
 
     def _update(self, what: str, lease_key: str, conditions: Sequence[ColumnElement[bool]],
                 values: Mapping[str, Any], fence: Fence | None = None,
@@ -322,14 +329,9 @@ class SqlLeaseStore(LeaseStore):
         `expected` is not needed: the row is locked from the read to the write (FOR UPDATE on PostgreSQL, a
         BEGIN IMMEDIATE transaction on SQLite), so concurrent checkpoints queue instead of failing each other.
         """
-        attempts = 0
-
-        def attempt() -> Outcome:
-            nonlocal attempts
-            attempts += 1
-            return self._checkpoint_locked(lease_key, worker, checkpoint, progress, hand_over, attempts > 1)
-
-        return self._run(attempt, f"checkpoint of lease {lease_key!r}")
+        return self._run_telling_retries(
+            lambda retry: self._checkpoint_locked(lease_key, worker, checkpoint, progress, hand_over, retry),
+            f"checkpoint of lease {lease_key!r}")
 
     def _checkpoint_locked(self, lease_key: str, worker: str, checkpoint: Checkpoint, progress: LeaseProgress | None,
                            hand_over: bool, retry: bool) -> Outcome:
